@@ -1,0 +1,237 @@
+//! Capability grants: what the operator allows one component to reach. Everything is denied by
+//! default — a [`Grants::none`] component sees no directory, no network, no environment — and
+//! every widening is an explicit field. Grants only narrow from parent to child
+//! ([`Grants::narrowed_by`]).
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+/// Whether a directory grant allows writing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FsMode {
+    /// Files can be read and listed, not created, changed or removed.
+    ReadOnly,
+    /// Files can be read and written.
+    ReadWrite,
+}
+
+impl FsMode {
+    /// `ro` or `rw`, as tools and the audit log name it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FsMode::ReadOnly => "ro",
+            FsMode::ReadWrite => "rw",
+        }
+    }
+}
+
+/// The workspace directory a component may reach.
+///
+/// Inside the sandbox the directory appears at the same absolute path it has on the host, so an
+/// absolute path a client sends (MCP clients do) names the same file inside and outside.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WorkspaceGrant {
+    path: PathBuf,
+    mode: FsMode,
+}
+
+/// Why a grant could not be made.
+#[derive(Debug, thiserror::Error)]
+pub enum GrantError {
+    /// The directory does not exist or cannot be resolved.
+    #[error("the workspace {path} cannot be used: {source}; create it or pass an existing directory with --workspace")]
+    Unresolvable {
+        /// The path as given.
+        path: PathBuf,
+        /// What the operating system said.
+        source: std::io::Error,
+    },
+    /// The path exists but is not a directory.
+    #[error("the workspace {0} is not a directory; pass a directory with --workspace")]
+    NotADirectory(PathBuf),
+    /// The canonical path is not valid UTF-8, so it cannot be named inside the sandbox.
+    #[error("the workspace path {0} is not valid UTF-8; use a directory whose path is")]
+    NotUtf8(PathBuf),
+}
+
+impl WorkspaceGrant {
+    /// Grant `path` (resolved to its canonical absolute form, symlinks followed) with `mode`.
+    pub fn new(path: impl AsRef<Path>, mode: FsMode) -> Result<Self, GrantError> {
+        let given = path.as_ref();
+        let canonical = given
+            .canonicalize()
+            .map_err(|source| GrantError::Unresolvable {
+                path: given.to_path_buf(),
+                source,
+            })?;
+        if !canonical.is_dir() {
+            return Err(GrantError::NotADirectory(canonical));
+        }
+        if canonical.to_str().is_none() {
+            return Err(GrantError::NotUtf8(canonical));
+        }
+        Ok(Self {
+            path: canonical,
+            mode,
+        })
+    }
+
+    /// The canonical host path of the directory.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The path under which the guest sees the directory (the same as the host path).
+    pub fn guest_path(&self) -> &str {
+        // Checked to be UTF-8 in `new`.
+        self.path.to_str().unwrap_or("/workspace")
+    }
+
+    /// Read-only or read-write.
+    pub fn mode(&self) -> FsMode {
+        self.mode
+    }
+}
+
+/// Resource limits for one call. A call that passes one is stopped and reported to the model as
+/// a failed call; the host goes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Linear memory the component may use, in bytes.
+    pub memory_bytes: u64,
+    /// Wall-clock time for the whole call, including time spent in host functions.
+    pub timeout: Duration,
+    /// Characters of result text kept; longer results keep head and tail around a marker.
+    pub max_output_chars: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            memory_bytes: 256 << 20,
+            timeout: Duration::from_secs(30),
+            max_output_chars: 100_000,
+        }
+    }
+}
+
+impl Limits {
+    /// The tighter of two limit sets, field by field.
+    pub fn narrowed_by(&self, other: &Limits) -> Limits {
+        Limits {
+            memory_bytes: self.memory_bytes.min(other.memory_bytes),
+            timeout: self.timeout.min(other.timeout),
+            max_output_chars: self.max_output_chars.min(other.max_output_chars),
+        }
+    }
+}
+
+/// Everything one component is allowed.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Grants {
+    /// The workspace, if any; no other directory is ever visible.
+    pub workspace: Option<WorkspaceGrant>,
+    /// Per-call limits.
+    pub limits: Limits,
+}
+
+impl Grants {
+    /// No directory, default limits.
+    pub fn none() -> Self {
+        Self::default()
+    }
+
+    /// The workspace in `mode`, default limits.
+    pub fn workspace(grant: WorkspaceGrant) -> Self {
+        Self {
+            workspace: Some(grant),
+            limits: Limits::default(),
+        }
+    }
+
+    /// These grants with `limits`.
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self
+    }
+
+    /// The same grants with the workspace read-only (used for sub-agents).
+    pub fn read_only(&self) -> Grants {
+        let mut narrowed = self.clone();
+        if let Some(workspace) = &mut narrowed.workspace {
+            workspace.mode = FsMode::ReadOnly;
+        }
+        narrowed
+    }
+
+    /// What both `self` and `other` allow: a child's grants can only be narrower than its
+    /// parent's. A workspace survives only when both name the same directory; the mode is the
+    /// stricter one; limits are the tighter ones.
+    pub fn narrowed_by(&self, other: &Grants) -> Grants {
+        let workspace = match (&self.workspace, &other.workspace) {
+            (Some(mine), Some(theirs)) if mine.path == theirs.path => Some(WorkspaceGrant {
+                path: mine.path.clone(),
+                mode: mine.mode.min(theirs.mode),
+            }),
+            _ => None,
+        };
+        Grants {
+            workspace,
+            limits: self.limits.narrowed_by(&other.limits),
+        }
+    }
+
+    /// A one-line description for `clawcage tools` and logs, e.g. `workspace /tmp/w (rw), 256 MiB, 30s`.
+    pub fn describe(&self) -> String {
+        let workspace = match &self.workspace {
+            Some(grant) => format!("workspace {} ({})", grant.path.display(), grant.mode.as_str()),
+            None => "no files".to_string(),
+        };
+        format!(
+            "{workspace}, memory {} MiB, timeout {}s, no network",
+            self.limits.memory_bytes >> 20,
+            self.limits.timeout.as_secs_f64()
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn narrowing_never_widens() {
+        let dir = tempfile::tempdir().unwrap();
+        let other = tempfile::tempdir().unwrap();
+        let parent = Grants::workspace(WorkspaceGrant::new(dir.path(), FsMode::ReadOnly).unwrap());
+        let child_asks = Grants::workspace(WorkspaceGrant::new(dir.path(), FsMode::ReadWrite).unwrap())
+            .with_limits(Limits {
+                memory_bytes: u64::MAX,
+                timeout: Duration::from_secs(1),
+                max_output_chars: 10,
+            });
+        let child = parent.narrowed_by(&child_asks);
+        assert_eq!(child.workspace.as_ref().unwrap().mode(), FsMode::ReadOnly);
+        assert_eq!(child.limits.memory_bytes, Limits::default().memory_bytes);
+        assert_eq!(child.limits.timeout, Duration::from_secs(1));
+
+        let elsewhere = Grants::workspace(WorkspaceGrant::new(other.path(), FsMode::ReadWrite).unwrap());
+        assert!(parent.narrowed_by(&elsewhere).workspace.is_none());
+        assert!(Grants::none().narrowed_by(&parent).workspace.is_none());
+    }
+
+    #[test]
+    fn a_workspace_must_be_an_existing_directory() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "x").unwrap();
+        assert!(matches!(
+            WorkspaceGrant::new(&file, FsMode::ReadWrite),
+            Err(GrantError::NotADirectory(_))
+        ));
+        assert!(matches!(
+            WorkspaceGrant::new(dir.path().join("missing"), FsMode::ReadWrite),
+            Err(GrantError::Unresolvable { .. })
+        ));
+    }
+}

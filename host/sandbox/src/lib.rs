@@ -1,0 +1,22 @@
+//! The security boundary of clawcage and the only crate that depends on wasmtime. It owns the
+//! engine (pooling allocator, epoch interruption), the compiled-artifact cache, the capability
+//! [`Grants`] and [`WasmTool`], which runs one tool of a component in a fresh store and instance
+//! per call. Nothing a tool returns or does reaches the host except through the WIT contract in
+//! `wit/`; a trap, timeout or exhausted memory comes back as [`clawcage_core::ToolError::Failed`].
+
+mod bindings;
+pub mod cache;
+pub mod grants;
+mod host;
+mod sandbox;
+mod tool;
+
+pub use cache::{ArtifactCache, CacheOutcome};
+pub use grants::{FsMode, GrantError, Grants, Limits, WorkspaceGrant};
+pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
+pub use tool::WasmTool;
+
+/// The components built from `tools-wasm/` by this crate's build script.
+pub mod components {
+    include!(concat!(env!("OUT_DIR"), "/components.rs"));
+}

@@ -1,0 +1,294 @@
+//! [`WasmTool`]: one tool of a component, run in a fresh store and instance per call so that no
+//! state leaks between calls. This module builds the store from the grants (preopen, memory cap,
+//! epoch deadline), bounds the call with a wall-clock timeout, and turns every way a call can end
+//! — result, tool error, trap, timeout, exhausted memory — into a result for the model.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use clawcage_core::{BoxFuture, Tool, ToolError, ToolOutput, ToolSpec};
+use serde_json::Value;
+use wasmtime::{Store, Trap};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
+
+use crate::bindings::{GuestToolError, exports::clawcage::tool::tool::ToolSpec as GuestToolSpec};
+use crate::grants::{FsMode, Grants};
+use crate::host::CallState;
+use crate::sandbox::CompiledComponent;
+
+/// Bytes of the guest's stderr kept to explain a crash.
+const STDERR_CAPACITY: usize = 64 << 10;
+/// Bytes of the guest's stdout accepted; a tool answers through its return value, not stdout.
+const STDOUT_CAPACITY: usize = 1 << 20;
+
+/// One tool of a sandboxed component, bound to the grants it runs with.
+#[derive(Clone)]
+pub struct WasmTool {
+    spec: ToolSpec,
+    component: Arc<CompiledComponent>,
+    grants: Arc<Grants>,
+}
+
+impl std::fmt::Debug for WasmTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WasmTool")
+            .field("name", &self.spec.name)
+            .field("component", &self.component.name)
+            .field("grants", &self.grants.describe())
+            .finish()
+    }
+}
+
+impl WasmTool {
+    pub(crate) fn new(spec: ToolSpec, component: Arc<CompiledComponent>, grants: Arc<Grants>) -> Self {
+        Self {
+            spec,
+            component,
+            grants,
+        }
+    }
+
+    /// The grants this tool runs with.
+    pub fn grants(&self) -> &Grants {
+        &self.grants
+    }
+
+    /// The same tool with grants narrowed by `other` (never widened).
+    pub fn narrowed(&self, other: &Grants) -> WasmTool {
+        WasmTool {
+            spec: self.spec.clone(),
+            component: self.component.clone(),
+            grants: Arc::new(self.grants.narrowed_by(other)),
+        }
+    }
+
+    /// The name of the component the tool belongs to.
+    pub fn component_name(&self) -> &str {
+        &self.component.name
+    }
+
+    /// How many instances of this tool's component have been created so far.
+    pub fn component_instantiations(&self) -> u64 {
+        self.component.instantiations.load(Ordering::Relaxed)
+    }
+
+    /// Run the tool with arguments as JSON text (already validated by the registry).
+    pub async fn call_json(&self, args: &str) -> Result<ToolOutput, ToolError> {
+        let name = self.spec.name.as_str();
+        let answer = run_in_fresh_instance(
+            &self.component,
+            &self.grants,
+            Operation::Call { name, args },
+        )
+        .await?;
+        match answer {
+            Answer::Call(Ok(text)) => Ok(ToolOutput::text(cap_output(
+                text,
+                self.grants.limits.max_output_chars,
+            ))),
+            Answer::Call(Err(GuestToolError::InvalidArgs(message))) => Err(ToolError::InvalidArgs(message)),
+            Answer::Call(Err(GuestToolError::Denied(message))) => Err(ToolError::Denied(message)),
+            Answer::Call(Err(GuestToolError::Failed(message))) => Err(ToolError::Failed(message)),
+            Answer::Specs(_) => Err(ToolError::Failed("internal error: wrong answer kind".into())),
+        }
+    }
+}
+
+impl Tool for WasmTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move { self.call_json(&args.to_string()).await })
+    }
+
+    fn origin(&self) -> String {
+        self.component.origin.clone()
+    }
+
+    fn grants_summary(&self) -> String {
+        self.grants.describe()
+    }
+}
+
+/// What to ask a fresh instance.
+#[derive(Clone, Copy)]
+pub(crate) enum Operation<'a> {
+    /// `specs()`.
+    Specs,
+    /// `call(name, args)`.
+    Call { name: &'a str, args: &'a str },
+}
+
+/// What the instance answered.
+pub(crate) enum Answer {
+    Specs(Vec<GuestToolSpec>),
+    Call(Result<String, GuestToolError>),
+}
+
+/// Build a store from `grants`, instantiate the component in it and run `operation`, within the
+/// grants' time and memory limits. Every failure is a [`ToolError`] written for the model.
+pub(crate) async fn run_in_fresh_instance(
+    component: &Arc<CompiledComponent>,
+    grants: &Grants,
+    operation: Operation<'_>,
+) -> Result<Answer, ToolError> {
+    let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+    let wasi = wasi_context(grants, stderr.clone())?;
+    let mut store = Store::new(
+        &component.engine,
+        CallState::new(wasi, grants.limits.memory_bytes, &component.name),
+    );
+    store.limiter(|state| &mut state.limiter);
+    // Yield to the executor at every epoch tick, so the timeout below can stop a guest that
+    // never returns, including one inside a host call.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_async_yield_and_update(1);
+    component.instantiations.fetch_add(1, Ordering::Relaxed);
+
+    let what = match operation {
+        Operation::Specs => format!("component `{}`", component.name),
+        Operation::Call { name, .. } => format!("the tool `{name}`"),
+    };
+    let timeout = grants.limits.timeout;
+    let outcome = tokio::time::timeout(timeout, async {
+        let tool = component.pre.instantiate_async(&mut store).await?;
+        let guest = tool.clawcage_tool_tool();
+        match operation {
+            Operation::Specs => guest.call_specs(&mut store).await.map(Answer::Specs),
+            Operation::Call { name, args } => guest.call_call(&mut store, name, args).await.map(Answer::Call),
+        }
+    })
+    .await;
+
+    match outcome {
+        Ok(Ok(answer)) => Ok(answer),
+        Err(_elapsed) => Err(ToolError::Failed(format!(
+            "{what} was stopped after its time limit of {}; it may be stuck in a loop or the task is too large for one call",
+            human_duration(timeout)
+        ))),
+        Ok(Err(error)) => Err(describe_trap(
+            &what,
+            &error,
+            store.data().limiter.exceeded,
+            grants.limits.memory_bytes,
+            &stderr.contents(),
+        )),
+    }
+}
+
+/// The WASI context for one call: the workspace preopen (and its path in the environment), no
+/// network, stderr captured, nothing inherited from the host.
+fn wasi_context(grants: &Grants, stderr: MemoryOutputPipe) -> Result<wasmtime_wasi::WasiCtx, ToolError> {
+    let mut builder = WasiCtxBuilder::new();
+    builder
+        .allow_blocking_current_thread(true)
+        .allow_tcp(false)
+        .allow_udp(false)
+        .allow_ip_name_lookup(false)
+        .stdout(MemoryOutputPipe::new(STDOUT_CAPACITY))
+        .stderr(stderr);
+    if let Some(workspace) = &grants.workspace {
+        let perms = match workspace.mode() {
+            FsMode::ReadOnly => FsPerms::ReadOnly,
+            FsMode::ReadWrite => FsPerms::ReadWrite,
+        };
+        builder
+            .preopened_dir(workspace.path(), workspace.guest_path(), perms)
+            .map_err(|error| {
+                ToolError::Failed(format!(
+                    "the workspace {} could not be opened for the tool: {error}",
+                    workspace.path().display()
+                ))
+            })?;
+        builder
+            .env("CLAWCAGE_WORKSPACE", workspace.guest_path())
+            .env("CLAWCAGE_WORKSPACE_MODE", workspace.mode().as_str())
+            .env("PWD", workspace.guest_path());
+    }
+    Ok(builder.build())
+}
+
+/// Turn a trap or host error into a message for the model.
+fn describe_trap(
+    what: &str,
+    error: &wasmtime::Error,
+    memory_exceeded: bool,
+    memory_bytes: u64,
+    stderr: &[u8],
+) -> ToolError {
+    if memory_exceeded {
+        return ToolError::Failed(format!(
+            "{what} used more than its memory limit of {} MiB and was stopped; work on smaller pieces (for files: read with offset and limit)",
+            memory_bytes >> 20
+        ));
+    }
+    let detail = last_lines(stderr, 6);
+    let with_detail = |text: String| {
+        if detail.is_empty() {
+            text
+        } else {
+            format!("{text}. Its last output:\n{detail}")
+        }
+    };
+    match error.downcast_ref::<Trap>() {
+        Some(Trap::UnreachableCodeReached) => ToolError::Failed(with_detail(format!(
+            "{what} crashed (it panicked or aborted) and was stopped; the host is unaffected"
+        ))),
+        Some(Trap::StackOverflow) => ToolError::Failed(format!(
+            "{what} overflowed its stack (deep recursion?) and was stopped"
+        )),
+        Some(Trap::Interrupt) => ToolError::Failed(format!("{what} was interrupted at its time limit")),
+        Some(trap) => ToolError::Failed(with_detail(format!("{what} trapped ({trap}) and was stopped"))),
+        None => ToolError::Failed(with_detail(format!("{what} failed inside the sandbox: {error:#}"))),
+    }
+}
+
+/// The last `count` non-empty lines of `bytes`, lossily decoded.
+fn last_lines(bytes: &[u8], count: usize) -> String {
+    let text = String::from_utf8_lossy(bytes);
+    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(count)..].join("\n")
+}
+
+/// Keep at most `max_chars` characters: head and tail around a marker stating the total.
+pub(crate) fn cap_output(text: String, max_chars: usize) -> String {
+    let total = text.chars().count();
+    if total <= max_chars {
+        return text;
+    }
+    let head_chars = max_chars * 2 / 3;
+    let tail_chars = max_chars - head_chars;
+    let head: String = text.chars().take(head_chars).collect();
+    let tail: String = text.chars().skip(total - tail_chars).collect();
+    format!(
+        "{head}\n[... output cut: {} of {total} characters omitted ...]\n{tail}",
+        total - head_chars - tail_chars
+    )
+}
+
+fn human_duration(duration: std::time::Duration) -> String {
+    let seconds = duration.as_secs_f64();
+    if seconds >= 1.0 {
+        format!("{seconds:.0} s")
+    } else {
+        format!("{} ms", duration.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn long_output_keeps_head_and_tail_and_states_the_total() {
+        let text: String = (0..1000).map(|i| format!("{i:04}")).collect();
+        let capped = cap_output(text.clone(), 300);
+        assert!(capped.starts_with("00000001"));
+        assert!(capped.ends_with("0999"));
+        assert!(capped.contains("3700 of 4000 characters omitted"), "{capped}");
+        assert_eq!(cap_output("short".into(), 300), "short");
+    }
+}

@@ -1,0 +1,28 @@
+# clawcage recipes. `just --list` shows them.
+
+# Build the host (which builds the tool components in tools-wasm/ through its build script).
+build:
+    cargo build --workspace
+
+# Build an optimised `clawcage` binary into target/release/.
+release:
+    cargo build --release -p clawcage-cli
+
+# Run every test, as CI does.
+test:
+    cargo test --workspace
+
+# Formatting and lints for the host and for the guest workspace.
+lint:
+    cargo fmt --all --check
+    cargo clippy --workspace --all-targets -- -D warnings
+    cd tools-wasm && cargo fmt --all --check
+    cd tools-wasm && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings
+
+# Benchmarks: sandboxed read_file against a native read, cold and warm start-up.
+bench:
+    cargo bench -p clawcage-tests --bench tools
+
+# Build only the tool components (release, wasm32-wasip2).
+components:
+    cd tools-wasm && cargo build --release --target wasm32-wasip2 --workspace

@@ -1,0 +1,124 @@
+//! Benchmarks of the sandboxed tool path, each beside a native baseline measured in the same
+//! run: `read_file` through the registry (fresh store and instance per call) against
+//! `std::fs::read` of the same file, and the start-up time to the first tool call with a cold
+//! and a warm compiled-artifact cache. Prints medians, p99 and ratios.
+//!
+//! Run: `cargo bench -p clawcage-tests --bench tools` (or `just bench`).
+#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails by panicking")]
+
+use std::time::{Duration, Instant};
+
+use clawcage_agent::ToolRegistry;
+use clawcage_sandbox::components::bundled;
+use clawcage_sandbox::{ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WorkspaceGrant};
+use std::sync::Arc;
+
+const CALLS: usize = 3_000;
+
+fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
+    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
+    sorted[index]
+}
+
+fn report(label: &str, mut samples: Vec<Duration>) -> Duration {
+    samples.sort();
+    let p50 = percentile(&samples, 0.5);
+    let p99 = percentile(&samples, 0.99);
+    println!(
+        "{label:<44} p50 {:>9.1} µs   p99 {:>9.1} µs   (n={})",
+        p50.as_secs_f64() * 1e6,
+        p99.as_secs_f64() * 1e6,
+        samples.len()
+    );
+    p50
+}
+
+async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
+    let loaded = sandbox.load("file", "bundled:file", bundled::FILE, grants).await.unwrap();
+    let mut registry = ToolRegistry::new();
+    for tool in loaded.into_tools() {
+        registry.register(Arc::new(tool)).unwrap();
+    }
+    registry
+}
+
+fn main() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async {
+        let workspace = tempfile::tempdir().unwrap();
+        let text: String = (0..100).map(|i| format!("line {i} of the benchmark file\n")).collect();
+        std::fs::write(workspace.path().join("bench.txt"), &text).unwrap();
+        let grants = Grants::workspace(WorkspaceGrant::new(workspace.path(), FsMode::ReadOnly).unwrap())
+            .with_limits(Limits::default());
+
+        println!("== read_file: sandboxed call vs native read ({} bytes, {CALLS} calls each)", text.len());
+        let sandbox = clawcage_tests::sandbox();
+        let registry = registry_with(&sandbox, grants.clone()).await;
+        let args = r#"{"path":"bench.txt"}"#;
+        for _ in 0..200 {
+            registry.execute("read_file", args).await.unwrap();
+        }
+        let path = workspace.path().join("bench.txt");
+        let mut native = Vec::with_capacity(CALLS);
+        let mut sandboxed = Vec::with_capacity(CALLS);
+        // Interleave the two so that machine noise hits both alike.
+        for _ in 0..CALLS {
+            let started = Instant::now();
+            let bytes = std::fs::read(&path).unwrap();
+            std::hint::black_box(String::from_utf8(bytes).unwrap());
+            native.push(started.elapsed());
+
+            let started = Instant::now();
+            std::hint::black_box(registry.execute("read_file", args).await.unwrap());
+            sandboxed.push(started.elapsed());
+        }
+        let native_p50 = report("native std::fs::read", native);
+        let sandboxed_p50 = report("registry.execute(\"read_file\") (fresh instance)", sandboxed);
+        println!(
+            "ratio sandboxed / native at p50: {:.1}x",
+            sandboxed_p50.as_secs_f64() / native_p50.as_secs_f64()
+        );
+
+        println!("\n== start-up to the first tool call (new engine, load, call)");
+        let mut cold = Vec::new();
+        let mut warm = Vec::new();
+        let cache = tempfile::tempdir().unwrap();
+        for round in 0..3 {
+            let fresh = tempfile::tempdir().unwrap();
+            for (dir, samples) in [(fresh.path(), &mut cold), (cache.path(), &mut warm)] {
+                let started = Instant::now();
+                let sandbox = Sandbox::new(SandboxOptions {
+                    cache: ArtifactCache::in_dir(dir),
+                })
+                .unwrap();
+                let registry = registry_with(&sandbox, grants.clone()).await;
+                registry.execute("read_file", args).await.unwrap();
+                let elapsed = started.elapsed();
+                // The first round fills the warm cache; it is a cold start, not a warm one.
+                if round > 0 || dir == fresh.path() {
+                    samples.push(elapsed);
+                }
+            }
+        }
+        for _ in 0..5 {
+            let started = Instant::now();
+            let sandbox = Sandbox::new(SandboxOptions {
+                cache: ArtifactCache::in_dir(cache.path()),
+            })
+            .unwrap();
+            let registry = registry_with(&sandbox, grants.clone()).await;
+            registry.execute("read_file", args).await.unwrap();
+            warm.push(started.elapsed());
+        }
+        let cold_p50 = report("cold cache (compile with Cranelift)", cold);
+        let warm_p50 = report("warm cache (load the compiled artifact)", warm);
+        println!(
+            "ratio cold / warm at p50: {:.1}x",
+            cold_p50.as_secs_f64() / warm_p50.as_secs_f64()
+        );
+    });
+}

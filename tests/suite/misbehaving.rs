@@ -1,0 +1,96 @@
+//! Misbehaving components built only for the tests: one that never returns, one that allocates
+//! without bound, one that panics. Each becomes a failed result for the model, and the next call
+//! on the same registry succeeds.
+
+use std::time::{Duration, Instant};
+
+use clawcage_sandbox::components::{bundled, fixtures};
+use clawcage_sandbox::{FsMode, Limits};
+use clawcage_tests::{fixture, grants, registry_of};
+
+async fn registry(dir: &std::path::Path, limits: Limits) -> clawcage_agent::ToolRegistry {
+    let spin = fixture(fixtures::SPIN);
+    let hog = fixture(fixtures::HOG);
+    let crash = fixture(fixtures::CRASH);
+    let echo = fixture(fixtures::ECHO);
+    registry_of(
+        &[
+            ("file", bundled::FILE),
+            ("spin", &spin),
+            ("hog", &hog),
+            ("crash", &crash),
+            ("echo", &echo),
+        ],
+        grants(dir, FsMode::ReadWrite, limits),
+    )
+    .await
+}
+
+async fn still_serving(registry: &clawcage_agent::ToolRegistry) {
+    let echoed = registry.execute("echo", r#"{"text": "still here"}"#).await.unwrap().text;
+    assert_eq!(echoed, "still here");
+    registry.execute("read_file", r#"{"path": "a.txt"}"#).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_endless_loop_is_stopped_at_the_time_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let limits = Limits {
+        timeout: Duration::from_millis(300),
+        ..Limits::default()
+    };
+    let registry = registry(dir.path(), limits).await;
+    let started = Instant::now();
+    let error = registry.execute("spin", "{}").await.unwrap_err();
+    assert_eq!(error.kind(), "failed");
+    assert!(error.message().contains("time limit"), "{error}");
+    // Generous bound: only checks that the call was stopped rather than left to run.
+    assert!(started.elapsed() < Duration::from_secs(20), "stopped, not left running");
+    still_serving(&registry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unbounded_allocation_hits_the_memory_cap() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let limits = Limits {
+        memory_bytes: 32 << 20,
+        ..Limits::default()
+    };
+    let registry = registry(dir.path(), limits).await;
+    let error = registry.execute("hog", "{}").await.unwrap_err();
+    assert_eq!(error.kind(), "failed");
+    assert!(error.message().contains("memory limit of 32 MiB"), "{error}");
+    still_serving(&registry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_panic_is_a_failed_result_with_the_panic_message() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let registry = registry(dir.path(), Limits::default()).await;
+    let error = registry.execute("crash", "{}").await.unwrap_err();
+    assert_eq!(error.kind(), "failed");
+    assert!(error.message().contains("crashed"), "{error}");
+    assert!(error.message().contains("deliberate panic for the crash test"), "{error}");
+    still_serving(&registry).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_concurrent_calls_each_get_a_fresh_instance() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let registry = std::sync::Arc::new(registry(dir.path(), Limits::default()).await);
+    let mut calls = Vec::new();
+    for i in 0..50 {
+        let registry = registry.clone();
+        calls.push(tokio::spawn(async move {
+            let args = serde_json::json!({"text": format!("call {i}")});
+            registry.execute_value("echo", &args).await.unwrap().text
+        }));
+    }
+    for (i, call) in calls.into_iter().enumerate() {
+        assert_eq!(call.await.unwrap(), format!("call {i}"));
+    }
+}

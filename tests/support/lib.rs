@@ -1,0 +1,65 @@
+//! Shared helpers for clawcage's integration tests and benchmarks: one sandbox per process with
+//! one compiled-artifact cache shared by every test run, temporary workspaces, and registries
+//! built from the real bundled and fixture components.
+
+#![allow(clippy::expect_used, reason = "test helpers fail the test by panicking")]
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock};
+
+use clawcage_agent::ToolRegistry;
+use clawcage_sandbox::{
+    ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WorkspaceGrant, components,
+};
+
+/// The compiled-artifact cache every test and benchmark shares, under the build's target dir.
+pub fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("..")
+        .join("target")
+        .join("clawcage-test-cache")
+}
+
+/// One sandbox for the whole test process (its engine reserves address space for its pool).
+pub fn sandbox() -> Arc<Sandbox> {
+    static SANDBOX: OnceLock<Arc<Sandbox>> = OnceLock::new();
+    SANDBOX
+        .get_or_init(|| {
+            Sandbox::new(SandboxOptions {
+                cache: ArtifactCache::in_dir(cache_dir()),
+            })
+            .expect("the test sandbox starts")
+        })
+        .clone()
+}
+
+/// A grant of `dir` in `mode` with `limits`.
+pub fn grants(dir: &Path, mode: FsMode, limits: Limits) -> Grants {
+    Grants::workspace(WorkspaceGrant::new(dir, mode).expect("the test workspace exists")).with_limits(limits)
+}
+
+/// A registry with the bundled file tools granted `dir` in `mode`.
+pub async fn file_registry(dir: &Path, mode: FsMode) -> ToolRegistry {
+    registry_of(&[("file", components::bundled::FILE)], grants(dir, mode, Limits::default())).await
+}
+
+/// A registry with the given components, all under `grants`.
+pub async fn registry_of(components: &[(&str, &[u8])], grants: Grants) -> ToolRegistry {
+    let sandbox = sandbox();
+    let mut registry = ToolRegistry::new();
+    for (name, bytes) in components {
+        let loaded = sandbox
+            .load(name, &format!("test:{name}"), bytes, grants.clone())
+            .await
+            .unwrap_or_else(|error| panic!("loading {name}: {error}"));
+        for tool in loaded.into_tools() {
+            registry.register(Arc::new(tool)).expect("unique tool names");
+        }
+    }
+    registry
+}
+
+/// The bytes of a fixture component built for the tests.
+pub fn fixture(path: &str) -> Vec<u8> {
+    std::fs::read(path).unwrap_or_else(|error| panic!("reading fixture {path}: {error}"))
+}
