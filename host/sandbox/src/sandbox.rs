@@ -17,7 +17,7 @@ use crate::bindings::{self, BasicToolPre};
 use crate::cache::{ArtifactCache, CacheOutcome};
 use crate::grants::Grants;
 use crate::host::CallState;
-use crate::tool::WasmTool;
+use crate::tool::{Answer, Operation, WasmTool, run_in_fresh_instance};
 
 /// How often the epoch advances: the granularity of timeouts and of yielding to other tasks.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
@@ -218,7 +218,9 @@ impl Sandbox {
     fn check_imports(&self, name: &str, component: &Component) -> Result<(), LoadError> {
         let component_type = component.component_type();
         for (import, item) in component_type.imports(&self.engine) {
-            let provided = import.starts_with("wasi:") || import.starts_with("clawcage:tool/log@");
+            let provided = import.starts_with("wasi:")
+                || import.starts_with("clawcage:tool/log@")
+                || import.starts_with("clawcage:tool/types@");
             if provided {
                 continue;
             }
@@ -228,7 +230,7 @@ impl Sandbox {
                 "clawcage:tool/scheduler" => "scheduling needs the cron capability, which this host does not offer yet",
                 _ => "it is not part of the clawcage contract; only wasi:* and clawcage:tool/* imports can be granted",
             };
-            let kind = match item {
+            let kind = match item.ty {
                 ComponentItem::ComponentInstance(_) => "interface",
                 _ => "item",
             };
@@ -259,11 +261,12 @@ impl CompiledComponent {
             component: self.name.clone(),
             reason,
         };
-        let raw = crate::tool::run_in_fresh_instance(self, &Grants::none(), |tool, store| {
-            Box::pin(async move { tool.clawcage_tool_tool().call_specs(store).await })
-        })
-        .await
-        .map_err(|error: ToolError| bad(error.message().to_string()))?;
+        let answer = run_in_fresh_instance(self, &Grants::none(), Operation::Specs)
+            .await
+            .map_err(|error: ToolError| bad(error.message().to_string()))?;
+        let Answer::Specs(raw) = answer else {
+            return Err(bad("internal error: wrong answer kind".to_string()));
+        };
         if raw.is_empty() {
             return Err(bad("it offers no tools".to_string()));
         }

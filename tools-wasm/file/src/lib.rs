@@ -175,7 +175,10 @@ impl Tools for FileTools {
         if !matches!(name, "read_file" | "write_file" | "edit_file" | "list_dir") {
             return Err(ToolError::unknown_tool(name));
         }
-        let path = args::optional_str(&args, "path").ok().flatten().unwrap_or(".");
+        let path = args::optional_str(&args, "path")
+            .ok()
+            .flatten()
+            .unwrap_or(".");
         log::debug(&format!("{name} path={path:?}"));
         let ctx = Ctx::from_env()?;
         run(&ctx, name, &args)

@@ -16,12 +16,7 @@ pub(crate) fn count_byte(hay: &[u8], needle: u8) -> u64 {
         let zero = !(((x & LOW7).wrapping_add(LOW7)) | x | LOW7);
         count += u64::from(zero.count_ones());
     }
-    count
-        + words
-            .remainder()
-            .iter()
-            .filter(|&&b| b == needle)
-            .count() as u64
+    count + words.remainder().iter().filter(|&&b| b == needle).count() as u64
 }
 
 /// A size in bytes for people: `512 bytes`, `12.3 KB`, `1.2 MB`, `3.4 GB`
@@ -148,12 +143,17 @@ mod tests {
         assert_eq!(find_all(b"abc", b"", 10), (0, vec![]));
         assert_eq!(find_all(b"abababab", b"abab", 1), (3, vec![0]));
         assert_eq!(find_all(b"xxaabaabaaby", b"aabaab", 10), (2, vec![2, 5]));
-        assert_eq!(find_all(b"fn a() {}\nfn b() {}\n", b"fn b", 10), (1, vec![10]));
+        assert_eq!(
+            find_all(b"fn a() {}\nfn b() {}\n", b"fn b", 10),
+            (1, vec![10])
+        );
     }
 
     #[test]
     fn find_all_matches_naive() {
-        let hay: Vec<u8> = (0..3000_u32).map(|i| b"ab"[(i * i % 3 % 2) as usize]).collect();
+        let hay: Vec<u8> = (0..3000_u32)
+            .map(|i| b"ab"[(i * i % 3 % 2) as usize])
+            .collect();
         for needle in [&b"a"[..], b"ab", b"aba", b"abba", b"bbab", b"aabaa"] {
             let naive: Vec<usize> = (0..=hay.len() - needle.len())
                 .filter(|&i| &hay[i..i + needle.len()] == needle)

@@ -134,11 +134,15 @@ mod tests {
         assert_eq!(optional_u64(&args, "z"), Ok(None));
         assert_eq!(
             optional_u64(&args, "c"),
-            Err(invalid("argument 'c' must be a non-negative integer, got -1"))
+            Err(invalid(
+                "argument 'c' must be a non-negative integer, got -1"
+            ))
         );
         assert_eq!(
             optional_u64(&args, "d"),
-            Err(invalid("argument 'd' must be a non-negative integer, got 1.5"))
+            Err(invalid(
+                "argument 'd' must be a non-negative integer, got 1.5"
+            ))
         );
         assert_eq!(
             optional_u64(&args, "e"),

@@ -75,7 +75,11 @@ pub struct Spec {
 
 impl Spec {
     /// A spec from its three parts.
-    pub fn new(name: impl Into<String>, description: impl Into<String>, input_schema: Value) -> Self {
+    pub fn new(
+        name: impl Into<String>,
+        description: impl Into<String>,
+        input_schema: Value,
+    ) -> Self {
         Self {
             name: name.into(),
             description: description.into(),
@@ -153,7 +157,9 @@ macro_rules! export_tools {
             struct __ClawcageToolsExport;
 
             impl $crate::bindings::exports::clawcage::tool::tool::Guest for __ClawcageToolsExport {
-                fn specs() -> ::std::vec::Vec<$crate::bindings::exports::clawcage::tool::tool::ToolSpec> {
+                fn specs()
+                -> ::std::vec::Vec<$crate::bindings::exports::clawcage::tool::tool::ToolSpec>
+                {
                     $crate::__private::specs::<$tools>()
                 }
 
@@ -166,7 +172,7 @@ macro_rules! export_tools {
                 > {
                     $crate::__private::call::<$tools>(&name, &args)
                 }
-            }
+    }
 
             $crate::bindings::export!(__ClawcageToolsExport with_types_in $crate::bindings);
         };
@@ -211,8 +217,9 @@ pub mod __private {
         if args.trim().is_empty() {
             return Ok(Value::Object(Default::default()));
         }
-        let value: Value = serde_json::from_str(args)
-            .map_err(|e| ToolError::InvalidArgs(format!("the arguments are not valid JSON: {e}")))?;
+        let value: Value = serde_json::from_str(args).map_err(|e| {
+            ToolError::InvalidArgs(format!("the arguments are not valid JSON: {e}"))
+        })?;
         if value.is_object() {
             Ok(value)
         } else {
@@ -238,7 +245,10 @@ mod tests {
     #[test]
     fn parse_args_accepts_objects_only() {
         assert_eq!(__private::parse_args("").ok(), Some(json!({})));
-        assert_eq!(__private::parse_args(r#"{"a":1}"#).ok(), Some(json!({"a": 1})));
+        assert_eq!(
+            __private::parse_args(r#"{"a":1}"#).ok(),
+            Some(json!({"a": 1}))
+        );
         assert!(matches!(
             __private::parse_args("[1]"),
             Err(ToolError::InvalidArgs(_))

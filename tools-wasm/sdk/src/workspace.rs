@@ -285,18 +285,36 @@ mod tests {
                     .to_string()
             ))
         );
-        assert!(matches!(resolve_in(&root, "../x"), Err(ToolError::Denied(_))));
-        assert!(matches!(resolve_in(&root, "a/../../x"), Err(ToolError::Denied(_))));
+        assert!(matches!(
+            resolve_in(&root, "../x"),
+            Err(ToolError::Denied(_))
+        ));
+        assert!(matches!(
+            resolve_in(&root, "a/../../x"),
+            Err(ToolError::Denied(_))
+        ));
         // A sibling whose name merely starts with the workspace's name.
-        assert!(matches!(resolve_in(&root, "/tmp/wsx/a"), Err(ToolError::Denied(_))));
-        assert!(matches!(resolve_in(&root, "../ws2"), Err(ToolError::Denied(_))));
+        assert!(matches!(
+            resolve_in(&root, "/tmp/wsx/a"),
+            Err(ToolError::Denied(_))
+        ));
+        assert!(matches!(
+            resolve_in(&root, "../ws2"),
+            Err(ToolError::Denied(_))
+        ));
     }
 
     #[test]
     fn resolve_bad_input() {
         let root = p("/tmp/ws");
-        assert!(matches!(resolve_in(&root, ""), Err(ToolError::InvalidArgs(_))));
-        assert!(matches!(resolve_in(&root, "a\0b"), Err(ToolError::InvalidArgs(_))));
+        assert!(matches!(
+            resolve_in(&root, ""),
+            Err(ToolError::InvalidArgs(_))
+        ));
+        assert!(matches!(
+            resolve_in(&root, "a\0b"),
+            Err(ToolError::InvalidArgs(_))
+        ));
     }
 
     #[test]
