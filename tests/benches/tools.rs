@@ -4,13 +4,19 @@
 //! and a warm compiled-artifact cache. Prints medians, p99 and ratios.
 //!
 //! Run: `cargo bench -p clawcage-tests --bench tools` (or `just bench`).
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "a benchmark fails by panicking")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark fails by panicking"
+)]
 
 use std::time::{Duration, Instant};
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
-use clawcage_sandbox::{ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WorkspaceGrant};
+use clawcage_sandbox::{
+    ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WorkspaceGrant,
+};
 use std::sync::Arc;
 
 const CALLS: usize = 3_000;
@@ -34,7 +40,10 @@ fn report(label: &str, mut samples: Vec<Duration>) -> Duration {
 }
 
 async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
-    let loaded = sandbox.load("file", "bundled:file", bundled::FILE, grants).await.unwrap();
+    let loaded = sandbox
+        .load("file", "bundled:file", bundled::FILE, grants)
+        .await
+        .unwrap();
     let mut registry = ToolRegistry::new();
     for tool in loaded.into_tools() {
         registry.register(Arc::new(tool)).unwrap();
@@ -50,12 +59,18 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         let workspace = tempfile::tempdir().unwrap();
-        let text: String = (0..100).map(|i| format!("line {i} of the benchmark file\n")).collect();
+        let text: String = (0..100)
+            .map(|i| format!("line {i} of the benchmark file\n"))
+            .collect();
         std::fs::write(workspace.path().join("bench.txt"), &text).unwrap();
-        let grants = Grants::workspace(WorkspaceGrant::new(workspace.path(), FsMode::ReadOnly).unwrap())
-            .with_limits(Limits::default());
+        let grants =
+            Grants::workspace(WorkspaceGrant::new(workspace.path(), FsMode::ReadOnly).unwrap())
+                .with_limits(Limits::default());
 
-        println!("== read_file: sandboxed call vs native read ({} bytes, {CALLS} calls each)", text.len());
+        println!(
+            "== read_file: sandboxed call vs native read ({} bytes, {CALLS} calls each)",
+            text.len()
+        );
         let sandbox = clawcage_tests::sandbox();
         let registry = registry_with(&sandbox, grants.clone()).await;
         let args = r#"{"path":"bench.txt"}"#;
@@ -77,7 +92,10 @@ fn main() {
             sandboxed.push(started.elapsed());
         }
         let native_p50 = report("native std::fs::read", native);
-        let sandboxed_p50 = report("registry.execute(\"read_file\") (fresh instance)", sandboxed);
+        let sandboxed_p50 = report(
+            "registry.execute(\"read_file\") (fresh instance)",
+            sandboxed,
+        );
         println!(
             "ratio sandboxed / native at p50: {:.1}x",
             sandboxed_p50.as_secs_f64() / native_p50.as_secs_f64()

@@ -17,7 +17,11 @@ async fn list_dir_marks_folders_and_files() {
     assert!(listing.contains("[folder] src"), "{listing}");
     assert!(listing.contains("[file] README.md"), "{listing}");
 
-    let empty = registry.execute("list_dir", r#"{"path": "src"}"#).await.unwrap().text;
+    let empty = registry
+        .execute("list_dir", r#"{"path": "src"}"#)
+        .await
+        .unwrap()
+        .text;
     assert!(empty.to_lowercase().contains("empty"), "{empty}");
 }
 
@@ -27,9 +31,16 @@ async fn write_file_creates_parents_and_read_file_reads_it_back() {
     let registry = file_registry(dir.path(), FsMode::ReadWrite).await;
 
     let args = json!({"path": "notes/deep/a.txt", "content": "one\ntwo\nthree\n"});
-    let written = registry.execute_value("write_file", &args).await.unwrap().text;
+    let written = registry
+        .execute_value("write_file", &args)
+        .await
+        .unwrap()
+        .text;
     assert!(written.contains("notes/deep/a.txt"), "{written}");
-    assert_eq!(fs::read_to_string(dir.path().join("notes/deep/a.txt")).unwrap(), "one\ntwo\nthree\n");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("notes/deep/a.txt")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
 
     let read = registry
         .execute("read_file", r#"{"path": "notes/deep/a.txt"}"#)
@@ -54,17 +65,30 @@ async fn read_file_pages_with_offset_and_limit_and_says_when_cut() {
     let registry = file_registry(dir.path(), FsMode::ReadOnly).await;
 
     let page = registry
-        .execute("read_file", r#"{"path": "long.txt", "offset": 10, "limit": 3}"#)
+        .execute(
+            "read_file",
+            r#"{"path": "long.txt", "offset": 10, "limit": 3}"#,
+        )
         .await
         .unwrap()
         .text;
     assert!(page.starts_with("line 10\nline 11\nline 12\n"), "{page}");
     assert!(!page.contains("line 13\n"), "{page}");
-    assert!(page.contains("offset=13"), "the cut note says how to continue: {page}");
+    assert!(
+        page.contains("offset=13"),
+        "the cut note says how to continue: {page}"
+    );
 
-    let whole = registry.execute("read_file", r#"{"path": "long.txt"}"#).await.unwrap().text;
+    let whole = registry
+        .execute("read_file", r#"{"path": "long.txt"}"#)
+        .await
+        .unwrap()
+        .text;
     assert!(whole.contains("line 100"));
-    assert!(!whole.contains("cut"), "a whole file has no cut note: {whole}");
+    assert!(
+        !whole.contains("cut"),
+        "a whole file has no cut note: {whole}"
+    );
 
     let past_end = registry
         .execute("read_file", r#"{"path": "long.txt", "offset": 500}"#)
@@ -82,16 +106,32 @@ async fn edit_file_replaces_exactly_one_match() {
 
     let args = json!({"path": "code.rs", "old_text": "fn a() {}", "new_text": "fn alpha() {}"});
     registry.execute_value("edit_file", &args).await.unwrap();
-    assert_eq!(fs::read_to_string(&path).unwrap(), "fn alpha() {}\nfn b() {}\nfn b() {}\n");
+    assert_eq!(
+        fs::read_to_string(&path).unwrap(),
+        "fn alpha() {}\nfn b() {}\nfn b() {}\n"
+    );
 
     let missing = json!({"path": "code.rs", "old_text": "fn zeta() {}", "new_text": "x"});
-    let error = registry.execute_value("edit_file", &missing).await.unwrap_err();
+    let error = registry
+        .execute_value("edit_file", &missing)
+        .await
+        .unwrap_err();
     assert_eq!(error.kind(), "failed");
-    assert!(error.message().contains("code.rs"), "the error names the file: {error}");
+    assert!(
+        error.message().contains("code.rs"),
+        "the error names the file: {error}"
+    );
 
     let several = json!({"path": "code.rs", "old_text": "fn b() {}", "new_text": "fn beta() {}"});
-    let warning = registry.execute_value("edit_file", &several).await.unwrap().text;
-    assert!(warning.contains('2'), "the warning states the count: {warning}");
+    let warning = registry
+        .execute_value("edit_file", &several)
+        .await
+        .unwrap()
+        .text;
+    assert!(
+        warning.contains('2'),
+        "the warning states the count: {warning}"
+    );
     assert_eq!(
         fs::read_to_string(&path).unwrap(),
         "fn alpha() {}\nfn b() {}\nfn b() {}\n",
@@ -106,7 +146,11 @@ async fn an_absolute_path_inside_the_workspace_names_the_same_file() {
     let registry = file_registry(dir.path(), FsMode::ReadOnly).await;
     let absolute = dir.path().canonicalize().unwrap().join("a.txt");
     let args = json!({"path": absolute.to_str().unwrap()});
-    let text = registry.execute_value("read_file", &args).await.unwrap().text;
+    let text = registry
+        .execute_value("read_file", &args)
+        .await
+        .unwrap()
+        .text;
     assert!(text.contains("absolute works"), "{text}");
 }
 
@@ -114,10 +158,16 @@ async fn an_absolute_path_inside_the_workspace_names_the_same_file() {
 async fn tool_definitions_carry_the_component_schemas() {
     let dir = tempfile::tempdir().unwrap();
     let registry = file_registry(dir.path(), FsMode::ReadWrite).await;
-    assert_eq!(registry.names(), vec!["edit_file", "list_dir", "read_file", "write_file"]);
+    assert_eq!(
+        registry.names(),
+        vec!["edit_file", "list_dir", "read_file", "write_file"]
+    );
     for definition in registry.anthropic_definitions() {
         assert_eq!(definition["input_schema"]["type"], "object", "{definition}");
-        assert!(definition["description"].as_str().unwrap().len() > 40, "{definition}");
+        assert!(
+            definition["description"].as_str().unwrap().len() > 40,
+            "{definition}"
+        );
     }
     let read = registry
         .openai_definitions()

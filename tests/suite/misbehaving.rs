@@ -27,9 +27,16 @@ async fn registry(dir: &std::path::Path, limits: Limits) -> clawcage_agent::Tool
 }
 
 async fn still_serving(registry: &clawcage_agent::ToolRegistry) {
-    let echoed = registry.execute("echo", r#"{"text": "still here"}"#).await.unwrap().text;
+    let echoed = registry
+        .execute("echo", r#"{"text": "still here"}"#)
+        .await
+        .unwrap()
+        .text;
     assert_eq!(echoed, "still here");
-    registry.execute("read_file", r#"{"path": "a.txt"}"#).await.unwrap();
+    registry
+        .execute("read_file", r#"{"path": "a.txt"}"#)
+        .await
+        .unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -46,7 +53,10 @@ async fn an_endless_loop_is_stopped_at_the_time_limit() {
     assert_eq!(error.kind(), "failed");
     assert!(error.message().contains("time limit"), "{error}");
     // Generous bound: only checks that the call was stopped rather than left to run.
-    assert!(started.elapsed() < Duration::from_secs(20), "stopped, not left running");
+    assert!(
+        started.elapsed() < Duration::from_secs(20),
+        "stopped, not left running"
+    );
     still_serving(&registry).await;
 }
 
@@ -61,7 +71,10 @@ async fn unbounded_allocation_hits_the_memory_cap() {
     let registry = registry(dir.path(), limits).await;
     let error = registry.execute("hog", "{}").await.unwrap_err();
     assert_eq!(error.kind(), "failed");
-    assert!(error.message().contains("memory limit of 32 MiB"), "{error}");
+    assert!(
+        error.message().contains("memory limit of 32 MiB"),
+        "{error}"
+    );
     still_serving(&registry).await;
 }
 
@@ -73,7 +86,12 @@ async fn a_panic_is_a_failed_result_with_the_panic_message() {
     let error = registry.execute("crash", "{}").await.unwrap_err();
     assert_eq!(error.kind(), "failed");
     assert!(error.message().contains("crashed"), "{error}");
-    assert!(error.message().contains("deliberate panic for the crash test"), "{error}");
+    assert!(
+        error
+            .message()
+            .contains("deliberate panic for the crash test"),
+        "{error}"
+    );
     still_serving(&registry).await;
 }
 

@@ -2,7 +2,10 @@
 //! one compiled-artifact cache shared by every test run, temporary workspaces, and registries
 //! built from the real bundled and fixture components.
 
-#![allow(clippy::expect_used, reason = "test helpers fail the test by panicking")]
+#![allow(
+    clippy::expect_used,
+    reason = "test helpers fail the test by panicking"
+)]
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
@@ -35,12 +38,17 @@ pub fn sandbox() -> Arc<Sandbox> {
 
 /// A grant of `dir` in `mode` with `limits`.
 pub fn grants(dir: &Path, mode: FsMode, limits: Limits) -> Grants {
-    Grants::workspace(WorkspaceGrant::new(dir, mode).expect("the test workspace exists")).with_limits(limits)
+    Grants::workspace(WorkspaceGrant::new(dir, mode).expect("the test workspace exists"))
+        .with_limits(limits)
 }
 
 /// A registry with the bundled file tools granted `dir` in `mode`.
 pub async fn file_registry(dir: &Path, mode: FsMode) -> ToolRegistry {
-    registry_of(&[("file", components::bundled::FILE)], grants(dir, mode, Limits::default())).await
+    registry_of(
+        &[("file", components::bundled::FILE)],
+        grants(dir, mode, Limits::default()),
+    )
+    .await
 }
 
 /// A registry with the given components, all under `grants`.
@@ -53,7 +61,9 @@ pub async fn registry_of(components: &[(&str, &[u8])], grants: Grants) -> ToolRe
             .await
             .unwrap_or_else(|error| panic!("loading {name}: {error}"));
         for tool in loaded.into_tools() {
-            registry.register(Arc::new(tool)).expect("unique tool names");
+            registry
+                .register(Arc::new(tool))
+                .expect("unique tool names");
         }
     }
     registry

@@ -268,9 +268,15 @@ mod tests {
         }
         let narrow = registry.exclude(&["edit_file", "not_there"]);
         assert_eq!(narrow.names(), vec!["read_file", "write_file"]);
-        assert_eq!(registry.names(), vec!["edit_file", "read_file", "write_file"]);
+        assert_eq!(
+            registry.names(),
+            vec!["edit_file", "read_file", "write_file"]
+        );
         let error = block_on(narrow.execute("edit_file", r#"{"text":"x"}"#)).unwrap_err();
-        assert!(error.message().contains("unknown tool `edit_file`"), "{error}");
+        assert!(
+            error.message().contains("unknown tool `edit_file`"),
+            "{error}"
+        );
     }
 
     #[test]
@@ -305,9 +311,6 @@ mod tests {
         let openai = registry.openai_definitions();
         assert_eq!(openai[0]["type"], "function");
         assert_eq!(openai[0]["function"]["name"], "echo");
-        assert_eq!(
-            openai[0]["function"]["parameters"]["type"],
-            json!("object")
-        );
+        assert_eq!(openai[0]["function"]["parameters"]["type"], json!("object"));
     }
 }

@@ -47,11 +47,17 @@ pub struct LimitsConfig {
 impl Config {
     /// Read the config: `explicit` if given (it must exist), else the first of the default
     /// locations that exists, else the defaults. Returns the config and the file it came from.
-    pub fn load(explicit: Option<&Path>, workspace_hint: &Path) -> anyhow::Result<(Config, Option<PathBuf>)> {
+    pub fn load(
+        explicit: Option<&Path>,
+        workspace_hint: &Path,
+    ) -> anyhow::Result<(Config, Option<PathBuf>)> {
         let candidates: Vec<PathBuf> = match explicit {
             Some(path) => {
                 if !path.is_file() {
-                    bail!("the config file {} does not exist; check the --config path", path.display());
+                    bail!(
+                        "the config file {} does not exist; check the --config path",
+                        path.display()
+                    );
                 }
                 vec![path.to_path_buf()]
             }
@@ -101,12 +107,16 @@ impl Config {
         let timeout = match self.limits.timeout_secs {
             None => defaults.timeout,
             Some(seconds) if seconds > 0.0 && seconds <= 3600.0 => Duration::from_secs_f64(seconds),
-            Some(seconds) => bail!("[limits] timeout_secs = {seconds} is out of range; use more than 0 and at most 3600"),
+            Some(seconds) => bail!(
+                "[limits] timeout_secs = {seconds} is out of range; use more than 0 and at most 3600"
+            ),
         };
         let max_output_chars = match self.limits.max_output_chars {
             None => defaults.max_output_chars,
             Some(chars) if chars >= 100 => chars,
-            Some(chars) => bail!("[limits] max_output_chars = {chars} is too small; use at least 100"),
+            Some(chars) => {
+                bail!("[limits] max_output_chars = {chars} is too small; use at least 100")
+            }
         };
         Ok(Limits {
             memory_bytes,
@@ -123,13 +133,17 @@ mod tests {
     #[test]
     fn unknown_keys_are_refused() {
         let error = toml::from_str::<Config>("[workspace]\npaht = \"x\"\n").unwrap_err();
-        assert!(error.to_string().contains("unknown field `paht`"), "{error}");
+        assert!(
+            error.to_string().contains("unknown field `paht`"),
+            "{error}"
+        );
         assert!(toml::from_str::<Config>("[nope]\n").is_err());
     }
 
     #[test]
     fn limits_are_checked() {
-        let config: Config = toml::from_str("[limits]\nmemory_mib = 64\ntimeout_secs = 2.5\n").unwrap();
+        let config: Config =
+            toml::from_str("[limits]\nmemory_mib = 64\ntimeout_secs = 2.5\n").unwrap();
         let limits = config.limits().unwrap();
         assert_eq!(limits.memory_bytes, 64 << 20);
         assert_eq!(limits.timeout, Duration::from_millis(2500));

@@ -12,7 +12,9 @@ use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use clawcage_agent::ToolRegistry;
 use clawcage_core::ToolError;
-use clawcage_sandbox::{ArtifactCache, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components};
+use clawcage_sandbox::{
+    ArtifactCache, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components,
+};
 
 use crate::config::Config;
 
@@ -89,7 +91,10 @@ impl From<anyhow::Error> for Failure {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     init_tracing(cli.common.verbose);
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("clawcage: cannot start the async runtime: {error}");
@@ -146,7 +151,8 @@ async fn build_registry(common: &CommonArgs) -> Result<ToolRegistry, Failure> {
     if common.read_only {
         mode = clawcage_sandbox::FsMode::ReadOnly;
     }
-    let workspace = WorkspaceGrant::new(&workspace_path, mode).map_err(|error| Failure::Usage(error.to_string()))?;
+    let workspace = WorkspaceGrant::new(&workspace_path, mode)
+        .map_err(|error| Failure::Usage(error.to_string()))?;
     let grants = Grants::workspace(workspace).with_limits(config.limits()?);
 
     let state_dir = state_dir(common.state_dir.as_deref())?;
@@ -201,14 +207,20 @@ fn print_tools(registry: &ToolRegistry, json: bool) -> Result<(), Failure> {
                 })
             })
             .collect();
-        let text = serde_json::to_string_pretty(&tools).map_err(|error| Failure::Tool(error.to_string()))?;
+        let text = serde_json::to_string_pretty(&tools)
+            .map_err(|error| Failure::Tool(error.to_string()))?;
         println!("{text}");
         return Ok(());
     }
     for tool in registry.tools() {
         let spec = tool.spec();
         let summary = spec.description.lines().next().unwrap_or_default();
-        println!("{}  ({}; {})", spec.name, tool.origin(), tool.grants_summary());
+        println!(
+            "{}  ({}; {})",
+            spec.name,
+            tool.origin(),
+            tool.grants_summary()
+        );
         println!("    {summary}");
         let schema = serde_json::to_string(&spec.input_schema).unwrap_or_default();
         println!("    schema: {schema}");

@@ -1,6 +1,10 @@
 //! The `clawcage` binary as a user runs it: real process, real files, exit codes per the
 //! command-line contract (0 ok, 1 tool failed, 2 usage or config error).
-#![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail by panicking")]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
 
 use std::path::Path;
 use std::process::{Command, Output};
@@ -36,7 +40,12 @@ fn tools_lists_each_tool_with_schema_origin_and_grants() {
     let output = clawcage(dir.path(), &["tools", "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let tools: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let names: Vec<&str> = tools.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
     assert_eq!(names, ["edit_file", "list_dir", "read_file", "write_file"]);
     for tool in tools.as_array().unwrap() {
         assert_eq!(tool["origin"], "bundled:file");
@@ -46,23 +55,47 @@ fn tools_lists_each_tool_with_schema_origin_and_grants() {
 
     let text = clawcage(dir.path(), &["tools"]);
     assert!(text.status.success());
-    assert!(stdout(&text).contains("read_file  (bundled:file;"), "{}", stdout(&text));
+    assert!(
+        stdout(&text).contains("read_file  (bundled:file;"),
+        "{}",
+        stdout(&text)
+    );
 }
 
 #[test]
 fn call_runs_each_file_tool() {
     let dir = tempfile::tempdir().unwrap();
-    let write = clawcage(dir.path(), &["call", "write_file", r#"{"path":"a/b.txt","content":"hello\nworld\n"}"#]);
+    let write = clawcage(
+        dir.path(),
+        &[
+            "call",
+            "write_file",
+            r#"{"path":"a/b.txt","content":"hello\nworld\n"}"#,
+        ],
+    );
     assert!(write.status.success(), "{}", stderr(&write));
-    assert_eq!(std::fs::read_to_string(dir.path().join("a/b.txt")).unwrap(), "hello\nworld\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a/b.txt")).unwrap(),
+        "hello\nworld\n"
+    );
 
     let read = clawcage(dir.path(), &["call", "read_file", r#"{"path":"a/b.txt"}"#]);
     assert!(read.status.success(), "{}", stderr(&read));
     assert_eq!(stdout(&read), "hello\nworld\n\n");
 
-    let edit = clawcage(dir.path(), &["call", "edit_file", r#"{"path":"a/b.txt","old_text":"world","new_text":"there"}"#]);
+    let edit = clawcage(
+        dir.path(),
+        &[
+            "call",
+            "edit_file",
+            r#"{"path":"a/b.txt","old_text":"world","new_text":"there"}"#,
+        ],
+    );
     assert!(edit.status.success(), "{}", stderr(&edit));
-    assert_eq!(std::fs::read_to_string(dir.path().join("a/b.txt")).unwrap(), "hello\nthere\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a/b.txt")).unwrap(),
+        "hello\nthere\n"
+    );
 
     let list = clawcage(dir.path(), &["call", "list_dir", "{}"]);
     assert!(list.status.success(), "{}", stderr(&list));
@@ -73,9 +106,16 @@ fn call_runs_each_file_tool() {
 fn exit_codes_follow_the_contract() {
     let dir = tempfile::tempdir().unwrap();
     // A refused escape: the tool failed, exit 1, message on stderr, nothing on stdout.
-    let escape = clawcage(dir.path(), &["call", "read_file", r#"{"path":"/etc/passwd"}"#]);
+    let escape = clawcage(
+        dir.path(),
+        &["call", "read_file", r#"{"path":"/etc/passwd"}"#],
+    );
     assert_eq!(escape.status.code(), Some(1), "{}", stderr(&escape));
-    assert!(stderr(&escape).contains("outside the workspace"), "{}", stderr(&escape));
+    assert!(
+        stderr(&escape).contains("outside the workspace"),
+        "{}",
+        stderr(&escape)
+    );
     assert!(stdout(&escape).is_empty());
 
     // Usage errors: exit 2.
@@ -86,26 +126,50 @@ fn exit_codes_follow_the_contract() {
         vec!["frobnicate"],
     ] {
         let output = clawcage(dir.path(), &args);
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
         assert!(!stderr(&output).is_empty());
     }
 
     let missing = clawcage(&dir.path().join("missing"), &["tools"]);
     assert_eq!(missing.status.code(), Some(2));
-    assert!(stderr(&missing).contains("--workspace"), "{}", stderr(&missing));
+    assert!(
+        stderr(&missing).contains("--workspace"),
+        "{}",
+        stderr(&missing)
+    );
 }
 
 #[test]
 fn config_errors_are_usage_errors_and_read_only_is_honoured() {
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("clawcage.toml"), "[workspace]\nmode = \"ro\"\n").unwrap();
-    let write = clawcage(dir.path(), &["call", "write_file", r#"{"path":"x.txt","content":"x"}"#]);
+    std::fs::write(
+        dir.path().join("clawcage.toml"),
+        "[workspace]\nmode = \"ro\"\n",
+    )
+    .unwrap();
+    let write = clawcage(
+        dir.path(),
+        &["call", "write_file", r#"{"path":"x.txt","content":"x"}"#],
+    );
     assert_eq!(write.status.code(), Some(1), "{}", stderr(&write));
     assert!(stderr(&write).contains("read-only"), "{}", stderr(&write));
     assert!(!dir.path().join("x.txt").exists());
 
-    std::fs::write(dir.path().join("clawcage.toml"), "[workspace]\nmdoe = \"ro\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("clawcage.toml"),
+        "[workspace]\nmdoe = \"ro\"\n",
+    )
+    .unwrap();
     let bad = clawcage(dir.path(), &["tools"]);
     assert_eq!(bad.status.code(), Some(2));
-    assert!(stderr(&bad).contains("unknown field `mdoe`"), "{}", stderr(&bad));
+    assert!(
+        stderr(&bad).contains("unknown field `mdoe`"),
+        "{}",
+        stderr(&bad)
+    );
 }

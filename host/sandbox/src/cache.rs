@@ -52,7 +52,9 @@ impl ArtifactCache {
     /// and the engine's compatibility hash.
     pub fn key(engine: &Engine, bytes: &[u8]) -> String {
         let mut engine_hasher = DefaultHasher::new();
-        engine.precompile_compatibility_hash().hash(&mut engine_hasher);
+        engine
+            .precompile_compatibility_hash()
+            .hash(&mut engine_hasher);
         let mut digest = Sha256::new();
         digest.update(bytes);
         digest.update(WASMTIME_VERSION.as_bytes());
@@ -63,7 +65,11 @@ impl ArtifactCache {
     /// The component for `bytes`: from the cache when a valid entry exists, else compiled (and
     /// stored). A damaged entry is replaced; a cache that cannot be written is logged and
     /// skipped, never fatal.
-    pub fn load(&self, engine: &Engine, bytes: &[u8]) -> wasmtime::Result<(Component, CacheOutcome)> {
+    pub fn load(
+        &self,
+        engine: &Engine,
+        bytes: &[u8],
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(dir) = &self.dir else {
             return Ok((Component::new(engine, bytes)?, CacheOutcome::Compiled));
         };
@@ -88,7 +94,10 @@ impl ArtifactCache {
     }
 }
 
-#[allow(unsafe_code, reason = "loading precompiled code is unsafe by wasmtime's contract")]
+#[allow(
+    unsafe_code,
+    reason = "loading precompiled code is unsafe by wasmtime's contract"
+)]
 fn deserialize(engine: &Engine, path: &Path) -> wasmtime::Result<Component> {
     // SAFETY: the file was produced by `Component::serialize` of an engine with the same
     // compatibility hash (it is part of the file name) and written atomically by `store`, into a

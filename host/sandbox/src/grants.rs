@@ -39,7 +39,9 @@ pub struct WorkspaceGrant {
 #[derive(Debug, thiserror::Error)]
 pub enum GrantError {
     /// The directory does not exist or cannot be resolved.
-    #[error("the workspace {path} cannot be used: {source}; create it or pass an existing directory with --workspace")]
+    #[error(
+        "the workspace {path} cannot be used: {source}; create it or pass an existing directory with --workspace"
+    )]
     Unresolvable {
         /// The path as given.
         path: PathBuf,
@@ -184,7 +186,11 @@ impl Grants {
     /// A one-line description for `clawcage tools` and logs, e.g. `workspace /tmp/w (rw), 256 MiB, 30s`.
     pub fn describe(&self) -> String {
         let workspace = match &self.workspace {
-            Some(grant) => format!("workspace {} ({})", grant.path.display(), grant.mode.as_str()),
+            Some(grant) => format!(
+                "workspace {} ({})",
+                grant.path.display(),
+                grant.mode.as_str()
+            ),
             None => "no files".to_string(),
         };
         format!(
@@ -204,18 +210,20 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let other = tempfile::tempdir().unwrap();
         let parent = Grants::workspace(WorkspaceGrant::new(dir.path(), FsMode::ReadOnly).unwrap());
-        let child_asks = Grants::workspace(WorkspaceGrant::new(dir.path(), FsMode::ReadWrite).unwrap())
-            .with_limits(Limits {
-                memory_bytes: u64::MAX,
-                timeout: Duration::from_secs(1),
-                max_output_chars: 10,
-            });
+        let child_asks =
+            Grants::workspace(WorkspaceGrant::new(dir.path(), FsMode::ReadWrite).unwrap())
+                .with_limits(Limits {
+                    memory_bytes: u64::MAX,
+                    timeout: Duration::from_secs(1),
+                    max_output_chars: 10,
+                });
         let child = parent.narrowed_by(&child_asks);
         assert_eq!(child.workspace.as_ref().unwrap().mode(), FsMode::ReadOnly);
         assert_eq!(child.limits.memory_bytes, Limits::default().memory_bytes);
         assert_eq!(child.limits.timeout, Duration::from_secs(1));
 
-        let elsewhere = Grants::workspace(WorkspaceGrant::new(other.path(), FsMode::ReadWrite).unwrap());
+        let elsewhere =
+            Grants::workspace(WorkspaceGrant::new(other.path(), FsMode::ReadWrite).unwrap());
         assert!(parent.narrowed_by(&elsewhere).workspace.is_none());
         assert!(Grants::none().narrowed_by(&parent).workspace.is_none());
     }

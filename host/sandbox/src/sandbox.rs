@@ -47,9 +47,7 @@ pub enum LoadError {
         reason: String,
     },
     /// The component imports an interface the host does not grant.
-    #[error(
-        "component `{component}` imports `{import}`, which is not granted to it; {hint}"
-    )]
+    #[error("component `{component}` imports `{import}`, which is not granted to it; {hint}")]
     UngrantedImport {
         /// The component's name.
         component: String,
@@ -87,7 +85,9 @@ pub struct Sandbox {
 
 impl std::fmt::Debug for Sandbox {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Sandbox").field("cache", &self.cache).finish()
+        f.debug_struct("Sandbox")
+            .field("cache", &self.cache)
+            .finish()
     }
 }
 
@@ -126,7 +126,9 @@ impl Sandbox {
                     ticking.increment_epoch();
                 }
             })
-            .map_err(|error| LoadError::Engine(format!("cannot start the epoch ticker: {error}")))?;
+            .map_err(|error| {
+                LoadError::Engine(format!("cannot start the epoch ticker: {error}"))
+            })?;
 
         Ok(Arc::new(Sandbox {
             engine,
@@ -171,14 +173,17 @@ impl Sandbox {
         tracing::debug!(component = name, ?outcome, "component ready");
 
         self.check_imports(name, &component)?;
-        let linker = self.linker().map_err(|error| LoadError::Engine(format!("{error:#}")))?;
-        let instance_pre = linker.instantiate_pre(&component).map_err(|error| {
-            LoadError::UngrantedImport {
-                component: name.to_string(),
-                import: "(see below)".to_string(),
-                hint: format!("{error:#}"),
-            }
-        })?;
+        let linker = self
+            .linker()
+            .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
+        let instance_pre =
+            linker
+                .instantiate_pre(&component)
+                .map_err(|error| LoadError::UngrantedImport {
+                    component: name.to_string(),
+                    import: "(see below)".to_string(),
+                    hint: format!("{error:#}"),
+                })?;
         let pre = BasicToolPre::new(instance_pre).map_err(|error| LoadError::NotATool {
             component: name.to_string(),
             reason: format!("{error:#}"),
@@ -225,10 +230,18 @@ impl Sandbox {
                 continue;
             }
             let hint = match import.split('@').next().unwrap_or(import) {
-                "clawcage:tool/http" => "outbound HTTP needs a [network] grant, which this host does not offer yet",
-                "clawcage:tool/process" => "running programs needs the exec capability, which this host does not offer yet",
-                "clawcage:tool/scheduler" => "scheduling needs the cron capability, which this host does not offer yet",
-                _ => "it is not part of the clawcage contract; only wasi:* and clawcage:tool/* imports can be granted",
+                "clawcage:tool/http" => {
+                    "outbound HTTP needs a [network] grant, which this host does not offer yet"
+                }
+                "clawcage:tool/process" => {
+                    "running programs needs the exec capability, which this host does not offer yet"
+                }
+                "clawcage:tool/scheduler" => {
+                    "scheduling needs the cron capability, which this host does not offer yet"
+                }
+                _ => {
+                    "it is not part of the clawcage contract; only wasi:* and clawcage:tool/* imports can be granted"
+                }
             };
             let kind = match item.ty {
                 ComponentItem::ComponentInstance(_) => "interface",
@@ -273,7 +286,12 @@ impl CompiledComponent {
         let mut specs = Vec::with_capacity(raw.len());
         for spec in raw {
             let input_schema: serde_json::Value = serde_json::from_str(&spec.input_schema)
-                .map_err(|error| bad(format!("the schema of `{}` is not JSON: {error}", spec.name)))?;
+                .map_err(|error| {
+                    bad(format!(
+                        "the schema of `{}` is not JSON: {error}",
+                        spec.name
+                    ))
+                })?;
             let valid_name = !spec.name.is_empty()
                 && spec.name.len() <= 64
                 && spec

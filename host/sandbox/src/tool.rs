@@ -41,7 +41,11 @@ impl std::fmt::Debug for WasmTool {
 }
 
 impl WasmTool {
-    pub(crate) fn new(spec: ToolSpec, component: Arc<CompiledComponent>, grants: Arc<Grants>) -> Self {
+    pub(crate) fn new(
+        spec: ToolSpec,
+        component: Arc<CompiledComponent>,
+        grants: Arc<Grants>,
+    ) -> Self {
         Self {
             spec,
             component,
@@ -87,10 +91,14 @@ impl WasmTool {
                 text,
                 self.grants.limits.max_output_chars,
             ))),
-            Answer::Call(Err(GuestToolError::InvalidArgs(message))) => Err(ToolError::InvalidArgs(message)),
+            Answer::Call(Err(GuestToolError::InvalidArgs(message))) => {
+                Err(ToolError::InvalidArgs(message))
+            }
             Answer::Call(Err(GuestToolError::Denied(message))) => Err(ToolError::Denied(message)),
             Answer::Call(Err(GuestToolError::Failed(message))) => Err(ToolError::Failed(message)),
-            Answer::Specs(_) => Err(ToolError::Failed("internal error: wrong answer kind".into())),
+            Answer::Specs(_) => Err(ToolError::Failed(
+                "internal error: wrong answer kind".into(),
+            )),
         }
     }
 }
@@ -158,7 +166,10 @@ pub(crate) async fn run_in_fresh_instance(
         let guest = tool.clawcage_tool_tool();
         match operation {
             Operation::Specs => guest.call_specs(&mut store).await.map(Answer::Specs),
-            Operation::Call { name, args } => guest.call_call(&mut store, name, args).await.map(Answer::Call),
+            Operation::Call { name, args } => guest
+                .call_call(&mut store, name, args)
+                .await
+                .map(Answer::Call),
         }
     })
     .await;
@@ -181,7 +192,10 @@ pub(crate) async fn run_in_fresh_instance(
 
 /// The WASI context for one call: the workspace preopen (and its path in the environment), no
 /// network, stderr captured, nothing inherited from the host.
-fn wasi_context(grants: &Grants, stderr: MemoryOutputPipe) -> Result<wasmtime_wasi::WasiCtx, ToolError> {
+fn wasi_context(
+    grants: &Grants,
+    stderr: MemoryOutputPipe,
+) -> Result<wasmtime_wasi::WasiCtx, ToolError> {
     let mut builder = WasiCtxBuilder::new();
     builder
         .allow_blocking_current_thread(true)
@@ -240,16 +254,25 @@ fn describe_trap(
         Some(Trap::StackOverflow) => ToolError::Failed(format!(
             "{what} overflowed its stack (deep recursion?) and was stopped"
         )),
-        Some(Trap::Interrupt) => ToolError::Failed(format!("{what} was interrupted at its time limit")),
-        Some(trap) => ToolError::Failed(with_detail(format!("{what} trapped ({trap}) and was stopped"))),
-        None => ToolError::Failed(with_detail(format!("{what} failed inside the sandbox: {error:#}"))),
+        Some(Trap::Interrupt) => {
+            ToolError::Failed(format!("{what} was interrupted at its time limit"))
+        }
+        Some(trap) => ToolError::Failed(with_detail(format!(
+            "{what} trapped ({trap}) and was stopped"
+        ))),
+        None => ToolError::Failed(with_detail(format!(
+            "{what} failed inside the sandbox: {error:#}"
+        ))),
     }
 }
 
 /// The last `count` non-empty lines of `bytes`, lossily decoded.
 fn last_lines(bytes: &[u8], count: usize) -> String {
     let text = String::from_utf8_lossy(bytes);
-    let lines: Vec<&str> = text.lines().filter(|line| !line.trim().is_empty()).collect();
+    let lines: Vec<&str> = text
+        .lines()
+        .filter(|line| !line.trim().is_empty())
+        .collect();
     lines[lines.len().saturating_sub(count)..].join("\n")
 }
 
@@ -288,7 +311,10 @@ mod tests {
         let capped = cap_output(text.clone(), 300);
         assert!(capped.starts_with("00000001"));
         assert!(capped.ends_with("0999"));
-        assert!(capped.contains("3700 of 4000 characters omitted"), "{capped}");
+        assert!(
+            capped.contains("3700 of 4000 characters omitted"),
+            "{capped}"
+        );
         assert_eq!(cap_output("short".into(), 300), "short");
     }
 }
