@@ -7,7 +7,7 @@ use clawcage_tool_sdk::workspace::Access;
 
 use crate::Ctx;
 use crate::text::{count_byte, find_all, human_size, plural};
-use crate::write::atomic_write;
+use crate::write::{atomic_write, follow_links};
 
 /// Largest file `edit_file` loads (the guest's memory is capped).
 pub(crate) const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
@@ -58,7 +58,8 @@ pub(crate) fn edit_file(
                 new_text.as_bytes(),
                 &data[at + old_text.len()..],
             ];
-            atomic_write(&abs, &parts).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
+            let target = follow_links(ctx, abs.clone(), path)?;
+            atomic_write(&target, &parts).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
             let size = data.len() - old_text.len() + new_text.len();
             let line = count_byte(&data[..at], b'\n') + 1;
             Ok(format!(

@@ -162,7 +162,7 @@ impl Tools for FileTools {
                         "path": {
                             "type": "string",
                             "default": ".",
-                            "description": format!("The directory to list. Default \".\", the workspace root. {PATH_HELP}")
+                            "description": "The directory to list: a path relative to the workspace root (e.g. \"src\"), or an absolute path inside the workspace. Default \".\", the workspace root."
                         }
                     },
                     "additionalProperties": false

@@ -19,7 +19,11 @@ pub(crate) const MAX_CHARS: usize = 50_000;
 /// How much of the file's start is checked for NUL bytes.
 const SNIFF_BYTES: usize = 8 * 1024;
 
-/// Read buffer size.
+/// Files up to this size are read with one read into memory; larger ones
+/// are streamed through a buffer.
+const WHOLE_FILE_BYTES: u64 = 256 * 1024;
+
+/// Read buffer size when streaming.
 const BUFFER_BYTES: usize = 64 * 1024;
 
 /// Run `read_file`.
@@ -56,23 +60,38 @@ pub(crate) fn read_file(
         return Err(is_dir());
     }
     let total_bytes = meta.len();
-
     let read_err = |e: io::Error| ctx.io_error(&e, path, Access::Read);
-    let mut head = Vec::with_capacity(SNIFF_BYTES);
-    (&mut file)
-        .take(SNIFF_BYTES as u64)
-        .read_to_end(&mut head)
-        .map_err(read_err)?;
-    if head.contains(&0) {
-        return Err(ToolError::Failed(format!(
-            "{path} is a binary file ({}); read_file reads text only",
-            plural(total_bytes.max(head.len() as u64), "byte", "bytes")
-        )));
-    }
-    let excerpt = if head.len() < SNIFF_BYTES {
-        // The whole file is in `head`: no further reads.
-        scan(Cursor::new(head), offset, limit, MAX_CHARS)
+    let binary = |head: &[u8]| {
+        head.contains(&0).then(|| {
+            ToolError::Failed(format!(
+                "{path} is a binary file ({}); read_file reads text only",
+                plural(total_bytes, "byte", "bytes")
+            ))
+        })
+    };
+
+    let excerpt = if total_bytes <= WHOLE_FILE_BYTES {
+        // The common case: one read of exactly the size `stat` gave (no
+        // extra read to see the end; a file growing meanwhile is read as it
+        // was).
+        let mut data = Vec::with_capacity(total_bytes as usize);
+        (&mut file)
+            .take(total_bytes)
+            .read_to_end(&mut data)
+            .map_err(read_err)?;
+        if let Some(err) = binary(&data[..data.len().min(SNIFF_BYTES)]) {
+            return Err(err);
+        }
+        scan(Cursor::new(data), offset, limit, MAX_CHARS)
     } else {
+        let mut head = Vec::with_capacity(SNIFF_BYTES);
+        (&mut file)
+            .take(SNIFF_BYTES as u64)
+            .read_to_end(&mut head)
+            .map_err(read_err)?;
+        if let Some(err) = binary(&head) {
+            return Err(err);
+        }
         let reader = BufReader::with_capacity(BUFFER_BYTES, Cursor::new(head).chain(file));
         scan(reader, offset, limit, MAX_CHARS)
     }
@@ -98,7 +117,18 @@ pub(crate) struct Excerpt {
     pub total_lines: u64,
 }
 
+/// Characters in the lossy UTF-8 decoding of `bytes`.
+fn lossy_chars(bytes: &[u8]) -> usize {
+    String::from_utf8_lossy(bytes).chars().count()
+}
+
 /// Collects the selected lines while [`scan`] streams the file.
+///
+/// Lines are appended to `out` as raw bytes and decoded once at the end.
+/// Characters are counted only when the byte count comes near the cap: a
+/// line of `n` bytes decodes to at most `n` characters, and since lines end
+/// at an ASCII `\n`, the decoding of the whole is the decodings of the lines
+/// put together.
 struct Collector {
     offset: u64,
     last_wanted: u64,
@@ -106,10 +136,18 @@ struct Collector {
     /// Most bytes of one line kept: enough for `max_chars` characters.
     byte_budget: usize,
     collecting: bool,
-    line: Vec<u8>,
+    /// The selected bytes so far; the current line starts at `line_start`.
+    out: Vec<u8>,
+    line_start: usize,
     line_overflow: bool,
-    out: Excerpt,
-    out_chars: usize,
+    /// Characters in `out[..line_start]`: an upper bound (its byte count)
+    /// until `exact` is set, the exact count after.
+    chars: usize,
+    exact: bool,
+    /// The start of an overlong first line, when that is all that is shown.
+    partial_text: Option<String>,
+    last_shown: Option<u64>,
+    char_capped: bool,
 }
 
 impl Collector {
@@ -118,39 +156,76 @@ impl Collector {
     }
 
     fn push(&mut self, bytes: &[u8]) {
-        let room = self.byte_budget.saturating_sub(self.line.len());
+        let used = self.out.len() - self.line_start;
+        let room = self.byte_budget.saturating_sub(used);
         if bytes.len() > room {
-            self.line.extend_from_slice(&bytes[..room]);
+            self.out.extend_from_slice(&bytes[..room]);
             self.line_overflow = true;
         } else {
-            self.line.extend_from_slice(bytes);
+            self.out.extend_from_slice(bytes);
         }
     }
 
-    /// Line `line_no`, whose bytes are in `self.line`, is complete.
+    /// Line `line_no`, whose bytes are `out[line_start..]`, is complete.
     fn finish(&mut self, line_no: u64) {
-        let text = String::from_utf8_lossy(&self.line);
-        let chars = text.chars().count();
-        if self.line_overflow || self.out_chars + chars > self.max_chars {
-            if self.out.text.is_empty() {
-                // Not even the first line fits: show its start.
-                self.out.text = text.chars().take(self.max_chars).collect();
-                self.out.last_shown = Some(line_no);
-                self.out.partial_line = true;
-            } else {
-                self.out.char_capped = true;
-            }
-            self.collecting = false;
+        let line_bytes = self.out.len() - self.line_start;
+        let fits = if !self.line_overflow && self.chars + line_bytes <= self.max_chars {
+            self.chars += line_bytes;
+            true
         } else {
-            self.out.text.push_str(&text);
-            self.out_chars += chars;
-            self.out.last_shown = Some(line_no);
+            if !self.exact {
+                self.chars = lossy_chars(&self.out[..self.line_start]);
+                self.exact = true;
+            }
+            let line_chars = if self.line_overflow {
+                usize::MAX
+            } else {
+                lossy_chars(&self.out[self.line_start..])
+            };
+            if line_chars <= self.max_chars.saturating_sub(self.chars) {
+                self.chars += line_chars;
+                true
+            } else {
+                false
+            }
+        };
+        if fits {
+            self.last_shown = Some(line_no);
             if line_no >= self.last_wanted {
                 self.collecting = false;
             }
+        } else {
+            if self.line_start == 0 {
+                // Not even the first line fits: show its start.
+                let text = String::from_utf8_lossy(&self.out);
+                self.partial_text = Some(text.chars().take(self.max_chars).collect());
+                self.last_shown = Some(line_no);
+            } else {
+                self.char_capped = true;
+            }
+            self.out.truncate(self.line_start);
+            self.collecting = false;
         }
-        self.line.clear();
+        self.line_start = self.out.len();
         self.line_overflow = false;
+    }
+
+    fn into_excerpt(self, total_lines: u64) -> Excerpt {
+        let partial_line = self.partial_text.is_some();
+        let text = match self.partial_text {
+            Some(text) => text,
+            None => match String::from_utf8(self.out) {
+                Ok(text) => text,
+                Err(e) => String::from_utf8_lossy(e.as_bytes()).into_owned(),
+            },
+        };
+        Excerpt {
+            text,
+            last_shown: self.last_shown,
+            partial_line,
+            char_capped: self.char_capped,
+            total_lines,
+        }
     }
 }
 
@@ -170,10 +245,14 @@ pub(crate) fn scan<R: BufRead>(
         max_chars,
         byte_budget: max_chars.saturating_mul(4).saturating_add(4),
         collecting: true,
-        line: Vec::new(),
+        out: Vec::new(),
+        line_start: 0,
         line_overflow: false,
-        out: Excerpt::default(),
-        out_chars: 0,
+        chars: 0,
+        exact: false,
+        partial_text: None,
+        last_shown: None,
+        char_capped: false,
     };
     // The line being read, 1-based, and whether it has bytes yet.
     let mut line_no: u64 = 1;
@@ -217,9 +296,8 @@ pub(crate) fn scan<R: BufRead>(
     if pending && c.wants(line_no) {
         c.finish(line_no);
     }
-    let mut out = c.out;
-    out.total_lines = if pending { line_no } else { line_no - 1 };
-    Ok(out)
+    let total_lines = if pending { line_no } else { line_no - 1 };
+    Ok(c.into_excerpt(total_lines))
 }
 
 /// The tool's answer for what [`scan`] found: the text, plus a note on its
@@ -332,6 +410,25 @@ mod tests {
         let e = scan_str("ééé\nààà\n", 1, 100, 8);
         assert_eq!(e.text, "ééé\nààà\n");
         assert!(!e.char_capped);
+    }
+
+    #[test]
+    fn char_cap_with_multibyte_and_invalid_bytes() {
+        // 3 + 3 bytes pass the fast path; then "éé\n" (5 bytes, 3 chars)
+        // needs exact counting: 6 + 3 = 9 chars fits a cap of 9.
+        let e = scan_str("ab\ncd\néé\nx\n", 1, 100, 9);
+        assert_eq!(e.text, "ab\ncd\néé\n");
+        assert!(e.char_capped);
+        assert_eq!(e.last_shown, Some(3));
+        // Invalid bytes count as one replacement character each.
+        let reader = BufReader::with_capacity(2, &b"\xff\xfe\n\xfd\n"[..]);
+        let e = scan(reader, 1, 100, 5).unwrap();
+        assert_eq!(e.text, "\u{fffd}\u{fffd}\n\u{fffd}\n");
+        assert!(!e.char_capped);
+        let reader = BufReader::with_capacity(2, &b"\xff\xfe\n\xfd\n"[..]);
+        let e = scan(reader, 1, 100, 4).unwrap();
+        assert_eq!(e.text, "\u{fffd}\u{fffd}\n");
+        assert!(e.char_capped);
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clawcage_tool_sdk::ToolError;
-use clawcage_tool_sdk::workspace::Access;
+use clawcage_tool_sdk::workspace::{self, Access};
 
 use crate::Ctx;
 use crate::text::plural;
@@ -70,10 +70,39 @@ pub(crate) fn atomic_write(target: &Path, parts: &[&[u8]]) -> io::Result<()> {
     written
 }
 
+/// Most symbolic links followed in a row before giving up.
+const MAX_LINK_HOPS: u32 = 40;
+
+/// Where a write to `abs` must go: if `abs` is a symbolic link (to a file
+/// inside the workspace), its target, so the atomic replace updates the file
+/// and keeps the link instead of replacing the link with a copy. A link whose
+/// target lies outside the workspace is refused.
+pub(crate) fn follow_links(ctx: &Ctx, mut abs: PathBuf, path: &str) -> Result<PathBuf, ToolError> {
+    for _ in 0..MAX_LINK_HOPS {
+        match fs::symlink_metadata(&abs) {
+            Ok(meta) if meta.file_type().is_symlink() => {}
+            _ => return Ok(abs),
+        }
+        let target = fs::read_link(&abs).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
+        let base = abs.parent().unwrap_or(&ctx.root);
+        let next = workspace::normalize(&base.join(target));
+        if !next.starts_with(&ctx.root) {
+            return Err(ToolError::Denied(format!(
+                "{path} is a symlink pointing outside the workspace ({}); refused",
+                next.display()
+            )));
+        }
+        abs = next;
+    }
+    Err(ToolError::Failed(format!(
+        "{path}: too many levels of symbolic links"
+    )))
+}
+
 /// Run `write_file`.
 pub(crate) fn write_file(ctx: &Ctx, path: &str, content: &str) -> Result<String, ToolError> {
     ctx.ensure_writable(path)?;
-    let abs = ctx.resolve(path)?;
+    let abs = follow_links(ctx, ctx.resolve(path)?, path)?;
     if abs == ctx.root {
         return Err(ToolError::InvalidArgs(format!(
             "{path} is the workspace itself; give the path of a file inside it"
@@ -89,7 +118,7 @@ pub(crate) fn write_file(ctx: &Ctx, path: &str, content: &str) -> Result<String,
         Err(_) => None,
     };
     if let Some(parent) = abs.parent() {
-        fs::create_dir_all(parent).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
+        fs::create_dir_all(parent).map_err(|e| parent_error(ctx, &e, parent, path))?;
     }
     atomic_write(&abs, &[content.as_bytes()]).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
     let bytes = content.len() as u64;
@@ -101,6 +130,22 @@ pub(crate) fn write_file(ctx: &Ctx, path: &str, content: &str) -> Result<String,
         "wrote {} to {path} ({what})",
         plural(bytes, "byte", "bytes")
     ))
+}
+
+/// Explain why the parent directories of `path` could not be created.
+/// `create_dir_all` reports "already exists" both for a file in the way and
+/// for a symlink it may not follow; looking at the parent tells them apart.
+fn parent_error(ctx: &Ctx, err: &io::Error, parent: &Path, path: &str) -> ToolError {
+    if err.kind() != io::ErrorKind::AlreadyExists {
+        return ctx.io_error(err, path, Access::Write);
+    }
+    match fs::metadata(parent) {
+        Err(e) => ctx.io_error(&e, path, Access::Write),
+        Ok(meta) if !meta.is_dir() => ToolError::Failed(format!(
+            "cannot write {path}: a part of the path is a file where a directory is needed"
+        )),
+        Ok(_) => ctx.io_error(err, path, Access::Write),
+    }
 }
 
 #[cfg(test)]
@@ -162,10 +207,13 @@ mod tests {
             Err(ToolError::InvalidArgs(_))
         ));
         ws.write("file", b"f");
-        assert!(matches!(
+        assert_eq!(
             write_file(&ws.ctx, "file/child.txt", "x"),
-            Err(ToolError::Failed(_))
-        ));
+            Err(ToolError::Failed(
+                "cannot write file/child.txt: a part of the path is a file where a directory is needed"
+                    .to_string()
+            ))
+        );
         let ro = Scratch::new(Mode::ReadOnly);
         assert_eq!(
             write_file(&ro.ctx, "a.txt", "x"),
@@ -174,6 +222,34 @@ mod tests {
             ))
         );
         assert!(!ro.path("a.txt").exists());
+    }
+
+    #[cfg(unix)]
+    #[test]
+    fn writes_through_symlinks_inside_only() {
+        let ws = Scratch::new(Mode::ReadWrite);
+        ws.write("real/target.txt", b"old");
+        std::os::unix::fs::symlink("real/target.txt", ws.path("link.txt")).unwrap();
+        std::os::unix::fs::symlink("link.txt", ws.path("link2.txt")).unwrap();
+        assert!(write_file(&ws.ctx, "link2.txt", "new").is_ok());
+        assert_eq!(ws.read("real/target.txt"), b"new");
+        assert!(
+            fs::symlink_metadata(ws.path("link.txt"))
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        std::os::unix::fs::symlink("/etc/hostname", ws.path("out.txt")).unwrap();
+        assert!(matches!(
+            write_file(&ws.ctx, "out.txt", "x"),
+            Err(ToolError::Denied(m)) if m.contains("symlink pointing outside")
+        ));
+        std::os::unix::fs::symlink("loop-b", ws.path("loop-a")).unwrap();
+        std::os::unix::fs::symlink("loop-a", ws.path("loop-b")).unwrap();
+        assert!(matches!(
+            write_file(&ws.ctx, "loop-a", "x"),
+            Err(ToolError::Failed(m)) if m.contains("too many levels")
+        ));
     }
 
     #[test]

@@ -172,9 +172,9 @@ macro_rules! export_tools {
                 > {
                     $crate::__private::call::<$tools>(&name, &args)
                 }
-    }
+            }
 
-            $crate::bindings::export!(__ClawcageToolsExport with_types_in $crate::bindings);
+    $crate::bindings::export!(__ClawcageToolsExport with_types_in $crate::bindings);
         };
     };
 }
