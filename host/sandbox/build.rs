@@ -21,6 +21,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("HOG", "fixture_hog"),
     ("CRASH", "fixture_crash"),
     ("ECHO", "fixture_echo"),
+    ("RAWFS", "fixture_rawfs"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

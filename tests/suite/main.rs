@@ -10,3 +10,4 @@ mod cache;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;
+mod sandbox_escape;
