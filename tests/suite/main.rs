@@ -10,3 +10,6 @@ mod cache;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;
+mod agent_loop;
+mod providers;
+mod sessions;

@@ -8,6 +8,7 @@
     reason = "test helpers fail the test by panicking"
 )]
 
+pub mod host_tools;
 pub mod llm_server;
 
 use std::path::{Path, PathBuf};

@@ -38,12 +38,18 @@ struct Job {
     reply: oneshot::Sender<LaneReply>,
 }
 
-struct Inner {
+/// What every lane task shares. It does not hold the lanes' senders, so dropping [`Sessions`]
+/// closes the queues and each lane ends after its queued jobs.
+struct Shared {
     agent: AgentLoop,
     store: Option<TranscriptStore>,
     history_limit: usize,
-    lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
     usage: Mutex<HashMap<String, Usage>>,
+}
+
+struct Inner {
+    shared: Arc<Shared>,
+    lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
 }
 
 /// The sessions of one agent. Cloning shares them.
@@ -55,7 +61,7 @@ pub struct Sessions {
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
-            .field("history_limit", &self.inner.history_limit)
+            .field("history_limit", &self.inner.shared.history_limit)
             .finish_non_exhaustive()
     }
 }
@@ -83,18 +89,20 @@ impl Sessions {
     pub fn new(agent: AgentLoop, store: Option<TranscriptStore>, history_limit: usize) -> Self {
         Self {
             inner: Arc::new(Inner {
-                agent,
-                store,
-                history_limit: history_limit.max(2),
+                shared: Arc::new(Shared {
+                    agent,
+                    store,
+                    history_limit: history_limit.max(2),
+                    usage: Mutex::new(HashMap::new()),
+                }),
                 lanes: Mutex::new(HashMap::new()),
-                usage: Mutex::new(HashMap::new()),
             }),
         }
     }
 
     /// The agent.
     pub fn agent(&self) -> &AgentLoop {
-        &self.inner.agent
+        &self.inner.shared.agent
     }
 
     /// Queue `input` on `key`'s lane. Jobs submitted to one key run in submission order.
@@ -118,7 +126,7 @@ impl Sessions {
         // A fresh channel's receiver is alive, so this send succeeds.
         let _ = sender.send(job);
         lanes.insert(key.to_string(), sender);
-        tokio::spawn(run_lane(self.inner.clone(), key.to_string(), jobs));
+        tokio::spawn(run_lane(self.inner.shared.clone(), key.to_string(), jobs));
         PendingTurn { receiver }
     }
 
@@ -146,7 +154,7 @@ impl Sessions {
     /// Tokens used by session `key` since its last reset (including earlier runs, from the
     /// transcript).
     pub fn usage(&self, key: &str) -> Usage {
-        lock(&self.inner.usage).get(key).copied().unwrap_or_default()
+        lock(&self.inner.shared.usage).get(key).copied().unwrap_or_default()
     }
 
     /// Deliver every message of `subscription` to the lane of its `session_key` as a
@@ -186,7 +194,7 @@ pub fn notification_text(message: &InboundMessage) -> String {
     )
 }
 
-async fn run_lane(inner: Arc<Inner>, key: String, mut jobs: mpsc::UnboundedReceiver<Job>) {
+async fn run_lane(inner: Arc<Shared>, key: String, mut jobs: mpsc::UnboundedReceiver<Job>) {
     let mut history = match &inner.store {
         Some(store) => {
             let store = store.clone();
@@ -229,7 +237,7 @@ async fn run_lane(inner: Arc<Inner>, key: String, mut jobs: mpsc::UnboundedRecei
 }
 
 async fn run_one(
-    inner: &Inner,
+    inner: &Shared,
     key: &str,
     history: &mut Vec<ChatMessage>,
     text: String,
@@ -261,7 +269,7 @@ async fn run_one(
     result.map(Some)
 }
 
-async fn persist(inner: &Inner, key: &str, entries: Vec<Entry>) -> Result<(), AgentError> {
+async fn persist(inner: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), AgentError> {
     let Some(store) = inner.store.clone() else {
         return Ok(());
     };

@@ -486,12 +486,13 @@ pub enum ProviderConfig {
     Scripted(Script),
 }
 
-/// Build one provider (without retries).
-pub fn build(config: ProviderConfig) -> Result<Arc<dyn Provider>, ProviderError> {
+/// Build one provider (without retries). `tools` is only read by the scripted provider, which
+/// leaves out exchanges needing tools the registry lacks.
+pub fn build(config: ProviderConfig, tools: &ToolRegistry) -> Result<Arc<dyn Provider>, ProviderError> {
     Ok(match config {
         ProviderConfig::Anthropic(settings) => Arc::new(anthropic::AnthropicProvider::new(settings)?),
         ProviderConfig::OpenAi(settings) => Arc::new(openai::OpenAiProvider::new(settings)?),
-        ProviderConfig::Scripted(script) => Arc::new(ScriptedProvider::new(script)),
+        ProviderConfig::Scripted(script) => Arc::new(ScriptedProvider::new(&script, tools)),
     })
 }
 
