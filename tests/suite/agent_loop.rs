@@ -10,7 +10,7 @@ use clawcage_agent::provider::{self, ApiKey, HttpSettings, NoEvents, ProviderCon
 use clawcage_agent::{AgentConfig, AgentLoop, Provider, ToolRegistry, TurnEnd};
 use clawcage_core::{ChatMessage, ToolError, ToolOutput};
 use clawcage_tests::host_tools::HostTool;
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, openai};
+use clawcage_tests::llm_server::{LlmServer, anthropic, openai};
 use serde_json::{Value, json};
 
 pub fn settings(server: &LlmServer, model: &str) -> HttpSettings {

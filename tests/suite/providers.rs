@@ -285,3 +285,26 @@ async fn an_unreachable_server_is_a_clear_error_and_keys_are_required() {
     let error = provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap_err();
     assert!(error.to_string().contains("ANTHROPIC_API_KEY"), "{error}");
 }
+
+#[tokio::test]
+async fn block_kinds_we_do_not_keep_are_skipped_in_streams() {
+    let stream = [
+        r#"{"type":"message_start","message":{"usage":{"input_tokens":7,"output_tokens":1}}}"#,
+        r#"{"type":"content_block_start","index":0,"content_block":{"type":"thinking","thinking":""}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"thinking_delta","thinking":"hmm"}}"#,
+        r#"{"type":"content_block_delta","index":0,"delta":{"type":"signature_delta","signature":"abc"}}"#,
+        r#"{"type":"content_block_stop","index":0}"#,
+        r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
+        r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"answer"}}"#,
+        r#"{"type":"content_block_stop","index":1}"#,
+        r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
+        r#"{"type":"message_stop"}"#,
+    ]
+    .iter()
+    .map(|data| format!("data: {data}\n\n"))
+    .collect::<String>();
+    let server = LlmServer::start(vec![Reply::Sse { text: stream, chunk: 13 }]).await;
+    let response = ask(anthropic_provider(&server).as_ref(), &Recorder::default(), true).await.unwrap();
+    assert_eq!(response.content, vec![ContentBlock::text("answer")]);
+    assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (7, 3));
+}

@@ -13,7 +13,7 @@ use clawcage_agent::{
 };
 use clawcage_core::{BoxFuture, ContentBlock, InboundMessage, Usage};
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::Barrier;
 
 use crate::agent_loop::anthropic_provider;
@@ -175,9 +175,9 @@ async fn history_is_bounded_reset_is_recorded_and_a_damaged_line_is_skipped() {
         for i in 0..3 {
             sessions.send_user("s", format!("question {i}"), Arc::new(NoEvents)).await.unwrap();
         }
-        // Within one run the limit holds: the third request saw at most 3 earlier messages
-        // plus the new one, cut so that it starts with a user message.
-        assert_eq!(texts(&server.bodies()[2]), ["question 2"]);
+        // Within one run the limit holds: after each turn the history keeps at most 3 messages,
+        // cut so that it starts with a user message; the next request adds the new input.
+        assert_eq!(texts(&server.bodies()[2]), ["question 1", "answer 1", "question 2"]);
         assert_eq!(texts(&server.bodies()[1]), ["question 0", "answer 0", "question 1"]);
     }
     // A crash mid-write leaves half a line; it is skipped, the rest loads.
@@ -247,5 +247,4 @@ async fn notifications_on_the_bus_reach_the_session_through_its_lane() {
     );
     assert_eq!(bus.queued("system"), 0);
     router.abort();
-    let _ = json!(null);
 }

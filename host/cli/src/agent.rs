@@ -7,8 +7,10 @@ use std::sync::Arc;
 
 use clawcage_agent::transcript::now_ms;
 use clawcage_agent::{
-    AgentLoop, MessageTool, SendCallback, Sessions, ToolRegistry, TranscriptStore, TurnEnd,
+    AgentLoop, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry,
+    TranscriptStore, TurnEnd,
 };
+use clawcage_core::BoxFuture;
 
 use crate::Failure;
 use crate::agent_config::{ProviderArgs, choose_provider};
@@ -29,7 +31,7 @@ pub struct Runtime {
 
 /// A `message` tool callback that prints through `console`.
 pub fn print_messages(console: Arc<Console>) -> SendCallback {
-    Arc::new(move |message| {
+    Arc::new(move |message: OutboundMessage| -> BoxFuture<'static, Result<(), String>> {
         let console = console.clone();
         Box::pin(async move {
             console.line(&format!("  [message to {}] {}", message.channel, message.content));

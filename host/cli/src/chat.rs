@@ -6,7 +6,8 @@
 
 use std::sync::{Arc, Mutex};
 
-use clawcage_agent::{MessageBus, ToolRegistry, TurnEnd};
+use clawcage_agent::{AgentError, MessageBus, ToolRegistry, TurnEnd, TurnOutcome};
+use clawcage_core::InboundMessage;
 use rustyline::error::ReadlineError;
 use rustyline::{DefaultEditor, ExternalPrinter as _};
 
@@ -49,7 +50,8 @@ pub async fn run(
         Err(_) => Sink::Stdout,
     };
     let console = Arc::new(Console::new(Sink::Stdout, true));
-    let idle_console = Arc::new(Console::new(idle_sink, true));
+    // A notification turn's text is printed whole when it ends, under the sender's name.
+    let idle_console = Arc::new(Console::new(idle_sink, false));
     let runtime = start(
         config,
         config_file,
@@ -67,7 +69,7 @@ pub async fn run(
         idle_console.clone(),
         Arc::new({
             let idle_console = idle_console.clone();
-            move |message, outcome| match outcome {
+            move |message: &InboundMessage, outcome: Result<TurnOutcome, AgentError>| match outcome {
                 Ok(outcome) => idle_console.line(&format!("[{} via {}] {}", message.sender, message.channel, outcome.text)),
                 Err(error) => idle_console.line(&format!("[{}] the notification could not be handled: {error}", message.sender)),
             }

@@ -193,6 +193,8 @@ fn stop_reason(reason: Option<&str>) -> StopReason {
 enum PartialBlock {
     Text(String),
     Tool { id: String, name: String, json: String },
+    /// A kind we do not keep (e.g. thinking); its deltas are read and dropped.
+    Other,
 }
 
 async fn read_stream(
@@ -250,7 +252,7 @@ async fn read_stream(
                             name: block["name"].as_str().unwrap_or_default().to_string(),
                             json: String::new(),
                         },
-                        _ => continue,
+                        _ => PartialBlock::Other,
                     };
                     blocks.insert(index, partial);
                 }
@@ -312,6 +314,7 @@ async fn read_stream(
                 let input = tool_input(label, &id, &name, &json, &mut malformed, &mut repairs);
                 content.push(ContentBlock::ToolUse { id, name, input });
             }
+            PartialBlock::Other => {}
         }
     }
     check_tool_ids(label, &content)?;
