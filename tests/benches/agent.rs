@@ -33,7 +33,12 @@ fn report(label: &str, mut samples: Vec<Duration>, baseline: Option<Duration>) -
     let p50 = percentile(&samples, 0.5);
     let p99 = percentile(&samples, 0.99);
     let ratio = baseline
-        .map(|base| format!("   {:.2}x the baseline", p50.as_secs_f64() / base.as_secs_f64()))
+        .map(|base| {
+            format!(
+                "   {:.2}x the baseline",
+                p50.as_secs_f64() / base.as_secs_f64()
+            )
+        })
         .unwrap_or_default();
     println!(
         "{label:<48} p50 {:>8.1} µs   p99 {:>8.1} µs   (n={}){ratio}",
@@ -66,11 +71,20 @@ fn tools() -> ToolRegistry {
 fn turn_replies(stream: bool) -> Vec<Reply> {
     let call = [
         anthropic::text("Looking it up."),
-        anthropic::tool("t1", "lookup", json!({"key": "colour", "detail": {"depth": 2, "tags": ["a", "b"]}})),
+        anthropic::tool(
+            "t1",
+            "lookup",
+            json!({"key": "colour", "detail": {"depth": 2, "tags": ["a", "b"]}}),
+        ),
     ];
-    let answer = [anthropic::text("The value of colour is blue, as the lookup says; nothing else to do.")];
+    let answer = [anthropic::text(
+        "The value of colour is blue, as the lookup says; nothing else to do.",
+    )];
     if stream {
-        vec![anthropic::stream(&call, 512), anthropic::stream(&answer, 512)]
+        vec![
+            anthropic::stream(&call, 512),
+            anthropic::stream(&answer, 512),
+        ]
     } else {
         vec![anthropic::message(&call), anthropic::message(&answer)]
     }
@@ -84,7 +98,11 @@ fn main() {
         .unwrap();
     runtime.block_on(async {
         // Baseline: one request and its parsed response.
-        let server = LlmServer::start(vec![anthropic::message(&[anthropic::text("hi")]); TURNS + 20]).await;
+        let server = LlmServer::start(vec![
+            anthropic::message(&[anthropic::text("hi")]);
+            TURNS + 20
+        ])
+        .await;
         let provider = provider_for(&server);
         let empty = ToolRegistry::new();
         let messages = [ChatMessage::user("hello")];
@@ -92,7 +110,15 @@ fn main() {
         for round in 0..TURNS + 20 {
             let started = Instant::now();
             provider
-                .complete(ChatRequest { system: "", messages: &messages, tools: &empty, stream: false }, &NoEvents)
+                .complete(
+                    ChatRequest {
+                        system: "",
+                        messages: &messages,
+                        tools: &empty,
+                        stream: false,
+                    },
+                    &NoEvents,
+                )
                 .await
                 .unwrap();
             if round >= 20 {
@@ -101,13 +127,19 @@ fn main() {
         }
         let baseline = report("one request (baseline)", samples, None);
 
-        for (label, stream) in [("turn: 2 requests + 1 tool call", false), ("turn, streamed (SSE reassembly)", true)] {
+        for (label, stream) in [
+            ("turn: 2 requests + 1 tool call", false),
+            ("turn, streamed (SSE reassembly)", true),
+        ] {
             let replies: Vec<Reply> = (0..TURNS).flat_map(|_| turn_replies(stream)).collect();
             let server = LlmServer::start(replies).await;
             let agent = AgentLoop::new(
                 provider_for(&server),
                 tools(),
-                AgentConfig { stream, ..AgentConfig::default() },
+                AgentConfig {
+                    stream,
+                    ..AgentConfig::default()
+                },
             );
             let mut samples = Vec::new();
             for _ in 0..TURNS {
@@ -128,9 +160,16 @@ fn main() {
         let mut samples = Vec::new();
         for _ in 0..TURNS {
             let started = Instant::now();
-            sessions.send_user("bench", "What is the colour?", Arc::new(NoEvents)).await.unwrap();
+            sessions
+                .send_user("bench", "What is the colour?", Arc::new(NoEvents))
+                .await
+                .unwrap();
             samples.push(started.elapsed());
         }
-        report("turn via lane + transcript (fsync)", samples, Some(baseline));
+        report(
+            "turn via lane + transcript (fsync)",
+            samples,
+            Some(baseline),
+        );
     });
 }

@@ -21,11 +21,19 @@ pub fn settings(server: &LlmServer, model: &str) -> HttpSettings {
 }
 
 pub fn anthropic_provider(server: &LlmServer) -> Arc<dyn Provider> {
-    provider::build(ProviderConfig::Anthropic(settings(server, "claude-test")), &ToolRegistry::new()).unwrap()
+    provider::build(
+        ProviderConfig::Anthropic(settings(server, "claude-test")),
+        &ToolRegistry::new(),
+    )
+    .unwrap()
 }
 
 pub fn openai_provider(server: &LlmServer) -> Arc<dyn Provider> {
-    provider::build(ProviderConfig::OpenAi(settings(server, "test-model")), &ToolRegistry::new()).unwrap()
+    provider::build(
+        ProviderConfig::OpenAi(settings(server, "test-model")),
+        &ToolRegistry::new(),
+    )
+    .unwrap()
 }
 
 fn list_schema() -> Value {
@@ -134,7 +142,10 @@ async fn multi_step_tool_use_sends_exact_anthropic_bodies() {
 async fn multi_step_tool_use_sends_exact_openai_bodies() {
     let server = LlmServer::start(vec![
         openai::message(None, &[("call_1", "read", r#"{"path":"missing.txt"}"#)]),
-        openai::message(Some("Looking at the notes instead."), &[("call_2", "read", r#"{"path":"notes.txt"}"#)]),
+        openai::message(
+            Some("Looking at the notes instead."),
+            &[("call_2", "read", r#"{"path":"notes.txt"}"#)],
+        ),
         openai::message(Some("buy milk"), &[]),
     ])
     .await;
@@ -149,7 +160,10 @@ async fn multi_step_tool_use_sends_exact_openai_bodies() {
     let requests = server.requests();
     assert_eq!(requests.len(), 3);
     assert_eq!(requests[0].path, "/chat/completions");
-    assert_eq!(requests[0].header("authorization"), Some("Bearer test-key-123"));
+    assert_eq!(
+        requests[0].header("authorization"),
+        Some("Bearer test-key-123")
+    );
     assert_eq!(requests[0].header("x-api-key"), None);
     assert_eq!(
         requests[2].body,
@@ -202,7 +216,10 @@ async fn tool_errors_go_back_as_error_results() {
     );
     assert_eq!(results[1]["is_error"], true);
     assert!(
-        results[1]["content"].as_str().unwrap().contains("field `path`"),
+        results[1]["content"]
+            .as_str()
+            .unwrap()
+            .contains("field `path`"),
         "{results}"
     );
     // A tool outside the registry is an error result naming the tools that exist; nothing runs.
@@ -216,7 +233,13 @@ async fn tool_errors_go_back_as_error_results() {
 #[tokio::test]
 async fn the_iteration_cap_stops_a_turn_and_leaves_a_valid_history() {
     let replies = (0..10)
-        .map(|i| anthropic::message(&[anthropic::tool(&format!("t{i}"), "read", json!({"path": format!("f{i}")}))]))
+        .map(|i| {
+            anthropic::message(&[anthropic::tool(
+                &format!("t{i}"),
+                "read",
+                json!({"path": format!("f{i}")}),
+            )])
+        })
         .collect();
     let server = LlmServer::start(replies).await;
     let (tools, _, read) = file_like_tools();
@@ -230,14 +253,21 @@ async fn the_iteration_cap_stops_a_turn_and_leaves_a_valid_history() {
 
     assert_eq!(outcome.end, TurnEnd::IterationLimit);
     assert_eq!(outcome.iterations, 3);
-    assert!(outcome.text.contains("after 3 model calls"), "{}", outcome.text);
+    assert!(
+        outcome.text.contains("after 3 model calls"),
+        "{}",
+        outcome.text
+    );
     assert_eq!(server.requests().len(), 3);
     // The third request's calls are answered but not run.
     assert_eq!(read.calls(), 2);
     let last = history.last().unwrap();
     assert!(last.has_tool_results());
     let text = serde_json::to_string(last).unwrap();
-    assert!(text.contains("not run: the turn reached its limit of 3 model calls"), "{text}");
+    assert!(
+        text.contains("not run: the turn reached its limit of 3 model calls"),
+        "{text}"
+    );
 }
 
 #[tokio::test]
@@ -249,9 +279,24 @@ async fn repeated_identical_calls_are_detected_and_stopped() {
     let mut history = vec![ChatMessage::user("read it")];
     let outcome = agent.run_turn(&mut history, &NoEvents).await.unwrap();
 
-    assert_eq!(outcome.end, TurnEnd::LoopDetected { tool: "read".into() });
-    assert!(outcome.text.contains("`read` with the same arguments 3 times"), "{}", outcome.text);
-    assert_eq!(server.requests().len(), 3, "no request after the loop is detected");
+    assert_eq!(
+        outcome.end,
+        TurnEnd::LoopDetected {
+            tool: "read".into()
+        }
+    );
+    assert!(
+        outcome
+            .text
+            .contains("`read` with the same arguments 3 times"),
+        "{}",
+        outcome.text
+    );
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "no request after the loop is detected"
+    );
     assert_eq!(read.calls(), 2, "the third identical call is not run");
 
     // Different arguments in between reset the count.
@@ -305,13 +350,23 @@ async fn malformed_tool_call_json_is_repaired_or_returned_as_an_error() {
     let second = &server.requests()[1].body;
     let calls = &second["messages"][1]["content"];
     assert_eq!(calls[0]["input"], json!({"path": "notes.txt"}));
-    assert_eq!(calls[1]["input"], json!({}), "an unreadable call is echoed with empty input");
+    assert_eq!(
+        calls[1]["input"],
+        json!({}),
+        "an unreadable call is echoed with empty input"
+    );
     let results = &second["messages"][2]["content"];
-    assert_eq!(results[0], json!({"type": "tool_result", "tool_use_id": "t1", "content": "buy milk"}));
+    assert_eq!(
+        results[0],
+        json!({"type": "tool_result", "tool_use_id": "t1", "content": "buy milk"})
+    );
     for (index, problem) in [(1, "not valid JSON"), (2, "must be a JSON object")] {
         assert_eq!(results[index]["is_error"], true);
         let text = results[index]["content"].as_str().unwrap();
-        assert!(text.contains(problem) && text.contains("nothing was run"), "{text}");
+        assert!(
+            text.contains(problem) && text.contains("nothing was run"),
+            "{text}"
+        );
     }
     // What happened before the failure is kept in the history.
     assert_eq!(history.len(), 3);
@@ -337,9 +392,15 @@ async fn openai_arguments_are_repaired_only_when_unambiguous() {
     agent.run_turn(&mut history, &NoEvents).await.unwrap();
     assert_eq!((read.calls(), list.calls()), (1, 1));
     let messages = &server.requests()[1].body["messages"];
-    assert_eq!(messages[2]["tool_calls"][0]["function"]["arguments"], r#"{"path":"notes.txt"}"#);
+    assert_eq!(
+        messages[2]["tool_calls"][0]["function"]["arguments"],
+        r#"{"path":"notes.txt"}"#
+    );
     assert_eq!(messages[3]["content"], "buy milk");
     assert_eq!(messages[4]["content"], "a.txt\nnotes.txt");
     let refused = messages[5]["content"].as_str().unwrap();
-    assert!(refused.contains("unexpected text after the arguments"), "{refused}");
+    assert!(
+        refused.contains("unexpected text after the arguments"),
+        "{refused}"
+    );
 }

@@ -6,10 +6,10 @@
     reason = "tests fail by panicking"
 )]
 
+mod agent_loop;
 mod cache;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;
-mod agent_loop;
 mod providers;
 mod sessions;

@@ -29,10 +29,16 @@ impl ProviderEvents for Recorder {
         self.text.lock().unwrap().push_str(text);
     }
     fn retrying(&self, _provider: &str, reason: &str, delay: Duration) {
-        self.retries.lock().unwrap().push((reason.to_string(), delay));
+        self.retries
+            .lock()
+            .unwrap()
+            .push((reason.to_string(), delay));
     }
     fn failing_over(&self, from: &str, to: &str, _reason: &str) {
-        self.failovers.lock().unwrap().push((from.to_string(), to.to_string()));
+        self.failovers
+            .lock()
+            .unwrap()
+            .push((from.to_string(), to.to_string()));
     }
 }
 
@@ -45,7 +51,11 @@ fn fast_policy(max_retries: u32) -> RetryPolicy {
     }
 }
 
-async fn ask(provider: &dyn Provider, events: &dyn ProviderEvents, stream: bool) -> Result<provider::ChatResponse, ProviderError> {
+async fn ask(
+    provider: &dyn Provider,
+    events: &dyn ProviderEvents,
+    stream: bool,
+) -> Result<provider::ChatResponse, ProviderError> {
     let tools = ToolRegistry::new();
     let messages = [ChatMessage::user("hi")];
     provider
@@ -84,7 +94,11 @@ async fn a_429_is_retried_after_the_wait_the_server_asked_for() {
     let retries = events.retries.lock().unwrap().clone();
     assert_eq!(retries.len(), 2);
     assert_eq!(retries[0].1, Duration::from_secs(1));
-    assert!(retries[0].0.contains("HTTP 429: rate limited"), "{}", retries[0].0);
+    assert!(
+        retries[0].0.contains("HTTP 429: rate limited"),
+        "{}",
+        retries[0].0
+    );
     assert_eq!(retries[1].1, Duration::from_millis(50));
 }
 
@@ -99,21 +113,48 @@ async fn retries_back_off_and_give_up_and_client_errors_are_not_retried() {
     let provider = Retrying::new(anthropic_provider(&server), fast_policy(2));
     let events = Recorder::default();
     let error = ask(&provider, &events, false).await.unwrap_err();
-    assert!(matches!(error, ProviderError::Status { status: 503, .. }), "{error}");
+    assert!(
+        matches!(error, ProviderError::Status { status: 503, .. }),
+        "{error}"
+    );
     assert_eq!(server.requests().len(), 3);
-    let delays: Vec<Duration> = events.retries.lock().unwrap().iter().map(|(_, d)| *d).collect();
+    let delays: Vec<Duration> = events
+        .retries
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(_, d)| *d)
+        .collect();
     // Exponential with jitter: the first in [10, 20] ms, the second in [20, 40] ms.
-    assert!(delays[0] >= Duration::from_millis(10) && delays[0] <= Duration::from_millis(20), "{delays:?}");
-    assert!(delays[1] >= Duration::from_millis(20) && delays[1] <= Duration::from_millis(40), "{delays:?}");
+    assert!(
+        delays[0] >= Duration::from_millis(10) && delays[0] <= Duration::from_millis(20),
+        "{delays:?}"
+    );
+    assert!(
+        delays[1] >= Duration::from_millis(20) && delays[1] <= Duration::from_millis(40),
+        "{delays:?}"
+    );
 
     let server = LlmServer::start(vec![Reply::status(400, "bad request: max_tokens", &[])]).await;
     let provider = Retrying::new(anthropic_provider(&server), fast_policy(3));
-    let error = ask(&provider, &Recorder::default(), false).await.unwrap_err();
-    assert!(error.to_string().contains("HTTP 400: bad request: max_tokens"), "{error}");
+    let error = ask(&provider, &Recorder::default(), false)
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .to_string()
+            .contains("HTTP 400: bad request: max_tokens"),
+        "{error}"
+    );
     assert_eq!(server.requests().len(), 1);
 
     // A retry-after beyond the policy's limit fails at once rather than sleeping for an hour.
-    let server = LlmServer::start(vec![Reply::status(429, "slow down", &[("retry-after", "3600")])]).await;
+    let server = LlmServer::start(vec![Reply::status(
+        429,
+        "slow down",
+        &[("retry-after", "3600")],
+    )])
+    .await;
     let provider = Retrying::new(anthropic_provider(&server), fast_policy(3));
     assert!(ask(&provider, &Recorder::default(), false).await.is_err());
     assert_eq!(server.requests().len(), 1);
@@ -121,7 +162,11 @@ async fn retries_back_off_and_give_up_and_client_errors_are_not_retried() {
 
 #[tokio::test]
 async fn a_failing_primary_fails_over_to_the_next_provider_and_model() {
-    let primary = LlmServer::start(vec![Reply::status(500, "primary down", &[]), Reply::status(500, "still down", &[])]).await;
+    let primary = LlmServer::start(vec![
+        Reply::status(500, "primary down", &[]),
+        Reply::status(500, "still down", &[]),
+    ])
+    .await;
     let secondary = LlmServer::start(vec![openai::message(Some("from the fallback"), &[])]).await;
     let chain = FailoverChain::new(vec![
         Arc::new(Retrying::new(anthropic_provider(&primary), fast_policy(1))),
@@ -131,35 +176,58 @@ async fn a_failing_primary_fails_over_to_the_next_provider_and_model() {
     assert_eq!(chain.label(), "anthropic/claude-test -> openai/test-model");
     let events = Recorder::default();
     let response = ask(&chain, &events, false).await.unwrap();
-    assert_eq!(response.content, vec![ContentBlock::text("from the fallback")]);
+    assert_eq!(
+        response.content,
+        vec![ContentBlock::text("from the fallback")]
+    );
     assert_eq!(response.answered_by, "openai/test-model");
-    assert_eq!(primary.requests().len(), 2, "the primary was retried once before failing over");
+    assert_eq!(
+        primary.requests().len(),
+        2,
+        "the primary was retried once before failing over"
+    );
     assert_eq!(secondary.requests().len(), 1);
     assert_eq!(secondary.bodies()[0]["model"], "test-model");
     assert_eq!(
         events.failovers.lock().unwrap().clone(),
-        vec![("anthropic/claude-test".to_string(), "openai/test-model".to_string())]
+        vec![(
+            "anthropic/claude-test".to_string(),
+            "openai/test-model".to_string()
+        )]
     );
 
     // When every member fails, the error names each failure.
     let first = LlmServer::start(vec![Reply::status(500, "first broken", &[])]).await;
     let second = LlmServer::start(vec![Reply::status(401, "bad key", &[])]).await;
-    let chain = FailoverChain::new(vec![anthropic_provider(&first), openai_provider(&second)]).unwrap();
-    let error = ask(&chain, &Recorder::default(), false).await.unwrap_err().to_string();
-    assert!(error.contains("first broken") && error.contains("bad key"), "{error}");
+    let chain =
+        FailoverChain::new(vec![anthropic_provider(&first), openai_provider(&second)]).unwrap();
+    let error = ask(&chain, &Recorder::default(), false)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("first broken") && error.contains("bad key"),
+        "{error}"
+    );
 }
 
 #[tokio::test]
 async fn anthropic_streams_are_reassembled() {
     let blocks = [
         anthropic::text("Reading the file now, then I will summarise it."),
-        anthropic::tool("toolu_1", "read", json!({"path": "docs/a b.txt", "limit": 20, "nested": {"k": [1, 2, "ü"]}})),
+        anthropic::tool(
+            "toolu_1",
+            "read",
+            json!({"path": "docs/a b.txt", "limit": 20, "nested": {"k": [1, 2, "ü"]}}),
+        ),
         anthropic::tool("toolu_2", "list", json!({})),
     ];
     for chunk in [1, 3, 64, 100_000] {
         let server = LlmServer::start(vec![anthropic::stream(&blocks, chunk)]).await;
         let events = Recorder::default();
-        let response = ask(anthropic_provider(&server).as_ref(), &events, true).await.unwrap();
+        let response = ask(anthropic_provider(&server).as_ref(), &events, true)
+            .await
+            .unwrap();
         assert_eq!(server.bodies()[0]["stream"], true);
         assert_eq!(
             response.content,
@@ -170,35 +238,69 @@ async fn anthropic_streams_are_reassembled() {
                     name: "read".into(),
                     input: json!({"path": "docs/a b.txt", "limit": 20, "nested": {"k": [1, 2, "ü"]}}),
                 },
-                ContentBlock::ToolUse { id: "toolu_2".into(), name: "list".into(), input: json!({}) },
+                ContentBlock::ToolUse {
+                    id: "toolu_2".into(),
+                    name: "list".into(),
+                    input: json!({})
+                },
             ],
             "chunk size {chunk}"
         );
         assert_eq!(response.stop_reason, StopReason::ToolUse);
-        assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (100, 20));
-        assert_eq!(*events.text.lock().unwrap(), "Reading the file now, then I will summarise it.");
+        assert_eq!(
+            (response.usage.input_tokens, response.usage.output_tokens),
+            (100, 20)
+        );
+        assert_eq!(
+            *events.text.lock().unwrap(),
+            "Reading the file now, then I will summarise it."
+        );
         assert!(response.malformed.is_empty() && response.repairs.is_empty());
     }
 }
 
 #[tokio::test]
 async fn openai_streams_are_reassembled() {
-    let calls = [("call_a", "read", r#"{"path": "x.txt", "limit": 3}"#), ("call_b", "list", "{}")];
+    let calls = [
+        ("call_a", "read", r#"{"path": "x.txt", "limit": 3}"#),
+        ("call_b", "list", "{}"),
+    ];
     for chunk in [2, 50, 100_000] {
-        let server = LlmServer::start(vec![openai::stream(Some("Two calls coming."), &calls, chunk)]).await;
+        let server = LlmServer::start(vec![openai::stream(
+            Some("Two calls coming."),
+            &calls,
+            chunk,
+        )])
+        .await;
         let events = Recorder::default();
-        let response = ask(openai_provider(&server).as_ref(), &events, true).await.unwrap();
-        assert_eq!(server.bodies()[0]["stream_options"], json!({"include_usage": true}));
+        let response = ask(openai_provider(&server).as_ref(), &events, true)
+            .await
+            .unwrap();
+        assert_eq!(
+            server.bodies()[0]["stream_options"],
+            json!({"include_usage": true})
+        );
         assert_eq!(
             response.content,
             vec![
                 ContentBlock::text("Two calls coming."),
-                ContentBlock::ToolUse { id: "call_a".into(), name: "read".into(), input: json!({"path": "x.txt", "limit": 3}) },
-                ContentBlock::ToolUse { id: "call_b".into(), name: "list".into(), input: json!({}) },
+                ContentBlock::ToolUse {
+                    id: "call_a".into(),
+                    name: "read".into(),
+                    input: json!({"path": "x.txt", "limit": 3})
+                },
+                ContentBlock::ToolUse {
+                    id: "call_b".into(),
+                    name: "list".into(),
+                    input: json!({})
+                },
             ]
         );
         assert_eq!(response.stop_reason, StopReason::ToolUse);
-        assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (50, 10));
+        assert_eq!(
+            (response.usage.input_tokens, response.usage.output_tokens),
+            (50, 10)
+        );
         assert_eq!(*events.text.lock().unwrap(), "Two calls coming.");
     }
 }
@@ -206,14 +308,31 @@ async fn openai_streams_are_reassembled() {
 #[tokio::test]
 async fn a_huge_body_is_refused_without_exhausting_memory() {
     for (reply, stream) in [
-        (Reply::Endless { content_type: "application/json".into(), fill: b' ', total: 64 << 20 }, false),
-        (Reply::Endless { content_type: "text/event-stream".into(), fill: b':', total: 64 << 20 }, true),
+        (
+            Reply::Endless {
+                content_type: "application/json".into(),
+                fill: b' ',
+                total: 64 << 20,
+            },
+            false,
+        ),
+        (
+            Reply::Endless {
+                content_type: "text/event-stream".into(),
+                fill: b':',
+                total: 64 << 20,
+            },
+            true,
+        ),
     ] {
         let server = LlmServer::start(vec![reply]).await;
         let mut settings = settings(&server, "claude-test");
         settings.max_response_bytes = 4 << 20;
-        let provider = provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap();
-        let error = ask(provider.as_ref(), &Recorder::default(), stream).await.unwrap_err();
+        let provider =
+            provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap();
+        let error = ask(provider.as_ref(), &Recorder::default(), stream)
+            .await
+            .unwrap_err();
         assert!(error.to_string().contains("larger than 4 MiB"), "{error}");
         assert!(!error.is_retryable());
     }
@@ -231,11 +350,23 @@ async fn malformed_bodies_are_errors_not_panics() {
     ];
     for (reply, expected) in cases {
         let server = LlmServer::start(vec![reply]).await;
-        let error = ask(anthropic_provider(&server).as_ref(), &Recorder::default(), false).await.unwrap_err();
+        let error = ask(
+            anthropic_provider(&server).as_ref(),
+            &Recorder::default(),
+            false,
+        )
+        .await
+        .unwrap_err();
         assert!(error.to_string().contains(expected), "{expected}: {error}");
     }
     let server = LlmServer::start(vec![Reply::json(json!({"choices": []}))]).await;
-    let error = ask(openai_provider(&server).as_ref(), &Recorder::default(), false).await.unwrap_err();
+    let error = ask(
+        openai_provider(&server).as_ref(),
+        &Recorder::default(),
+        false,
+    )
+    .await
+    .unwrap_err();
     assert!(error.to_string().contains("no `choices[0]`"), "{error}");
 }
 
@@ -243,7 +374,10 @@ async fn malformed_bodies_are_errors_not_panics() {
 async fn an_error_event_inside_a_stream_is_reported_and_retryable() {
     let stream = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":1}}}\n\nevent: error\ndata: {\"type\":\"error\",\"error\":{\"type\":\"overloaded_error\",\"message\":\"Overloaded\"}}\n\n";
     let server = LlmServer::start(vec![
-        Reply::Sse { text: stream.into(), chunk: 16 },
+        Reply::Sse {
+            text: stream.into(),
+            chunk: 16,
+        },
         anthropic::stream(&[anthropic::text("recovered")], 16),
     ])
     .await;
@@ -251,7 +385,11 @@ async fn an_error_event_inside_a_stream_is_reported_and_retryable() {
     let events = Recorder::default();
     let response = ask(&provider, &events, true).await.unwrap();
     assert_eq!(response.content, vec![ContentBlock::text("recovered")]);
-    assert!(events.retries.lock().unwrap()[0].0.contains("overloaded_error: Overloaded"));
+    assert!(
+        events.retries.lock().unwrap()[0]
+            .0
+            .contains("overloaded_error: Overloaded")
+    );
 }
 
 #[tokio::test]
@@ -259,9 +397,14 @@ async fn a_server_that_never_answers_times_out() {
     let server = LlmServer::start(vec![Reply::Hang, Reply::Hang]).await;
     let mut settings = settings(&server, "claude-test");
     settings.timeout = Duration::from_millis(500);
-    let provider = Retrying::new(provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap(), fast_policy(1));
+    let provider = Retrying::new(
+        provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap(),
+        fast_policy(1),
+    );
     let started = Instant::now();
-    let error = ask(&provider, &Recorder::default(), false).await.unwrap_err();
+    let error = ask(&provider, &Recorder::default(), false)
+        .await
+        .unwrap_err();
     assert!(matches!(error, ProviderError::Timeout { .. }), "{error}");
     assert!(error.to_string().contains("did not answer"), "{error}");
     assert_eq!(server.requests().len(), 2, "a timeout is retried");
@@ -276,13 +419,23 @@ async fn an_unreachable_server_is_a_clear_error_and_keys_are_required() {
     drop(listener);
     let mut settings = clawcage_agent::provider::HttpSettings::new(&url, "m");
     settings.api_key = Some(clawcage_agent::provider::ApiKey::new("k"));
-    let provider = provider::build(ProviderConfig::Anthropic(settings.clone()), &ToolRegistry::new()).unwrap();
-    let error = ask(provider.as_ref(), &Recorder::default(), false).await.unwrap_err();
-    assert!(error.to_string().contains("cannot reach anthropic/m"), "{error}");
+    let provider = provider::build(
+        ProviderConfig::Anthropic(settings.clone()),
+        &ToolRegistry::new(),
+    )
+    .unwrap();
+    let error = ask(provider.as_ref(), &Recorder::default(), false)
+        .await
+        .unwrap_err();
+    assert!(
+        error.to_string().contains("cannot reach anthropic/m"),
+        "{error}"
+    );
     assert!(error.to_string().contains("--base-url"), "{error}");
 
     settings.api_key = None;
-    let error = provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap_err();
+    let error =
+        provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap_err();
     assert!(error.to_string().contains("ANTHROPIC_API_KEY"), "{error}");
 }
 
@@ -303,8 +456,21 @@ async fn block_kinds_we_do_not_keep_are_skipped_in_streams() {
     .iter()
     .map(|data| format!("data: {data}\n\n"))
     .collect::<String>();
-    let server = LlmServer::start(vec![Reply::Sse { text: stream, chunk: 13 }]).await;
-    let response = ask(anthropic_provider(&server).as_ref(), &Recorder::default(), true).await.unwrap();
+    let server = LlmServer::start(vec![Reply::Sse {
+        text: stream,
+        chunk: 13,
+    }])
+    .await;
+    let response = ask(
+        anthropic_provider(&server).as_ref(),
+        &Recorder::default(),
+        true,
+    )
+    .await
+    .unwrap();
     assert_eq!(response.content, vec![ContentBlock::text("answer")]);
-    assert_eq!((response.usage.input_tokens, response.usage.output_tokens), (7, 3));
+    assert_eq!(
+        (response.usage.input_tokens, response.usage.output_tokens),
+        (7, 3)
+    );
 }

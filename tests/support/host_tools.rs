@@ -19,7 +19,9 @@ pub struct HostTool {
 
 impl std::fmt::Debug for HostTool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostTool").field("name", &self.spec.name).finish()
+        f.debug_struct("HostTool")
+            .field("name", &self.spec.name)
+            .finish()
     }
 }
 

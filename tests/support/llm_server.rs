@@ -203,7 +203,8 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
         });
         state.replies.pop_front()
     };
-    let reply = reply.unwrap_or_else(|| Reply::status(500, "the test script has no reply left", &[]));
+    let reply =
+        reply.unwrap_or_else(|| Reply::status(500, "the test script has no reply left", &[]));
     let (sender, body) = ChannelBody::new();
     let mut builder = Response::builder();
     match reply {
@@ -212,7 +213,9 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
             headers,
             body: text,
         } => {
-            builder = builder.status(status).header("content-type", "application/json");
+            builder = builder
+                .status(status)
+                .header("content-type", "application/json");
             for (name, value) in headers {
                 builder = builder.header(name, value);
             }
@@ -221,7 +224,9 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
             });
         }
         Reply::Sse { text, chunk } => {
-            builder = builder.status(200).header("content-type", "text/event-stream");
+            builder = builder
+                .status(200)
+                .header("content-type", "text/event-stream");
             tokio::spawn(async move {
                 for piece in text.into_bytes().chunks(chunk.max(1)) {
                     if sender.send(Bytes::copy_from_slice(piece)).await.is_err() {
@@ -320,7 +325,8 @@ pub mod anthropic {
                 Block::Text(text) => json!({"type": "text", "text": text}),
                 Block::Tool(id, name, input) => {
                     tool = true;
-                    let input: Value = serde_json::from_str(input).unwrap_or(Value::String(input.clone()));
+                    let input: Value =
+                        serde_json::from_str(input).unwrap_or(Value::String(input.clone()));
                     json!({"type": "tool_use", "id": id, "name": name, "input": input})
                 }
             })
@@ -353,23 +359,39 @@ pub mod anthropic {
         for (index, block) in blocks.iter().enumerate() {
             match block {
                 Block::Text(text) => {
-                    push("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}));
-                    let pieces: Vec<String> = text.split_inclusive(' ').map(str::to_string).collect();
+                    push(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": index, "content_block": {"type": "text", "text": ""}}),
+                    );
+                    let pieces: Vec<String> =
+                        text.split_inclusive(' ').map(str::to_string).collect();
                     for piece in pieces {
-                        push("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}));
+                        push(
+                            "content_block_delta",
+                            json!({"type": "content_block_delta", "index": index, "delta": {"type": "text_delta", "text": piece}}),
+                        );
                     }
                 }
                 Block::Tool(id, name, input) => {
                     tool = true;
-                    push("content_block_start", json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}));
+                    push(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": index, "content_block": {"type": "tool_use", "id": id, "name": name, "input": {}}}),
+                    );
                     let characters: Vec<char> = input.chars().collect();
                     for piece in characters.chunks(5) {
                         let piece: String = piece.iter().collect();
-                        push("content_block_delta", json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}));
+                        push(
+                            "content_block_delta",
+                            json!({"type": "content_block_delta", "index": index, "delta": {"type": "input_json_delta", "partial_json": piece}}),
+                        );
                     }
                 }
             }
-            push("content_block_stop", json!({"type": "content_block_stop", "index": index}));
+            push(
+                "content_block_stop",
+                json!({"type": "content_block_stop", "index": index}),
+            );
         }
         push(
             "message_delta",
@@ -412,22 +434,34 @@ pub mod openai {
     pub fn stream(text: Option<&str>, calls: &[(&str, &str, &str)], chunk: usize) -> Reply {
         let mut events = Vec::new();
         let mut push = |data: Value| events.push(format!("data: {data}\n\n"));
-        push(json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}));
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+        );
         if let Some(text) = text {
             for piece in text.split_inclusive(' ') {
-                push(json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]}));
+                push(
+                    json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]}),
+                );
             }
         }
         for (index, (id, name, arguments)) in calls.iter().enumerate() {
-            push(json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}]}));
+            push(
+                json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, "id": id, "type": "function", "function": {"name": name, "arguments": ""}}]}, "finish_reason": null}]}),
+            );
             let characters: Vec<char> = arguments.chars().collect();
             for piece in characters.chunks(4) {
                 let piece: String = piece.iter().collect();
-                push(json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, "finish_reason": null}]}));
+                push(
+                    json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}, "finish_reason": null}]}),
+                );
             }
         }
-        push(json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}]}));
-        push(json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}));
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}]}),
+        );
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}),
+        );
         events.push("data: [DONE]\n\n".to_string());
         Reply::Sse {
             text: events.concat(),

@@ -72,9 +72,10 @@ impl Verdict {
     pub fn reason(&self) -> Option<&str> {
         match self {
             Verdict::Ok => None,
-            Verdict::Denied(why) | Verdict::Failed(why) | Verdict::Invalid(why) | Verdict::NotRun(why) => {
-                Some(why)
-            }
+            Verdict::Denied(why)
+            | Verdict::Failed(why)
+            | Verdict::Invalid(why)
+            | Verdict::NotRun(why) => Some(why),
         }
     }
 }
@@ -133,7 +134,9 @@ pub enum AgentError {
     #[error("the session stopped before the turn finished")]
     LaneClosed,
     /// The transcript could not be written.
-    #[error("cannot write the transcript {path}: {message}; check the --state-dir permissions and free space")]
+    #[error(
+        "cannot write the transcript {path}: {message}; check the --state-dir permissions and free space"
+    )]
     Transcript {
         /// The file.
         path: String,
@@ -247,7 +250,10 @@ impl AgentLoop {
                     };
                     (Verdict::NotRun(why.clone()), why)
                 } else if let Some(problem) = malformed {
-                    (Verdict::Invalid(problem.message.clone()), problem.message.clone())
+                    (
+                        Verdict::Invalid(problem.message.clone()),
+                        problem.message.clone(),
+                    )
                 } else if repeats.record(call) {
                     let why = format!(
                         "not run: `{}` was called with the same arguments {} times in a row; the turn is stopped so it does not loop. Try something different.",
@@ -301,7 +307,9 @@ impl AgentLoop {
             });
         }
         // The loop returns on its last iteration at the latest.
-        Err(AgentError::History("the turn ended without an answer".to_string()))
+        Err(AgentError::History(
+            "the turn ended without an answer".to_string(),
+        ))
     }
 }
 

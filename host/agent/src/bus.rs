@@ -28,7 +28,9 @@ pub enum Delivery {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum BusError {
     /// The channel's queue is full; nobody is draining it.
-    #[error("the `{channel}` channel already holds {capacity} undelivered messages; the message was not published")]
+    #[error(
+        "the `{channel}` channel already holds {capacity} undelivered messages; the message was not published"
+    )]
     Full {
         /// The channel.
         channel: String,
@@ -86,7 +88,9 @@ impl MessageBus {
 
     fn lock(&self) -> MutexGuard<'_, Inner> {
         // A panic while holding this lock leaves consistent data (every update is one step).
-        self.inner.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.inner
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Publish `message` on its channel.
@@ -154,7 +158,12 @@ impl MessageBus {
         }
     }
 
-    fn end_subscription(&self, channel: &str, id: u64, receiver: &mut mpsc::UnboundedReceiver<InboundMessage>) {
+    fn end_subscription(
+        &self,
+        channel: &str,
+        id: u64,
+        receiver: &mut mpsc::UnboundedReceiver<InboundMessage>,
+    ) {
         let mut inner = self.lock();
         if let Some(state) = inner.channels.get_mut(channel) {
             state.subscribers.retain(|(other, _)| *other != id);
@@ -195,7 +204,8 @@ impl Subscription {
 
     fn end(&mut self) {
         if let Some(mut receiver) = self.receiver.take() {
-            self.bus.end_subscription(&self.channel, self.id, &mut receiver);
+            self.bus
+                .end_subscription(&self.channel, self.id, &mut receiver);
         }
     }
 }
@@ -222,11 +232,20 @@ mod tests {
     #[tokio::test]
     async fn each_message_takes_exactly_one_path() {
         let bus = MessageBus::new();
-        assert_eq!(bus.publish(message("system", "early")), Ok(Delivery::Queued));
+        assert_eq!(
+            bus.publish(message("system", "early")),
+            Ok(Delivery::Queued)
+        );
         let mut first = bus.subscribe("system");
         let mut second = bus.subscribe("system");
-        assert_eq!(bus.publish(message("system", "one")), Ok(Delivery::Subscriber));
-        assert_eq!(bus.publish(message("other", "elsewhere")), Ok(Delivery::Queued));
+        assert_eq!(
+            bus.publish(message("system", "one")),
+            Ok(Delivery::Subscriber)
+        );
+        assert_eq!(
+            bus.publish(message("other", "elsewhere")),
+            Ok(Delivery::Queued)
+        );
         assert_eq!(first.recv().await.unwrap().content, "one");
 
         // Two messages reach the first subscriber, one is read, then it unsubscribes: the
@@ -256,6 +275,9 @@ mod tests {
         assert!(refused.to_string().contains("100 undelivered"), "{refused}");
         assert_eq!(bus.queued("system"), 100);
         assert_eq!(bus.drain("system").len(), 100);
-        assert_eq!(bus.publish(message("system", "room again")), Ok(Delivery::Queued));
+        assert_eq!(
+            bus.publish(message("system", "room again")),
+            Ok(Delivery::Queued)
+        );
     }
 }

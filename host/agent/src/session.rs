@@ -80,7 +80,9 @@ impl PendingTurn {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Sessions {
@@ -107,7 +109,12 @@ impl Sessions {
 
     /// Queue `input` on `key`'s lane. Jobs submitted to one key run in submission order.
     /// Must be called inside a tokio runtime (the lane is a task).
-    pub fn submit(&self, key: &str, input: LaneInput, observer: Arc<dyn TurnObserver>) -> PendingTurn {
+    pub fn submit(
+        &self,
+        key: &str,
+        input: LaneInput,
+        observer: Arc<dyn TurnObserver>,
+    ) -> PendingTurn {
         let (reply, receiver) = oneshot::channel();
         let mut job = Job {
             input,
@@ -154,7 +161,10 @@ impl Sessions {
     /// Tokens used by session `key` since its last reset (including earlier runs, from the
     /// transcript).
     pub fn usage(&self, key: &str) -> Usage {
-        lock(&self.inner.shared.usage).get(key).copied().unwrap_or_default()
+        lock(&self.inner.shared.usage)
+            .get(key)
+            .copied()
+            .unwrap_or_default()
     }
 
     /// Deliver every message of `subscription` to the lane of its `session_key` as a
@@ -226,9 +236,18 @@ async fn run_lane(inner: Arc<Shared>, key: String, mut jobs: mpsc::UnboundedRece
                     .await
                     .map(|()| None)
             }
-            LaneInput::User(text) => run_one(&inner, &key, &mut history, text, job.observer.as_ref()).await,
+            LaneInput::User(text) => {
+                run_one(&inner, &key, &mut history, text, job.observer.as_ref()).await
+            }
             LaneInput::Notification(message) => {
-                run_one(&inner, &key, &mut history, notification_text(&message), job.observer.as_ref()).await
+                run_one(
+                    &inner,
+                    &key,
+                    &mut history,
+                    notification_text(&message),
+                    job.observer.as_ref(),
+                )
+                .await
             }
         };
         // The submitter may have stopped waiting; the turn is recorded all the same.
@@ -261,8 +280,15 @@ async fn run_one(
         Ok(outcome) => (outcome.usage, outcome.answered_by.clone()),
         Err(error) => (Usage::default(), format!("error: {error}")),
     };
-    entries.push(Entry::Turn { at_ms, usage, outcome });
-    lock(&inner.usage).entry(key.to_string()).or_default().add(usage);
+    entries.push(Entry::Turn {
+        at_ms,
+        usage,
+        outcome,
+    });
+    lock(&inner.usage)
+        .entry(key.to_string())
+        .or_default()
+        .add(usage);
     trim_history(history, inner.history_limit);
 
     persist(inner, key, entries).await?;

@@ -116,7 +116,9 @@ impl TranscriptStore {
         let path = self.path(key);
         let file = match File::open(&path) {
             Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Loaded::default()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Loaded::default());
+            }
             Err(error) => return Err(error),
         };
         let mut loaded = Loaded::default();
@@ -181,11 +183,22 @@ mod tests {
     #[test]
     fn keys_cannot_escape_the_directory() {
         let store = TranscriptStore::new("/state/sessions");
-        for key in ["../../etc/passwd", "/abs", "..", ".hidden", "a\\b", "", "a\0b"] {
+        for key in [
+            "../../etc/passwd",
+            "/abs",
+            "..",
+            ".hidden",
+            "a\\b",
+            "",
+            "a\0b",
+        ] {
             let path = store.path(key);
             assert_eq!(path.parent(), Some(Path::new("/state/sessions")), "{key:?}");
             let name = path.file_name().unwrap().to_str().unwrap();
-            assert!(!name.starts_with('.') && !name.contains('/'), "{key:?} -> {name}");
+            assert!(
+                !name.starts_with('.') && !name.contains('/'),
+                "{key:?} -> {name}"
+            );
         }
         assert_ne!(store.path("a/b"), store.path("a%2Fb"));
         assert!(store.path("cli:default").ends_with("cli%3Adefault.jsonl"));
@@ -218,6 +231,9 @@ mod tests {
             ChatMessage::assistant("ok"),
         ];
         trim_history(&mut history, 4);
-        assert_eq!(history, vec![ChatMessage::user("two"), ChatMessage::assistant("ok")]);
+        assert_eq!(
+            history,
+            vec![ChatMessage::user("two"), ChatMessage::assistant("ok")]
+        );
     }
 }

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use clawcage_agent::transcript::now_ms;
 use clawcage_agent::{
-    AgentLoop, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry,
-    TranscriptStore, TurnEnd,
+    AgentLoop, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry, TranscriptStore,
+    TurnEnd,
 };
 use clawcage_core::BoxFuture;
 
@@ -31,13 +31,18 @@ pub struct Runtime {
 
 /// A `message` tool callback that prints through `console`.
 pub fn print_messages(console: Arc<Console>) -> SendCallback {
-    Arc::new(move |message: OutboundMessage| -> BoxFuture<'static, Result<(), String>> {
-        let console = console.clone();
-        Box::pin(async move {
-            console.line(&format!("  [message to {}] {}", message.channel, message.content));
-            Ok(())
-        })
-    })
+    Arc::new(
+        move |message: OutboundMessage| -> BoxFuture<'static, Result<(), String>> {
+            let console = console.clone();
+            Box::pin(async move {
+                console.line(&format!(
+                    "  [message to {}] {}",
+                    message.channel, message.content
+                ));
+                Ok(())
+            })
+        },
+    )
 }
 
 /// Wire up an agent over `tools` (plus the `message` tool sending through `send`).
@@ -60,7 +65,11 @@ pub fn start(
         &tools,
     )?;
     let label = chosen.provider.label();
-    let agent = AgentLoop::new(chosen.provider, tools.clone(), config.agent.agent_config(stream)?);
+    let agent = AgentLoop::new(
+        chosen.provider,
+        tools.clone(),
+        config.agent.agent_config(stream)?,
+    );
     let sessions = Sessions::new(
         agent,
         Some(TranscriptStore::new(transcripts)),
@@ -85,7 +94,10 @@ pub async fn run_task(
     session: Option<String>,
 ) -> Result<(), Failure> {
     if task.trim().is_empty() {
-        return Err(Failure::Usage("the task is empty; pass what to do, e.g. clawcage run \"summarise README.md\"".to_string()));
+        return Err(Failure::Usage(
+            "the task is empty; pass what to do, e.g. clawcage run \"summarise README.md\""
+                .to_string(),
+        ));
     }
     let console = Arc::new(Console::new(Sink::Stderr, false));
     let runtime = start(

@@ -10,8 +10,8 @@ use std::time::Duration;
 use anyhow::{Context as _, bail};
 use clap::Args;
 use clawcage_agent::provider::{
-    self, ApiKey, FailoverChain, HttpSettings, ProviderConfig, ProviderKind, RetryPolicy,
-    Retrying, Script,
+    self, ApiKey, FailoverChain, HttpSettings, ProviderConfig, ProviderKind, RetryPolicy, Retrying,
+    Script,
 };
 use clawcage_agent::{AgentConfig, Provider, ToolRegistry};
 use serde::Deserialize;
@@ -139,7 +139,11 @@ pub fn choose_provider(
     config_dir: Option<&Path>,
     tools: &ToolRegistry,
 ) -> anyhow::Result<ChosenProvider> {
-    let config_kind = section.kind.as_deref().map(ProviderKind::parse).transpose()?;
+    let config_kind = section
+        .kind
+        .as_deref()
+        .map(ProviderKind::parse)
+        .transpose()?;
     let kind = match &args.provider {
         Some(name) => ProviderKind::parse(name)?,
         None => config_kind.unwrap_or(ProviderKind::Anthropic),
@@ -148,7 +152,8 @@ pub fn choose_provider(
     // line starts from that kind's defaults.
     let same_kind = config_kind.is_none_or(|configured| configured == kind);
     let pick = |flag: &Option<String>, configured: &Option<String>| {
-        flag.clone().or_else(|| if same_kind { configured.clone() } else { None })
+        flag.clone()
+            .or_else(|| if same_kind { configured.clone() } else { None })
     };
 
     if kind == ProviderKind::Scripted {
@@ -174,7 +179,9 @@ pub fn choose_provider(
     let timeout = match section.timeout_secs {
         None => Duration::from_secs(300),
         Some(seconds) if seconds > 0.0 && seconds <= 3600.0 => Duration::from_secs_f64(seconds),
-        Some(seconds) => bail!("[provider] timeout_secs = {seconds} is out of range; use more than 0 and at most 3600"),
+        Some(seconds) => bail!(
+            "[provider] timeout_secs = {seconds} is out of range; use more than 0 and at most 3600"
+        ),
     };
     let max_tokens = match section.max_tokens {
         None => 8192,
@@ -187,11 +194,15 @@ pub fn choose_provider(
     };
     let model = pick(&args.model, &section.model);
     let base_url = pick(&args.base_url, &section.base_url);
-    let mut members: Vec<Arc<dyn Provider>> = vec![http_member(kind, model, base_url, max_tokens, timeout, policy, tools)?];
+    let mut members: Vec<Arc<dyn Provider>> = vec![http_member(
+        kind, model, base_url, max_tokens, timeout, policy, tools,
+    )?];
     for fallback in &section.fallback {
         let kind = ProviderKind::parse(&fallback.kind)?;
         if kind == ProviderKind::Scripted {
-            bail!("[[provider.fallback]] kind = \"scripted\" is not allowed; a fallback must be a model");
+            bail!(
+                "[[provider.fallback]] kind = \"scripted\" is not allowed; a fallback must be a model"
+            );
         }
         members.push(http_member(
             kind,
@@ -249,7 +260,10 @@ fn http_member(
         ProviderKind::Anthropic => ProviderConfig::Anthropic(settings),
         _ => ProviderConfig::OpenAi(settings),
     };
-    Ok(Arc::new(Retrying::new(provider::build(config, tools)?, policy)))
+    Ok(Arc::new(Retrying::new(
+        provider::build(config, tools)?,
+        policy,
+    )))
 }
 
 #[cfg(test)]
@@ -294,18 +308,28 @@ mod tests {
             model: Some("qwen".into()),
             ..ProviderArgs::default()
         };
-        assert_eq!(choose_provider(&args, &section, None, &tools).unwrap().provider.label(), "openai/qwen");
+        assert_eq!(
+            choose_provider(&args, &section, None, &tools)
+                .unwrap()
+                .provider
+                .label(),
+            "openai/qwen"
+        );
         let no_model = ProviderArgs {
             provider: Some("openai".into()),
             ..ProviderArgs::default()
         };
-        let error = choose_provider(&no_model, &ProviderSection::default(), None, &tools).err().unwrap();
+        let error = choose_provider(&no_model, &ProviderSection::default(), None, &tools)
+            .err()
+            .unwrap();
         assert!(error.to_string().contains("needs a model"), "{error}");
         let scripted = ProviderArgs {
             provider: Some("scripted".into()),
             ..ProviderArgs::default()
         };
-        let error = choose_provider(&scripted, &ProviderSection::default(), None, &tools).err().unwrap();
+        let error = choose_provider(&scripted, &ProviderSection::default(), None, &tools)
+            .err()
+            .unwrap();
         assert!(error.to_string().contains("--script"), "{error}");
         let bad = ProviderArgs {
             provider: Some("gpt".into()),

@@ -69,9 +69,16 @@ pub async fn run(
         idle_console.clone(),
         Arc::new({
             let idle_console = idle_console.clone();
-            move |message: &InboundMessage, outcome: Result<TurnOutcome, AgentError>| match outcome {
-                Ok(outcome) => idle_console.line(&format!("[{} via {}] {}", message.sender, message.channel, outcome.text)),
-                Err(error) => idle_console.line(&format!("[{}] the notification could not be handled: {error}", message.sender)),
+            move |message: &InboundMessage, outcome: Result<TurnOutcome, AgentError>| match outcome
+            {
+                Ok(outcome) => idle_console.line(&format!(
+                    "[{} via {}] {}",
+                    message.sender, message.channel, outcome.text
+                )),
+                Err(error) => idle_console.line(&format!(
+                    "[{}] the notification could not be handled: {error}",
+                    message.sender
+                )),
             }
         }),
     );

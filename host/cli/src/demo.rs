@@ -56,8 +56,13 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
         &state.join("sessions"),
     )?;
 
-    println!("clawcage demo — a recorded session played by the scripted provider ({}).", runtime.label);
-    println!("No model, no API key, no network: the replies are scripted, the tools and the sandbox are real.");
+    println!(
+        "clawcage demo — a recorded session played by the scripted provider ({}).",
+        runtime.label
+    );
+    println!(
+        "No model, no API key, no network: the replies are scripted, the tools and the sandbox are real."
+    );
     println!("Workspace (temporary): {}", workspace.display());
     println!("Tools: {}", runtime.tools.names().join(", "));
 
@@ -91,8 +96,12 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
         console.line("");
     }
     println!();
-    println!("That was the scripted demo. With a model: export ANTHROPIC_API_KEY=… && clawcage chat");
-    println!("(or --provider openai --base-url http://localhost:11434/v1 --model llama3.1 for a local server).");
+    println!(
+        "That was the scripted demo. With a model: export ANTHROPIC_API_KEY=… && clawcage chat"
+    );
+    println!(
+        "(or --provider openai --base-url http://localhost:11434/v1 --model llama3.1 for a local server)."
+    );
     println!("The temporary workspace is removed now.");
     Ok(())
 }

@@ -165,10 +165,27 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Tools { json } => print_tools(&registry, json),
         Command::Call { tool, args } => call(&registry, &tool, &args).await,
         Command::Run { task, session } => {
-            agent::run_task(&config, config_file.as_deref(), &cli.provider, registry, &state_dir, &task, session).await
+            agent::run_task(
+                &config,
+                config_file.as_deref(),
+                &cli.provider,
+                registry,
+                &state_dir,
+                &task,
+                session,
+            )
+            .await
         }
         Command::Chat { session } => {
-            chat::run(&config, config_file.as_deref(), &cli.provider, registry, &state_dir, session).await
+            chat::run(
+                &config,
+                config_file.as_deref(),
+                &cli.provider,
+                registry,
+                &state_dir,
+                session,
+            )
+            .await
         }
         Command::Demo => Ok(()),
     }

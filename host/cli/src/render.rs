@@ -74,7 +74,9 @@ impl Console {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, LineState> {
-        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// End a streamed line, if one is open.
@@ -138,7 +140,10 @@ impl ProviderEvents for Console {
     }
 
     fn failing_over(&self, from: &str, to: &str, reason: &str) {
-        self.line(&format!("  … {from} failed ({}); trying {to}", preview(reason, 160)));
+        self.line(&format!(
+            "  … {from} failed ({}); trying {to}",
+            preview(reason, 160)
+        ));
     }
 }
 

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::sse::SseParser;
 use super::{
     ChatRequest, ChatResponse, HttpSettings, MalformedToolCall, Provider, ProviderError,
-    ProviderEvents, StopReason, parse_json, read_body, send, tool_input, too_large,
+    ProviderEvents, StopReason, parse_json, read_body, send, too_large, tool_input,
     transport_error,
 };
 
@@ -85,12 +85,21 @@ impl Provider for AnthropicProvider {
         Box::pin(async move {
             let label = self.label();
             let url = self.settings.endpoint("/v1/messages");
-            let key = self.settings.api_key.as_ref().map(|key| key.expose()).unwrap_or_default();
+            let key = self
+                .settings
+                .api_key
+                .as_ref()
+                .map(|key| key.expose())
+                .unwrap_or_default();
             let body = request_body(&self.settings, &request);
             let builder = self
                 .client
                 .post(&url)
-                .timeout(if request.stream { self.settings.timeout * 4 } else { self.settings.timeout })
+                .timeout(if request.stream {
+                    self.settings.timeout * 4
+                } else {
+                    self.settings.timeout
+                })
                 .header("x-api-key", key)
                 .header("anthropic-version", API_VERSION)
                 .header("content-type", "application/json")
@@ -104,8 +113,14 @@ impl Provider for AnthropicProvider {
             let mut response = if is_stream {
                 read_stream(&label, &url, &self.settings, response, events).await?
             } else {
-                let bytes =
-                    read_body(&label, &url, &self.settings, response, self.settings.max_response_bytes).await?;
+                let bytes = read_body(
+                    &label,
+                    &url,
+                    &self.settings,
+                    response,
+                    self.settings.max_response_bytes,
+                )
+                .await?;
                 parse_response(&label, &parse_json(&label, &bytes)?)?
             };
             response.answered_by = label;
@@ -116,10 +131,12 @@ impl Provider for AnthropicProvider {
 
 /// Read a non-streaming response body.
 pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, ProviderError> {
-    let blocks = body["content"].as_array().ok_or_else(|| ProviderError::Protocol {
-        provider: label.to_string(),
-        message: "the response has no `content` array".to_string(),
-    })?;
+    let blocks = body["content"]
+        .as_array()
+        .ok_or_else(|| ProviderError::Protocol {
+            provider: label.to_string(),
+            message: "the response has no `content` array".to_string(),
+        })?;
     let mut content = Vec::new();
     let mut malformed = Vec::new();
     for block in blocks {
@@ -192,7 +209,11 @@ fn stop_reason(reason: Option<&str>) -> StopReason {
 /// A content block while its deltas arrive.
 enum PartialBlock {
     Text(String),
-    Tool { id: String, name: String, json: String },
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+    },
     /// A kind we do not keep (e.g. thinking); its deltas are read and dropped.
     Other,
 }
@@ -228,7 +249,10 @@ async fn read_stream(
         }
         for event in parser.push(&chunk).map_err(protocol)? {
             let data: Value = serde_json::from_str(&event.data).map_err(|error| {
-                protocol(format!("a streamed event is not JSON ({error}): {}", super::preview(&event.data, 200)))
+                protocol(format!(
+                    "a streamed event is not JSON ({error}): {}",
+                    super::preview(&event.data, 200)
+                ))
             })?;
             let index = data["index"].as_u64().unwrap_or(0);
             match data["type"].as_str().unwrap_or(event.event.as_str()) {
@@ -291,8 +315,14 @@ async fn read_stream(
                 "error" => {
                     return Err(ProviderError::Stream {
                         provider: label.to_string(),
-                        kind: data["error"]["type"].as_str().unwrap_or("error").to_string(),
-                        message: data["error"]["message"].as_str().unwrap_or_default().to_string(),
+                        kind: data["error"]["type"]
+                            .as_str()
+                            .unwrap_or("error")
+                            .to_string(),
+                        message: data["error"]["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
                     });
                 }
                 // `ping`, `content_block_stop` and event types added later.
@@ -301,7 +331,9 @@ async fn read_stream(
         }
     }
     if !finished {
-        return Err(protocol("the stream ended before `message_stop`".to_string()));
+        return Err(protocol(
+            "the stream ended before `message_stop`".to_string(),
+        ));
     }
     let mut content = Vec::new();
     let mut malformed = Vec::new();

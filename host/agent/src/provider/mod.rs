@@ -17,8 +17,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clawcage_core::{BoxFuture, ContentBlock, Usage};
 use clawcage_core::ChatMessage;
+use clawcage_core::{BoxFuture, ContentBlock, Usage};
 
 use crate::ToolRegistry;
 
@@ -110,7 +110,9 @@ pub enum ProviderError {
         retry_after: Option<Duration>,
     },
     /// No answer in time.
-    #[error("{provider} did not answer within {seconds}s; check the server, or raise [provider] timeout_secs")]
+    #[error(
+        "{provider} did not answer within {seconds}s; check the server, or raise [provider] timeout_secs"
+    )]
     Timeout {
         /// `provider/model`.
         provider: String,
@@ -118,7 +120,9 @@ pub enum ProviderError {
         seconds: u64,
     },
     /// The connection failed.
-    #[error("cannot reach {provider} at {url}: {message}; check --base-url and that the server runs")]
+    #[error(
+        "cannot reach {provider} at {url}: {message}; check --base-url and that the server runs"
+    )]
     Connect {
         /// `provider/model`.
         provider: String,
@@ -149,7 +153,9 @@ pub enum ProviderError {
     #[error("{0}")]
     Config(String),
     /// The scripted provider has no reply left.
-    #[error("the script has no reply left (it had {0}); the scripted provider cannot answer more requests")]
+    #[error(
+        "the script has no reply left (it had {0}); the scripted provider cannot answer more requests"
+    )]
     ScriptExhausted(usize),
 }
 
@@ -158,7 +164,9 @@ impl ProviderError {
     /// must decide.
     pub fn is_retryable(&self) -> bool {
         match self {
-            ProviderError::Status { status, .. } => *status == 429 || *status == 408 || *status >= 500,
+            ProviderError::Status { status, .. } => {
+                *status == 429 || *status == 408 || *status >= 500
+            }
             ProviderError::Timeout { .. } => true,
             ProviderError::Connect { .. } => true,
             ProviderError::Stream { kind, .. } => {
@@ -298,7 +306,9 @@ impl HttpSettings {
             .read_timeout(self.timeout)
             .user_agent(concat!("clawcage/", env!("CARGO_PKG_VERSION")))
             .build()
-            .map_err(|error| ProviderError::Config(format!("cannot build the HTTP client: {error}")))
+            .map_err(|error| {
+                ProviderError::Config(format!("cannot build the HTTP client: {error}"))
+            })
     }
 }
 
@@ -310,7 +320,10 @@ async fn send(
     settings: &HttpSettings,
     request: reqwest::RequestBuilder,
 ) -> Result<reqwest::Response, ProviderError> {
-    let response = request.send().await.map_err(|error| transport_error(label, url, settings, &error))?;
+    let response = request
+        .send()
+        .await
+        .map_err(|error| transport_error(label, url, settings, &error))?;
     let status = response.status();
     if status.is_success() {
         return Ok(response);
@@ -457,12 +470,20 @@ fn tool_input(
     match repair::parse_tool_arguments(raw) {
         Ok(repair::Parsed::Clean(value)) => value,
         Ok(repair::Parsed::Repaired(value, what)) => {
-            tracing::warn!(provider = label, tool = name, "repaired tool-call arguments: {what}");
+            tracing::warn!(
+                provider = label,
+                tool = name,
+                "repaired tool-call arguments: {what}"
+            );
             repairs.push(format!("{name}: {what}"));
             value
         }
         Err(problem) => {
-            tracing::warn!(provider = label, tool = name, "unreadable tool-call arguments: {problem}");
+            tracing::warn!(
+                provider = label,
+                tool = name,
+                "unreadable tool-call arguments: {problem}"
+            );
             malformed.push(MalformedToolCall {
                 tool_use_id: id.to_string(),
                 message: format!(
@@ -488,9 +509,14 @@ pub enum ProviderConfig {
 
 /// Build one provider (without retries). `tools` is only read by the scripted provider, which
 /// leaves out exchanges needing tools the registry lacks.
-pub fn build(config: ProviderConfig, tools: &ToolRegistry) -> Result<Arc<dyn Provider>, ProviderError> {
+pub fn build(
+    config: ProviderConfig,
+    tools: &ToolRegistry,
+) -> Result<Arc<dyn Provider>, ProviderError> {
     Ok(match config {
-        ProviderConfig::Anthropic(settings) => Arc::new(anthropic::AnthropicProvider::new(settings)?),
+        ProviderConfig::Anthropic(settings) => {
+            Arc::new(anthropic::AnthropicProvider::new(settings)?)
+        }
         ProviderConfig::OpenAi(settings) => Arc::new(openai::OpenAiProvider::new(settings)?),
         ProviderConfig::Scripted(script) => Arc::new(ScriptedProvider::new(&script, tools)),
     })
@@ -508,7 +534,10 @@ mod tests {
         headers.insert("retry-after-ms", "150".parse().unwrap());
         assert_eq!(retry_after(&headers), Some(Duration::from_millis(150)));
         let mut dated = reqwest::header::HeaderMap::new();
-        dated.insert("retry-after", "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap());
+        dated.insert(
+            "retry-after",
+            "Wed, 21 Oct 2015 07:28:00 GMT".parse().unwrap(),
+        );
         assert_eq!(retry_after(&dated), None);
         dated.insert("retry-after", "-3".parse().unwrap());
         assert_eq!(retry_after(&dated), None);
@@ -517,11 +546,16 @@ mod tests {
     #[test]
     fn error_messages_come_from_the_body() {
         assert_eq!(
-            error_message(br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#),
+            error_message(
+                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+            ),
             "Overloaded"
         );
         assert_eq!(error_message(b""), "(empty body)");
-        assert_eq!(error_message(b"<html>bad gateway</html>"), "<html>bad gateway</html>");
+        assert_eq!(
+            error_message(b"<html>bad gateway</html>"),
+            "<html>bad gateway</html>"
+        );
     }
 
     #[test]

@@ -14,7 +14,7 @@ use serde_json::{Value, json};
 use super::sse::SseParser;
 use super::{
     ChatRequest, ChatResponse, HttpSettings, Provider, ProviderError, ProviderEvents, StopReason,
-    parse_json, read_body, send, tool_input, too_large, transport_error,
+    parse_json, read_body, send, too_large, tool_input, transport_error,
 };
 
 /// A client of an OpenAI-compatible server.
@@ -82,8 +82,15 @@ fn push_message(messages: &mut Vec<Value>, message: &ChatMessage) {
         }
         Role::User => {
             for block in &message.content {
-                if let ContentBlock::ToolResult { tool_use_id, content, .. } = block {
-                    messages.push(json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}));
+                if let ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    ..
+                } = block
+                {
+                    messages.push(
+                        json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}),
+                    );
                 }
             }
             let text = message.text();
@@ -111,7 +118,11 @@ impl Provider for OpenAiProvider {
             let mut builder = self
                 .client
                 .post(&url)
-                .timeout(if request.stream { self.settings.timeout * 4 } else { self.settings.timeout })
+                .timeout(if request.stream {
+                    self.settings.timeout * 4
+                } else {
+                    self.settings.timeout
+                })
                 .header("content-type", "application/json")
                 .body(body.to_string());
             if let Some(key) = &self.settings.api_key {
@@ -126,8 +137,14 @@ impl Provider for OpenAiProvider {
             let mut response = if is_stream {
                 read_stream(&label, &url, &self.settings, response, events).await?
             } else {
-                let bytes =
-                    read_body(&label, &url, &self.settings, response, self.settings.max_response_bytes).await?;
+                let bytes = read_body(
+                    &label,
+                    &url,
+                    &self.settings,
+                    response,
+                    self.settings.max_response_bytes,
+                )
+                .await?;
                 parse_response(&label, &parse_json(&label, &bytes)?)?
             };
             response.answered_by = label;
@@ -165,11 +182,28 @@ fn finish(
             });
         }
         // Some local servers leave the id out; the id only has to pair the call with its result.
-        let id = if call.id.is_empty() { format!("call_{number}") } else { call.id };
-        let input = tool_input(label, &id, &call.name, &call.arguments, &mut malformed, &mut repairs);
-        content.push(ContentBlock::ToolUse { id, name: call.name, input });
+        let id = if call.id.is_empty() {
+            format!("call_{number}")
+        } else {
+            call.id
+        };
+        let input = tool_input(
+            label,
+            &id,
+            &call.name,
+            &call.arguments,
+            &mut malformed,
+            &mut repairs,
+        );
+        content.push(ContentBlock::ToolUse {
+            id,
+            name: call.name,
+            input,
+        });
     }
-    let has_calls = content.iter().any(|block| matches!(block, ContentBlock::ToolUse { .. }));
+    let has_calls = content
+        .iter()
+        .any(|block| matches!(block, ContentBlock::ToolUse { .. }));
     let stop_reason = match finish_reason {
         Some("tool_calls") | Some("function_call") => StopReason::ToolUse,
         Some("length") => StopReason::MaxTokens,
@@ -212,7 +246,10 @@ pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, Provide
                 .iter()
                 .map(|call| PartialCall {
                     id: call["id"].as_str().unwrap_or_default().to_string(),
-                    name: call["function"]["name"].as_str().unwrap_or_default().to_string(),
+                    name: call["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
                     arguments: match &call["function"]["arguments"] {
                         Value::String(text) => text.clone(),
                         // Some servers send the object itself rather than its text.
@@ -223,7 +260,13 @@ pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, Provide
                 .collect()
         })
         .unwrap_or_default();
-    finish(label, text, calls, choice["finish_reason"].as_str(), usage_of(&body["usage"]))
+    finish(
+        label,
+        text,
+        calls,
+        choice["finish_reason"].as_str(),
+        usage_of(&body["usage"]),
+    )
 }
 
 async fn read_stream(
@@ -262,12 +305,18 @@ async fn read_stream(
                 break;
             }
             let data: Value = serde_json::from_str(&event.data).map_err(|error| {
-                protocol(format!("a streamed chunk is not JSON ({error}): {}", super::preview(&event.data, 200)))
+                protocol(format!(
+                    "a streamed chunk is not JSON ({error}): {}",
+                    super::preview(&event.data, 200)
+                ))
             })?;
             if let Some(message) = data["error"]["message"].as_str() {
                 return Err(ProviderError::Stream {
                     provider: label.to_string(),
-                    kind: data["error"]["type"].as_str().unwrap_or("error").to_string(),
+                    kind: data["error"]["type"]
+                        .as_str()
+                        .unwrap_or("error")
+                        .to_string(),
                     message: message.to_string(),
                 });
             }
@@ -303,5 +352,11 @@ async fn read_stream(
     if !done && finish_reason.is_none() {
         return Err(protocol("the stream ended before `[DONE]`".to_string()));
     }
-    finish(label, text, calls.into_values().collect(), finish_reason.as_deref(), usage)
+    finish(
+        label,
+        text,
+        calls.into_values().collect(),
+        finish_reason.as_deref(),
+        usage,
+    )
 }

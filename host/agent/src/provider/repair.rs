@@ -44,7 +44,10 @@ pub fn parse_tool_arguments(raw: &str) -> Result<Parsed, String> {
     let mut stream = serde_json::Deserializer::from_str(text).into_iter::<Value>();
     if let Some(Ok(value)) = stream.next() {
         let rest = &text[stream.byte_offset()..];
-        if rest.chars().all(|c| c == '}' || c == ']' || c.is_whitespace()) {
+        if rest
+            .chars()
+            .all(|c| c == '}' || c == ']' || c.is_whitespace())
+        {
             steps.push("dropped stray closing brackets after the object");
             return as_object(value).map(|value| Parsed::Repaired(value, steps.join(", ")));
         }
@@ -160,27 +163,36 @@ mod tests {
         assert_eq!(repaired(r#"{"path":"a""#), json!({"path": "a"}));
         assert_eq!(repaired(r#"{"a":{"b":[1,2]"#), json!({"a": {"b": [1, 2]}}));
         assert_eq!(repaired(r#"{"a":[1,2"#), json!({"a": [1, 2]}));
-        assert_eq!(repaired("```json\n{\"path\":\"a\"}\n```"), json!({"path": "a"}));
-        assert_eq!(repaired(r#"{"text":"has } and { inside""#), json!({"text": "has } and { inside"}));
+        assert_eq!(
+            repaired("```json\n{\"path\":\"a\"}\n```"),
+            json!({"path": "a"})
+        );
+        assert_eq!(
+            repaired(r#"{"text":"has } and { inside""#),
+            json!({"text": "has } and { inside"})
+        );
     }
 
     #[test]
     fn ambiguous_damage_is_refused() {
         for raw in [
-            r#"{"path":"a"#,            // cut inside a string
-            r#"{"path":"#,              // cut after a colon
-            r#"{"path":"a","#,          // cut after a comma
-            r#"{"a":1}{"b":2}"#,        // two objects
-            r#"{"a":1} and more"#,      // prose after the object
-            r#"["a"]"#,                 // not an object
+            r#"{"path":"a"#,       // cut inside a string
+            r#"{"path":"#,         // cut after a colon
+            r#"{"path":"a","#,     // cut after a comma
+            r#"{"a":1}{"b":2}"#,   // two objects
+            r#"{"a":1} and more"#, // prose after the object
+            r#"["a"]"#,            // not an object
             r#""just a string""#,
             "null",
             "read the file please",
-            r#"{"a":1]"#,               // mismatched bracket
-            r#"{'a': 1}"#,              // single quotes
-            r#"{"a":{"#,                // cut after an opening brace
+            r#"{"a":1]"#,  // mismatched bracket
+            r#"{'a': 1}"#, // single quotes
+            r#"{"a":{"#,   // cut after an opening brace
         ] {
-            assert!(parse_tool_arguments(raw).is_err(), "{raw:?} should be refused");
+            assert!(
+                parse_tool_arguments(raw).is_err(),
+                "{raw:?} should be refused"
+            );
         }
     }
 }

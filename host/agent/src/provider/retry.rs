@@ -198,7 +198,11 @@ mod tests {
         );
         assert_eq!(policy.delay(0, Some(Duration::from_secs(3600))), None);
         assert_eq!(
-            RetryPolicy { max_retries: 0, ..policy }.delay(0, Some(Duration::ZERO)),
+            RetryPolicy {
+                max_retries: 0,
+                ..policy
+            }
+            .delay(0, Some(Duration::ZERO)),
             None
         );
     }

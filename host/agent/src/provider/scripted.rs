@@ -168,7 +168,11 @@ impl Provider for ScriptedProvider {
                 .any(|block| matches!(block, ContentBlock::ToolUse { .. }));
             Ok(ChatResponse {
                 content,
-                stop_reason: if wants_tools { StopReason::ToolUse } else { StopReason::EndTurn },
+                stop_reason: if wants_tools {
+                    StopReason::ToolUse
+                } else {
+                    StopReason::EndTurn
+                },
                 usage: Usage::default(),
                 answered_by: self.label(),
                 malformed: Vec::new(),

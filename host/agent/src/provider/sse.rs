@@ -122,13 +122,29 @@ mod tests {
     fn events_survive_any_chunking_and_any_line_ending() {
         let input = "event: message_start\ndata: {\"a\":1}\n\n: keep-alive comment\n\nevent: delta\r\ndata: héllo\r\ndata: wörld\r\n\r\ndata:no-space\r\rid: 7\nretry: 10\ndata: [DONE]\n\n";
         let expected = vec![
-            SseEvent { event: "message_start".into(), data: "{\"a\":1}".into() },
-            SseEvent { event: "delta".into(), data: "héllo\nwörld".into() },
-            SseEvent { event: String::new(), data: "no-space".into() },
-            SseEvent { event: String::new(), data: "[DONE]".into() },
+            SseEvent {
+                event: "message_start".into(),
+                data: "{\"a\":1}".into(),
+            },
+            SseEvent {
+                event: "delta".into(),
+                data: "héllo\nwörld".into(),
+            },
+            SseEvent {
+                event: String::new(),
+                data: "no-space".into(),
+            },
+            SseEvent {
+                event: String::new(),
+                data: "[DONE]".into(),
+            },
         ];
         for piece in 1..=input.len() {
-            assert_eq!(parse_in_pieces(input.as_bytes(), piece), expected, "piece size {piece}");
+            assert_eq!(
+                parse_in_pieces(input.as_bytes(), piece),
+                expected,
+                "piece size {piece}"
+            );
         }
     }
 
