@@ -8,6 +8,10 @@ build:
 release:
     cargo build --release -p clawcage-cli
 
+# The scripted demo session: real tools and sandbox, no API key.
+demo:
+    cargo run --release -p clawcage-cli -- demo
+
 # Run every test, as CI does.
 test:
     cargo test --workspace

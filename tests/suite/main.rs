@@ -6,8 +6,11 @@
     reason = "tests fail by panicking"
 )]
 
+mod agent_loop;
 mod cache;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;
+mod providers;
 mod sandbox_escape;
+mod sessions;

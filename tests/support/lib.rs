@@ -1,11 +1,15 @@
 //! Shared helpers for clawcage's integration tests and benchmarks: one sandbox per process with
 //! one compiled-artifact cache shared by every test run, temporary workspaces, and registries
-//! built from the real bundled and fixture components.
+//! built from the real bundled and fixture components, and a scripted LLM server
+//! ([`llm_server`]) speaking the Anthropic and OpenAI wire formats on 127.0.0.1.
 
 #![allow(
     clippy::expect_used,
     reason = "test helpers fail the test by panicking"
 )]
+
+pub mod host_tools;
+pub mod llm_server;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
