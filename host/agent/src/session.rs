@@ -58,6 +58,10 @@ pub struct Sessions {
     inner: Arc<Inner>,
 }
 
+/// Hears the outcome of each notification turn (the REPL prints it).
+pub type NotificationDone =
+    Arc<dyn Fn(&InboundMessage, Result<TurnOutcome, AgentError>) + Send + Sync>;
+
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
@@ -174,7 +178,7 @@ impl Sessions {
         &self,
         mut subscription: Subscription,
         observer: Arc<dyn TurnObserver>,
-        done: Arc<dyn Fn(&InboundMessage, Result<TurnOutcome, AgentError>) + Send + Sync>,
+        done: NotificationDone,
     ) -> tokio::task::JoinHandle<()> {
         let sessions = self.clone();
         tokio::spawn(async move {

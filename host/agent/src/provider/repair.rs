@@ -117,11 +117,7 @@ fn missing_closers(text: &str) -> Option<String> {
             '"' => in_string = true,
             '{' => stack.push('}'),
             '[' => stack.push(']'),
-            '}' | ']' => {
-                if stack.pop() != Some(c) {
-                    return None;
-                }
-            }
+            '}' | ']' if stack.pop() != Some(c) => return None,
             _ => {}
         }
         if !c.is_whitespace() {
