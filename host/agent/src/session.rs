@@ -32,6 +32,10 @@ pub enum LaneInput {
 
 type LaneReply = Result<Option<TurnOutcome>, AgentError>;
 
+/// Hears how each notification's turn ended (the REPL prints it).
+pub type NotificationDone =
+    Arc<dyn Fn(&InboundMessage, Result<TurnOutcome, AgentError>) + Send + Sync>;
+
 struct Job {
     input: LaneInput,
     observer: Arc<dyn TurnObserver>,
@@ -174,7 +178,7 @@ impl Sessions {
         &self,
         mut subscription: Subscription,
         observer: Arc<dyn TurnObserver>,
-        done: Arc<dyn Fn(&InboundMessage, Result<TurnOutcome, AgentError>) + Send + Sync>,
+        done: NotificationDone,
     ) -> tokio::task::JoinHandle<()> {
         let sessions = self.clone();
         tokio::spawn(async move {
