@@ -7,6 +7,7 @@
 )]
 
 mod agent_loop;
+mod agent_sandbox;
 mod cache;
 mod file_attacks;
 mod file_tools;

@@ -32,6 +32,10 @@ pub enum LaneInput {
 
 type LaneReply = Result<Option<TurnOutcome>, AgentError>;
 
+/// Hears how each notification's turn ended (the REPL prints it).
+pub type NotificationDone =
+    Arc<dyn Fn(&InboundMessage, Result<TurnOutcome, AgentError>) + Send + Sync>;
+
 struct Job {
     input: LaneInput,
     observer: Arc<dyn TurnObserver>,
@@ -57,10 +61,6 @@ struct Inner {
 pub struct Sessions {
     inner: Arc<Inner>,
 }
-
-/// Hears the outcome of each notification turn (the REPL prints it).
-pub type NotificationDone =
-    Arc<dyn Fn(&InboundMessage, Result<TurnOutcome, AgentError>) + Send + Sync>;
 
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

@@ -188,8 +188,13 @@ pub fn choose_provider(
         Some(n) if n >= 1 => n,
         Some(n) => bail!("[provider] max_tokens = {n} is too small"),
     };
+    let max_retries = match section.max_retries {
+        None => 3,
+        Some(n) if n <= 20 => n,
+        Some(n) => bail!("[provider] max_retries = {n} is out of range; use 0 to 20"),
+    };
     let policy = RetryPolicy {
-        max_retries: section.max_retries.unwrap_or(3).min(20),
+        max_retries,
         ..RetryPolicy::default()
     };
     let model = pick(&args.model, &section.model);

@@ -93,7 +93,7 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
         if outcome.end == TurnEnd::Answered && !console.streamed() {
             console.line(&outcome.text);
         }
-        console.line("");
+        console.break_line();
     }
     println!();
     println!(

@@ -80,7 +80,7 @@ impl Console {
     }
 
     /// End a streamed line, if one is open.
-    fn break_line(&self) {
+    pub fn break_line(&self) {
         let open = {
             let mut state = self.lock();
             std::mem::replace(&mut state.mid_line, false)

@@ -152,6 +152,9 @@ pub enum ProviderError {
     /// The provider cannot be used as configured.
     #[error("{0}")]
     Config(String),
+    /// Every provider of a fail-over chain failed; each failure, in order.
+    #[error("every provider in the chain failed: {0}")]
+    AllFailed(String),
     /// The scripted provider has no reply left.
     #[error(
         "the script has no reply left (it had {0}); the scripted provider cannot answer more requests"
@@ -174,6 +177,7 @@ impl ProviderError {
             }
             ProviderError::Protocol { .. } => false,
             ProviderError::Config(_) => false,
+            ProviderError::AllFailed(_) => false,
             ProviderError::ScriptExhausted(_) => false,
         }
     }
@@ -276,7 +280,8 @@ pub struct HttpSettings {
     pub api_key: Option<ApiKey>,
     /// Output token cap per request.
     pub max_tokens: u32,
-    /// Time for a whole request (and, when streaming, the longest silence between chunks).
+    /// Time for a whole request, and the longest silence between two chunks of a response. A
+    /// streamed response, which may legitimately take long, gets four times this in total.
     pub timeout: Duration,
     /// The largest response body read; a larger one is an error.
     pub max_response_bytes: usize,

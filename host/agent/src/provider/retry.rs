@@ -151,14 +151,13 @@ impl Provider for FailoverChain {
             }
             match failures.len() {
                 1 => Err(failures.remove(0)),
-                _ => Err(ProviderError::Config(format!(
-                    "every provider in the chain failed: {}",
+                _ => Err(ProviderError::AllFailed(
                     failures
                         .iter()
                         .map(ToString::to_string)
                         .collect::<Vec<_>>()
-                        .join("; ")
-                ))),
+                        .join("; "),
+                )),
             }
         })
     }
