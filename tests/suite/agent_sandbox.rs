@@ -17,15 +17,25 @@ async fn the_model_writes_reads_and_is_refused_an_escape() {
     let dir = tempfile::tempdir().unwrap();
     let outside = tempfile::tempdir().unwrap();
     std::fs::write(outside.path().join("secret.txt"), "top secret").unwrap();
-    std::os::unix::fs::symlink(outside.path().join("secret.txt"), dir.path().join("link.txt")).unwrap();
+    std::os::unix::fs::symlink(
+        outside.path().join("secret.txt"),
+        dir.path().join("link.txt"),
+    )
+    .unwrap();
     let server = LlmServer::start(vec![
-        anthropic::message(&[anthropic::tool("w", "write_file", json!({"path": "out/plan.md", "content": "step one\n"}))]),
+        anthropic::message(&[anthropic::tool(
+            "w",
+            "write_file",
+            json!({"path": "out/plan.md", "content": "step one\n"}),
+        )]),
         anthropic::message(&[
             anthropic::tool("r", "read_file", json!({"path": "out/plan.md"})),
             anthropic::tool("s", "read_file", json!({"path": "link.txt"})),
             anthropic::tool("u", "read_file", json!({"path": "out/../../secret.txt"})),
         ]),
-        anthropic::message(&[anthropic::text("Wrote and read the plan; the other files are off limits.")]),
+        anthropic::message(&[anthropic::text(
+            "Wrote and read the plan; the other files are off limits.",
+        )]),
     ])
     .await;
     let tools = file_registry(dir.path(), FsMode::ReadWrite).await;
@@ -33,7 +43,10 @@ async fn the_model_writes_reads_and_is_refused_an_escape() {
     let mut history = vec![ChatMessage::user("Write a plan, then read it back.")];
     let outcome = agent.run_turn(&mut history, &NoEvents).await.unwrap();
     assert_eq!(outcome.end, TurnEnd::Answered);
-    assert_eq!(std::fs::read_to_string(dir.path().join("out/plan.md")).unwrap(), "step one\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("out/plan.md")).unwrap(),
+        "step one\n"
+    );
 
     let results = &server.bodies()[2]["messages"][4]["content"];
     assert_eq!(results[0]["content"], "step one\n");
