@@ -123,8 +123,10 @@ pub async fn run(
             "/tools" => {
                 for tool in runtime.tools.tools() {
                     let spec = tool.spec();
-                    let summary = spec.description.lines().next().unwrap_or_default();
-                    println!("  {}  ({}) — {summary}", spec.name, tool.grants_summary());
+                    let first_line = spec.description.lines().next().unwrap_or_default();
+                    let summary = first_line.split(". ").next().unwrap_or(first_line);
+                    println!("  {}  — {}", spec.name, summary.trim_end_matches('.'));
+                    println!("      reaches: {}", tool.grants_summary());
                 }
             }
             "/reset" => match sessions.reset(&key).await {

@@ -436,7 +436,11 @@ async fn chat_reads_lines_streams_replies_and_handles_commands() {
         text(&output.stderr)
     );
     assert!(stdout.contains("/reset"), "help: {stdout}");
-    assert!(stdout.contains("read_file  (workspace"), "tools: {stdout}");
+    assert!(
+        stdout
+            .contains("read_file  — Read a text file in the workspace\n      reaches: workspace "),
+        "tools: {stdout}"
+    );
     assert!(
         stdout.contains("Let me check.\n  > list_dir {}  ok"),
         "{stdout}"
