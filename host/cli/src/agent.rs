@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use clawcage_agent::transcript::now_ms;
 use clawcage_agent::{
-    AgentLoop, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry, TranscriptStore,
-    TurnEnd,
+    AgentLoop, MessageBus, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry,
+    TranscriptStore, TurnEnd,
 };
 use clawcage_core::BoxFuture;
 
@@ -27,6 +27,9 @@ pub struct Runtime {
     pub scripted: bool,
     /// `provider/model`, or the chain.
     pub label: String,
+    /// The inbound bus: subsystems (sub-agents, cron) publish here; front ends subscribe to the
+    /// `system` channel and route notifications into the sessions' lanes.
+    pub bus: MessageBus,
 }
 
 /// A `message` tool callback that prints through `console`.
@@ -80,6 +83,7 @@ pub fn start(
         tools,
         scripted: chosen.scripted,
         label,
+        bus: MessageBus::new(),
     })
 }
 

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use clawcage_agent::{AgentError, MessageBus, ToolRegistry, TurnEnd, TurnOutcome};
+use clawcage_agent::{AgentError, ToolRegistry, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
 use rustyline::error::ReadlineError;
 use rustyline::{DefaultEditor, ExternalPrinter as _};
@@ -63,9 +63,8 @@ pub async fn run(
     )?;
     let sessions = runtime.sessions.clone();
 
-    let bus = MessageBus::new();
     let router = sessions.deliver_notifications(
-        bus.subscribe("system"),
+        runtime.bus.subscribe("system"),
         idle_console.clone(),
         Arc::new({
             let idle_console = idle_console.clone();
