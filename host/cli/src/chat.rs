@@ -12,9 +12,7 @@ use rustyline::error::ReadlineError;
 use rustyline::{DefaultEditor, ExternalPrinter as _};
 
 use crate::Failure;
-use crate::agent::{print_messages, start};
-use crate::agent_config::ProviderArgs;
-use crate::config::Config;
+use crate::agent::{AgentContext, print_messages, start};
 use crate::render::{Console, Sink};
 
 const HELP: &str = "Type a request and press Enter. Commands:
@@ -25,13 +23,11 @@ const HELP: &str = "Type a request and press Enter. Commands:
 
 /// Run the REPL on session `key`.
 pub async fn run(
-    config: &Config,
-    config_file: Option<&std::path::Path>,
-    args: &ProviderArgs,
+    context: AgentContext<'_>,
     tools: ToolRegistry,
-    state_dir: &std::path::Path,
     key: String,
 ) -> Result<(), Failure> {
+    let state_dir = context.state_dir;
     let mut editor = DefaultEditor::new()
         .map_err(|error| Failure::Tool(format!("cannot start the line editor: {error}")))?;
     let history_file = state_dir.join("chat_history.txt");
@@ -52,15 +48,7 @@ pub async fn run(
     let console = Arc::new(Console::new(Sink::Stdout, true));
     // A notification turn's text is printed whole when it ends, under the sender's name.
     let idle_console = Arc::new(Console::new(idle_sink, false));
-    let runtime = start(
-        config,
-        config_file,
-        args,
-        tools,
-        print_messages(console.clone()),
-        true,
-        &state_dir.join("sessions"),
-    )?;
+    let runtime = start(context, tools, print_messages(console.clone()), true)?;
     let sessions = runtime.sessions.clone();
 
     let router = sessions.deliver_notifications(
