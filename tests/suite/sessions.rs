@@ -194,6 +194,12 @@ async fn the_transcript_survives_a_restart() {
         !lines.contains("test-key"),
         "the key never reaches a transcript"
     );
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600, "a transcript is private to its owner");
+    }
 
     // A new runtime on the same state directory continues the conversation.
     let sessions = sessions_with(&server, state.path(), 100);

@@ -109,3 +109,53 @@ impl Tool for MessageTool {
         "runs in the host; sends text through the front end, reaches nothing else".to_string()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Mutex;
+
+    #[tokio::test]
+    async fn messages_go_through_the_callback_and_its_failure_is_reported() {
+        let sent = Arc::new(Mutex::new(Vec::new()));
+        let log = sent.clone();
+        let tool = MessageTool::new(
+            "user",
+            Arc::new(
+                move |message: OutboundMessage| -> BoxFuture<'static, Result<(), String>> {
+                    let log = log.clone();
+                    Box::pin(async move {
+                        if message.content == "fail" {
+                            return Err("the front end is closed".to_string());
+                        }
+                        log.lock().unwrap().push(message);
+                        Ok(())
+                    })
+                },
+            ),
+        );
+        let output = tool.call(&json!({"content": "hello"})).await.unwrap();
+        assert_eq!(output.text, "message sent to user");
+        tool.call(&json!({"content": "hi", "channel": "ops"}))
+            .await
+            .unwrap();
+        assert_eq!(
+            *sent.lock().unwrap(),
+            vec![
+                OutboundMessage {
+                    channel: "user".into(),
+                    content: "hello".into()
+                },
+                OutboundMessage {
+                    channel: "ops".into(),
+                    content: "hi".into()
+                },
+            ]
+        );
+        let error = tool.call(&json!({"content": "fail"})).await.unwrap_err();
+        assert_eq!(
+            error,
+            ToolError::Failed("the message was not sent: the front end is closed".into())
+        );
+    }
+}

@@ -101,10 +101,12 @@ impl TranscriptStore {
             text.push_str(&serde_json::to_string(entry).map_err(std::io::Error::other)?);
             text.push('\n');
         }
-        let mut file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(self.path(key))?;
+        let mut options = OpenOptions::new();
+        options.create(true).append(true);
+        // A conversation can hold anything the user or a tool said: only its owner reads it.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(self.path(key))?;
         file.write_all(text.as_bytes())?;
         file.flush()?;
         file.sync_data()

@@ -7,8 +7,8 @@ use std::sync::Arc;
 
 use clawcage_agent::transcript::now_ms;
 use clawcage_agent::{
-    AgentLoop, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry, TranscriptStore,
-    TurnEnd,
+    AgentLoop, MessageBus, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry,
+    TranscriptStore, TurnEnd,
 };
 use clawcage_core::BoxFuture;
 
@@ -27,6 +27,9 @@ pub struct Runtime {
     pub scripted: bool,
     /// `provider/model`, or the chain.
     pub label: String,
+    /// The inbound bus: subsystems (sub-agents, cron) publish here; front ends subscribe to the
+    /// `system` channel and route notifications into the sessions' lanes.
+    pub bus: MessageBus,
 }
 
 /// A `message` tool callback that prints through `console`.
@@ -45,23 +48,34 @@ pub fn print_messages(console: Arc<Console>) -> SendCallback {
     )
 }
 
+/// What the agent commands share: the configuration, the flags and where state lives.
+#[derive(Clone, Copy)]
+pub struct AgentContext<'a> {
+    /// The configuration.
+    pub config: &'a Config,
+    /// The file it came from, if any (relative paths in it are relative to this file).
+    pub config_file: Option<&'a Path>,
+    /// `--provider`, `--model`, `--base-url`, `--script`.
+    pub provider: &'a ProviderArgs,
+    /// Where transcripts (`sessions/`) and other state go.
+    pub state_dir: &'a Path,
+}
+
 /// Wire up an agent over `tools` (plus the `message` tool sending through `send`).
 pub fn start(
-    config: &Config,
-    config_file: Option<&Path>,
-    args: &ProviderArgs,
+    context: AgentContext<'_>,
     mut tools: ToolRegistry,
     send: SendCallback,
     stream: bool,
-    transcripts: &Path,
 ) -> Result<Runtime, Failure> {
     tools
         .register(Arc::new(MessageTool::new("user", send)))
         .map_err(|error| Failure::Tool(error.to_string()))?;
+    let config = context.config;
     let chosen = choose_provider(
-        args,
+        context.provider,
         &config.provider,
-        config_file.and_then(Path::parent),
+        context.config_file.and_then(Path::parent),
         &tools,
     )?;
     let label = chosen.provider.label();
@@ -72,7 +86,7 @@ pub fn start(
     );
     let sessions = Sessions::new(
         agent,
-        Some(TranscriptStore::new(transcripts)),
+        Some(TranscriptStore::new(context.state_dir.join("sessions"))),
         config.agent.history_limit()?,
     );
     Ok(Runtime {
@@ -80,16 +94,14 @@ pub fn start(
         tools,
         scripted: chosen.scripted,
         label,
+        bus: MessageBus::new(),
     })
 }
 
 /// `clawcage run`: one task; the answer on stdout, progress on stderr.
 pub async fn run_task(
-    config: &Config,
-    config_file: Option<&Path>,
-    args: &ProviderArgs,
+    context: AgentContext<'_>,
     tools: ToolRegistry,
-    state_dir: &Path,
     task: &str,
     session: Option<String>,
 ) -> Result<(), Failure> {
@@ -100,15 +112,7 @@ pub async fn run_task(
         ));
     }
     let console = Arc::new(Console::new(Sink::Stderr, false));
-    let runtime = start(
-        config,
-        config_file,
-        args,
-        tools,
-        print_messages(console.clone()),
-        false,
-        &state_dir.join("sessions"),
-    )?;
+    let runtime = start(context, tools, print_messages(console.clone()), false)?;
     if runtime.scripted {
         console.line(&format!(
             "note: the answers come from a recorded script ({}), not from a model",

@@ -6,15 +6,13 @@
 
 use std::sync::{Arc, Mutex};
 
-use clawcage_agent::{AgentError, MessageBus, ToolRegistry, TurnEnd, TurnOutcome};
+use clawcage_agent::{AgentError, ToolRegistry, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
 use rustyline::error::ReadlineError;
 use rustyline::{DefaultEditor, ExternalPrinter as _};
 
 use crate::Failure;
-use crate::agent::{print_messages, start};
-use crate::agent_config::ProviderArgs;
-use crate::config::Config;
+use crate::agent::{AgentContext, print_messages, start};
 use crate::render::{Console, Sink};
 
 const HELP: &str = "Type a request and press Enter. Commands:
@@ -25,13 +23,11 @@ const HELP: &str = "Type a request and press Enter. Commands:
 
 /// Run the REPL on session `key`.
 pub async fn run(
-    config: &Config,
-    config_file: Option<&std::path::Path>,
-    args: &ProviderArgs,
+    context: AgentContext<'_>,
     tools: ToolRegistry,
-    state_dir: &std::path::Path,
     key: String,
 ) -> Result<(), Failure> {
+    let state_dir = context.state_dir;
     let mut editor = DefaultEditor::new()
         .map_err(|error| Failure::Tool(format!("cannot start the line editor: {error}")))?;
     let history_file = state_dir.join("chat_history.txt");
@@ -52,20 +48,11 @@ pub async fn run(
     let console = Arc::new(Console::new(Sink::Stdout, true));
     // A notification turn's text is printed whole when it ends, under the sender's name.
     let idle_console = Arc::new(Console::new(idle_sink, false));
-    let runtime = start(
-        config,
-        config_file,
-        args,
-        tools,
-        print_messages(console.clone()),
-        true,
-        &state_dir.join("sessions"),
-    )?;
+    let runtime = start(context, tools, print_messages(console.clone()), true)?;
     let sessions = runtime.sessions.clone();
 
-    let bus = MessageBus::new();
     let router = sessions.deliver_notifications(
-        bus.subscribe("system"),
+        runtime.bus.subscribe("system"),
         idle_console.clone(),
         Arc::new({
             let idle_console = idle_console.clone();
@@ -123,8 +110,10 @@ pub async fn run(
             "/tools" => {
                 for tool in runtime.tools.tools() {
                     let spec = tool.spec();
-                    let summary = spec.description.lines().next().unwrap_or_default();
-                    println!("  {}  ({}) — {summary}", spec.name, tool.grants_summary());
+                    let first_line = spec.description.lines().next().unwrap_or_default();
+                    let summary = first_line.split(". ").next().unwrap_or(first_line);
+                    println!("  {}  — {}", spec.name, summary.trim_end_matches('.'));
+                    println!("      reaches: {}", tool.grants_summary());
                 }
             }
             "/reset" => match sessions.reset(&key).await {

@@ -11,7 +11,7 @@ use clawcage_agent::provider::Script;
 use clawcage_agent::{ToolRegistry, TurnEnd};
 
 use crate::Failure;
-use crate::agent::{print_messages, start};
+use crate::agent::{AgentContext, print_messages, start};
 use crate::agent_config::ProviderArgs;
 use crate::config::Config;
 use crate::render::{Console, Sink};
@@ -46,15 +46,14 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
         ..ProviderArgs::default()
     };
     let console = Arc::new(Console::new(Sink::Stdout, true));
-    let runtime = start(
-        &Config::default(),
-        None,
-        &args,
-        tools,
-        print_messages(console.clone()),
-        true,
-        &state.join("sessions"),
-    )?;
+    let config = Config::default();
+    let context = AgentContext {
+        config: &config,
+        config_file: None,
+        provider: &args,
+        state_dir: state,
+    };
+    let runtime = start(context, tools, print_messages(console.clone()), true)?;
 
     println!(
         "clawcage demo — a recorded session played by the scripted provider ({}).",

@@ -161,32 +161,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         return run_demo(&cli.common).await;
     }
     let (registry, config, config_file, state_dir) = build_registry(&cli.common).await?;
+    let context = agent::AgentContext {
+        config: &config,
+        config_file: config_file.as_deref(),
+        provider: &cli.provider,
+        state_dir: &state_dir,
+    };
     match cli.command {
         Command::Tools { json } => print_tools(&registry, json),
         Command::Call { tool, args } => call(&registry, &tool, &args).await,
-        Command::Run { task, session } => {
-            agent::run_task(
-                &config,
-                config_file.as_deref(),
-                &cli.provider,
-                registry,
-                &state_dir,
-                &task,
-                session,
-            )
-            .await
-        }
-        Command::Chat { session } => {
-            chat::run(
-                &config,
-                config_file.as_deref(),
-                &cli.provider,
-                registry,
-                &state_dir,
-                session,
-            )
-            .await
-        }
+        Command::Run { task, session } => agent::run_task(context, registry, &task, session).await,
+        Command::Chat { session } => chat::run(context, registry, session).await,
         Command::Demo => Ok(()),
     }
 }

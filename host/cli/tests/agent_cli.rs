@@ -436,7 +436,11 @@ async fn chat_reads_lines_streams_replies_and_handles_commands() {
         text(&output.stderr)
     );
     assert!(stdout.contains("/reset"), "help: {stdout}");
-    assert!(stdout.contains("read_file  (workspace"), "tools: {stdout}");
+    assert!(
+        stdout
+            .contains("read_file  — Read a text file in the workspace\n      reaches: workspace "),
+        "tools: {stdout}"
+    );
     assert!(
         stdout.contains("Let me check.\n  > list_dir {}  ok"),
         "{stdout}"
@@ -448,4 +452,50 @@ async fn chat_reads_lines_streams_replies_and_handles_commands() {
     // After /reset the model sees only the new line.
     assert_eq!(server.bodies()[2]["messages"].as_array().unwrap().len(), 1);
     assert_eq!(server.bodies()[0]["stream"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_fails_over_along_the_configured_chain() {
+    let dir = workspace();
+    let primary = LlmServer::start(vec![Reply::status(503, "primary overloaded", &[])]).await;
+    let fallback =
+        LlmServer::start(vec![openai::message(Some("answered by the fallback"), &[])]).await;
+    let config = dir.path().join("chain.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{}\"\nmax_retries = 0\n\n[[provider.fallback]]\nkind = \"openai\"\nmodel = \"local-model\"\nbase_url = \"{}/v1\"\n",
+            primary.url(),
+            fallback.url()
+        ),
+    )
+    .unwrap();
+    let output = clawcage(
+        vec![
+            "run".into(),
+            "hello".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--workspace".into(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+        ],
+        vec![("ANTHROPIC_API_KEY", "k".into())],
+        None,
+    )
+    .await;
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(text(&output.stdout), "answered by the fallback\n");
+    assert!(
+        stderr.contains("anthropic/claude-test failed (anthropic/claude-test answered HTTP 503: primary overloaded); trying openai/local-model"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("(openai/local-model; tokens this turn 50 in / 10 out"),
+        "{stderr}"
+    );
+    assert_eq!(primary.requests().len(), 1);
+    assert_eq!(fallback.bodies()[0]["model"], "local-model");
 }

@@ -117,7 +117,10 @@ fn missing_closers(text: &str) -> Option<String> {
             '"' => in_string = true,
             '{' => stack.push('}'),
             '[' => stack.push(']'),
-            '}' | ']' if stack.pop() != Some(c) => return None,
+            '}' | ']' => match stack.pop() {
+                Some(expected) if expected == c => {}
+                _ => return None,
+            },
             _ => {}
         }
         if !c.is_whitespace() {

@@ -67,10 +67,6 @@ impl SseParser {
         Ok(events)
     }
 
-    /// The end of the stream: an event not yet closed by a blank line is discarded, as the
-    /// standard says.
-    pub fn finish(self) {}
-
     fn end_line(&mut self, line: &[u8]) -> Option<SseEvent> {
         if line.is_empty() {
             self.buffered = 0;
@@ -152,8 +148,8 @@ mod tests {
     fn an_unfinished_event_is_not_emitted_and_events_without_data_are_dropped() {
         let mut parser = SseParser::new();
         assert!(parser.push(b"event: ping\n\n").unwrap().is_empty());
+        // An event not closed by a blank line is never emitted (the standard discards it).
         assert!(parser.push(b"data: half").unwrap().is_empty());
-        parser.finish();
     }
 
     #[test]
