@@ -71,8 +71,15 @@ async fn redirect_then_cat() {
     let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
     let text = exec(&registry, "echo hi > out.txt && cat out.txt").await;
     assert_eq!(text, "hi\n[exit status: 0]");
-    assert_eq!(fs::read_to_string(dir.path().join("out.txt")).unwrap(), "hi\n");
-    exec(&registry, "printf 'x\\n' >> out.txt; ls nope 2>/dev/null; wc -l < out.txt > n.txt").await;
+    assert_eq!(
+        fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "hi\n"
+    );
+    exec(
+        &registry,
+        "printf 'x\\n' >> out.txt; ls nope 2>/dev/null; wc -l < out.txt > n.txt",
+    )
+    .await;
     assert_eq!(fs::read_to_string(dir.path().join("n.txt")).unwrap(), "2\n");
     let text = exec(&registry, "ls nope 2>&1 | grep -c nope").await;
     assert!(text.starts_with("1\n"), "{text}");
@@ -107,26 +114,63 @@ async fn cd_changes_the_working_directory_of_programs() {
 async fn exit_codes_and_status_variable() {
     let dir = workspace();
     let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
-    assert_eq!(exec(&registry, "false; echo $?").await, "1\n[exit status: 0]");
-    assert_eq!(exec(&registry, "true && echo yes || echo no").await, "yes\n[exit status: 0]");
-    assert_eq!(exec(&registry, "grep -q nothing f.txt || echo missing").await, "missing\n[exit status: 0]");
+    assert_eq!(
+        exec(&registry, "false; echo $?").await,
+        "1\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "true && echo yes || echo no").await,
+        "yes\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "grep -q nothing f.txt || echo missing").await,
+        "missing\n[exit status: 0]"
+    );
     assert_eq!(exec(&registry, "exit 3").await, "[exit status: 3]");
-    assert!(exec(&registry, "ls /nope").await.ends_with("[exit status: 1]"));
+    assert!(
+        exec(&registry, "ls /nope")
+            .await
+            .ends_with("[exit status: 1]")
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quoting_variables_globs_and_substitution() {
     let dir = workspace();
     let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
-    let text = exec(&registry, "X='a b'; export Y=\"$X c\"; echo \"${Y}\" '$X' \\$X").await;
+    let text = exec(
+        &registry,
+        "X='a b'; export Y=\"$X c\"; echo \"${Y}\" '$X' \\$X",
+    )
+    .await;
     assert_eq!(text, "a b c $X $X\n[exit status: 0]");
-    assert_eq!(exec(&registry, "echo src/*.rs").await, "src/a.rs\n[exit status: 0]");
-    assert_eq!(exec(&registry, "echo 'src/*.rs'").await, "src/*.rs\n[exit status: 0]");
-    assert_eq!(exec(&registry, "n=$(ls src | wc -l); echo \"$n files\"").await, "3 files\n[exit status: 0]");
-    assert_eq!(exec(&registry, "echo `echo back`").await, "back\n[exit status: 0]");
-    let text = exec(&registry, "for f in src/*.rs; do echo \"file ${f##*/}\"; done").await;
+    assert_eq!(
+        exec(&registry, "echo src/*.rs").await,
+        "src/a.rs\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "echo 'src/*.rs'").await,
+        "src/*.rs\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "n=$(ls src | wc -l); echo \"$n files\"").await,
+        "3 files\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "echo `echo back`").await,
+        "back\n[exit status: 0]"
+    );
+    let text = exec(
+        &registry,
+        "for f in src/*.rs; do echo \"file ${f##*/}\"; done",
+    )
+    .await;
     assert_eq!(text, "file a.rs\n[exit status: 0]");
-    let text = exec(&registry, "sh -c 'echo $0 $1' name arg && bash -c 'cd src; pwd' | grep -c src").await;
+    let text = exec(
+        &registry,
+        "sh -c 'echo $0 $1' name arg && bash -c 'cd src; pwd' | grep -c src",
+    )
+    .await;
     assert!(text.starts_with("name arg\n1\n"), "{text}");
     let text = exec(&registry, "cat <<EOF\nline $((1+2))\nEOF").await;
     assert_eq!(text, "line 3\n[exit status: 0]");
@@ -146,7 +190,10 @@ async fn unknown_programs_name_what_exists() {
     let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
     let text = exec(&registry, "frobnicate --now").await;
     assert!(text.contains("command not found: frobnicate"), "{text}");
-    assert!(text.contains("available programs:") && text.contains(" grep "), "{text}");
+    assert!(
+        text.contains("available programs:") && text.contains(" grep "),
+        "{text}"
+    );
     assert!(text.ends_with("[exit status: 127]"), "{text}");
 }
 
@@ -158,8 +205,8 @@ async fn operator_programs_join_the_catalog() {
     let sandbox = sandbox();
     let catalog = sandbox.programs(Some(programs.path())).await.unwrap();
     assert!(catalog.names().contains(&"mygrep".to_string()));
-    let grants = grants(dir.path(), FsMode::ReadWrite, Limits::default())
-        .with_exec(ExecGrant::new(catalog));
+    let grants =
+        grants(dir.path(), FsMode::ReadWrite, Limits::default()).with_exec(ExecGrant::new(catalog));
     let registry = clawcage_tests::registry_of(&[("exec", bundled::EXEC)], grants).await;
     let text = exec(&registry, "mygrep -c TODO src/c.txt").await;
     assert_eq!(text, "1\n[exit status: 0]");
@@ -177,7 +224,10 @@ async fn a_component_importing_process_without_the_grant_fails_to_load() {
         )
         .await
         .unwrap_err();
-    assert!(matches!(error, LoadError::UngrantedImport { .. }), "{error}");
+    assert!(
+        matches!(error, LoadError::UngrantedImport { .. }),
+        "{error}"
+    );
     let message = error.to_string();
     assert!(message.contains("clawcage:tool/process"), "{message}");
     assert!(message.contains("exec capability"), "{message}");

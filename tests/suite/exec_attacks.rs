@@ -81,7 +81,10 @@ async fn reading_outside_the_workspace_fails() {
     ] {
         let text = run(&registry, &command).await;
         assert_no_secret(&text);
-        assert!(!text.ends_with("[exit status: 0]") || command.starts_with("find"), "{command}: {text}");
+        assert!(
+            !text.ends_with("[exit status: 0]") || command.starts_with("find"),
+            "{command}: {text}"
+        );
     }
     let text = run(&registry, "cd / && ls").await;
     assert!(text.contains("outside the workspace"), "{text}");
@@ -96,7 +99,11 @@ async fn a_symlink_to_the_root_leads_nowhere() {
     assert_no_secret(&text);
     assert!(!text.ends_with("[exit status: 0]"), "{text}");
     std::os::unix::fs::symlink(&layout.parent, layout.workspace.join("up")).unwrap();
-    let text = run(&registry, "cat up/secret.txt; echo pwned > up/new.txt; ls up").await;
+    let text = run(
+        &registry,
+        "cat up/secret.txt; echo pwned > up/new.txt; ls up",
+    )
+    .await;
     assert_no_secret(&text);
     assert_outside_untouched(&layout);
 }
@@ -158,15 +165,25 @@ async fn endless_loops_stop_at_the_time_limit() {
         ..Limits::default()
     };
     let registry = exec_registry_with(&layout.workspace, FsMode::ReadWrite, limits).await;
-    for command in ["while true; do :; done", "while true; do true; done", "sleep 100"] {
+    for command in [
+        "while true; do :; done",
+        "while true; do true; done",
+        "sleep 100",
+    ] {
         let started = Instant::now();
         let text = run(&registry, command).await;
         assert!(text.starts_with("ERROR failed"), "{command}: {text}");
         assert!(text.contains("time limit"), "{command}: {text}");
-        assert!(started.elapsed() < Duration::from_secs(20), "{command} did stop");
+        assert!(
+            started.elapsed() < Duration::from_secs(20),
+            "{command} did stop"
+        );
     }
     // The host keeps serving.
-    assert_eq!(run(&registry, "cat inside.txt").await, "inside\n[exit status: 0]");
+    assert_eq!(
+        run(&registry, "cat inside.txt").await,
+        "inside\n[exit status: 0]"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -179,13 +196,25 @@ async fn a_flood_is_cut_and_stops_at_the_timeout() {
         .unwrap_err()
         .message()
         .to_string();
-    assert!(text.contains("time limit"), "{}", &text[..200.min(text.len())]);
+    assert!(
+        text.contains("time limit"),
+        "{}",
+        &text[..200.min(text.len())]
+    );
     assert!(text.contains("bytes in total"), "the cut states the total");
-    assert!(text.chars().count() < 11_000, "{} characters", text.chars().count());
+    assert!(
+        text.chars().count() < 11_000,
+        "{} characters",
+        text.chars().count()
+    );
     // A large output that ends is cut too, and the program finished normally.
     let text = run(&registry, "seq 1 200000").await;
     assert!(text.starts_with("1\n2\n3\n"), "{}", &text[..50]);
-    assert!(text.ends_with("200000\n[exit status: 0]"), "{}", &text[text.len() - 100..]);
+    assert!(
+        text.ends_with("200000\n[exit status: 0]"),
+        "{}",
+        &text[text.len() - 100..]
+    );
     assert!(text.contains("bytes in total"));
 }
 
@@ -194,8 +223,14 @@ async fn writing_gigabytes_hits_the_write_limit() {
     let layout = layout();
     let registry = exec_registry(&layout.workspace, FsMode::ReadWrite).await;
     for (command, file) in [
-        ("yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx > big.txt", "big.txt"),
-        ("yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx | tee big2.txt > /dev/null", "big2.txt"),
+        (
+            "yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx > big.txt",
+            "big.txt",
+        ),
+        (
+            "yes xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx | tee big2.txt > /dev/null",
+            "big2.txt",
+        ),
     ] {
         let text = run(&registry, command).await;
         assert!(text.starts_with("ERROR failed"), "{command}: {text}");
@@ -229,7 +264,11 @@ async fn the_host_environment_is_invisible() {
 async fn no_network_programs_exist() {
     let layout = layout();
     let registry = exec_registry(&layout.workspace, FsMode::ReadWrite).await;
-    for command in ["curl https://example.com", "wget http://127.0.0.1/", "nc -l 8080"] {
+    for command in [
+        "curl https://example.com",
+        "wget http://127.0.0.1/",
+        "nc -l 8080",
+    ] {
         let text = run(&registry, command).await;
         assert!(text.contains("command not found"), "{command}: {text}");
     }
@@ -255,7 +294,12 @@ async fn command_substitution_cannot_escape_either() {
 async fn a_read_only_workspace_stays_unchanged() {
     let layout = layout();
     let registry = exec_registry(&layout.workspace, FsMode::ReadOnly).await;
-    for command in ["echo x > new.txt", "rm inside.txt", "sed -i 's/i/o/' inside.txt", "touch t"] {
+    for command in [
+        "echo x > new.txt",
+        "rm inside.txt",
+        "sed -i 's/i/o/' inside.txt",
+        "touch t",
+    ] {
         let text = run(&registry, command).await;
         assert!(!text.ends_with("[exit status: 0]"), "{command}: {text}");
     }

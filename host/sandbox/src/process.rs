@@ -350,7 +350,9 @@ fn open_redirect(
 ) -> Result<Opened, String> {
     let shown = &request.path;
     let (Some(workspace), Some(directory)) = (workspace, directory) else {
-        return Err(format!("{shown}: no files are reachable (no workspace granted)"));
+        return Err(format!(
+            "{shown}: no files are reachable (no workspace granted)"
+        ));
     };
     let path = Path::new(&request.path);
     let Ok(relative) = path.strip_prefix(workspace.guest_path()) else {
@@ -416,7 +418,9 @@ impl Drop for Stages {
 fn validate(pipeline: &Pipeline) -> Result<(), RunError> {
     let count = pipeline.stages.len();
     if count == 0 {
-        return Err(RunError::Invalid("a pipeline needs at least one stage".into()));
+        return Err(RunError::Invalid(
+            "a pipeline needs at least one stage".into(),
+        ));
     }
     if count > MAX_STAGES {
         return Err(RunError::Invalid(format!(
@@ -434,7 +438,9 @@ fn validate(pipeline: &Pipeline) -> Result<(), RunError> {
         let last = position + 1 == count;
         match &stage.stdin {
             Input::Pipe if first => {
-                return Err(RunError::Invalid("the first stage cannot read a pipe".into()));
+                return Err(RunError::Invalid(
+                    "the first stage cannot read a pipe".into(),
+                ));
             }
             Input::File(index) if !in_range(*index) => {
                 return Err(RunError::Invalid(format!("no file number {index}")));
@@ -449,7 +455,9 @@ fn validate(pipeline: &Pipeline) -> Result<(), RunError> {
         for output in [&stage.stdout, &stage.stderr] {
             match output {
                 Output::Pipe if last => {
-                    return Err(RunError::Invalid("the last stage cannot write a pipe".into()));
+                    return Err(RunError::Invalid(
+                        "the last stage cannot write a pipe".into(),
+                    ));
                 }
                 Output::File(index) if !in_range(*index) => {
                     return Err(RunError::Invalid(format!("no file number {index}")));
@@ -544,9 +552,11 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
             },
             Input::Bytes(bytes) => Box::new(MemoryInputPipe::new(bytes)),
             Input::File(index) => match &files[index as usize] {
-                Opened::Read(file) => Box::new(InputFile::new(file.try_clone().map_err(
-                    |error| RunError::Redirect(format!("cannot share an open file: {error}")),
-                )?)),
+                Opened::Read(file) => {
+                    Box::new(InputFile::new(file.try_clone().map_err(|error| {
+                        RunError::Redirect(format!("cannot share an open file: {error}"))
+                    })?))
+                }
                 Opened::Write(_) => Box::new(ClosedInputStream),
             },
         };
@@ -747,9 +757,9 @@ fn stage_end(
                 ));
             }
             match error.downcast_ref::<Trap>() {
-                Some(Trap::UnreachableCodeReached) => StageEnd::Killed(format!(
-                    "{name}: crashed (it panicked or aborted)"
-                )),
+                Some(Trap::UnreachableCodeReached) => {
+                    StageEnd::Killed(format!("{name}: crashed (it panicked or aborted)"))
+                }
                 Some(Trap::StackOverflow) => {
                     StageEnd::Killed(format!("{name}: crashed: stack overflow"))
                 }

@@ -241,7 +241,9 @@ impl ProgramCatalog {
 
     /// Where program `name` came from (`bundled:coreutils`, a file path), if it exists.
     pub fn origin(&self, name: &str) -> Option<&str> {
-        self.programs.get(name).map(|program| program.origin.as_str())
+        self.programs
+            .get(name)
+            .map(|program| program.origin.as_str())
     }
 
     pub(crate) fn get(&self, name: &str) -> Option<&Arc<Program>> {

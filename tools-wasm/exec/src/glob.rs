@@ -90,7 +90,11 @@ pub fn expand(pattern: &[PatternChar], cwd: &str) -> Vec<String> {
         .split(|pc| pc.c == '/')
         .filter(|component| !component.is_empty())
         .collect();
-    let mut results: Vec<String> = vec![if absolute { "/".to_string() } else { String::new() }];
+    let mut results: Vec<String> = vec![if absolute {
+        "/".to_string()
+    } else {
+        String::new()
+    }];
     for (position, component) in components.iter().enumerate() {
         let last = position + 1 == components.len();
         let mut next = Vec::new();
@@ -98,10 +102,10 @@ pub fn expand(pattern: &[PatternChar], cwd: &str) -> Vec<String> {
             if !has_wildcards(component) {
                 let name: String = component.iter().map(|pc| pc.c).collect();
                 let candidate = join(prefix, &name);
-                if last || is_dir(&resolve(cwd, &candidate)) {
-                    if !last || Path::new(&resolve(cwd, &candidate)).exists() {
-                        next.push(candidate);
-                    }
+                if (last || is_dir(&resolve(cwd, &candidate)))
+                    && (!last || Path::new(&resolve(cwd, &candidate)).exists())
+                {
+                    next.push(candidate);
                 }
                 continue;
             }
@@ -192,7 +196,10 @@ mod tests {
             std::fs::write(dir.join(name), "").unwrap();
         }
         let cwd = dir.to_string_lossy().into_owned();
-        assert_eq!(expand(&unquoted("src/*.rs"), &cwd), ["src/a.rs", "src/b.rs"]);
+        assert_eq!(
+            expand(&unquoted("src/*.rs"), &cwd),
+            ["src/a.rs", "src/b.rs"]
+        );
         assert_eq!(expand(&unquoted("*/c.*"), &cwd), ["src/c.txt"]);
         assert!(expand(&unquoted("*.none"), &cwd).is_empty());
         std::fs::remove_dir_all(dir).unwrap();

@@ -82,7 +82,10 @@ impl Collected {
         };
         let shown_head: String = head.chars().take(keep_head).collect();
         let tail_total = tail.chars().count();
-        let shown_tail: String = tail.chars().skip(tail_total.saturating_sub(keep_tail)).collect();
+        let shown_tail: String = tail
+            .chars()
+            .skip(tail_total.saturating_sub(keep_tail))
+            .collect();
         format!(
             "{shown_head}\n[... output cut: {} bytes in total; showing the first {} and the last {} characters ...]\n{shown_tail}",
             self.total,
@@ -113,7 +116,11 @@ mod tests {
         let text = out.render(10_000);
         assert!(text.starts_with("0\n1\n2\n"));
         assert!(text.ends_with("99999\n"));
-        assert!(text.contains("588890 bytes in total"), "{}", &text[6000..7000]);
+        assert!(
+            text.contains("588890 bytes in total"),
+            "{}",
+            &text[6000..7000]
+        );
         assert!(text.chars().count() < 10_200);
     }
 

@@ -10,7 +10,9 @@ use std::rc::Rc;
 use std::time::{Duration, Instant};
 
 use brush_parser::ast;
-use brush_parser::word::{Parameter, ParameterExpr, ParameterTestType, SpecialParameter, TildeExpr, WordPiece};
+use brush_parser::word::{
+    Parameter, ParameterExpr, ParameterTestType, SpecialParameter, TildeExpr, WordPiece,
+};
 use clawcage_tool_sdk::ToolError;
 
 use crate::glob::{self, PatternChar};
@@ -263,10 +265,7 @@ impl<'a> Shell<'a> {
         if self.out.is_empty() {
             String::new()
         } else {
-            format!(
-                ". Output so far:\n{}",
-                self.out.render(OUTPUT_CHARS)
-            )
+            format!(". Output so far:\n{}", self.out.render(OUTPUT_CHARS))
         }
     }
 
@@ -300,7 +299,8 @@ impl<'a> Shell<'a> {
 
     fn set_var(&mut self, name: &str, value: String) {
         let exported = self.vars.get(name).is_some_and(|var| var.exported);
-        self.vars.insert(name.to_string(), Variable { value, exported });
+        self.vars
+            .insert(name.to_string(), Variable { value, exported });
     }
 
     fn run_program(&mut self, program: &ast::Program, io: &Io) -> Flow<i32> {
@@ -415,7 +415,12 @@ impl<'a> Shell<'a> {
 
     fn pipeline_status(&self, statuses: &[i32]) -> i32 {
         if self.pipefail {
-            statuses.iter().rev().copied().find(|s| *s != 0).unwrap_or(0)
+            statuses
+                .iter()
+                .rev()
+                .copied()
+                .find(|s| *s != 0)
+                .unwrap_or(0)
         } else {
             statuses.last().copied().unwrap_or(0)
         }
@@ -441,7 +446,9 @@ impl<'a> Shell<'a> {
                 return Err(Stop::Refused(unsupported("shell functions")));
             }
             ast::Command::ExtendedTest(..) => {
-                return Err(Stop::Refused(unsupported("[[ ... ]] tests (use [ ... ] or test)")));
+                return Err(Stop::Refused(unsupported(
+                    "[[ ... ]] tests (use [ ... ] or test)",
+                )));
             }
         };
         self.status = status;
@@ -528,7 +535,8 @@ impl<'a> Shell<'a> {
                 self.status = 0;
                 Ok(0)
             }
-            ast::CompoundCommand::WhileClause(clause) | ast::CompoundCommand::UntilClause(clause) => {
+            ast::CompoundCommand::WhileClause(clause)
+            | ast::CompoundCommand::UntilClause(clause) => {
                 let until = matches!(compound, ast::CompoundCommand::UntilClause(_));
                 let mut status = 0;
                 loop {
@@ -585,7 +593,9 @@ impl<'a> Shell<'a> {
                 Ok(0)
             }
             ast::CompoundCommand::Arithmetic(_) | ast::CompoundCommand::ArithmeticForClause(_) => {
-                Err(Stop::Refused(unsupported("(( ... )) arithmetic commands (use $((...)) or test)")))
+                Err(Stop::Refused(unsupported(
+                    "(( ... )) arithmetic commands (use $((...)) or test)",
+                )))
             }
             ast::CompoundCommand::Coprocess(_) => Err(Stop::Refused(unsupported("coprocesses"))),
         }
@@ -636,7 +646,9 @@ impl<'a> Shell<'a> {
                     redirects.push(redirect.clone());
                 }
                 ast::CommandPrefixOrSuffixItem::Word(word)
-                | ast::CommandPrefixOrSuffixItem::AssignmentWord(_, word) => words.push(&word.value),
+                | ast::CommandPrefixOrSuffixItem::AssignmentWord(_, word) => {
+                    words.push(&word.value)
+                }
                 ast::CommandPrefixOrSuffixItem::ProcessSubstitution(..) => {
                     return Err(Stop::Refused(unsupported("process substitution <(...)")));
                 }
@@ -704,7 +716,9 @@ impl<'a> Shell<'a> {
                         _ => 1,
                     });
                     if !(0..=2).contains(&fd) {
-                        return Ok(Err(format!("file descriptor {fd} is not supported (only 0, 1 and 2)")));
+                        return Ok(Err(format!(
+                            "file descriptor {fd} is not supported (only 0, 1 and 2)"
+                        )));
                     }
                     match (kind, target) {
                         (
@@ -740,7 +754,8 @@ impl<'a> Shell<'a> {
                                 }
                                 _ if fd == 1 || fd == 2 => {
                                     // `>&file` means `>file 2>&1`.
-                                    let index = self.open(&mut resolved, &text, wit::OpenMode::Truncate);
+                                    let index =
+                                        self.open(&mut resolved, &text, wit::OpenMode::Truncate);
                                     resolved.stdout = Dest::File(index);
                                     resolved.stderr = Dest::File(index);
                                 }
@@ -759,7 +774,11 @@ impl<'a> Shell<'a> {
                                 resolved.stdin = match path.as_str() {
                                     "/dev/null" => In::None,
                                     "/dev/stdin" => In::Inherit,
-                                    _ => In::File(self.open(&mut resolved, &path, wit::OpenMode::Read)),
+                                    _ => In::File(self.open(
+                                        &mut resolved,
+                                        &path,
+                                        wit::OpenMode::Read,
+                                    )),
                                 };
                                 continue;
                             }
@@ -892,7 +911,11 @@ impl<'a> Shell<'a> {
                 return Ok(status);
             };
             let stage_io = Io {
-                stdin: if position == 0 { io.stdin.clone() } else { Stdin::None },
+                stdin: if position == 0 {
+                    io.stdin.clone()
+                } else {
+                    Stdin::None
+                },
                 stdout: io.stdout,
             };
             let mut resolved = match self.redirections(&command.redirects, &stage_io)? {
@@ -960,8 +983,11 @@ impl<'a> Shell<'a> {
                 return Ok(1);
             }
         };
-        self.out
-            .push_cut(&result.output.head, result.output.omitted, &result.output.tail);
+        self.out.push_cut(
+            &result.output.head,
+            result.output.omitted,
+            &result.output.tail,
+        );
         if let Sink::Capture(level) = io.stdout {
             let captured = result.captured.clone();
             self.write(Sink::Capture(level), &captured);
@@ -1112,10 +1138,14 @@ impl<'a> Shell<'a> {
                         Some((name, value)) => (name.to_string(), Some(value.to_string())),
                         None => (arg.clone(), None),
                     };
-                    let value = value
-                        .or_else(|| self.var(&name))
-                        .unwrap_or_default();
-                    self.vars.insert(name, Variable { value, exported: true });
+                    let value = value.or_else(|| self.var(&name)).unwrap_or_default();
+                    self.vars.insert(
+                        name,
+                        Variable {
+                            value,
+                            exported: true,
+                        },
+                    );
                 }
                 for (name, value) in &prepared.assignments {
                     self.vars.insert(
@@ -1193,7 +1223,8 @@ impl<'a> Shell<'a> {
                 }
             }
             "type" | "which" | "command" => {
-                let mut names: Vec<&String> = args.iter().filter(|arg| !arg.starts_with('-')).collect();
+                let mut names: Vec<&String> =
+                    args.iter().filter(|arg| !arg.starts_with('-')).collect();
                 if name == "command" && !args.iter().any(|arg| arg == "-v" || arg == "-V") {
                     return Err(Stop::Refused(
                         "`command NAME` is not supported; run the program directly".to_string(),
@@ -1202,20 +1233,27 @@ impl<'a> Shell<'a> {
                 let mut missing = 0;
                 for candidate in names.drain(..) {
                     if BUILTINS.contains(&candidate.as_str()) {
-                        stdout.extend_from_slice(format!("{candidate}: shell builtin\n").as_bytes());
+                        stdout
+                            .extend_from_slice(format!("{candidate}: shell builtin\n").as_bytes());
                     } else if let Some(program) = self.program_name(candidate) {
                         stdout.extend_from_slice(format!("/usr/bin/{program}\n").as_bytes());
                     } else {
                         missing += 1;
                         if name == "type" {
-                            stderr.extend_from_slice(format!("sh: type: {candidate}: not found\n").as_bytes());
+                            stderr.extend_from_slice(
+                                format!("sh: type: {candidate}: not found\n").as_bytes(),
+                            );
                         }
                     }
                 }
                 i32::from(missing > 0)
             }
             "sh" | "bash" => self.nested_shell(args, &stdin, io, &resolved, &mut stderr)?,
-            "[[" => return Err(Stop::Refused(unsupported("[[ ... ]] tests (use [ ... ] or test)"))),
+            "[[" => {
+                return Err(Stop::Refused(unsupported(
+                    "[[ ... ]] tests (use [ ... ] or test)",
+                )));
+            }
             _ => 127,
         };
         self.deliver(&resolved, &resolved.stdout.clone(), &stdout, io)?;
@@ -1275,7 +1313,9 @@ impl<'a> Shell<'a> {
             }
         }
         let Some(script) = script else {
-            stderr.extend_from_slice(b"sh: an interactive shell is not available; use sh -c 'COMMANDS'\n");
+            stderr.extend_from_slice(
+                b"sh: an interactive shell is not available; use sh -c 'COMMANDS'\n",
+            );
             return Ok(2);
         };
         let program = parse(&script).map_err(Stop::Refused)?;
@@ -1298,7 +1338,14 @@ impl<'a> Shell<'a> {
         };
         let result = self.run_program(&program, &inner_io);
         self.depth -= 1;
-        (self.vars, self.cwd, self.positional, self.errexit, self.nounset, self.pipefail) = saved;
+        (
+            self.vars,
+            self.cwd,
+            self.positional,
+            self.errexit,
+            self.nounset,
+            self.pipefail,
+        ) = saved;
         match result {
             Ok(status) | Err(Stop::Exit(status)) => Ok(status),
             Err(other) => Err(other),
@@ -1306,7 +1353,10 @@ impl<'a> Shell<'a> {
     }
 
     fn cd(&mut self, args: &[String], stderr: &mut Vec<u8>) -> i32 {
-        let target = match args.iter().find(|arg| !arg.starts_with('-') || arg.as_str() == "-") {
+        let target = match args
+            .iter()
+            .find(|arg| !arg.starts_with('-') || arg.as_str() == "-")
+        {
             Some(target) if target == "-" => self.var("OLDPWD").unwrap_or_else(|| self.cwd.clone()),
             Some(target) => target.clone(),
             None => match self.var("HOME").or_else(|| self.workspace.clone()) {
@@ -1374,7 +1424,9 @@ impl<'a> Shell<'a> {
                         Some(_) | None => {}
                     },
                     other => {
-                        stderr.extend_from_slice(format!("sh: set: -{other}: invalid option\n").as_bytes());
+                        stderr.extend_from_slice(
+                            format!("sh: set: -{other}: invalid option\n").as_bytes(),
+                        );
                         return 2;
                     }
                 }
@@ -1510,7 +1562,11 @@ impl<'a> Shell<'a> {
             WordPiece::AnsiCQuotedText(text) => out.push(Piece::Quoted(ansi_c(&text))),
             WordPiece::EscapeSequence(text) => {
                 let unescaped = text.strip_prefix('\\').unwrap_or(&text).to_string();
-                let unescaped = if unescaped == "\n" { String::new() } else { unescaped };
+                let unescaped = if unescaped == "\n" {
+                    String::new()
+                } else {
+                    unescaped
+                };
                 out.push(Piece::Quoted(unescaped));
             }
             WordPiece::DoubleQuotedSequence(inner)
@@ -1542,7 +1598,10 @@ impl<'a> Shell<'a> {
             WordPiece::ArithmeticExpression(expr) => {
                 let expanded = self.expand_single(&expr.value)?;
                 let parsed = brush_parser::arithmetic::parse(&expanded).map_err(|error| {
-                    Stop::Refused(format!("bad arithmetic expression `{}`: {error}", expr.value))
+                    Stop::Refused(format!(
+                        "bad arithmetic expression `{}`: {error}",
+                        expr.value
+                    ))
                 })?;
                 let value = self.arithmetic(&parsed)?;
                 out.push(wrap(value.to_string(), true));
@@ -1553,7 +1612,9 @@ impl<'a> Shell<'a> {
 
     fn command_substitution(&mut self, script: &str) -> Flow<String> {
         if self.depth >= MAX_DEPTH {
-            return Err(Stop::Refused("command substitutions are nested too deeply".to_string()));
+            return Err(Stop::Refused(
+                "command substitutions are nested too deeply".to_string(),
+            ));
         }
         let program = parse(script).map_err(Stop::Refused)?;
         check_supported(&program).map_err(Stop::Refused)?;
@@ -1589,9 +1650,13 @@ impl<'a> Shell<'a> {
                 SpecialParameter::PositionalParameterCount => {
                     (self.positional.len().saturating_sub(1)).to_string()
                 }
-                SpecialParameter::AllPositionalParameters { .. } => {
-                    self.positional.iter().skip(1).cloned().collect::<Vec<_>>().join(" ")
-                }
+                SpecialParameter::AllPositionalParameters { .. } => self
+                    .positional
+                    .iter()
+                    .skip(1)
+                    .cloned()
+                    .collect::<Vec<_>>()
+                    .join(" "),
                 SpecialParameter::ProcessId => "1".to_string(),
                 SpecialParameter::ShellName => self.positional.first().cloned().unwrap_or_default(),
                 SpecialParameter::CurrentOptionFlags => String::new(),
@@ -1616,15 +1681,26 @@ impl<'a> Shell<'a> {
             ParameterTestType::Unset => value.is_none(),
         };
         match expr {
-            ParameterExpr::Parameter { parameter, indirect: false } => {
+            ParameterExpr::Parameter {
+                parameter,
+                indirect: false,
+            } => {
                 let value = self.parameter(&parameter)?;
                 if value.is_none() && self.nounset && matches!(parameter, Parameter::Named(_)) {
-                    self.error(&format!("{}: unbound variable", Self::parameter_name(&parameter)));
+                    self.error(&format!(
+                        "{}: unbound variable",
+                        Self::parameter_name(&parameter)
+                    ));
                     return Err(Stop::Exit(1));
                 }
                 Ok(value.unwrap_or_default())
             }
-            ParameterExpr::UseDefaultValues { parameter, indirect: false, test_type, default_value } => {
+            ParameterExpr::UseDefaultValues {
+                parameter,
+                indirect: false,
+                test_type,
+                default_value,
+            } => {
                 let value = self.parameter(&parameter)?;
                 if unset_or_null(&value, &test_type) {
                     self.expand_single(&default_value.unwrap_or_default())
@@ -1632,7 +1708,12 @@ impl<'a> Shell<'a> {
                     Ok(value.unwrap_or_default())
                 }
             }
-            ParameterExpr::AssignDefaultValues { parameter, indirect: false, test_type, default_value } => {
+            ParameterExpr::AssignDefaultValues {
+                parameter,
+                indirect: false,
+                test_type,
+                default_value,
+            } => {
                 let value = self.parameter(&parameter)?;
                 if unset_or_null(&value, &test_type) {
                     let new = self.expand_single(&default_value.unwrap_or_default())?;
@@ -1644,7 +1725,12 @@ impl<'a> Shell<'a> {
                     Ok(value.unwrap_or_default())
                 }
             }
-            ParameterExpr::UseAlternativeValue { parameter, indirect: false, test_type, alternative_value } => {
+            ParameterExpr::UseAlternativeValue {
+                parameter,
+                indirect: false,
+                test_type,
+                alternative_value,
+            } => {
                 let value = self.parameter(&parameter)?;
                 if unset_or_null(&value, &test_type) {
                     Ok(String::new())
@@ -1652,30 +1738,51 @@ impl<'a> Shell<'a> {
                     self.expand_single(&alternative_value.unwrap_or_default())
                 }
             }
-            ParameterExpr::IndicateErrorIfNullOrUnset { parameter, indirect: false, test_type, error_message } => {
+            ParameterExpr::IndicateErrorIfNullOrUnset {
+                parameter,
+                indirect: false,
+                test_type,
+                error_message,
+            } => {
                 let value = self.parameter(&parameter)?;
                 if unset_or_null(&value, &test_type) {
-                    let message = self.expand_single(&error_message.unwrap_or_else(|| "parameter null or not set".to_string()))?;
+                    let message = self.expand_single(
+                        &error_message.unwrap_or_else(|| "parameter null or not set".to_string()),
+                    )?;
                     self.error(&format!("{}: {message}", Self::parameter_name(&parameter)));
                     return Err(Stop::Exit(1));
                 }
                 Ok(value.unwrap_or_default())
             }
-            ParameterExpr::ParameterLength { parameter, indirect: false } => {
-                Ok(self.parameter(&parameter)?.unwrap_or_default().chars().count().to_string())
-            }
-            ParameterExpr::RemoveSmallestSuffixPattern { parameter, indirect: false, pattern } => {
-                self.remove_pattern(&parameter, pattern, true, false)
-            }
-            ParameterExpr::RemoveLargestSuffixPattern { parameter, indirect: false, pattern } => {
-                self.remove_pattern(&parameter, pattern, true, true)
-            }
-            ParameterExpr::RemoveSmallestPrefixPattern { parameter, indirect: false, pattern } => {
-                self.remove_pattern(&parameter, pattern, false, false)
-            }
-            ParameterExpr::RemoveLargestPrefixPattern { parameter, indirect: false, pattern } => {
-                self.remove_pattern(&parameter, pattern, false, true)
-            }
+            ParameterExpr::ParameterLength {
+                parameter,
+                indirect: false,
+            } => Ok(self
+                .parameter(&parameter)?
+                .unwrap_or_default()
+                .chars()
+                .count()
+                .to_string()),
+            ParameterExpr::RemoveSmallestSuffixPattern {
+                parameter,
+                indirect: false,
+                pattern,
+            } => self.remove_pattern(&parameter, pattern, true, false),
+            ParameterExpr::RemoveLargestSuffixPattern {
+                parameter,
+                indirect: false,
+                pattern,
+            } => self.remove_pattern(&parameter, pattern, true, true),
+            ParameterExpr::RemoveSmallestPrefixPattern {
+                parameter,
+                indirect: false,
+                pattern,
+            } => self.remove_pattern(&parameter, pattern, false, false),
+            ParameterExpr::RemoveLargestPrefixPattern {
+                parameter,
+                indirect: false,
+                pattern,
+            } => self.remove_pattern(&parameter, pattern, false, true),
             _ => Err(Stop::Refused(unsupported("this form of ${...} expansion"))),
         }
     }

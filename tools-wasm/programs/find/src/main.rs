@@ -46,10 +46,16 @@ enum Expr {
     Path(GlobMatcher),
     Type(char),
     /// Age in units of `unit` seconds, rounded down (`-mtime`: days, `-mmin`: minutes).
-    Age { compare: Compare, unit: u64 },
+    Age {
+        compare: Compare,
+        unit: u64,
+    },
     Newer(SystemTime),
     /// Size in units of `unit` bytes, rounded up.
-    Size { compare: Compare, unit: u64 },
+    Size {
+        compare: Compare,
+        unit: u64,
+    },
     Empty,
     Constant(bool),
     Print,
@@ -407,9 +413,7 @@ fn run(args: Vec<String>) -> i32 {
                         let reason = error
                             .io_error()
                             .map(|error| match error.kind() {
-                                io::ErrorKind::NotFound => {
-                                    "No such file or directory".to_string()
-                                }
+                                io::ErrorKind::NotFound => "No such file or directory".to_string(),
                                 _ => error.to_string(),
                             })
                             .unwrap_or_else(|| error.to_string());
@@ -476,7 +480,11 @@ mod tests {
         assert!(matches!(expr, Expr::Or(_, _)));
         assert!(parse(&["(", "-name", "a"]).is_err());
         assert!(parse(&["-type", "x"]).is_err());
-        assert!(parse(&["-exec", "rm", "{}", ";"]).unwrap_err().contains("not available"));
+        assert!(
+            parse(&["-exec", "rm", "{}", ";"])
+                .unwrap_err()
+                .contains("not available")
+        );
         assert!(parse(&["-bogus"]).is_err());
         assert!(!parse(&["-name", "a"]).unwrap().has_action());
         assert!(parse(&["-name", "a", "-print"]).unwrap().has_action());

@@ -107,16 +107,24 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
                 "with-filename" => options.with_filename = Some(true),
                 "no-filename" => options.with_filename = Some(false),
                 "color" | "colour" | "binary-files" => {}
-                "include" => options.include.push(value_or_next().ok_or("--include needs a glob")?),
-                "exclude" => options.exclude.push(value_or_next().ok_or("--exclude needs a glob")?),
+                "include" => options
+                    .include
+                    .push(value_or_next().ok_or("--include needs a glob")?),
+                "exclude" => options
+                    .exclude
+                    .push(value_or_next().ok_or("--exclude needs a glob")?),
                 "exclude-dir" => options
                     .exclude_dir
                     .push(value_or_next().ok_or("--exclude-dir needs a glob")?),
                 "regexp" => {
-                    options.patterns.push(value_or_next().ok_or("--regexp needs a pattern")?);
+                    options
+                        .patterns
+                        .push(value_or_next().ok_or("--regexp needs a pattern")?);
                     explicit_pattern = true;
                 }
-                "max-count" => options.max_count = Some(number(value_or_next(), "--max-count")? as u64),
+                "max-count" => {
+                    options.max_count = Some(number(value_or_next(), "--max-count")? as u64)
+                }
                 "after-context" => options.after = number(value_or_next(), "--after-context")?,
                 "before-context" => options.before = number(value_or_next(), "--before-context")?,
                 "context" => {
@@ -137,7 +145,11 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
             let mut take_value = |index: &mut usize| -> Option<String> {
                 let rest: String = flags[*index..].iter().collect();
                 *index = flags.len();
-                if rest.is_empty() { iter.next() } else { Some(rest) }
+                if rest.is_empty() {
+                    iter.next()
+                } else {
+                    Some(rest)
+                }
             };
             match flag {
                 'r' | 'R' => options.recursive = true,
@@ -160,7 +172,9 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
                 'H' => options.with_filename = Some(true),
                 'I' | 'a' | 'U' => {}
                 'e' => {
-                    options.patterns.push(take_value(&mut index).ok_or("option -e needs a pattern")?);
+                    options
+                        .patterns
+                        .push(take_value(&mut index).ok_or("option -e needs a pattern")?);
                     explicit_pattern = true;
                 }
                 'm' => options.max_count = Some(number(take_value(&mut index), "-m")? as u64),
@@ -174,7 +188,9 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
                 digit if digit.is_ascii_digit() => {
                     let rest: String = flags[index - 1..].iter().collect();
                     index = flags.len();
-                    let n = rest.parse().map_err(|_| format!("invalid context length '-{rest}'"))?;
+                    let n = rest
+                        .parse()
+                        .map_err(|_| format!("invalid context length '-{rest}'"))?;
                     options.after = n;
                     options.before = n;
                 }
@@ -300,7 +316,11 @@ fn run(options: Options) -> i32 {
     let mut operands = options.operands.clone();
     let implicit_dot = operands.is_empty() && options.recursive;
     if operands.is_empty() {
-        operands.push(if options.recursive { ".".into() } else { "-".into() });
+        operands.push(if options.recursive {
+            ".".into()
+        } else {
+            "-".into()
+        });
     }
     let show_names = options
         .with_filename
@@ -499,8 +519,8 @@ impl Searcher {
                     }
                     None => start,
                 };
-                for context in from..index {
-                    self.print_line(name, context, lines[context], b'-')?;
+                for (context, text) in lines.iter().enumerate().take(index).skip(from) {
+                    self.print_line(name, context, text, b'-')?;
                 }
             }
             if options.only_matching && !options.invert {
@@ -538,7 +558,13 @@ impl Searcher {
         }
     }
 
-    fn print_line(&mut self, name: &str, index: usize, line: &[u8], separator: u8) -> io::Result<()> {
+    fn print_line(
+        &mut self,
+        name: &str,
+        index: usize,
+        line: &[u8],
+        separator: u8,
+    ) -> io::Result<()> {
         if self.show_names {
             self.out.write_all(name.as_bytes())?;
             self.out.write_all(&[separator])?;

@@ -39,7 +39,9 @@ enum Action {
     },
     Print,
     Delete,
-    Quit { print: bool },
+    Quit {
+        print: bool,
+    },
     LineNumber,
     Transliterate(Vec<(char, char)>),
     Append(String),
@@ -47,7 +49,9 @@ enum Action {
     Change(String),
     Next,
     /// `{`: when the address does not match, jump past the matching `}`.
-    Block { end: usize },
+    Block {
+        end: usize,
+    },
     EndBlock,
 }
 
@@ -277,7 +281,9 @@ impl ScriptReader<'_> {
                 } else {
                     false
                 };
-                Ok(Some(Address::Pattern(self.regex(&pattern, case_insensitive)?)))
+                Ok(Some(Address::Pattern(
+                    self.regex(&pattern, case_insensitive)?,
+                )))
             }
             _ => Ok(None),
         }
@@ -377,9 +383,7 @@ fn compile(script: &str, extended: bool) -> Result<Vec<Command>, String> {
                         }
                         Range::Relative(first, count)
                     } else {
-                        let second = reader
-                            .address()?
-                            .ok_or("expected an address after `,'")?;
+                        let second = reader.address()?.ok_or("expected an address after `,'")?;
                         Range::Two(first, second)
                     }
                 } else {
@@ -432,8 +436,14 @@ fn compile(script: &str, extended: bool) -> Result<Vec<Command>, String> {
             }
             'y' => {
                 let delimiter = reader.next().ok_or("unterminated `y' command")?;
-                let from: Vec<char> = reader.delimited(delimiter, "`y' command")?.chars().collect();
-                let to: Vec<char> = reader.delimited(delimiter, "`y' command")?.chars().collect();
+                let from: Vec<char> = reader
+                    .delimited(delimiter, "`y' command")?
+                    .chars()
+                    .collect();
+                let to: Vec<char> = reader
+                    .delimited(delimiter, "`y' command")?
+                    .chars()
+                    .collect();
                 if from.len() != to.len() {
                     return Err("strings for `y' command are different lengths".to_string());
                 }
@@ -551,9 +561,7 @@ impl Editor<'_> {
         let hit = match &command.range {
             Range::None => true,
             Range::One(address) => matches_address(address, line, number, last),
-            Range::Two(start, _) | Range::Relative(start, _)
-                if !self.ranges[index].active =>
-            {
+            Range::Two(start, _) | Range::Relative(start, _) if !self.ranges[index].active => {
                 if !matches_address(start, line, number, last) {
                     false
                 } else {
@@ -863,7 +871,10 @@ mod tests {
         assert_eq!(sed("s/a/b/g", "banana\n", false), "bbnbnb\n");
         assert_eq!(sed("s/a/b/", "banana\n", false), "bbnana\n");
         assert_eq!(sed("s/a/b/2", "banana\n", false), "banbna\n");
-        assert_eq!(sed(r"s/\(an\)\+/[&|\1]/", "banana\n", false), "b[anan|an]a\n");
+        assert_eq!(
+            sed(r"s/\(an\)\+/[&|\1]/", "banana\n", false),
+            "b[anan|an]a\n"
+        );
         assert_eq!(sed("s|/|_|g", "a/b/c\n", false), "a_b_c\n");
         assert_eq!(sed("s/A/x/gI", "aA\n", false), "xx\n");
         assert_eq!(sed("s/x/y/;s/y/z/", "x\n", false), "z\n");
@@ -879,7 +890,10 @@ mod tests {
         assert_eq!(sed("/two/,/three/!d", text, false), "two\nthree\n");
         assert_eq!(sed("2q", text, false), "one\ntwo\n");
         assert_eq!(sed("1,+1d", text, false), "three\nfour\n");
-        assert_eq!(sed("2i\\\ninserted", text, false), "one\ninserted\ntwo\nthree\nfour\n");
+        assert_eq!(
+            sed("2i\\\ninserted", text, false),
+            "one\ninserted\ntwo\nthree\nfour\n"
+        );
         assert_eq!(sed("1a added", "x\n", false), "x\nadded\n");
         assert_eq!(sed("=", "x\n", true), "1\n");
         assert_eq!(sed("y/abc/xyz/", "aabbcc\n", false), "xxyyzz\n");
