@@ -543,8 +543,8 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
         .min(latest);
 
     let mut handles = Stages(Vec::with_capacity(count));
-    for (position, (stage, program)) in pipeline.stages.into_iter().zip(programs).enumerate() {
-        let stdin: Box<dyn StdinStream> = match stage.stdin {
+    for (position, (mut stage, program)) in pipeline.stages.into_iter().zip(programs).enumerate() {
+        let stdin: Box<dyn StdinStream> = match std::mem::replace(&mut stage.stdin, Input::None) {
             Input::None => Box::new(ClosedInputStream),
             Input::Pipe => match pipe_readers[position].take() {
                 Some(reader) => Box::new(reader),
