@@ -325,11 +325,50 @@ impl IsTerminal for PipeWriter {
 
 impl StdoutStream for PipeWriter {
     fn p2_stream(&self) -> Box<dyn OutputStream> {
-        self.0.p2_stream()
+        Box::new(PipeEnd(self.0.p2_stream()))
     }
 
     fn async_stream(&self) -> Box<dyn AsyncWrite + Send + Sync> {
         self.0.async_stream()
+    }
+}
+
+/// The writing end of a pipe as a WASI stream: once the reader is gone, writes report a closed
+/// stream (the program sees a broken pipe, as `yes | head` expects) rather than an I/O error.
+struct PipeEnd(Box<dyn OutputStream>);
+
+fn closed_if_broken(error: StreamError) -> StreamError {
+    match error {
+        StreamError::LastOperationFailed(cause)
+            if cause
+                .downcast_ref::<std::io::Error>()
+                .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe) =>
+        {
+            StreamError::Closed
+        }
+        other => other,
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for PipeEnd {
+    async fn ready(&mut self) {
+        self.0.ready().await;
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for PipeEnd {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        self.0.write(bytes).map_err(closed_if_broken)
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        self.0.flush().map_err(closed_if_broken)
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.0.check_write().map_err(closed_if_broken)
     }
 }
 
@@ -605,7 +644,7 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
     drop(files);
 
     let mut ends: Vec<Option<StageEnd>> = (0..count).map(|_| None).collect();
-    let finished = tokio::time::timeout_at(deadline.into(), async {
+    let all_ended = async {
         for (position, slot) in handles.0.iter_mut().enumerate() {
             if let Some(handle) = slot {
                 let end = match handle.await {
@@ -616,18 +655,32 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
                 ends[position] = Some(end);
             }
         }
+    };
+    // A program past the write limit may keep running (e.g. `tee` goes on after a failed
+    // write), so the whole pipeline stops once the budget is spent.
+    let budget = exec.budget.clone();
+    let budget_spent = async move {
+        while !budget.exceeded() {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    };
+    let finished = tokio::time::timeout_at(deadline.into(), async {
+        tokio::select! {
+            () = all_ended => true,
+            () = budget_spent => false,
+        }
     })
-    .await
-    .is_ok();
+    .await;
     drop(handles);
-    let timed_out = !finished;
+    let timed_out = finished.is_err();
+    let reason = if timed_out {
+        "stopped at the time limit of the command"
+    } else {
+        "stopped: the command line wrote more to files than its write limit"
+    };
     let ends = ends
         .into_iter()
-        .map(|end| {
-            end.unwrap_or_else(|| {
-                StageEnd::Killed("stopped at the time limit of the command".to_string())
-            })
-        })
+        .map(|end| end.unwrap_or_else(|| StageEnd::Killed(reason.to_string())))
         .collect();
 
     let output = output.take();

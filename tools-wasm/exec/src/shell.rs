@@ -1017,14 +1017,14 @@ impl<'a> Shell<'a> {
 
     /// Sends `bytes` a builtin wrote to `dest`: the model's output, a capture, or a file (through
     /// the host, so the write is checked and counted like a program's).
-    fn deliver(&mut self, resolved: &Redirected, dest: &Dest, bytes: &[u8], io: &Io) -> Flow<()> {
+    fn deliver(&mut self, resolved: &Redirected, dest: &Dest, bytes: &[u8], io: &Io) -> Flow<bool> {
         match dest {
             Dest::Sink(sink) => self.write(*sink, bytes),
             Dest::Err | Dest::Pipe => self.write(Sink::Main, bytes),
             Dest::Discard => {}
             Dest::File(index) => {
                 let Some(file) = resolved.files.get(*index as usize).cloned() else {
-                    return Ok(());
+                    return Ok(false);
                 };
                 let remaining = self.remaining()?;
                 let pipeline = wit::Pipeline {
@@ -1058,12 +1058,13 @@ impl<'a> Shell<'a> {
                     | Err(wit::RunError::NotFound(message)) => {
                         self.error(&message);
                         self.status = 1;
+                        return Ok(false);
                     }
                 }
             }
         }
         let _ = io;
-        Ok(())
+        Ok(true)
     }
 
     fn run_builtin(&mut self, prepared: Prepared, io: &Io) -> Flow<i32> {
@@ -1256,8 +1257,16 @@ impl<'a> Shell<'a> {
             }
             _ => 127,
         };
-        self.deliver(&resolved, &resolved.stdout.clone(), &stdout, io)?;
-        self.deliver(&resolved, &resolved.stderr.clone(), &stderr, io)?;
+        let stdout_delivered = self.deliver(&resolved, &resolved.stdout.clone(), &stdout, io)?;
+        let stderr_delivered = self.deliver(&resolved, &resolved.stderr.clone(), &stderr, io)?;
+        // A redirection that could not be opened fails the builtin, as in any shell.
+        let status = if stdout_delivered && stderr_delivered && status == 0 {
+            0
+        } else if status == 0 {
+            1
+        } else {
+            status
+        };
         self.status = status;
         Ok(status)
     }
