@@ -7,6 +7,7 @@ class `Tool` implements the exported `clawcage:tool/tool` interface: `specs` lis
 """
 
 import collections
+import heapq  # noqa: F401 -- see below
 import json
 import os
 import re
@@ -20,6 +21,10 @@ from wit_world.imports.types import (
     ToolError_InvalidArgs,
     ToolSpec,
 )
+
+# componentize-py snapshots the modules imported while it builds the component; a module imported
+# lazily at run time is missing then. `Counter.most_common` imports `heapq` lazily, hence the
+# import above.
 
 # Files larger than this are refused: the tool reads the whole file into memory.
 MAX_BYTES = 8 << 20

@@ -7,7 +7,6 @@
 use std::path::Path;
 
 use clawcage_agent::ToolRegistry;
-use clawcage_core::Tool as _;
 use clawcage_sandbox::plugin::HOST_SECRET_ENV;
 use clawcage_sandbox::{FsMode, Limits, PluginLoader, PluginsConfig};
 use clawcage_tests::toolchains::{example_plugin, skip};

@@ -106,10 +106,9 @@ impl Config {
                         }
                     }
                 }
-                config
-                    .plugins
-                    .validate()
-                    .with_context(|| format!("the config file {} is not valid", path.display()))?;
+                config.plugins.validate().map_err(|error| {
+                    anyhow::anyhow!("the config file {} is not valid: {error}", path.display())
+                })?;
                 return Ok((config, Some(path)));
             }
         }
