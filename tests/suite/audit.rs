@@ -32,18 +32,29 @@ async fn every_call_is_recorded_with_a_digest_of_its_arguments_never_the_argumen
         grants(workspace.path(), FsMode::ReadWrite, Limits::default()),
     )
     .await;
-    let audited = AuditedRegistry::new(registry, Some(Arc::new(AuditLog::open(&log_path).unwrap())));
+    let audited =
+        AuditedRegistry::new(registry, Some(Arc::new(AuditLog::open(&log_path).unwrap())));
 
     let read = json!({"path": "secret-plans.txt"});
-    audited.execute_value("session-a", "read_file", &read).await.unwrap();
+    audited
+        .execute_value("session-a", "read_file", &read)
+        .await
+        .unwrap();
     let escape = json!({"path": "/etc/shadow-of-a-doubt"});
-    audited.execute_value("session-a", "read_file", &escape).await.unwrap_err();
+    audited
+        .execute_value("session-a", "read_file", &escape)
+        .await
+        .unwrap_err();
     audited
         .execute("session-b", "read_file", r#"{"path": 42}"#)
         .await
         .unwrap_err();
     audited
-        .execute("session-b", "no_such_tool", r#"{"x": "unknown-tool-argument"}"#)
+        .execute(
+            "session-b",
+            "no_such_tool",
+            r#"{"x": "unknown-tool-argument"}"#,
+        )
         .await
         .unwrap_err();
     audited
@@ -52,8 +63,17 @@ async fn every_call_is_recorded_with_a_digest_of_its_arguments_never_the_argumen
         .unwrap_err();
 
     let text = std::fs::read_to_string(&log_path).unwrap();
-    for value in ["secret-plans", "shadow-of-a-doubt", "unknown-tool-argument", "not json at all", "the plans"] {
-        assert!(!text.contains(value), "the audit log contains {value:?}:\n{text}");
+    for value in [
+        "secret-plans",
+        "shadow-of-a-doubt",
+        "unknown-tool-argument",
+        "not json at all",
+        "the plans",
+    ] {
+        assert!(
+            !text.contains(value),
+            "the audit log contains {value:?}:\n{text}"
+        );
     }
     let lines = records(&log_path);
     assert_eq!(lines.len(), 5, "{text}");
@@ -69,7 +89,11 @@ async fn every_call_is_recorded_with_a_digest_of_its_arguments_never_the_argumen
     assert!(ok.duration_ms >= 0.0);
     assert!(ok.time.ends_with('Z') && ok.time.len() == 24, "{}", ok.time);
 
-    assert_ne!(lines[1].verdict, "ok", "the escape must not succeed: {:?}", lines[1]);
+    assert_ne!(
+        lines[1].verdict, "ok",
+        "the escape must not succeed: {:?}",
+        lines[1]
+    );
     assert_eq!(lines[1].args_sha256, args_digest(&escape));
     assert_eq!(lines[2].verdict, "invalid_args");
     assert_eq!(lines[2].session, "session-b");
@@ -98,7 +122,8 @@ async fn a_call_abandoned_by_its_caller_is_recorded_as_cancelled() {
         grants(workspace.path(), FsMode::ReadWrite, Limits::default()),
     )
     .await;
-    let audited = AuditedRegistry::new(registry, Some(Arc::new(AuditLog::open(&log_path).unwrap())));
+    let audited =
+        AuditedRegistry::new(registry, Some(Arc::new(AuditLog::open(&log_path).unwrap())));
     let gave_up = tokio::time::timeout(
         Duration::from_millis(200),
         audited.execute("impatient", "spin", "{}"),

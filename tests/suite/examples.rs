@@ -46,7 +46,12 @@ async fn registry_with(plugin_dir: &Path, operator: &str, workspace: &Path) -> T
 async fn the_python_example_counts_words_inside_the_workspace_only() {
     let plugin = match example_plugin("python") {
         Ok(plugin) => plugin,
-        Err(reason) => return skip("the_python_example_counts_words_inside_the_workspace_only", &reason),
+        Err(reason) => {
+            return skip(
+                "the_python_example_counts_words_inside_the_workspace_only",
+                &reason,
+            );
+        }
     };
     let workspace = tempfile::tempdir().unwrap();
     std::fs::write(
@@ -62,8 +67,15 @@ async fn the_python_example_counts_words_inside_the_workspace_only() {
     .await;
     let tool = registry.get("text_stats").expect("text_stats is listed");
     assert_eq!(tool.origin(), "plugin:py-text-stats@0.1.0");
-    assert!(tool.grants_summary().contains("(ro)"), "{}", tool.grants_summary());
-    assert_eq!(tool.spec().input_schema["required"], serde_json::json!(["path"]));
+    assert!(
+        tool.grants_summary().contains("(ro)"),
+        "{}",
+        tool.grants_summary()
+    );
+    assert_eq!(
+        tool.spec().input_schema["required"],
+        serde_json::json!(["path"])
+    );
 
     let output = registry
         .execute("text_stats", r#"{"path": "poem.txt", "top": 2}"#)
@@ -89,7 +101,10 @@ async fn the_python_example_counts_words_inside_the_workspace_only() {
         .await
         .unwrap_err();
     assert_eq!(missing.kind(), "failed");
-    assert!(missing.message().contains("absent.txt: no such file"), "{missing}");
+    assert!(
+        missing.message().contains("absent.txt: no such file"),
+        "{missing}"
+    );
 
     // Escapes are refused by the sandbox, whatever the Python code does.
     for escape in ["/etc/passwd", "../../../../etc/passwd"] {
@@ -118,7 +133,11 @@ async fn the_javascript_example_runs_with_no_grant_at_all() {
     assert_eq!(registry.names(), ["json_pick", "slugify"]);
     let slugify = registry.get("slugify").unwrap();
     assert_eq!(slugify.origin(), "plugin:js-tools@0.1.0");
-    assert!(slugify.grants_summary().starts_with("no files"), "{}", slugify.grants_summary());
+    assert!(
+        slugify.grants_summary().starts_with("no files"),
+        "{}",
+        slugify.grants_summary()
+    );
 
     let slug = registry
         .execute("slugify", r#"{"text": "Hello, World: MCP & Wasm!"}"#)
@@ -126,7 +145,10 @@ async fn the_javascript_example_runs_with_no_grant_at_all() {
         .unwrap();
     assert_eq!(slug.text, "hello-world-mcp-wasm");
     let underscored = registry
-        .execute("slugify", r#"{"text": "  Many   spaces ", "separator": "_"}"#)
+        .execute(
+            "slugify",
+            r#"{"text": "  Many   spaces ", "separator": "_"}"#,
+        )
         .await
         .unwrap();
     assert_eq!(underscored.text, "many_spaces");
@@ -155,7 +177,10 @@ async fn the_javascript_example_runs_with_no_grant_at_all() {
         .await
         .unwrap_err();
     assert_eq!(nothing.kind(), "invalid_args");
-    assert!(nothing.message().contains("no letters or digits"), "{nothing}");
+    assert!(
+        nothing.message().contains("no letters or digits"),
+        "{nothing}"
+    );
     let bad_separator = registry
         .execute("slugify", r#"{"text": "x", "separator": "/"}"#)
         .await

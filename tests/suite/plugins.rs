@@ -101,7 +101,11 @@ async fn probe(report: &PluginReport, plugin: &str, args: Value) -> Value {
         .iter()
         .find(|loaded| loaded.name == plugin)
         .unwrap_or_else(|| panic!("{plugin} did not load: {report:#?}"));
-    let output = loaded.tools[0].wasm().call_json(&args.to_string()).await.unwrap();
+    let output = loaded.tools[0]
+        .wasm()
+        .call_json(&args.to_string())
+        .await
+        .unwrap();
     serde_json::from_str(&output.text).unwrap()
 }
 
@@ -132,9 +136,30 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
     let probe_bytes = fixture(fixtures::PROBE);
     let echo_bytes = fixture(fixtures::ECHO);
     let asks_everything = "[capabilities]\nworkspace = \"rw\"\nnetwork = [\"api.example.com\", \"evil.example\"]\nenv = [\"GREETING\", \"OTHER\", \"GITHUB_TOKEN\", \"OPENAI_API_KEY\"]\n";
-    install(plugins.path(), "a-granted", "granted", &probe_bytes, None, asks_everything);
-    install(plugins.path(), "b-partial", "partial", &probe_bytes, None, asks_everything);
-    install(plugins.path(), "c-nogrant", "nogrant", &probe_bytes, None, asks_everything);
+    install(
+        plugins.path(),
+        "a-granted",
+        "granted",
+        &probe_bytes,
+        None,
+        asks_everything,
+    );
+    install(
+        plugins.path(),
+        "b-partial",
+        "partial",
+        &probe_bytes,
+        None,
+        asks_everything,
+    );
+    install(
+        plugins.path(),
+        "c-nogrant",
+        "nogrant",
+        &probe_bytes,
+        None,
+        asks_everything,
+    );
     install(
         plugins.path(),
         "d-tampered",
@@ -161,9 +186,20 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
     );
     let malformed = plugins.path().join("g-malformed");
     std::fs::create_dir_all(&malformed).unwrap();
-    std::fs::write(malformed.join("plugin.toml"), "name = \"malformed\"\nversion = 1.0\n[[[").unwrap();
+    std::fs::write(
+        malformed.join("plugin.toml"),
+        "name = \"malformed\"\nversion = 1.0\n[[[",
+    )
+    .unwrap();
     std::fs::create_dir_all(plugins.path().join("h-no-manifest")).unwrap();
-    install(plugins.path(), "i-duplicate", "granted", &echo_bytes, None, "");
+    install(
+        plugins.path(),
+        "i-duplicate",
+        "granted",
+        &echo_bytes,
+        None,
+        "",
+    );
     // A file pair at the top level: echo.toml beside echo.wasm.
     std::fs::write(plugins.path().join("echo.wasm"), &echo_bytes).unwrap();
     std::fs::write(
@@ -175,10 +211,20 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
     )
     .unwrap();
 
-    let (report, registry) = load(plugins.path(), OPERATOR, workspace.path(), FsMode::ReadWrite).await;
+    let (report, registry) = load(
+        plugins.path(),
+        OPERATOR,
+        workspace.path(),
+        FsMode::ReadWrite,
+    )
+    .await;
 
     let loaded: Vec<&str> = report.loaded.iter().map(|p| p.name.as_str()).collect();
-    assert_eq!(loaded, ["granted", "partial", "nogrant", "echo"], "{report:#?}");
+    assert_eq!(
+        loaded,
+        ["granted", "partial", "nogrant", "echo"],
+        "{report:#?}"
+    );
     assert_eq!(report.refused.len(), 6, "{report:#?}");
 
     // Refusals, each with a reason that says what is wrong.
@@ -186,16 +232,28 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
     assert!(tampered.contains("digest mismatch"), "{tampered}");
     assert!(tampered.contains(&sha256_hex(&echo_bytes)), "{tampered}");
     let ungranted = refusal(&report, "e-ungranted");
-    assert!(ungranted.contains("fixture:ungranted/telemetry"), "{ungranted}");
+    assert!(
+        ungranted.contains("fixture:ungranted/telemetry"),
+        "{ungranted}"
+    );
     assert!(ungranted.contains("not granted"), "{ungranted}");
     let command = refusal(&report, "f-command");
-    assert!(command.contains("does not export the tool interface"), "{command}");
+    assert!(
+        command.contains("does not export the tool interface"),
+        "{command}"
+    );
     let malformed = refusal(&report, "g-malformed");
-    assert!(malformed.contains("the manifest is malformed"), "{malformed}");
+    assert!(
+        malformed.contains("the manifest is malformed"),
+        "{malformed}"
+    );
     let missing = refusal(&report, "h-no-manifest");
     assert!(missing.contains("there is no plugin.toml"), "{missing}");
     let duplicate = refusal(&report, "i-duplicate");
-    assert!(duplicate.contains("another plugin named `granted`"), "{duplicate}");
+    assert!(
+        duplicate.contains("another plugin named `granted`"),
+        "{duplicate}"
+    );
 
     // Fully granted: the workspace read-write, the granted variable and nothing else.
     let granted = probe(
@@ -211,10 +269,20 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
     assert_eq!(granted["write"]["ok"], true, "{granted}");
     assert!(workspace.path().join("from-granted.txt").exists());
     let granted_plugin = &report.loaded[0];
-    assert!(granted_plugin.grants.contains("(rw)"), "{}", granted_plugin.grants);
-    assert!(granted_plugin.grants.contains("env GREETING"), "{}", granted_plugin.grants);
     assert!(
-        granted_plugin.grants.contains("network hosts api.example.com granted but unreachable"),
+        granted_plugin.grants.contains("(rw)"),
+        "{}",
+        granted_plugin.grants
+    );
+    assert!(
+        granted_plugin.grants.contains("env GREETING"),
+        "{}",
+        granted_plugin.grants
+    );
+    assert!(
+        granted_plugin
+            .grants
+            .contains("network hosts api.example.com granted but unreachable"),
         "{}",
         granted_plugin.grants
     );
@@ -236,25 +304,52 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
         assert!(!env.contains_key(absent), "{absent} leaked: {partial}");
     }
     let partial_plugin = &report.loaded[1];
-    assert!(partial_plugin.grants.contains("(ro)"), "{}", partial_plugin.grants);
-    assert!(!partial_plugin.grants.contains("evil.example"), "{}", partial_plugin.grants);
+    assert!(
+        partial_plugin.grants.contains("(ro)"),
+        "{}",
+        partial_plugin.grants
+    );
+    assert!(
+        !partial_plugin.grants.contains("evil.example"),
+        "{}",
+        partial_plugin.grants
+    );
     let notes = partial_plugin.notes.join("\n");
-    assert!(notes.contains("asked for the workspace rw, granted ro"), "{notes}");
+    assert!(
+        notes.contains("asked for the workspace rw, granted ro"),
+        "{notes}"
+    );
     assert!(notes.contains("env OTHER, not granted"), "{notes}");
-    assert!(notes.contains("env GITHUB_TOKEN refused: its name looks like a secret"), "{notes}");
-    assert!(notes.contains("env OPENAI_API_KEY refused: it holds one of clawcage's own credentials"), "{notes}");
-    assert!(notes.contains("network host evil.example, not granted"), "{notes}");
+    assert!(
+        notes.contains("env GITHUB_TOKEN refused: its name looks like a secret"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("env OPENAI_API_KEY refused: it holds one of clawcage's own credentials"),
+        "{notes}"
+    );
+    assert!(
+        notes.contains("network host evil.example, not granted"),
+        "{notes}"
+    );
 
     // No grant at all: it runs, but sees no file and no variable.
     let nogrant = probe(&report, "nogrant", serde_json::json!({"read": "notes.txt"})).await;
     assert!(nogrant["read"]["error"].is_string(), "{nogrant}");
     assert!(nogrant["env"].as_object().unwrap().is_empty(), "{nogrant}");
-    assert!(report.loaded[2].grants.starts_with("no files"), "{}", report.loaded[2].grants);
+    assert!(
+        report.loaded[2].grants.starts_with("no files"),
+        "{}",
+        report.loaded[2].grants
+    );
 
     // The file-pair plugin works, and its origin names it.
     let echo = registry.get("echo").unwrap();
     assert_eq!(echo.origin(), "plugin:echo@0.3.0");
-    let echoed = registry.execute("echo", r#"{"text":"still serving"}"#).await.unwrap();
+    let echoed = registry
+        .execute("echo", r#"{"text":"still serving"}"#)
+        .await
+        .unwrap();
     assert_eq!(echoed.text, "still serving");
     let probe_tool = registry.get("probe").unwrap();
     assert_eq!(probe_tool.origin(), "plugin:granted@1.0.0");
@@ -279,7 +374,10 @@ async fn a_read_only_run_narrows_a_read_write_plugin_grant() {
     let plugin = &report.loaded[0];
     assert!(plugin.grants.contains("(ro)"), "{}", plugin.grants);
     assert!(
-        plugin.notes.iter().any(|note| note.contains("narrowed to ro")),
+        plugin
+            .notes
+            .iter()
+            .any(|note| note.contains("narrowed to ro")),
         "{:?}",
         plugin.notes
     );
@@ -292,7 +390,9 @@ async fn a_missing_plugins_directory_and_stray_grants_are_reported() {
     let (report, registry) = load(&missing, OPERATOR, workspace.path(), FsMode::ReadWrite).await;
     assert!(report.loaded.is_empty() && registry.names().is_empty());
     assert!(
-        report.refused[0].reason.contains("the plugins directory cannot be read"),
+        report.refused[0]
+            .reason
+            .contains("the plugins directory cannot be read"),
         "{report:#?}"
     );
 

@@ -16,11 +16,16 @@ pub fn repo_root() -> PathBuf {
         .unwrap_or_default()
 }
 
+/// What each `examples/build.sh` target gave in this process.
+type BuildResults = Mutex<Vec<(&'static str, Result<String, String>)>>;
+
 /// Runs `examples/build.sh TARGET` once per process and returns the last line it printed.
 fn build_script(target: &'static str) -> Result<String, String> {
-    static RESULTS: OnceLock<Mutex<Vec<(&'static str, Result<String, String>)>>> = OnceLock::new();
+    static RESULTS: OnceLock<BuildResults> = OnceLock::new();
     let results = RESULTS.get_or_init(|| Mutex::new(Vec::new()));
-    let mut results = results.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut results = results
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner());
     if let Some((_, result)) = results.iter().find(|(known, _)| *known == target) {
         return result.clone();
     }

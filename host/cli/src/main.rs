@@ -298,10 +298,7 @@ fn print_tools(registry: &ToolRegistry, json: bool) -> Result<(), Failure> {
 }
 
 async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), Failure> {
-    match registry
-        .execute(&new_session_id("cli"), tool, args)
-        .await
-    {
+    match registry.execute(&new_session_id("cli"), tool, args).await {
         Ok(output) => {
             println!("{}", output.text);
             Ok(())

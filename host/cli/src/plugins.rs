@@ -23,7 +23,10 @@ pub async fn load_into(
         sandbox,
         config,
         base,
-        host_secrets: HOST_SECRET_ENV.iter().map(|name| name.to_string()).collect(),
+        host_secrets: HOST_SECRET_ENV
+            .iter()
+            .map(|name| name.to_string())
+            .collect(),
         host_env: &host_env,
     };
     let mut report = loader.load_all().await;

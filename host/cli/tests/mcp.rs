@@ -70,7 +70,8 @@ impl Fixture {
     }
 
     fn audit(&self) -> (String, Vec<AuditRecord>) {
-        let text = std::fs::read_to_string(self.root.path().join("audit.jsonl")).unwrap_or_default();
+        let text =
+            std::fs::read_to_string(self.root.path().join("audit.jsonl")).unwrap_or_default();
         let records = text
             .lines()
             .map(|line| serde_json::from_str(line).unwrap())
@@ -146,9 +147,18 @@ fn check_standard_report(report: &Value, fixture: &Fixture, python: &Path, trans
 
     let calls = report["calls"].as_array().unwrap();
     assert_eq!(calls[0]["is_error"], false, "{report}");
-    assert!(calls[0]["text"].as_str().unwrap().contains("hello over mcp"), "{report}");
+    assert!(
+        calls[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello over mcp"),
+        "{report}"
+    );
     for escape in &calls[1..=2] {
-        assert_eq!(escape["is_error"], true, "an escape is a tool error: {report}");
+        assert_eq!(
+            escape["is_error"], true,
+            "an escape is a tool error: {report}"
+        );
         let text = escape["text"].as_str().unwrap();
         assert!(
             text.starts_with("denied:") || text.starts_with("failed:"),
@@ -158,11 +168,17 @@ fn check_standard_report(report: &Value, fixture: &Fixture, python: &Path, trans
     }
     assert_eq!(calls[3]["is_error"], true);
     assert!(
-        calls[3]["text"].as_str().unwrap().starts_with("invalid arguments:"),
+        calls[3]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid arguments:"),
         "{report}"
     );
     assert_eq!(calls[4]["is_error"], false);
-    assert!(calls[4]["text"].as_str().unwrap().contains("hello.txt"), "{report}");
+    assert!(
+        calls[4]["text"].as_str().unwrap().contains("hello.txt"),
+        "{report}"
+    );
 
     match tools.get("exec").and_then(command_field) {
         None => eprintln!(
@@ -176,7 +192,10 @@ fn check_standard_report(report: &Value, fixture: &Fixture, python: &Path, trans
             let exec_report = run_client(python, &exec_calls, transport);
             let results = exec_report["calls"].as_array().unwrap();
             assert!(
-                results[0]["text"].as_str().unwrap().contains("hello over mcp"),
+                results[0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("hello over mcp"),
                 "{exec_report}"
             );
             assert!(
@@ -196,7 +215,10 @@ fn check_audit(fixture: &Fixture, session_prefix: &str) {
         .filter(|record| record.tool != "exec")
         .collect();
     assert_eq!(standard.len(), 5, "{text}");
-    let verdicts: Vec<&str> = standard.iter().map(|record| record.verdict.as_str()).collect();
+    let verdicts: Vec<&str> = standard
+        .iter()
+        .map(|record| record.verdict.as_str())
+        .collect();
     assert_eq!(verdicts[0], "ok");
     assert_ne!(verdicts[1], "ok");
     assert_ne!(verdicts[2], "ok");
@@ -204,13 +226,19 @@ fn check_audit(fixture: &Fixture, session_prefix: &str) {
     assert_eq!(verdicts[4], "ok");
     for record in &standard {
         assert!(record.session.starts_with(session_prefix), "{record:?}");
-        assert_eq!(record.session, standard[0].session, "one client, one session");
+        assert_eq!(
+            record.session, standard[0].session,
+            "one client, one session"
+        );
         assert_eq!(record.args_sha256.len(), 64);
     }
     assert_eq!(standard[0].origin.as_deref(), Some("bundled:file"));
     assert!(standard[0].grants.as_deref().unwrap().contains("(rw)"));
     for value in ["hello.txt", "outside.txt"] {
-        assert!(!text.contains(value), "the audit log holds {value}:\n{text}");
+        assert!(
+            !text.contains(value),
+            "the audit log holds {value}:\n{text}"
+        );
     }
 }
 
@@ -269,7 +297,11 @@ impl HttpServer {
                 }
                 Err(_) => {
                     let _ = child.kill();
-                    panic!("clawcage mcp --http printed no address:\n{}", seen.join("\n"));
+                    let _ = child.wait();
+                    panic!(
+                        "clawcage mcp --http printed no address:\n{}",
+                        seen.join("\n")
+                    );
                 }
             }
         }
@@ -405,11 +437,13 @@ fn the_python_and_javascript_examples_are_called_through_mcp() {
         assert!(!results[1]["text"].as_str().unwrap().contains("TOP SECRET"));
     }
     if tools.contains_key("slugify") {
-        assert_eq!(results[2]["text"], "sandboxed-tools-any-language", "{report}");
+        assert_eq!(
+            results[2]["text"], "sandboxed-tools-any-language",
+            "{report}"
+        );
         assert_eq!(results[3]["is_error"], true, "{report}");
         assert_eq!(
-            results[3]["text"],
-            "failed: the document has no key or index `5`",
+            results[3]["text"], "failed: the document has no key or index `5`",
             "{report}"
         );
     }
@@ -421,7 +455,8 @@ fn the_python_and_javascript_examples_are_called_through_mcp() {
     assert!(
         origins
             .iter()
-            .all(|origin| origin.starts_with("plugin:py-text-stats@") || origin.starts_with("plugin:js-tools@")),
+            .all(|origin| origin.starts_with("plugin:py-text-stats@")
+                || origin.starts_with("plugin:js-tools@")),
         "{origins:?}"
     );
     assert_eq!(records.len(), examples.len() * 2, "{records:?}");

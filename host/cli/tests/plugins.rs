@@ -47,7 +47,14 @@ fn setup() -> tempfile::TempDir {
         &digest(&echo),
         "[capabilities]\nworkspace = \"rw\"\nenv = [\"PROBE_GREETING\", \"PROBE_TOKEN\"]\nnetwork = [\"api.example.com\"]\n",
     );
-    install(&plugins, "tampered", "tampered", &echo, &digest(b"other bytes"), "");
+    install(
+        &plugins,
+        "tampered",
+        "tampered",
+        &echo,
+        &digest(b"other bytes"),
+        "",
+    );
     install(
         &plugins,
         "clash",
@@ -100,7 +107,10 @@ fn tools_shows_origin_and_effective_grants_and_the_refused_plugins() {
     assert!(probe_line.contains("api.example.com"), "{probe_line}");
 
     assert!(stdout.contains("plugins:"), "{stdout}");
-    assert!(stdout.contains("asked for the workspace rw, granted ro"), "{stdout}");
+    assert!(
+        stdout.contains("asked for the workspace rw, granted ro"),
+        "{stdout}"
+    );
     assert!(stdout.contains("env PROBE_TOKEN refused"), "{stdout}");
     for output in [&stdout, &stderr] {
         assert!(output.contains("tampered@2.0.1"), "{output}");
@@ -130,7 +140,10 @@ fn tools_shows_origin_and_effective_grants_and_the_refused_plugins() {
         .map(|tool| tool["origin"].as_str().unwrap())
         .collect();
     assert_eq!(
-        origins.iter().filter(|origin| **origin == "bundled:file").count(),
+        origins
+            .iter()
+            .filter(|origin| **origin == "bundled:file")
+            .count(),
         4,
         "the bundled tools are unaffected: {origins:?}"
     );
@@ -174,6 +187,9 @@ fn an_invalid_operator_grant_is_a_configuration_error() {
     let output = clawcage(root.path(), &["tools"]);
     assert_eq!(output.status.code(), Some(2));
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("[plugins.grants.probe] network"), "{stderr}");
+    assert!(
+        stderr.contains("[plugins.grants.probe] network"),
+        "{stderr}"
+    );
     assert!(stderr.contains("no scheme or path"), "{stderr}");
 }

@@ -89,7 +89,11 @@ impl McpServer {
                         wrapped
                     }
                 };
-                Tool::new(spec.name.clone(), spec.description.clone(), Arc::new(schema))
+                Tool::new(
+                    spec.name.clone(),
+                    spec.description.clone(),
+                    Arc::new(schema),
+                )
             })
             .collect();
         Self {

@@ -18,7 +18,9 @@ mod tool;
 pub use cache::{ArtifactCache, CacheOutcome};
 pub use env::{EnvError, EnvGrant};
 pub use grants::{FsMode, GrantError, Grants, Limits, WorkspaceGrant};
-pub use plugin::{LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsConfig, RefusedPlugin};
+pub use plugin::{
+    LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsConfig, RefusedPlugin,
+};
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;
 

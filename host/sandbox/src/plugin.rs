@@ -301,7 +301,12 @@ impl std::fmt::Display for RefusedPlugin {
                 self.path.display(),
                 self.reason
             ),
-            None => write!(f, "plugin at {} refused: {}", self.path.display(), self.reason),
+            None => write!(
+                f,
+                "plugin at {} refused: {}",
+                self.path.display(),
+                self.reason
+            ),
         }
     }
 }
@@ -426,7 +431,8 @@ impl PluginLoader<'_> {
                     if let Some(name) = &refused.name {
                         // Keep the name taken, so a later duplicate is not loaded in its place.
                         let bare = name.split('@').next().unwrap_or(name).to_string();
-                        seen.entry(bare).or_insert_with(|| location.manifest.clone());
+                        seen.entry(bare)
+                            .or_insert_with(|| location.manifest.clone());
                     }
                     report.refused.push(refused);
                 }
@@ -467,7 +473,8 @@ impl PluginLoader<'_> {
         }
 
         let component_path = location.base_dir().join(&manifest.component);
-        let bytes = read_component(&component_path).map_err(|reason| refuse(Some(id.clone()), reason))?;
+        let bytes =
+            read_component(&component_path).map_err(|reason| refuse(Some(id.clone()), reason))?;
         let actual = hex::encode(Sha256::digest(&bytes));
         if actual != manifest.sha256 {
             return Err(refuse(
@@ -490,7 +497,12 @@ impl PluginLoader<'_> {
 
         let loaded = self
             .sandbox
-            .load(&manifest.name, &origin(&manifest.name, &manifest.version), &bytes, grants)
+            .load(
+                &manifest.name,
+                &origin(&manifest.name, &manifest.version),
+                &bytes,
+                grants,
+            )
             .await
             .map_err(|error| refuse(Some(id.clone()), error.to_string()))?;
         let mut summary = String::new();
@@ -578,7 +590,10 @@ fn discover(dir: &Path) -> Result<Vec<PluginLocation>, RefusedPlugin> {
             found.push(PluginLocation {
                 manifest: path.join(MANIFEST_FILE),
             });
-        } else if path.extension().is_some_and(|extension| extension == "toml") {
+        } else if path
+            .extension()
+            .is_some_and(|extension| extension == "toml")
+        {
             found.push(PluginLocation { manifest: path });
         }
     }
@@ -677,12 +692,8 @@ fn read_component(path: &Path) -> Result<Vec<u8>, String> {
             MAX_COMPONENT_BYTES >> 20
         ));
     }
-    std::fs::read(path).map_err(|error| {
-        format!(
-            "its component {} cannot be read: {error}",
-            path.display()
-        )
-    })
+    std::fs::read(path)
+        .map_err(|error| format!("its component {} cannot be read: {error}", path.display()))
 }
 
 /// A plugin name: 1-64 characters of `a-z`, `0-9`, `_` and `-`.
@@ -704,7 +715,11 @@ fn check_plugin_name(name: &str) -> Result<(), String> {
 /// A network host entry: a DNS name or IP address, optionally with `:port`; no scheme, path or
 /// wildcard.
 fn check_host(entry: &str) -> Result<(), String> {
-    let bad = |why: &str| Err(format!("{entry:?} is not a host: {why}; write `name` or `name:port`"));
+    let bad = |why: &str| {
+        Err(format!(
+            "{entry:?} is not a host: {why}; write `name` or `name:port`"
+        ))
+    };
     if entry.contains("://") || entry.contains('/') {
         return bad("no scheme or path");
     }
@@ -722,10 +737,14 @@ fn check_host(entry: &str) -> Result<(), String> {
     }
     let host_ok = !host.is_empty()
         && host.len() <= 253
-        && host
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '[' || c == ']' || c == ':');
-    if host_ok { Ok(()) } else { bad("invalid characters") }
+        && host.chars().all(|c| {
+            c.is_ascii_alphanumeric() || c == '.' || c == '-' || c == '[' || c == ']' || c == ':'
+        });
+    if host_ok {
+        Ok(())
+    } else {
+        bad("invalid characters")
+    }
 }
 
 #[cfg(test)]
@@ -802,17 +821,35 @@ mod tests {
                 &manifest("").replace(DIGEST, &DIGEST.to_uppercase()),
                 "64 lowercase hex",
             ),
-            (&manifest("").replace("wc.wasm", "../x.wasm"), "inside the plugin"),
-            (&manifest("").replace("wc.wasm", "/etc/x.wasm"), "inside the plugin"),
+            (
+                &manifest("").replace("wc.wasm", "../x.wasm"),
+                "inside the plugin",
+            ),
+            (
+                &manifest("").replace("wc.wasm", "/etc/x.wasm"),
+                "inside the plugin",
+            ),
             (&manifest("").replace("1.2.0", "1 2"), "version"),
             (
                 &manifest("[capabilities]\nnetwork = [\"https://x.com/\"]\n"),
                 "no scheme",
             ),
-            (&manifest("[capabilities]\nnetwork = [\"*.x.com\"]\n"), "wildcards"),
-            (&manifest("[capabilities]\nnetwork = [\"x.com:0\"]\n"), "port"),
-            (&manifest("[capabilities]\nenv = [\"A=B\"]\n"), "not a valid environment"),
-            (&manifest("[capabilities]\nenv = [\"PWD\"]\n"), "set by the sandbox"),
+            (
+                &manifest("[capabilities]\nnetwork = [\"*.x.com\"]\n"),
+                "wildcards",
+            ),
+            (
+                &manifest("[capabilities]\nnetwork = [\"x.com:0\"]\n"),
+                "port",
+            ),
+            (
+                &manifest("[capabilities]\nenv = [\"A=B\"]\n"),
+                "not a valid environment",
+            ),
+            (
+                &manifest("[capabilities]\nenv = [\"PWD\"]\n"),
+                "set by the sandbox",
+            ),
         ];
         for (text, expected) in cases {
             let error = parse_manifest(text).unwrap_err();
@@ -838,14 +875,29 @@ mod tests {
         assert_eq!(decision.network, ["api.example.com"]);
         assert_eq!(decision.env, ["LANG", "TZ"]);
         let notes = decision.notes.join("\n");
-        assert!(notes.contains("asked for the workspace rw, granted ro"), "{notes}");
-        assert!(notes.contains("network host evil.example, not granted"), "{notes}");
+        assert!(
+            notes.contains("asked for the workspace rw, granted ro"),
+            "{notes}"
+        );
+        assert!(
+            notes.contains("network host evil.example, not granted"),
+            "{notes}"
+        );
         assert!(notes.contains("env HOME, not granted"), "{notes}");
         assert!(!notes.contains("USER"), "granted but not asked: {notes}");
 
         // The operator grants more than asked: the plugin still gets only what it asked for.
-        let wide = grant(Some(WorkspaceAccess::ReadWrite), &["a.example"], &["LANG"], &[]);
-        let narrow = decide(&caps(Some(WorkspaceAccess::ReadOnly), &[], &[]), Some(&wide), &[]);
+        let wide = grant(
+            Some(WorkspaceAccess::ReadWrite),
+            &["a.example"],
+            &["LANG"],
+            &[],
+        );
+        let narrow = decide(
+            &caps(Some(WorkspaceAccess::ReadOnly), &[], &[]),
+            Some(&wide),
+            &[],
+        );
         assert_eq!(narrow.workspace, Some(FsMode::ReadOnly));
         assert!(narrow.network.is_empty() && narrow.env.is_empty());
     }
@@ -865,21 +917,40 @@ mod tests {
         let asked = caps(
             None,
             &[],
-            &["GITHUB_TOKEN", "DB_PASSWORD", "api_key", "OPENAI_API_KEY", "LANG"],
+            &[
+                "GITHUB_TOKEN",
+                "DB_PASSWORD",
+                "api_key",
+                "OPENAI_API_KEY",
+                "LANG",
+            ],
         );
         let granted = grant(
             None,
             &[],
-            &["GITHUB_TOKEN", "DB_PASSWORD", "api_key", "OPENAI_API_KEY", "LANG"],
+            &[
+                "GITHUB_TOKEN",
+                "DB_PASSWORD",
+                "api_key",
+                "OPENAI_API_KEY",
+                "LANG",
+            ],
             &["GITHUB_TOKEN", "OPENAI_API_KEY"],
         );
         let host_secrets: Vec<String> = HOST_SECRET_ENV.iter().map(|s| s.to_string()).collect();
         let decision = decide(&asked, Some(&granted), &host_secrets);
         assert_eq!(decision.env, ["GITHUB_TOKEN", "LANG"]);
         let notes = decision.notes.join("\n");
-        assert!(notes.contains("env DB_PASSWORD refused: its name looks like a secret"), "{notes}");
+        assert!(
+            notes.contains("env DB_PASSWORD refused: its name looks like a secret"),
+            "{notes}"
+        );
         assert!(notes.contains("env api_key refused"), "{notes}");
-        assert!(notes.contains("env OPENAI_API_KEY refused: it holds one of clawcage's own credentials"), "{notes}");
+        assert!(
+            notes
+                .contains("env OPENAI_API_KEY refused: it holds one of clawcage's own credentials"),
+            "{notes}"
+        );
         assert!(looks_like_secret("TOKEN") && !looks_like_secret("KEYBOARD_LAYOUT"));
     }
 
@@ -890,9 +961,12 @@ mod tests {
         )
         .unwrap();
         config.validate().unwrap();
-        let bad: PluginsConfig =
-            toml::from_str("[grants.wc]\nnetwork = [\"http://x\"]\n").unwrap();
-        assert!(bad.validate().unwrap_err().contains("[plugins.grants.wc] network"));
+        let bad: PluginsConfig = toml::from_str("[grants.wc]\nnetwork = [\"http://x\"]\n").unwrap();
+        assert!(
+            bad.validate()
+                .unwrap_err()
+                .contains("[plugins.grants.wc] network")
+        );
         let bad_name: PluginsConfig = toml::from_str("[grants.\"W C\"]\n").unwrap();
         assert!(bad_name.validate().is_err());
         assert!(toml::from_str::<PluginsConfig>("[grants.wc]\nfiles = \"rw\"\n").is_err());
