@@ -90,7 +90,10 @@ async fn wasi_http_gets_the_same_verdicts_as_the_http_import() {
     assert!(text.contains("only its first 1048576 bytes were read"), "{}", &text[..300]);
     let (kind, text) = verdict(&registry, "wasi_http_fetch", &format!("{base}/big")).await;
     assert_eq!(kind, "failed", "{}", &text[..text.len().min(300)]);
-    assert!(text.contains("HttpResponseBodySize"), "{text}");
+    assert!(
+        text.contains("HTTP response body size exceeds limit: 1048576 bytes"),
+        "{text}"
+    );
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(server.body_bytes_sent() < 50 << 20, "{}", server.body_bytes_sent());
 

@@ -98,8 +98,8 @@ async fn a_long_page_is_cut_with_a_marker_stating_the_total() {
         .await
         .unwrap()
         .text;
-    // 2000 paragraphs of 37 characters, separated by blank lines.
-    let total = 2000 * 37 + 1999 * 2;
+    // 2000 paragraphs of 39 characters, separated by blank lines.
+    let total = 2000 * 39 + 1999 * 2;
     assert!(
         output.contains(&format!(" of {total} characters; call web_fetch again with a larger max_chars")),
         "{output}"

@@ -39,7 +39,7 @@ async fn a_host_not_on_the_list_is_refused_before_any_connection() {
     assert_eq!(error.kind(), "denied", "{error}");
     assert!(
         error.message().contains(&format!(
-            "add \"other.test:{}\" to [network] allow in clawcage.toml",
+            "add \"http://other.test:{}\" to [network] allow in clawcage.toml",
             server.port()
         )),
         "{error}"
@@ -95,7 +95,8 @@ async fn the_cloud_metadata_address_is_refused() {
     let error = fetch_error(&registry, "http://169.254.169.254/latest/meta-data/").await;
     assert_eq!(error.kind(), "denied", "{error}");
     assert!(error.message().contains("169.254.169.254 (a link-local address"), "{error}");
-    assert!(error.message().contains("add \"169.254.169.254\""), "{error}");
+    // Plain http to a non-loopback address also needs an http:// entry.
+    assert!(error.message().contains("add \"http://169.254.169.254\""), "{error}");
 
     let error = fetch_error(&registry, "http://metadata.test/latest/meta-data/").await;
     assert_eq!(error.kind(), "denied", "{error}");

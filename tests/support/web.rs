@@ -420,8 +420,10 @@ impl NameResolver for TestResolver {
     }
 }
 
-/// Everything written by the process's tracing, at every level, since [`capture_logs`] was
-/// first called. The first call installs the global subscriber.
+/// Everything the host's own code and its HTTP stack (reqwest, hyper, wasmtime-wasi-http) write
+/// to tracing, at every level, since [`capture_logs`] was first called; other crates at `info`.
+/// The first call installs the global subscriber. (The WASI layer's per-call trace of every
+/// stream read is left out: it would copy every body byte into the capture.)
 pub fn capture_logs() -> &'static LogCapture {
     static CAPTURE: OnceLock<&'static LogCapture> = OnceLock::new();
     CAPTURE.get_or_init(|| {
@@ -429,7 +431,9 @@ pub fn capture_logs() -> &'static LogCapture {
             buffer: Mutex::new(Vec::new()),
         }));
         let installed = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new("trace"))
+            .with_env_filter(tracing_subscriber::EnvFilter::new(
+                "info,clawcage=trace,reqwest=trace,hyper=trace,hyper_util=trace,wasmtime_wasi_http=trace",
+            ))
             .with_ansi(false)
             .with_writer(move || CaptureWriter(capture))
             .try_init();

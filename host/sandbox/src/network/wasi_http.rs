@@ -110,8 +110,12 @@ async fn send(
     let started = Instant::now();
     let (parts, body) = request.into_parts();
     let url = parse_url(&parts.uri.to_string())?;
-    let mut headers = parts.headers;
-    headers.retain_names(|name| check_header_name(name).is_ok());
+    let mut headers = http::HeaderMap::new();
+    for (name, value) in &parts.headers {
+        if check_header_name(name).is_ok() {
+            headers.append(name.clone(), value.clone());
+        }
+    }
     let cap = usize::try_from(limits.max_request_bytes).unwrap_or(usize::MAX);
     let body = http_body_util::Limited::new(body, cap)
         .collect()
