@@ -88,7 +88,14 @@ fn main() {
         println!("== web_fetch vs a direct reqwest GET ({size} bytes of HTML, {CALLS} calls each)");
         for _ in 0..20 {
             registry.execute_value("web_fetch", &args).await.unwrap();
-            direct.get(&url).send().await.unwrap().bytes().await.unwrap();
+            direct
+                .get(&url)
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
         }
         let mut reqwest_samples = Vec::with_capacity(CALLS);
         let mut policy_samples = Vec::with_capacity(CALLS);
@@ -96,12 +103,22 @@ fn main() {
         let mut text_chars = 0;
         for _ in 0..CALLS {
             let started = Instant::now();
-            let bytes = direct.get(&url).send().await.unwrap().bytes().await.unwrap();
+            let bytes = direct
+                .get(&url)
+                .send()
+                .await
+                .unwrap()
+                .bytes()
+                .await
+                .unwrap();
             std::hint::black_box(bytes);
             reqwest_samples.push(started.elapsed());
 
             let started = Instant::now();
-            let response = policy.send(OutboundRequest::get(url.clone())).await.unwrap();
+            let response = policy
+                .send(OutboundRequest::get(url.clone()))
+                .await
+                .unwrap();
             std::hint::black_box(response);
             policy_samples.push(started.elapsed());
 
@@ -111,8 +128,14 @@ fn main() {
             text_chars = output.text.chars().count();
         }
         let direct_p50 = report("direct reqwest GET (pooled connection)", reqwest_samples);
-        let policy_p50 = report("host policy send (check, resolve, pin, cap)", policy_samples);
-        let fetch_p50 = report("web_fetch (policy + fresh instance + HTML to text)", fetch_samples);
+        let policy_p50 = report(
+            "host policy send (check, resolve, pin, cap)",
+            policy_samples,
+        );
+        let fetch_p50 = report(
+            "web_fetch (policy + fresh instance + HTML to text)",
+            fetch_samples,
+        );
         println!("web_fetch output: {text_chars} characters of text");
         println!(
             "overhead at p50: policy path {:.1}x, web_fetch {:.1}x the direct GET (+{:.0} µs)",

@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use clawcage_agent::ToolRegistry;
+use clawcage_sandbox::Grants;
 use clawcage_sandbox::components::{bundled, fixtures};
 use clawcage_sandbox::network::{AllowList, NetworkLimits, NetworkPolicy};
-use clawcage_sandbox::Grants;
 use clawcage_tests::web::{Reply, TestResolver, WebServer, capture_logs};
 use clawcage_tests::{fixture, registry_of};
 use serde_json::json;
@@ -64,7 +64,10 @@ async fn wasi_http_gets_the_same_verdicts_as_the_http_import() {
         (format!("http://[::1]:{port}/"), "denied"),
         (format!("http://2130706433:{inside_port}/"), "denied"),
         (format!("http://loop.test:{inside_port}/"), "denied"),
-        (format!("http://169.254.169.254/latest/meta-data/"), "denied"),
+        (
+            "http://169.254.169.254/latest/meta-data/".to_string(),
+            "denied",
+        ),
         (format!("{base}/to-inside"), "denied"),
         (format!("{base}/to-name"), "denied"),
         ("file:///etc/passwd".to_string(), "invalid_args"),
@@ -77,17 +80,28 @@ async fn wasi_http_gets_the_same_verdicts_as_the_http_import() {
         assert_eq!(import_kind, expected, "http import, {url}: {import_text}");
         assert_eq!(wasi_kind, expected, "wasi:http, {url}: {wasi_text}");
         if expected == "ok" {
-            assert!(import_text.contains("hello from the allowed server"), "{import_text}");
+            assert!(
+                import_text.contains("hello from the allowed server"),
+                "{import_text}"
+            );
             assert_eq!(wasi_text, "HTTP 200\nhello from the allowed server");
         }
     }
-    assert_eq!(inside.connections(), 0, "neither client reached the inside server");
+    assert_eq!(
+        inside.connections(),
+        0,
+        "neither client reached the inside server"
+    );
 
     // The body cap holds for both: the import cuts the body and says so, wasi:http ends the
     // stream with the standard body-size error. Neither lets the server push 50 MB.
     let (kind, text) = verdict(&registry, "web_fetch", &format!("{base}/big")).await;
     assert_eq!(kind, "ok");
-    assert!(text.contains("only its first 1048576 bytes were read"), "{}", &text[..300]);
+    assert!(
+        text.contains("only its first 1048576 bytes were read"),
+        "{}",
+        &text[..300]
+    );
     let (kind, text) = verdict(&registry, "wasi_http_fetch", &format!("{base}/big")).await;
     assert_eq!(kind, "failed", "{}", &text[..text.len().min(300)]);
     assert!(
@@ -95,7 +109,11 @@ async fn wasi_http_gets_the_same_verdicts_as_the_http_import() {
         "{text}"
     );
     tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(server.body_bytes_sent() < 50 << 20, "{}", server.body_bytes_sent());
+    assert!(
+        server.body_bytes_sent() < 50 << 20,
+        "{}",
+        server.body_bytes_sent()
+    );
 
     // The guest only gets an error code; the operator's log has the full refusal with the hint.
     let log_text = logs.text();
@@ -119,13 +137,25 @@ async fn wasi_http_sets_no_host_header_of_its_own_and_pins_the_address() {
         Grants::none().with_network(policy),
     )
     .await;
-    let (kind, text) = verdict(&registry, "wasi_http_fetch", &format!("http://site.test:{port}/x")).await;
+    let (kind, text) = verdict(
+        &registry,
+        "wasi_http_fetch",
+        &format!("http://site.test:{port}/x"),
+    )
+    .await;
     assert_eq!((kind.as_str(), text.as_str()), ("ok", "HTTP 200\npinned"));
     assert_eq!(resolver.lookups_of("site.test"), 1);
     let request = &server.requests()[0];
-    assert_eq!(request.header("host"), Some(format!("site.test:{port}").as_str()));
     assert_eq!(
-        request.headers.iter().filter(|(name, _)| name == "host").count(),
+        request.header("host"),
+        Some(format!("site.test:{port}").as_str())
+    );
+    assert_eq!(
+        request
+            .headers
+            .iter()
+            .filter(|(name, _)| name == "host")
+            .count(),
         1
     );
 }

@@ -20,7 +20,11 @@ pub async fn web_registry(allow: &[String], resolver: Option<Arc<TestResolver>>)
     if let Some(resolver) = resolver {
         policy = policy.with_resolver(resolver);
     }
-    registry_of(&[("web", bundled::WEB)], Grants::none().with_network(policy)).await
+    registry_of(
+        &[("web", bundled::WEB)],
+        Grants::none().with_network(policy),
+    )
+    .await
 }
 
 const PAGE: &str = r#"<!doctype html>
@@ -46,12 +50,24 @@ async fn an_allowed_html_page_becomes_readable_text() {
         .unwrap()
         .text;
     let base = server.url("");
-    assert!(output.starts_with(&format!("URL: {base}/page\n")), "{output}");
+    assert!(
+        output.starts_with(&format!("URL: {base}/page\n")),
+        "{output}"
+    );
     assert!(output.contains("Title: Test page\n"), "{output}");
-    assert!(output.contains("Content-Type: text/html, HTTP 200"), "{output}");
+    assert!(
+        output.contains("Content-Type: text/html, HTTP 200"),
+        "{output}"
+    );
     assert!(output.contains(&format!("[Home]({base}/home)")), "{output}");
-    assert!(output.contains("# Welcome\n\nThis is the first paragraph, with a "), "{output}");
-    assert!(output.contains(&format!("[link to the intro]({base}/docs/intro)")), "{output}");
+    assert!(
+        output.contains("# Welcome\n\nThis is the first paragraph, with a "),
+        "{output}"
+    );
+    assert!(
+        output.contains(&format!("[link to the intro]({base}/docs/intro)")),
+        "{output}"
+    );
     assert!(output.contains("## Features\n\n- fast\n- safe"), "{output}");
     for dropped in ["tracking", "never shown", "font-family", "<p>"] {
         assert!(!output.contains(dropped), "{dropped} leaked into: {output}");
@@ -68,7 +84,10 @@ async fn json_and_plain_text_pass_through() {
     let json_body = r#"{"items": [1, 2, 3], "html": "<b>not rendered</b>"}"#;
     let server = WebServer::start(move |request| match request.path.as_str() {
         "/data.json" => Reply::json(json_body),
-        _ => Reply::Ok("text/plain; charset=utf-8", b"line one\n  line two\n".to_vec()),
+        _ => Reply::Ok(
+            "text/plain; charset=utf-8",
+            b"line one\n  line two\n".to_vec(),
+        ),
     });
     let registry = web_registry(&[format!("127.0.0.1:{}", server.port())], None).await;
     let output = registry
@@ -76,7 +95,10 @@ async fn json_and_plain_text_pass_through() {
         .await
         .unwrap()
         .text;
-    assert!(output.contains("Content-Type: application/json, HTTP 200"), "{output}");
+    assert!(
+        output.contains("Content-Type: application/json, HTTP 200"),
+        "{output}"
+    );
     assert!(output.ends_with(json_body), "{output}");
     let output = registry
         .execute_value("web_fetch", &json!({"url": server.url("/notes.txt")}))
@@ -94,14 +116,19 @@ async fn a_long_page_is_cut_with_a_marker_stating_the_total() {
     let server = WebServer::start(move |_| Reply::html(format!("<body>{paragraphs}</body>")));
     let registry = web_registry(&[format!("127.0.0.1:{}", server.port())], None).await;
     let output = registry
-        .execute_value("web_fetch", &json!({"url": server.url("/long"), "max_chars": 1000}))
+        .execute_value(
+            "web_fetch",
+            &json!({"url": server.url("/long"), "max_chars": 1000}),
+        )
         .await
         .unwrap()
         .text;
     // 2000 paragraphs of 39 characters, separated by blank lines.
     let total = 2000 * 39 + 1999 * 2;
     assert!(
-        output.contains(&format!(" of {total} characters; call web_fetch again with a larger max_chars")),
+        output.contains(&format!(
+            " of {total} characters; call web_fetch again with a larger max_chars"
+        )),
         "{output}"
     );
     assert!(output.contains("Paragraph number 0000"), "{output}");
@@ -113,8 +140,15 @@ async fn a_long_page_is_cut_with_a_marker_stating_the_total() {
         .await
         .unwrap()
         .text;
-    assert!(default.contains(&format!("of {total} characters")), "default max_chars cuts too");
-    assert!(default.len() > 20_000 && default.len() < 21_000, "{}", default.len());
+    assert!(
+        default.contains(&format!("of {total} characters")),
+        "default max_chars cuts too"
+    );
+    assert!(
+        default.len() > 20_000 && default.len() < 21_000,
+        "{}",
+        default.len()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -130,7 +164,10 @@ async fn redirects_between_allowed_pages_are_followed() {
         .await
         .unwrap()
         .text;
-    assert!(output.starts_with(&format!("URL: {}\n", server.url("/new?x=1"))), "{output}");
+    assert!(
+        output.starts_with(&format!("URL: {}\n", server.url("/new?x=1"))),
+        "{output}"
+    );
     assert!(output.ends_with("arrived"), "{output}");
     let paths: Vec<String> = server.requests().into_iter().map(|r| r.path).collect();
     assert_eq!(paths, ["/old", "/middle", "/new?x=1"]);
@@ -170,7 +207,9 @@ async fn a_url_without_a_scheme_is_fetched_over_https() {
         .unwrap_err();
     assert_eq!(error.kind(), "denied", "{error}");
     assert!(
-        error.message().contains("add \"example.com\" to [network] allow in clawcage.toml"),
+        error
+            .message()
+            .contains("add \"example.com\" to [network] allow in clawcage.toml"),
         "{error}"
     );
 }
@@ -226,8 +265,14 @@ async fn web_search_lists_results_and_the_secret_reaches_only_the_server() {
         .await
         .unwrap()
         .text;
-    assert!(output.starts_with("Results for \"rust wasm & sandboxes\" (5):"), "{output}");
-    assert!(output.contains("1. Result 1\n   https://example.com/1\n   Snippet & text 1"), "{output}");
+    assert!(
+        output.starts_with("Results for \"rust wasm & sandboxes\" (5):"),
+        "{output}"
+    );
+    assert!(
+        output.contains("1. Result 1\n   https://example.com/1\n   Snippet & text 1"),
+        "{output}"
+    );
     assert!(output.contains("5. Result 5"), "{output}");
     assert!(!output.contains("6. Result 6"), "{output}");
 
@@ -236,7 +281,10 @@ async fn web_search_lists_results_and_the_secret_reaches_only_the_server() {
         .await
         .unwrap()
         .text;
-    assert!(ten.contains("10. Result 10") && !ten.contains("11."), "{ten}");
+    assert!(
+        ten.contains("10. Result 10") && !ten.contains("11."),
+        "{ten}"
+    );
 
     let too_many = registry
         .execute_value("web_search", &json!({"query": "q", "count": 11}))
@@ -245,8 +293,15 @@ async fn web_search_lists_results_and_the_secret_reaches_only_the_server() {
     assert_eq!(too_many.kind(), "invalid_args", "{too_many}");
 
     let requests = server.requests();
-    assert_eq!(requests.len(), 2, "the invalid call never reached the server");
-    assert_eq!(requests[0].path, "/res/v1/web/search?q=rust+wasm+%26+sandboxes&count=5");
+    assert_eq!(
+        requests.len(),
+        2,
+        "the invalid call never reached the server"
+    );
+    assert_eq!(
+        requests[0].path,
+        "/res/v1/web/search?q=rust+wasm+%26+sandboxes&count=5"
+    );
     assert_eq!(requests[1].path, "/res/v1/web/search?q=q&count=10");
     for request in &requests {
         assert_eq!(request.header("x-subscription-token"), Some(secret));
@@ -260,11 +315,20 @@ async fn web_search_lists_results_and_the_secret_reaches_only_the_server() {
         log_text.contains(&server.url("/res/v1/web/search?q=rust+wasm")),
         "the request was logged, so the capture works"
     );
-    assert!(!log_text.contains(secret), "the secret appeared in the logs");
+    assert!(
+        !log_text.contains(secret),
+        "the secret appeared in the logs"
+    );
     let debug: String = registry.tools().map(|tool| format!("{tool:?}")).collect();
     assert!(!debug.contains(secret), "{debug}");
-    let summary = registry.tools().map(|tool| tool.grants_summary()).collect::<String>();
-    assert!(summary.contains("x-subscription-token for 127.0.0.1"), "{summary}");
+    let summary = registry
+        .tools()
+        .map(|tool| tool.grants_summary())
+        .collect::<String>();
+    assert!(
+        summary.contains("x-subscription-token for 127.0.0.1"),
+        "{summary}"
+    );
     assert!(!summary.contains(secret));
 }
 
@@ -273,8 +337,13 @@ async fn the_search_endpoint_must_be_allowed_like_any_host() {
     let server = search_server();
     // The endpoint is set, but the allow-list does not name it.
     let grants = Grants::none()
-        .with_network(NetworkPolicy::new(AllowList::parse(["example.com"]).unwrap()))
-        .with_setting("CLAWCAGE_SEARCH_ENDPOINT", &server.url("/res/v1/web/search"))
+        .with_network(NetworkPolicy::new(
+            AllowList::parse(["example.com"]).unwrap(),
+        ))
+        .with_setting(
+            "CLAWCAGE_SEARCH_ENDPOINT",
+            &server.url("/res/v1/web/search"),
+        )
         .unwrap();
     let registry = registry_of(&[("web", bundled::WEB)], grants).await;
     let error = registry
@@ -283,7 +352,9 @@ async fn the_search_endpoint_must_be_allowed_like_any_host() {
         .unwrap_err();
     assert_eq!(error.kind(), "denied", "{error}");
     assert!(
-        error.message().contains(&format!("add \"127.0.0.1:{}\"", server.port())),
+        error
+            .message()
+            .contains(&format!("add \"127.0.0.1:{}\"", server.port())),
         "{error}"
     );
     assert!(server.requests().is_empty());
@@ -299,16 +370,27 @@ async fn components_that_import_http_do_not_load_without_a_network_grant() {
         ),
     ] {
         let error = sandbox()
-            .load(name, "test", &bytes, Grants::none().with_limits(Limits::default()))
+            .load(
+                name,
+                "test",
+                &bytes,
+                Grants::none().with_limits(Limits::default()),
+            )
             .await
             .unwrap_err()
             .to_string();
-        assert!(error.contains(&format!("component `{name}` imports `")), "{error}");
+        assert!(
+            error.contains(&format!("component `{name}` imports `")),
+            "{error}"
+        );
         assert!(
             error.contains("clawcage:tool/http@0.1.0") || error.contains("wasi:http/"),
             "{error}"
         );
-        assert!(error.contains("[network] allow in clawcage.toml"), "{error}");
+        assert!(
+            error.contains("[network] allow in clawcage.toml"),
+            "{error}"
+        );
     }
     // The file component imports no HTTP and loads without a network grant.
     sandbox()

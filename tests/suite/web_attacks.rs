@@ -9,9 +9,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use clawcage_agent::ToolRegistry;
+use clawcage_sandbox::Grants;
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
-use clawcage_sandbox::Grants;
 use clawcage_tests::registry_of;
 use clawcage_tests::web::{Reply, TestResolver, WebServer};
 use serde_json::json;
@@ -19,7 +19,11 @@ use serde_json::json;
 use crate::web::web_registry;
 
 async fn registry_with(policy: NetworkPolicy) -> ToolRegistry {
-    registry_of(&[("web", bundled::WEB)], Grants::none().with_network(policy)).await
+    registry_of(
+        &[("web", bundled::WEB)],
+        Grants::none().with_network(policy),
+    )
+    .await
 }
 
 async fn fetch_error(registry: &ToolRegistry, url: &str) -> clawcage_core::ToolError {
@@ -56,7 +60,9 @@ async fn an_empty_allow_list_refuses_everything_with_the_hint() {
     assert_eq!(error.kind(), "denied");
     assert!(error.message().contains("no host is allowed"), "{error}");
     assert!(
-        error.message().contains(&format!("add \"127.0.0.1:{}\"", server.port())),
+        error
+            .message()
+            .contains(&format!("add \"127.0.0.1:{}\"", server.port())),
         "{error}"
     );
     assert_eq!(server.connections(), 0);
@@ -69,13 +75,34 @@ async fn loopback_in_every_spelling_is_refused() {
     // Everything under .test is allowed, and one other loopback port: none of these is.
     let registry = web_registry(&["*.test:*".to_string(), "127.0.0.1:1".to_string()], None).await;
     for (url, shown) in [
-        (format!("http://127.0.0.1:{port}/"), "127.0.0.1 (a loopback address"),
-        (format!("http://0x7f000001:{port}/"), "127.0.0.1 (a loopback address"),
-        (format!("http://2130706433:{port}/"), "127.0.0.1 (a loopback address"),
-        (format!("http://0177.0.0.1:{port}/"), "127.0.0.1 (a loopback address"),
-        (format!("http://127.1:{port}/"), "127.0.0.1 (a loopback address"),
-        (format!("http://[::ffff:127.0.0.1]:{port}/"), "127.0.0.1 (a loopback address"),
-        (format!("http://[::ffff:7f00:1]:{port}/"), "127.0.0.1 (a loopback address"),
+        (
+            format!("http://127.0.0.1:{port}/"),
+            "127.0.0.1 (a loopback address",
+        ),
+        (
+            format!("http://0x7f000001:{port}/"),
+            "127.0.0.1 (a loopback address",
+        ),
+        (
+            format!("http://2130706433:{port}/"),
+            "127.0.0.1 (a loopback address",
+        ),
+        (
+            format!("http://0177.0.0.1:{port}/"),
+            "127.0.0.1 (a loopback address",
+        ),
+        (
+            format!("http://127.1:{port}/"),
+            "127.0.0.1 (a loopback address",
+        ),
+        (
+            format!("http://[::ffff:127.0.0.1]:{port}/"),
+            "127.0.0.1 (a loopback address",
+        ),
+        (
+            format!("http://[::ffff:7f00:1]:{port}/"),
+            "127.0.0.1 (a loopback address",
+        ),
         (format!("http://[::1]:{port}/"), "[::1] (a loopback address"),
         (format!("http://localhost:{port}/"), "localhost"),
         (format!("http://LOCALHOST.:{port}/"), "localhost"),
@@ -83,9 +110,16 @@ async fn loopback_in_every_spelling_is_refused() {
         let error = fetch_error(&registry, &url).await;
         assert_eq!(error.kind(), "denied", "{url}: {error}");
         assert!(error.message().contains(shown), "{url}: {error}");
-        assert!(error.message().contains("[network] allow in clawcage.toml"), "{url}: {error}");
+        assert!(
+            error.message().contains("[network] allow in clawcage.toml"),
+            "{url}: {error}"
+        );
     }
-    assert_eq!(server.connections(), 0, "nothing reached the loopback server");
+    assert_eq!(
+        server.connections(),
+        0,
+        "nothing reached the loopback server"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -94,14 +128,24 @@ async fn the_cloud_metadata_address_is_refused() {
     let registry = web_registry(&["*.test:*".to_string()], Some(resolver)).await;
     let error = fetch_error(&registry, "http://169.254.169.254/latest/meta-data/").await;
     assert_eq!(error.kind(), "denied", "{error}");
-    assert!(error.message().contains("169.254.169.254 (a link-local address"), "{error}");
+    assert!(
+        error
+            .message()
+            .contains("169.254.169.254 (a link-local address"),
+        "{error}"
+    );
     // Plain http to a non-loopback address also needs an http:// entry.
-    assert!(error.message().contains("add \"http://169.254.169.254\""), "{error}");
+    assert!(
+        error.message().contains("add \"http://169.254.169.254\""),
+        "{error}"
+    );
 
     let error = fetch_error(&registry, "http://metadata.test/latest/meta-data/").await;
     assert_eq!(error.kind(), "denied", "{error}");
     assert!(
-        error.message().contains("metadata.test resolves to 169.254.169.254, a link-local address"),
+        error
+            .message()
+            .contains("metadata.test resolves to 169.254.169.254, a link-local address"),
         "{error}"
     );
 }
@@ -135,10 +179,15 @@ async fn names_that_resolve_to_internal_addresses_are_refused() {
         let url = format!("http://{name}:{port}/");
         let error = fetch_error(&registry, &url).await;
         assert_eq!(error.kind(), "denied", "{url}: {error}");
-        assert!(error.message().contains(&format!("{name} resolves to")), "{error}");
+        assert!(
+            error.message().contains(&format!("{name} resolves to")),
+            "{error}"
+        );
         assert!(error.message().contains(range), "{url}: {error}");
         assert!(
-            error.message().contains(&format!("add \"{name}:{port}\" or ")),
+            error
+                .message()
+                .contains(&format!("add \"{name}:{port}\" or ")),
             "{url}: {error}"
         );
         assert_eq!(resolver.lookups_of(name), 1, "{name}");
@@ -161,7 +210,10 @@ async fn redirects_to_refused_destinations_are_refused() {
     });
     let resolver = TestResolver::new().map("loop.test", &["127.0.0.1"]);
     let registry = web_registry(
-        &[format!("127.0.0.1:{}", outside.port()), "*.test:*".to_string()],
+        &[
+            format!("127.0.0.1:{}", outside.port()),
+            "*.test:*".to_string(),
+        ],
         Some(resolver),
     )
     .await;
@@ -170,19 +222,36 @@ async fn redirects_to_refused_destinations_are_refused() {
         ("/to-localhost", "requests to localhost"),
         ("/to-name", "loop.test resolves to 127.0.0.1"),
         ("/to-metadata", "169.254.169.254 (a link-local address"),
-        ("/to-file", "only http:// and https:// redirects are followed"),
+        (
+            "/to-file",
+            "only http:// and https:// redirects are followed",
+        ),
         ("/loop", "redirected more than 5 times"),
     ] {
         let error = fetch_error(&registry, &outside.url(path)).await;
         assert_eq!(error.kind(), "denied", "{path}: {error}");
         assert!(error.message().contains(needle), "{path}: {error}");
         if path != "/to-file" && path != "/loop" {
-            assert!(error.message().starts_with("after a redirect from"), "{error}");
-            assert!(error.message().contains("[network] allow in clawcage.toml"), "{error}");
+            assert!(
+                error.message().starts_with("after a redirect from"),
+                "{error}"
+            );
+            assert!(
+                error.message().contains("[network] allow in clawcage.toml"),
+                "{error}"
+            );
         }
     }
-    assert_eq!(inside.connections(), 0, "no redirect reached the inside server");
-    let loops = outside.requests().iter().filter(|r| r.path == "/loop").count();
+    assert_eq!(
+        inside.connections(),
+        0,
+        "no redirect reached the inside server"
+    );
+    let loops = outside
+        .requests()
+        .iter()
+        .filter(|r| r.path == "/loop")
+        .count();
     assert_eq!(loops, 6, "the first request and five redirects, then stop");
 }
 
@@ -190,21 +259,35 @@ async fn redirects_to_refused_destinations_are_refused() {
 async fn a_secret_is_not_forwarded_when_a_redirect_leaves_its_host() {
     let secret = "sk-redirect-5e6f7a8b";
     let elsewhere = WebServer::start(|_| {
-        Reply::json(r#"{"web":{"results":[{"title":"T","url":"https://x.test/","description":"d"}]}}"#)
+        Reply::json(
+            r#"{"web":{"results":[{"title":"T","url":"https://x.test/","description":"d"}]}}"#,
+        )
     });
     let target = elsewhere.url("/search");
     let search = WebServer::start(move |_| Reply::Redirect(307, target.clone()));
     let search_host = format!("127.0.0.1:{}", search.port());
     let policy = NetworkPolicy::new(
-        AllowList::parse([search_host.clone(), format!("127.0.0.1:{}", elsewhere.port())])
-            .unwrap(),
+        AllowList::parse([
+            search_host.clone(),
+            format!("127.0.0.1:{}", elsewhere.port()),
+        ])
+        .unwrap(),
     )
     .with_secrets(vec![
-        Secret::new(&search_host, "X-Subscription-Token", SecretValue::new(secret), "KEY").unwrap(),
+        Secret::new(
+            &search_host,
+            "X-Subscription-Token",
+            SecretValue::new(secret),
+            "KEY",
+        )
+        .unwrap(),
     ]);
     let grants = Grants::none()
         .with_network(policy)
-        .with_setting("CLAWCAGE_SEARCH_ENDPOINT", &search.url("/res/v1/web/search"))
+        .with_setting(
+            "CLAWCAGE_SEARCH_ENDPOINT",
+            &search.url("/res/v1/web/search"),
+        )
         .unwrap();
     let registry = registry_of(&[("web", bundled::WEB)], grants).await;
     let output = registry
@@ -213,10 +296,22 @@ async fn a_secret_is_not_forwarded_when_a_redirect_leaves_its_host() {
         .unwrap()
         .text;
     assert!(output.contains("1. T"), "{output}");
-    assert_eq!(search.requests()[0].header("x-subscription-token"), Some(secret));
+    assert_eq!(
+        search.requests()[0].header("x-subscription-token"),
+        Some(secret)
+    );
     let forwarded = &elsewhere.requests()[0];
-    assert_eq!(forwarded.header("x-subscription-token"), None, "{forwarded:?}");
-    assert!(forwarded.headers.iter().all(|(_, value)| !value.contains(secret)));
+    assert_eq!(
+        forwarded.header("x-subscription-token"),
+        None,
+        "{forwarded:?}"
+    );
+    assert!(
+        forwarded
+            .headers
+            .iter()
+            .all(|(_, value)| !value.contains(secret))
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -234,7 +329,8 @@ async fn dns_rebinding_cannot_switch_the_checked_address() {
         })
         .expect("a port free on both 127.0.0.1 and 127.0.0.2");
     let port = good.port();
-    let resolver = TestResolver::new().map_sequence("rebind.test", &[&["127.0.0.1"], &["127.0.0.2"]]);
+    let resolver =
+        TestResolver::new().map_sequence("rebind.test", &[&["127.0.0.1"], &["127.0.0.2"]]);
     let registry = web_registry(
         &["*.test:*".to_string(), format!("127.0.0.1:{port}")],
         Some(resolver.clone()),
@@ -247,30 +343,47 @@ async fn dns_rebinding_cannot_switch_the_checked_address() {
         .unwrap()
         .text;
     assert!(output.ends_with("checked server"), "{output}");
-    assert_eq!(resolver.lookups_of("rebind.test"), 1, "exactly one lookup per request");
+    assert_eq!(
+        resolver.lookups_of("rebind.test"),
+        1,
+        "exactly one lookup per request"
+    );
     assert_eq!(evil.connections(), 0);
     assert_eq!(good.connections(), 1);
 
     // The next request gets the rebound answer, which is checked and refused.
     let error = fetch_error(&registry, &url).await;
     assert_eq!(error.kind(), "denied", "{error}");
-    assert!(error.message().contains("rebind.test resolves to 127.0.0.2"), "{error}");
+    assert!(
+        error
+            .message()
+            .contains("rebind.test resolves to 127.0.0.2"),
+        "{error}"
+    );
     assert_eq!(resolver.lookups_of("rebind.test"), 2);
-    assert_eq!(evil.connections(), 0, "the rebound address was never connected to");
+    assert_eq!(
+        evil.connections(),
+        0,
+        "the rebound address was never connected to"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_50_mb_body_is_capped_while_streaming() {
     const FIFTY_MB: u64 = 50 << 20;
     let server = WebServer::start(|_| Reply::Endless(FIFTY_MB));
-    let policy = NetworkPolicy::new(AllowList::parse([format!("127.0.0.1:{}", server.port())]).unwrap())
-        .with_limits(NetworkLimits {
-            max_response_bytes: 1 << 20,
-            ..NetworkLimits::default()
-        });
+    let policy =
+        NetworkPolicy::new(AllowList::parse([format!("127.0.0.1:{}", server.port())]).unwrap())
+            .with_limits(NetworkLimits {
+                max_response_bytes: 1 << 20,
+                ..NetworkLimits::default()
+            });
     let registry = registry_with(policy).await;
     let output = registry
-        .execute_value("web_fetch", &json!({"url": server.url("/big"), "max_chars": 500}))
+        .execute_value(
+            "web_fetch",
+            &json!({"url": server.url("/big"), "max_chars": 500}),
+        )
         .await
         .unwrap()
         .text;
@@ -279,28 +392,38 @@ async fn a_50_mb_body_is_capped_while_streaming() {
         "{}",
         &output[..output.len().min(600)]
     );
-    assert!(output.contains("showing 500 of 1048576 characters"), "{}", &output[..600]);
+    assert!(
+        output.contains("showing 500 of 1048576 characters"),
+        "{}",
+        &output[..600]
+    );
     // The host stopped reading at the cap and dropped the connection; what the server pushed
     // beyond it is only what the socket buffers took. Give it a moment to notice the close.
     tokio::time::sleep(Duration::from_millis(300)).await;
     let sent = server.body_bytes_sent();
-    assert!(sent < FIFTY_MB / 2, "the server sent {sent} bytes: the body was not cut off");
+    assert!(
+        sent < FIFTY_MB / 2,
+        "the server sent {sent} bytes: the body was not cut off"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_never_answers_times_out() {
     let server = WebServer::start(|_| Reply::Hang);
-    let policy = NetworkPolicy::new(AllowList::parse([format!("127.0.0.1:{}", server.port())]).unwrap())
-        .with_limits(NetworkLimits {
-            total_timeout: Duration::from_secs(1),
-            ..NetworkLimits::default()
-        });
+    let policy =
+        NetworkPolicy::new(AllowList::parse([format!("127.0.0.1:{}", server.port())]).unwrap())
+            .with_limits(NetworkLimits {
+                total_timeout: Duration::from_secs(1),
+                ..NetworkLimits::default()
+            });
     let registry = registry_with(policy).await;
     let started = Instant::now();
     let error = fetch_error(&registry, &server.url("/slow")).await;
     assert_eq!(error.kind(), "failed", "{error}");
     assert!(
-        error.message().contains("did not answer within 1 s ([network] timeout_secs)"),
+        error
+            .message()
+            .contains("did not answer within 1 s ([network] timeout_secs)"),
         "{error}"
     );
     // Generous bound: only checks that the request was stopped rather than left waiting.
@@ -354,14 +477,28 @@ async fn narrowing_a_grant_narrows_the_network() {
         AllowList::parse(["example.com"]).unwrap(),
     ));
     let narrowed = fetch.narrowed(&child);
-    assert!(narrowed.grants().describe().contains("and within example.com"));
+    assert!(
+        narrowed
+            .grants()
+            .describe()
+            .contains("and within example.com")
+    );
     let error = narrowed.call_json(&args).await.unwrap_err();
     assert_eq!(error.kind(), "denied", "{error}");
-    assert!(error.message().contains("not on the network allow-list (example.com)"), "{error}");
+    assert!(
+        error
+            .message()
+            .contains("not on the network allow-list (example.com)"),
+        "{error}"
+    );
 
     // Narrowed by grants without network: the import is still linked, but every request is
     // refused.
-    let error = fetch.narrowed(&Grants::none()).call_json(&args).await.unwrap_err();
+    let error = fetch
+        .narrowed(&Grants::none())
+        .call_json(&args)
+        .await
+        .unwrap_err();
     assert_eq!(error.kind(), "denied", "{error}");
     assert!(error.message().contains("no network access"), "{error}");
     assert_eq!(server.requests().len(), 1);

@@ -91,7 +91,9 @@ pub struct WebServer {
 
 impl std::fmt::Debug for WebServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("WebServer").field("addr", &self.addr).finish()
+        f.debug_struct("WebServer")
+            .field("addr", &self.addr)
+            .finish()
     }
 }
 
@@ -280,11 +282,9 @@ async fn answer(
             body,
         ),
         Reply::Full(status, headers, body) => full(status, headers, body),
-        Reply::Redirect(status, location) => full(
-            status,
-            vec![("location".to_string(), location)],
-            Vec::new(),
-        ),
+        Reply::Redirect(status, location) => {
+            full(status, vec![("location".to_string(), location)], Vec::new())
+        }
         Reply::Endless(total) => {
             let mut response = hyper::Response::new(
                 Endless {
@@ -362,7 +362,10 @@ impl TestResolver {
             .map(|answer| {
                 answer
                     .iter()
-                    .map(|ip| ip.parse().unwrap_or_else(|_| panic!("bad test address {ip}")))
+                    .map(|ip| {
+                        ip.parse()
+                            .unwrap_or_else(|_| panic!("bad test address {ip}"))
+                    })
                     .collect()
             })
             .collect();

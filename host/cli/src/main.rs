@@ -171,9 +171,7 @@ async fn build_registry(common: &CommonArgs) -> Result<ToolRegistry, Failure> {
 /// The web component's grants: no files, the network the config allows (nothing without
 /// `[network] allow`), the secrets read from the environment here, and the search endpoint.
 fn web_grants(config: &Config, limits: clawcage_sandbox::Limits) -> Result<Grants, Failure> {
-    let policy = config
-        .network
-        .policy(|name| std::env::var(name).ok())?;
+    let policy = config.network.policy(|name| std::env::var(name).ok())?;
     let mut grants = Grants::none().with_limits(limits).with_network(policy);
     if let Some(endpoint) = config.web.search_endpoint()? {
         grants = grants

@@ -184,8 +184,14 @@ mod tests {
         assert_eq!(policy.limits().total_timeout, Duration::from_secs(5));
         assert_eq!(policy.secrets().len(), 1);
         let shown = policy.describe();
-        assert!(shown.contains("example.com, *.example.org, 127.0.0.1:8080"), "{shown}");
-        assert!(shown.contains("x-key for api.example.com (from EXAMPLE_KEY)"), "{shown}");
+        assert!(
+            shown.contains("example.com, *.example.org, 127.0.0.1:8080"),
+            "{shown}"
+        );
+        assert!(
+            shown.contains("x-key for api.example.com (from EXAMPLE_KEY)"),
+            "{shown}"
+        );
         assert!(!shown.contains("v4lue"), "{shown}");
 
         // No value in the environment: the secret is left out.
@@ -199,7 +205,11 @@ mod tests {
             .policy(|name| (name == "BRAVE_API_KEY").then(|| "k".to_string()))
             .unwrap();
         assert_eq!(policy.secrets().len(), 1);
-        assert!(policy.secrets()[0].describe().contains("api.search.brave.com"));
+        assert!(
+            policy.secrets()[0]
+                .describe()
+                .contains("api.search.brave.com")
+        );
         assert!(config.policy(|_| None).unwrap().secrets().is_empty());
     }
 
@@ -209,11 +219,18 @@ mod tests {
         let error = bad.policy(|_| None).unwrap_err().to_string();
         assert!(error.contains("[network] allow entry"), "{error}");
         let bad: NetworkConfig = toml::from_str("timeout_secs = 0").unwrap();
-        assert!(bad.limits().unwrap_err().to_string().contains("timeout_secs"));
+        assert!(
+            bad.limits()
+                .unwrap_err()
+                .to_string()
+                .contains("timeout_secs")
+        );
         assert!(toml::from_str::<NetworkConfig>("alow = []").is_err());
         assert!(
-            toml::from_str::<NetworkConfig>("[[secrets]]\nhost = \"a\"\nheader = \"b\"\nenv = \"c\"\nvalue = \"d\"")
-                .is_err()
+            toml::from_str::<NetworkConfig>(
+                "[[secrets]]\nhost = \"a\"\nheader = \"b\"\nenv = \"c\"\nvalue = \"d\""
+            )
+            .is_err()
         );
         let web = WebConfig {
             search_endpoint: Some("ftp://x/".to_string()),

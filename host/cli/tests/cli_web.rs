@@ -108,7 +108,11 @@ fn tools_shows_the_web_tools_with_their_network_grant() {
         "[network]\nallow = [\"example.com\", \"*.example.org\"]\n",
     )
     .unwrap();
-    let listing = clawcage(dir.path(), &["tools"], &[("BRAVE_API_KEY", "k-listing-secret")]);
+    let listing = clawcage(
+        dir.path(),
+        &["tools"],
+        &[("BRAVE_API_KEY", "k-listing-secret")],
+    );
     let stdout = text(&listing.stdout);
     assert!(
         stdout.contains("web_fetch  (bundled:web; no files, memory 256 MiB, timeout 30s, network: example.com, *.example.org; secrets added by the host: x-subscription-token for api.search.brave.com (from BRAVE_API_KEY))"),
@@ -163,7 +167,10 @@ fn web_fetch_reads_an_allowed_page_from_the_config() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     let stdout = text(&output.stdout);
     assert!(stdout.contains("Title: Local"), "{stdout}");
-    assert!(stdout.contains("# Hello\n\nfrom the test server"), "{stdout}");
+    assert!(
+        stdout.contains("# Hello\n\nfrom the test server"),
+        "{stdout}"
+    );
     assert_eq!(server.heads().len(), 1);
 }
 
@@ -206,15 +213,27 @@ fn web_search_sends_the_key_from_the_environment_and_never_shows_it() {
     );
     let heads = server.heads();
     assert_eq!(heads.len(), 1);
-    assert!(heads[0].starts_with("GET /res/v1/web/search?q=clawcage&count=5 HTTP/1.1"), "{}", heads[0]);
     assert!(
-        heads[0].to_ascii_lowercase().contains(&format!("x-subscription-token: {secret}")),
+        heads[0].starts_with("GET /res/v1/web/search?q=clawcage&count=5 HTTP/1.1"),
+        "{}",
+        heads[0]
+    );
+    assert!(
+        heads[0]
+            .to_ascii_lowercase()
+            .contains(&format!("x-subscription-token: {secret}")),
         "{}",
         heads[0]
     );
     // Traced at the most verbose level, the run still shows the key nowhere.
-    assert!(stderr.contains("sending an allowed request"), "trace output was captured: {stderr}");
-    assert!(!stdout.contains(secret) && !stderr.contains(secret), "{stderr}");
+    assert!(
+        stderr.contains("sending an allowed request"),
+        "trace output was captured: {stderr}"
+    );
+    assert!(
+        !stdout.contains(secret) && !stderr.contains(secret),
+        "{stderr}"
+    );
 }
 
 #[test]
@@ -227,10 +246,22 @@ fn a_bad_network_section_is_a_usage_error_naming_the_key() {
     .unwrap();
     let output = clawcage(dir.path(), &["tools"], &[]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(text(&output.stderr).contains("[network] allow entry"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("[network] allow entry"),
+        "{}",
+        text(&output.stderr)
+    );
 
-    std::fs::write(dir.path().join("clawcage.toml"), "[network]\nallowed = []\n").unwrap();
+    std::fs::write(
+        dir.path().join("clawcage.toml"),
+        "[network]\nallowed = []\n",
+    )
+    .unwrap();
     let output = clawcage(dir.path(), &["tools"], &[]);
     assert_eq!(output.status.code(), Some(2));
-    assert!(text(&output.stderr).contains("unknown field `allowed`"), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("unknown field `allowed`"),
+        "{}",
+        text(&output.stderr)
+    );
 }

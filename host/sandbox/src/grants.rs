@@ -292,7 +292,11 @@ mod tests {
         let parent = Grants::none().with_network(NetworkPolicy::new(
             AllowList::parse(["*.example.org"]).unwrap(),
         ));
-        assert!(parent.describe().contains("network: *.example.org"), "{}", parent.describe());
+        assert!(
+            parent.describe().contains("network: *.example.org"),
+            "{}",
+            parent.describe()
+        );
         assert!(Grants::none().describe().contains("no network"));
         assert!(parent.narrowed_by(&Grants::none()).network.is_none());
         assert!(Grants::none().narrowed_by(&parent).network.is_none());
@@ -302,7 +306,11 @@ mod tests {
         let narrowed = parent.narrowed_by(&child);
         assert_eq!(narrowed.network.unwrap().allow_lists().len(), 2);
         let empty = Grants::none().with_network(NetworkPolicy::new(AllowList::empty()));
-        assert!(empty.describe().contains("nothing allowed"), "{}", empty.describe());
+        assert!(
+            empty.describe().contains("nothing allowed"),
+            "{}",
+            empty.describe()
+        );
     }
 
     #[test]
@@ -314,9 +322,18 @@ mod tests {
             .unwrap();
         assert_eq!(
             grants.settings(),
-            [("CLAWCAGE_SEARCH_ENDPOINT".to_string(), "http://127.0.0.1:2/".to_string())]
+            [(
+                "CLAWCAGE_SEARCH_ENDPOINT".to_string(),
+                "http://127.0.0.1:2/".to_string()
+            )]
         );
-        for bad in ["PATH", "BRAVE_API_KEY", "CLAWCAGE_", "CLAWCAGE_WORKSPACE", "CLAWCAGE_x"] {
+        for bad in [
+            "PATH",
+            "BRAVE_API_KEY",
+            "CLAWCAGE_",
+            "CLAWCAGE_WORKSPACE",
+            "CLAWCAGE_x",
+        ] {
             assert!(Grants::none().with_setting(bad, "v").is_err(), "{bad}");
         }
     }

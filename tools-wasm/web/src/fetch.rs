@@ -39,7 +39,9 @@ const ERROR_EXCERPT_CHARS: usize = 300;
 pub fn normalize_url(input: &str) -> Result<Url, ToolError> {
     let text = input.trim();
     if text.is_empty() {
-        return Err(ToolError::InvalidArgs("argument 'url' is empty".to_string()));
+        return Err(ToolError::InvalidArgs(
+            "argument 'url' is empty".to_string(),
+        ));
     }
     let invalid = |reason: String| {
         ToolError::InvalidArgs(format!(
@@ -126,7 +128,10 @@ fn kind_of(mime: &str, body: &[u8]) -> Kind {
 fn sniff(body: &[u8]) -> Kind {
     let head = String::from_utf8_lossy(&body[..body.len().min(1024)]).to_ascii_lowercase();
     let trimmed = head.trim_start();
-    if trimmed.starts_with("<!doctype html") || trimmed.starts_with("<html") || head.contains("<body") {
+    if trimmed.starts_with("<!doctype html")
+        || trimmed.starts_with("<html")
+        || head.contains("<body")
+    {
         Kind::Html
     } else if looks_like_utf8(&body[..body.len().min(4096)]) {
         Kind::Text
@@ -160,7 +165,11 @@ fn parse_content_type(value: &str) -> (String, Option<String>) {
 fn render_response(response: &Response, max_chars: usize) -> Result<String, ToolError> {
     let (mime, charset) = parse_content_type(response.header("content-type").unwrap_or_default());
     let kind = kind_of(&mime, &response.body);
-    let shown_mime = if mime.is_empty() { "unknown type".to_string() } else { mime.clone() };
+    let shown_mime = if mime.is_empty() {
+        "unknown type".to_string()
+    } else {
+        mime.clone()
+    };
     if kind == Kind::Binary {
         return Err(ToolError::Failed(format!(
             "{} is {shown_mime} ({} bytes{}), which web_fetch cannot turn into text",
@@ -185,14 +194,21 @@ fn render_response(response: &Response, max_chars: usize) -> Result<String, Tool
             "{} answered HTTP {}{status_text}{}",
             response.final_url,
             response.status,
-            if excerpt.is_empty() { String::new() } else { format!(":\n{excerpt}") }
+            if excerpt.is_empty() {
+                String::new()
+            } else {
+                format!(":\n{excerpt}")
+            }
         )));
     }
     let mut out = format!("URL: {}\n", response.final_url);
     if let Some(title) = title {
         out.push_str(&format!("Title: {title}\n"));
     }
-    out.push_str(&format!("Content-Type: {shown_mime}, HTTP {}\n", response.status));
+    out.push_str(&format!(
+        "Content-Type: {shown_mime}, HTTP {}\n",
+        response.status
+    ));
     if response.truncated {
         out.push_str(&format!(
             "Note: the page is larger than the host's download limit; only its first {} bytes were read.\n",
@@ -241,9 +257,18 @@ mod tests {
 
     #[test]
     fn urls_are_checked_and_default_to_https() {
-        assert_eq!(normalize_url("example.com/x").unwrap().as_str(), "https://example.com/x");
-        assert_eq!(normalize_url(" http://a.b/ ").unwrap().as_str(), "http://a.b/");
-        assert_eq!(normalize_url("localhost:8080/x").unwrap().as_str(), "https://localhost:8080/x");
+        assert_eq!(
+            normalize_url("example.com/x").unwrap().as_str(),
+            "https://example.com/x"
+        );
+        assert_eq!(
+            normalize_url(" http://a.b/ ").unwrap().as_str(),
+            "http://a.b/"
+        );
+        assert_eq!(
+            normalize_url("localhost:8080/x").unwrap().as_str(),
+            "https://localhost:8080/x"
+        );
         for bad in [
             "file:///etc/passwd",
             "ftp://example.com/f",
@@ -270,15 +295,22 @@ mod tests {
         let json = r#"{"a": [1, 2], "b": "<p>not html</p>"}"#;
         let out = render_response(&response("application/json", json), 1000).unwrap();
         assert!(out.ends_with(json), "{out}");
-        assert!(out.contains("Content-Type: application/json, HTTP 200"), "{out}");
-        let out = render_response(&response("text/plain; charset=utf-8", "a  b\n c"), 1000).unwrap();
+        assert!(
+            out.contains("Content-Type: application/json, HTTP 200"),
+            "{out}"
+        );
+        let out =
+            render_response(&response("text/plain; charset=utf-8", "a  b\n c"), 1000).unwrap();
         assert!(out.ends_with("a  b\n c"), "{out}");
     }
 
     #[test]
     fn html_is_rendered_with_title() {
         let out = render_response(
-            &response("text/html; charset=UTF-8", "<title>T</title><h1>H</h1><p>x</p>"),
+            &response(
+                "text/html; charset=UTF-8",
+                "<title>T</title><h1>H</h1><p>x</p>",
+            ),
             1000,
         )
         .unwrap();

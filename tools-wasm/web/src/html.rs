@@ -26,9 +26,34 @@ const SKIPPED: &[&str] = &[
 
 /// Elements that start and end a block of text.
 const BLOCKS: &[&str] = &[
-    "address", "article", "aside", "blockquote", "details", "dialog", "div", "dl", "dt", "dd",
-    "fieldset", "figcaption", "figure", "footer", "form", "header", "hgroup", "main", "nav",
-    "section", "summary", "table", "thead", "tbody", "tfoot", "caption", "center", "body",
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "details",
+    "dialog",
+    "div",
+    "dl",
+    "dt",
+    "dd",
+    "fieldset",
+    "figcaption",
+    "figure",
+    "footer",
+    "form",
+    "header",
+    "hgroup",
+    "main",
+    "nav",
+    "section",
+    "summary",
+    "table",
+    "thead",
+    "tbody",
+    "tfoot",
+    "caption",
+    "center",
+    "body",
 ];
 
 /// Render `html`; relative links resolve against `base` when given.
@@ -341,7 +366,11 @@ mod tests {
     use super::*;
 
     fn text(html: &str) -> String {
-        render(html, Url::parse("https://example.com/docs/page").ok().as_ref()).text
+        render(
+            html,
+            Url::parse("https://example.com/docs/page").ok().as_ref(),
+        )
+        .text
     }
 
     #[test]
@@ -353,7 +382,10 @@ mod tests {
             <h2>Section</h2><ul><li>one</li><li>two <a href="https://x.org/">x</a></li></ul>
             <ol start="3"><li>three</li><li>four</li></ol>
             <p>Second &amp; last.</p></body></html>"#;
-        let rendered = render(page, Url::parse("https://example.com/docs/page").ok().as_ref());
+        let rendered = render(
+            page,
+            Url::parse("https://example.com/docs/page").ok().as_ref(),
+        );
         assert_eq!(rendered.title.as_deref(), Some("The Title"));
         assert_eq!(
             rendered.text,

@@ -92,7 +92,8 @@ impl Tools for WebTools {
         match name {
             "web_fetch" => {
                 let url = args::required_str(&args, "url")?;
-                let max_chars = args::optional_u64(&args, "max_chars")?.unwrap_or(DEFAULT_MAX_CHARS);
+                let max_chars =
+                    args::optional_u64(&args, "max_chars")?.unwrap_or(DEFAULT_MAX_CHARS);
                 if !(100..=MAX_MAX_CHARS).contains(&max_chars) {
                     return Err(ToolError::InvalidArgs(format!(
                         "argument 'max_chars' must be between 100 and {MAX_MAX_CHARS}, got {max_chars}"

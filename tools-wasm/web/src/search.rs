@@ -29,7 +29,9 @@ pub struct Hit {
 
 /// The endpoint to ask, from the setting or the default.
 fn endpoint() -> Result<Url, ToolError> {
-    let configured = std::env::var(ENDPOINT_SETTING).ok().filter(|v| !v.trim().is_empty());
+    let configured = std::env::var(ENDPOINT_SETTING)
+        .ok()
+        .filter(|v| !v.trim().is_empty());
     let text = configured.as_deref().unwrap_or(DEFAULT_ENDPOINT);
     Url::parse(text.trim()).map_err(|error| {
         ToolError::Failed(format!(
@@ -51,7 +53,9 @@ pub fn request_url(endpoint: &Url, query: &str, count: u64) -> Url {
 pub fn web_search(query: &str, count: u64) -> Result<String, ToolError> {
     let query = query.trim();
     if query.is_empty() {
-        return Err(ToolError::InvalidArgs("argument 'query' is empty".to_string()));
+        return Err(ToolError::InvalidArgs(
+            "argument 'query' is empty".to_string(),
+        ));
     }
     let url = request_url(&endpoint()?, query, count);
     let response = http::send(Request::get(url.as_str()).header("accept", "application/json"))?;
@@ -186,7 +190,11 @@ mod tests {
     fn api_errors_are_explained() {
         let mut refused = ok("{}");
         refused.status = 401;
-        assert!(matches!(parse_response(&refused), Err(ToolError::Failed(m)) if m.contains("BRAVE_API_KEY")));
-        assert!(matches!(parse_response(&ok("<html>")), Err(ToolError::Failed(m)) if m.contains("not JSON")));
+        assert!(
+            matches!(parse_response(&refused), Err(ToolError::Failed(m)) if m.contains("BRAVE_API_KEY"))
+        );
+        assert!(
+            matches!(parse_response(&ok("<html>")), Err(ToolError::Failed(m)) if m.contains("not JSON"))
+        );
     }
 }

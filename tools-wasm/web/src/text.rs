@@ -7,7 +7,12 @@
 pub fn decode(bytes: &[u8], charset: Option<&str>) -> String {
     let bytes = bytes.strip_prefix(b"\xEF\xBB\xBF").unwrap_or(bytes);
     match charset.map(|c| c.trim().trim_matches('"').to_ascii_lowercase()) {
-        Some(c) if matches!(c.as_str(), "iso-8859-1" | "latin1" | "latin-1" | "windows-1252" | "us-ascii" | "ascii") => {
+        Some(c)
+            if matches!(
+                c.as_str(),
+                "iso-8859-1" | "latin1" | "latin-1" | "windows-1252" | "us-ascii" | "ascii"
+            ) =>
+        {
             bytes.iter().map(|&b| char::from(b)).collect()
         }
         _ => String::from_utf8_lossy(bytes).into_owned(),

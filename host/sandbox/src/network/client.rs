@@ -233,16 +233,16 @@ impl NetworkPolicy {
             allowed
         } else {
             let secrets: Vec<String> = self.secrets.iter().map(Secret::describe).collect();
-            format!("{allowed}; secrets added by the host: {}", secrets.join(", "))
+            format!(
+                "{allowed}; secrets added by the host: {}",
+                secrets.join(", ")
+            )
         }
     }
 
     /// Send `request`, following redirects (each hop checked again), and read the body up to
     /// the cap.
-    pub async fn send(
-        &self,
-        request: OutboundRequest,
-    ) -> Result<OutboundResponse, NetworkError> {
+    pub async fn send(&self, request: OutboundRequest) -> Result<OutboundResponse, NetworkError> {
         let deadline = Instant::now() + self.limits.total_timeout;
         let mut request = self.check_request(request)?;
         let mut redirected_from: Option<Url> = None;
@@ -387,7 +387,10 @@ impl NetworkPolicy {
         let client = builder.build().map_err(|error| {
             NetworkError::new(
                 NetworkErrorKind::Protocol,
-                format!("the HTTP client could not be set up: {}", error_chain(&error)),
+                format!(
+                    "the HTTP client could not be set up: {}",
+                    error_chain(&error)
+                ),
             )
         })?;
 
@@ -395,7 +398,11 @@ impl NetworkPolicy {
         let all_loopback = addresses
             .iter()
             .all(|ip| super::address::is_loopback(super::address::canonical(*ip)));
-        for secret in self.secrets.iter().filter(|secret| secret.applies_to(&target)) {
+        for secret in self
+            .secrets
+            .iter()
+            .filter(|secret| secret.applies_to(&target))
+        {
             // A component's own value for a secret header never reaches the host it is for.
             headers.remove(secret.header());
             if target.url.scheme() == "https" || all_loopback {
@@ -607,7 +614,11 @@ fn describe_send_error(
     }
     NetworkError::new(
         NetworkErrorKind::Protocol,
-        format!("the request to {} failed: {}", target.url, root_cause(error)),
+        format!(
+            "the request to {} failed: {}",
+            target.url,
+            root_cause(error)
+        ),
     )
 }
 
@@ -681,7 +692,13 @@ mod tests {
 
     #[test]
     fn components_cannot_set_connection_headers() {
-        for name in ["Host", "content-length", "Transfer-Encoding", "proxy-authorization", "Connection"] {
+        for name in [
+            "Host",
+            "content-length",
+            "Transfer-Encoding",
+            "proxy-authorization",
+            "Connection",
+        ] {
             let mut request = OutboundRequest::get("https://example.com/");
             request.headers.push((name.to_string(), "x".to_string()));
             let error = policy().check_request(request).unwrap_err();
@@ -721,7 +738,11 @@ mod tests {
         assert_eq!(narrowed.allow_lists().len(), 2);
         assert_eq!(narrowed.limits().total_timeout, Duration::from_secs(1));
         assert!(narrowed.secrets().is_empty());
-        assert!(narrowed.describe().contains("*.example.org and within a.example.org"));
+        assert!(
+            narrowed
+                .describe()
+                .contains("*.example.org and within a.example.org")
+        );
     }
 
     #[test]

@@ -73,10 +73,8 @@ impl NetworkError {
     pub fn family(&self) -> NetworkErrorFamily {
         use NetworkErrorKind::*;
         match self.kind {
-            HostNotAllowed | AddressRefused | PlainHttpRefused | TooManyRedirects | RedirectRefused
-            | NotGranted => {
-                NetworkErrorFamily::Denied
-            }
+            HostNotAllowed | AddressRefused | PlainHttpRefused | TooManyRedirects
+            | RedirectRefused | NotGranted => NetworkErrorFamily::Denied,
             InvalidRequest => NetworkErrorFamily::InvalidRequest,
             NameNotFound | ConnectFailed | TimedOut | Protocol => NetworkErrorFamily::Network,
         }

@@ -100,7 +100,9 @@ impl AllowEntry {
             return Err(fail("it names no host"));
         }
         if rest.contains(['/', '@', '?', '#', ' ']) {
-            return Err(fail("it must be a host, not a URL with a path, user or query"));
+            return Err(fail(
+                "it must be a host, not a URL with a path, user or query",
+            ));
         }
         let (host_text, port_text) = split_host_port(rest).ok_or_else(|| fail("bad brackets"))?;
         let port = match port_text {
@@ -120,7 +122,9 @@ impl AllowEntry {
                 Err(error) => return Err(fail(&format!("the domain is not valid ({error})"))),
             }
         } else if host_text.contains('*') {
-            return Err(fail("`*` is allowed only as the first label, as in *.example.org"));
+            return Err(fail(
+                "`*` is allowed only as the first label, as in *.example.org",
+            ));
         } else {
             let bracketed;
             let parse_text = if host_text.contains(':') && !host_text.starts_with('[') {
@@ -464,7 +468,10 @@ fn not_allowed(target: &Target, why: &str) -> NetworkError {
         NetworkErrorKind::HostNotAllowed,
         format!(
             "requests to {what}{shown_port} are refused: {why}. To allow it, add \"{}\" to {ALLOW_KEY}",
-            target.suggestion(&host, target.is_plain_http() && !is_loopback_host(&target.host))
+            target.suggestion(
+                &host,
+                target.is_plain_http() && !is_loopback_host(&target.host)
+            )
         ),
     )
 }
@@ -597,7 +604,10 @@ mod tests {
             "exa mple.com",
         ] {
             let error = AllowEntry::parse(bad).unwrap_err();
-            assert!(error.to_string().contains("[network] allow entry"), "{error}");
+            assert!(
+                error.to_string().contains("[network] allow entry"),
+                "{error}"
+            );
         }
     }
 
@@ -642,7 +652,10 @@ mod tests {
             "{error}"
         );
         let error = target(&lists, "https://other.net:8443/x").unwrap_err();
-        assert!(error.message().contains("add \"other.net:8443\""), "{error}");
+        assert!(
+            error.message().contains("add \"other.net:8443\""),
+            "{error}"
+        );
         let error = target(&[AllowList::empty()], "https://other.net/").unwrap_err();
         assert!(error.message().contains("no host is allowed"), "{error}");
         let error = target(&[], "https://other.net/").unwrap_err();
@@ -668,7 +681,11 @@ mod tests {
             );
         }
         let allowed = [list(&["127.0.0.1:80"])];
-        for url in ["http://2130706433/", "http://0x7f000001/", "http://[::ffff:127.0.0.1]/"] {
+        for url in [
+            "http://2130706433/",
+            "http://0x7f000001/",
+            "http://[::ffff:127.0.0.1]/",
+        ] {
             let target = target(&allowed, url).unwrap();
             assert_eq!(target.host, TargetHost::Ip("127.0.0.1".parse().unwrap()));
             check_addresses(&allowed, &target, &ips(&["127.0.0.1"])).unwrap();
@@ -695,10 +712,20 @@ mod tests {
     fn special_addresses_need_an_exact_name_or_address() {
         let wildcard = [list(&["*.test:*"])];
         let t = target(&wildcard, "http://allowed.test:8080/").unwrap();
-        for refused in ["127.0.0.1", "10.0.0.5", "169.254.169.254", "::1", "fd00::1", "::ffff:192.168.0.1"] {
+        for refused in [
+            "127.0.0.1",
+            "10.0.0.5",
+            "169.254.169.254",
+            "::1",
+            "fd00::1",
+            "::ffff:192.168.0.1",
+        ] {
             let error = check_addresses(&wildcard, &t, &ips(&[refused])).unwrap_err();
             assert_eq!(error.kind(), NetworkErrorKind::AddressRefused, "{refused}");
-            assert!(error.message().contains("allowed.test resolves to"), "{error}");
+            assert!(
+                error.message().contains("allowed.test resolves to"),
+                "{error}"
+            );
             assert!(error.message().contains("\"allowed.test:8080\""), "{error}");
         }
         // One bad address among good ones refuses the request.
@@ -724,11 +751,19 @@ mod tests {
 
     #[test]
     fn plain_http_needs_an_http_entry_or_loopback() {
-        let lists = [list(&["example.com", "http://plain.example", "*.test:*", "localhost:*"])];
+        let lists = [list(&[
+            "example.com",
+            "http://plain.example",
+            "*.test:*",
+            "localhost:*",
+        ])];
         let t = target(&lists, "http://example.com/").unwrap();
         let error = check_addresses(&lists, &t, &ips(&["93.184.215.14"])).unwrap_err();
         assert_eq!(error.kind(), NetworkErrorKind::PlainHttpRefused);
-        assert!(error.message().contains("\"http://example.com\""), "{error}");
+        assert!(
+            error.message().contains("\"http://example.com\""),
+            "{error}"
+        );
         let t = target(&lists, "https://example.com/").unwrap();
         check_addresses(&lists, &t, &ips(&["93.184.215.14"])).unwrap();
         let t = target(&lists, "http://plain.example/").unwrap();

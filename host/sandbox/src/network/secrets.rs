@@ -135,7 +135,10 @@ mod tests {
         let secret = Secret::new("api.example.com", "X-Token", value, "EXAMPLE_KEY").unwrap();
         let shown = format!("{secret:?} {}", secret.describe());
         assert!(!shown.contains("s3cr3t"), "{shown}");
-        assert!(shown.contains("x-token for api.example.com (from EXAMPLE_KEY)"), "{shown}");
+        assert!(
+            shown.contains("x-token for api.example.com (from EXAMPLE_KEY)"),
+            "{shown}"
+        );
         assert!(secret.value().is_sensitive());
     }
 

@@ -65,7 +65,9 @@ type SendFuture = Box<
 
 impl WasiHttpHooks for PolicyHooks {
     fn forbidden_header_filter(&mut self) -> ForbiddenHeaderFilter {
-        Arc::new(|name| DEFAULT_FORBIDDEN_HEADERS.contains(name) || check_header_name(name).is_err())
+        Arc::new(|name| {
+            DEFAULT_FORBIDDEN_HEADERS.contains(name) || check_header_name(name).is_err()
+        })
     }
 
     fn set_host_header(&mut self) -> bool {
