@@ -8,6 +8,10 @@ build:
 release:
     cargo build --release -p clawcage-cli
 
+# The scripted demo session: real tools and sandbox, no API key.
+demo:
+    cargo run --release -p clawcage-cli -- demo
+
 # Run every test, as CI does.
 test:
     cargo test --workspace
@@ -19,10 +23,11 @@ lint:
     cd tools-wasm && cargo fmt --all --check
     cd tools-wasm && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings
 
-# Benchmarks: sandboxed read_file against a native read, cold and warm start-up; web_fetch
-# against a direct reqwest GET.
+# Benchmarks: sandboxed read_file against a native read, cold and warm start-up; agent turns
+# against one model request on the scripted LLM server; web_fetch against a direct reqwest GET.
 bench:
     cargo bench -p clawcage-tests --bench tools
+    cargo bench -p clawcage-tests --bench agent
     cargo bench -p clawcage-tests --bench web
 
 # Build only the tool components (release, wasm32-wasip2).

@@ -22,6 +22,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("CRASH", "fixture_crash"),
     ("ECHO", "fixture_echo"),
     ("WASI_HTTP_FETCH", "fixture_wasi_http_fetch"),
+    ("RAWFS", "fixture_rawfs"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

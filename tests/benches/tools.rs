@@ -101,6 +101,25 @@ fn main() {
             sandboxed_p50.as_secs_f64() / native_p50.as_secs_f64()
         );
 
+        // Where the time goes: the same path with a tool that does no file work.
+        let echo_bytes = std::fs::read(clawcage_sandbox::components::fixtures::ECHO).unwrap();
+        let echo = sandbox
+            .load("echo", "test:echo", &echo_bytes, grants.clone())
+            .await
+            .unwrap();
+        let mut echo_registry = ToolRegistry::new();
+        for tool in echo.into_tools() {
+            echo_registry.register(Arc::new(tool)).unwrap();
+        }
+        let echo_args = r#"{"text":"x"}"#;
+        let mut echo_samples = Vec::with_capacity(CALLS);
+        for _ in 0..CALLS {
+            let started = Instant::now();
+            std::hint::black_box(echo_registry.execute("echo", echo_args).await.unwrap());
+            echo_samples.push(started.elapsed());
+        }
+        report("registry.execute(\"echo\") (no file work)", echo_samples);
+
         println!("\n== start-up to the first tool call (new engine, load, call)");
         let mut cold = Vec::new();
         let mut warm = Vec::new();

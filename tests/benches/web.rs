@@ -62,9 +62,6 @@ fn page() -> String {
 }
 
 fn main() {
-    rustls::crypto::ring::default_provider()
-        .install_default()
-        .expect("install the TLS provider for the baseline client");
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

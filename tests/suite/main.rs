@@ -6,10 +6,15 @@
     reason = "tests fail by panicking"
 )]
 
+mod agent_loop;
+mod agent_sandbox;
 mod cache;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;
+mod providers;
+mod sandbox_escape;
+mod sessions;
 mod wasi_http;
 mod web;
 mod web_attacks;

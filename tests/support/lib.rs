@@ -1,6 +1,7 @@
 //! Shared helpers for clawcage's integration tests and benchmarks: one sandbox per process with
 //! one compiled-artifact cache shared by every test run, temporary workspaces, registries built
-//! from the real bundled and fixture components, and (in [`web`]) a scripted HTTP server on
+//! from the real bundled and fixture components, a scripted LLM server ([`llm_server`]) speaking
+//! the Anthropic and OpenAI wire formats on 127.0.0.1, and (in [`web`]) a scripted HTTP server on
 //! loopback, a test name resolver and a capture of the tracing output.
 
 #![allow(
@@ -8,6 +9,8 @@
     reason = "test helpers fail the test by panicking"
 )]
 
+pub mod host_tools;
+pub mod llm_server;
 pub mod web;
 
 use std::path::{Path, PathBuf};

@@ -1,7 +1,23 @@
-//! The agent side of clawcage. Today it holds the [`ToolRegistry`]: the set of tools one agent may
-//! call, with the argument check that runs before any tool and the `exclude` that narrows it. It
-//! depends on `clawcage-core` only, never on the sandbox, so agent logic is tested without wasm.
+//! The agent side of clawcage: the [`ToolRegistry`] an agent may call, the model
+//! [`provider`]s, the ReAct [`AgentLoop`], [`Sessions`] with one lane and one JSONL transcript
+//! per session key, the inbound [`MessageBus`] and the outbound [`MessageTool`]. It depends on
+//! `clawcage-core` only, never on the sandbox: tools reach it as `clawcage_core::Tool` objects,
+//! so agent logic is tested without compiling wasm, and the sandbox cannot be bypassed from here.
 
+pub mod agent_loop;
+pub mod bus;
+pub mod message_tool;
+pub mod provider;
 pub mod registry;
+pub mod session;
+pub mod transcript;
 
+pub use agent_loop::{
+    AgentConfig, AgentError, AgentLoop, TurnEnd, TurnObserver, TurnOutcome, Verdict,
+};
+pub use bus::{BusError, Delivery, MessageBus, Subscription};
+pub use message_tool::{MessageTool, OutboundMessage, SendCallback};
+pub use provider::{Provider, ProviderError, ProviderEvents};
 pub use registry::{RegistryError, ToolRegistry};
+pub use session::{LaneInput, PendingTurn, Sessions};
+pub use transcript::TranscriptStore;

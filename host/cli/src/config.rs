@@ -21,6 +21,12 @@ pub struct Config {
     /// `[limits]`
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// `[provider]`: the model and its fail-over chain.
+    #[serde(default)]
+    pub provider: crate::agent_config::ProviderSection,
+    /// `[agent]`: the loop and the sessions.
+    #[serde(default)]
+    pub agent: crate::agent_config::AgentSection,
     /// `[network]`
     #[serde(default)]
     pub network: NetworkConfig,

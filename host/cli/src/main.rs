@@ -1,10 +1,16 @@
 //! The `clawcage` command: a thin clap front end that reads the configuration, starts the sandbox,
 //! loads the bundled tool components (file tools with the workspace, web tools with the network
-//! policy) into a registry and runs one subcommand. Exit codes: 0 ok,
-//! 1 the tool or task failed (message on stderr), 2 usage or configuration error.
+//! policy) into a registry and runs one subcommand — a tool call, or the agent (`run`, `chat`,
+//! `demo`). Exit codes: 0 ok, 1 the tool or task failed (message on stderr), 2 usage or
+//! configuration error.
 
+mod agent;
+mod agent_config;
+mod chat;
 mod config;
+mod demo;
 mod network_config;
+mod render;
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -29,6 +35,8 @@ use crate::config::Config;
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
+    #[command(flatten)]
+    provider: agent_config::ProviderArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -75,6 +83,26 @@ enum Command {
         #[arg(default_value = "{}")]
         args: String,
     },
+    /// Run one task with the agent and print its final answer on stdout (progress and tool
+    /// calls on stderr).
+    ///
+    /// Example: ANTHROPIC_API_KEY=... clawcage run "summarise README.md" --workspace .
+    Run {
+        /// What to do.
+        task: String,
+        /// Continue this session (its transcript) instead of starting a fresh one.
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+    },
+    /// Talk with the agent: line editing, streamed replies, each tool call with its verdict.
+    Chat {
+        /// The session to continue; its history is kept in the state directory.
+        #[arg(long, value_name = "KEY", default_value = "chat")]
+        session: String,
+    },
+    /// A recorded session in a temporary workspace: real tools and sandbox, scripted replies,
+    /// no API key or network needed.
+    Demo,
 }
 
 /// An error with the exit code it maps to.
@@ -132,19 +160,57 @@ fn init_tracing(verbose: u8) {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let registry = build_registry(&cli.common).await?;
+    if let Command::Demo = cli.command {
+        return run_demo(&cli.common).await;
+    }
+    let (registry, config, config_file, state_dir) = build_registry(&cli.common).await?;
+    let context = agent::AgentContext {
+        config: &config,
+        config_file: config_file.as_deref(),
+        provider: &cli.provider,
+        state_dir: &state_dir,
+    };
     match cli.command {
         Command::Tools { json } => print_tools(&registry, json),
         Command::Call { tool, args } => call(&registry, &tool, &args).await,
+        Command::Run { task, session } => agent::run_task(context, registry, &task, session).await,
+        Command::Chat { session } => chat::run(context, registry, session).await,
+        Command::Demo => Ok(()),
     }
 }
 
+/// `clawcage demo`: the bundled tools granted a fresh temporary workspace and no network,
+/// whatever the config says; only the component cache of the state directory is reused.
+async fn run_demo(common: &CommonArgs) -> Result<(), Failure> {
+    let temp = tempfile::Builder::new()
+        .prefix("clawcage-demo-")
+        .tempdir()
+        .context("cannot create a temporary directory for the demo")?;
+    let workspace = temp.path().join("workspace");
+    demo::seed_workspace(&workspace).context("cannot fill the demo workspace")?;
+    let grant = WorkspaceGrant::new(&workspace, clawcage_sandbox::FsMode::ReadWrite)
+        .map_err(|error| Failure::Tool(error.to_string()))?;
+    let state_dir = state_dir(common.state_dir.as_deref())?;
+    let sandbox = Sandbox::new(SandboxOptions {
+        cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
+    })
+    .map_err(|error| Failure::Tool(error.to_string()))?;
+    // The demo reaches no network, whatever the config says.
+    let no_network = Grants::none().with_network(clawcage_sandbox::NetworkPolicy::new(
+        clawcage_sandbox::AllowList::empty(),
+    ));
+    let registry = load_bundled(&sandbox, Grants::workspace(grant), no_network).await?;
+    demo::run(registry, &workspace, &temp.path().join("state")).await
+}
+
 /// Read the config, start the sandbox and load the bundled components with the operator's
-/// grants.
-async fn build_registry(common: &CommonArgs) -> Result<ToolRegistry, Failure> {
+/// grants. Returns the registry, the config, the file it came from and the state directory.
+async fn build_registry(
+    common: &CommonArgs,
+) -> Result<(ToolRegistry, Config, Option<PathBuf>, PathBuf), Failure> {
     let current = std::env::current_dir().context("cannot read the current directory")?;
     let hint = common.workspace.clone().unwrap_or_else(|| current.clone());
-    let (config, _source) = Config::load(common.config.as_deref(), &hint)?;
+    let (config, config_file) = Config::load(common.config.as_deref(), &hint)?;
     let workspace_path = common
         .workspace
         .clone()
@@ -165,7 +231,8 @@ async fn build_registry(common: &CommonArgs) -> Result<ToolRegistry, Failure> {
         cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
     })
     .map_err(|error| Failure::Tool(error.to_string()))?;
-    load_bundled(&sandbox, grants, web_grants).await
+    let registry = load_bundled(&sandbox, grants, web_grants).await?;
+    Ok((registry, config, config_file, state_dir))
 }
 
 /// The web component's grants: no files, the network the config allows (nothing without

@@ -1,7 +1,12 @@
 //! The vocabulary every clawcage crate shares: what a tool is ([`ToolSpec`], the [`Tool`] trait),
-//! what a call returns ([`ToolOutput`]) and how it fails ([`ToolError`]). This crate holds plain
+//! what a call returns ([`ToolOutput`]) and how it fails ([`ToolError`]), and the chat messages
+//! providers and transcripts share ([`chat`]). This crate holds plain
 //! serde types and one object-safe trait; it depends on no engine and no async runtime, so the
 //! agent's tests and any front end can use it without compiling wasmtime.
+
+pub mod chat;
+
+pub use chat::{ChatMessage, ContentBlock, InboundMessage, Role, Usage};
 
 use std::fmt;
 use std::future::Future;

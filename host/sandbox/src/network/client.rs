@@ -367,7 +367,7 @@ impl NetworkPolicy {
 
         let remaining = deadline.saturating_duration_since(Instant::now());
         let mut builder = reqwest::Client::builder()
-            .tls_backend_preconfigured(tls_config()?)
+            .use_preconfigured_tls(tls_config()?)
             .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .referer(false)
@@ -660,20 +660,21 @@ impl reqwest::dns::Resolve for NoSecondLookup {
     }
 }
 
-/// The TLS configuration every hop uses: rustls with the ring provider and the operating
-/// system's trusted roots, HTTP/1.1 only. Built once per process (loading the roots is slow).
+/// The TLS configuration every hop uses: rustls with the ring provider and the Mozilla roots
+/// compiled in (`webpki-roots`, the set reqwest itself uses), HTTP/1.1 only. Built once per
+/// process and cloned per hop (cheap: its parts are shared).
 fn tls_config() -> Result<rustls::ClientConfig, NetworkError> {
     static CONFIG: OnceLock<Result<rustls::ClientConfig, String>> = OnceLock::new();
     CONFIG
         .get_or_init(|| {
             let provider = Arc::new(rustls::crypto::ring::default_provider());
-            let verifier = rustls_platform_verifier::Verifier::new(provider.clone())
-                .map_err(|error| format!("the system's trusted certificates could not be loaded ({error}); install the ca-certificates package"))?;
+            let roots = rustls::RootCertStore {
+                roots: webpki_roots::TLS_SERVER_ROOTS.to_vec(),
+            };
             let mut config = rustls::ClientConfig::builder_with_provider(provider)
                 .with_safe_default_protocol_versions()
                 .map_err(|error| format!("TLS could not be set up: {error}"))?
-                .dangerous()
-                .with_custom_certificate_verifier(Arc::new(verifier))
+                .with_root_certificates(roots)
                 .with_no_client_auth();
             config.alpn_protocols = vec![b"http/1.1".to_vec()];
             Ok(config)
@@ -747,7 +748,7 @@ mod tests {
 
     #[test]
     fn the_tls_configuration_builds() {
-        // Needs the system's certificate store; the sandbox's https support depends on it.
-        assert!(tls_config().is_ok());
+        let config = tls_config().unwrap();
+        assert_eq!(config.alpn_protocols, [b"http/1.1".to_vec()]);
     }
 }

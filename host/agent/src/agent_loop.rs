@@ -1,0 +1,352 @@
+//! The ReAct loop: send the history to the model; if it asks for tools, run them through the
+//! [`ToolRegistry`] and send the results back; repeat until it answers in text. Three guards end a
+//! turn that is going nowhere: a cap on model calls per turn, detection of the same tool called
+//! with the same arguments several times in a row, and the provider's own errors. A tool's
+//! failure is not a guard: it goes back to the model as an error result (`is_error: true`), and
+//! the model decides what to do next.
+
+use std::sync::Arc;
+
+use clawcage_core::{ChatMessage, ContentBlock, Role, ToolCall, ToolError, Usage};
+
+use crate::ToolRegistry;
+use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents};
+
+/// The system prompt used when the configuration gives none.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are clawcage, a careful assistant that works on the files of one workspace through tools. \
+Every tool runs in a sandbox that can reach only the workspace; a refused action is refused by design, so explain it rather than trying to get around it. \
+Use tools when they help, and answer briefly when you are done.";
+
+/// How a loop behaves.
+#[derive(Debug, Clone)]
+pub struct AgentConfig {
+    /// The system prompt.
+    pub system_prompt: String,
+    /// Model calls per turn at most (10 for a main agent).
+    pub max_iterations: usize,
+    /// The same tool with the same arguments this many times in a row ends the turn.
+    pub repeat_limit: usize,
+    /// Ask the provider to stream text.
+    pub stream: bool,
+}
+
+impl Default for AgentConfig {
+    fn default() -> Self {
+        Self {
+            system_prompt: DEFAULT_SYSTEM_PROMPT.to_string(),
+            max_iterations: 10,
+            repeat_limit: 3,
+            stream: false,
+        }
+    }
+}
+
+/// What became of one tool call, as the operator sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// It ran and succeeded.
+    Ok,
+    /// The sandbox or policy refused it.
+    Denied(String),
+    /// It ran and failed (including traps and timeouts).
+    Failed(String),
+    /// Its arguments or name were wrong; it did not run.
+    Invalid(String),
+    /// The loop did not run it (iteration cap, repeated call).
+    NotRun(String),
+}
+
+impl Verdict {
+    /// `ok`, `denied`, `failed`, `invalid` or `not run`.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Verdict::Ok => "ok",
+            Verdict::Denied(_) => "denied",
+            Verdict::Failed(_) => "failed",
+            Verdict::Invalid(_) => "invalid",
+            Verdict::NotRun(_) => "not run",
+        }
+    }
+
+    /// Why, for every verdict but `ok`.
+    pub fn reason(&self) -> Option<&str> {
+        match self {
+            Verdict::Ok => None,
+            Verdict::Denied(why)
+            | Verdict::Failed(why)
+            | Verdict::Invalid(why)
+            | Verdict::NotRun(why) => Some(why),
+        }
+    }
+}
+
+/// What happens during a turn, for front ends. Every method has an empty default.
+pub trait TurnObserver: ProviderEvents {
+    /// A tool call is about to run.
+    fn tool_started(&self, _call: &ToolCall) {}
+    /// A tool call ended; `output` is what the model is told.
+    fn tool_finished(&self, _call: &ToolCall, _verdict: &Verdict, _output: &str) {}
+    /// Something the operator should know (a repaired tool call, a stop).
+    fn note(&self, _text: &str) {}
+}
+
+impl TurnObserver for NoEvents {}
+
+/// Why a turn ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TurnEnd {
+    /// The model answered.
+    Answered,
+    /// The model was still calling tools when the iteration cap was reached.
+    IterationLimit,
+    /// The same call was repeated until the repeat limit.
+    LoopDetected {
+        /// The tool called over and over.
+        tool: String,
+    },
+}
+
+/// The result of one turn.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TurnOutcome {
+    /// The model's final text, or the explanation of why the turn was stopped.
+    pub text: String,
+    /// Why the turn ended.
+    pub end: TurnEnd,
+    /// Tokens used by this turn.
+    pub usage: Usage,
+    /// Model calls made.
+    pub iterations: usize,
+    /// `provider/model` of the last answer.
+    pub answered_by: String,
+}
+
+/// Why a turn could not finish.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AgentError {
+    /// The provider (and every fail-over) failed.
+    #[error(transparent)]
+    Provider(#[from] ProviderError),
+    /// The history does not end with something the model can answer.
+    #[error("{0}")]
+    History(String),
+    /// The session's lane stopped (the runtime is shutting down).
+    #[error("the session stopped before the turn finished")]
+    LaneClosed,
+    /// The transcript could not be written.
+    #[error(
+        "cannot write the transcript {path}: {message}; check the --state-dir permissions and free space"
+    )]
+    Transcript {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        message: String,
+    },
+}
+
+/// An agent: a provider, the tools it may call, and how it behaves.
+#[derive(Debug, Clone)]
+pub struct AgentLoop {
+    provider: Arc<dyn Provider>,
+    tools: ToolRegistry,
+    config: AgentConfig,
+}
+
+impl AgentLoop {
+    /// An agent that asks `provider` and may call `tools`.
+    pub fn new(provider: Arc<dyn Provider>, tools: ToolRegistry, config: AgentConfig) -> Self {
+        Self {
+            provider,
+            tools,
+            config,
+        }
+    }
+
+    /// The tools this agent may call.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// The provider.
+    pub fn provider(&self) -> &Arc<dyn Provider> {
+        &self.provider
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &AgentConfig {
+        &self.config
+    }
+
+    /// Run one turn on `history`, whose last message is the user's. The model's messages and the
+    /// tool results are appended to `history` as they happen, so a failed turn keeps what it did.
+    pub async fn run_turn(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        observer: &dyn TurnObserver,
+    ) -> Result<TurnOutcome, AgentError> {
+        match history.last() {
+            Some(message) if message.role == Role::User => {}
+            _ => {
+                return Err(AgentError::History(
+                    "a turn needs a user message at the end of the history".to_string(),
+                ));
+            }
+        }
+        let mut usage = Usage::default();
+        let mut repeats = RepeatTracker::new(self.config.repeat_limit);
+        let max_iterations = self.config.max_iterations.max(1);
+        for iteration in 1..=max_iterations {
+            let request = ChatRequest {
+                system: &self.config.system_prompt,
+                messages: history,
+                tools: &self.tools,
+                stream: self.config.stream,
+            };
+            let response = self.provider.complete(request, observer).await?;
+            usage.add(response.usage);
+            for repair in &response.repairs {
+                observer.note(&format!("repaired a tool call's arguments ({repair})"));
+            }
+            let assistant = ChatMessage {
+                role: Role::Assistant,
+                content: response.content,
+            };
+            let calls: Vec<ToolCall> = assistant
+                .tool_uses()
+                .map(|(id, name, input)| ToolCall {
+                    id: id.to_string(),
+                    name: name.to_string(),
+                    arguments: input.clone(),
+                })
+                .collect();
+            let text = assistant.text();
+            history.push(assistant);
+            if calls.is_empty() {
+                return Ok(TurnOutcome {
+                    text,
+                    end: TurnEnd::Answered,
+                    usage,
+                    iterations: iteration,
+                    answered_by: response.answered_by,
+                });
+            }
+
+            let last_iteration = iteration == max_iterations;
+            let mut results = Vec::with_capacity(calls.len());
+            let mut stop: Option<TurnEnd> = None;
+            for call in &calls {
+                let malformed = response
+                    .malformed
+                    .iter()
+                    .find(|problem| problem.tool_use_id == call.id);
+                let verdict_and_output = if stop.is_some() || last_iteration {
+                    let why = if last_iteration {
+                        format!(
+                            "not run: the turn reached its limit of {max_iterations} model calls"
+                        )
+                    } else {
+                        "not run: the turn was stopped before this call".to_string()
+                    };
+                    (Verdict::NotRun(why.clone()), why)
+                } else if let Some(problem) = malformed {
+                    (
+                        Verdict::Invalid(problem.message.clone()),
+                        problem.message.clone(),
+                    )
+                } else if repeats.record(call) {
+                    let why = format!(
+                        "not run: `{}` was called with the same arguments {} times in a row; the turn is stopped so it does not loop. Try something different.",
+                        call.name, self.config.repeat_limit
+                    );
+                    stop = Some(TurnEnd::LoopDetected {
+                        tool: call.name.clone(),
+                    });
+                    (Verdict::NotRun(why.clone()), why)
+                } else {
+                    observer.tool_started(call);
+                    match self.tools.execute_value(&call.name, &call.arguments).await {
+                        Ok(output) => (Verdict::Ok, output.text),
+                        Err(error) => (verdict_of(&error), error.to_string()),
+                    }
+                };
+                let (verdict, output) = verdict_and_output;
+                observer.tool_finished(call, &verdict, &output);
+                results.push(ContentBlock::ToolResult {
+                    tool_use_id: call.id.clone(),
+                    content: output,
+                    is_error: verdict != Verdict::Ok,
+                });
+            }
+            history.push(ChatMessage {
+                role: Role::User,
+                content: results,
+            });
+
+            let end = match stop {
+                Some(end) => end,
+                None if last_iteration => TurnEnd::IterationLimit,
+                None => continue,
+            };
+            let explanation = match &end {
+                TurnEnd::LoopDetected { tool } => format!(
+                    "Stopped: the model called `{tool}` with the same arguments {} times in a row, so the turn was ended to avoid a loop. Rephrase the request or ask for a different approach.",
+                    self.config.repeat_limit
+                ),
+                _ => format!(
+                    "Stopped: the model was still calling tools after {max_iterations} model calls, the limit for one turn. Send a follow-up to continue, or raise [agent] max_iterations."
+                ),
+            };
+            observer.note(&explanation);
+            return Ok(TurnOutcome {
+                text: explanation,
+                end,
+                usage,
+                iterations: iteration,
+                answered_by: response.answered_by,
+            });
+        }
+        // The loop returns on its last iteration at the latest.
+        Err(AgentError::History(
+            "the turn ended without an answer".to_string(),
+        ))
+    }
+}
+
+fn verdict_of(error: &ToolError) -> Verdict {
+    match error {
+        ToolError::InvalidArgs(why) => Verdict::Invalid(why.clone()),
+        ToolError::Denied(why) => Verdict::Denied(why.clone()),
+        ToolError::Failed(why) => Verdict::Failed(why.clone()),
+    }
+}
+
+/// Counts identical consecutive calls.
+struct RepeatTracker {
+    limit: usize,
+    last: Option<(String, String)>,
+    count: usize,
+}
+
+impl RepeatTracker {
+    fn new(limit: usize) -> Self {
+        Self {
+            limit: limit.max(2),
+            last: None,
+            count: 0,
+        }
+    }
+
+    /// Record `call`; true when it makes `limit` identical calls in a row.
+    fn record(&mut self, call: &ToolCall) -> bool {
+        // serde_json's map keeps keys sorted, so equal objects print equally.
+        let key = (call.name.clone(), call.arguments.to_string());
+        if self.last.as_ref() == Some(&key) {
+            self.count += 1;
+        } else {
+            self.last = Some(key);
+            self.count = 1;
+        }
+        self.count >= self.limit
+    }
+}

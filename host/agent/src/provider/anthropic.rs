@@ -1,0 +1,361 @@
+//! The Anthropic Messages API: `POST {base}/v1/messages` with `x-api-key` and
+//! `anthropic-version`. Our [`ChatMessage`] has this API's shape, so the history is sent as it
+//! is stored; tools are the registry's `anthropic_definitions`. With `stream: true` the reply comes
+//! as server-sent events (`message_start`, `content_block_start`, `content_block_delta` carrying
+//! `text_delta` or `input_json_delta`, `content_block_stop`, `message_delta`, `message_stop`),
+//! which are reassembled here into the same [`ChatResponse`] a plain request returns.
+
+use std::collections::BTreeMap;
+
+use clawcage_core::{BoxFuture, ChatMessage, ContentBlock, Usage};
+use serde_json::{Value, json};
+
+use super::sse::SseParser;
+use super::{
+    ChatRequest, ChatResponse, HttpSettings, MalformedToolCall, Provider, ProviderError,
+    ProviderEvents, StopReason, parse_json, read_body, send, too_large, tool_input,
+    transport_error,
+};
+
+/// The API version this client speaks.
+pub const API_VERSION: &str = "2023-06-01";
+
+/// A client of the Messages API.
+#[derive(Debug)]
+pub struct AnthropicProvider {
+    settings: HttpSettings,
+    client: reqwest::Client,
+}
+
+impl AnthropicProvider {
+    /// A client with `settings`; the key is required.
+    pub fn new(settings: HttpSettings) -> Result<Self, ProviderError> {
+        if settings.api_key.is_none() {
+            return Err(ProviderError::Config(
+                "the anthropic provider needs an API key: set ANTHROPIC_API_KEY (or try `clawcage demo`, which needs none)"
+                    .to_string(),
+            ));
+        }
+        let client = settings.client()?;
+        Ok(Self { settings, client })
+    }
+}
+
+/// The request body for `request`, exactly as sent.
+pub fn request_body(settings: &HttpSettings, request: &ChatRequest<'_>) -> Value {
+    let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    let mut body = json!({
+        "model": settings.model,
+        "max_tokens": settings.max_tokens,
+        "messages": messages,
+    });
+    if !request.system.is_empty() {
+        body["system"] = json!(request.system);
+    }
+    let tools = request.tools.anthropic_definitions();
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
+    }
+    if request.stream {
+        body["stream"] = json!(true);
+    }
+    body
+}
+
+fn message_json(message: &ChatMessage) -> Value {
+    // Empty text blocks are refused by the API; they carry nothing anyway.
+    let content: Vec<&ContentBlock> = message
+        .content
+        .iter()
+        .filter(|block| !matches!(block, ContentBlock::Text { text } if text.is_empty()))
+        .collect();
+    json!({"role": message.role, "content": content})
+}
+
+impl Provider for AnthropicProvider {
+    fn label(&self) -> String {
+        format!("anthropic/{}", self.settings.model)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+        events: &'a dyn ProviderEvents,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(async move {
+            let label = self.label();
+            let url = self.settings.endpoint("/v1/messages");
+            let key = self
+                .settings
+                .api_key
+                .as_ref()
+                .map(|key| key.expose())
+                .unwrap_or_default();
+            let body = request_body(&self.settings, &request);
+            let builder = self
+                .client
+                .post(&url)
+                .timeout(if request.stream {
+                    self.settings.timeout * 4
+                } else {
+                    self.settings.timeout
+                })
+                .header("x-api-key", key)
+                .header("anthropic-version", API_VERSION)
+                .header("content-type", "application/json")
+                .body(body.to_string());
+            let response = send(&label, &url, &self.settings, builder).await?;
+            let is_stream = response
+                .headers()
+                .get("content-type")
+                .and_then(|value| value.to_str().ok())
+                .is_some_and(|value| value.starts_with("text/event-stream"));
+            let mut response = if is_stream {
+                read_stream(&label, &url, &self.settings, response, events).await?
+            } else {
+                let bytes = read_body(
+                    &label,
+                    &url,
+                    &self.settings,
+                    response,
+                    self.settings.max_response_bytes,
+                )
+                .await?;
+                parse_response(&label, &parse_json(&label, &bytes)?)?
+            };
+            response.answered_by = label;
+            Ok(response)
+        })
+    }
+}
+
+/// Read a non-streaming response body.
+pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, ProviderError> {
+    let blocks = body["content"]
+        .as_array()
+        .ok_or_else(|| ProviderError::Protocol {
+            provider: label.to_string(),
+            message: "the response has no `content` array".to_string(),
+        })?;
+    let mut content = Vec::new();
+    let mut malformed = Vec::new();
+    for block in blocks {
+        match block["type"].as_str() {
+            Some("text") => {
+                let text = block["text"].as_str().unwrap_or_default();
+                if !text.is_empty() {
+                    content.push(ContentBlock::text(text));
+                }
+            }
+            Some("tool_use") => {
+                let id = block["id"].as_str().unwrap_or_default().to_string();
+                let name = block["name"].as_str().unwrap_or_default().to_string();
+                let input = match &block["input"] {
+                    Value::Object(_) => block["input"].clone(),
+                    other => {
+                        malformed.push(MalformedToolCall {
+                            tool_use_id: id.clone(),
+                            message: format!(
+                                "the input of this `{name}` call is not a JSON object (got {other}); nothing was run"
+                            ),
+                        });
+                        json!({})
+                    }
+                };
+                content.push(ContentBlock::ToolUse { id, name, input });
+            }
+            // Thinking and other block kinds are not part of the history we keep.
+            _ => {}
+        }
+    }
+    check_tool_ids(label, &content)?;
+    Ok(ChatResponse {
+        content,
+        stop_reason: stop_reason(body["stop_reason"].as_str()),
+        usage: Usage {
+            input_tokens: body["usage"]["input_tokens"].as_u64().unwrap_or(0),
+            output_tokens: body["usage"]["output_tokens"].as_u64().unwrap_or(0),
+        },
+        answered_by: String::new(),
+        malformed,
+        repairs: Vec::new(),
+    })
+}
+
+/// A tool call without an id cannot be answered; the response is unusable.
+fn check_tool_ids(label: &str, content: &[ContentBlock]) -> Result<(), ProviderError> {
+    for block in content {
+        if let ContentBlock::ToolUse { id, name, .. } = block
+            && (id.is_empty() || name.is_empty())
+        {
+            return Err(ProviderError::Protocol {
+                provider: label.to_string(),
+                message: "a tool_use block has no id or no name".to_string(),
+            });
+        }
+    }
+    Ok(())
+}
+
+fn stop_reason(reason: Option<&str>) -> StopReason {
+    match reason {
+        Some("end_turn") | Some("stop_sequence") | None => StopReason::EndTurn,
+        Some("tool_use") => StopReason::ToolUse,
+        Some("max_tokens") => StopReason::MaxTokens,
+        Some(other) => StopReason::Other(other.to_string()),
+    }
+}
+
+/// A content block while its deltas arrive.
+enum PartialBlock {
+    Text(String),
+    Tool {
+        id: String,
+        name: String,
+        json: String,
+    },
+    /// A kind we do not keep (e.g. thinking); its deltas are read and dropped.
+    Other,
+}
+
+async fn read_stream(
+    label: &str,
+    url: &str,
+    settings: &HttpSettings,
+    mut response: reqwest::Response,
+    events: &dyn ProviderEvents,
+) -> Result<ChatResponse, ProviderError> {
+    let protocol = |message: String| ProviderError::Protocol {
+        provider: label.to_string(),
+        message,
+    };
+    let mut parser = SseParser::new();
+    let mut blocks: BTreeMap<u64, PartialBlock> = BTreeMap::new();
+    let mut usage = Usage::default();
+    let mut reason = None;
+    let mut received = 0usize;
+    let mut finished = false;
+    while !finished {
+        let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|error| transport_error(label, url, settings, &error))?
+        else {
+            break;
+        };
+        received += chunk.len();
+        if received > settings.max_response_bytes {
+            return Err(too_large(label, settings.max_response_bytes));
+        }
+        for event in parser.push(&chunk).map_err(protocol)? {
+            let data: Value = serde_json::from_str(&event.data).map_err(|error| {
+                protocol(format!(
+                    "a streamed event is not JSON ({error}): {}",
+                    super::preview(&event.data, 200)
+                ))
+            })?;
+            let index = data["index"].as_u64().unwrap_or(0);
+            match data["type"].as_str().unwrap_or(event.event.as_str()) {
+                "message_start" => {
+                    let start = &data["message"]["usage"];
+                    usage.input_tokens = start["input_tokens"].as_u64().unwrap_or(0);
+                    usage.output_tokens = start["output_tokens"].as_u64().unwrap_or(0);
+                }
+                "content_block_start" => {
+                    let block = &data["content_block"];
+                    let partial = match block["type"].as_str() {
+                        Some("text") => {
+                            let text = block["text"].as_str().unwrap_or_default().to_string();
+                            if !text.is_empty() {
+                                events.text_delta(&text);
+                            }
+                            PartialBlock::Text(text)
+                        }
+                        Some("tool_use") => PartialBlock::Tool {
+                            id: block["id"].as_str().unwrap_or_default().to_string(),
+                            name: block["name"].as_str().unwrap_or_default().to_string(),
+                            json: String::new(),
+                        },
+                        _ => PartialBlock::Other,
+                    };
+                    blocks.insert(index, partial);
+                }
+                "content_block_delta" => {
+                    let delta = &data["delta"];
+                    match (blocks.get_mut(&index), delta["type"].as_str()) {
+                        (Some(PartialBlock::Text(text)), Some("text_delta")) => {
+                            let piece = delta["text"].as_str().unwrap_or_default();
+                            events.text_delta(piece);
+                            text.push_str(piece);
+                        }
+                        (Some(PartialBlock::Tool { json, .. }), Some("input_json_delta")) => {
+                            json.push_str(delta["partial_json"].as_str().unwrap_or_default());
+                        }
+                        (None, _) => {
+                            return Err(protocol(format!(
+                                "a content_block_delta for block {index}, which was never started"
+                            )));
+                        }
+                        // Deltas of kinds we do not keep (e.g. thinking, signatures).
+                        _ => {}
+                    }
+                }
+                "message_delta" => {
+                    if let Some(stop) = data["delta"]["stop_reason"].as_str() {
+                        reason = Some(stop.to_string());
+                    }
+                    if let Some(output) = data["usage"]["output_tokens"].as_u64() {
+                        usage.output_tokens = output;
+                    }
+                    if let Some(input) = data["usage"]["input_tokens"].as_u64() {
+                        usage.input_tokens = input;
+                    }
+                }
+                "message_stop" => finished = true,
+                "error" => {
+                    return Err(ProviderError::Stream {
+                        provider: label.to_string(),
+                        kind: data["error"]["type"]
+                            .as_str()
+                            .unwrap_or("error")
+                            .to_string(),
+                        message: data["error"]["message"]
+                            .as_str()
+                            .unwrap_or_default()
+                            .to_string(),
+                    });
+                }
+                // `ping`, `content_block_stop` and event types added later.
+                _ => {}
+            }
+        }
+    }
+    if !finished {
+        return Err(protocol(
+            "the stream ended before `message_stop`".to_string(),
+        ));
+    }
+    let mut content = Vec::new();
+    let mut malformed = Vec::new();
+    let mut repairs = Vec::new();
+    for block in blocks.into_values() {
+        match block {
+            PartialBlock::Text(text) if text.is_empty() => {}
+            PartialBlock::Text(text) => content.push(ContentBlock::Text { text }),
+            PartialBlock::Tool { id, name, json } => {
+                let input = tool_input(label, &id, &name, &json, &mut malformed, &mut repairs);
+                content.push(ContentBlock::ToolUse { id, name, input });
+            }
+            PartialBlock::Other => {}
+        }
+    }
+    check_tool_ids(label, &content)?;
+    Ok(ChatResponse {
+        content,
+        stop_reason: stop_reason(reason.as_deref()),
+        usage,
+        answered_by: String::new(),
+        malformed,
+        repairs,
+    })
+}

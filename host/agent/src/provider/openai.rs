@@ -1,0 +1,362 @@
+//! OpenAI-compatible chat completions: `POST {base}/chat/completions` with an optional
+//! `Authorization: Bearer` key (OpenAI and OpenRouter need one; Ollama, vLLM and llama.cpp
+//! servers usually do not). Our history maps onto this format as: the system prompt becomes the
+//! first `system` message; an assistant message's tool calls become `tool_calls` whose
+//! `arguments` are JSON text; each tool result becomes its own `tool` message, placed right after
+//! the assistant message that asked. Streaming reads `data:` chunks up to `[DONE]` and joins the
+//! `tool_calls` deltas by index.
+
+use std::collections::BTreeMap;
+
+use clawcage_core::{BoxFuture, ChatMessage, ContentBlock, Role, Usage};
+use serde_json::{Value, json};
+
+use super::sse::SseParser;
+use super::{
+    ChatRequest, ChatResponse, HttpSettings, Provider, ProviderError, ProviderEvents, StopReason,
+    parse_json, read_body, send, too_large, tool_input, transport_error,
+};
+
+/// A client of an OpenAI-compatible server.
+#[derive(Debug)]
+pub struct OpenAiProvider {
+    settings: HttpSettings,
+    client: reqwest::Client,
+}
+
+impl OpenAiProvider {
+    /// A client with `settings`; the key is optional.
+    pub fn new(settings: HttpSettings) -> Result<Self, ProviderError> {
+        let client = settings.client()?;
+        Ok(Self { settings, client })
+    }
+}
+
+/// The request body for `request`, exactly as sent.
+pub fn request_body(settings: &HttpSettings, request: &ChatRequest<'_>) -> Value {
+    let mut messages = Vec::new();
+    if !request.system.is_empty() {
+        messages.push(json!({"role": "system", "content": request.system}));
+    }
+    for message in request.messages {
+        push_message(&mut messages, message);
+    }
+    let mut body = json!({
+        "model": settings.model,
+        "max_tokens": settings.max_tokens,
+        "messages": messages,
+    });
+    let tools = request.tools.openai_definitions();
+    if !tools.is_empty() {
+        body["tools"] = Value::Array(tools);
+    }
+    if request.stream {
+        body["stream"] = json!(true);
+        body["stream_options"] = json!({"include_usage": true});
+    }
+    body
+}
+
+fn push_message(messages: &mut Vec<Value>, message: &ChatMessage) {
+    match message.role {
+        Role::Assistant => {
+            let text = message.text();
+            let calls: Vec<Value> = message
+                .tool_uses()
+                .map(|(id, name, input)| {
+                    json!({
+                        "id": id,
+                        "type": "function",
+                        "function": {"name": name, "arguments": input.to_string()},
+                    })
+                })
+                .collect();
+            let mut entry = json!({
+                "role": "assistant",
+                "content": if text.is_empty() { Value::Null } else { json!(text) },
+            });
+            if !calls.is_empty() {
+                entry["tool_calls"] = Value::Array(calls);
+            }
+            messages.push(entry);
+        }
+        Role::User => {
+            for block in &message.content {
+                if let ContentBlock::ToolResult {
+                    tool_use_id,
+                    content,
+                    ..
+                } = block
+                {
+                    messages.push(
+                        json!({"role": "tool", "tool_call_id": tool_use_id, "content": content}),
+                    );
+                }
+            }
+            let text = message.text();
+            if !text.is_empty() {
+                messages.push(json!({"role": "user", "content": text}));
+            }
+        }
+    }
+}
+
+impl Provider for OpenAiProvider {
+    fn label(&self) -> String {
+        format!("openai/{}", self.settings.model)
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+        events: &'a dyn ProviderEvents,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(async move {
+            let label = self.label();
+            let url = self.settings.endpoint("/chat/completions");
+            let body = request_body(&self.settings, &request);
+            let mut builder = self
+                .client
+                .post(&url)
+                .timeout(if request.stream {
+                    self.settings.timeout * 4
+                } else {
+                    self.settings.timeout
+                })
+                .header("content-type", "application/json")
+                .body(body.to_string());
+            if let Some(key) = &self.settings.api_key {
+                builder = builder.bearer_auth(key.expose());
+            }
+            let response = send(&label, &url, &self.settings, builder).await?;
+            let is_stream = response
+                .headers()
+                .get("content-type")
+                .and_then(|value| value.to_str().ok())
+                .is_some_and(|value| value.starts_with("text/event-stream"));
+            let mut response = if is_stream {
+                read_stream(&label, &url, &self.settings, response, events).await?
+            } else {
+                let bytes = read_body(
+                    &label,
+                    &url,
+                    &self.settings,
+                    response,
+                    self.settings.max_response_bytes,
+                )
+                .await?;
+                parse_response(&label, &parse_json(&label, &bytes)?)?
+            };
+            response.answered_by = label;
+            Ok(response)
+        })
+    }
+}
+
+/// A tool call as it arrives: id, name, argument text.
+#[derive(Default)]
+struct PartialCall {
+    id: String,
+    name: String,
+    arguments: String,
+}
+
+fn finish(
+    label: &str,
+    text: String,
+    calls: Vec<PartialCall>,
+    finish_reason: Option<&str>,
+    usage: Usage,
+) -> Result<ChatResponse, ProviderError> {
+    let mut content = Vec::new();
+    if !text.is_empty() {
+        content.push(ContentBlock::Text { text });
+    }
+    let mut malformed = Vec::new();
+    let mut repairs = Vec::new();
+    for (number, call) in calls.into_iter().enumerate() {
+        if call.name.is_empty() {
+            return Err(ProviderError::Protocol {
+                provider: label.to_string(),
+                message: "a tool call has no function name".to_string(),
+            });
+        }
+        // Some local servers leave the id out; the id only has to pair the call with its result.
+        let id = if call.id.is_empty() {
+            format!("call_{number}")
+        } else {
+            call.id
+        };
+        let input = tool_input(
+            label,
+            &id,
+            &call.name,
+            &call.arguments,
+            &mut malformed,
+            &mut repairs,
+        );
+        content.push(ContentBlock::ToolUse {
+            id,
+            name: call.name,
+            input,
+        });
+    }
+    let has_calls = content
+        .iter()
+        .any(|block| matches!(block, ContentBlock::ToolUse { .. }));
+    let stop_reason = match finish_reason {
+        Some("tool_calls") | Some("function_call") => StopReason::ToolUse,
+        Some("length") => StopReason::MaxTokens,
+        _ if has_calls => StopReason::ToolUse,
+        Some("stop") | None => StopReason::EndTurn,
+        Some(other) => StopReason::Other(other.to_string()),
+    };
+    Ok(ChatResponse {
+        content,
+        stop_reason,
+        usage,
+        answered_by: String::new(),
+        malformed,
+        repairs,
+    })
+}
+
+fn usage_of(value: &Value) -> Usage {
+    Usage {
+        input_tokens: value["prompt_tokens"].as_u64().unwrap_or(0),
+        output_tokens: value["completion_tokens"].as_u64().unwrap_or(0),
+    }
+}
+
+/// Read a non-streaming response body.
+pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, ProviderError> {
+    let choice = &body["choices"][0];
+    if !choice.is_object() {
+        return Err(ProviderError::Protocol {
+            provider: label.to_string(),
+            message: "the response has no `choices[0]`".to_string(),
+        });
+    }
+    let message = &choice["message"];
+    let text = message["content"].as_str().unwrap_or_default().to_string();
+    let calls = message["tool_calls"]
+        .as_array()
+        .map(|calls| {
+            calls
+                .iter()
+                .map(|call| PartialCall {
+                    id: call["id"].as_str().unwrap_or_default().to_string(),
+                    name: call["function"]["name"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .to_string(),
+                    arguments: match &call["function"]["arguments"] {
+                        Value::String(text) => text.clone(),
+                        // Some servers send the object itself rather than its text.
+                        Value::Null => String::new(),
+                        other => other.to_string(),
+                    },
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    finish(
+        label,
+        text,
+        calls,
+        choice["finish_reason"].as_str(),
+        usage_of(&body["usage"]),
+    )
+}
+
+async fn read_stream(
+    label: &str,
+    url: &str,
+    settings: &HttpSettings,
+    mut response: reqwest::Response,
+    events: &dyn ProviderEvents,
+) -> Result<ChatResponse, ProviderError> {
+    let protocol = |message: String| ProviderError::Protocol {
+        provider: label.to_string(),
+        message,
+    };
+    let mut parser = SseParser::new();
+    let mut text = String::new();
+    let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
+    let mut finish_reason: Option<String> = None;
+    let mut usage = Usage::default();
+    let mut received = 0usize;
+    let mut done = false;
+    while !done {
+        let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|error| transport_error(label, url, settings, &error))?
+        else {
+            break;
+        };
+        received += chunk.len();
+        if received > settings.max_response_bytes {
+            return Err(too_large(label, settings.max_response_bytes));
+        }
+        for event in parser.push(&chunk).map_err(protocol)? {
+            if event.data.trim() == "[DONE]" {
+                done = true;
+                break;
+            }
+            let data: Value = serde_json::from_str(&event.data).map_err(|error| {
+                protocol(format!(
+                    "a streamed chunk is not JSON ({error}): {}",
+                    super::preview(&event.data, 200)
+                ))
+            })?;
+            if let Some(message) = data["error"]["message"].as_str() {
+                return Err(ProviderError::Stream {
+                    provider: label.to_string(),
+                    kind: data["error"]["type"]
+                        .as_str()
+                        .unwrap_or("error")
+                        .to_string(),
+                    message: message.to_string(),
+                });
+            }
+            if data["usage"].is_object() {
+                usage = usage_of(&data["usage"]);
+            }
+            let choice = &data["choices"][0];
+            if let Some(reason) = choice["finish_reason"].as_str() {
+                finish_reason = Some(reason.to_string());
+            }
+            let delta = &choice["delta"];
+            if let Some(piece) = delta["content"].as_str()
+                && !piece.is_empty()
+            {
+                events.text_delta(piece);
+                text.push_str(piece);
+            }
+            for call in delta["tool_calls"].as_array().into_iter().flatten() {
+                let index = call["index"].as_u64().unwrap_or(0);
+                let partial = calls.entry(index).or_default();
+                if let Some(id) = call["id"].as_str() {
+                    partial.id = id.to_string();
+                }
+                if let Some(name) = call["function"]["name"].as_str() {
+                    partial.name.push_str(name);
+                }
+                if let Some(arguments) = call["function"]["arguments"].as_str() {
+                    partial.arguments.push_str(arguments);
+                }
+            }
+        }
+    }
+    if !done && finish_reason.is_none() {
+        return Err(protocol("the stream ended before `[DONE]`".to_string()));
+    }
+    finish(
+        label,
+        text,
+        calls.into_values().collect(),
+        finish_reason.as_deref(),
+        usage,
+    )
+}

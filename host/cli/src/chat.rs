@@ -1,0 +1,146 @@
+//! `clawcage chat`: the REPL. Line editing and history (rustyline, history kept in the state
+//! directory), replies streamed as they arrive, each tool call shown with its verdict, and the
+//! commands `/help`, `/tools`, `/reset`, `/exit`. Notifications published on the bus's `system`
+//! channel enter the session through its lane like any input: while the prompt waits they are
+//! handled at once and printed above it; during a turn they queue behind it.
+
+use std::sync::{Arc, Mutex};
+
+use clawcage_agent::{AgentError, ToolRegistry, TurnEnd, TurnOutcome};
+use clawcage_core::InboundMessage;
+use rustyline::error::ReadlineError;
+use rustyline::{DefaultEditor, ExternalPrinter as _};
+
+use crate::Failure;
+use crate::agent::{AgentContext, print_messages, start};
+use crate::render::{Console, Sink};
+
+const HELP: &str = "Type a request and press Enter. Commands:
+  /help    this text
+  /tools   the tools the agent may call, with what each may reach
+  /reset   forget this session's history (the transcript keeps a reset mark)
+  /exit    leave (Ctrl-D works too)";
+
+/// Run the REPL on session `key`.
+pub async fn run(
+    context: AgentContext<'_>,
+    tools: ToolRegistry,
+    key: String,
+) -> Result<(), Failure> {
+    let state_dir = context.state_dir;
+    let mut editor = DefaultEditor::new()
+        .map_err(|error| Failure::Tool(format!("cannot start the line editor: {error}")))?;
+    let history_file = state_dir.join("chat_history.txt");
+    let _ = editor.load_history(&history_file);
+
+    // While the prompt waits, output goes through the editor's printer so the prompt survives.
+    let idle_sink = match editor.create_external_printer() {
+        Ok(printer) => {
+            let printer = Mutex::new(printer);
+            Sink::Lines(Arc::new(move |line: String| {
+                if let Ok(mut printer) = printer.lock() {
+                    let _ = printer.print(format!("{line}\n"));
+                }
+            }))
+        }
+        Err(_) => Sink::Stdout,
+    };
+    let console = Arc::new(Console::new(Sink::Stdout, true));
+    // A notification turn's text is printed whole when it ends, under the sender's name.
+    let idle_console = Arc::new(Console::new(idle_sink, false));
+    let runtime = start(context, tools, print_messages(console.clone()), true)?;
+    let sessions = runtime.sessions.clone();
+
+    let router = sessions.deliver_notifications(
+        runtime.bus.subscribe("system"),
+        idle_console.clone(),
+        Arc::new({
+            let idle_console = idle_console.clone();
+            move |message: &InboundMessage, outcome: Result<TurnOutcome, AgentError>| match outcome
+            {
+                Ok(outcome) => idle_console.line(&format!(
+                    "[{} via {}] {}",
+                    message.sender, message.channel, outcome.text
+                )),
+                Err(error) => idle_console.line(&format!(
+                    "[{}] the notification could not be handled: {error}",
+                    message.sender
+                )),
+            }
+        }),
+    );
+
+    println!(
+        "clawcage chat: {} · session {key} · {} tools · /help for commands",
+        runtime.label,
+        runtime.tools.names().len()
+    );
+    if runtime.scripted {
+        println!("note: the answers come from a recorded script, not from a model");
+    }
+
+    let mut editor = Some(editor);
+    loop {
+        let Some(mut current) = editor.take() else {
+            break;
+        };
+        let (returned, line) = tokio::task::spawn_blocking(move || {
+            let line = current.readline("you> ");
+            (current, line)
+        })
+        .await
+        .map_err(|error| Failure::Tool(format!("the line editor stopped: {error}")))?;
+        editor = Some(returned);
+        let line = match line {
+            Ok(line) => line,
+            Err(ReadlineError::Interrupted) => continue,
+            Err(ReadlineError::Eof) => break,
+            Err(error) => return Err(Failure::Tool(format!("cannot read input: {error}"))),
+        };
+        let line = line.trim();
+        if line.is_empty() {
+            continue;
+        }
+        if let Some(editor) = editor.as_mut() {
+            let _ = editor.add_history_entry(line);
+        }
+        match line {
+            "/exit" | "/quit" => break,
+            "/help" => println!("{HELP}"),
+            "/tools" => {
+                for tool in runtime.tools.tools() {
+                    let spec = tool.spec();
+                    let first_line = spec.description.lines().next().unwrap_or_default();
+                    let summary = first_line.split(". ").next().unwrap_or(first_line);
+                    println!("  {}  — {}", spec.name, summary.trim_end_matches('.'));
+                    println!("      reaches: {}", tool.grants_summary());
+                }
+            }
+            "/reset" => match sessions.reset(&key).await {
+                Ok(()) => println!("  history cleared"),
+                Err(error) => println!("  error: {error}"),
+            },
+            command if command.starts_with('/') => {
+                println!("  unknown command {command}; /help lists the commands")
+            }
+            request => {
+                console.begin_turn();
+                match sessions.send_user(&key, request, console.clone()).await {
+                    Ok(outcome) => {
+                        if outcome.end == TurnEnd::Answered && !console.streamed() {
+                            console.line(&outcome.text);
+                        }
+                        console.end_turn(&outcome.answered_by, outcome.usage, sessions.usage(&key));
+                    }
+                    Err(error) => console.line(&format!("  error: {error}")),
+                }
+            }
+        }
+    }
+    router.abort();
+    if let Some(mut editor) = editor {
+        let _ = std::fs::create_dir_all(state_dir);
+        let _ = editor.save_history(&history_file);
+    }
+    Ok(())
+}

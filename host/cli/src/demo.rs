@@ -1,0 +1,106 @@
+//! `clawcage demo`: a recorded session played by the scripted provider in a temporary workspace,
+//! so anyone can see the runtime work without a model, a key or a network. The tools are the real
+//! ones — the bundled components in the real sandbox — and so are their verdicts: the escape
+//! attempt is refused by the sandbox, not by the script. The script (`demo_script.json`) is data;
+//! a step that needs a tool this build does not register is skipped with a note.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use clawcage_agent::provider::Script;
+use clawcage_agent::{ToolRegistry, TurnEnd};
+
+use crate::Failure;
+use crate::agent::{AgentContext, print_messages, start};
+use crate::agent_config::ProviderArgs;
+use crate::config::Config;
+use crate::render::{Console, Sink};
+
+/// The recorded session.
+pub const SCRIPT: &str = include_str!("demo_script.json");
+
+/// Fill the demo workspace.
+pub fn seed_workspace(dir: &Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir.join("notes"))?;
+    std::fs::write(
+        dir.join("README.md"),
+        "# Demo workspace\n\nA temporary directory created by `clawcage demo`.\n",
+    )?;
+    std::fs::write(
+        dir.join("notes/todo.txt"),
+        "water the plants\nanswer the landlord\nback up the photos\n",
+    )?;
+    Ok(())
+}
+
+/// Play the demo over `tools` (already granted `workspace`), keeping transcripts in `state`.
+pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<(), Failure> {
+    let script = Script::from_json(SCRIPT).map_err(|error| Failure::Tool(error.to_string()))?;
+    let script_file = state.join("demo_script.json");
+    std::fs::create_dir_all(state)
+        .and_then(|()| std::fs::write(&script_file, SCRIPT))
+        .map_err(|error| Failure::Tool(format!("cannot prepare the demo: {error}")))?;
+    let args = ProviderArgs {
+        provider: Some("scripted".to_string()),
+        script: Some(script_file),
+        ..ProviderArgs::default()
+    };
+    let console = Arc::new(Console::new(Sink::Stdout, true));
+    let config = Config::default();
+    let context = AgentContext {
+        config: &config,
+        config_file: None,
+        provider: &args,
+        state_dir: state,
+    };
+    let runtime = start(context, tools, print_messages(console.clone()), true)?;
+
+    println!(
+        "clawcage demo — a recorded session played by the scripted provider ({}).",
+        runtime.label
+    );
+    println!(
+        "No model, no API key, no network: the replies are scripted, the tools and the sandbox are real."
+    );
+    println!("Workspace (temporary): {}", workspace.display());
+    println!("Tools: {}", runtime.tools.names().join(", "));
+
+    let key = "demo";
+    for (number, exchange) in script.exchanges.iter().enumerate() {
+        println!();
+        if let Some(narration) = &exchange.narration {
+            println!("{}. {narration}", number + 1);
+        }
+        let missing = exchange.missing_tools(&runtime.tools);
+        if !missing.is_empty() {
+            println!(
+                "   (skipped: this step needs the `{}` tool, which this build does not register)",
+                missing.join("`, `")
+            );
+            continue;
+        }
+        let Some(user) = &exchange.user else {
+            continue;
+        };
+        println!("you> {user}");
+        console.begin_turn();
+        let outcome = runtime
+            .sessions
+            .send_user(key, user.clone(), console.clone())
+            .await
+            .map_err(|error| Failure::Tool(format!("the demo stopped: {error}")))?;
+        if outcome.end == TurnEnd::Answered && !console.streamed() {
+            console.line(&outcome.text);
+        }
+        console.break_line();
+    }
+    println!();
+    println!(
+        "That was the scripted demo. With a model: export ANTHROPIC_API_KEY=… && clawcage chat"
+    );
+    println!(
+        "(or --provider openai --base-url http://localhost:11434/v1 --model llama3.1 for a local server)."
+    );
+    println!("The temporary workspace is removed now.");
+    Ok(())
+}

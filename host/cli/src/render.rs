@@ -1,0 +1,175 @@
+//! How a turn looks in a terminal: streamed text as it arrives, one compact line per tool call
+//! with its verdict (`ok`, `denied`, `failed`, `invalid`, `not run` and why), retries and
+//! fail-overs as notes, and the token count after the turn. `clawcage chat` and `clawcage demo`
+//! write it to stdout; `clawcage run` writes it to stderr so stdout holds only the answer.
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clawcage_agent::provider::{ProviderEvents, preview};
+use clawcage_agent::{TurnObserver, Verdict};
+use clawcage_core::{ToolCall, Usage};
+
+/// Where the lines go.
+#[derive(Clone)]
+pub enum Sink {
+    /// Standard output.
+    Stdout,
+    /// Standard error.
+    Stderr,
+    /// A function (e.g. a line editor's printer that keeps the prompt intact).
+    Lines(Arc<dyn Fn(String) + Send + Sync>),
+}
+
+/// A [`TurnObserver`] that prints.
+pub struct Console {
+    sink: Sink,
+    /// Print streamed text (chat, demo) or not (run prints only the final answer).
+    show_text: bool,
+    state: Mutex<LineState>,
+}
+
+#[derive(Default)]
+struct LineState {
+    /// Text printed since the last newline.
+    mid_line: bool,
+    /// Whether any text was streamed this turn.
+    streamed: bool,
+    /// Buffered text when the sink takes whole lines.
+    pending: String,
+}
+
+impl Console {
+    /// A console writing to `sink`.
+    pub fn new(sink: Sink, show_text: bool) -> Self {
+        Self {
+            sink,
+            show_text,
+            state: Mutex::new(LineState::default()),
+        }
+    }
+
+    fn write(&self, text: &str) {
+        match &self.sink {
+            Sink::Stdout => {
+                let mut out = std::io::stdout().lock();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+            Sink::Stderr => {
+                let mut out = std::io::stderr().lock();
+                let _ = out.write_all(text.as_bytes());
+                let _ = out.flush();
+            }
+            Sink::Lines(print) => {
+                let mut state = self.lock();
+                state.pending.push_str(text);
+                while let Some(end) = state.pending.find('\n') {
+                    let line: String = state.pending.drain(..=end).collect();
+                    print(line.trim_end_matches('\n').to_string());
+                }
+            }
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, LineState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// End a streamed line, if one is open.
+    pub fn break_line(&self) {
+        let open = {
+            let mut state = self.lock();
+            std::mem::replace(&mut state.mid_line, false)
+        };
+        if open {
+            self.write("\n");
+        }
+    }
+
+    /// Print a full line.
+    pub fn line(&self, text: &str) {
+        self.break_line();
+        self.write(&format!("{text}\n"));
+    }
+
+    /// Start a turn: forget what the last one streamed.
+    pub fn begin_turn(&self) {
+        let mut state = self.lock();
+        state.streamed = false;
+        state.mid_line = false;
+    }
+
+    /// Whether this turn's text was already shown while streaming.
+    pub fn streamed(&self) -> bool {
+        self.lock().streamed
+    }
+
+    /// Close the turn: end the streamed line and print the usage line.
+    pub fn end_turn(&self, answered_by: &str, turn: Usage, session: Usage) {
+        self.break_line();
+        self.line(&format!(
+            "  ({answered_by}; tokens this turn {} in / {} out; session {} in / {} out)",
+            turn.input_tokens, turn.output_tokens, session.input_tokens, session.output_tokens
+        ));
+    }
+}
+
+impl ProviderEvents for Console {
+    fn text_delta(&self, text: &str) {
+        if !self.show_text || text.is_empty() {
+            return;
+        }
+        {
+            let mut state = self.lock();
+            state.mid_line = !text.ends_with('\n');
+            state.streamed = true;
+        }
+        self.write(text);
+    }
+
+    fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
+        self.line(&format!(
+            "  … {provider}: {}; retrying in {:.1}s",
+            preview(reason, 160),
+            delay.as_secs_f64()
+        ));
+    }
+
+    fn failing_over(&self, from: &str, to: &str, reason: &str) {
+        self.line(&format!(
+            "  … {from} failed ({}); trying {to}",
+            preview(reason, 160)
+        ));
+    }
+}
+
+impl TurnObserver for Console {
+    fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, _output: &str) {
+        self.line(&tool_line(call, verdict));
+    }
+
+    fn note(&self, text: &str) {
+        self.line(&format!("  note: {text}"));
+    }
+}
+
+/// `  > read_file {"path":"notes.txt"}  ok` or `... denied: why`.
+pub fn tool_line(call: &ToolCall, verdict: &Verdict) -> String {
+    let args = preview(&call.arguments.to_string(), 80);
+    match verdict.reason() {
+        None => format!("  > {} {args}  {}", call.name, verdict.label()),
+        Some(why) => {
+            let first_line = why.lines().next().unwrap_or_default();
+            format!(
+                "  > {} {args}  {}: {}",
+                call.name,
+                verdict.label(),
+                preview(first_line, 160)
+            )
+        }
+    }
+}

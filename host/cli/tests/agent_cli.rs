@@ -1,0 +1,501 @@
+//! `clawcage run`, `chat` and `demo` as a user runs them: the real binary with the real sandboxed
+//! tools, talking to the scripted LLM server on 127.0.0.1 through `--base-url`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, openai};
+use serde_json::json;
+
+/// The shared state directory: its component cache is reused; sessions get unique keys.
+fn state_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state")
+}
+
+fn unique(prefix: &str) -> String {
+    format!(
+        "{prefix}-{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    )
+}
+
+/// Run the binary off the async runtime (the server lives on it) with `stdin` fed in.
+async fn clawcage(
+    args: Vec<String>,
+    env: Vec<(&'static str, String)>,
+    stdin: Option<String>,
+) -> Output {
+    tokio::task::spawn_blocking(move || {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+        command
+            .args(&args)
+            .env_remove("RUST_LOG")
+            .env_remove("ANTHROPIC_API_KEY")
+            .env_remove("OPENAI_API_KEY")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        for (name, value) in env {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("clawcage starts");
+        let mut input = child.stdin.take().unwrap();
+        if let Some(text) = stdin {
+            input.write_all(text.as_bytes()).unwrap();
+        }
+        drop(input);
+        child.wait_with_output().unwrap()
+    })
+    .await
+    .unwrap()
+}
+
+fn args(list: &[&str]) -> Vec<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("hello.txt"), "hello from the workspace\n").unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_prints_the_final_answer_after_real_tool_calls() {
+    let dir = workspace();
+    let server = LlmServer::start(vec![
+        anthropic::message(&[
+            anthropic::text("Looking."),
+            anthropic::tool("t1", "list_dir", json!({})),
+        ]),
+        anthropic::message(&[anthropic::tool(
+            "t2",
+            "read_file",
+            json!({"path": "hello.txt"}),
+        )]),
+        anthropic::message(&[anthropic::text("It says hello.")]),
+    ])
+    .await;
+    let session = unique("run");
+    let output = clawcage(
+        vec![
+            "run".into(),
+            "What does hello.txt say?".into(),
+            "--provider".into(),
+            "anthropic".into(),
+            "--model".into(),
+            "claude-test".into(),
+            "--base-url".into(),
+            server.url().to_string(),
+            "--workspace".into(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+            "--session".into(),
+            session.clone(),
+        ],
+        vec![("ANTHROPIC_API_KEY", "sk-test-secret-value".into())],
+        None,
+    )
+    .await;
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout, "It says hello.\n", "only the answer on stdout");
+    assert!(stderr.contains("> list_dir {}  ok"), "{stderr}");
+    assert!(
+        stderr.contains(r#"> read_file {"path":"hello.txt"}  ok"#),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("anthropic/claude-test; tokens this turn 300 in / 60 out"),
+        "{stderr}"
+    );
+
+    let bodies = server.bodies();
+    assert_eq!(
+        server.requests()[0].header("x-api-key"),
+        Some("sk-test-secret-value")
+    );
+    let tools: Vec<&str> = bodies[0]["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        tools,
+        [
+            "edit_file",
+            "list_dir",
+            "message",
+            "read_file",
+            "write_file"
+        ]
+    );
+    // The real sandboxed tools' results went back to the model.
+    let listing = bodies[1]["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap();
+    assert!(listing.contains("hello.txt"), "{listing}");
+    assert_eq!(
+        bodies[2]["messages"][4]["content"][0],
+        json!({"type": "tool_result", "tool_use_id": "t2", "content": "hello from the workspace\n"})
+    );
+
+    let transcript = std::fs::read_to_string(
+        state_dir()
+            .join("sessions")
+            .join(format!("{session}.jsonl")),
+    )
+    .unwrap();
+    assert!(transcript.contains("It says hello."), "{transcript}");
+    assert!(
+        !transcript.contains("sk-test-secret-value"),
+        "the key never reaches a transcript"
+    );
+    assert!(!stderr.contains("sk-test-secret-value") && !stdout.contains("sk-test-secret-value"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_over_openai_shows_a_refused_escape_and_a_message() {
+    let dir = workspace();
+    let server = LlmServer::start(vec![
+        openai::message(None, &[("c1", "read_file", r#"{"path":"/etc/passwd"}"#)]),
+        openai::message(
+            None,
+            &[(
+                "c2",
+                "message",
+                r#"{"content":"I was not allowed to read it."}"#,
+            )],
+        ),
+        openai::message(Some("Refused by the sandbox."), &[]),
+    ])
+    .await;
+    let output = clawcage(
+        vec![
+            "run".into(),
+            "read /etc/passwd".into(),
+            "--provider".into(),
+            "openai".into(),
+            "--model".into(),
+            "local-model".into(),
+            "--base-url".into(),
+            format!("{}/v1", server.url()),
+            "--workspace".into(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+        ],
+        vec![],
+        None,
+    )
+    .await;
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(stdout, "Refused by the sandbox.\n");
+    assert!(
+        stderr.contains(r#"> read_file {"path":"/etc/passwd"}  denied: "#),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("[message to user] I was not allowed to read it."),
+        "{stderr}"
+    );
+    let requests = server.requests();
+    assert_eq!(requests[0].path, "/v1/chat/completions");
+    assert_eq!(
+        requests[0].header("authorization"),
+        None,
+        "no key, no header"
+    );
+    let result = requests[1].body["messages"][3].clone();
+    assert_eq!(result["role"], "tool");
+    assert!(
+        result["content"].as_str().unwrap().starts_with("denied: "),
+        "{result}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_reports_failures_with_the_contracts_exit_codes() {
+    let dir = workspace();
+    let base = |url: &str| {
+        vec![
+            "--workspace".to_string(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+            "--base-url".into(),
+            url.to_string(),
+        ]
+    };
+    // No key: a usage error naming the variable, before any request.
+    let mut no_key = args(&["run", "hi", "--provider", "anthropic"]);
+    no_key.extend(base("http://127.0.0.1:9"));
+    let output = clawcage(no_key, vec![], None).await;
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("ANTHROPIC_API_KEY"),
+        "{}",
+        text(&output.stderr)
+    );
+
+    // The server keeps failing: exit 1 with the server's message.
+    let config = dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        "[provider]\nkind = \"anthropic\"\nmax_retries = 0\n[agent]\nmax_iterations = 2\n",
+    )
+    .unwrap();
+    let server = LlmServer::start(vec![Reply::status(500, "the model is on fire", &[])]).await;
+    let mut failing = args(&["run", "hi", "--config", config.to_str().unwrap()]);
+    failing.extend(base(server.url()));
+    let output = clawcage(failing, vec![("ANTHROPIC_API_KEY", "k".into())], None).await;
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("the model is on fire"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert!(output.stdout.is_empty());
+
+    // The iteration cap from the config: exit 1 with the explanation.
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool("a", "list_dir", json!({}))]),
+        anthropic::message(&[anthropic::tool("b", "list_dir", json!({"path": "."}))]),
+    ])
+    .await;
+    let mut capped = args(&["run", "hi", "--config", config.to_str().unwrap()]);
+    capped.extend(base(server.url()));
+    let output = clawcage(capped, vec![("ANTHROPIC_API_KEY", "k".into())], None).await;
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("after 2 model calls"),
+        "{}",
+        text(&output.stderr)
+    );
+    assert_eq!(server.requests().len(), 2);
+
+    // An unknown config key is a usage error.
+    std::fs::write(&config, "[provider]\napi_key = \"sk-in-a-file\"\n").unwrap();
+    let mut bad = args(&["run", "hi", "--config", config.to_str().unwrap()]);
+    bad.extend(base("http://127.0.0.1:9"));
+    let output = clawcage(bad, vec![], None).await;
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        text(&output.stderr).contains("unknown field `api_key`"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_plays_a_script_and_says_so() {
+    let dir = workspace();
+    let script = dir.path().join("script.json");
+    std::fs::write(
+        &script,
+        json!({"title": "t", "exchanges": [{"replies": [
+            {"tool_calls": [{"name": "read_file", "input": {"path": "hello.txt"}}]},
+            {"text": "scripted answer"}
+        ]}]})
+        .to_string(),
+    )
+    .unwrap();
+    let output = clawcage(
+        vec![
+            "run".into(),
+            "anything".into(),
+            "--provider".into(),
+            "scripted".into(),
+            "--script".into(),
+            script.display().to_string(),
+            "--workspace".into(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+        ],
+        vec![],
+        None,
+    )
+    .await;
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert_eq!(text(&output.stdout), "scripted answer\n");
+    assert!(
+        text(&output.stderr).contains("recorded script (scripted/t)"),
+        "{}",
+        text(&output.stderr)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_narrates_a_session_without_a_key() {
+    let output = clawcage(
+        vec![
+            "demo".into(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+        ],
+        vec![],
+        None,
+    )
+    .await;
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        stdout,
+        text(&output.stderr)
+    );
+    assert!(
+        stdout.contains("scripted provider (scripted/demo)"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("> list_dir {}  ok"), "{stdout}");
+    assert!(
+        stdout.contains(r#"> read_file {"path":"notes/todo.txt"}  ok"#),
+        "{stdout}"
+    );
+    // The refusals come from the sandbox, not from the script.
+    assert!(
+        stdout.contains(r#"> read_file {"path":"/etc/passwd"}  denied: "#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(r#"> read_file {"path":"../../../../etc/passwd"}  denied: "#),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("[message to user] Reminder: water the plants today."),
+        "{stdout}"
+    );
+    // exec: run when the build registers it, else skipped with a note.
+    assert!(
+        stdout.contains("(skipped: this step needs the `exec` tool")
+            || stdout.contains("> exec {\"command\":\"wc -l notes/todo.txt\"}  ok"),
+        "{stdout}"
+    );
+    assert!(
+        !stdout.contains("root:"),
+        "nothing of /etc/passwd leaks: {stdout}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_reads_lines_streams_replies_and_handles_commands() {
+    let dir = workspace();
+    let server = LlmServer::start(vec![
+        anthropic::stream(
+            &[
+                anthropic::text("Let me check."),
+                anthropic::tool("t1", "list_dir", json!({})),
+            ],
+            9,
+        ),
+        anthropic::stream(&[anthropic::text("There is hello.txt.")], 9),
+        anthropic::stream(&[anthropic::text("Fresh start.")], 9),
+    ])
+    .await;
+    let output = clawcage(
+        vec![
+            "chat".into(),
+            "--session".into(),
+            unique("chat"),
+            "--provider".into(),
+            "anthropic".into(),
+            "--base-url".into(),
+            server.url().to_string(),
+            "--workspace".into(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+        ],
+        vec![("ANTHROPIC_API_KEY", "k".into())],
+        Some("/help\n/tools\nWhat is here?\n/reset\nhello again\n/nope\n/exit\n".into()),
+    )
+    .await;
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
+    assert!(stdout.contains("/reset"), "help: {stdout}");
+    assert!(
+        stdout
+            .contains("read_file  — Read a text file in the workspace\n      reaches: workspace "),
+        "tools: {stdout}"
+    );
+    assert!(
+        stdout.contains("Let me check.\n  > list_dir {}  ok"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("There is hello.txt."), "{stdout}");
+    assert!(stdout.contains("history cleared"), "{stdout}");
+    assert!(stdout.contains("unknown command /nope"), "{stdout}");
+    assert_eq!(server.requests().len(), 3);
+    // After /reset the model sees only the new line.
+    assert_eq!(server.bodies()[2]["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(server.bodies()[0]["stream"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_fails_over_along_the_configured_chain() {
+    let dir = workspace();
+    let primary = LlmServer::start(vec![Reply::status(503, "primary overloaded", &[])]).await;
+    let fallback =
+        LlmServer::start(vec![openai::message(Some("answered by the fallback"), &[])]).await;
+    let config = dir.path().join("chain.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{}\"\nmax_retries = 0\n\n[[provider.fallback]]\nkind = \"openai\"\nmodel = \"local-model\"\nbase_url = \"{}/v1\"\n",
+            primary.url(),
+            fallback.url()
+        ),
+    )
+    .unwrap();
+    let output = clawcage(
+        vec![
+            "run".into(),
+            "hello".into(),
+            "--config".into(),
+            config.display().to_string(),
+            "--workspace".into(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+        ],
+        vec![("ANTHROPIC_API_KEY", "k".into())],
+        None,
+    )
+    .await;
+    let stderr = text(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert_eq!(text(&output.stdout), "answered by the fallback\n");
+    assert!(
+        stderr.contains("anthropic/claude-test failed (anthropic/claude-test answered HTTP 503: primary overloaded); trying openai/local-model"),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("(openai/local-model; tokens this turn 50 in / 10 out"),
+        "{stderr}"
+    );
+    assert_eq!(primary.requests().len(), 1);
+    assert_eq!(fallback.bodies()[0]["model"], "local-model");
+}

@@ -1,0 +1,175 @@
+//! Chat messages as providers and transcripts see them: a conversation is a list of
+//! [`ChatMessage`]s, each a role and a list of [`ContentBlock`]s (text, a tool call the model made,
+//! or the result the host sent back). The shape follows the Anthropic Messages API, the richer of
+//! the two wire formats; the OpenAI-compatible provider maps it onto `tool_calls` and `tool`
+//! messages. [`Usage`] counts tokens; [`InboundMessage`] is what subsystems publish to an agent.
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+/// Who wrote a message. The system prompt is not a message: it travels beside the history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    /// The user, and the host when it returns tool results or delivers notifications.
+    User,
+    /// The model.
+    Assistant,
+}
+
+/// One piece of a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case")]
+pub enum ContentBlock {
+    /// Plain text.
+    Text {
+        /// The text.
+        text: String,
+    },
+    /// A tool call the model made.
+    ToolUse {
+        /// The provider's id for the call, echoed back in the result.
+        id: String,
+        /// The tool's name.
+        name: String,
+        /// The arguments object.
+        input: Value,
+    },
+    /// The host's answer to one tool call.
+    ToolResult {
+        /// The id of the [`ContentBlock::ToolUse`] this answers.
+        tool_use_id: String,
+        /// The result text, or the error text when `is_error`.
+        content: String,
+        /// Whether the call failed (sent to Anthropic as `is_error: true`).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+impl ContentBlock {
+    /// A text block.
+    pub fn text(text: impl Into<String>) -> Self {
+        ContentBlock::Text { text: text.into() }
+    }
+}
+
+/// One message of a conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who wrote it.
+    pub role: Role,
+    /// What it says, in order.
+    pub content: Vec<ContentBlock>,
+}
+
+impl ChatMessage {
+    /// A user message made of one text block.
+    pub fn user(text: impl Into<String>) -> Self {
+        Self {
+            role: Role::User,
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// An assistant message made of one text block.
+    pub fn assistant(text: impl Into<String>) -> Self {
+        Self {
+            role: Role::Assistant,
+            content: vec![ContentBlock::text(text)],
+        }
+    }
+
+    /// The text blocks joined, without tool calls or results.
+    pub fn text(&self) -> String {
+        let mut joined = String::new();
+        for block in &self.content {
+            if let ContentBlock::Text { text } = block {
+                joined.push_str(text);
+            }
+        }
+        joined
+    }
+
+    /// The tool calls in this message, in order.
+    pub fn tool_uses(&self) -> impl Iterator<Item = (&str, &str, &Value)> {
+        self.content.iter().filter_map(|block| match block {
+            ContentBlock::ToolUse { id, name, input } => Some((id.as_str(), name.as_str(), input)),
+            _ => None,
+        })
+    }
+
+    /// Whether this message carries tool results (and so must follow the call that asked).
+    pub fn has_tool_results(&self) -> bool {
+        self.content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::ToolResult { .. }))
+    }
+}
+
+/// Tokens a provider counted for one or more requests.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Tokens read (the prompt, history and tool definitions).
+    pub input_tokens: u64,
+    /// Tokens generated.
+    pub output_tokens: u64,
+}
+
+impl Usage {
+    /// Add `other` to this count.
+    pub fn add(&mut self, other: Usage) {
+        self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
+        self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+    }
+}
+
+/// A message a subsystem (a sub-agent, the cron service, an outside channel) publishes for an
+/// agent session.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboundMessage {
+    /// The bus channel, e.g. `system`.
+    pub channel: String,
+    /// Who sent it, e.g. `cron` or `subagent:3`.
+    pub sender: String,
+    /// The session the message is for.
+    pub session_key: String,
+    /// The text.
+    pub content: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn blocks_serialise_in_the_messages_api_shape() {
+        let message = ChatMessage {
+            role: Role::User,
+            content: vec![
+                ContentBlock::ToolResult {
+                    tool_use_id: "t1".into(),
+                    content: "ok".into(),
+                    is_error: false,
+                },
+                ContentBlock::ToolResult {
+                    tool_use_id: "t2".into(),
+                    content: "denied: no".into(),
+                    is_error: true,
+                },
+            ],
+        };
+        let json = serde_json::to_value(&message).unwrap();
+        assert_eq!(
+            json,
+            json!({"role": "user", "content": [
+                {"type": "tool_result", "tool_use_id": "t1", "content": "ok"},
+                {"type": "tool_result", "tool_use_id": "t2", "content": "denied: no", "is_error": true},
+            ]})
+        );
+        let back: ChatMessage = serde_json::from_value(json).unwrap();
+        assert_eq!(back, message);
+        assert!(back.has_tool_results());
+    }
+}
