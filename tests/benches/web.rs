@@ -1,7 +1,8 @@
 //! Benchmark of `web_fetch` against a direct reqwest GET of the same 100 KB HTML page from a
 //! local server, measured in the same run and interleaved so that machine noise hits both alike.
 //! A third line isolates the host's policy path (allow-list, resolution, pinned connection, body
-//! cap) without the component, so the overhead splits into policy and sandboxed conversion.
+//! cap) without the component, and a fourth fetches an 11-byte page through `web_fetch` (the
+//! fixed cost of a call), so the overhead splits into policy, fixed cost and HTML conversion.
 //!
 //! Run: `cargo bench -p clawcage-tests --bench web`.
 #![allow(
@@ -70,8 +71,15 @@ fn main() {
     runtime.block_on(async {
         let body = page();
         let size = body.len();
-        let server = WebServer::start(move |_| Reply::html(body.clone()));
+        let server = WebServer::start(move |request| {
+            if request.path == "/tiny" {
+                Reply::html("<p>tiny</p>")
+            } else {
+                Reply::html(body.clone())
+            }
+        });
         let url = server.url("/article");
+        let tiny_args = serde_json::json!({"url": server.url("/tiny")});
         let allow = AllowList::parse([format!("127.0.0.1:{}", server.port())]).unwrap();
         let policy = NetworkPolicy::new(allow);
         let registry = registry_of(
@@ -97,6 +105,7 @@ fn main() {
         let mut reqwest_samples = Vec::with_capacity(CALLS);
         let mut policy_samples = Vec::with_capacity(CALLS);
         let mut fetch_samples = Vec::with_capacity(CALLS);
+        let mut tiny_samples = Vec::with_capacity(CALLS);
         let mut text_chars = 0;
         for _ in 0..CALLS {
             let started = Instant::now();
@@ -123,6 +132,10 @@ fn main() {
             let output = registry.execute_value("web_fetch", &args).await.unwrap();
             fetch_samples.push(started.elapsed());
             text_chars = output.text.chars().count();
+
+            let started = Instant::now();
+            std::hint::black_box(registry.execute_value("web_fetch", &tiny_args).await.unwrap());
+            tiny_samples.push(started.elapsed());
         }
         let direct_p50 = report("direct reqwest GET (pooled connection)", reqwest_samples);
         let policy_p50 = report(
@@ -133,12 +146,15 @@ fn main() {
             "web_fetch (policy + fresh instance + HTML to text)",
             fetch_samples,
         );
+        let tiny_p50 = report("web_fetch of an 11-byte page (fixed cost)", tiny_samples);
         println!("web_fetch output: {text_chars} characters of text");
         println!(
-            "overhead at p50: policy path {:.1}x, web_fetch {:.1}x the direct GET (+{:.0} µs)",
+            "overhead at p50: policy path {:.1}x, web_fetch {:.1}x the direct GET (+{:.0} µs, of which \
+             {:.0} µs fixed per call and the rest parsing and rendering the page)",
             policy_p50.as_secs_f64() / direct_p50.as_secs_f64(),
             fetch_p50.as_secs_f64() / direct_p50.as_secs_f64(),
-            (fetch_p50.as_secs_f64() - direct_p50.as_secs_f64()) * 1e6
+            (fetch_p50.as_secs_f64() - direct_p50.as_secs_f64()) * 1e6,
+            tiny_p50.as_secs_f64() * 1e6
         );
     });
 }
