@@ -24,10 +24,11 @@ lint:
     cd tools-wasm && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings
 
 # Benchmarks: sandboxed read_file against a native read, cold and warm start-up; agent turns
-# against one model request on the scripted LLM server.
+# against one model request on the scripted LLM server; web_fetch against a direct reqwest GET.
 bench:
     cargo bench -p clawcage-tests --bench tools
     cargo bench -p clawcage-tests --bench agent
+    cargo bench -p clawcage-tests --bench web
 
 # Build only the tool components (release, wasm32-wasip2).
 components:

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Bundled components: (constant name, artifact file stem). Embedded in the binary.
-const BUNDLED: &[(&str, &str)] = &[("FILE", "clawcage_file")];
+const BUNDLED: &[(&str, &str)] = &[("FILE", "clawcage_file"), ("WEB", "clawcage_web")];
 
 /// Fixture components for tests: (constant name, artifact file stem). Named by path only.
 const FIXTURES: &[(&str, &str)] = &[
@@ -21,6 +21,7 @@ const FIXTURES: &[(&str, &str)] = &[
     ("HOG", "fixture_hog"),
     ("CRASH", "fixture_crash"),
     ("ECHO", "fixture_echo"),
+    ("WASI_HTTP_FETCH", "fixture_wasi_http_fetch"),
     ("RAWFS", "fixture_rawfs"),
 ];
 

@@ -1,5 +1,5 @@
 //! Integration tests of clawcage: real components in a real engine, real files in temporary
-//! directories. One binary, one module per capability.
+//! directories, real HTTP servers on loopback. One binary, one module per capability.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -15,3 +15,6 @@ mod misbehaving;
 mod providers;
 mod sandbox_escape;
 mod sessions;
+mod wasi_http;
+mod web;
+mod web_attacks;

@@ -1,7 +1,8 @@
 //! Shared helpers for clawcage's integration tests and benchmarks: one sandbox per process with
-//! one compiled-artifact cache shared by every test run, temporary workspaces, and registries
-//! built from the real bundled and fixture components, and a scripted LLM server
-//! ([`llm_server`]) speaking the Anthropic and OpenAI wire formats on 127.0.0.1.
+//! one compiled-artifact cache shared by every test run, temporary workspaces, registries built
+//! from the real bundled and fixture components, a scripted LLM server ([`llm_server`]) speaking
+//! the Anthropic and OpenAI wire formats on 127.0.0.1, and (in [`web`]) a scripted HTTP server on
+//! loopback, a test name resolver and a capture of the tracing output.
 
 #![allow(
     clippy::expect_used,
@@ -10,6 +11,7 @@
 
 pub mod host_tools;
 pub mod llm_server;
+pub mod web;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

@@ -9,6 +9,8 @@ use anyhow::{Context as _, bail};
 use clawcage_sandbox::{FsMode, Limits};
 use serde::Deserialize;
 
+use crate::network_config::{NetworkConfig, WebConfig};
+
 /// The whole file.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -25,6 +27,12 @@ pub struct Config {
     /// `[agent]`: the loop and the sessions.
     #[serde(default)]
     pub agent: crate::agent_config::AgentSection,
+    /// `[network]`
+    #[serde(default)]
+    pub network: NetworkConfig,
+    /// `[web]`
+    #[serde(default)]
+    pub web: WebConfig,
 }
 
 /// `[workspace]`: the directory tools may reach.
@@ -144,6 +152,12 @@ mod tests {
             "{error}"
         );
         assert!(toml::from_str::<Config>("[nope]\n").is_err());
+        assert!(toml::from_str::<Config>("[network]\nallowed = []\n").is_err());
+        assert!(toml::from_str::<Config>("[web]\nendpoint = \"x\"\n").is_err());
+        let config: Config =
+            toml::from_str("[network]\nallow = [\"example.com\"]\n[web]\nsearch_endpoint = \"http://127.0.0.1:1/s\"\n")
+                .unwrap();
+        assert_eq!(config.network.allow, ["example.com"]);
     }
 
     #[test]

@@ -1,13 +1,15 @@
 //! The `clawcage` command: a thin clap front end that reads the configuration, starts the sandbox,
-//! loads the bundled tool components into a registry and runs one subcommand — a tool call, or
-//! the agent (`run`, `chat`, `demo`). Exit codes: 0 ok, 1 the tool or task failed (message on
-//! stderr), 2 usage or configuration error.
+//! loads the bundled tool components (file tools with the workspace, web tools with the network
+//! policy) into a registry and runs one subcommand — a tool call, or the agent (`run`, `chat`,
+//! `demo`). Exit codes: 0 ok, 1 the tool or task failed (message on stderr), 2 usage or
+//! configuration error.
 
 mod agent;
 mod agent_config;
 mod chat;
 mod config;
 mod demo;
+mod network_config;
 mod render;
 
 use std::path::{Path, PathBuf};
@@ -25,8 +27,9 @@ use clawcage_sandbox::{
 use crate::config::Config;
 
 /// clawcage: an agent runtime whose every tool runs as a WebAssembly component in a capability
-/// sandbox. A tool reaches only the workspace directory granted to it, within memory and time
-/// limits; nothing else on the machine exists for it.
+/// sandbox. A tool reaches only the workspace directory granted to it and the hosts on the
+/// network allow-list ([network] allow in the config), within memory and time limits; nothing
+/// else on the machine exists for it.
 #[derive(Debug, Parser)]
 #[command(name = "clawcage", version, about, long_about = None, max_term_width = 100)]
 struct Cli {
@@ -176,8 +179,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-/// `clawcage demo`: the bundled tools granted a fresh temporary workspace, whatever the config
-/// says; only the component cache of the state directory is reused.
+/// `clawcage demo`: the bundled tools granted a fresh temporary workspace and no network,
+/// whatever the config says; only the component cache of the state directory is reused.
 async fn run_demo(common: &CommonArgs) -> Result<(), Failure> {
     let temp = tempfile::Builder::new()
         .prefix("clawcage-demo-")
@@ -192,7 +195,11 @@ async fn run_demo(common: &CommonArgs) -> Result<(), Failure> {
         cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
     })
     .map_err(|error| Failure::Tool(error.to_string()))?;
-    let registry = load_bundled(&sandbox, Grants::workspace(grant)).await?;
+    // The demo reaches no network, whatever the config says.
+    let no_network = Grants::none().with_network(clawcage_sandbox::NetworkPolicy::new(
+        clawcage_sandbox::AllowList::empty(),
+    ));
+    let registry = load_bundled(&sandbox, Grants::workspace(grant), no_network).await?;
     demo::run(registry, &workspace, &temp.path().join("state")).await
 }
 
@@ -215,23 +222,45 @@ async fn build_registry(
     }
     let workspace = WorkspaceGrant::new(&workspace_path, mode)
         .map_err(|error| Failure::Usage(error.to_string()))?;
-    let grants = Grants::workspace(workspace).with_limits(config.limits()?);
+    let limits = config.limits()?;
+    let grants = Grants::workspace(workspace).with_limits(limits);
+    let web_grants = web_grants(&config, limits)?;
 
     let state_dir = state_dir(common.state_dir.as_deref())?;
     let sandbox = Sandbox::new(SandboxOptions {
         cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
     })
     .map_err(|error| Failure::Tool(error.to_string()))?;
-    let registry = load_bundled(&sandbox, grants).await?;
+    let registry = load_bundled(&sandbox, grants, web_grants).await?;
     Ok((registry, config, config_file, state_dir))
 }
 
-async fn load_bundled(sandbox: &Arc<Sandbox>, grants: Grants) -> Result<ToolRegistry, Failure> {
+/// The web component's grants: no files, the network the config allows (nothing without
+/// `[network] allow`), the secrets read from the environment here, and the search endpoint.
+fn web_grants(config: &Config, limits: clawcage_sandbox::Limits) -> Result<Grants, Failure> {
+    let policy = config.network.policy(|name| std::env::var(name).ok())?;
+    let mut grants = Grants::none().with_limits(limits).with_network(policy);
+    if let Some(endpoint) = config.web.search_endpoint()? {
+        grants = grants
+            .with_setting("CLAWCAGE_SEARCH_ENDPOINT", &endpoint)
+            .map_err(|error| Failure::Usage(error.to_string()))?;
+    }
+    Ok(grants)
+}
+
+async fn load_bundled(
+    sandbox: &Arc<Sandbox>,
+    grants: Grants,
+    web_grants: Grants,
+) -> Result<ToolRegistry, Failure> {
     let mut registry = ToolRegistry::new();
-    let bundled: [(&str, &[u8]); 1] = [("file", components::bundled::FILE)];
-    for (name, bytes) in bundled {
+    let bundled: [(&str, &[u8], Grants); 2] = [
+        ("file", components::bundled::FILE, grants),
+        ("web", components::bundled::WEB, web_grants),
+    ];
+    for (name, bytes, grants) in bundled {
         let loaded = sandbox
-            .load(name, &format!("bundled:{name}"), bytes, grants.clone())
+            .load(name, &format!("bundled:{name}"), bytes, grants)
             .await
             .map_err(|error| Failure::Tool(error.to_string()))?;
         for tool in loaded.into_tools() {

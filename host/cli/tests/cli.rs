@@ -40,15 +40,18 @@ fn tools_lists_each_tool_with_schema_origin_and_grants() {
     let output = clawcage(dir.path(), &["tools", "--json"]);
     assert!(output.status.success(), "{}", stderr(&output));
     let tools: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-    let names: Vec<&str> = tools
+    let file_tools: Vec<&serde_json::Value> = tools
         .as_array()
         .unwrap()
+        .iter()
+        .filter(|t| t["origin"] == "bundled:file")
+        .collect();
+    let names: Vec<&str> = file_tools
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["edit_file", "list_dir", "read_file", "write_file"]);
-    for tool in tools.as_array().unwrap() {
-        assert_eq!(tool["origin"], "bundled:file");
+    for tool in file_tools {
         assert_eq!(tool["input_schema"]["type"], "object");
         assert!(tool["grants"].as_str().unwrap().contains("(rw)"), "{tool}");
     }

@@ -4,7 +4,10 @@
 //! ([`Grants::narrowed_by`]).
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
+
+use crate::network::NetworkPolicy;
 
 /// Whether a directory grant allows writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -54,6 +57,11 @@ pub enum GrantError {
     /// The canonical path is not valid UTF-8, so it cannot be named inside the sandbox.
     #[error("the workspace path {0} is not valid UTF-8; use a directory whose path is")]
     NotUtf8(PathBuf),
+    /// A setting's name is not one a component may be given.
+    #[error(
+        "the setting {0:?} cannot be given to a component: setting names start with CLAWCAGE_, use A-Z, 0-9 and _, and may not be one of the workspace variables"
+    )]
+    BadSettingName(String),
 }
 
 impl WorkspaceGrant {
@@ -135,7 +143,16 @@ pub struct Grants {
     pub workspace: Option<WorkspaceGrant>,
     /// Per-call limits.
     pub limits: Limits,
+    /// Outbound HTTP, if any. Without it the `http` and `wasi:http` imports are not linked and a
+    /// component that imports them does not load.
+    pub network: Option<Arc<NetworkPolicy>>,
+    /// Non-secret configuration handed to the component as environment variables (for example
+    /// `CLAWCAGE_SEARCH_ENDPOINT`). Secrets never go here: they stay in the network policy.
+    settings: Vec<(String, String)>,
 }
+
+/// Environment names the host sets itself.
+const RESERVED_SETTINGS: &[&str] = &["CLAWCAGE_WORKSPACE", "CLAWCAGE_WORKSPACE_MODE"];
 
 impl Grants {
     /// No directory, default limits.
@@ -147,8 +164,36 @@ impl Grants {
     pub fn workspace(grant: WorkspaceGrant) -> Self {
         Self {
             workspace: Some(grant),
-            limits: Limits::default(),
+            ..Self::default()
         }
+    }
+
+    /// These grants with outbound HTTP under `policy`.
+    pub fn with_network(mut self, policy: NetworkPolicy) -> Self {
+        self.network = Some(Arc::new(policy));
+        self
+    }
+
+    /// These grants with the setting `name=value` (a non-secret environment variable whose name
+    /// starts with `CLAWCAGE_`). A later value for the same name replaces the earlier one.
+    pub fn with_setting(mut self, name: &str, value: &str) -> Result<Self, GrantError> {
+        let valid = name.starts_with("CLAWCAGE_")
+            && name.len() > "CLAWCAGE_".len()
+            && name
+                .chars()
+                .all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')
+            && !RESERVED_SETTINGS.contains(&name);
+        if !valid {
+            return Err(GrantError::BadSettingName(name.to_string()));
+        }
+        self.settings.retain(|(existing, _)| existing != name);
+        self.settings.push((name.to_string(), value.to_string()));
+        Ok(self)
+    }
+
+    /// The settings handed to the component as environment variables.
+    pub fn settings(&self) -> &[(String, String)] {
+        &self.settings
     }
 
     /// These grants with `limits`.
@@ -177,13 +222,22 @@ impl Grants {
             }),
             _ => None,
         };
+        let network = match (&self.network, &other.network) {
+            (Some(mine), Some(theirs)) if mine == theirs => Some(mine.clone()),
+            (Some(mine), Some(theirs)) => Some(Arc::new(mine.narrowed_by(theirs))),
+            _ => None,
+        };
         Grants {
             workspace,
             limits: self.limits.narrowed_by(&other.limits),
+            network,
+            // Settings are configuration, not capabilities: a tool keeps its own.
+            settings: self.settings.clone(),
         }
     }
 
-    /// A one-line description for `clawcage tools` and logs, e.g. `workspace /tmp/w (rw), 256 MiB, 30s`.
+    /// A one-line description for `clawcage tools` and logs, e.g. `workspace /tmp/w (rw), memory
+    /// 256 MiB, timeout 30s, no network`.
     pub fn describe(&self) -> String {
         let workspace = match &self.workspace {
             Some(grant) => format!(
@@ -193,8 +247,12 @@ impl Grants {
             ),
             None => "no files".to_string(),
         };
+        let network = match &self.network {
+            Some(policy) => policy.describe(),
+            None => "no network".to_string(),
+        };
         format!(
-            "{workspace}, memory {} MiB, timeout {}s, no network",
+            "{workspace}, memory {} MiB, timeout {}s, {network}",
             self.limits.memory_bytes >> 20,
             self.limits.timeout.as_secs_f64()
         )
@@ -226,6 +284,58 @@ mod tests {
             Grants::workspace(WorkspaceGrant::new(other.path(), FsMode::ReadWrite).unwrap());
         assert!(parent.narrowed_by(&elsewhere).workspace.is_none());
         assert!(Grants::none().narrowed_by(&parent).workspace.is_none());
+    }
+
+    #[test]
+    fn network_grants_narrow_and_show() {
+        use crate::network::{AllowList, NetworkPolicy};
+        let parent = Grants::none().with_network(NetworkPolicy::new(
+            AllowList::parse(["*.example.org"]).unwrap(),
+        ));
+        assert!(
+            parent.describe().contains("network: *.example.org"),
+            "{}",
+            parent.describe()
+        );
+        assert!(Grants::none().describe().contains("no network"));
+        assert!(parent.narrowed_by(&Grants::none()).network.is_none());
+        assert!(Grants::none().narrowed_by(&parent).network.is_none());
+        let child = Grants::none().with_network(NetworkPolicy::new(
+            AllowList::parse(["a.example.org"]).unwrap(),
+        ));
+        let narrowed = parent.narrowed_by(&child);
+        assert_eq!(narrowed.network.unwrap().allow_lists().len(), 2);
+        let empty = Grants::none().with_network(NetworkPolicy::new(AllowList::empty()));
+        assert!(
+            empty.describe().contains("nothing allowed"),
+            "{}",
+            empty.describe()
+        );
+    }
+
+    #[test]
+    fn settings_are_named_clawcage_and_never_the_workspace_variables() {
+        let grants = Grants::none()
+            .with_setting("CLAWCAGE_SEARCH_ENDPOINT", "http://127.0.0.1:1/")
+            .unwrap()
+            .with_setting("CLAWCAGE_SEARCH_ENDPOINT", "http://127.0.0.1:2/")
+            .unwrap();
+        assert_eq!(
+            grants.settings(),
+            [(
+                "CLAWCAGE_SEARCH_ENDPOINT".to_string(),
+                "http://127.0.0.1:2/".to_string()
+            )]
+        );
+        for bad in [
+            "PATH",
+            "BRAVE_API_KEY",
+            "CLAWCAGE_",
+            "CLAWCAGE_WORKSPACE",
+            "CLAWCAGE_x",
+        ] {
+            assert!(Grants::none().with_setting(bad, "v").is_err(), "{bad}");
+        }
     }
 
     #[test]

@@ -1,12 +1,17 @@
 //! The per-call store state and the host side of the WIT imports: the WASI context built from the
 //! grants, the memory limiter that records why a grow failed, and the `log` import that forwards
-//! guest lines to tracing with a per-call cap.
+//! guest lines to tracing with a per-call cap. The `http` and `wasi:http` imports live in
+//! `network/`; their per-call state (the call's network policy) is held here.
+
+use std::sync::Arc;
 
 use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use crate::bindings::log;
+use crate::network::NetworkPolicy;
+use crate::network::wasi_http::PolicyHooks;
 
 /// Log lines one call may write; further lines are dropped and counted.
 const MAX_LOG_LINES_PER_CALL: u32 = 200;
@@ -21,6 +26,12 @@ pub(crate) struct CallState {
     /// The component's name, for log lines.
     pub(crate) component: String,
     pub(crate) log_lines: u32,
+    /// The network policy of this call; `None` refuses every request.
+    pub(crate) network: Option<Arc<NetworkPolicy>>,
+    /// State of the `wasi:http` implementation.
+    pub(crate) http_ctx: wasmtime_wasi_http::WasiHttpCtx,
+    /// The `wasi:http` sender that applies `network`.
+    pub(crate) http_hooks: PolicyHooks,
 }
 
 impl CallState {
@@ -31,7 +42,17 @@ impl CallState {
             limiter: MemoryLimiter::new(memory_bytes),
             component: component.to_string(),
             log_lines: 0,
+            network: None,
+            http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
+            http_hooks: PolicyHooks::new(None, component),
         }
+    }
+
+    /// This state with outbound HTTP under `network` (`None`: every request is refused).
+    pub(crate) fn with_network(mut self, network: Option<Arc<NetworkPolicy>>) -> Self {
+        self.http_hooks = PolicyHooks::new(network.clone(), &self.component);
+        self.network = network;
+        self
     }
 }
 

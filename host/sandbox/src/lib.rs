@@ -8,11 +8,13 @@ mod bindings;
 pub mod cache;
 pub mod grants;
 mod host;
+pub mod network;
 mod sandbox;
 mod tool;
 
 pub use cache::{ArtifactCache, CacheOutcome};
 pub use grants::{FsMode, GrantError, Grants, Limits, WorkspaceGrant};
+pub use network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;
 

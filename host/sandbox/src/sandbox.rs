@@ -172,9 +172,9 @@ impl Sandbox {
         })?;
         tracing::debug!(component = name, ?outcome, "component ready");
 
-        self.check_imports(name, &component)?;
+        self.check_imports(name, &component, &grants)?;
         let linker = self
-            .linker()
+            .linker(grants.network.is_some())
             .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
         let instance_pre =
             linker
@@ -209,29 +209,47 @@ impl Sandbox {
         })
     }
 
-    /// The linker every component is checked against: WASI (with sockets denied by the context)
-    /// and the `log` import.
-    fn linker(&self) -> wasmtime::Result<Linker<CallState>> {
+    /// The linker a component is instantiated with: WASI (with sockets denied by the context)
+    /// and the `log` import; with `network`, also the `http` import and `wasi:http`, both of
+    /// which send through the call's network policy.
+    fn linker(&self, network: bool) -> wasmtime::Result<Linker<CallState>> {
         let mut linker = Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         bindings::log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
+        if network {
+            bindings::http::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| {
+                state
+            })?;
+            wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        }
         Ok(linker)
     }
 
-    /// Refuses components that import clawcage interfaces this host does not grant, naming the
-    /// import and what would allow it.
-    fn check_imports(&self, name: &str, component: &Component) -> Result<(), LoadError> {
+    /// Refuses components that import interfaces these grants do not provide, naming the import
+    /// and what would allow it. Outbound HTTP (`clawcage:tool/http`, `wasi:http/*`) is provided
+    /// only with a network grant.
+    fn check_imports(
+        &self,
+        name: &str,
+        component: &Component,
+        grants: &Grants,
+    ) -> Result<(), LoadError> {
         let component_type = component.component_type();
+        let network = grants.network.is_some();
         for (import, item) in component_type.imports(&self.engine) {
-            let provided = import.starts_with("wasi:")
+            let is_http =
+                import.starts_with("clawcage:tool/http@") || import.starts_with("wasi:http/");
+            let provided = (import.starts_with("wasi:") && !is_http)
                 || import.starts_with("clawcage:tool/log@")
-                || import.starts_with("clawcage:tool/types@");
+                || import.starts_with("clawcage:tool/types@")
+                || (network && is_http);
             if provided {
                 continue;
             }
-            let hint = match import.split('@').next().unwrap_or(import) {
-                "clawcage:tool/http" => {
-                    "outbound HTTP needs a [network] grant, which this host does not offer yet"
+            let interface = import.split('@').next().unwrap_or(import);
+            let hint = match interface {
+                _ if is_http => {
+                    "outbound HTTP needs a network grant: list the hosts the tool may reach in [network] allow in clawcage.toml"
                 }
                 "clawcage:tool/process" => {
                     "running programs needs the exec capability, which this host does not offer yet"

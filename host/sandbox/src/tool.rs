@@ -147,7 +147,8 @@ pub(crate) async fn run_in_fresh_instance(
     let wasi = wasi_context(grants, stderr.clone())?;
     let mut store = Store::new(
         &component.engine,
-        CallState::new(wasi, grants.limits.memory_bytes, &component.name),
+        CallState::new(wasi, grants.limits.memory_bytes, &component.name)
+            .with_network(grants.network.clone()),
     );
     store.limiter(|state| &mut state.limiter);
     // Yield to the executor at every epoch tick, so the timeout below can stop a guest that
@@ -190,8 +191,9 @@ pub(crate) async fn run_in_fresh_instance(
     }
 }
 
-/// The WASI context for one call: the workspace preopen (and its path in the environment), no
-/// network, stderr captured, nothing inherited from the host.
+/// The WASI context for one call: the workspace preopen (and its path in the environment), the
+/// grants' non-secret settings, no sockets (outbound HTTP goes through the network policy),
+/// stderr captured, nothing inherited from the host.
 fn wasi_context(
     grants: &Grants,
     stderr: MemoryOutputPipe,
@@ -221,6 +223,9 @@ fn wasi_context(
             .env("CLAWCAGE_WORKSPACE", workspace.guest_path())
             .env("CLAWCAGE_WORKSPACE_MODE", workspace.mode().as_str())
             .env("PWD", workspace.guest_path());
+    }
+    for (name, value) in grants.settings() {
+        builder.env(name, value);
     }
     Ok(builder.build())
 }

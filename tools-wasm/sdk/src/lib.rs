@@ -4,8 +4,9 @@
 //! [`export_tools!`]. Before each call it enters the operator-granted
 //! workspace, parses the JSON arguments, and turns [`ToolError`] into the WIT
 //! `tool-error`; [`args`] reads arguments with clear messages, [`workspace`]
-//! keeps paths inside the workspace and explains refused file operations, and
-//! [`log`] writes into the host's tracing.
+//! keeps paths inside the workspace and explains refused file operations,
+//! [`log`] writes into the host's tracing, and `http` (feature `http`) sends
+//! requests through the host's network policy.
 //!
 //! ```ignore
 //! use clawcage_tool_sdk::{args, json, Spec, ToolError, Tools, Value};
@@ -45,20 +46,32 @@ pub mod args;
 pub mod log;
 pub mod workspace;
 
-/// The code wit-bindgen generates from `wit/tool.wit` (world `basic-tool`).
+/// The code wit-bindgen generates from `wit/` (world `basic-tool`, or
+/// `web-tool` with the `http` feature).
 ///
 /// Public only so that [`export_tools!`] can reach it from a tool crate; a
 /// tool should not need anything in here.
 #[doc(hidden)]
 #[allow(missing_docs, unsafe_code, clippy::all)]
 pub mod bindings {
+    #[cfg(not(feature = "http"))]
     wit_bindgen::generate!({
         path: "../../wit",
         world: "basic-tool",
         pub_export_macro: true,
         default_bindings_module: "clawcage_tool_sdk::bindings",
     });
+    #[cfg(feature = "http")]
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "web-tool",
+        pub_export_macro: true,
+        default_bindings_module: "clawcage_tool_sdk::bindings",
+    });
 }
+
+#[cfg(feature = "http")]
+pub mod http;
 
 /// One tool as the model sees it: its name, what it is for, and the JSON
 /// Schema (draft 2020-12) of its arguments object.

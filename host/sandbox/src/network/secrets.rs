@@ -1,0 +1,159 @@
+//! Secrets the host adds to requests on a component's behalf: a header (such as
+//! `X-Subscription-Token`) whose value comes from the operator's environment, sent only to the
+//! one host it belongs to. The value lives in a [`SecretValue`], whose `Debug` and `Display` print
+//! `[redacted]`; it is handed to the HTTP client as a header marked sensitive and is never
+//! written to a log, an error or anything a component can read.
+
+use std::fmt;
+
+use http::{HeaderName, HeaderValue};
+
+use super::policy::{Target, TargetHost, parse_exact_host};
+
+/// A secret's value. Printing it shows `[redacted]`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct SecretValue(String);
+
+impl SecretValue {
+    /// Wrap `value`.
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+}
+
+impl fmt::Debug for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+impl fmt::Display for SecretValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("[redacted]")
+    }
+}
+
+/// Why a secret could not be configured. Never contains the value.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("[[network.secrets]] entry for host {host:?}: {reason}")]
+pub struct SecretError {
+    /// The host as written.
+    pub host: String,
+    /// What is wrong.
+    pub reason: String,
+}
+
+/// One header the host adds to requests for one host.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret {
+    host: TargetHost,
+    port: Option<u16>,
+    header: HeaderName,
+    value: HeaderValue,
+    source: String,
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secret")
+            .field("host", &self.host)
+            .field("port", &self.port)
+            .field("header", &self.header)
+            .field("value", &"[redacted]")
+            .field("source", &self.source)
+            .finish()
+    }
+}
+
+impl Secret {
+    /// A secret header `header: value` for requests to `host` (a name or address, optionally
+    /// `:PORT`; without a port, every port). `source` names where the value came from (an
+    /// environment variable), for messages.
+    pub fn new(
+        host: &str,
+        header: &str,
+        value: SecretValue,
+        source: &str,
+    ) -> Result<Secret, SecretError> {
+        let fail = |reason: String| SecretError {
+            host: host.to_string(),
+            reason,
+        };
+        let (target_host, port) =
+            parse_exact_host(host).map_err(|reason| fail(format!("host: {reason}")))?;
+        let header = HeaderName::from_bytes(header.trim().as_bytes())
+            .map_err(|_| fail(format!("header {header:?} is not a valid header name")))?;
+        let mut value = HeaderValue::from_str(&value.0).map_err(|_| {
+            fail(format!(
+                "the value of {source} is not a valid header value (control characters or non-ASCII?)"
+            ))
+        })?;
+        value.set_sensitive(true);
+        Ok(Secret {
+            host: target_host,
+            port,
+            header,
+            value,
+            source: source.to_string(),
+        })
+    }
+
+    /// Whether this secret belongs to the destination of `target`.
+    pub(crate) fn applies_to(&self, target: &Target) -> bool {
+        self.host == target.host && self.port.is_none_or(|port| port == target.port)
+    }
+
+    /// The header's name.
+    pub fn header(&self) -> &HeaderName {
+        &self.header
+    }
+
+    /// The header's value, marked sensitive.
+    pub(crate) fn value(&self) -> &HeaderValue {
+        &self.value
+    }
+
+    /// One line without the value, e.g. `X-Subscription-Token for api.search.brave.com (from
+    /// BRAVE_API_KEY)`.
+    pub fn describe(&self) -> String {
+        let port = self.port.map(|port| format!(":{port}")).unwrap_or_default();
+        format!(
+            "{} for {}{port} (from {})",
+            self.header, self.host, self.source
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_never_print() {
+        let value = SecretValue::new("s3cr3t-value");
+        assert_eq!(format!("{value:?} {value}"), "[redacted] [redacted]");
+        let secret = Secret::new("api.example.com", "X-Token", value, "EXAMPLE_KEY").unwrap();
+        let shown = format!("{secret:?} {}", secret.describe());
+        assert!(!shown.contains("s3cr3t"), "{shown}");
+        assert!(
+            shown.contains("x-token for api.example.com (from EXAMPLE_KEY)"),
+            "{shown}"
+        );
+        assert!(secret.value().is_sensitive());
+    }
+
+    #[test]
+    fn bad_secrets_are_explained_without_the_value() {
+        let error = Secret::new(
+            "api.example.com",
+            "X-Token",
+            SecretValue::new("line\nbreak-s3cr3t"),
+            "EXAMPLE_KEY",
+        )
+        .unwrap_err();
+        assert!(!error.to_string().contains("s3cr3t"), "{error}");
+        assert!(error.to_string().contains("EXAMPLE_KEY"), "{error}");
+        assert!(Secret::new("*.example.com", "X", SecretValue::new("v"), "K").is_err());
+        assert!(Secret::new("example.com", "bad header", SecretValue::new("v"), "K").is_err());
+    }
+}
