@@ -7,6 +7,8 @@
 )]
 
 mod cache;
+mod exec;
+mod exec_attacks;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;

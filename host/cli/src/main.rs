@@ -13,7 +13,7 @@ use clap::{Args, Parser, Subcommand};
 use clawcage_agent::ToolRegistry;
 use clawcage_core::ToolError;
 use clawcage_sandbox::{
-    ArtifactCache, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components,
+    ArtifactCache, ExecGrant, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components,
 };
 
 use crate::config::Config;
@@ -160,7 +160,44 @@ async fn build_registry(common: &CommonArgs) -> Result<ToolRegistry, Failure> {
         cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
     })
     .map_err(|error| Failure::Tool(error.to_string()))?;
-    load_bundled(&sandbox, grants).await
+    let mut registry = load_bundled(&sandbox, grants.clone()).await?;
+    if config.exec.enabled.unwrap_or(true) {
+        load_exec(&sandbox, &config, grants, &mut registry).await?;
+    }
+    Ok(registry)
+}
+
+/// Registers the exec tool with the file tools' workspace and limits plus the programs (the
+/// bundled ones and `[exec] programs_dir`). Turn it off with `[exec] enabled = false`.
+async fn load_exec(
+    sandbox: &Arc<Sandbox>,
+    config: &Config,
+    grants: Grants,
+    registry: &mut ToolRegistry,
+) -> Result<(), Failure> {
+    let programs = sandbox
+        .programs(config.exec.programs_dir.as_deref())
+        .await
+        .map_err(|error| Failure::Tool(error.to_string()))?;
+    let exec = ExecGrant {
+        programs,
+        write_limit_bytes: config.exec_write_limit()?,
+    };
+    let loaded = sandbox
+        .load(
+            "exec",
+            "bundled:exec",
+            components::bundled::EXEC,
+            grants.with_exec(exec),
+        )
+        .await
+        .map_err(|error| Failure::Tool(error.to_string()))?;
+    for tool in loaded.into_tools() {
+        registry
+            .register(Arc::new(tool))
+            .map_err(|error| Failure::Tool(error.to_string()))?;
+    }
+    Ok(())
 }
 
 async fn load_bundled(sandbox: &Arc<Sandbox>, grants: Grants) -> Result<ToolRegistry, Failure> {

@@ -46,11 +46,18 @@ fn tools_lists_each_tool_with_schema_origin_and_grants() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
-    assert_eq!(names, ["edit_file", "list_dir", "read_file", "write_file"]);
+    assert_eq!(
+        names,
+        ["edit_file", "exec", "list_dir", "read_file", "write_file"]
+    );
     for tool in tools.as_array().unwrap() {
-        assert_eq!(tool["origin"], "bundled:file");
+        let exec = tool["name"] == "exec";
+        let origin = if exec { "bundled:exec" } else { "bundled:file" };
+        assert_eq!(tool["origin"], origin);
         assert_eq!(tool["input_schema"]["type"], "object");
-        assert!(tool["grants"].as_str().unwrap().contains("(rw)"), "{tool}");
+        let grants = tool["grants"].as_str().unwrap();
+        assert!(grants.contains("(rw)"), "{tool}");
+        assert_eq!(grants.contains("exec ("), exec, "{tool}");
     }
 
     let text = clawcage(dir.path(), &["tools"]);

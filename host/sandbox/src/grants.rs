@@ -128,6 +128,27 @@ impl Limits {
     }
 }
 
+/// The exec capability: running WASI command programs through the `process` import, each in a
+/// fresh instance with the same workspace and limits as the calling tool. Never a native process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecGrant {
+    /// The programs that can be run.
+    pub programs: crate::programs::ProgramCatalog,
+    /// Bytes all programs of one call may write to files together (redirections and the
+    /// programs' own writes); past it a write fails with "no space left on device".
+    pub write_limit_bytes: u64,
+}
+
+impl ExecGrant {
+    /// `programs` with the default write limit (1 GiB per call).
+    pub fn new(programs: crate::programs::ProgramCatalog) -> Self {
+        Self {
+            programs,
+            write_limit_bytes: crate::programs::DEFAULT_WRITE_LIMIT_BYTES,
+        }
+    }
+}
+
 /// Everything one component is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Grants {
@@ -135,6 +156,8 @@ pub struct Grants {
     pub workspace: Option<WorkspaceGrant>,
     /// Per-call limits.
     pub limits: Limits,
+    /// Running programs (the `process` import); `None` denies it.
+    pub exec: Option<ExecGrant>,
 }
 
 impl Grants {
@@ -148,12 +171,19 @@ impl Grants {
         Self {
             workspace: Some(grant),
             limits: Limits::default(),
+            exec: None,
         }
     }
 
     /// These grants with `limits`.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// These grants with the exec capability.
+    pub fn with_exec(mut self, exec: ExecGrant) -> Self {
+        self.exec = Some(exec);
         self
     }
 
@@ -177,9 +207,19 @@ impl Grants {
             }),
             _ => None,
         };
+        // Exec survives only when both allow it; the programs are this side's, the write limit
+        // the smaller one.
+        let exec = match (&self.exec, &other.exec) {
+            (Some(mine), Some(theirs)) => Some(ExecGrant {
+                programs: mine.programs.clone(),
+                write_limit_bytes: mine.write_limit_bytes.min(theirs.write_limit_bytes),
+            }),
+            _ => None,
+        };
         Grants {
             workspace,
             limits: self.limits.narrowed_by(&other.limits),
+            exec,
         }
     }
 
@@ -193,8 +233,16 @@ impl Grants {
             ),
             None => "no files".to_string(),
         };
+        let exec = match &self.exec {
+            Some(exec) => format!(
+                ", exec ({} programs, write limit {} MiB)",
+                exec.programs.len(),
+                exec.write_limit_bytes >> 20
+            ),
+            None => String::new(),
+        };
         format!(
-            "{workspace}, memory {} MiB, timeout {}s, no network",
+            "{workspace}, memory {} MiB, timeout {}s{exec}, no network",
             self.limits.memory_bytes >> 20,
             self.limits.timeout.as_secs_f64()
         )

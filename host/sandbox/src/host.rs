@@ -21,6 +21,8 @@ pub(crate) struct CallState {
     /// The component's name, for log lines.
     pub(crate) component: String,
     pub(crate) log_lines: u32,
+    /// What the `process` import needs, when the tool was granted exec.
+    pub(crate) exec: Option<crate::process::ExecContext>,
 }
 
 impl CallState {
@@ -31,6 +33,7 @@ impl CallState {
             limiter: MemoryLimiter::new(memory_bytes),
             component: component.to_string(),
             log_lines: 0,
+            exec: None,
         }
     }
 }
@@ -52,7 +55,7 @@ pub(crate) struct MemoryLimiter {
 }
 
 impl MemoryLimiter {
-    fn new(max_bytes: u64) -> Self {
+    pub(crate) fn new(max_bytes: u64) -> Self {
         Self {
             max_bytes,
             exceeded: false,

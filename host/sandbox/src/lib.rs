@@ -8,11 +8,14 @@ mod bindings;
 pub mod cache;
 pub mod grants;
 mod host;
+mod process;
+pub mod programs;
 mod sandbox;
 mod tool;
 
 pub use cache::{ArtifactCache, CacheOutcome};
-pub use grants::{FsMode, GrantError, Grants, Limits, WorkspaceGrant};
+pub use grants::{ExecGrant, FsMode, GrantError, Grants, Limits, WorkspaceGrant};
+pub use programs::ProgramCatalog;
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;
 

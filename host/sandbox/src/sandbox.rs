@@ -3,8 +3,9 @@
 //! turns component bytes into [`WasmTool`]s after checking that every import the component asks
 //! for is one the host provides.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -81,6 +82,8 @@ pub struct Sandbox {
     engine: Engine,
     cache: ArtifactCache,
     ticker_stop: Arc<AtomicBool>,
+    /// Programs compiled in this process, by cache key, so a second catalog does not load again.
+    compiled_programs: Mutex<HashMap<String, Component>>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -134,6 +137,7 @@ impl Sandbox {
             engine,
             cache: options.cache,
             ticker_stop,
+            compiled_programs: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -145,6 +149,21 @@ impl Sandbox {
     /// The artifact cache.
     pub fn cache(&self) -> &ArtifactCache {
         &self.cache
+    }
+
+    /// A program compiled earlier in this process, by its cache key.
+    pub(crate) fn compiled_program(&self, key: &str) -> Option<Component> {
+        self.compiled_programs
+            .lock()
+            .ok()
+            .and_then(|programs| programs.get(key).cloned())
+    }
+
+    /// Keeps a compiled program for the rest of the process.
+    pub(crate) fn remember_program(&self, key: String, component: Component) {
+        if let Ok(mut programs) = self.compiled_programs.lock() {
+            programs.insert(key, component);
+        }
     }
 
     /// Compile (or fetch from the cache) the component `bytes`, check its imports, ask it for its
@@ -172,9 +191,9 @@ impl Sandbox {
         })?;
         tracing::debug!(component = name, ?outcome, "component ready");
 
-        self.check_imports(name, &component)?;
+        self.check_imports(name, &component, &grants)?;
         let linker = self
-            .linker()
+            .linker(&grants)
             .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
         let instance_pre =
             linker
@@ -209,23 +228,32 @@ impl Sandbox {
         })
     }
 
-    /// The linker every component is checked against: WASI (with sockets denied by the context)
-    /// and the `log` import.
-    fn linker(&self) -> wasmtime::Result<Linker<CallState>> {
+    /// The linker a component is checked against: WASI (with sockets denied by the context), the
+    /// `log` import, and `process` only when `grants` include exec.
+    fn linker(&self, grants: &Grants) -> wasmtime::Result<Linker<CallState>> {
         let mut linker = Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         bindings::log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
+        if grants.exec.is_some() {
+            crate::process::add_to_linker(&mut linker)?;
+        }
         Ok(linker)
     }
 
     /// Refuses components that import clawcage interfaces this host does not grant, naming the
     /// import and what would allow it.
-    fn check_imports(&self, name: &str, component: &Component) -> Result<(), LoadError> {
+    fn check_imports(
+        &self,
+        name: &str,
+        component: &Component,
+        grants: &Grants,
+    ) -> Result<(), LoadError> {
         let component_type = component.component_type();
         for (import, item) in component_type.imports(&self.engine) {
             let provided = import.starts_with("wasi:")
                 || import.starts_with("clawcage:tool/log@")
-                || import.starts_with("clawcage:tool/types@");
+                || import.starts_with("clawcage:tool/types@")
+                || (grants.exec.is_some() && import.starts_with("clawcage:tool/process@"));
             if provided {
                 continue;
             }
@@ -234,7 +262,7 @@ impl Sandbox {
                     "outbound HTTP needs a [network] grant, which this host does not offer yet"
                 }
                 "clawcage:tool/process" => {
-                    "running programs needs the exec capability, which this host does not offer yet"
+                    "running programs needs the exec capability: grant it with `Grants::with_exec` (for the CLI: keep `exec` enabled in the [exec] config section)"
                 }
                 "clawcage:tool/scheduler" => {
                     "scheduling needs the cron capability, which this host does not offer yet"
