@@ -1,5 +1,5 @@
-//! Builds the tool components in `tools-wasm/` for `wasm32-wasip2` with one nested cargo (its own
-//! target directory under `OUT_DIR`) and writes `components.rs`, which embeds the bundled
+//! Builds the tool components in `tools-wasm/` for `wasm32-wasip2` with one nested cargo (into
+//! `tools-wasm/` under the outer target directory, shared by every profile) and writes `components.rs`, which embeds the bundled
 //! components in the binary and names the test fixtures by path.
 #![allow(
     clippy::expect_used,
@@ -13,7 +13,15 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 /// Bundled components: (constant name, artifact file stem). Embedded in the binary.
-const BUNDLED: &[(&str, &str)] = &[("FILE", "clawcage_file"), ("WEB", "clawcage_web")];
+const BUNDLED: &[(&str, &str)] = &[
+    ("FILE", "clawcage_file"),
+    ("WEB", "clawcage_web"),
+    ("EXEC", "clawcage_exec"),
+    ("COREUTILS", "coreutils"),
+    ("GREP", "grep"),
+    ("FIND", "find"),
+    ("SED", "sed"),
+];
 
 /// Fixture components for tests: (constant name, artifact file stem). Named by path only.
 const FIXTURES: &[(&str, &str)] = &[
@@ -38,7 +46,7 @@ fn main() {
     let tools_dir = root.join("tools-wasm");
     let wit_dir = root.join("wit");
     let out_dir = PathBuf::from(env::var_os("OUT_DIR").expect("cargo sets OUT_DIR"));
-    let target_dir = out_dir.join("tools-wasm-target");
+    let target_dir = shared_target_dir(&out_dir);
 
     println!("cargo:rerun-if-changed={}", wit_dir.display());
     println!(
@@ -112,6 +120,27 @@ fn main() {
     generated.push_str("}\n");
     fs::write(out_dir.join("components.rs"), generated)
         .expect("could not write components.rs into OUT_DIR");
+}
+
+/// Where the guests are built: `tools-wasm/` under the outer build's target directory, so the
+/// dev, test and bench builds share one guest build (uutils coreutils takes minutes to compile);
+/// cargo's lock on that directory keeps concurrent builds apart. The target directory is the one
+/// holding cargo's `CACHEDIR.TAG`, else the parent of the profile directory in
+/// `<target>/<profile>/build/<package>/out`; failing both, `OUT_DIR` itself.
+fn shared_target_dir(out_dir: &Path) -> PathBuf {
+    if let Some(target) = out_dir
+        .ancestors()
+        .find(|dir| dir.join("CACHEDIR.TAG").is_file())
+    {
+        return target.join("tools-wasm");
+    }
+    let build = out_dir.parent().and_then(Path::parent);
+    match build.and_then(|build| Some((build, build.parent()?.parent()?))) {
+        Some((build, target)) if build.file_name().is_some_and(|name| name == "build") => {
+            target.join("tools-wasm")
+        }
+        _ => out_dir.join("tools-wasm-target"),
+    }
 }
 
 /// Fails the build with the fix when the wasm32-wasip2 standard library is missing.

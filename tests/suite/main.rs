@@ -9,6 +9,8 @@
 mod agent_loop;
 mod agent_sandbox;
 mod cache;
+mod exec;
+mod exec_attacks;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;

@@ -18,8 +18,10 @@ use std::sync::{Arc, OnceLock};
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::{
-    ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WorkspaceGrant, components,
+    ArtifactCache, ExecGrant, FsMode, Grants, Limits, ProgramCatalog, Sandbox, SandboxOptions,
+    WorkspaceGrant, components,
 };
+use tokio::sync::OnceCell;
 
 /// The compiled-artifact cache every test and benchmark shares, under the build's target dir.
 pub fn cache_dir() -> PathBuf {
@@ -55,6 +57,31 @@ pub async fn file_registry(dir: &Path, mode: FsMode) -> ToolRegistry {
         grants(dir, mode, Limits::default()),
     )
     .await
+}
+
+/// The bundled programs, compiled once per test process.
+pub async fn programs() -> ProgramCatalog {
+    static PROGRAMS: OnceCell<ProgramCatalog> = OnceCell::const_new();
+    PROGRAMS
+        .get_or_init(|| async {
+            sandbox()
+                .programs(None)
+                .await
+                .expect("the bundled programs load")
+        })
+        .await
+        .clone()
+}
+
+/// A registry with the exec tool granted `dir` in `mode` with `limits` and the bundled programs.
+pub async fn exec_registry_with(dir: &Path, mode: FsMode, limits: Limits) -> ToolRegistry {
+    let grants = grants(dir, mode, limits).with_exec(ExecGrant::new(programs().await));
+    registry_of(&[("exec", components::bundled::EXEC)], grants).await
+}
+
+/// A registry with the exec tool granted `dir` in `mode`, default limits.
+pub async fn exec_registry(dir: &Path, mode: FsMode) -> ToolRegistry {
+    exec_registry_with(dir, mode, Limits::default()).await
 }
 
 /// A registry with the given components, all under `grants`.

@@ -33,6 +33,23 @@ pub struct Config {
     /// `[web]`
     #[serde(default)]
     pub web: WebConfig,
+    /// `[exec]`
+    #[serde(default)]
+    pub exec: ExecConfig,
+}
+
+/// `[exec]`: the exec tool (a shell inside the sandbox that runs WASI programs).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExecConfig {
+    /// Offer the exec tool (default true). It runs only WebAssembly programs inside the sandbox,
+    /// with the same workspace and limits as the file tools.
+    pub enabled: Option<bool>,
+    /// A directory of extra WASI command components, one `NAME.wasm` per program; relative to
+    /// this file.
+    pub programs_dir: Option<PathBuf>,
+    /// MiB that the programs of one call may write to files together (default 1024).
+    pub write_limit_mib: Option<u64>,
 }
 
 /// `[workspace]`: the directory tools may reach.
@@ -95,6 +112,12 @@ impl Config {
                 {
                     config.workspace.path = Some(parent.join(workspace));
                 }
+                if let Some(programs) = &config.exec.programs_dir
+                    && programs.is_relative()
+                    && let Some(parent) = path.parent()
+                {
+                    config.exec.programs_dir = Some(parent.join(programs));
+                }
                 return Ok((config, Some(path)));
             }
         }
@@ -107,6 +130,15 @@ impl Config {
             None | Some("rw") => Ok(FsMode::ReadWrite),
             Some("ro") => Ok(FsMode::ReadOnly),
             Some(other) => bail!("[workspace] mode = {other:?} is not valid; use \"rw\" or \"ro\""),
+        }
+    }
+
+    /// The exec write limit in bytes, checked.
+    pub fn exec_write_limit(&self) -> anyhow::Result<u64> {
+        match self.exec.write_limit_mib {
+            None => Ok(clawcage_sandbox::programs::DEFAULT_WRITE_LIMIT_BYTES),
+            Some(mib) if (1..=1 << 20).contains(&mib) => Ok(mib << 20),
+            Some(mib) => bail!("[exec] write_limit_mib = {mib} is out of range; use 1 to 1048576"),
         }
     }
 

@@ -21,7 +21,7 @@ use clap::{Args, Parser, Subcommand};
 use clawcage_agent::ToolRegistry;
 use clawcage_core::ToolError;
 use clawcage_sandbox::{
-    ArtifactCache, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components,
+    ArtifactCache, ExecGrant, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components,
 };
 
 use crate::config::Config;
@@ -199,7 +199,9 @@ async fn run_demo(common: &CommonArgs) -> Result<(), Failure> {
     let no_network = Grants::none().with_network(clawcage_sandbox::NetworkPolicy::new(
         clawcage_sandbox::AllowList::empty(),
     ));
-    let registry = load_bundled(&sandbox, Grants::workspace(grant), no_network).await?;
+    let grants = Grants::workspace(grant);
+    let mut registry = load_bundled(&sandbox, grants.clone(), no_network).await?;
+    load_exec(&sandbox, &Config::default(), grants, &mut registry).await?;
     demo::run(registry, &workspace, &temp.path().join("state")).await
 }
 
@@ -231,8 +233,44 @@ async fn build_registry(
         cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
     })
     .map_err(|error| Failure::Tool(error.to_string()))?;
-    let registry = load_bundled(&sandbox, grants, web_grants).await?;
+    let mut registry = load_bundled(&sandbox, grants.clone(), web_grants).await?;
+    if config.exec.enabled.unwrap_or(true) {
+        load_exec(&sandbox, &config, grants, &mut registry).await?;
+    }
     Ok((registry, config, config_file, state_dir))
+}
+
+/// Registers the exec tool with the file tools' workspace and limits plus the programs (the
+/// bundled ones and `[exec] programs_dir`). Turn it off with `[exec] enabled = false`.
+async fn load_exec(
+    sandbox: &Arc<Sandbox>,
+    config: &Config,
+    grants: Grants,
+    registry: &mut ToolRegistry,
+) -> Result<(), Failure> {
+    let programs = sandbox
+        .programs(config.exec.programs_dir.as_deref())
+        .await
+        .map_err(|error| Failure::Tool(error.to_string()))?;
+    let exec = ExecGrant {
+        programs,
+        write_limit_bytes: config.exec_write_limit()?,
+    };
+    let loaded = sandbox
+        .load(
+            "exec",
+            "bundled:exec",
+            components::bundled::EXEC,
+            grants.with_exec(exec),
+        )
+        .await
+        .map_err(|error| Failure::Tool(error.to_string()))?;
+    for tool in loaded.into_tools() {
+        registry
+            .register(Arc::new(tool))
+            .map_err(|error| Failure::Tool(error.to_string()))?;
+    }
+    Ok(())
 }
 
 /// The web component's grants: no files, the network the config allows (nothing without

@@ -140,6 +140,7 @@ async fn run_prints_the_final_answer_after_real_tool_calls() {
         tools,
         [
             "edit_file",
+            "exec",
             "list_dir",
             "message",
             "read_file",
@@ -386,12 +387,12 @@ async fn demo_narrates_a_session_without_a_key() {
         stdout.contains("[message to user] Reminder: water the plants today."),
         "{stdout}"
     );
-    // exec: run when the build registers it, else skipped with a note.
+    // exec runs a real command line inside the sandbox.
     assert!(
-        stdout.contains("(skipped: this step needs the `exec` tool")
-            || stdout.contains("> exec {\"command\":\"wc -l notes/todo.txt\"}  ok"),
+        stdout.contains("> exec {\"command\":\"wc -l notes/todo.txt\"}  ok"),
         "{stdout}"
     );
+    assert!(!stdout.contains("(skipped"), "{stdout}");
     assert!(
         !stdout.contains("root:"),
         "nothing of /etc/passwd leaks: {stdout}"

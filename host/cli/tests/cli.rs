@@ -53,8 +53,22 @@ fn tools_lists_each_tool_with_schema_origin_and_grants() {
     assert_eq!(names, ["edit_file", "list_dir", "read_file", "write_file"]);
     for tool in file_tools {
         assert_eq!(tool["input_schema"]["type"], "object");
-        assert!(tool["grants"].as_str().unwrap().contains("(rw)"), "{tool}");
+        let grants = tool["grants"].as_str().unwrap();
+        assert!(grants.contains("(rw)"), "{tool}");
+        assert!(!grants.contains("exec ("), "{tool}");
     }
+    let exec = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == "exec")
+        .expect("exec is registered by default");
+    assert_eq!(exec["origin"], "bundled:exec");
+    let grants = exec["grants"].as_str().unwrap();
+    assert!(
+        grants.contains("(rw)") && grants.contains("exec ("),
+        "{exec}"
+    );
 
     let text = clawcage(dir.path(), &["tools"]);
     assert!(text.status.success());

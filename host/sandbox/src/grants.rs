@@ -136,6 +136,27 @@ impl Limits {
     }
 }
 
+/// The exec capability: running WASI command programs through the `process` import, each in a
+/// fresh instance with the same workspace and limits as the calling tool. Never a native process.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ExecGrant {
+    /// The programs that can be run.
+    pub programs: crate::programs::ProgramCatalog,
+    /// Bytes all programs of one call may write to files together (redirections and the
+    /// programs' own writes); past it a write fails with "no space left on device".
+    pub write_limit_bytes: u64,
+}
+
+impl ExecGrant {
+    /// `programs` with the default write limit (1 GiB per call).
+    pub fn new(programs: crate::programs::ProgramCatalog) -> Self {
+        Self {
+            programs,
+            write_limit_bytes: crate::programs::DEFAULT_WRITE_LIMIT_BYTES,
+        }
+    }
+}
+
 /// Everything one component is allowed.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Grants {
@@ -149,6 +170,8 @@ pub struct Grants {
     /// Non-secret configuration handed to the component as environment variables (for example
     /// `CLAWCAGE_SEARCH_ENDPOINT`). Secrets never go here: they stay in the network policy.
     settings: Vec<(String, String)>,
+    /// Running programs (the `process` import); `None` denies it.
+    pub exec: Option<ExecGrant>,
 }
 
 /// Environment names the host sets itself.
@@ -202,6 +225,12 @@ impl Grants {
         self
     }
 
+    /// These grants with the exec capability.
+    pub fn with_exec(mut self, exec: ExecGrant) -> Self {
+        self.exec = Some(exec);
+        self
+    }
+
     /// The same grants with the workspace read-only (used for sub-agents).
     pub fn read_only(&self) -> Grants {
         let mut narrowed = self.clone();
@@ -227,12 +256,22 @@ impl Grants {
             (Some(mine), Some(theirs)) => Some(Arc::new(mine.narrowed_by(theirs))),
             _ => None,
         };
+        // Exec survives only when both allow it; the programs are this side's, the write limit
+        // the smaller one.
+        let exec = match (&self.exec, &other.exec) {
+            (Some(mine), Some(theirs)) => Some(ExecGrant {
+                programs: mine.programs.clone(),
+                write_limit_bytes: mine.write_limit_bytes.min(theirs.write_limit_bytes),
+            }),
+            _ => None,
+        };
         Grants {
             workspace,
             limits: self.limits.narrowed_by(&other.limits),
             network,
             // Settings are configuration, not capabilities: a tool keeps its own.
             settings: self.settings.clone(),
+            exec,
         }
     }
 
@@ -251,8 +290,16 @@ impl Grants {
             Some(policy) => policy.describe(),
             None => "no network".to_string(),
         };
+        let exec = match &self.exec {
+            Some(exec) => format!(
+                ", exec ({} programs, write limit {} MiB)",
+                exec.programs.len(),
+                exec.write_limit_bytes >> 20
+            ),
+            None => String::new(),
+        };
         format!(
-            "{workspace}, memory {} MiB, timeout {}s, {network}",
+            "{workspace}, memory {} MiB, timeout {}s{exec}, {network}",
             self.limits.memory_bytes >> 20,
             self.limits.timeout.as_secs_f64()
         )

@@ -32,6 +32,8 @@ pub(crate) struct CallState {
     pub(crate) http_ctx: wasmtime_wasi_http::WasiHttpCtx,
     /// The `wasi:http` sender that applies `network`.
     pub(crate) http_hooks: PolicyHooks,
+    /// What the `process` import needs, when the tool was granted exec.
+    pub(crate) exec: Option<crate::process::ExecContext>,
 }
 
 impl CallState {
@@ -45,6 +47,7 @@ impl CallState {
             network: None,
             http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
             http_hooks: PolicyHooks::new(None, component),
+            exec: None,
         }
     }
 
@@ -73,7 +76,7 @@ pub(crate) struct MemoryLimiter {
 }
 
 impl MemoryLimiter {
-    fn new(max_bytes: u64) -> Self {
+    pub(crate) fn new(max_bytes: u64) -> Self {
         Self {
             max_bytes,
             exceeded: false,

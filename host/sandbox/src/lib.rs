@@ -9,12 +9,15 @@ pub mod cache;
 pub mod grants;
 mod host;
 pub mod network;
+mod process;
+pub mod programs;
 mod sandbox;
 mod tool;
 
 pub use cache::{ArtifactCache, CacheOutcome};
-pub use grants::{FsMode, GrantError, Grants, Limits, WorkspaceGrant};
+pub use grants::{ExecGrant, FsMode, GrantError, Grants, Limits, WorkspaceGrant};
 pub use network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
+pub use programs::ProgramCatalog;
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;
 

@@ -3,8 +3,9 @@
 //! turns component bytes into [`WasmTool`]s after checking that every import the component asks
 //! for is one the host provides.
 
-use std::sync::Arc;
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::Duration;
 
@@ -81,6 +82,8 @@ pub struct Sandbox {
     engine: Engine,
     cache: ArtifactCache,
     ticker_stop: Arc<AtomicBool>,
+    /// Programs compiled in this process, by cache key, so a second catalog does not load again.
+    compiled_programs: Mutex<HashMap<String, Component>>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -134,6 +137,7 @@ impl Sandbox {
             engine,
             cache: options.cache,
             ticker_stop,
+            compiled_programs: Mutex::new(HashMap::new()),
         }))
     }
 
@@ -145,6 +149,21 @@ impl Sandbox {
     /// The artifact cache.
     pub fn cache(&self) -> &ArtifactCache {
         &self.cache
+    }
+
+    /// A program compiled earlier in this process, by its cache key.
+    pub(crate) fn compiled_program(&self, key: &str) -> Option<Component> {
+        self.compiled_programs
+            .lock()
+            .ok()
+            .and_then(|programs| programs.get(key).cloned())
+    }
+
+    /// Keeps a compiled program for the rest of the process.
+    pub(crate) fn remember_program(&self, key: String, component: Component) {
+        if let Ok(mut programs) = self.compiled_programs.lock() {
+            programs.insert(key, component);
+        }
     }
 
     /// Compile (or fetch from the cache) the component `bytes`, check its imports, ask it for its
@@ -174,7 +193,7 @@ impl Sandbox {
 
         self.check_imports(name, &component, &grants)?;
         let linker = self
-            .linker(grants.network.is_some())
+            .linker(&grants)
             .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
         let instance_pre =
             linker
@@ -210,24 +229,27 @@ impl Sandbox {
     }
 
     /// The linker a component is instantiated with: WASI (with sockets denied by the context)
-    /// and the `log` import; with `network`, also the `http` import and `wasi:http`, both of
-    /// which send through the call's network policy.
-    fn linker(&self, network: bool) -> wasmtime::Result<Linker<CallState>> {
+    /// and the `log` import; with a network grant, also the `http` import and `wasi:http`, both
+    /// of which send through the call's network policy; with exec, the `process` import.
+    fn linker(&self, grants: &Grants) -> wasmtime::Result<Linker<CallState>> {
         let mut linker = Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         bindings::log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
-        if network {
+        if grants.network.is_some() {
             bindings::http::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| {
                 state
             })?;
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
+        }
+        if grants.exec.is_some() {
+            crate::process::add_to_linker(&mut linker)?;
         }
         Ok(linker)
     }
 
     /// Refuses components that import interfaces these grants do not provide, naming the import
     /// and what would allow it. Outbound HTTP (`clawcage:tool/http`, `wasi:http/*`) is provided
-    /// only with a network grant.
+    /// only with a network grant, `clawcage:tool/process` only with exec.
     fn check_imports(
         &self,
         name: &str,
@@ -242,7 +264,8 @@ impl Sandbox {
             let provided = (import.starts_with("wasi:") && !is_http)
                 || import.starts_with("clawcage:tool/log@")
                 || import.starts_with("clawcage:tool/types@")
-                || (network && is_http);
+                || (network && is_http)
+                || (grants.exec.is_some() && import.starts_with("clawcage:tool/process@"));
             if provided {
                 continue;
             }
@@ -252,7 +275,7 @@ impl Sandbox {
                     "outbound HTTP needs a network grant: list the hosts the tool may reach in [network] allow in clawcage.toml"
                 }
                 "clawcage:tool/process" => {
-                    "running programs needs the exec capability, which this host does not offer yet"
+                    "running programs needs the exec capability: grant it with `Grants::with_exec` (for the CLI: keep `exec` enabled in the [exec] config section)"
                 }
                 "clawcage:tool/scheduler" => {
                     "scheduling needs the cron capability, which this host does not offer yet"

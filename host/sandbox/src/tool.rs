@@ -151,6 +151,9 @@ pub(crate) async fn run_in_fresh_instance(
             .with_network(grants.network.clone()),
     );
     store.limiter(|state| &mut state.limiter);
+    let timeout = grants.limits.timeout;
+    store.data_mut().exec =
+        crate::process::ExecContext::for_call(grants, std::time::Instant::now() + timeout);
     // Yield to the executor at every epoch tick, so the timeout below can stop a guest that
     // never returns, including one inside a host call.
     store.set_epoch_deadline(1);
@@ -161,7 +164,6 @@ pub(crate) async fn run_in_fresh_instance(
         Operation::Specs => format!("component `{}`", component.name),
         Operation::Call { name, .. } => format!("the tool `{name}`"),
     };
-    let timeout = grants.limits.timeout;
     let outcome = tokio::time::timeout(timeout, async {
         let tool = component.pre.instantiate_async(&mut store).await?;
         let guest = tool.clawcage_tool_tool();

@@ -1,0 +1,501 @@
+//! The WASI command programs that the exec capability can run: compiling them (through the
+//! artifact cache, and once per [`Sandbox`] in memory), naming them (a multicall program such as
+//! coreutils answers to many names, asked once with `--list`), and the store each run gets — its
+//! own memory cap and a write budget shared by every program of one tool call. The budget is
+//! charged by wrapping the file-writing functions of `wasi:filesystem`, so a program that writes
+//! files itself (`dd`, `cp`, `tee`, `sed -i`) is bounded like a shell redirection is.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use bytes::Bytes;
+use wasmtime::component::{Component, Linker, Resource, ResourceTable};
+use wasmtime::{Engine, Store, StoreContextMut};
+use wasmtime_wasi::filesystem::WasiFilesystemView as _;
+use wasmtime_wasi::p2::bindings::CommandPre;
+use wasmtime_wasi::p2::bindings::filesystem::types::{
+    Descriptor, ErrorCode, Host as _, HostDescriptor as _,
+};
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
+use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+
+use crate::components;
+use crate::host::MemoryLimiter;
+use crate::sandbox::{LoadError, Sandbox};
+
+/// The `wasi:filesystem/types` instance wasmtime-wasi defines; its file-writing functions are
+/// replaced by budgeted ones for programs.
+const FILESYSTEM_TYPES: &str = "wasi:filesystem/types@0.2.12";
+
+/// Default bytes all programs of one exec call may write to files together.
+pub const DEFAULT_WRITE_LIMIT_BYTES: u64 = 1 << 30;
+
+/// The store state of one running program.
+pub(crate) struct ProgramState {
+    wasi: WasiCtx,
+    table: ResourceTable,
+    pub(crate) limiter: MemoryLimiter,
+    budget: Arc<WriteBudget>,
+}
+
+impl ProgramState {
+    pub(crate) fn new(wasi: WasiCtx, memory_bytes: u64, budget: Arc<WriteBudget>) -> Self {
+        Self {
+            wasi,
+            table: ResourceTable::new(),
+            limiter: MemoryLimiter::new(memory_bytes),
+            budget,
+        }
+    }
+}
+
+impl WasiView for ProgramState {
+    fn ctx(&mut self) -> WasiCtxView<'_> {
+        WasiCtxView {
+            ctx: &mut self.wasi,
+            table: &mut self.table,
+        }
+    }
+}
+
+/// Bytes that the programs of one tool call may still write to files.
+#[derive(Debug)]
+pub(crate) struct WriteBudget {
+    limit: u64,
+    used: AtomicU64,
+    exceeded: AtomicBool,
+}
+
+impl WriteBudget {
+    pub(crate) fn new(limit: u64) -> Self {
+        Self {
+            limit,
+            used: AtomicU64::new(0),
+            exceeded: AtomicBool::new(false),
+        }
+    }
+
+    /// Takes `bytes` from the budget; false (and remembered) when that would pass the limit.
+    pub(crate) fn charge(&self, bytes: usize) -> bool {
+        let bytes = bytes as u64;
+        let before = self.used.fetch_add(bytes, Ordering::Relaxed);
+        if before.saturating_add(bytes) > self.limit {
+            self.exceeded.store(true, Ordering::Relaxed);
+            false
+        } else {
+            true
+        }
+    }
+
+    pub(crate) fn exceeded(&self) -> bool {
+        self.exceeded.load(Ordering::Relaxed)
+    }
+
+    pub(crate) fn limit(&self) -> u64 {
+        self.limit
+    }
+}
+
+/// The error a write past the budget fails with: "no space left on device", which programs
+/// report in their own words; the shell adds what happened.
+pub(crate) fn budget_error() -> std::io::Error {
+    std::io::Error::from(std::io::ErrorKind::StorageFull)
+}
+
+/// An output stream into a file that charges the write budget before each write.
+struct BudgetedStream {
+    inner: DynOutputStream,
+    budget: Arc<WriteBudget>,
+}
+
+#[wasmtime_wasi::async_trait]
+impl Pollable for BudgetedStream {
+    async fn ready(&mut self) {
+        self.inner.ready().await;
+    }
+}
+
+#[wasmtime_wasi::async_trait]
+impl OutputStream for BudgetedStream {
+    fn write(&mut self, bytes: Bytes) -> StreamResult<()> {
+        if !self.budget.charge(bytes.len()) {
+            return Err(StreamError::LastOperationFailed(budget_error().into()));
+        }
+        self.inner.write(bytes)
+    }
+
+    fn flush(&mut self) -> StreamResult<()> {
+        self.inner.flush()
+    }
+
+    fn check_write(&mut self) -> StreamResult<usize> {
+        self.inner.check_write()
+    }
+}
+
+/// Replaces a file output stream just created in `state`'s table by a budgeted one.
+fn budgeted(
+    state: &mut ProgramState,
+    stream: Resource<DynOutputStream>,
+) -> wasmtime::Result<Resource<DynOutputStream>> {
+    let budget = state.budget.clone();
+    let inner = state.table.delete(stream)?;
+    let wrapped: DynOutputStream = Box::new(BudgetedStream { inner, budget });
+    Ok(state.table.push(wrapped)?)
+}
+
+/// The linker every program is instantiated with: WASI (sockets denied by the context) with the
+/// file-writing functions replaced by ones that charge the call's write budget.
+pub(crate) fn program_linker(engine: &Engine) -> wasmtime::Result<Linker<ProgramState>> {
+    let mut linker = Linker::new(engine);
+    wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    linker.allow_shadowing(true);
+    let mut types = linker.instance(FILESYSTEM_TYPES)?;
+    types.func_wrap_async(
+        "[method]descriptor.write-via-stream",
+        |mut store: StoreContextMut<'_, ProgramState>,
+         (fd, offset): (Resource<Descriptor>, u64)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let mut view = state.filesystem();
+                let opened = match view.write_via_stream(fd, offset) {
+                    Ok(stream) => stream,
+                    Err(error) => return Ok((Err(view.convert_error_code(error)?),)),
+                };
+                Ok((Ok::<_, ErrorCode>(budgeted(state, opened)?),))
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.append-via-stream",
+        |mut store: StoreContextMut<'_, ProgramState>, (fd,): (Resource<Descriptor>,)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                let mut view = state.filesystem();
+                let opened = match view.append_via_stream(fd) {
+                    Ok(stream) => stream,
+                    Err(error) => return Ok((Err(view.convert_error_code(error)?),)),
+                };
+                Ok((Ok::<_, ErrorCode>(budgeted(state, opened)?),))
+            })
+        },
+    )?;
+    types.func_wrap_async(
+        "[method]descriptor.write",
+        |mut store: StoreContextMut<'_, ProgramState>,
+         (fd, buffer, offset): (Resource<Descriptor>, Vec<u8>, u64)| {
+            Box::new(async move {
+                let state = store.data_mut();
+                if !state.budget.charge(buffer.len()) {
+                    return Ok((Err::<u64, _>(ErrorCode::InsufficientSpace),));
+                }
+                let mut view = state.filesystem();
+                match view.write(fd, buffer, offset).await {
+                    Ok(written) => Ok((Ok(written),)),
+                    Err(error) => Ok((Err(view.convert_error_code(error)?),)),
+                }
+            })
+        },
+    )?;
+    Ok(linker)
+}
+
+/// One compiled program.
+pub(crate) struct Program {
+    /// Where it came from, e.g. `bundled:coreutils` or a file path.
+    pub(crate) origin: String,
+    pub(crate) pre: CommandPre<ProgramState>,
+    pub(crate) engine: Engine,
+}
+
+/// The programs an exec grant can run, by name. Cheap to clone; compiled once.
+#[derive(Clone)]
+pub struct ProgramCatalog {
+    programs: Arc<BTreeMap<String, Arc<Program>>>,
+}
+
+impl std::fmt::Debug for ProgramCatalog {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgramCatalog")
+            .field("programs", &self.programs.len())
+            .finish()
+    }
+}
+
+impl PartialEq for ProgramCatalog {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.programs, &other.programs)
+    }
+}
+
+impl Eq for ProgramCatalog {}
+
+impl ProgramCatalog {
+    /// The names of the programs, sorted.
+    pub fn names(&self) -> Vec<String> {
+        self.programs.keys().cloned().collect()
+    }
+
+    /// Where program `name` came from (`bundled:coreutils`, a file path), if it exists.
+    pub fn origin(&self, name: &str) -> Option<&str> {
+        self.programs
+            .get(name)
+            .map(|program| program.origin.as_str())
+    }
+
+    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Program>> {
+        self.programs.get(name)
+    }
+
+    /// How many programs there are.
+    pub fn len(&self) -> usize {
+        self.programs.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.programs.is_empty()
+    }
+}
+
+/// The bundled programs: (name, bytes, whether it is a multicall program named by argv[0]).
+fn bundled() -> [(&'static str, &'static [u8], bool); 4] {
+    [
+        ("coreutils", components::bundled::COREUTILS, true),
+        ("grep", components::bundled::GREP, false),
+        ("find", components::bundled::FIND, false),
+        ("sed", components::bundled::SED, false),
+    ]
+}
+
+/// Whether `name` can be a program name: letters, digits, `.`, `_`, `+`, `-`, not starting
+/// with `-` or `.`.
+pub(crate) fn valid_program_name(name: &str) -> bool {
+    !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with(['-', '.'])
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'))
+}
+
+impl Sandbox {
+    /// The bundled programs (uutils coreutils, grep, find, sed) plus every `NAME.wasm` WASI
+    /// command component in `extra_dir`, compiled (from the on-disk cache after the first start,
+    /// and once per process in memory). A program of `extra_dir` replaces a bundled one of the
+    /// same name.
+    pub async fn programs(
+        self: &Arc<Self>,
+        extra_dir: Option<&Path>,
+    ) -> Result<ProgramCatalog, LoadError> {
+        let linker = program_linker(self.engine())
+            .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
+        let mut programs: BTreeMap<String, Arc<Program>> = BTreeMap::new();
+        for (name, bytes, multicall) in bundled() {
+            let component = self.compile_program(name, bytes.to_vec()).await?;
+            let program = Arc::new(self.prepare_program(
+                &linker,
+                name,
+                format!("bundled:{name}"),
+                &component,
+            )?);
+            if multicall {
+                for utility in self.multicall_names(name, &program).await? {
+                    programs.insert(utility, program.clone());
+                }
+            } else {
+                programs.insert(name.to_string(), program);
+            }
+        }
+        if let Some(dir) = extra_dir {
+            for (name, path) in operator_programs(dir)? {
+                let bytes = std::fs::read(&path).map_err(|error| LoadError::Compile {
+                    component: name.clone(),
+                    reason: format!("cannot read {}: {error}", path.display()),
+                })?;
+                let component = self.compile_program(&name, bytes).await?;
+                let origin = path.display().to_string();
+                let program = self.prepare_program(&linker, &name, origin, &component)?;
+                if programs.contains_key(&name) {
+                    tracing::info!(program = %name, path = %path.display(), "an operator program replaces the bundled one");
+                }
+                programs.insert(name, Arc::new(program));
+            }
+        }
+        Ok(ProgramCatalog {
+            programs: Arc::new(programs),
+        })
+    }
+
+    /// Compiles (or fetches) one program's component, keeping it in memory for this process.
+    async fn compile_program(&self, name: &str, bytes: Vec<u8>) -> Result<Component, LoadError> {
+        let key = crate::cache::ArtifactCache::key(self.engine(), &bytes);
+        if let Some(component) = self.compiled_program(&key) {
+            return Ok(component);
+        }
+        let engine = self.engine().clone();
+        let cache = self.cache().clone();
+        let compiled = tokio::task::spawn_blocking(move || cache.load(&engine, &bytes))
+            .await
+            .map_err(|error| LoadError::Compile {
+                component: name.to_string(),
+                reason: format!("the compile task stopped: {error}"),
+            })?;
+        let (component, outcome) = compiled.map_err(|error| LoadError::Compile {
+            component: name.to_string(),
+            reason: format!("{error:#}"),
+        })?;
+        tracing::debug!(program = name, ?outcome, "program ready");
+        self.remember_program(key, component.clone());
+        Ok(component)
+    }
+
+    fn prepare_program(
+        &self,
+        linker: &Linker<ProgramState>,
+        name: &str,
+        origin: String,
+        component: &Component,
+    ) -> Result<Program, LoadError> {
+        let instance_pre = linker
+            .instantiate_pre(component)
+            .map_err(|error| LoadError::Compile {
+                component: name.to_string(),
+                reason: format!(
+                    "it is not a WASI command this host can run (it may import something beyond wasi:*): {error:#}"
+                ),
+            })?;
+        let pre = CommandPre::new(instance_pre).map_err(|error| LoadError::Compile {
+            component: name.to_string(),
+            reason: format!(
+                "it is not a WASI command component (no `wasi:cli/run` export; build a binary, not a library): {error:#}"
+            ),
+        })?;
+        Ok(Program {
+            origin,
+            pre,
+            engine: self.engine().clone(),
+        })
+    }
+
+    /// Asks a multicall program for the names it answers to (`PROGRAM --list`).
+    async fn multicall_names(
+        &self,
+        name: &str,
+        program: &Program,
+    ) -> Result<Vec<String>, LoadError> {
+        let stdout = MemoryOutputPipe::new(1 << 20);
+        let stderr = MemoryOutputPipe::new(64 << 10);
+        let wasi = WasiCtxBuilder::new()
+            .args(&[name, "--list"])
+            .stdout(stdout.clone())
+            .stderr(stderr.clone())
+            .allow_tcp(false)
+            .allow_udp(false)
+            .allow_ip_name_lookup(false)
+            .build();
+        let budget = Arc::new(WriteBudget::new(0));
+        let mut store = Store::new(self.engine(), ProgramState::new(wasi, 256 << 20, budget));
+        store.limiter(|state| &mut state.limiter);
+        store.set_epoch_deadline(1);
+        store.epoch_deadline_async_yield_and_update(1);
+        let run = tokio::time::timeout(std::time::Duration::from_secs(30), async {
+            let command = program.pre.instantiate_async(&mut store).await?;
+            command.wasi_cli_run().call_run(&mut store).await
+        })
+        .await;
+        let failed = |reason: String| LoadError::Compile {
+            component: name.to_string(),
+            reason,
+        };
+        match run {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(()))) => {
+                return Err(failed(format!(
+                    "`{name} --list` failed: {}",
+                    String::from_utf8_lossy(&stderr.contents())
+                )));
+            }
+            Ok(Err(error)) if exit_code(&error) == Some(0) => {}
+            Ok(Err(error)) => return Err(failed(format!("`{name} --list` failed: {error:#}"))),
+            Err(_) => return Err(failed(format!("`{name} --list` did not finish"))),
+        }
+        let listing = String::from_utf8_lossy(&stdout.contents()).into_owned();
+        let names: Vec<String> = listing
+            .lines()
+            .map(str::trim)
+            .filter(|line| *line == "[" || valid_program_name(line))
+            .map(str::to_string)
+            .collect();
+        if names.is_empty() {
+            return Err(failed(format!("`{name} --list` printed no names")));
+        }
+        Ok(names)
+    }
+}
+
+/// The exit code in a program's `exit` call, if `error` is one.
+pub(crate) fn exit_code(error: &wasmtime::Error) -> Option<i32> {
+    error
+        .downcast_ref::<wasmtime_wasi::I32Exit>()
+        .map(|exit| exit.0)
+}
+
+/// `NAME.wasm` files of `dir`, sorted by name.
+fn operator_programs(dir: &Path) -> Result<Vec<(String, PathBuf)>, LoadError> {
+    let entries = std::fs::read_dir(dir).map_err(|error| LoadError::Compile {
+        component: dir.display().to_string(),
+        reason: format!(
+            "cannot read the programs directory: {error}; fix [exec] programs_dir in the config"
+        ),
+    })?;
+    let mut found = Vec::new();
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.extension().is_none_or(|extension| extension != "wasm") || !path.is_file() {
+            continue;
+        }
+        let Some(name) = path.file_stem().and_then(|stem| stem.to_str()) else {
+            continue;
+        };
+        if !valid_program_name(name) {
+            return Err(LoadError::Compile {
+                component: name.to_string(),
+                reason: format!(
+                    "{} is not a usable program name (letters, digits, `.`, `_`, `+`, `-`); rename the file",
+                    path.display()
+                ),
+            });
+        }
+        found.push((name.to_string(), path));
+    }
+    found.sort();
+    Ok(found)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_write_budget_refuses_past_its_limit_and_remembers() {
+        let budget = WriteBudget::new(10);
+        assert!(budget.charge(6));
+        assert!(!budget.exceeded());
+        assert!(!budget.charge(5));
+        assert!(budget.exceeded());
+    }
+
+    #[test]
+    fn program_names_are_plain() {
+        assert!(valid_program_name("rg"));
+        assert!(valid_program_name("python3.12"));
+        assert!(!valid_program_name("../x"));
+        assert!(!valid_program_name("-rf"));
+        assert!(!valid_program_name(""));
+        assert!(!valid_program_name("a b"));
+    }
+}

@@ -1,0 +1,247 @@
+//! The exec tool end to end: the shell component, the `process` import and the bundled programs
+//! in a real engine, on real files in a temporary workspace.
+
+use std::fs;
+
+use clawcage_agent::ToolRegistry;
+use clawcage_sandbox::components::bundled;
+use clawcage_sandbox::{ExecGrant, FsMode, Grants, Limits, LoadError};
+use clawcage_tests::{exec_registry, grants, sandbox};
+use serde_json::json;
+
+async fn exec(registry: &ToolRegistry, command: &str) -> String {
+    registry
+        .execute_value("exec", &json!({ "command": command }))
+        .await
+        .unwrap_or_else(|error| panic!("`{command}` failed: {error}"))
+        .text
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::create_dir_all(dir.path().join("src/nested")).unwrap();
+    fs::write(dir.path().join("src/a.rs"), "fn a() {}\n// TODO: one\n").unwrap();
+    fs::write(
+        dir.path().join("src/nested/b.rs"),
+        "// TODO: two\n// todo lower\n",
+    )
+    .unwrap();
+    fs::write(dir.path().join("src/c.txt"), "TODO: three\n").unwrap();
+    fs::write(dir.path().join("f.txt"), "banana\nalpha\n").unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ls_lists_the_workspace() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(&registry, "ls -la").await;
+    assert!(text.contains("f.txt") && text.contains("src"), "{text}");
+    assert!(text.ends_with("[exit status: 0]"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grep_into_wc_streams_through_a_pipe() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(&registry, "grep -rn TODO src | wc -l").await;
+    assert!(text.starts_with("3\n"), "{text}");
+    let text = exec(&registry, "grep -rn TODO src").await;
+    assert!(text.contains("src/a.rs:2:// TODO: one"), "{text}");
+    let text = exec(&registry, "grep -rli todo src | sort").await;
+    assert_eq!(
+        text,
+        "src/a.rs\nsrc/c.txt\nsrc/nested/b.rs\n[exit status: 0]"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn find_and_sort() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(&registry, "find . -name '*.rs' | sort").await;
+    assert_eq!(text, "./src/a.rs\n./src/nested/b.rs\n[exit status: 0]");
+    let text = exec(&registry, "find src -maxdepth 1 -type d").await;
+    assert_eq!(text, "src\nsrc/nested\n[exit status: 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redirect_then_cat() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(&registry, "echo hi > out.txt && cat out.txt").await;
+    assert_eq!(text, "hi\n[exit status: 0]");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("out.txt")).unwrap(),
+        "hi\n"
+    );
+    exec(
+        &registry,
+        "printf 'x\\n' >> out.txt; ls nope 2>/dev/null; wc -l < out.txt > n.txt",
+    )
+    .await;
+    assert_eq!(fs::read_to_string(dir.path().join("n.txt")).unwrap(), "2\n");
+    let text = exec(&registry, "ls nope 2>&1 | grep -c nope").await;
+    assert!(text.starts_with("1\n"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sed_edits_in_place() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    exec(&registry, "sed -i 's/a/b/g' f.txt").await;
+    assert_eq!(
+        fs::read_to_string(dir.path().join("f.txt")).unwrap(),
+        "bbnbnb\nblphb\n"
+    );
+    let text = exec(&registry, "sed -n '2p' f.txt").await;
+    assert_eq!(text, "blphb\n[exit status: 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cd_changes_the_working_directory_of_programs() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let root = dir.path().canonicalize().unwrap();
+    let text = exec(&registry, "cd src && pwd").await;
+    assert_eq!(text, format!("{}/src\n[exit status: 0]", root.display()));
+    let text = exec(&registry, "cd src/nested && cat b.rs | head -1 && ls ..").await;
+    assert!(text.starts_with("// TODO: two\n"), "{text}");
+    assert!(text.contains("a.rs"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exit_codes_and_status_variable() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    assert_eq!(
+        exec(&registry, "false; echo $?").await,
+        "1\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "true && echo yes || echo no").await,
+        "yes\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "grep -q nothing f.txt || echo missing").await,
+        "missing\n[exit status: 0]"
+    );
+    assert_eq!(exec(&registry, "exit 3").await, "[exit status: 3]");
+    assert!(
+        exec(&registry, "ls /nope")
+            .await
+            .ends_with("[exit status: 1]")
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quoting_variables_globs_and_substitution() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(
+        &registry,
+        "X='a b'; export Y=\"$X c\"; echo \"${Y}\" '$X' \\$X",
+    )
+    .await;
+    assert_eq!(text, "a b c $X $X\n[exit status: 0]");
+    assert_eq!(
+        exec(&registry, "echo src/*.rs").await,
+        "src/a.rs\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "echo 'src/*.rs'").await,
+        "src/*.rs\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "n=$(ls src | wc -l); echo \"$n files\"").await,
+        "3 files\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(&registry, "echo `echo back`").await,
+        "back\n[exit status: 0]"
+    );
+    let text = exec(
+        &registry,
+        "for f in src/*.rs; do echo \"file ${f##*/}\"; done",
+    )
+    .await;
+    assert_eq!(text, "file a.rs\n[exit status: 0]");
+    let text = exec(
+        &registry,
+        "sh -c 'echo $0 $1' name arg && bash -c 'cd src; pwd' | grep -c src",
+    )
+    .await;
+    assert!(text.starts_with("name arg\n1\n"), "{text}");
+    let text = exec(&registry, "cat <<EOF\nline $((1+2))\nEOF").await;
+    assert_eq!(text, "line 3\n[exit status: 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn yes_into_head_ends_when_head_exits() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(&registry, "yes | head -3").await;
+    assert_eq!(text, "y\ny\ny\n[exit status: 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_programs_name_what_exists() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(&registry, "frobnicate --now").await;
+    assert!(text.contains("command not found: frobnicate"), "{text}");
+    assert!(
+        text.contains("available programs:") && text.contains(" grep "),
+        "{text}"
+    );
+    assert!(text.ends_with("[exit status: 127]"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn operator_programs_join_the_catalog() {
+    let dir = workspace();
+    let programs = tempfile::tempdir().unwrap();
+    fs::write(programs.path().join("mygrep.wasm"), bundled::GREP).unwrap();
+    let sandbox = sandbox();
+    let catalog = sandbox.programs(Some(programs.path())).await.unwrap();
+    assert!(catalog.names().contains(&"mygrep".to_string()));
+    let grants =
+        grants(dir.path(), FsMode::ReadWrite, Limits::default()).with_exec(ExecGrant::new(catalog));
+    let registry = clawcage_tests::registry_of(&[("exec", bundled::EXEC)], grants).await;
+    let text = exec(&registry, "mygrep -c TODO src/c.txt").await;
+    assert_eq!(text, "1\n[exit status: 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_importing_process_without_the_grant_fails_to_load() {
+    let dir = workspace();
+    let error = sandbox()
+        .load(
+            "exec",
+            "test:exec",
+            bundled::EXEC,
+            grants(dir.path(), FsMode::ReadWrite, Limits::default()),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, LoadError::UngrantedImport { .. }),
+        "{error}"
+    );
+    let message = error.to_string();
+    assert!(message.contains("clawcage:tool/process"), "{message}");
+    assert!(message.contains("exec capability"), "{message}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn narrowing_without_exec_drops_it() {
+    let dir = workspace();
+    let catalog = clawcage_tests::programs().await;
+    let plain: Grants = grants(dir.path(), FsMode::ReadWrite, Limits::default());
+    let parent = plain.clone().with_exec(ExecGrant::new(catalog));
+    assert!(parent.narrowed_by(&plain).exec.is_none());
+    assert!(plain.narrowed_by(&parent).exec.is_none());
+    let kept = parent.narrowed_by(&parent);
+    assert_eq!(kept.exec, parent.exec);
+    assert!(kept.describe().contains("exec ("), "{}", kept.describe());
+}

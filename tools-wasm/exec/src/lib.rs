@@ -1,0 +1,153 @@
+//! The `exec` tool of clawcage: a shell interpreter compiled into this component that runs each
+//! program of a command line as a WASI command component through the host's `process` import.
+//! No native process is ever started; the programs see only the sandbox's workspace. The
+//! interpreter (`shell`) parses with brush-parser and supports pipelines, redirections, `&&`,
+//! `||`, `;`, quoting, variables, command substitution, globbing, `if`/`for`/`while`/`case`,
+//! and the builtins a model reaches for; what it does not support is refused with a clear error
+//! before anything runs.
+
+pub mod glob;
+pub mod output;
+pub mod shell;
+
+use std::time::Duration;
+
+use clawcage_tool_sdk::{Spec, ToolError, Value, args, json};
+
+#[doc(hidden)]
+#[allow(missing_docs, unsafe_code, clippy::all)]
+pub mod bindings {
+    wit_bindgen::generate!({
+        path: "../../wit",
+        world: "exec-tool",
+    });
+}
+
+use bindings::clawcage::tool::process as wit;
+use bindings::exports::clawcage::tool::tool as export;
+
+/// The time a command line gets when the call does not say.
+const DEFAULT_TIMEOUT_SECS: f64 = 30.0;
+/// Characters of output shown to the model.
+pub const OUTPUT_CHARS: usize = 10_000;
+
+/// The host's `process` import, behind a trait so the interpreter can be tested natively.
+pub trait Process {
+    /// The programs the host can run, sorted.
+    fn programs(&mut self) -> Vec<String>;
+    /// Runs one pipeline.
+    fn run(&mut self, pipeline: &wit::Pipeline) -> Result<wit::RunResult, wit::RunError>;
+}
+
+/// The real import.
+struct HostProcess;
+
+impl Process for HostProcess {
+    fn programs(&mut self) -> Vec<String> {
+        wit::programs()
+    }
+
+    fn run(&mut self, pipeline: &wit::Pipeline) -> Result<wit::RunResult, wit::RunError> {
+        wit::run(pipeline)
+    }
+}
+
+fn spec() -> Spec {
+    Spec::new(
+        "exec",
+        "Run a shell command line inside the sandbox and return its combined stdout and stderr \
+         (cut to 10,000 characters, keeping the head and the tail) and its exit status. The shell is \
+         POSIX-like: pipelines, redirections (<, >, >>, 2>&1, 2>/dev/null, here-documents), &&, ||, \
+         ;, quotes, $VAR, ${VAR}, $?, $(...), globs, if/for/while/case, and the builtins cd, pwd, \
+         export, unset, exit, echo, read, set, env, true, false, :, sh -c. Programs are WebAssembly \
+         builds of uutils coreutils (ls, cat, wc, sort, head, tail, cp, mv, rm, mkdir, ...), grep, \
+         find and sed, plus any the operator added; there is no network, no package manager and no \
+         compiler. Only the workspace directory exists; the working directory starts there. \
+         Background jobs (&) and shell functions are not supported.",
+        json!({
+            "type": "object",
+            "properties": {
+                "command": {
+                    "type": "string",
+                    "description": "The command line, e.g. \"grep -rn TODO src | wc -l\"."
+                },
+                "timeout_secs": {
+                    "type": "number",
+                    "exclusiveMinimum": 0,
+                    "maximum": 3600,
+                    "description": "Time limit for the whole command line in seconds (default 30; the operator's limit caps it)."
+                }
+            },
+            "required": ["command"],
+            "additionalProperties": false
+        }),
+    )
+}
+
+/// Runs the tool: the command line in a fresh shell whose working directory is the workspace.
+pub fn call(name: &str, arguments: Value, process: &mut dyn Process) -> Result<String, ToolError> {
+    if name != "exec" {
+        return Err(ToolError::unknown_tool(name));
+    }
+    let command = args::required_str(&arguments, "command")?;
+    let timeout_secs = match arguments.get("timeout_secs") {
+        None | Some(Value::Null) => DEFAULT_TIMEOUT_SECS,
+        Some(value) => value
+            .as_f64()
+            .filter(|secs| *secs > 0.0 && *secs <= 3600.0)
+            .ok_or_else(|| {
+                ToolError::InvalidArgs(
+                    "field `timeout_secs` must be a number of seconds above 0 and at most 3600"
+                        .to_string(),
+                )
+            })?,
+    };
+    let workspace =
+        clawcage_tool_sdk::workspace::root().map(|root| root.to_string_lossy().into_owned());
+    let mut shell = shell::Shell::new(
+        process,
+        workspace,
+        std::env::vars().collect(),
+        Duration::from_secs_f64(timeout_secs),
+    );
+    shell.run_command_line(command)
+}
+
+struct ExecTool;
+
+impl export::Guest for ExecTool {
+    fn specs() -> Vec<export::ToolSpec> {
+        let spec = spec();
+        vec![export::ToolSpec {
+            name: spec.name,
+            description: spec.description,
+            input_schema: spec.input_schema.to_string(),
+        }]
+    }
+
+    fn call(name: String, arguments: String) -> Result<String, export::ToolError> {
+        let parsed: Result<Value, ToolError> = if arguments.trim().is_empty() {
+            Ok(json!({}))
+        } else {
+            serde_json::from_str(&arguments).map_err(|error| {
+                ToolError::InvalidArgs(format!("the arguments are not valid JSON: {error}"))
+            })
+        };
+        let result = parsed.and_then(|arguments| {
+            clawcage_tool_sdk::workspace::enter()?;
+            call(&name, arguments, &mut HostProcess)
+        });
+        result.map_err(|error| match error {
+            ToolError::InvalidArgs(message) => export::ToolError::InvalidArgs(message),
+            ToolError::Denied(message) => export::ToolError::Denied(message),
+            ToolError::Failed(message) => export::ToolError::Failed(message),
+        })
+    }
+}
+
+/// The component's export of `clawcage:tool/tool`; the generated glue needs `unsafe`.
+#[allow(unsafe_code)]
+mod exported {
+    use super::ExecTool;
+    crate::bindings::export!(ExecTool with_types_in crate::bindings);
+}

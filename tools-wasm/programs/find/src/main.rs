@@ -1,0 +1,492 @@
+//! `find` for clawcage's exec: walks the given directories (default `.`) and prints every path
+//! for which the expression is true. Tests: `-name`, `-iname`, `-path`/`-wholename`, `-ipath`,
+//! `-type f|d|l`, `-mtime`, `-mmin`, `-newer`, `-size`, `-empty`, `-true`, `-false`; operators
+//! `!`/`-not`, `-a`/`-and` (also implied), `-o`/`-or`, `( )`; options `-maxdepth`, `-mindepth`;
+//! actions `-print`, `-print0`, `-delete`, `-prune`, `-quit`. `-exec` and other ways of starting
+//! processes do not exist here: pipe the paths into the next program instead.
+
+use std::io::{self, BufWriter, Write};
+use std::path::Path;
+use std::time::{Duration, SystemTime};
+
+use clawcage_program_support::{enter_working_directory, report_io};
+use globset::{GlobBuilder, GlobMatcher};
+
+/// A comparison with a number: `+N` more than, `-N` less than, `N` exactly.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Compare {
+    More(u64),
+    Less(u64),
+    Exactly(u64),
+}
+
+impl Compare {
+    fn parse(text: &str) -> Option<Compare> {
+        if let Some(rest) = text.strip_prefix('+') {
+            rest.parse().ok().map(Compare::More)
+        } else if let Some(rest) = text.strip_prefix('-') {
+            rest.parse().ok().map(Compare::Less)
+        } else {
+            text.parse().ok().map(Compare::Exactly)
+        }
+    }
+
+    fn holds(self, value: u64) -> bool {
+        match self {
+            Compare::More(n) => value > n,
+            Compare::Less(n) => value < n,
+            Compare::Exactly(n) => value == n,
+        }
+    }
+}
+
+#[derive(Debug)]
+enum Expr {
+    Name(GlobMatcher),
+    Path(GlobMatcher),
+    Type(char),
+    /// Age in units of `unit` seconds, rounded down (`-mtime`: days, `-mmin`: minutes).
+    Age {
+        compare: Compare,
+        unit: u64,
+    },
+    Newer(SystemTime),
+    /// Size in units of `unit` bytes, rounded up.
+    Size {
+        compare: Compare,
+        unit: u64,
+    },
+    Empty,
+    Constant(bool),
+    Print,
+    Print0,
+    Delete,
+    Prune,
+    Quit,
+    Not(Box<Expr>),
+    And(Box<Expr>, Box<Expr>),
+    Or(Box<Expr>, Box<Expr>),
+}
+
+impl Expr {
+    fn has_action(&self) -> bool {
+        match self {
+            Expr::Print | Expr::Print0 | Expr::Delete | Expr::Quit => true,
+            Expr::Not(inner) => inner.has_action(),
+            Expr::And(a, b) | Expr::Or(a, b) => a.has_action() || b.has_action(),
+            _ => false,
+        }
+    }
+}
+
+struct Parser {
+    args: Vec<String>,
+    position: usize,
+    max_depth: Option<usize>,
+    min_depth: usize,
+    now: SystemTime,
+}
+
+impl Parser {
+    fn next(&mut self) -> Option<String> {
+        let arg = self.args.get(self.position).cloned();
+        self.position += 1;
+        arg
+    }
+
+    fn peek(&self) -> Option<&str> {
+        self.args.get(self.position).map(String::as_str)
+    }
+
+    fn value(&mut self, flag: &str) -> Result<String, String> {
+        self.next()
+            .ok_or_else(|| format!("missing argument to `{flag}'"))
+    }
+
+    fn or(&mut self) -> Result<Expr, String> {
+        let mut left = self.and()?;
+        while matches!(self.peek(), Some("-o" | "-or")) {
+            self.position += 1;
+            let right = self.and()?;
+            left = Expr::Or(Box::new(left), Box::new(right));
+        }
+        Ok(left)
+    }
+
+    fn and(&mut self) -> Result<Expr, String> {
+        let mut left = self.not()?;
+        loop {
+            match self.peek() {
+                None | Some("-o" | "-or" | ")") => return Ok(left),
+                Some("-a" | "-and") => self.position += 1,
+                _ => {}
+            }
+            let right = self.not()?;
+            left = Expr::And(Box::new(left), Box::new(right));
+        }
+    }
+
+    fn not(&mut self) -> Result<Expr, String> {
+        if matches!(self.peek(), Some("!" | "-not")) {
+            self.position += 1;
+            return Ok(Expr::Not(Box::new(self.not()?)));
+        }
+        self.primary()
+    }
+
+    fn primary(&mut self) -> Result<Expr, String> {
+        let Some(token) = self.next() else {
+            return Err("expected an expression".to_string());
+        };
+        let glob = |pattern: &str, case_insensitive: bool| {
+            GlobBuilder::new(pattern)
+                .literal_separator(false)
+                .backslash_escape(true)
+                .case_insensitive(case_insensitive)
+                .build()
+                .map(|glob| glob.compile_matcher())
+                .map_err(|error| format!("invalid pattern '{pattern}': {error}"))
+        };
+        Ok(match token.as_str() {
+            "(" => {
+                let inner = self.or()?;
+                if self.next().as_deref() != Some(")") {
+                    return Err("missing `)'".to_string());
+                }
+                inner
+            }
+            "-name" => Expr::Name(glob(&self.value("-name")?, false)?),
+            "-iname" => Expr::Name(glob(&self.value("-iname")?, true)?),
+            "-path" | "-wholename" => Expr::Path(glob(&self.value(&token)?, false)?),
+            "-ipath" | "-iwholename" => Expr::Path(glob(&self.value(&token)?, true)?),
+            "-type" => {
+                let kind = self.value("-type")?;
+                match kind.as_str() {
+                    "f" | "d" | "l" => Expr::Type(kind.chars().next().unwrap_or('f')),
+                    other => {
+                        return Err(format!(
+                            "unknown argument to -type: {other} (use f, d or l)"
+                        ));
+                    }
+                }
+            }
+            "-mtime" | "-mmin" => {
+                let text = self.value(&token)?;
+                let compare = Compare::parse(&text)
+                    .ok_or_else(|| format!("invalid argument `{text}' to `{token}'"))?;
+                let unit = if token == "-mtime" { 86_400 } else { 60 };
+                Expr::Age { compare, unit }
+            }
+            "-newer" => {
+                let reference = self.value("-newer")?;
+                let modified = std::fs::metadata(&reference)
+                    .and_then(|metadata| metadata.modified())
+                    .map_err(|error| format!("{reference}: {error}"))?;
+                Expr::Newer(modified)
+            }
+            "-size" => {
+                let text = self.value("-size")?;
+                let (number, unit) = match text.chars().last() {
+                    Some('c') => (&text[..text.len() - 1], 1),
+                    Some('w') => (&text[..text.len() - 1], 2),
+                    Some('b') => (&text[..text.len() - 1], 512),
+                    Some('k') => (&text[..text.len() - 1], 1024),
+                    Some('M') => (&text[..text.len() - 1], 1 << 20),
+                    Some('G') => (&text[..text.len() - 1], 1 << 30),
+                    _ => (text.as_str(), 512),
+                };
+                let compare = Compare::parse(number)
+                    .ok_or_else(|| format!("invalid argument `{text}' to `-size'"))?;
+                Expr::Size { compare, unit }
+            }
+            "-empty" => Expr::Empty,
+            "-true" => Expr::Constant(true),
+            "-false" => Expr::Constant(false),
+            "-print" => Expr::Print,
+            "-print0" => Expr::Print0,
+            "-delete" => Expr::Delete,
+            "-prune" => Expr::Prune,
+            "-quit" => Expr::Quit,
+            "-maxdepth" | "-mindepth" => {
+                let text = self.value(&token)?;
+                let depth: usize = text
+                    .parse()
+                    .map_err(|_| format!("invalid argument `{text}' to `{token}'"))?;
+                if token == "-maxdepth" {
+                    self.max_depth = Some(depth);
+                } else {
+                    self.min_depth = depth;
+                }
+                Expr::Constant(true)
+            }
+            "-exec" | "-execdir" | "-ok" | "-okdir" => {
+                return Err(format!(
+                    "{token} is not available: a program cannot start other programs here. \
+                     Pipe the paths into a loop instead, e.g. \
+                     find . -name '*.tmp' | while read -r f; do rm \"$f\"; done (or use -delete)"
+                ));
+            }
+            other => return Err(format!("unknown predicate `{other}'")),
+        })
+    }
+}
+
+struct Walk<'a> {
+    out: &'a mut BufWriter<io::StdoutLock<'static>>,
+    now: SystemTime,
+    failed: bool,
+    quit: bool,
+}
+
+impl Walk<'_> {
+    /// Evaluates `expr` for one entry; `prune` is set when `-prune` was true.
+    fn eval(
+        &mut self,
+        expr: &Expr,
+        entry: &walkdir::DirEntry,
+        shown: &str,
+        prune: &mut bool,
+    ) -> io::Result<bool> {
+        Ok(match expr {
+            Expr::Name(glob) => {
+                let name = if entry.depth() == 0 {
+                    // The starting point's name is its last component as written.
+                    Path::new(shown)
+                        .file_name()
+                        .map(|name| name.to_string_lossy().into_owned())
+                        .unwrap_or_else(|| shown.to_string())
+                } else {
+                    entry.file_name().to_string_lossy().into_owned()
+                };
+                glob.is_match(name)
+            }
+            Expr::Path(glob) => glob.is_match(shown),
+            Expr::Type(kind) => {
+                let file_type = entry.file_type();
+                match kind {
+                    'd' => file_type.is_dir(),
+                    'l' => file_type.is_symlink(),
+                    _ => file_type.is_file(),
+                }
+            }
+            Expr::Age { compare, unit } => {
+                match entry.metadata().ok().and_then(|m| m.modified().ok()) {
+                    Some(modified) => {
+                        let age = self
+                            .now
+                            .duration_since(modified)
+                            .unwrap_or(Duration::ZERO)
+                            .as_secs();
+                        compare.holds(age / unit)
+                    }
+                    None => false,
+                }
+            }
+            Expr::Newer(reference) => entry
+                .metadata()
+                .ok()
+                .and_then(|metadata| metadata.modified().ok())
+                .is_some_and(|modified| modified > *reference),
+            Expr::Size { compare, unit } => match entry.metadata() {
+                Ok(metadata) => compare.holds(metadata.len().div_ceil(*unit)),
+                Err(_) => false,
+            },
+            Expr::Empty => {
+                if entry.file_type().is_dir() {
+                    std::fs::read_dir(entry.path())
+                        .map(|mut entries| entries.next().is_none())
+                        .unwrap_or(false)
+                } else {
+                    entry.metadata().map(|m| m.len() == 0).unwrap_or(false)
+                }
+            }
+            Expr::Constant(value) => *value,
+            Expr::Print => {
+                writeln!(self.out, "{shown}")?;
+                true
+            }
+            Expr::Print0 => {
+                write!(self.out, "{shown}\0")?;
+                true
+            }
+            Expr::Delete => {
+                let result = if entry.file_type().is_dir() {
+                    std::fs::remove_dir(entry.path())
+                } else {
+                    std::fs::remove_file(entry.path())
+                };
+                match result {
+                    Ok(()) => true,
+                    Err(error) => {
+                        eprintln!("find: cannot delete '{shown}': {error}");
+                        self.failed = true;
+                        false
+                    }
+                }
+            }
+            Expr::Prune => {
+                *prune = true;
+                true
+            }
+            Expr::Quit => {
+                self.quit = true;
+                true
+            }
+            Expr::Not(inner) => !self.eval(inner, entry, shown, prune)?,
+            Expr::And(a, b) => {
+                self.eval(a, entry, shown, prune)? && self.eval(b, entry, shown, prune)?
+            }
+            Expr::Or(a, b) => {
+                self.eval(a, entry, shown, prune)? || self.eval(b, entry, shown, prune)?
+            }
+        })
+    }
+}
+
+fn main() {
+    enter_working_directory();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    std::process::exit(run(args));
+}
+
+fn run(args: Vec<String>) -> i32 {
+    // Starting points come first, up to the first argument that starts an expression.
+    let split = args
+        .iter()
+        .position(|arg| arg.starts_with('-') && arg.len() > 1 || arg == "!" || arg == "(")
+        .unwrap_or(args.len());
+    let mut roots: Vec<String> = args[..split].to_vec();
+    if roots.is_empty() {
+        roots.push(".".to_string());
+    }
+    let mut parser = Parser {
+        args: args[split..].to_vec(),
+        position: 0,
+        max_depth: None,
+        min_depth: 0,
+        now: SystemTime::now(),
+    };
+    let parsed = if parser.args.is_empty() {
+        Ok(Expr::Constant(true))
+    } else {
+        parser.or().and_then(|expr| match parser.peek() {
+            None => Ok(expr),
+            Some(extra) => Err(format!("unexpected `{extra}'")),
+        })
+    };
+    let expr = match parsed {
+        Ok(expr) if expr.has_action() => expr,
+        Ok(expr) => Expr::And(Box::new(expr), Box::new(Expr::Print)),
+        Err(message) => {
+            eprintln!("find: {message}");
+            return 1;
+        }
+    };
+    let deletes = contains_delete(&expr);
+    let mut out = BufWriter::with_capacity(64 << 10, io::stdout().lock());
+    let mut walk = Walk {
+        out: &mut out,
+        now: parser.now,
+        failed: false,
+        quit: false,
+    };
+    let result = (|| -> io::Result<()> {
+        for root in &roots {
+            let mut walker = walkdir::WalkDir::new(root)
+                .follow_links(false)
+                .min_depth(parser.min_depth)
+                .sort_by_file_name()
+                // -delete removes a directory's contents before the directory itself.
+                .contents_first(deletes);
+            if let Some(max) = parser.max_depth {
+                walker = walker.max_depth(max);
+            }
+            let mut entries = walker.into_iter();
+            while let Some(entry) = entries.next() {
+                let entry = match entry {
+                    Ok(entry) => entry,
+                    Err(error) => {
+                        let path = error
+                            .path()
+                            .map(|path| path.display().to_string())
+                            .unwrap_or_else(|| root.clone());
+                        let reason = error
+                            .io_error()
+                            .map(|error| match error.kind() {
+                                io::ErrorKind::NotFound => "No such file or directory".to_string(),
+                                _ => error.to_string(),
+                            })
+                            .unwrap_or_else(|| error.to_string());
+                        eprintln!("find: '{path}': {reason}");
+                        walk.failed = true;
+                        continue;
+                    }
+                };
+                let shown = entry.path().display().to_string();
+                let mut prune = false;
+                walk.eval(&expr, &entry, &shown, &mut prune)?;
+                if walk.quit {
+                    return Ok(());
+                }
+                if prune && entry.file_type().is_dir() && !deletes {
+                    entries.skip_current_dir();
+                }
+            }
+        }
+        Ok(())
+    })();
+    let failed = walk.failed;
+    let flushed = result.and_then(|()| out.flush());
+    let status = report_io("find", flushed);
+    if status != 0 || failed { 1 } else { 0 }
+}
+
+fn contains_delete(expr: &Expr) -> bool {
+    match expr {
+        Expr::Delete => true,
+        Expr::Not(inner) => contains_delete(inner),
+        Expr::And(a, b) | Expr::Or(a, b) => contains_delete(a) || contains_delete(b),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Expr, String> {
+        let mut parser = Parser {
+            args: args.iter().map(|arg| arg.to_string()).collect(),
+            position: 0,
+            max_depth: None,
+            min_depth: 0,
+            now: SystemTime::now(),
+        };
+        parser.or()
+    }
+
+    #[test]
+    fn comparisons_parse() {
+        assert_eq!(Compare::parse("+3"), Some(Compare::More(3)));
+        assert_eq!(Compare::parse("-1"), Some(Compare::Less(1)));
+        assert_eq!(Compare::parse("0"), Some(Compare::Exactly(0)));
+        assert_eq!(Compare::parse("x"), None);
+        assert!(Compare::More(3).holds(4) && !Compare::More(3).holds(3));
+    }
+
+    #[test]
+    fn expressions_parse_with_precedence() {
+        let expr = parse(&["-name", "*.rs", "-o", "-type", "d", "-a", "!", "-empty"]).unwrap();
+        assert!(matches!(expr, Expr::Or(_, _)));
+        assert!(parse(&["(", "-name", "a"]).is_err());
+        assert!(parse(&["-type", "x"]).is_err());
+        assert!(
+            parse(&["-exec", "rm", "{}", ";"])
+                .unwrap_err()
+                .contains("not available")
+        );
+        assert!(parse(&["-bogus"]).is_err());
+        assert!(!parse(&["-name", "a"]).unwrap().has_action());
+        assert!(parse(&["-name", "a", "-print"]).unwrap().has_action());
+    }
+}

@@ -1,0 +1,642 @@
+//! `grep` for clawcage's exec: prints the lines of files (or standard input) that match a
+//! regular expression. Supports the options models use most: `-r`/`-R`, `-n`, `-i`, `-l`, `-L`,
+//! `-v`, `-c`, `-E`, `-F`, `-G`, `-w`, `-x`, `-o`, `-q`, `-s`, `-h`, `-H`, `-m N`, `-e PATTERN`,
+//! `-A/-B/-C N`, `--include=GLOB`, `--exclude=GLOB`, `--exclude-dir=GLOB`. Basic regular
+//! expressions (the default) are translated to the `regex` crate's syntax. Exit status: 0 when a
+//! line was selected, 1 when none was, 2 on error (WASI reports every failure as 1).
+
+use std::io::{self, BufWriter, Read, Write};
+use std::path::Path;
+
+use clawcage_program_support::{bre_to_regex, enter_working_directory, ere_to_regex};
+use globset::{Glob, GlobSet, GlobSetBuilder};
+use regex::bytes::{Regex, RegexBuilder};
+
+const USAGE: &str = "usage: grep [-rnilLvcEFGwxoqshH] [-m N] [-A N] [-B N] [-C N] [-e PATTERN]... \
+[--include=GLOB] [--exclude=GLOB] [--exclude-dir=GLOB] PATTERN [FILE...]";
+
+#[derive(Default)]
+struct Options {
+    patterns: Vec<String>,
+    syntax: Syntax,
+    recursive: bool,
+    line_numbers: bool,
+    ignore_case: bool,
+    files_with_matches: bool,
+    files_without_match: bool,
+    invert: bool,
+    count: bool,
+    word: bool,
+    whole_line: bool,
+    only_matching: bool,
+    quiet: bool,
+    no_messages: bool,
+    with_filename: Option<bool>,
+    max_count: Option<u64>,
+    after: usize,
+    before: usize,
+    include: Vec<String>,
+    exclude: Vec<String>,
+    exclude_dir: Vec<String>,
+    operands: Vec<String>,
+}
+
+#[derive(Default, Clone, Copy, PartialEq)]
+enum Syntax {
+    #[default]
+    Basic,
+    Extended,
+    Fixed,
+}
+
+fn main() {
+    enter_working_directory();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let options = match parse(args) {
+        Ok(options) => options,
+        Err(message) => {
+            eprintln!("grep: {message}\n{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    std::process::exit(run(options));
+}
+
+fn parse(args: Vec<String>) -> Result<Options, String> {
+    let mut options = Options::default();
+    let mut explicit_pattern = false;
+    let mut iter = args.into_iter();
+    let mut only_operands = false;
+    fn number(value: Option<String>, flag: &str) -> Result<usize, String> {
+        let value = value.ok_or_else(|| format!("option {flag} needs a number"))?;
+        value
+            .parse()
+            .map_err(|_| format!("invalid number for {flag}: '{value}'"))
+    }
+    while let Some(arg) = iter.next() {
+        if only_operands || arg == "-" || !arg.starts_with('-') {
+            options.operands.push(arg);
+            continue;
+        }
+        if arg == "--" {
+            only_operands = true;
+            continue;
+        }
+        if let Some(long) = arg.strip_prefix("--") {
+            let (name, value) = match long.split_once('=') {
+                Some((name, value)) => (name, Some(value.to_string())),
+                None => (long, None),
+            };
+            let mut value_or_next = || value.clone().or_else(|| iter.next());
+            match name {
+                "recursive" | "dereference-recursive" => options.recursive = true,
+                "line-number" => options.line_numbers = true,
+                "ignore-case" => options.ignore_case = true,
+                "files-with-matches" => options.files_with_matches = true,
+                "files-without-match" => options.files_without_match = true,
+                "invert-match" => options.invert = true,
+                "count" => options.count = true,
+                "extended-regexp" => options.syntax = Syntax::Extended,
+                "fixed-strings" => options.syntax = Syntax::Fixed,
+                "basic-regexp" => options.syntax = Syntax::Basic,
+                "word-regexp" => options.word = true,
+                "line-regexp" => options.whole_line = true,
+                "only-matching" => options.only_matching = true,
+                "quiet" | "silent" => options.quiet = true,
+                "no-messages" => options.no_messages = true,
+                "with-filename" => options.with_filename = Some(true),
+                "no-filename" => options.with_filename = Some(false),
+                "color" | "colour" | "binary-files" => {}
+                "include" => options
+                    .include
+                    .push(value_or_next().ok_or("--include needs a glob")?),
+                "exclude" => options
+                    .exclude
+                    .push(value_or_next().ok_or("--exclude needs a glob")?),
+                "exclude-dir" => options
+                    .exclude_dir
+                    .push(value_or_next().ok_or("--exclude-dir needs a glob")?),
+                "regexp" => {
+                    options
+                        .patterns
+                        .push(value_or_next().ok_or("--regexp needs a pattern")?);
+                    explicit_pattern = true;
+                }
+                "max-count" => {
+                    options.max_count = Some(number(value_or_next(), "--max-count")? as u64)
+                }
+                "after-context" => options.after = number(value_or_next(), "--after-context")?,
+                "before-context" => options.before = number(value_or_next(), "--before-context")?,
+                "context" => {
+                    let n = number(value_or_next(), "--context")?;
+                    options.after = n;
+                    options.before = n;
+                }
+                _ => return Err(format!("unknown option '--{name}'")),
+            }
+            continue;
+        }
+        let flags: Vec<char> = arg[1..].chars().collect();
+        let mut index = 0;
+        while index < flags.len() {
+            let flag = flags[index];
+            index += 1;
+            // Options that take a value use the rest of this argument or the next one.
+            let mut take_value = |index: &mut usize| -> Option<String> {
+                let rest: String = flags[*index..].iter().collect();
+                *index = flags.len();
+                if rest.is_empty() {
+                    iter.next()
+                } else {
+                    Some(rest)
+                }
+            };
+            match flag {
+                'r' | 'R' => options.recursive = true,
+                'n' => options.line_numbers = true,
+                'i' | 'y' => options.ignore_case = true,
+                'l' => options.files_with_matches = true,
+                'L' => options.files_without_match = true,
+                'v' => options.invert = true,
+                'c' => options.count = true,
+                'E' => options.syntax = Syntax::Extended,
+                'F' => options.syntax = Syntax::Fixed,
+                'G' => options.syntax = Syntax::Basic,
+                'P' => options.syntax = Syntax::Extended,
+                'w' => options.word = true,
+                'x' => options.whole_line = true,
+                'o' => options.only_matching = true,
+                'q' => options.quiet = true,
+                's' => options.no_messages = true,
+                'h' => options.with_filename = Some(false),
+                'H' => options.with_filename = Some(true),
+                'I' | 'a' | 'U' => {}
+                'e' => {
+                    options
+                        .patterns
+                        .push(take_value(&mut index).ok_or("option -e needs a pattern")?);
+                    explicit_pattern = true;
+                }
+                'm' => options.max_count = Some(number(take_value(&mut index), "-m")? as u64),
+                'A' => options.after = number(take_value(&mut index), "-A")?,
+                'B' => options.before = number(take_value(&mut index), "-B")?,
+                'C' => {
+                    let n = number(take_value(&mut index), "-C")?;
+                    options.after = n;
+                    options.before = n;
+                }
+                digit if digit.is_ascii_digit() => {
+                    let rest: String = flags[index - 1..].iter().collect();
+                    index = flags.len();
+                    let n = rest
+                        .parse()
+                        .map_err(|_| format!("invalid context length '-{rest}'"))?;
+                    options.after = n;
+                    options.before = n;
+                }
+                other => return Err(format!("unknown option '-{other}'")),
+            }
+        }
+    }
+    if !explicit_pattern {
+        if options.operands.is_empty() {
+            return Err("no pattern given".to_string());
+        }
+        options.patterns.push(options.operands.remove(0));
+    }
+    Ok(options)
+}
+
+fn build_regex(options: &Options) -> Result<Regex, String> {
+    // Each -e (and each line of a pattern) is one alternative.
+    let alternatives: Vec<String> = options
+        .patterns
+        .iter()
+        .flat_map(|pattern| pattern.split('\n'))
+        .map(|pattern| match options.syntax {
+            Syntax::Basic => bre_to_regex(pattern),
+            Syntax::Extended => ere_to_regex(pattern),
+            Syntax::Fixed => regex::escape(pattern),
+        })
+        .collect();
+    let mut joined = alternatives
+        .iter()
+        .map(|alternative| format!("(?:{alternative})"))
+        .collect::<Vec<_>>()
+        .join("|");
+    if options.whole_line {
+        joined = format!("^(?:{joined})$");
+    } else if options.word {
+        joined = format!(r"\b(?:{joined})\b");
+    }
+    RegexBuilder::new(&joined)
+        .case_insensitive(options.ignore_case)
+        .multi_line(true)
+        .unicode(true)
+        .size_limit(64 << 20)
+        .build()
+        .map_err(|error| format!("invalid regular expression: {error}"))
+}
+
+fn glob_set(globs: &[String]) -> Result<Option<GlobSet>, String> {
+    if globs.is_empty() {
+        return Ok(None);
+    }
+    let mut builder = GlobSetBuilder::new();
+    for glob in globs {
+        builder.add(Glob::new(glob).map_err(|error| format!("invalid glob '{glob}': {error}"))?);
+    }
+    builder
+        .build()
+        .map(Some)
+        .map_err(|error| format!("invalid globs: {error}"))
+}
+
+/// The options one search reads, copied so that the searcher can write while reading them.
+#[derive(Clone, Copy)]
+struct SearchFlags {
+    invert: bool,
+    files_with_matches: bool,
+    files_without_match: bool,
+    count: bool,
+    quiet: bool,
+    only_matching: bool,
+    max_count: Option<u64>,
+    before: usize,
+    after: usize,
+}
+
+impl SearchFlags {
+    fn of(options: &Options) -> SearchFlags {
+        SearchFlags {
+            invert: options.invert,
+            files_with_matches: options.files_with_matches,
+            files_without_match: options.files_without_match,
+            count: options.count,
+            quiet: options.quiet,
+            only_matching: options.only_matching,
+            max_count: options.max_count,
+            before: options.before,
+            after: options.after,
+        }
+    }
+}
+
+struct Searcher {
+    options: Options,
+    regex: Regex,
+    include: Option<GlobSet>,
+    exclude: Option<GlobSet>,
+    exclude_dir: Option<GlobSet>,
+    show_names: bool,
+    out: BufWriter<io::StdoutLock<'static>>,
+    matched_any: bool,
+    had_error: bool,
+}
+
+fn run(options: Options) -> i32 {
+    let regex = match build_regex(&options) {
+        Ok(regex) => regex,
+        Err(message) => {
+            eprintln!("grep: {message}");
+            return 2;
+        }
+    };
+    let (include, exclude, exclude_dir) = match (
+        glob_set(&options.include),
+        glob_set(&options.exclude),
+        glob_set(&options.exclude_dir),
+    ) {
+        (Ok(a), Ok(b), Ok(c)) => (a, b, c),
+        (Err(message), _, _) | (_, Err(message), _) | (_, _, Err(message)) => {
+            eprintln!("grep: {message}");
+            return 2;
+        }
+    };
+    let mut operands = options.operands.clone();
+    let implicit_dot = operands.is_empty() && options.recursive;
+    if operands.is_empty() {
+        operands.push(if options.recursive {
+            ".".into()
+        } else {
+            "-".into()
+        });
+    }
+    let show_names = options
+        .with_filename
+        .unwrap_or(options.recursive || operands.len() > 1);
+    let mut searcher = Searcher {
+        options,
+        regex,
+        include,
+        exclude,
+        exclude_dir,
+        show_names,
+        out: BufWriter::with_capacity(64 << 10, io::stdout().lock()),
+        matched_any: false,
+        had_error: false,
+    };
+    let result = (|| -> io::Result<()> {
+        for operand in &operands {
+            if searcher.options.quiet && searcher.matched_any {
+                break;
+            }
+            searcher.operand(operand, implicit_dot)?;
+        }
+        searcher.out.flush()
+    })();
+    if let Err(error) = result {
+        if error.kind() == io::ErrorKind::BrokenPipe {
+            return if searcher.matched_any { 0 } else { 1 };
+        }
+        eprintln!("grep: {error}");
+        return 2;
+    }
+    if searcher.had_error && !(searcher.options.quiet && searcher.matched_any) {
+        2
+    } else if searcher.matched_any {
+        0
+    } else {
+        1
+    }
+}
+
+impl Searcher {
+    fn warn(&mut self, message: String) {
+        self.had_error = true;
+        if !self.options.no_messages {
+            eprintln!("grep: {message}");
+        }
+    }
+
+    fn operand(&mut self, operand: &str, implicit_dot: bool) -> io::Result<()> {
+        if operand == "-" {
+            let mut data = Vec::new();
+            if let Err(error) = io::stdin().lock().read_to_end(&mut data) {
+                self.warn(format!("(standard input): {error}"));
+                return Ok(());
+            }
+            return self.search("(standard input)", &data);
+        }
+        let path = Path::new(operand);
+        let metadata = match std::fs::metadata(path) {
+            Ok(metadata) => metadata,
+            Err(error) => {
+                self.warn(format!("{operand}: {}", describe(&error)));
+                return Ok(());
+            }
+        };
+        if !metadata.is_dir() {
+            return self.file(path, operand);
+        }
+        if !self.options.recursive {
+            self.warn(format!("{operand}: Is a directory"));
+            return Ok(());
+        }
+        let walker = walkdir::WalkDir::new(path)
+            .follow_links(false)
+            .sort_by_file_name()
+            .into_iter();
+        let mut walker = walker;
+        while let Some(entry) = walker.next() {
+            let entry = match entry {
+                Ok(entry) => entry,
+                Err(error) => {
+                    let name = error
+                        .path()
+                        .map(|path| path.display().to_string())
+                        .unwrap_or_else(|| operand.to_string());
+                    let reason = error
+                        .io_error()
+                        .map(describe)
+                        .unwrap_or_else(|| error.to_string());
+                    self.warn(format!("{name}: {reason}"));
+                    continue;
+                }
+            };
+            let name = entry.file_name().to_string_lossy();
+            if entry.file_type().is_dir() {
+                if entry.depth() > 0
+                    && self
+                        .exclude_dir
+                        .as_ref()
+                        .is_some_and(|set| set.is_match(name.as_ref()))
+                {
+                    walker.skip_current_dir();
+                }
+                continue;
+            }
+            if !entry.file_type().is_file() {
+                continue;
+            }
+            if let Some(include) = &self.include
+                && !include.is_match(name.as_ref())
+            {
+                continue;
+            }
+            if self
+                .exclude
+                .as_ref()
+                .is_some_and(|set| set.is_match(name.as_ref()))
+            {
+                continue;
+            }
+            let shown = if implicit_dot {
+                entry
+                    .path()
+                    .strip_prefix(".")
+                    .unwrap_or(entry.path())
+                    .display()
+                    .to_string()
+            } else {
+                entry.path().display().to_string()
+            };
+            self.file(entry.path(), &shown)?;
+            if self.options.quiet && self.matched_any {
+                break;
+            }
+        }
+        Ok(())
+    }
+
+    fn file(&mut self, path: &Path, shown: &str) -> io::Result<()> {
+        match std::fs::read(path) {
+            Ok(data) => self.search(shown, &data),
+            Err(error) => {
+                self.warn(format!("{shown}: {}", describe(&error)));
+                Ok(())
+            }
+        }
+    }
+
+    fn search(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+        let options = SearchFlags::of(&self.options);
+        // Fast path: nothing to print when the file has no match at all.
+        if !options.invert && !options.files_without_match && !self.regex.is_match(data) {
+            if options.count {
+                return self.count_line(name, 0);
+            }
+            return Ok(());
+        }
+        let binary = data[..data.len().min(8192)].contains(&0);
+        let list_only = options.files_with_matches || options.files_without_match;
+        let mut selected: u64 = 0;
+        let mut last_printed: Option<usize> = None;
+        let mut pending_after = 0usize;
+        let lines: Vec<&[u8]> = split_lines(data);
+        for (index, line) in lines.iter().enumerate() {
+            if options.max_count.is_some_and(|max| selected >= max) {
+                break;
+            }
+            let is_match = self.regex.is_match(line) != options.invert;
+            if !is_match {
+                if pending_after > 0 && !options.count && !list_only && !options.quiet && !binary {
+                    self.print_line(name, index, line, b'-')?;
+                    last_printed = Some(index);
+                    pending_after -= 1;
+                }
+                continue;
+            }
+            selected += 1;
+            self.matched_any = true;
+            if options.quiet || list_only || options.count {
+                if options.quiet || options.files_with_matches {
+                    break;
+                }
+                continue;
+            }
+            if binary {
+                writeln!(self.out, "Binary file {name} matches")?;
+                break;
+            }
+            if options.before > 0 || options.after > 0 {
+                let start = index.saturating_sub(options.before);
+                let from = match last_printed {
+                    Some(last) if last + 1 >= start => last + 1,
+                    Some(_) => {
+                        writeln!(self.out, "--")?;
+                        start
+                    }
+                    None => start,
+                };
+                for (context, text) in lines.iter().enumerate().take(index).skip(from) {
+                    self.print_line(name, context, text, b'-')?;
+                }
+            }
+            if options.only_matching && !options.invert {
+                let regex = self.regex.clone();
+                for found in regex.find_iter(line) {
+                    if !found.as_bytes().is_empty() {
+                        self.print_line(name, index, found.as_bytes(), b':')?;
+                    }
+                }
+            } else {
+                self.print_line(name, index, line, b':')?;
+            }
+            last_printed = Some(index);
+            pending_after = options.after;
+        }
+        if options.quiet {
+            return Ok(());
+        }
+        if options.count {
+            return self.count_line(name, selected);
+        }
+        if (options.files_with_matches && selected > 0)
+            || (options.files_without_match && selected == 0)
+        {
+            writeln!(self.out, "{name}")?;
+        }
+        Ok(())
+    }
+
+    fn count_line(&mut self, name: &str, count: u64) -> io::Result<()> {
+        if self.show_names {
+            writeln!(self.out, "{name}:{count}")
+        } else {
+            writeln!(self.out, "{count}")
+        }
+    }
+
+    fn print_line(
+        &mut self,
+        name: &str,
+        index: usize,
+        line: &[u8],
+        separator: u8,
+    ) -> io::Result<()> {
+        if self.show_names {
+            self.out.write_all(name.as_bytes())?;
+            self.out.write_all(&[separator])?;
+        }
+        if self.options.line_numbers {
+            write!(self.out, "{}", index + 1)?;
+            self.out.write_all(&[separator])?;
+        }
+        self.out.write_all(line)?;
+        self.out.write_all(b"\n")
+    }
+}
+
+/// The lines of `data` without their newlines; a final newline does not start another line.
+fn split_lines(data: &[u8]) -> Vec<&[u8]> {
+    let mut lines: Vec<&[u8]> = data.split(|byte| *byte == b'\n').collect();
+    if data.ends_with(b"\n") || data.is_empty() {
+        lines.pop();
+    }
+    lines
+}
+
+/// An I/O error as GNU tools word it.
+fn describe(error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::NotFound => "No such file or directory".to_string(),
+        io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
+        _ => error.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(args: &[&str]) -> Options {
+        parse(args.iter().map(|arg| arg.to_string()).collect()).unwrap()
+    }
+
+    #[test]
+    fn flags_combine_and_take_values() {
+        let parsed = options(&["-rni", "-e", "a", "-eb", "-C2", "--include=*.rs", "src"]);
+        assert!(parsed.recursive && parsed.line_numbers && parsed.ignore_case);
+        assert_eq!(parsed.patterns, ["a", "b"]);
+        assert_eq!((parsed.before, parsed.after), (2, 2));
+        assert_eq!(parsed.include, ["*.rs"]);
+        assert_eq!(parsed.operands, ["src"]);
+        let parsed = options(&["TODO", "-c", "f.txt"]);
+        assert_eq!(parsed.patterns, ["TODO"]);
+        assert!(parsed.count);
+        assert!(parse(vec![]).is_err());
+        assert!(parse(vec!["-Z".into(), "x".into()]).is_err());
+    }
+
+    #[test]
+    fn the_pattern_follows_the_syntax() {
+        let regex = build_regex(&options(&[r"foo\|bar"])).unwrap();
+        assert!(regex.is_match(b"a bar"));
+        let regex = build_regex(&options(&["-E", "fo+|x"])).unwrap();
+        assert!(regex.is_match(b"foo"));
+        let regex = build_regex(&options(&["-F", "a.b"])).unwrap();
+        assert!(!regex.is_match(b"axb"));
+        let regex = build_regex(&options(&["-w", "cat"])).unwrap();
+        assert!(regex.is_match(b"a cat.") && !regex.is_match(b"concat"));
+        let regex = build_regex(&options(&["-x", "-i", "abc"])).unwrap();
+        assert!(regex.is_match(b"ABC") && !regex.is_match(b"abcd"));
+    }
+
+    #[test]
+    fn lines_split_without_a_phantom_last_line() {
+        assert_eq!(split_lines(b"a\nb\n"), vec![&b"a"[..], b"b"]);
+        assert_eq!(split_lines(b"a\nb"), vec![&b"a"[..], b"b"]);
+        assert!(split_lines(b"").is_empty());
+    }
+}
