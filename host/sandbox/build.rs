@@ -21,6 +21,9 @@ const FIXTURES: &[(&str, &str)] = &[
     ("HOG", "fixture_hog"),
     ("CRASH", "fixture_crash"),
     ("ECHO", "fixture_echo"),
+    ("PROBE", "fixture_probe"),
+    ("UNGRANTED", "fixture_ungranted"),
+    ("NOT_A_TOOL", "fixture_not_a_tool"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

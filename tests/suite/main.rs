@@ -6,7 +6,10 @@
     reason = "tests fail by panicking"
 )]
 
+mod audit;
 mod cache;
+mod examples;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;
+mod plugins;

@@ -1,11 +1,13 @@
 //! Shared helpers for clawcage's integration tests and benchmarks: one sandbox per process with
-//! one compiled-artifact cache shared by every test run, temporary workspaces, and registries
-//! built from the real bundled and fixture components.
+//! one compiled-artifact cache shared by every test run, temporary workspaces, registries
+//! built from the real bundled and fixture components, and the other languages' [`toolchains`].
 
 #![allow(
     clippy::expect_used,
     reason = "test helpers fail the test by panicking"
 )]
+
+pub mod toolchains;
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};

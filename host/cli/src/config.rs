@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clawcage_sandbox::{FsMode, Limits};
+use clawcage_sandbox::{FsMode, Limits, PluginsConfig};
 use serde::Deserialize;
 
 /// The whole file.
@@ -19,6 +19,23 @@ pub struct Config {
     /// `[limits]`
     #[serde(default)]
     pub limits: LimitsConfig,
+    /// `[plugins]`: the plugins directory and the operator's grant for each plugin.
+    #[serde(default)]
+    pub plugins: PluginsConfig,
+    /// `[audit]`: the audit log of tool calls.
+    #[serde(default)]
+    pub audit: AuditConfig,
+}
+
+/// `[audit]`: where every tool call is recorded.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Record tool calls (default true).
+    pub enabled: Option<bool>,
+    /// The JSONL file; relative paths are relative to the config file. Default:
+    /// `audit.jsonl` in the state directory.
+    pub path: Option<PathBuf>,
 }
 
 /// `[workspace]`: the directory tools may reach.
@@ -75,12 +92,23 @@ impl Config {
                     .with_context(|| format!("cannot read the config file {}", path.display()))?;
                 let mut config: Config = toml::from_str(&text)
                     .with_context(|| format!("the config file {} is not valid", path.display()))?;
-                if let Some(workspace) = &config.workspace.path
-                    && workspace.is_relative()
-                    && let Some(parent) = path.parent()
-                {
-                    config.workspace.path = Some(parent.join(workspace));
+                if let Some(parent) = path.parent() {
+                    for relative in [
+                        &mut config.workspace.path,
+                        &mut config.plugins.dir,
+                        &mut config.audit.path,
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        if relative.is_relative() {
+                            *relative = parent.join(&*relative);
+                        }
+                    }
                 }
+                config.plugins.validate().map_err(|error| {
+                    anyhow::anyhow!("the config file {} is not valid: {error}", path.display())
+                })?;
                 return Ok((config, Some(path)));
             }
         }
@@ -151,5 +179,23 @@ mod tests {
         assert!(bad.limits().is_err());
         let bad_mode: Config = toml::from_str("[workspace]\nmode = \"rwx\"\n").unwrap();
         assert!(bad_mode.workspace_mode().is_err());
+    }
+
+    #[test]
+    fn relative_paths_are_relative_to_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("clawcage.toml");
+        std::fs::write(
+            &file,
+            "[plugins]\ndir = \"plugins\"\n[plugins.grants.wc]\nworkspace = \"ro\"\n[audit]\npath = \"logs/audit.jsonl\"\n",
+        )
+        .unwrap();
+        let (config, _) = Config::load(Some(&file), dir.path()).unwrap();
+        assert_eq!(config.plugins.dir, Some(dir.path().join("plugins")));
+        assert_eq!(config.audit.path, Some(dir.path().join("logs/audit.jsonl")));
+
+        std::fs::write(&file, "[plugins.grants.wc]\nenv = [\"A=B\"]\n").unwrap();
+        let error = format!("{:#}", Config::load(Some(&file), dir.path()).unwrap_err());
+        assert!(error.contains("[plugins.grants.wc] env"), "{error}");
     }
 }

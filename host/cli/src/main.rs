@@ -1,19 +1,25 @@
 //! The `clawcage` command: a thin clap front end that reads the configuration, starts the sandbox,
-//! loads the bundled tool components into a registry and runs one subcommand. Exit codes: 0 ok,
-//! 1 the tool or task failed (message on stderr), 2 usage or configuration error.
+//! loads the bundled tool components and the operator's plugins into a registry and runs one
+//! subcommand (the MCP server lives in `clawcage-mcp`). Every tool call is recorded in the audit
+//! log. Exit codes: 0 ok, 1 the tool or task failed (message on stderr), 2 usage or configuration
+//! error.
 
 mod config;
+mod plugins;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use clawcage_agent::ToolRegistry;
+use clawcage_agent::audit::new_session_id;
+use clawcage_agent::{AuditLog, AuditedRegistry, ToolRegistry};
 use clawcage_core::ToolError;
+use clawcage_mcp::McpServer;
 use clawcage_sandbox::{
-    ArtifactCache, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components,
+    ArtifactCache, Grants, PluginReport, Sandbox, SandboxOptions, WorkspaceGrant, components,
 };
 
 use crate::config::Config;
@@ -72,6 +78,19 @@ enum Command {
         #[arg(default_value = "{}")]
         args: String,
     },
+    /// Serve the tools to MCP clients (Claude Code, Claude Desktop, Cursor, ...).
+    ///
+    /// Without --http, speaks MCP over stdin and stdout, the way clients start local servers:
+    ///   claude mcp add clawcage -- clawcage mcp --workspace /path/to/project
+    /// A tool error reaches the client as a tool result with isError set and the error's text.
+    /// Every call is recorded in the audit log.
+    Mcp {
+        /// Serve streamable HTTP at http://ADDR/mcp instead of stdio, e.g. 127.0.0.1:8765
+        /// (port 0 picks a free port; the address is printed on stderr). Loopback addresses
+        /// only: the endpoint has no authentication.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<SocketAddr>,
+    },
 }
 
 /// An error with the exit code it maps to.
@@ -129,16 +148,49 @@ fn init_tracing(verbose: u8) {
 }
 
 async fn run(cli: Cli) -> Result<(), Failure> {
-    let registry = build_registry(&cli.common).await?;
+    let setup = build_registry(&cli.common).await?;
     match cli.command {
-        Command::Tools { json } => print_tools(&registry, json),
-        Command::Call { tool, args } => call(&registry, &tool, &args).await,
+        Command::Tools { json } => {
+            print_tools(&setup.registry, json)?;
+            if !json {
+                plugins::print_report(&setup.plugins);
+            }
+            Ok(())
+        }
+        Command::Call { tool, args } => call(&setup.audited()?, &tool, &args).await,
+        Command::Mcp { http } => serve_mcp(&setup, http).await,
     }
 }
 
-/// Read the config, start the sandbox and load the bundled components with the operator's
-/// grants.
-async fn build_registry(common: &CommonArgs) -> Result<ToolRegistry, Failure> {
+/// Everything a subcommand needs: the tools, what became of the plugins, and where calls are
+/// audited.
+struct Setup {
+    registry: ToolRegistry,
+    plugins: PluginReport,
+    workspace: WorkspaceGrant,
+    /// The audit log's path, or `None` when auditing is off.
+    audit_path: Option<PathBuf>,
+}
+
+impl Setup {
+    /// The registry with its audit log opened.
+    fn audited(&self) -> Result<AuditedRegistry, Failure> {
+        let log = match &self.audit_path {
+            None => None,
+            Some(path) => Some(Arc::new(AuditLog::open(path).map_err(|error| {
+                Failure::Usage(format!(
+                    "cannot open the audit log {} ({error}); fix [audit] path, pass --state-dir, or set [audit] enabled = false",
+                    path.display()
+                ))
+            })?)),
+        };
+        Ok(AuditedRegistry::new(self.registry.clone(), log))
+    }
+}
+
+/// Read the config, start the sandbox and load the bundled components and the plugins with the
+/// operator's grants.
+async fn build_registry(common: &CommonArgs) -> Result<Setup, Failure> {
     let current = std::env::current_dir().context("cannot read the current directory")?;
     let hint = common.workspace.clone().unwrap_or_else(|| current.clone());
     let (config, _source) = Config::load(common.config.as_deref(), &hint)?;
@@ -153,14 +205,31 @@ async fn build_registry(common: &CommonArgs) -> Result<ToolRegistry, Failure> {
     }
     let workspace = WorkspaceGrant::new(&workspace_path, mode)
         .map_err(|error| Failure::Usage(error.to_string()))?;
-    let grants = Grants::workspace(workspace).with_limits(config.limits()?);
+    let grants = Grants::workspace(workspace.clone()).with_limits(config.limits()?);
 
     let state_dir = state_dir(common.state_dir.as_deref())?;
     let sandbox = Sandbox::new(SandboxOptions {
         cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
     })
     .map_err(|error| Failure::Tool(error.to_string()))?;
-    load_bundled(&sandbox, grants).await
+    let mut registry = load_bundled(&sandbox, grants.clone()).await?;
+    let plugins = plugins::load_into(&mut registry, &sandbox, &config.plugins, &grants).await;
+    let audit_path = match config.audit.enabled {
+        Some(false) => None,
+        _ => Some(
+            config
+                .audit
+                .path
+                .clone()
+                .unwrap_or_else(|| state_dir.join("audit.jsonl")),
+        ),
+    };
+    Ok(Setup {
+        registry,
+        plugins,
+        workspace,
+        audit_path,
+    })
 }
 
 async fn load_bundled(sandbox: &Arc<Sandbox>, grants: Grants) -> Result<ToolRegistry, Failure> {
@@ -228,8 +297,8 @@ fn print_tools(registry: &ToolRegistry, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn call(registry: &ToolRegistry, tool: &str, args: &str) -> Result<(), Failure> {
-    match registry.execute(tool, args).await {
+async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), Failure> {
+    match registry.execute(&new_session_id("cli"), tool, args).await {
         Ok(output) => {
             println!("{}", output.text);
             Ok(())
@@ -237,4 +306,54 @@ async fn call(registry: &ToolRegistry, tool: &str, args: &str) -> Result<(), Fai
         Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),
         Err(error) => Err(Failure::Tool(format!("{tool}: {error}"))),
     }
+}
+
+/// `clawcage mcp`: serve the registry over stdio, or over streamable HTTP until Ctrl-C.
+async fn serve_mcp(setup: &Setup, http: Option<SocketAddr>) -> Result<(), Failure> {
+    let registry = setup.audited()?;
+    let tool_count = registry.registry().names().len();
+    let instructions = format!(
+        "clawcage runs each of these tools in a WebAssembly sandbox. Files are reachable only inside the workspace {} ({}); paths may be relative to it or absolute inside it. Nothing outside it exists for the tools.",
+        setup.workspace.path().display(),
+        if setup.workspace.mode() == clawcage_sandbox::FsMode::ReadOnly {
+            "read-only"
+        } else {
+            "read-write"
+        }
+    );
+    let Some(address) = http else {
+        let server = McpServer::new(registry, &instructions, "mcp-stdio");
+        tracing::info!(tools = tool_count, "serving MCP over stdio");
+        return server
+            .serve_stdio()
+            .await
+            .map_err(|error| Failure::Tool(error.to_string()));
+    };
+    let server = McpServer::new(registry, &instructions, "mcp-http");
+    if !address.ip().is_loopback() {
+        return Err(Failure::Usage(
+            clawcage_mcp::ServeError::NotLoopback(address).to_string(),
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| Failure::Usage(format!("cannot listen on {address}: {error}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| Failure::Tool(error.to_string()))?;
+    eprintln!(
+        "clawcage mcp: serving {tool_count} tools over streamable HTTP at http://{bound}{} (Ctrl-C stops)",
+        clawcage_mcp::HTTP_PATH
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    server
+        .serve_http(listener, shutdown)
+        .await
+        .map_err(|error| Failure::Tool(error.to_string()))
 }

@@ -6,6 +6,8 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use crate::env::EnvGrant;
+
 /// Whether a directory grant allows writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum FsMode {
@@ -135,6 +137,8 @@ pub struct Grants {
     pub workspace: Option<WorkspaceGrant>,
     /// Per-call limits.
     pub limits: Limits,
+    /// Host environment variables passed in, beyond the workspace's own (none by default).
+    pub env: EnvGrant,
 }
 
 impl Grants {
@@ -147,13 +151,19 @@ impl Grants {
     pub fn workspace(grant: WorkspaceGrant) -> Self {
         Self {
             workspace: Some(grant),
-            limits: Limits::default(),
+            ..Self::default()
         }
     }
 
     /// These grants with `limits`.
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
+        self
+    }
+
+    /// These grants with the environment variables in `env`.
+    pub fn with_env(mut self, env: EnvGrant) -> Self {
+        self.env = env;
         self
     }
 
@@ -180,6 +190,7 @@ impl Grants {
         Grants {
             workspace,
             limits: self.limits.narrowed_by(&other.limits),
+            env: self.env.narrowed_by(&other.env),
         }
     }
 
@@ -193,8 +204,13 @@ impl Grants {
             ),
             None => "no files".to_string(),
         };
+        let env = if self.env.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", self.env.describe())
+        };
         format!(
-            "{workspace}, memory {} MiB, timeout {}s, no network",
+            "{workspace}, memory {} MiB, timeout {}s, no network{env}",
             self.limits.memory_bytes >> 20,
             self.limits.timeout.as_secs_f64()
         )

@@ -3,16 +3,24 @@
 //! [`Grants`] and [`WasmTool`], which runs one tool of a component in a fresh store and instance
 //! per call. Nothing a tool returns or does reaches the host except through the WIT contract in
 //! `wit/`; a trap, timeout or exhausted memory comes back as [`clawcage_core::ToolError::Failed`].
+//! Third-party [`plugin`]s are verified and granted here too, so every grant decision lives in
+//! this crate.
 
 mod bindings;
 pub mod cache;
+pub mod env;
 pub mod grants;
 mod host;
+pub mod plugin;
 mod sandbox;
 mod tool;
 
 pub use cache::{ArtifactCache, CacheOutcome};
+pub use env::{EnvError, EnvGrant};
 pub use grants::{FsMode, GrantError, Grants, Limits, WorkspaceGrant};
+pub use plugin::{
+    LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsConfig, RefusedPlugin,
+};
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;
 

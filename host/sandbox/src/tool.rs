@@ -190,8 +190,9 @@ pub(crate) async fn run_in_fresh_instance(
     }
 }
 
-/// The WASI context for one call: the workspace preopen (and its path in the environment), no
-/// network, stderr captured, nothing inherited from the host.
+/// The WASI context for one call: the workspace preopen (and its path in the environment), the
+/// granted environment variables, no network, stderr captured, nothing else inherited from the
+/// host.
 fn wasi_context(
     grants: &Grants,
     stderr: MemoryOutputPipe,
@@ -221,6 +222,9 @@ fn wasi_context(
             .env("CLAWCAGE_WORKSPACE", workspace.guest_path())
             .env("CLAWCAGE_WORKSPACE_MODE", workspace.mode().as_str())
             .env("PWD", workspace.guest_path());
+    }
+    for (name, value) in grants.env.vars() {
+        builder.env(name, value);
     }
     Ok(builder.build())
 }
