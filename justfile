@@ -33,3 +33,20 @@ bench:
 # Build only the tool components (release, wasm32-wasip2).
 components:
     cd tools-wasm && cargo build --release --target wasm32-wasip2 --workspace
+
+# Install the Python and JavaScript toolchains of the examples into target/toolchains/.
+examples-setup:
+    bash examples/build.sh setup-python
+    bash examples/build.sh setup-js
+
+# Build the Python example tool (componentize-py) into target/examples/plugins/py-text-stats/.
+example-python:
+    bash examples/build.sh python
+
+# Build the JavaScript example tool (componentize-js) into target/examples/plugins/js-tools/.
+example-js:
+    bash examples/build.sh js
+
+# Serve the tools to MCP clients over stdio (add `--http 127.0.0.1:8765` for streamable HTTP).
+mcp *ARGS:
+    cargo run -q -p clawcage-cli -- mcp {{ARGS}}

@@ -31,6 +31,9 @@ const FIXTURES: &[(&str, &str)] = &[
     ("ECHO", "fixture_echo"),
     ("WASI_HTTP_FETCH", "fixture_wasi_http_fetch"),
     ("RAWFS", "fixture_rawfs"),
+    ("PROBE", "fixture_probe"),
+    ("UNGRANTED", "fixture_ungranted"),
+    ("NOT_A_TOOL", "fixture_not_a_tool"),
 ];
 
 const TARGET: &str = "wasm32-wasip2";

@@ -8,15 +8,19 @@
 
 mod agent_loop;
 mod agent_sandbox;
+mod audit;
 mod cache;
+mod examples;
 mod exec;
 mod exec_attacks;
 mod file_attacks;
 mod file_tools;
 mod misbehaving;
+mod plugins;
 mod providers;
 mod sandbox_escape;
 mod sessions;
+mod subagents;
 mod wasi_http;
 mod web;
 mod web_attacks;

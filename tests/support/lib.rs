@@ -1,8 +1,9 @@
 //! Shared helpers for clawcage's integration tests and benchmarks: one sandbox per process with
 //! one compiled-artifact cache shared by every test run, temporary workspaces, registries built
 //! from the real bundled and fixture components, a scripted LLM server ([`llm_server`]) speaking
-//! the Anthropic and OpenAI wire formats on 127.0.0.1, and (in [`web`]) a scripted HTTP server on
-//! loopback, a test name resolver and a capture of the tracing output.
+//! the Anthropic and OpenAI wire formats on 127.0.0.1, (in [`web`]) a scripted HTTP server on
+//! loopback, a test name resolver and a capture of the tracing output, and the other languages'
+//! [`toolchains`].
 
 #![allow(
     clippy::expect_used,
@@ -11,6 +12,7 @@
 
 pub mod host_tools;
 pub mod llm_server;
+pub mod toolchains;
 pub mod web;
 
 use std::path::{Path, PathBuf};

@@ -101,10 +101,14 @@ impl Recorded {
     }
 }
 
+/// Chooses the reply from the request body (for concurrent callers, e.g. sub-agents).
+pub type Router = Arc<dyn Fn(&Value) -> Reply + Send + Sync>;
+
 #[derive(Default)]
 struct State {
     replies: VecDeque<Reply>,
     requests: Vec<Recorded>,
+    router: Option<Router>,
 }
 
 /// A running server; it stops when dropped.
@@ -123,6 +127,18 @@ impl Drop for LlmServer {
 impl LlmServer {
     /// Start a server that plays `replies` in order.
     pub async fn start(replies: Vec<Reply>) -> LlmServer {
+        Self::start_with(replies, None).await
+    }
+
+    /// Start a server that answers each request with `route(body)`, whatever the order in
+    /// which concurrent callers ask.
+    pub async fn start_routed(
+        route: impl Fn(&Value) -> Reply + Send + Sync + 'static,
+    ) -> LlmServer {
+        Self::start_with(Vec::new(), Some(Arc::new(route))).await
+    }
+
+    async fn start_with(replies: Vec<Reply>, router: Option<Router>) -> LlmServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1");
@@ -130,6 +146,7 @@ impl LlmServer {
         let state = Arc::new(Mutex::new(State {
             replies: replies.into(),
             requests: Vec::new(),
+            router,
         }));
         let shared = state.clone();
         let task = tokio::spawn(async move {
@@ -198,13 +215,14 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
     let body = serde_json::from_slice(&bytes).unwrap_or(Value::Null);
     let reply = {
         let mut state = state.lock().expect("server state");
+        let routed = state.router.as_ref().map(|route| route(&body));
         state.requests.push(Recorded {
             path,
             headers,
             body,
             at,
         });
-        state.replies.pop_front()
+        routed.or_else(|| state.replies.pop_front())
     };
     let reply =
         reply.unwrap_or_else(|| Reply::status(500, "the test script has no reply left", &[]));

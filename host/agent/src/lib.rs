@@ -1,23 +1,29 @@
 //! The agent side of clawcage: the [`ToolRegistry`] an agent may call, the model
 //! [`provider`]s, the ReAct [`AgentLoop`], [`Sessions`] with one lane and one JSONL transcript
-//! per session key, the inbound [`MessageBus`] and the outbound [`MessageTool`]. It depends on
+//! per session key, the inbound [`MessageBus`], the outbound [`MessageTool`], the
+//! [`SubagentManager`] with its `spawn` and `subagents` tools, and the [`audit`]
+//! log that records every call made through an [`AuditedRegistry`]. It depends on
 //! `clawcage-core` only, never on the sandbox: tools reach it as `clawcage_core::Tool` objects,
 //! so agent logic is tested without compiling wasm, and the sandbox cannot be bypassed from here.
 
 pub mod agent_loop;
+pub mod audit;
 pub mod bus;
 pub mod message_tool;
 pub mod provider;
 pub mod registry;
 pub mod session;
+pub mod subagent;
 pub mod transcript;
 
 pub use agent_loop::{
     AgentConfig, AgentError, AgentLoop, TurnEnd, TurnObserver, TurnOutcome, Verdict,
 };
+pub use audit::{AuditLog, AuditRecord, AuditedRegistry};
 pub use bus::{BusError, Delivery, MessageBus, Subscription};
 pub use message_tool::{MessageTool, OutboundMessage, SendCallback};
 pub use provider::{Provider, ProviderError, ProviderEvents};
 pub use registry::{RegistryError, ToolRegistry};
-pub use session::{LaneInput, PendingTurn, Sessions};
+pub use session::{LaneInput, PendingTurn, Sessions, current_session_key};
+pub use subagent::{RunRecord, RunStatus, SpawnError, SubagentConfig, SubagentManager};
 pub use transcript::TranscriptStore;

@@ -100,6 +100,11 @@ impl ToolRegistry {
         self.tools.contains_key(name)
     }
 
+    /// The tool of that name, if registered.
+    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
+        self.tools.get(name).map(|entry| &entry.tool)
+    }
+
     /// The registered tools, sorted by name.
     pub fn tools(&self) -> impl Iterator<Item = &Arc<dyn Tool>> {
         self.tools.values().map(|entry| &entry.tool)

@@ -16,6 +16,17 @@ use crate::agent_loop::{AgentError, AgentLoop, TurnObserver, TurnOutcome};
 use crate::bus::Subscription;
 use crate::transcript::{Entry, TranscriptStore, now_ms, push_message, trim_history};
 
+tokio::task_local! {
+    /// The key of the session whose turn the current task is running.
+    static CURRENT_SESSION: String;
+}
+
+/// The key of the session whose turn is running in the current task, if any. Tools that act on
+/// behalf of a session (`spawn`, the cron scheduler) read it while the lane awaits their call.
+pub fn current_session_key() -> Option<String> {
+    CURRENT_SESSION.try_with(Clone::clone).ok()
+}
+
 /// The default number of messages a session keeps.
 pub const DEFAULT_HISTORY_LIMIT: usize = 200;
 
@@ -269,7 +280,9 @@ async fn run_one(
     let input = ChatMessage::user(text);
     push_message(history, input.clone());
     let start = history.len();
-    let result = inner.agent.run_turn(history, observer).await;
+    let result = CURRENT_SESSION
+        .scope(key.to_string(), inner.agent.run_turn(history, observer))
+        .await;
 
     let mut entries = vec![Entry::Message {
         at_ms: now_ms(),

@@ -4,11 +4,13 @@
 
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
+use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::transcript::now_ms;
 use clawcage_agent::{
-    AgentLoop, MessageBus, MessageTool, OutboundMessage, SendCallback, Sessions, ToolRegistry,
-    TranscriptStore, TurnEnd,
+    AgentError, AgentLoop, LaneInput, MessageBus, MessageTool, OutboundMessage, SendCallback,
+    Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnEnd,
 };
 use clawcage_core::BoxFuture;
 
@@ -30,6 +32,8 @@ pub struct Runtime {
     /// The inbound bus: subsystems (sub-agents, cron) publish here; front ends subscribe to the
     /// `system` channel and route notifications into the sessions' lanes.
     pub bus: MessageBus,
+    /// The sub-agents, when `[subagents]` is enabled and the host prepared tools for children.
+    pub subagents: Option<Arc<SubagentManager>>,
 }
 
 /// A `message` tool callback that prints through `console`.
@@ -61,10 +65,12 @@ pub struct AgentContext<'a> {
     pub state_dir: &'a Path,
 }
 
-/// Wire up an agent over `tools` (plus the `message` tool sending through `send`).
+/// Wire up an agent over `tools` (plus the `message` tool sending through `send`, and `spawn`
+/// and `subagents` when `child_tools`, the tools prepared for sub-agents, are given).
 pub fn start(
     context: AgentContext<'_>,
     mut tools: ToolRegistry,
+    child_tools: Option<ToolRegistry>,
     send: SendCallback,
     stream: bool,
 ) -> Result<Runtime, Failure> {
@@ -72,6 +78,29 @@ pub fn start(
         .register(Arc::new(MessageTool::new("user", send)))
         .map_err(|error| Failure::Tool(error.to_string()))?;
     let config = context.config;
+    let bus = MessageBus::new();
+    let mut agent_config = config.agent.agent_config(stream)?;
+    let subagents = match child_tools {
+        Some(child_tools) if config.subagents.enabled() => {
+            let manager = SubagentManager::new(
+                &tools,
+                child_tools,
+                config.subagents.config()?,
+                bus.clone(),
+                Some(context.state_dir),
+            )
+            .map_err(|error| Failure::Usage(error.to_string()))?;
+            for tool in [manager.spawn_tool(), manager.subagents_tool()] {
+                tools
+                    .register(tool)
+                    .map_err(|error| Failure::Tool(error.to_string()))?;
+            }
+            agent_config.system_prompt.push_str("\n\n");
+            agent_config.system_prompt.push_str(&manager.prompt_note());
+            Some(manager)
+        }
+        _ => None,
+    };
     let chosen = choose_provider(
         context.provider,
         &config.provider,
@@ -79,11 +108,10 @@ pub fn start(
         &tools,
     )?;
     let label = chosen.provider.label();
-    let agent = AgentLoop::new(
-        chosen.provider,
-        tools.clone(),
-        config.agent.agent_config(stream)?,
-    );
+    if let Some(manager) = &subagents {
+        manager.set_provider(chosen.provider.clone());
+    }
+    let agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config);
     let sessions = Sessions::new(
         agent,
         Some(TranscriptStore::new(context.state_dir.join("sessions"))),
@@ -94,7 +122,8 @@ pub fn start(
         tools,
         scripted: chosen.scripted,
         label,
-        bus: MessageBus::new(),
+        bus,
+        subagents,
     })
 }
 
@@ -102,6 +131,7 @@ pub fn start(
 pub async fn run_task(
     context: AgentContext<'_>,
     tools: ToolRegistry,
+    child_tools: Option<ToolRegistry>,
     task: &str,
     session: Option<String>,
 ) -> Result<(), Failure> {
@@ -112,7 +142,13 @@ pub async fn run_task(
         ));
     }
     let console = Arc::new(Console::new(Sink::Stderr, false));
-    let runtime = start(context, tools, print_messages(console.clone()), false)?;
+    let runtime = start(
+        context,
+        tools,
+        child_tools,
+        print_messages(console.clone()),
+        false,
+    )?;
     if runtime.scripted {
         console.line(&format!(
             "note: the answers come from a recorded script ({}), not from a model",
@@ -120,11 +156,45 @@ pub async fn run_task(
         ));
     }
     let key = session.unwrap_or_else(|| format!("run-{}-{}", now_ms(), std::process::id()));
-    let outcome = runtime
+    // Subscribed before the turn, so no sub-agent's announcement can be missed.
+    let mut announcements = runtime.bus.subscribe(SYSTEM_CHANNEL);
+    let mut outcome = runtime
         .sessions
         .send_user(&key, task, console.clone())
         .await
         .map_err(|error| Failure::Tool(format!("clawcage: the task failed: {error}")))?;
+    // The answer waits for the sub-agents this task started: each announcement is a turn in
+    // which the agent takes the result in, and the last turn's text is the answer.
+    if let Some(manager) = &runtime.subagents {
+        loop {
+            let waiting = manager.running_for(&key) > 0;
+            let wait = if waiting {
+                Duration::from_millis(200)
+            } else {
+                Duration::ZERO
+            };
+            let message = match tokio::time::timeout(wait, announcements.recv()).await {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(_) if waiting => continue,
+                Err(_) => break,
+            };
+            console.line(&format!(
+                "[{}] {}",
+                message.sender,
+                first_line(&message.content)
+            ));
+            outcome = runtime
+                .sessions
+                .submit(&key, LaneInput::Notification(message), console.clone())
+                .wait()
+                .await
+                .and_then(|outcome| {
+                    outcome.ok_or_else(|| AgentError::History("no outcome".to_string()))
+                })
+                .map_err(|error| Failure::Tool(format!("clawcage: the task failed: {error}")))?;
+        }
+    }
     console.end_turn(
         &outcome.answered_by,
         outcome.usage,
@@ -139,4 +209,9 @@ pub async fn run_task(
             Err(Failure::Tool(format!("clawcage: {}", outcome.text)))
         }
     }
+}
+
+/// The first line of `text`, for one-line progress notes.
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or_default()
 }

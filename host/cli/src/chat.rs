@@ -25,6 +25,7 @@ const HELP: &str = "Type a request and press Enter. Commands:
 pub async fn run(
     context: AgentContext<'_>,
     tools: ToolRegistry,
+    child_tools: Option<ToolRegistry>,
     key: String,
 ) -> Result<(), Failure> {
     let state_dir = context.state_dir;
@@ -48,7 +49,13 @@ pub async fn run(
     let console = Arc::new(Console::new(Sink::Stdout, true));
     // A notification turn's text is printed whole when it ends, under the sender's name.
     let idle_console = Arc::new(Console::new(idle_sink, false));
-    let runtime = start(context, tools, print_messages(console.clone()), true)?;
+    let runtime = start(
+        context,
+        tools,
+        child_tools,
+        print_messages(console.clone()),
+        true,
+    )?;
     let sessions = runtime.sessions.clone();
 
     let router = sessions.deliver_notifications(
@@ -69,6 +76,12 @@ pub async fn run(
             }
         }),
     );
+    // Now that the `system` channel is routed: report runs cut off by the last exit.
+    if let Some(manager) = runtime.subagents.clone() {
+        tokio::spawn(async move {
+            manager.recover().await;
+        });
+    }
 
     println!(
         "clawcage chat: {} · session {key} · {} tools · /help for commands",

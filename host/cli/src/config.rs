@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clawcage_sandbox::{FsMode, Limits};
+use clawcage_sandbox::{FsMode, Limits, PluginsConfig};
 use serde::Deserialize;
 
 use crate::network_config::{NetworkConfig, WebConfig};
@@ -36,6 +36,15 @@ pub struct Config {
     /// `[exec]`
     #[serde(default)]
     pub exec: ExecConfig,
+    /// `[plugins]`: the plugins directory and the operator's grant for each plugin.
+    #[serde(default)]
+    pub plugins: PluginsConfig,
+    /// `[audit]`: the audit log of tool calls.
+    #[serde(default)]
+    pub audit: AuditConfig,
+    /// `[subagents]`: spawning, limits and what children may reach.
+    #[serde(default)]
+    pub subagents: crate::subagent_config::SubagentSection,
 }
 
 /// `[exec]`: the exec tool (a shell inside the sandbox that runs WASI programs).
@@ -50,6 +59,17 @@ pub struct ExecConfig {
     pub programs_dir: Option<PathBuf>,
     /// MiB that the programs of one call may write to files together (default 1024).
     pub write_limit_mib: Option<u64>,
+}
+
+/// `[audit]`: where every tool call is recorded.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditConfig {
+    /// Record tool calls (default true).
+    pub enabled: Option<bool>,
+    /// The JSONL file; relative paths are relative to the config file. Default:
+    /// `audit.jsonl` in the state directory.
+    pub path: Option<PathBuf>,
 }
 
 /// `[workspace]`: the directory tools may reach.
@@ -106,11 +126,19 @@ impl Config {
                     .with_context(|| format!("cannot read the config file {}", path.display()))?;
                 let mut config: Config = toml::from_str(&text)
                     .with_context(|| format!("the config file {} is not valid", path.display()))?;
-                if let Some(workspace) = &config.workspace.path
-                    && workspace.is_relative()
-                    && let Some(parent) = path.parent()
-                {
-                    config.workspace.path = Some(parent.join(workspace));
+                if let Some(parent) = path.parent() {
+                    for relative in [
+                        &mut config.workspace.path,
+                        &mut config.plugins.dir,
+                        &mut config.audit.path,
+                    ]
+                    .into_iter()
+                    .flatten()
+                    {
+                        if relative.is_relative() {
+                            *relative = parent.join(&*relative);
+                        }
+                    }
                 }
                 if let Some(programs) = &config.exec.programs_dir
                     && programs.is_relative()
@@ -118,6 +146,9 @@ impl Config {
                 {
                     config.exec.programs_dir = Some(parent.join(programs));
                 }
+                config.plugins.validate().map_err(|error| {
+                    anyhow::anyhow!("the config file {} is not valid: {error}", path.display())
+                })?;
                 return Ok((config, Some(path)));
             }
         }
@@ -203,5 +234,23 @@ mod tests {
         assert!(bad.limits().is_err());
         let bad_mode: Config = toml::from_str("[workspace]\nmode = \"rwx\"\n").unwrap();
         assert!(bad_mode.workspace_mode().is_err());
+    }
+
+    #[test]
+    fn relative_paths_are_relative_to_the_config_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("clawcage.toml");
+        std::fs::write(
+            &file,
+            "[plugins]\ndir = \"plugins\"\n[plugins.grants.wc]\nworkspace = \"ro\"\n[audit]\npath = \"logs/audit.jsonl\"\n",
+        )
+        .unwrap();
+        let (config, _) = Config::load(Some(&file), dir.path()).unwrap();
+        assert_eq!(config.plugins.dir, Some(dir.path().join("plugins")));
+        assert_eq!(config.audit.path, Some(dir.path().join("logs/audit.jsonl")));
+
+        std::fs::write(&file, "[plugins.grants.wc]\nenv = [\"A=B\"]\n").unwrap();
+        let error = format!("{:#}", Config::load(Some(&file), dir.path()).unwrap_err());
+        assert!(error.contains("[plugins.grants.wc] env"), "{error}");
     }
 }

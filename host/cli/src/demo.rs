@@ -53,7 +53,7 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
         provider: &args,
         state_dir: state,
     };
-    let runtime = start(context, tools, print_messages(console.clone()), true)?;
+    let runtime = start(context, tools, None, print_messages(console.clone()), true)?;
 
     println!(
         "clawcage demo — a recorded session played by the scripted provider ({}).",

@@ -1,8 +1,9 @@
 //! The `clawcage` command: a thin clap front end that reads the configuration, starts the sandbox,
-//! loads the bundled tool components (file tools with the workspace, web tools with the network
-//! policy) into a registry and runs one subcommand — a tool call, or the agent (`run`, `chat`,
-//! `demo`). Exit codes: 0 ok, 1 the tool or task failed (message on stderr), 2 usage or
-//! configuration error.
+//! loads the bundled tool components (file and exec tools with the workspace, web tools with the
+//! network policy) and the operator's plugins into a registry and runs one subcommand — a tool
+//! call, the MCP server (in `clawcage-mcp`), or the agent (`run`, `chat`, `demo`). Tool calls
+//! from `call` and `mcp` are recorded in the audit log. Exit codes: 0 ok, 1 the tool or task
+//! failed (message on stderr), 2 usage or configuration error.
 
 mod agent;
 mod agent_config;
@@ -10,18 +11,24 @@ mod chat;
 mod config;
 mod demo;
 mod network_config;
+mod plugins;
 mod render;
+mod subagent_config;
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
-use clawcage_agent::ToolRegistry;
+use clawcage_agent::audit::new_session_id;
+use clawcage_agent::{AuditLog, AuditedRegistry, ToolRegistry};
 use clawcage_core::ToolError;
+use clawcage_mcp::McpServer;
 use clawcage_sandbox::{
-    ArtifactCache, ExecGrant, Grants, Sandbox, SandboxOptions, WorkspaceGrant, components,
+    ArtifactCache, ExecGrant, Grants, PluginReport, Sandbox, SandboxOptions, WorkspaceGrant,
+    components,
 };
 
 use crate::config::Config;
@@ -103,6 +110,19 @@ enum Command {
     /// A recorded session in a temporary workspace: real tools and sandbox, scripted replies,
     /// no API key or network needed.
     Demo,
+    /// Serve the tools to MCP clients (Claude Code, Claude Desktop, Cursor, ...).
+    ///
+    /// Without --http, speaks MCP over stdin and stdout, the way clients start local servers:
+    ///   claude mcp add clawcage -- clawcage mcp --workspace /path/to/project
+    /// A tool error reaches the client as a tool result with isError set and the error's text.
+    /// Every call is recorded in the audit log.
+    Mcp {
+        /// Serve streamable HTTP at http://ADDR/mcp instead of stdio, e.g. 127.0.0.1:8765
+        /// (port 0 picks a free port; the address is printed on stderr). Loopback addresses
+        /// only: the endpoint has no authentication.
+        #[arg(long, value_name = "ADDR")]
+        http: Option<SocketAddr>,
+    },
 }
 
 /// An error with the exit code it maps to.
@@ -163,18 +183,31 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if let Command::Demo = cli.command {
         return run_demo(&cli.common).await;
     }
-    let (registry, config, config_file, state_dir) = build_registry(&cli.common).await?;
+    let setup = build_registry(&cli.common).await?;
     let context = agent::AgentContext {
-        config: &config,
-        config_file: config_file.as_deref(),
+        config: &setup.config,
+        config_file: setup.config_file.as_deref(),
         provider: &cli.provider,
-        state_dir: &state_dir,
+        state_dir: &setup.state_dir,
     };
     match cli.command {
-        Command::Tools { json } => print_tools(&registry, json),
-        Command::Call { tool, args } => call(&registry, &tool, &args).await,
-        Command::Run { task, session } => agent::run_task(context, registry, &task, session).await,
-        Command::Chat { session } => chat::run(context, registry, session).await,
+        Command::Tools { json } => {
+            print_tools(&setup.registry, json)?;
+            if !json {
+                plugins::print_report(&setup.plugins);
+            }
+            Ok(())
+        }
+        Command::Call { tool, args } => call(&setup.audited()?, &tool, &args).await,
+        Command::Mcp { http } => serve_mcp(&setup, http).await,
+        Command::Run { task, session } => {
+            let children = setup.child_registry.clone();
+            agent::run_task(context, setup.registry.clone(), children, &task, session).await
+        }
+        Command::Chat { session } => {
+            let children = setup.child_registry.clone();
+            chat::run(context, setup.registry.clone(), children, session).await
+        }
         Command::Demo => Ok(()),
     }
 }
@@ -205,11 +238,42 @@ async fn run_demo(common: &CommonArgs) -> Result<(), Failure> {
     demo::run(registry, &workspace, &temp.path().join("state")).await
 }
 
-/// Read the config, start the sandbox and load the bundled components with the operator's
-/// grants. Returns the registry, the config, the file it came from and the state directory.
-async fn build_registry(
-    common: &CommonArgs,
-) -> Result<(ToolRegistry, Config, Option<PathBuf>, PathBuf), Failure> {
+/// Everything a subcommand needs: the tools, what became of the plugins, where calls are
+/// audited, and the configuration the agent reads.
+struct Setup {
+    registry: ToolRegistry,
+    plugins: PluginReport,
+    workspace: WorkspaceGrant,
+    /// The audit log's path, or `None` when auditing is off.
+    audit_path: Option<PathBuf>,
+    config: Config,
+    /// The file the config came from, if any.
+    config_file: Option<PathBuf>,
+    state_dir: PathBuf,
+    /// The bundled tools again, with the grants of sub-agents (the workspace read-only unless
+    /// `[subagents] workspace = "rw"`); `None` when sub-agents are off.
+    child_registry: Option<ToolRegistry>,
+}
+
+impl Setup {
+    /// The registry with its audit log opened.
+    fn audited(&self) -> Result<AuditedRegistry, Failure> {
+        let log = match &self.audit_path {
+            None => None,
+            Some(path) => Some(Arc::new(AuditLog::open(path).map_err(|error| {
+                Failure::Usage(format!(
+                    "cannot open the audit log {} ({error}); fix [audit] path, pass --state-dir, or set [audit] enabled = false",
+                    path.display()
+                ))
+            })?)),
+        };
+        Ok(AuditedRegistry::new(self.registry.clone(), log))
+    }
+}
+
+/// Read the config, start the sandbox and load the bundled components and the plugins with the
+/// operator's grants.
+async fn build_registry(common: &CommonArgs) -> Result<Setup, Failure> {
     let current = std::env::current_dir().context("cannot read the current directory")?;
     let hint = common.workspace.clone().unwrap_or_else(|| current.clone());
     let (config, config_file) = Config::load(common.config.as_deref(), &hint)?;
@@ -225,7 +289,7 @@ async fn build_registry(
     let workspace = WorkspaceGrant::new(&workspace_path, mode)
         .map_err(|error| Failure::Usage(error.to_string()))?;
     let limits = config.limits()?;
-    let grants = Grants::workspace(workspace).with_limits(limits);
+    let grants = Grants::workspace(workspace.clone()).with_limits(limits);
     let web_grants = web_grants(&config, limits)?;
 
     let state_dir = state_dir(common.state_dir.as_deref())?;
@@ -233,11 +297,47 @@ async fn build_registry(
         cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
     })
     .map_err(|error| Failure::Tool(error.to_string()))?;
-    let mut registry = load_bundled(&sandbox, grants.clone(), web_grants).await?;
+    let mut registry = load_bundled(&sandbox, grants.clone(), web_grants.clone()).await?;
     if config.exec.enabled.unwrap_or(true) {
-        load_exec(&sandbox, &config, grants, &mut registry).await?;
+        load_exec(&sandbox, &config, grants.clone(), &mut registry).await?;
     }
-    Ok((registry, config, config_file, state_dir))
+    let child_registry = if config.subagents.enabled() {
+        // Never more than the parent: read-only unless configured, and read-only anyway when
+        // the parent's workspace is.
+        let child_grants = if config.subagents.children_write()? {
+            grants.clone()
+        } else {
+            grants.read_only()
+        };
+        let mut children = load_bundled(&sandbox, child_grants.clone(), web_grants).await?;
+        if config.exec.enabled.unwrap_or(true) {
+            load_exec(&sandbox, &config, child_grants, &mut children).await?;
+        }
+        Some(children)
+    } else {
+        None
+    };
+    let plugins = plugins::load_into(&mut registry, &sandbox, &config.plugins, &grants).await;
+    let audit_path = match config.audit.enabled {
+        Some(false) => None,
+        _ => Some(
+            config
+                .audit
+                .path
+                .clone()
+                .unwrap_or_else(|| state_dir.join("audit.jsonl")),
+        ),
+    };
+    Ok(Setup {
+        registry,
+        plugins,
+        workspace,
+        audit_path,
+        config,
+        config_file,
+        state_dir,
+        child_registry,
+    })
 }
 
 /// Registers the exec tool with the file tools' workspace and limits plus the programs (the
@@ -358,8 +458,8 @@ fn print_tools(registry: &ToolRegistry, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-async fn call(registry: &ToolRegistry, tool: &str, args: &str) -> Result<(), Failure> {
-    match registry.execute(tool, args).await {
+async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), Failure> {
+    match registry.execute(&new_session_id("cli"), tool, args).await {
         Ok(output) => {
             println!("{}", output.text);
             Ok(())
@@ -367,4 +467,54 @@ async fn call(registry: &ToolRegistry, tool: &str, args: &str) -> Result<(), Fai
         Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),
         Err(error) => Err(Failure::Tool(format!("{tool}: {error}"))),
     }
+}
+
+/// `clawcage mcp`: serve the registry over stdio, or over streamable HTTP until Ctrl-C.
+async fn serve_mcp(setup: &Setup, http: Option<SocketAddr>) -> Result<(), Failure> {
+    let registry = setup.audited()?;
+    let tool_count = registry.registry().names().len();
+    let instructions = format!(
+        "clawcage runs each of these tools in a WebAssembly sandbox. Files are reachable only inside the workspace {} ({}); paths may be relative to it or absolute inside it. Nothing outside it exists for the tools.",
+        setup.workspace.path().display(),
+        if setup.workspace.mode() == clawcage_sandbox::FsMode::ReadOnly {
+            "read-only"
+        } else {
+            "read-write"
+        }
+    );
+    let Some(address) = http else {
+        let server = McpServer::new(registry, &instructions, "mcp-stdio");
+        tracing::info!(tools = tool_count, "serving MCP over stdio");
+        return server
+            .serve_stdio()
+            .await
+            .map_err(|error| Failure::Tool(error.to_string()));
+    };
+    let server = McpServer::new(registry, &instructions, "mcp-http");
+    if !address.ip().is_loopback() {
+        return Err(Failure::Usage(
+            clawcage_mcp::ServeError::NotLoopback(address).to_string(),
+        ));
+    }
+    let listener = tokio::net::TcpListener::bind(address)
+        .await
+        .map_err(|error| Failure::Usage(format!("cannot listen on {address}: {error}")))?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| Failure::Tool(error.to_string()))?;
+    eprintln!(
+        "clawcage mcp: serving {tool_count} tools over streamable HTTP at http://{bound}{} (Ctrl-C stops)",
+        clawcage_mcp::HTTP_PATH
+    );
+    let shutdown = tokio_util::sync::CancellationToken::new();
+    let on_signal = shutdown.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    server
+        .serve_http(listener, shutdown)
+        .await
+        .map_err(|error| Failure::Tool(error.to_string()))
 }

@@ -144,6 +144,8 @@ async fn run_prints_the_final_answer_after_real_tool_calls() {
             "list_dir",
             "message",
             "read_file",
+            "spawn",
+            "subagents",
             "web_fetch",
             "web_search",
             "write_file"

@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::env::EnvGrant;
 use crate::network::NetworkPolicy;
 
 /// Whether a directory grant allows writing.
@@ -172,6 +173,8 @@ pub struct Grants {
     settings: Vec<(String, String)>,
     /// Running programs (the `process` import); `None` denies it.
     pub exec: Option<ExecGrant>,
+    /// Host environment variables passed in, beyond the workspace's own (none by default).
+    pub env: EnvGrant,
 }
 
 /// Environment names the host sets itself.
@@ -231,6 +234,12 @@ impl Grants {
         self
     }
 
+    /// These grants with the environment variables in `env`.
+    pub fn with_env(mut self, env: EnvGrant) -> Self {
+        self.env = env;
+        self
+    }
+
     /// The same grants with the workspace read-only (used for sub-agents).
     pub fn read_only(&self) -> Grants {
         let mut narrowed = self.clone();
@@ -272,6 +281,7 @@ impl Grants {
             // Settings are configuration, not capabilities: a tool keeps its own.
             settings: self.settings.clone(),
             exec,
+            env: self.env.narrowed_by(&other.env),
         }
     }
 
@@ -298,8 +308,13 @@ impl Grants {
             ),
             None => String::new(),
         };
+        let env = if self.env.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", self.env.describe())
+        };
         format!(
-            "{workspace}, memory {} MiB, timeout {}s{exec}, {network}",
+            "{workspace}, memory {} MiB, timeout {}s{exec}, {network}{env}",
             self.limits.memory_bytes >> 20,
             self.limits.timeout.as_secs_f64()
         )

@@ -3,20 +3,28 @@
 //! [`Grants`] and [`WasmTool`], which runs one tool of a component in a fresh store and instance
 //! per call. Nothing a tool returns or does reaches the host except through the WIT contract in
 //! `wit/`; a trap, timeout or exhausted memory comes back as [`clawcage_core::ToolError::Failed`].
+//! Third-party [`plugin`]s are verified and granted here too, so every grant decision lives in
+//! this crate.
 
 mod bindings;
 pub mod cache;
+pub mod env;
 pub mod grants;
 mod host;
 pub mod network;
+pub mod plugin;
 mod process;
 pub mod programs;
 mod sandbox;
 mod tool;
 
 pub use cache::{ArtifactCache, CacheOutcome};
+pub use env::{EnvError, EnvGrant};
 pub use grants::{ExecGrant, FsMode, GrantError, Grants, Limits, WorkspaceGrant};
 pub use network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
+pub use plugin::{
+    LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsConfig, RefusedPlugin,
+};
 pub use programs::ProgramCatalog;
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;

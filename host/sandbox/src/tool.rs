@@ -194,8 +194,9 @@ pub(crate) async fn run_in_fresh_instance(
 }
 
 /// The WASI context for one call: the workspace preopen (and its path in the environment), the
-/// grants' non-secret settings, no sockets (outbound HTTP goes through the network policy),
-/// stderr captured, nothing inherited from the host.
+/// grants' non-secret settings and the environment variables granted by name, no sockets
+/// (outbound HTTP goes through the network policy), stderr captured, nothing else inherited from
+/// the host.
 fn wasi_context(
     grants: &Grants,
     stderr: MemoryOutputPipe,
@@ -226,7 +227,7 @@ fn wasi_context(
             .env("CLAWCAGE_WORKSPACE_MODE", workspace.mode().as_str())
             .env("PWD", workspace.guest_path());
     }
-    for (name, value) in grants.settings() {
+    for (name, value) in grants.settings().iter().chain(grants.env.vars()) {
         builder.env(name, value);
     }
     Ok(builder.build())

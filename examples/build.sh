@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# Builds the example tools written in other languages into ready-to-install clawcage plugins,
+# and installs the toolchains they need into target/toolchains/ (nothing outside the checkout).
+#
+#   examples/build.sh setup-python   venv with componentize-py (and the `mcp` client the tests use)
+#   examples/build.sh setup-js       componentize-js from npm
+#   examples/build.sh python         target/examples/plugins/py-text-stats/ (plugin.toml + .wasm)
+#   examples/build.sh js             target/examples/plugins/js-tools/
+#
+# `python` and `js` install their toolchain first when it is missing, and rebuild only when an
+# input (the tool's source, its manifest template, the WIT files, this script) changed.
+# Exit status: 0 done; 3 the toolchain could not be installed (the message says why; the tests
+# skip on this status only); anything else: the build failed.
+set -euo pipefail
+
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+TOOLCHAINS=${CLAWCAGE_TOOLCHAINS:-$ROOT/target/toolchains}
+OUT=${CLAWCAGE_EXAMPLES_OUT:-$ROOT/target/examples}
+PYTHON=${PYTHON:-python3}
+
+COMPONENTIZE_PY='componentize-py==0.25.*'
+MCP_CLIENT='mcp>=1.20,<2'
+COMPONENTIZE_JS='@bytecodealliance/componentize-js@0.19.3'
+
+VENV=$TOOLCHAINS/python
+NODE_PREFIX=$TOOLCHAINS/node
+COMPONENTIZE_JS_MODULE=$NODE_PREFIX/node_modules/@bytecodealliance/componentize-js/src/componentize.js
+
+say() { echo "examples/build.sh: $*" >&2; }
+cannot_install() { say "cannot install the $1 toolchain: $2"; exit 3; }
+
+setup_python() {
+    if [[ -x $VENV/bin/componentize-py ]] && "$VENV/bin/python" -c 'import mcp' 2>/dev/null; then
+        return
+    fi
+    command -v "$PYTHON" >/dev/null || cannot_install Python "$PYTHON is not installed"
+    say "installing $COMPONENTIZE_PY and $MCP_CLIENT into $VENV"
+    "$PYTHON" -m venv "$VENV" >&2 || cannot_install Python "'$PYTHON -m venv' failed (on Debian: apt-get install python3-venv)"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "$COMPONENTIZE_PY" "$MCP_CLIENT" >&2 \
+        || cannot_install Python "pip could not install $COMPONENTIZE_PY and $MCP_CLIENT from PyPI"
+}
+
+setup_js() {
+    if [[ -f $COMPONENTIZE_JS_MODULE ]]; then
+        return
+    fi
+    command -v node >/dev/null || cannot_install JavaScript "node is not installed (on Debian: apt-get install nodejs npm)"
+    command -v npm >/dev/null || cannot_install JavaScript "npm is not installed (on Debian: apt-get install npm)"
+    say "installing $COMPONENTIZE_JS into $NODE_PREFIX"
+    mkdir -p "$NODE_PREFIX"
+    npm install --prefix "$NODE_PREFIX" --no-audit --no-fund --loglevel=error "$COMPONENTIZE_JS" >&2 \
+        || cannot_install JavaScript "npm could not install $COMPONENTIZE_JS"
+    [[ -f $COMPONENTIZE_JS_MODULE ]] || cannot_install JavaScript "$COMPONENTIZE_JS installed without $COMPONENTIZE_JS_MODULE"
+}
+
+# Digest of everything a build depends on.
+inputs_digest() {
+    local source_dir=$1
+    (cd "$ROOT" && find "$source_dir" wit examples/build.sh -type f ! -path '*/__pycache__/*' -print0 \
+        | sort -z | xargs -0 sha256sum) | sha256sum | cut -d' ' -f1
+}
+
+# build NAME SOURCE_DIR COMPONENT_FILE COMMAND...: run COMMAND with $OUTPUT set, then write the
+# plugin directory with the component's digest in its manifest.
+build_plugin() {
+    local name=$1 source_dir=$2 component=$3
+    shift 3
+    local plugin_dir=$OUT/plugins/$name
+    local digest
+    digest=$(inputs_digest "$source_dir")
+    if [[ -f $plugin_dir/$component && -f $plugin_dir/plugin.toml && "$(cat "$plugin_dir/.inputs" 2>/dev/null)" == "$digest" ]]; then
+        say "$plugin_dir is up to date"
+        echo "$plugin_dir"
+        return
+    fi
+    local staging
+    staging=$(mktemp -d "$OUT/.staging-$name-XXXXXX")
+    OUTPUT=$staging/$component "$@" >&2
+    local sha
+    sha=$(sha256sum "$staging/$component" | cut -d' ' -f1)
+    sed "s/@SHA256@/$sha/" "$ROOT/$source_dir/plugin.toml.in" >"$staging/plugin.toml"
+    echo "$digest" >"$staging/.inputs"
+    rm -rf "$plugin_dir"
+    mkdir -p "$OUT/plugins"
+    mv "$staging" "$plugin_dir"
+    say "built $plugin_dir ($(du -h "$plugin_dir/$component" | cut -f1))"
+    echo "$plugin_dir"
+}
+
+build_python() {
+    setup_python
+    build_plugin py-text-stats examples/python-tool text_stats.wasm \
+        bash -c 'cd "$0" && "$1" -d wit -w basic-tool componentize -p examples/python-tool app -o "$OUTPUT"' \
+        "$ROOT" "$VENV/bin/componentize-py"
+}
+
+build_js() {
+    setup_js
+    build_plugin js-tools examples/js-tool js_tools.wasm \
+        bash -c 'cd "$0" && node examples/js-tool/componentize.mjs "$1" examples/js-tool/tool.js wit basic-tool "$OUTPUT"' \
+        "$ROOT" "$COMPONENTIZE_JS_MODULE"
+}
+
+mkdir -p "$OUT"
+# One build at a time: test binaries may ask for the same plugin at once.
+exec 9>"$OUT/.lock"
+flock 9
+
+case ${1:-} in
+    setup-python) setup_python ;;
+    setup-js) setup_js ;;
+    python) build_python ;;
+    js) build_js ;;
+    *)
+        echo "usage: examples/build.sh setup-python|setup-js|python|js" >&2
+        exit 2
+        ;;
+esac

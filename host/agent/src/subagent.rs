@@ -1,0 +1,874 @@
+//! Sub-agents: an agent hands a task to a child agent that runs in the background with its own
+//! loop, no history and fewer capabilities, and hears back when the child is done. The
+//! [`SubagentManager`] owns the children: it derives each child's registry from the tools the
+//! host prepared for children (narrowed by the host, e.g. read-only) minus the excluded tools, so
+//! a child can only ever have less than its parent; it enforces the depth, concurrency and time
+//! limits; it pushes each child's result, with its stats, onto the bus's `system` channel for the
+//! parent's session; and it keeps a record of every run in the state directory, so that runs cut
+//! off by a restart are reported as interrupted. The `spawn` and `subagents` tools are its face
+//! to the model.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use clawcage_core::{
+    BoxFuture, ChatMessage, InboundMessage, Tool, ToolError, ToolOutput, ToolSpec,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::agent_loop::{AgentConfig, AgentLoop, TurnEnd};
+use crate::bus::MessageBus;
+use crate::provider::{NoEvents, Provider};
+use crate::registry::ToolRegistry;
+use crate::session::current_session_key;
+use crate::transcript::now_ms;
+
+/// The bus channel completions are published on.
+pub const SYSTEM_CHANNEL: &str = "system";
+
+/// Tools a child never gets unless the configuration says otherwise. `spawn` is governed by the
+/// depth limit instead: a child gets it only while it may still spawn.
+pub const DEFAULT_EXCLUDED: &[&str] = &["spawn", "subagents", "message", "edit_file", "cron"];
+
+/// The longest result text kept in a run record and announced to the parent, in characters.
+pub const MAX_RESULT_CHARS: usize = 20_000;
+
+/// How sub-agents are limited.
+#[derive(Debug, Clone)]
+pub struct SubagentConfig {
+    /// How deep spawning may go: 1 lets the main agent spawn children that cannot spawn.
+    pub max_depth: u32,
+    /// Children running at once, across all sessions.
+    pub max_concurrent: usize,
+    /// Wall-clock time a child may run.
+    pub timeout: Duration,
+    /// Model calls a child may make.
+    pub max_iterations: usize,
+    /// Tools children never get (besides `spawn`, which follows `max_depth`).
+    pub excluded_tools: Vec<String>,
+    /// Finished run records older than this are dropped.
+    pub retention: Duration,
+}
+
+impl Default for SubagentConfig {
+    fn default() -> Self {
+        Self {
+            max_depth: 1,
+            max_concurrent: 5,
+            timeout: Duration::from_secs(300),
+            max_iterations: 10,
+            excluded_tools: DEFAULT_EXCLUDED.iter().map(ToString::to_string).collect(),
+            retention: Duration::from_secs(7 * 24 * 3600),
+        }
+    }
+}
+
+/// Where a run stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RunStatus {
+    /// Still working.
+    Running,
+    /// Answered.
+    Completed,
+    /// Its turn failed (provider error, iteration cap, loop).
+    Failed,
+    /// Stopped by its time limit.
+    TimedOut,
+    /// Stopped by the `subagents` tool.
+    Stopped,
+    /// Cut off by a restart of clawcage.
+    Interrupted,
+}
+
+impl RunStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Running => "running",
+            RunStatus::Completed => "completed",
+            RunStatus::Failed => "failed",
+            RunStatus::TimedOut => "timed out",
+            RunStatus::Stopped => "stopped",
+            RunStatus::Interrupted => "interrupted",
+        }
+    }
+}
+
+/// One child's run, as persisted in `runs.json`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RunRecord {
+    /// `sub-N`.
+    pub id: String,
+    /// The session its result is announced to.
+    pub parent_session: String,
+    /// A short name given by the parent.
+    pub label: Option<String>,
+    /// The task.
+    pub task: String,
+    /// 1 for a child of the main agent.
+    pub depth: u32,
+    /// Where it stands.
+    pub status: RunStatus,
+    /// Milliseconds since the epoch.
+    pub started_ms: u64,
+    /// When it ended.
+    pub finished_ms: Option<u64>,
+    /// Model calls made.
+    pub turns: usize,
+    /// Tool calls made.
+    pub tool_calls: usize,
+    /// The final answer or the error, cut to [`MAX_RESULT_CHARS`].
+    pub result: Option<String>,
+}
+
+impl RunRecord {
+    fn name(&self) -> String {
+        match &self.label {
+            Some(label) => format!("{} ({label})", self.id),
+            None => self.id.clone(),
+        }
+    }
+}
+
+/// Why a spawn was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SpawnError {
+    /// The depth limit.
+    #[error(
+        "depth limit: sub-agents may be nested {max} level(s) deep and this one would be at level {depth}; do the work yourself or split it differently"
+    )]
+    Depth {
+        /// The level the child would have.
+        depth: u32,
+        /// The configured maximum.
+        max: u32,
+    },
+    /// The concurrency limit.
+    #[error(
+        "concurrency limit: {running} sub-agents are already running (at most {max} at once); wait for one's result to be announced, or stop one with the `subagents` tool"
+    )]
+    Concurrency {
+        /// Running now.
+        running: usize,
+        /// The configured maximum.
+        max: usize,
+    },
+    /// The runtime has not chosen a provider yet.
+    #[error("sub-agents are not ready: the runtime has no model provider yet")]
+    NoProvider,
+    /// No session to announce the result to.
+    #[error("spawn works only inside an agent session, whose lane receives the result")]
+    NoSession,
+}
+
+/// What `spawn` answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Spawned {
+    /// The child's id.
+    pub id: String,
+    /// Children running now, this one included.
+    pub running: usize,
+}
+
+#[derive(Default)]
+struct State {
+    records: BTreeMap<u64, RunRecord>,
+    running: BTreeMap<String, tokio::task::AbortHandle>,
+    next_number: u64,
+}
+
+/// Owns every sub-agent of one runtime.
+pub struct SubagentManager {
+    /// Set once the runtime has chosen its provider (the provider may depend on the tools, and
+    /// the tools include `spawn`).
+    provider: OnceLock<Arc<dyn Provider>>,
+    child_tools: ToolRegistry,
+    config: SubagentConfig,
+    bus: MessageBus,
+    runs_file: Option<PathBuf>,
+    state: Mutex<State>,
+    this: Weak<SubagentManager>,
+}
+
+impl std::fmt::Debug for SubagentManager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubagentManager")
+            .field("config", &self.config)
+            .field("runs_file", &self.runs_file)
+            .finish_non_exhaustive()
+    }
+}
+
+fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
+    state
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn number_of(id: &str) -> Option<u64> {
+    id.strip_prefix("sub-")?.parse().ok()
+}
+
+fn cut(text: &str) -> String {
+    match text.char_indices().nth(MAX_RESULT_CHARS) {
+        None => text.to_string(),
+        Some((end, _)) => format!(
+            "{}\n[… cut: the result had {} characters]",
+            &text[..end],
+            text.chars().count()
+        ),
+    }
+}
+
+impl SubagentManager {
+    /// A manager whose children get tools from `child_tools` — the host's registry prepared for
+    /// children (e.g. with the workspace read-only) — keeping only names `parent_tools` also has,
+    /// minus `config.excluded_tools`. Runs are recorded in `state_dir/subagents/runs.json`
+    /// (`None`: in memory only); results go to `bus`. Children ask the provider given to
+    /// [`SubagentManager::set_provider`].
+    pub fn new(
+        parent_tools: &ToolRegistry,
+        child_tools: ToolRegistry,
+        config: SubagentConfig,
+        bus: MessageBus,
+        state_dir: Option<&Path>,
+    ) -> std::io::Result<Arc<Self>> {
+        let not_in_parent: Vec<String> = child_tools
+            .names()
+            .into_iter()
+            .filter(|name| !parent_tools.contains(name))
+            .map(ToString::to_string)
+            .collect();
+        let mut excluded: Vec<&str> = not_in_parent.iter().map(String::as_str).collect();
+        excluded.extend(config.excluded_tools.iter().map(String::as_str));
+        excluded.push("spawn");
+        let child_tools = child_tools.exclude(&excluded);
+
+        let runs_file = state_dir.map(|dir| dir.join("subagents").join("runs.json"));
+        let mut state = State::default();
+        if let Some(file) = &runs_file {
+            for record in load_records(file)? {
+                if let Some(number) = number_of(&record.id) {
+                    state.next_number = state.next_number.max(number);
+                    state.records.insert(number, record);
+                }
+            }
+        }
+        Ok(Arc::new_cyclic(|this| SubagentManager {
+            provider: OnceLock::new(),
+            child_tools,
+            config,
+            bus,
+            runs_file,
+            state: Mutex::new(state),
+            this: this.clone(),
+        }))
+    }
+
+    /// The provider children ask (the parent's). Only the first call has an effect.
+    pub fn set_provider(&self, provider: Arc<dyn Provider>) {
+        let _ = self.provider.set(provider);
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &SubagentConfig {
+        &self.config
+    }
+
+    /// The `spawn` tool for the main agent (depth 0), announcing to the session whose turn calls
+    /// it.
+    pub fn spawn_tool(&self) -> Arc<dyn Tool> {
+        Arc::new(SpawnTool::new(self.this.clone(), 0, None, &self.config))
+    }
+
+    /// The `subagents` tool (list, stop).
+    pub fn subagents_tool(&self) -> Arc<dyn Tool> {
+        Arc::new(SubagentsTool::new(self.this.clone()))
+    }
+
+    /// A sentence for the main agent's system prompt about what it may delegate.
+    pub fn prompt_note(&self) -> String {
+        format!(
+            "You may delegate self-contained tasks to sub-agents with the `spawn` tool (up to {} at once); each runs in the background with fewer tools than you (by default: no `{}`; the workspace read-only) and its result is announced to you in a notification, which you then summarise for the user. Do not wait or poll for it.",
+            self.config.max_concurrent,
+            self.config.excluded_tools.join("`, `")
+        )
+    }
+
+    /// Every record, oldest first.
+    pub fn records(&self) -> Vec<RunRecord> {
+        lock(&self.state).records.values().cloned().collect()
+    }
+
+    /// Children running now.
+    pub fn running(&self) -> usize {
+        lock(&self.state).running.len()
+    }
+
+    /// Children running now for `session` (announcements to it still to come).
+    pub fn running_for(&self, session: &str) -> usize {
+        let state = lock(&self.state);
+        state
+            .records
+            .values()
+            .filter(|record| {
+                record.parent_session == session && state.running.contains_key(&record.id)
+            })
+            .count()
+    }
+
+    /// Start a child on `task` for `parent_session`, at `depth` (1 for a child of the main
+    /// agent). Returns at once.
+    pub fn spawn(
+        &self,
+        parent_session: &str,
+        depth: u32,
+        task: &str,
+        label: Option<String>,
+    ) -> Result<Spawned, SpawnError> {
+        let Some(provider) = self.provider.get().cloned() else {
+            return Err(SpawnError::NoProvider);
+        };
+        if depth > self.config.max_depth {
+            return Err(SpawnError::Depth {
+                depth,
+                max: self.config.max_depth,
+            });
+        }
+        let mut state = lock(&self.state);
+        if state.running.len() >= self.config.max_concurrent {
+            return Err(SpawnError::Concurrency {
+                running: state.running.len(),
+                max: self.config.max_concurrent,
+            });
+        }
+        state.next_number += 1;
+        let number = state.next_number;
+        let id = format!("sub-{number}");
+        let record = RunRecord {
+            id: id.clone(),
+            parent_session: parent_session.to_string(),
+            label,
+            task: task.to_string(),
+            depth,
+            status: RunStatus::Running,
+            started_ms: now_ms(),
+            finished_ms: None,
+            turns: 0,
+            tool_calls: 0,
+            result: None,
+        };
+        state.records.insert(number, record.clone());
+
+        let agent = AgentLoop::new(
+            provider,
+            self.registry_for(depth, parent_session),
+            AgentConfig {
+                system_prompt: self.child_prompt(depth),
+                max_iterations: self.config.max_iterations,
+                repeat_limit: AgentConfig::default().repeat_limit,
+                stream: false,
+            },
+        );
+        let manager = self.this.clone();
+        let timeout = self.config.timeout;
+        let task_text = task.to_string();
+        // The lock is held until the handle is stored, so the child cannot finish first.
+        let handle = tokio::spawn(async move {
+            let started = Instant::now();
+            let mut history = vec![ChatMessage::user(task_text)];
+            let outcome =
+                tokio::time::timeout(timeout, agent.run_turn(&mut history, &NoEvents)).await;
+            let tool_calls = count_tool_calls(&history);
+            let (status, result, turns) = match outcome {
+                Ok(Ok(outcome)) if outcome.end == TurnEnd::Answered => {
+                    (RunStatus::Completed, outcome.text, outcome.iterations)
+                }
+                Ok(Ok(outcome)) => (RunStatus::Failed, outcome.text, outcome.iterations),
+                Ok(Err(error)) => (RunStatus::Failed, error.to_string(), count_turns(&history)),
+                Err(_) => (
+                    RunStatus::TimedOut,
+                    format!(
+                        "stopped after its time limit of {} s",
+                        timeout.as_secs_f64()
+                    ),
+                    count_turns(&history),
+                ),
+            };
+            if let Some(manager) = manager.upgrade() {
+                manager
+                    .finish(number, status, result, turns, tool_calls, started.elapsed())
+                    .await;
+            }
+        });
+        state.running.insert(id.clone(), handle.abort_handle());
+        let running = state.running.len();
+        drop(state);
+        self.save();
+        tracing::info!(subagent = %id, parent = parent_session, "sub-agent started");
+        Ok(Spawned { id, running })
+    }
+
+    /// Stop a running child. Its result is not announced: the caller asked for the stop.
+    pub fn stop(&self, id: &str) -> Result<RunRecord, String> {
+        let mut state = lock(&self.state);
+        let Some(handle) = state.running.remove(id) else {
+            let running: Vec<&str> = state.running.keys().map(String::as_str).collect();
+            return Err(format!(
+                "no running sub-agent `{id}`; running now: {}",
+                if running.is_empty() {
+                    "none".to_string()
+                } else {
+                    running.join(", ")
+                }
+            ));
+        };
+        let record = number_of(id).and_then(|number| state.records.get_mut(&number));
+        let Some(record) = record else {
+            return Err(format!("sub-agent `{id}` has no record"));
+        };
+        if record.status != RunStatus::Running {
+            // It has finished and its result is on the way; let the announcement go out.
+            let status = record.status.as_str();
+            state.running.insert(id.to_string(), handle);
+            return Err(format!(
+                "sub-agent `{id}` has already {status}; its result is being announced"
+            ));
+        }
+        handle.abort();
+        record.status = RunStatus::Stopped;
+        record.finished_ms = Some(now_ms());
+        record.result = Some("stopped by its parent".to_string());
+        let record = record.clone();
+        drop(state);
+        self.save();
+        Ok(record)
+    }
+
+    /// After a restart: every run recorded as running was cut off. Mark it interrupted, tell its
+    /// parent session, and drop records older than the retention. Returns the interrupted runs.
+    pub async fn recover(&self) -> Vec<RunRecord> {
+        let interrupted: Vec<RunRecord> = {
+            let mut state = lock(&self.state);
+            let live: Vec<String> = state.running.keys().cloned().collect();
+            state
+                .records
+                .values_mut()
+                .filter(|record| record.status == RunStatus::Running && !live.contains(&record.id))
+                .map(|record| {
+                    record.status = RunStatus::Interrupted;
+                    record.finished_ms = Some(now_ms());
+                    record.result = Some("clawcage stopped while it was running".to_string());
+                    record.clone()
+                })
+                .collect()
+        };
+        self.sweep();
+        for record in &interrupted {
+            let content = format!(
+                "Sub-agent {} was interrupted: clawcage stopped while it was running, so it has no result.\nTask: {}\nStart it again if it is still needed.",
+                record.name(),
+                record.task
+            );
+            self.announce(&record.id, &record.parent_session, content)
+                .await;
+        }
+        interrupted
+    }
+
+    /// Drop finished records older than the retention, and save.
+    pub fn sweep(&self) {
+        let horizon = now_ms().saturating_sub(self.config.retention.as_millis() as u64);
+        lock(&self.state).records.retain(|_, record| {
+            record.status == RunStatus::Running
+                || record.finished_ms.unwrap_or(record.started_ms) >= horizon
+        });
+        self.save();
+    }
+
+    async fn finish(
+        &self,
+        number: u64,
+        status: RunStatus,
+        result: String,
+        turns: usize,
+        tool_calls: usize,
+        duration: Duration,
+    ) {
+        let record = {
+            let mut state = lock(&self.state);
+            let Some(record) = state.records.get_mut(&number) else {
+                return;
+            };
+            if record.status != RunStatus::Running {
+                // Stopped meanwhile: the stop already recorded it.
+                return;
+            }
+            record.status = status;
+            record.finished_ms = Some(now_ms());
+            record.turns = turns;
+            record.tool_calls = tool_calls;
+            record.result = Some(cut(&result));
+            record.clone()
+        };
+        self.save();
+        tracing::info!(subagent = %record.id, status = status.as_str(), "sub-agent ended");
+        let content = format!(
+            "Sub-agent {} {} in {:.1} s ({} model calls, {} tool calls).\nTask: {}\n{}:\n{}",
+            record.name(),
+            status.as_str(),
+            duration.as_secs_f64(),
+            turns,
+            tool_calls,
+            record.task,
+            if status == RunStatus::Completed {
+                "Result"
+            } else {
+                "What happened"
+            },
+            record.result.as_deref().unwrap_or_default()
+        );
+        self.announce(&record.id, &record.parent_session, content)
+            .await;
+        // Counted as running until announced, so a front end that waits for a session's
+        // children to end cannot miss the announcement.
+        lock(&self.state).running.remove(&record.id);
+        self.sweep();
+    }
+
+    /// Publish on the `system` channel for `session`, retrying with backoff while the channel
+    /// is full (nobody is draining it yet).
+    async fn announce(&self, id: &str, session: &str, content: String) {
+        let message = InboundMessage {
+            channel: SYSTEM_CHANNEL.to_string(),
+            sender: format!("subagent:{id}"),
+            session_key: session.to_string(),
+            content,
+        };
+        let mut delay = Duration::from_millis(50);
+        for attempt in 1..=10 {
+            match self.bus.publish(message.clone()) {
+                Ok(_) => return,
+                Err(error) => {
+                    tracing::debug!(
+                        subagent = id,
+                        attempt,
+                        "announcement not delivered yet: {error}"
+                    );
+                    tokio::time::sleep(delay).await;
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+        tracing::warn!(
+            subagent = id,
+            "the result could not be announced (the system channel stayed full); it stays in the run record"
+        );
+    }
+
+    fn registry_for(&self, depth: u32, root_session: &str) -> ToolRegistry {
+        let mut tools = self.child_tools.clone();
+        if depth < self.config.max_depth {
+            let spawn = SpawnTool::new(
+                self.this.clone(),
+                depth,
+                Some(root_session.to_string()),
+                &self.config,
+            );
+            // The name was excluded above, so registering cannot clash.
+            let _ = tools.register(Arc::new(spawn));
+        }
+        tools
+    }
+
+    fn child_prompt(&self, depth: u32) -> String {
+        let spawning = if depth < self.config.max_depth {
+            "You may start sub-agents of your own with `spawn`; their results are announced to the agent at the top, not to you."
+        } else {
+            "You cannot start sub-agents: do the work yourself with your tools."
+        };
+        format!(
+            "You are a sub-agent of clawcage, started by another agent to do one task. Work on it with your tools, then answer with the result: your final answer is handed to the agent that started you, so make it complete and self-contained. Every tool runs in a sandbox; a refused action is refused by design. {spawning}"
+        )
+    }
+
+    fn save(&self) {
+        let Some(file) = &self.runs_file else {
+            return;
+        };
+        let records: Vec<RunRecord> = lock(&self.state).records.values().cloned().collect();
+        if let Err(error) = save_records(file, &records) {
+            tracing::warn!(
+                "cannot save the sub-agent records to {}: {error}",
+                file.display()
+            );
+        }
+    }
+}
+
+fn count_tool_calls(history: &[ChatMessage]) -> usize {
+    history
+        .iter()
+        .map(|message| message.tool_uses().count())
+        .sum()
+}
+
+fn count_turns(history: &[ChatMessage]) -> usize {
+    history
+        .iter()
+        .filter(|message| message.role == clawcage_core::Role::Assistant)
+        .count()
+}
+
+fn load_records(file: &Path) -> std::io::Result<Vec<RunRecord>> {
+    match std::fs::read(file) {
+        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
+            std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!(
+                    "{} is not a valid sub-agent record file ({error}); move it away to start afresh",
+                    file.display()
+                ),
+            )
+        }),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
+        Err(error) => Err(error),
+    }
+}
+
+/// Write `records` to `file` atomically: a temporary file in the same directory, then rename.
+fn save_records(file: &Path, records: &[RunRecord]) -> std::io::Result<()> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let bytes = serde_json::to_vec_pretty(records).map_err(std::io::Error::other)?;
+    let temporary = dir.join(format!(".runs.json.{}.tmp", std::process::id()));
+    std::fs::write(&temporary, bytes)?;
+    std::fs::rename(&temporary, file)
+}
+
+/// The `spawn` tool.
+struct SpawnTool {
+    spec: ToolSpec,
+    manager: Weak<SubagentManager>,
+    /// The depth of the agent holding this tool (0 for the main agent).
+    depth: u32,
+    /// Where results go; `None`: the session whose turn calls the tool.
+    session: Option<String>,
+}
+
+impl std::fmt::Debug for SpawnTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpawnTool")
+            .field("depth", &self.depth)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SpawnTool {
+    fn new(
+        manager: Weak<SubagentManager>,
+        depth: u32,
+        session: Option<String>,
+        config: &SubagentConfig,
+    ) -> Self {
+        let spec = ToolSpec {
+            name: "spawn".to_string(),
+            description: format!(
+                "Start a sub-agent that works on `task` in the background, with its own agent loop and no history, and return at once with its id. When it finishes, its result (or failure) is announced to you in a notification: do not wait or poll. A sub-agent has fewer tools than you (by default it can read but not change the workspace, and cannot send messages or schedule jobs). At most {} run at once; each has {} s.",
+                config.max_concurrent,
+                config.timeout.as_secs()
+            ),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "task": {
+                        "type": "string",
+                        "minLength": 1,
+                        "maxLength": 20000,
+                        "description": "Everything the sub-agent needs to know: it sees nothing of this conversation."
+                    },
+                    "label": {
+                        "type": "string",
+                        "maxLength": 80,
+                        "description": "A short name for the task, shown in the announcement and in `subagents` list."
+                    }
+                },
+                "required": ["task"],
+                "additionalProperties": false
+            }),
+        };
+        Self {
+            spec,
+            manager,
+            depth,
+            session,
+        }
+    }
+}
+
+impl Tool for SpawnTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let manager = self.manager.upgrade().ok_or_else(|| {
+                ToolError::Failed("the runtime is shutting down; no sub-agent started".to_string())
+            })?;
+            let task = args["task"].as_str().unwrap_or_default();
+            let label = args["label"].as_str().map(ToString::to_string);
+            let session = self
+                .session
+                .clone()
+                .or_else(current_session_key)
+                .ok_or_else(|| ToolError::Denied(SpawnError::NoSession.to_string()))?;
+            let spawned = manager
+                .spawn(&session, self.depth + 1, task, label)
+                .map_err(|error| ToolError::Denied(error.to_string()))?;
+            Ok(ToolOutput::text(format!(
+                "Started sub-agent {} ({} running now). Its result will be announced to you when it finishes.",
+                spawned.id, spawned.running
+            )))
+        })
+    }
+
+    fn grants_summary(&self) -> String {
+        "starts sub-agents with fewer tools than the caller".to_string()
+    }
+}
+
+/// The `subagents` tool: list and stop.
+struct SubagentsTool {
+    spec: ToolSpec,
+    manager: Weak<SubagentManager>,
+}
+
+impl std::fmt::Debug for SubagentsTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubagentsTool").finish_non_exhaustive()
+    }
+}
+
+impl SubagentsTool {
+    fn new(manager: Weak<SubagentManager>) -> Self {
+        let spec = ToolSpec {
+            name: "subagents".to_string(),
+            description: "List your sub-agents (running ones first, then recent ones with how they ended), or stop a running one by id. A stopped sub-agent announces nothing.".to_string(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "action": {"type": "string", "enum": ["list", "stop"]},
+                    "id": {"type": "string", "description": "For `stop`: the sub-agent's id, e.g. sub-3."}
+                },
+                "required": ["action"],
+                "additionalProperties": false
+            }),
+        };
+        Self { spec, manager }
+    }
+}
+
+impl Tool for SubagentsTool {
+    fn spec(&self) -> &ToolSpec {
+        &self.spec
+    }
+
+    fn call<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(async move {
+            let manager = self
+                .manager
+                .upgrade()
+                .ok_or_else(|| ToolError::Failed("the runtime is shutting down".to_string()))?;
+            match args["action"].as_str() {
+                Some("stop") => {
+                    let Some(id) = args["id"].as_str() else {
+                        return Err(ToolError::InvalidArgs(
+                            "`stop` needs the sub-agent's `id`, e.g. {\"action\": \"stop\", \"id\": \"sub-3\"}".to_string(),
+                        ));
+                    };
+                    let record = manager.stop(id).map_err(ToolError::Failed)?;
+                    Ok(ToolOutput::text(format!(
+                        "Stopped sub-agent {}.",
+                        record.name()
+                    )))
+                }
+                _ => {
+                    let session = current_session_key();
+                    let mut records: Vec<RunRecord> = manager
+                        .records()
+                        .into_iter()
+                        .filter(|record| {
+                            session
+                                .as_deref()
+                                .is_none_or(|key| record.parent_session == key)
+                        })
+                        .collect();
+                    records.sort_by_key(|record| record.status != RunStatus::Running);
+                    if records.is_empty() {
+                        return Ok(ToolOutput::text("No sub-agents."));
+                    }
+                    let lines: Vec<String> = records
+                        .iter()
+                        .take(30)
+                        .map(|record| {
+                            format!(
+                                "{} — {} — {}",
+                                record.name(),
+                                record.status.as_str(),
+                                record.task.chars().take(100).collect::<String>()
+                            )
+                        })
+                        .collect();
+                    Ok(ToolOutput::text(lines.join("\n")))
+                }
+            }
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn records_round_trip_through_an_atomic_write() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("subagents/runs.json");
+        let record = RunRecord {
+            id: "sub-1".into(),
+            parent_session: "chat".into(),
+            label: Some("count".into()),
+            task: "count lines".into(),
+            depth: 1,
+            status: RunStatus::Running,
+            started_ms: 1,
+            finished_ms: None,
+            turns: 0,
+            tool_calls: 0,
+            result: None,
+        };
+        save_records(&file, std::slice::from_ref(&record)).unwrap();
+        assert_eq!(load_records(&file).unwrap(), vec![record]);
+        assert_eq!(
+            std::fs::read_dir(dir.path().join("subagents"))
+                .unwrap()
+                .count(),
+            1
+        );
+        std::fs::write(&file, "not json").unwrap();
+        let error = load_records(&file).unwrap_err().to_string();
+        assert!(error.contains("move it away"), "{error}");
+    }
+
+    #[test]
+    fn long_results_are_cut_with_the_total() {
+        let long = "x".repeat(MAX_RESULT_CHARS + 5);
+        let text = cut(&long);
+        assert!(text.ends_with(&format!("had {} characters]", MAX_RESULT_CHARS + 5)));
+        assert_eq!(cut("short"), "short");
+    }
+}

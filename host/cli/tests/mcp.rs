@@ -1,0 +1,463 @@
+//! `clawcage mcp` driven by a real MCP client — the official Python SDK (`mcp` from PyPI), run by
+//! `mcp_client.py` — over stdio and over streamable HTTP: the client lists the tools with their
+//! schemas, calls `read_file` (and `exec` when this build has it), and sees escapes refused as
+//! tool errors; the audit log records each call by digest. The example plugins written in Python
+//! and JavaScript are called through MCP too. Tests skip with a printed reason only when the
+//! Python toolchain cannot be installed.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::io::{BufRead as _, BufReader, Read as _, Write as _};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clawcage_agent::AuditRecord;
+use clawcage_tests::toolchains::{example_plugin, python_with_mcp, repo_root, skip};
+use serde_json::{Value, json};
+
+/// The state directory shared with the other CLI tests (it holds the compiled-component cache).
+fn state_dir() -> PathBuf {
+    repo_root().join("target/clawcage-test-cache/cli-state")
+}
+
+/// A workspace with a file to read, a file outside it to try to reach, and a config that puts the
+/// audit log (and, if given, a plugins section) into the test's own directory.
+struct Fixture {
+    root: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new(plugins_section: &str) -> Fixture {
+        let root = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(root.path().join("workspace")).unwrap();
+        std::fs::write(
+            root.path().join("workspace/hello.txt"),
+            "hello over mcp\nsecond line\n",
+        )
+        .unwrap();
+        std::fs::write(root.path().join("outside.txt"), "TOP SECRET outside").unwrap();
+        std::fs::write(
+            root.path().join("clawcage.toml"),
+            format!("[audit]\npath = \"audit.jsonl\"\n{plugins_section}"),
+        )
+        .unwrap();
+        Fixture { root }
+    }
+
+    fn workspace(&self) -> PathBuf {
+        self.root.path().join("workspace")
+    }
+
+    /// The arguments that start `clawcage mcp` on this fixture.
+    fn server_args(&self, extra: &[&str]) -> Vec<String> {
+        let mut args: Vec<String> = vec![
+            "mcp".into(),
+            "--workspace".into(),
+            self.workspace().display().to_string(),
+            "--config".into(),
+            self.root.path().join("clawcage.toml").display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+        ];
+        args.extend(extra.iter().map(|arg| arg.to_string()));
+        args
+    }
+
+    fn audit(&self) -> (String, Vec<AuditRecord>) {
+        let text =
+            std::fs::read_to_string(self.root.path().join("audit.jsonl")).unwrap_or_default();
+        let records = text
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        (text, records)
+    }
+}
+
+/// Runs the Python MCP client with `calls` over `transport` and returns its report.
+fn run_client(python: &Path, calls: &Value, transport: &[String]) -> Value {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
+    let output = Command::new(python)
+        .arg(&script)
+        .arg(calls.to_string())
+        .args(transport)
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("the MCP client runs");
+    assert!(
+        output.status.success(),
+        "the MCP client failed ({}):\n{}",
+        output.status,
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|error| {
+        panic!(
+            "the MCP client printed no report ({error}):\n{}",
+            String::from_utf8_lossy(&output.stdout)
+        )
+    })
+}
+
+/// The calls every transport test makes, with the `exec` calls shaped after the listed schema
+/// when the tool exists (it is a separate component that not every build has).
+fn standard_calls(fixture: &Fixture) -> Value {
+    json!([
+        {"name": "read_file", "arguments": {"path": "hello.txt"}},
+        {"name": "read_file", "arguments": {"path": fixture.root.path().join("outside.txt")}},
+        {"name": "read_file", "arguments": {"path": "../outside.txt"}},
+        {"name": "read_file", "arguments": {"path": 5}},
+        {"name": "list_dir", "arguments": {}},
+    ])
+}
+
+/// The first required string property of a tool's schema (how `exec` names its command).
+fn command_field(tool: &Value) -> Option<String> {
+    let schema = &tool["input_schema"];
+    schema["required"].as_array()?.iter().find_map(|name| {
+        let name = name.as_str()?;
+        (schema["properties"][name]["type"] == "string").then(|| name.to_string())
+    })
+}
+
+/// Checks the report of `standard_calls` (and runs the `exec` calls when `exec` is listed).
+fn check_standard_report(report: &Value, fixture: &Fixture, python: &Path, transport: &[String]) {
+    assert_eq!(report["server"]["name"], "clawcage");
+    assert!(
+        report["server"]["instructions"]
+            .as_str()
+            .unwrap()
+            .contains("WebAssembly sandbox"),
+        "{report}"
+    );
+    let tools = report["tools"].as_object().unwrap();
+    for name in ["read_file", "write_file", "edit_file", "list_dir"] {
+        assert!(tools.contains_key(name), "{name} is listed: {report}");
+    }
+    assert_eq!(tools["read_file"]["input_schema"]["type"], "object");
+    assert!(
+        tools["read_file"]["input_schema"]["properties"]["path"].is_object(),
+        "the schema is passed through: {report}"
+    );
+
+    let calls = report["calls"].as_array().unwrap();
+    assert_eq!(calls[0]["is_error"], false, "{report}");
+    assert!(
+        calls[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello over mcp"),
+        "{report}"
+    );
+    for escape in &calls[1..=2] {
+        assert_eq!(
+            escape["is_error"], true,
+            "an escape is a tool error: {report}"
+        );
+        let text = escape["text"].as_str().unwrap();
+        assert!(
+            text.starts_with("denied:") || text.starts_with("failed:"),
+            "{text}"
+        );
+        assert!(!text.contains("TOP SECRET"), "{text}");
+    }
+    assert_eq!(calls[3]["is_error"], true);
+    assert!(
+        calls[3]["text"]
+            .as_str()
+            .unwrap()
+            .starts_with("invalid arguments:"),
+        "{report}"
+    );
+    assert_eq!(calls[4]["is_error"], false);
+    assert!(
+        calls[4]["text"].as_str().unwrap().contains("hello.txt"),
+        "{report}"
+    );
+
+    match tools.get("exec").and_then(command_field) {
+        None => eprintln!(
+            "note: this build registers no `exec` tool, so the exec calls over MCP are skipped"
+        ),
+        Some(field) => {
+            let exec_calls = json!([
+                {"name": "exec", "arguments": {field.clone(): "cat hello.txt"}},
+                {"name": "exec", "arguments": {field: format!("cat {}", fixture.root.path().join("outside.txt").display())}},
+            ]);
+            let exec_report = run_client(python, &exec_calls, transport);
+            let results = exec_report["calls"].as_array().unwrap();
+            assert!(
+                results[0]["text"]
+                    .as_str()
+                    .unwrap()
+                    .contains("hello over mcp"),
+                "{exec_report}"
+            );
+            assert!(
+                !results[1]["text"].as_str().unwrap().contains("TOP SECRET"),
+                "{exec_report}"
+            );
+        }
+    }
+}
+
+/// Checks that the audit log holds one line per `read_file`/`list_dir` call of `session_prefix`
+/// sessions and no argument value.
+fn check_audit(fixture: &Fixture, session_prefix: &str) {
+    let (text, records) = fixture.audit();
+    let standard: Vec<&AuditRecord> = records
+        .iter()
+        .filter(|record| record.tool != "exec")
+        .collect();
+    assert_eq!(standard.len(), 5, "{text}");
+    let verdicts: Vec<&str> = standard
+        .iter()
+        .map(|record| record.verdict.as_str())
+        .collect();
+    assert_eq!(verdicts[0], "ok");
+    assert_ne!(verdicts[1], "ok");
+    assert_ne!(verdicts[2], "ok");
+    assert_eq!(verdicts[3], "invalid_args");
+    assert_eq!(verdicts[4], "ok");
+    for record in &standard {
+        assert!(record.session.starts_with(session_prefix), "{record:?}");
+        assert_eq!(
+            record.session, standard[0].session,
+            "one client, one session"
+        );
+        assert_eq!(record.args_sha256.len(), 64);
+    }
+    assert_eq!(standard[0].origin.as_deref(), Some("bundled:file"));
+    assert!(standard[0].grants.as_deref().unwrap().contains("(rw)"));
+    for value in ["hello.txt", "outside.txt"] {
+        assert!(
+            !text.contains(value),
+            "the audit log holds {value}:\n{text}"
+        );
+    }
+}
+
+#[test]
+fn an_mcp_client_over_stdio_lists_tools_calls_them_and_sees_escapes_refused() {
+    let python = match python_with_mcp() {
+        Ok(python) => python,
+        Err(reason) => return skip("mcp over stdio", &reason),
+    };
+    let fixture = Fixture::new("");
+    let mut transport = vec![
+        "stdio".to_string(),
+        env!("CARGO_BIN_EXE_clawcage").to_string(),
+    ];
+    transport.extend(fixture.server_args(&[]));
+    let report = run_client(&python, &standard_calls(&fixture), &transport);
+    check_standard_report(&report, &fixture, &python, &transport);
+    check_audit(&fixture, "mcp-stdio-");
+}
+
+/// A running `clawcage mcp --http` child, killed on drop.
+struct HttpServer {
+    child: Child,
+    url: String,
+}
+
+impl HttpServer {
+    fn start(fixture: &Fixture) -> HttpServer {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .args(fixture.server_args(&["--http", "127.0.0.1:0"]))
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("clawcage mcp --http starts");
+        let stderr = child.stderr.take().unwrap();
+        let (lines, received) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        loop {
+            // Generous: the first start may compile the components.
+            match received.recv_timeout(Duration::from_secs(300)) {
+                Ok(line) => {
+                    if let Some(start) = line.find("http://") {
+                        let url = line[start..].split_whitespace().next().unwrap().to_string();
+                        return HttpServer { child, url };
+                    }
+                    seen.push(line);
+                }
+                Err(_) => {
+                    let _ = child.kill();
+                    let _ = child.wait();
+                    panic!(
+                        "clawcage mcp --http printed no address:\n{}",
+                        seen.join("\n")
+                    );
+                }
+            }
+        }
+    }
+
+    fn authority(&self) -> String {
+        self.url
+            .trim_start_matches("http://")
+            .split('/')
+            .next()
+            .unwrap()
+            .to_string()
+    }
+
+    /// Sends one raw HTTP/1.1 request and returns the status line.
+    fn raw_status(&self, request: &str) -> String {
+        let mut stream = TcpStream::connect(self.authority()).unwrap();
+        stream
+            .set_read_timeout(Some(Duration::from_secs(30)))
+            .unwrap();
+        stream.write_all(request.as_bytes()).unwrap();
+        let mut response = Vec::new();
+        let _ = stream.read_to_end(&mut response);
+        String::from_utf8_lossy(&response)
+            .lines()
+            .next()
+            .unwrap_or_default()
+            .to_string()
+    }
+}
+
+impl Drop for HttpServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn an_mcp_client_over_streamable_http_does_the_same_and_strangers_are_turned_away() {
+    let python = match python_with_mcp() {
+        Ok(python) => python,
+        Err(reason) => return skip("mcp over http", &reason),
+    };
+    let fixture = Fixture::new("");
+    let server = HttpServer::start(&fixture);
+    assert!(server.url.ends_with("/mcp"), "{}", server.url);
+    let transport = vec!["http".to_string(), server.url.clone()];
+    let report = run_client(&python, &standard_calls(&fixture), &transport);
+    check_standard_report(&report, &fixture, &python, &transport);
+    check_audit(&fixture, "mcp-http-");
+
+    // Another path is not the endpoint.
+    let authority = server.authority();
+    let elsewhere = server.raw_status(&format!(
+        "GET /elsewhere HTTP/1.1\r\nHost: {authority}\r\nConnection: close\r\n\r\n"
+    ));
+    assert!(elsewhere.contains(" 404 "), "{elsewhere}");
+    // A page on another site that resolves its name to 127.0.0.1 (DNS rebinding) is refused.
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"x","version":"1"}}}"#;
+    let rebinding = server.raw_status(&format!(
+        "POST /mcp HTTP/1.1\r\nHost: attacker.example\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    assert!(rebinding.contains(" 403 "), "{rebinding}");
+    // The server is still serving.
+    let again = run_client(
+        &python,
+        &json!([{"name": "read_file", "arguments": {"path": "hello.txt"}}]),
+        &transport,
+    );
+    assert_eq!(again["calls"][0]["is_error"], false, "{again}");
+}
+
+#[test]
+fn mcp_refuses_to_listen_beyond_loopback() {
+    let fixture = Fixture::new("");
+    let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(fixture.server_args(&["--http", "0.0.0.0:0"]))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("loopback only"), "{stderr}");
+}
+
+#[test]
+fn the_python_and_javascript_examples_are_called_through_mcp() {
+    let python = match python_with_mcp() {
+        Ok(python) => python,
+        Err(reason) => return skip("examples through mcp", &reason),
+    };
+    let mut examples = Vec::new();
+    for language in ["python", "js"] {
+        match example_plugin(language) {
+            Ok(dir) => examples.push(dir),
+            Err(reason) => skip(&format!("the {language} example through mcp"), &reason),
+        }
+    }
+    if examples.is_empty() {
+        return;
+    }
+    let fixture = Fixture::new(
+        "[plugins]\ndir = \"plugins\"\n[plugins.grants.py-text-stats]\nworkspace = \"ro\"\n",
+    );
+    let plugins = fixture.root.path().join("plugins");
+    std::fs::create_dir_all(&plugins).unwrap();
+    for example in &examples {
+        std::os::unix::fs::symlink(example, plugins.join(example.file_name().unwrap())).unwrap();
+    }
+    let calls = json!([
+        {"name": "text_stats", "arguments": {"path": "hello.txt", "top": 1}},
+        {"name": "text_stats", "arguments": {"path": "../outside.txt"}},
+        {"name": "slugify", "arguments": {"text": "Sandboxed Tools, Any Language"}},
+        {"name": "json_pick", "arguments": {"document": "[1, 2]", "path": "5"}},
+    ]);
+    let mut transport = vec![
+        "stdio".to_string(),
+        env!("CARGO_BIN_EXE_clawcage").to_string(),
+    ];
+    transport.extend(fixture.server_args(&[]));
+    let report = run_client(&python, &calls, &transport);
+    let results = report["calls"].as_array().unwrap();
+    let tools = report["tools"].as_object().unwrap();
+    if tools.contains_key("text_stats") {
+        assert_eq!(results[0]["is_error"], false, "{report}");
+        let stats: Value = serde_json::from_str(results[0]["text"].as_str().unwrap()).unwrap();
+        assert_eq!(stats["words"], 5, "{stats}");
+        assert_eq!(stats["top_words"][0]["word"], "hello", "{stats}");
+        assert_eq!(results[1]["is_error"], true, "{report}");
+        assert!(!results[1]["text"].as_str().unwrap().contains("TOP SECRET"));
+    }
+    if tools.contains_key("slugify") {
+        assert_eq!(
+            results[2]["text"], "sandboxed-tools-any-language",
+            "{report}"
+        );
+        assert_eq!(results[3]["is_error"], true, "{report}");
+        assert_eq!(
+            results[3]["text"], "failed: the document has no key or index `5`",
+            "{report}"
+        );
+    }
+    let (_, records) = fixture.audit();
+    let origins: Vec<&str> = records
+        .iter()
+        .filter_map(|record| record.origin.as_deref())
+        .collect();
+    assert!(
+        origins
+            .iter()
+            .all(|origin| origin.starts_with("plugin:py-text-stats@")
+                || origin.starts_with("plugin:js-tools@")),
+        "{origins:?}"
+    );
+    assert_eq!(records.len(), examples.len() * 2, "{records:?}");
+}
