@@ -10,7 +10,9 @@ use std::sync::Arc;
 use clawcage_core::{ChatMessage, ContentBlock, Role, ToolCall, ToolError, Usage};
 
 use crate::ToolRegistry;
+use crate::audit::{AuditLog, AuditedRegistry};
 use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents};
+use crate::session::current_session_key;
 
 /// The system prompt used when the configuration gives none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are clawcage, a careful assistant that works on the files of one workspace through tools. \
@@ -151,6 +153,8 @@ pub struct AgentLoop {
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     config: AgentConfig,
+    /// The same tools, recording each call in the audit log, when one is configured.
+    audited: Option<AuditedRegistry>,
 }
 
 impl AgentLoop {
@@ -160,7 +164,15 @@ impl AgentLoop {
             provider,
             tools,
             config,
+            audited: None,
         }
+    }
+
+    /// This agent with every tool call recorded in `log` under the session whose turn makes it
+    /// (`None`: not recorded).
+    pub fn with_audit(mut self, log: Option<Arc<AuditLog>>) -> Self {
+        self.audited = log.map(|log| AuditedRegistry::new(self.tools.clone(), Some(log)));
+        self
     }
 
     /// The tools this agent may call.
@@ -265,7 +277,16 @@ impl AgentLoop {
                     (Verdict::NotRun(why.clone()), why)
                 } else {
                     observer.tool_started(call);
-                    match self.tools.execute_value(&call.name, &call.arguments).await {
+                    let result = match &self.audited {
+                        Some(audited) => {
+                            let session = current_session_key().unwrap_or_else(|| "agent".into());
+                            audited
+                                .execute_value(&session, &call.name, &call.arguments)
+                                .await
+                        }
+                        None => self.tools.execute_value(&call.name, &call.arguments).await,
+                    };
+                    match result {
                         Ok(output) => (Verdict::Ok, output.text),
                         Err(error) => (verdict_of(&error), error.to_string()),
                     }

@@ -27,6 +27,12 @@ pub fn current_session_key() -> Option<String> {
     CURRENT_SESSION.try_with(Clone::clone).ok()
 }
 
+/// Run `future` as part of session `key`'s work: [`current_session_key`] answers `key` inside
+/// it. Lanes use it for their turns and the sub-agent manager for a child's run.
+pub async fn with_session_key<F: std::future::Future>(key: String, future: F) -> F::Output {
+    CURRENT_SESSION.scope(key, future).await
+}
+
 /// The default number of messages a session keeps.
 pub const DEFAULT_HISTORY_LIMIT: usize = 200;
 

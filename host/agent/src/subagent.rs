@@ -20,10 +20,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::agent_loop::{AgentConfig, AgentLoop, TurnEnd};
+use crate::audit::AuditLog;
 use crate::bus::MessageBus;
 use crate::provider::{NoEvents, Provider};
 use crate::registry::ToolRegistry;
-use crate::session::current_session_key;
+use crate::session::{current_session_key, with_session_key};
 use crate::transcript::now_ms;
 
 /// The bus channel completions are published on.
@@ -185,6 +186,8 @@ pub struct SubagentManager {
     /// Set once the runtime has chosen its provider (the provider may depend on the tools, and
     /// the tools include `spawn`).
     provider: OnceLock<Arc<dyn Provider>>,
+    /// Where the children's tool calls are recorded, if anywhere.
+    audit: OnceLock<Arc<AuditLog>>,
     child_tools: ToolRegistry,
     config: SubagentConfig,
     bus: MessageBus,
@@ -259,6 +262,7 @@ impl SubagentManager {
         }
         Ok(Arc::new_cyclic(|this| SubagentManager {
             provider: OnceLock::new(),
+            audit: OnceLock::new(),
             child_tools,
             config,
             bus,
@@ -271,6 +275,12 @@ impl SubagentManager {
     /// The provider children ask (the parent's). Only the first call has an effect.
     pub fn set_provider(&self, provider: Arc<dyn Provider>) {
         let _ = self.provider.set(provider);
+    }
+
+    /// Record the children's tool calls in `log`, as the parent's are. Only the first call has
+    /// an effect.
+    pub fn set_audit(&self, log: Arc<AuditLog>) {
+        let _ = self.audit.set(log);
     }
 
     /// The configuration.
@@ -372,16 +382,19 @@ impl SubagentManager {
                 repeat_limit: AgentConfig::default().repeat_limit,
                 stream: false,
             },
-        );
+        )
+        .with_audit(self.audit.get().cloned());
         let manager = self.this.clone();
         let timeout = self.config.timeout;
+        // The child's work counts as `parent/sub-N` (e.g. in the audit log).
+        let session_key = format!("{parent_session}/{id}");
         let task_text = task.to_string();
         // The lock is held until the handle is stored, so the child cannot finish first.
         let handle = tokio::spawn(async move {
             let started = Instant::now();
             let mut history = vec![ChatMessage::user(task_text)];
-            let outcome =
-                tokio::time::timeout(timeout, agent.run_turn(&mut history, &NoEvents)).await;
+            let run = agent.run_turn(&mut history, &NoEvents);
+            let outcome = tokio::time::timeout(timeout, with_session_key(session_key, run)).await;
             let tool_calls = count_tool_calls(&history);
             let (status, result, turns) = match outcome {
                 Ok(Ok(outcome)) if outcome.end == TurnEnd::Answered => {

@@ -9,8 +9,8 @@ use std::time::Duration;
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::transcript::now_ms;
 use clawcage_agent::{
-    AgentError, AgentLoop, LaneInput, MessageBus, MessageTool, OutboundMessage, SendCallback,
-    Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnEnd,
+    AgentError, AgentLoop, AuditLog, LaneInput, MessageBus, MessageTool, OutboundMessage,
+    SendCallback, Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnEnd,
 };
 use clawcage_core::BoxFuture;
 
@@ -63,6 +63,8 @@ pub struct AgentContext<'a> {
     pub provider: &'a ProviderArgs,
     /// Where transcripts (`sessions/`) and other state go.
     pub state_dir: &'a Path,
+    /// The audit log every tool call is recorded in (`None`: auditing is off).
+    pub audit_path: Option<&'a Path>,
 }
 
 /// Wire up an agent over `tools` (plus the `message` tool sending through `send`, and `spawn`
@@ -78,6 +80,7 @@ pub fn start(
         .register(Arc::new(MessageTool::new("user", send)))
         .map_err(|error| Failure::Tool(error.to_string()))?;
     let config = context.config;
+    let audit = open_audit_log(context.audit_path)?;
     let bus = MessageBus::new();
     let mut agent_config = config.agent.agent_config(stream)?;
     let subagents = match child_tools {
@@ -110,8 +113,11 @@ pub fn start(
     let label = chosen.provider.label();
     if let Some(manager) = &subagents {
         manager.set_provider(chosen.provider.clone());
+        if let Some(log) = &audit {
+            manager.set_audit(log.clone());
+        }
     }
-    let agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config);
+    let agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config).with_audit(audit);
     let sessions = Sessions::new(
         agent,
         Some(TranscriptStore::new(context.state_dir.join("sessions"))),
@@ -214,4 +220,17 @@ pub async fn run_task(
 /// The first line of `text`, for one-line progress notes.
 fn first_line(text: &str) -> &str {
     text.lines().next().unwrap_or_default()
+}
+
+/// The audit log at `path` opened for appending (`None`: auditing is off).
+pub fn open_audit_log(path: Option<&Path>) -> Result<Option<Arc<AuditLog>>, Failure> {
+    let Some(path) = path else {
+        return Ok(None);
+    };
+    AuditLog::open(path).map(|log| Some(Arc::new(log))).map_err(|error| {
+        Failure::Usage(format!(
+            "cannot open the audit log {} ({error}); fix [audit] path, pass --state-dir, or set [audit] enabled = false",
+            path.display()
+        ))
+    })
 }

@@ -52,6 +52,7 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
         config_file: None,
         provider: &args,
         state_dir: state,
+        audit_path: None,
     };
     let runtime = start(context, tools, None, print_messages(console.clone()), true)?;
 

@@ -23,7 +23,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use clawcage_agent::audit::new_session_id;
-use clawcage_agent::{AuditLog, AuditedRegistry, ToolRegistry};
+use clawcage_agent::{AuditedRegistry, ToolRegistry};
 use clawcage_core::ToolError;
 use clawcage_mcp::McpServer;
 use clawcage_sandbox::{
@@ -189,6 +189,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         config_file: setup.config_file.as_deref(),
         provider: &cli.provider,
         state_dir: &setup.state_dir,
+        audit_path: setup.audit_path.as_deref(),
     };
     match cli.command {
         Command::Tools { json } => {
@@ -258,15 +259,7 @@ struct Setup {
 impl Setup {
     /// The registry with its audit log opened.
     fn audited(&self) -> Result<AuditedRegistry, Failure> {
-        let log = match &self.audit_path {
-            None => None,
-            Some(path) => Some(Arc::new(AuditLog::open(path).map_err(|error| {
-                Failure::Usage(format!(
-                    "cannot open the audit log {} ({error}); fix [audit] path, pass --state-dir, or set [audit] enabled = false",
-                    path.display()
-                ))
-            })?)),
-        };
+        let log = agent::open_audit_log(self.audit_path.as_deref())?;
         Ok(AuditedRegistry::new(self.registry.clone(), log))
     }
 }

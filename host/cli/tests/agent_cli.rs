@@ -504,3 +504,134 @@ async fn run_fails_over_along_the_configured_chain() {
     assert_eq!(primary.requests().len(), 1);
     assert_eq!(fallback.bodies()[0]["model"], "local-model");
 }
+
+/// `clawcage run` with a task that delegates: the parent spawns a child, the child works with the
+/// workspace read-only, and the answer printed is the parent's after the child's announcement.
+/// Every tool call of both is in the audit log under its session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_waits_for_its_sub_agents_and_children_cannot_write() {
+    let dir = workspace();
+    // A private state directory (run records must not meet other tests' chats) sharing the
+    // compiled components.
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(state_dir().join("cache")).unwrap();
+    std::os::unix::fs::symlink(state_dir().join("cache"), state.path().join("cache")).unwrap();
+    let server = LlmServer::start_routed(|body| {
+        let system = body["system"].as_str().unwrap_or_default();
+        let messages = body["messages"].as_array().unwrap();
+        let last = messages.last().unwrap();
+        let results: Vec<String> = last["content"]
+            .as_array()
+            .map(|blocks| {
+                blocks
+                    .iter()
+                    .filter(|b| b["type"] == "tool_result")
+                    .map(|b| b["content"].as_str().unwrap_or_default().to_string())
+                    .collect()
+            })
+            .unwrap_or_default();
+        if system.contains("You are a sub-agent") {
+            return match messages.len() {
+                1 => anthropic::message(&[
+                    anthropic::tool(
+                        "w",
+                        "write_file",
+                        json!({"path": "child.txt", "content": "x"}),
+                    ),
+                    anthropic::tool("r", "read_file", json!({"path": "hello.txt"})),
+                ]),
+                _ => anthropic::message(&[anthropic::text(&format!(
+                    "write: {} | read: {}",
+                    results[0],
+                    results[1].trim()
+                ))]),
+            };
+        }
+        let text: String = last["content"]
+            .as_array()
+            .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
+            .unwrap_or_default();
+        if text.starts_with("Check hello.txt") {
+            anthropic::message(&[anthropic::tool(
+                "s",
+                "spawn",
+                json!({"task": "Read hello.txt and try to write child.txt", "label": "reader"}),
+            )])
+        } else if text.starts_with("[notification") {
+            let report = text.lines().last().unwrap_or_default().to_string();
+            anthropic::message(&[anthropic::text(&format!("The helper reports: {report}"))])
+        } else {
+            anthropic::message(&[anthropic::text("A helper is on it.")])
+        }
+    })
+    .await;
+    let session = unique("delegate");
+    let output = clawcage(
+        args(&[
+            "run",
+            "Check hello.txt with a helper.",
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-test",
+            "--base-url",
+            server.url(),
+            "--workspace",
+            &dir.path().display().to_string(),
+            "--state-dir",
+            &state.path().display().to_string(),
+            "--session",
+            &session,
+        ]),
+        vec![("ANTHROPIC_API_KEY", "sk-test".into())],
+        None,
+    )
+    .await;
+    let (stdout, stderr) = (text(&output.stdout), text(&output.stderr));
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stdout.starts_with("The helper reports: write: denied: the workspace is read-only")
+            && stdout
+                .trim_end()
+                .ends_with("| read: hello from the workspace"),
+        "{stdout}\n{stderr}"
+    );
+    assert!(
+        stderr.contains("[subagent:sub-1] Sub-agent sub-1 (reader) completed"),
+        "{stderr}"
+    );
+    assert!(!dir.path().join("child.txt").exists());
+
+    let audit = std::fs::read_to_string(state.path().join("audit.jsonl")).unwrap();
+    let records: Vec<serde_json::Value> = audit
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    let seen: Vec<(String, String, String)> = records
+        .iter()
+        .map(|r| {
+            (
+                r["session"].as_str().unwrap().to_string(),
+                r["tool"].as_str().unwrap().to_string(),
+                r["verdict"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let child = format!("{session}/sub-1");
+    assert!(
+        seen.contains(&(session.clone(), "spawn".into(), "ok".into())),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&(child.clone(), "write_file".into(), "denied".into())),
+        "{seen:?}"
+    );
+    assert!(
+        seen.contains(&(child, "read_file".into(), "ok".into())),
+        "{seen:?}"
+    );
+    assert!(
+        !audit.contains("hello from the workspace"),
+        "no results in the audit log"
+    );
+}
