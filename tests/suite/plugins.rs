@@ -12,6 +12,7 @@ use clawcage_core::Tool as _;
 use clawcage_sandbox::components::fixtures;
 use clawcage_sandbox::plugin::HOST_SECRET_ENV;
 use clawcage_sandbox::{FsMode, Limits, PluginLoader, PluginReport, PluginsConfig};
+use clawcage_tests::web::{Reply as WebReply, WebServer};
 use clawcage_tests::{fixture, grants, sandbox};
 use serde_json::Value;
 
@@ -280,9 +281,7 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
         granted_plugin.grants
     );
     assert!(
-        granted_plugin
-            .grants
-            .contains("network hosts api.example.com granted but unreachable"),
+        granted_plugin.grants.contains("network: api.example.com"),
         "{}",
         granted_plugin.grants
     );
@@ -353,6 +352,72 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
     assert_eq!(echoed.text, "still serving");
     let probe_tool = registry.get("probe").unwrap();
     assert_eq!(probe_tool.origin(), "plugin:granted@1.0.0");
+}
+
+/// A plugin's network grant is the hosts both its manifest and the operator list, enforced by
+/// the host's network policy: it reaches exactly those, and a plugin without a network grant that
+/// imports `wasi:http` does not load.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_reaches_only_the_hosts_both_sides_grant() {
+    let server = WebServer::start(|_| WebReply::Ok("text/plain", b"hello plugin".to_vec()));
+    let other = WebServer::start(|_| WebReply::Ok("text/plain", b"not for plugins".to_vec()));
+    let (port, other_port) = (server.port(), other.port());
+    let workspace = tempfile::tempdir().unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    let fetcher = fixture(fixtures::WASI_HTTP_FETCH);
+    let asks =
+        format!("[capabilities]\nnetwork = [\"127.0.0.1:{port}\", \"127.0.0.1:{other_port}\"]\n");
+    install(plugins.path(), "fetcher", "fetcher", &fetcher, None, &asks);
+    install(plugins.path(), "offline", "offline", &fetcher, None, &asks);
+    let operator =
+        format!("[grants.fetcher]\nnetwork = [\"127.0.0.1:{port}\"]\n\n[grants.offline]\n");
+    let (report, _) = load(
+        plugins.path(),
+        &operator,
+        workspace.path(),
+        FsMode::ReadWrite,
+    )
+    .await;
+
+    let fetcher = report
+        .loaded
+        .iter()
+        .find(|plugin| plugin.name == "fetcher")
+        .unwrap_or_else(|| panic!("{report:#?}"));
+    assert!(
+        fetcher
+            .grants
+            .contains(&format!("network: 127.0.0.1:{port}")),
+        "{}",
+        fetcher.grants
+    );
+    let call = |url: String| {
+        let tool = fetcher.tools[0].wasm().clone();
+        async move {
+            tool.call_json(&serde_json::json!({ "url": url }).to_string())
+                .await
+        }
+    };
+    let allowed = call(format!("http://127.0.0.1:{port}/")).await.unwrap();
+    assert!(allowed.text.contains("hello plugin"), "{}", allowed.text);
+    let refused = call(format!("http://127.0.0.1:{other_port}/"))
+        .await
+        .unwrap_err();
+    assert!(
+        !refused.to_string().contains("not for plugins"),
+        "the host the operator did not grant stays closed: {refused}"
+    );
+    assert_eq!(
+        other.requests().len(),
+        0,
+        "nothing reached the ungranted host"
+    );
+
+    let offline = refusal(&report, "offline");
+    assert!(
+        offline.contains("wasi:http") && offline.contains("network"),
+        "{offline}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

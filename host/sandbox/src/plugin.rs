@@ -19,6 +19,7 @@ use sha2::{Digest, Sha256};
 
 use crate::env::{EnvGrant, check_name};
 use crate::grants::{FsMode, Grants, WorkspaceGrant};
+use crate::network::{AllowList, NetworkPolicy};
 use crate::sandbox::Sandbox;
 use crate::tool::WasmTool;
 
@@ -510,15 +511,12 @@ impl PluginLoader<'_> {
             .into_tools()
             .into_iter()
             .map(|tool| {
-                let mut grants = tool.grants().describe();
-                if !decision.network.is_empty() {
-                    grants.push_str(&format!(
-                        "; network hosts {} granted but unreachable (this host links no http import yet)",
-                        decision.network.join(", ")
-                    ));
-                }
+                let grants = tool.grants().describe();
                 summary.clone_from(&grants);
-                PluginTool { inner: tool, grants }
+                PluginTool {
+                    inner: tool,
+                    grants,
+                }
             })
             .collect();
         Ok(LoadedPlugin {
@@ -559,7 +557,16 @@ impl PluginLoader<'_> {
         }
         // The names were checked when the manifest was read.
         let env = EnvGrant::new(vars).unwrap_or_default();
-        (self.base.narrowed_by(&asked).with_env(env), notes)
+        let mut grants = self.base.narrowed_by(&asked).with_env(env);
+        // The hosts both manifest and operator list, and nothing else: a network policy of its
+        // own (no secrets: those belong to the host's tools), with the usual address checks.
+        if !decision.network.is_empty() {
+            match AllowList::parse(decision.network.iter().map(String::as_str)) {
+                Ok(allow) => grants = grants.with_network(NetworkPolicy::new(allow)),
+                Err(error) => notes.push(format!("network not granted: {error}")),
+            }
+        }
+        (grants, notes)
     }
 }
 
