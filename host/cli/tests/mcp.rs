@@ -1,6 +1,6 @@
 //! `clawcage mcp` driven by a real MCP client — the official Python SDK (`mcp` from PyPI), run by
 //! `mcp_client.py` — over stdio and over streamable HTTP: the client lists the tools with their
-//! schemas, calls `read_file` (and `exec` when this build has it), and sees escapes refused as
+//! schemas, calls `read_file` and `exec`, and sees escapes refused as
 //! tool errors; the audit log records each call by digest. The example plugins written in Python
 //! and JavaScript are called through MCP too. Tests skip with a printed reason only when the
 //! Python toolchain cannot be installed.
@@ -180,30 +180,29 @@ fn check_standard_report(report: &Value, fixture: &Fixture, python: &Path, trans
         "{report}"
     );
 
-    match tools.get("exec").and_then(command_field) {
-        None => eprintln!(
-            "note: this build registers no `exec` tool, so the exec calls over MCP are skipped"
-        ),
-        Some(field) => {
-            let exec_calls = json!([
-                {"name": "exec", "arguments": {field.clone(): "cat hello.txt"}},
-                {"name": "exec", "arguments": {field: format!("cat {}", fixture.root.path().join("outside.txt").display())}},
-            ]);
-            let exec_report = run_client(python, &exec_calls, transport);
-            let results = exec_report["calls"].as_array().unwrap();
-            assert!(
-                results[0]["text"]
-                    .as_str()
-                    .unwrap()
-                    .contains("hello over mcp"),
-                "{exec_report}"
-            );
-            assert!(
-                !results[1]["text"].as_str().unwrap().contains("TOP SECRET"),
-                "{exec_report}"
-            );
-        }
-    }
+    let field = tools
+        .get("exec")
+        .and_then(command_field)
+        .unwrap_or_else(|| panic!("exec is listed with a command field: {report}"));
+    let exec_calls = json!([
+        {"name": "exec", "arguments": {field.clone(): "cat hello.txt"}},
+        {"name": "exec", "arguments": {field: format!("cat {}", fixture.root.path().join("outside.txt").display())}},
+    ]);
+    let exec_report = run_client(python, &exec_calls, transport);
+    let results = exec_report["calls"].as_array().unwrap();
+    assert!(
+        results[0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello over mcp"),
+        "{exec_report}"
+    );
+    let escape = results[1]["text"].as_str().unwrap();
+    assert!(!escape.contains("TOP SECRET"), "{exec_report}");
+    assert!(
+        escape.contains("[exit status: 1]"),
+        "cat of a path outside the workspace fails inside the sandbox: {exec_report}"
+    );
 }
 
 /// Checks that the audit log holds one line per `read_file`/`list_dir` call of `session_prefix`
