@@ -11,8 +11,9 @@
     reason = "a benchmark fails by panicking"
 )]
 
+use clawcage_tests::bench::{report, report_against};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clawcage_agent::provider::{self, ApiKey, ChatRequest, HttpSettings, NoEvents, ProviderConfig};
 use clawcage_agent::{AgentConfig, AgentLoop, Provider, Sessions, ToolRegistry, TranscriptStore};
@@ -22,32 +23,6 @@ use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
 use serde_json::json;
 
 const TURNS: usize = 300;
-
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index]
-}
-
-fn report(label: &str, mut samples: Vec<Duration>, baseline: Option<Duration>) -> Duration {
-    samples.sort();
-    let p50 = percentile(&samples, 0.5);
-    let p99 = percentile(&samples, 0.99);
-    let ratio = baseline
-        .map(|base| {
-            format!(
-                "   {:.2}x the baseline",
-                p50.as_secs_f64() / base.as_secs_f64()
-            )
-        })
-        .unwrap_or_default();
-    println!(
-        "{label:<48} p50 {:>8.1} µs   p99 {:>8.1} µs   (n={}){ratio}",
-        p50.as_secs_f64() * 1e6,
-        p99.as_secs_f64() * 1e6,
-        samples.len()
-    );
-    p50
-}
 
 fn provider_for(server: &LlmServer) -> Arc<dyn Provider> {
     let mut settings = HttpSettings::new(server.url(), "bench");
@@ -125,7 +100,7 @@ fn main() {
                 samples.push(started.elapsed());
             }
         }
-        let baseline = report("one request (baseline)", samples, None);
+        let baseline = report("one request (baseline)", samples);
 
         for (label, stream) in [
             ("turn: 2 requests + 1 tool call", false),
@@ -148,7 +123,7 @@ fn main() {
                 agent.run_turn(&mut history, &NoEvents).await.unwrap();
                 samples.push(started.elapsed());
             }
-            report(label, samples, Some(baseline));
+            report_against(label, samples, Some(baseline));
         }
 
         // Through a lane with the transcript appended and synced after every turn.
@@ -166,7 +141,7 @@ fn main() {
                 .unwrap();
             samples.push(started.elapsed());
         }
-        report(
+        report_against(
             "turn via lane + transcript (fsync)",
             samples,
             Some(baseline),

@@ -13,9 +13,10 @@
     reason = "a benchmark fails by panicking"
 )]
 
+use clawcage_tests::bench::report;
 use std::path::Path;
 use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::{ArtifactCache, FsMode, Sandbox, SandboxOptions};
@@ -23,24 +24,6 @@ use serde_json::json;
 
 /// Files in the generated tree.
 const TREE_FILES: usize = 2_000;
-
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index]
-}
-
-fn report(label: &str, mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    let p50 = percentile(&samples, 0.5);
-    let p99 = percentile(&samples, 0.99);
-    println!(
-        "{label:<44} p50 {:>10.2} ms   p99 {:>10.2} ms   (n={})",
-        p50.as_secs_f64() * 1e3,
-        p99.as_secs_f64() * 1e3,
-        samples.len()
-    );
-    p50
-}
 
 /// 2,000 source-like files in 40 directories; every third file has a TODO line.
 fn generate_tree(root: &Path) {

@@ -10,7 +10,8 @@
     reason = "a benchmark fails by panicking"
 )]
 
-use std::time::{Duration, Instant};
+use clawcage_tests::bench::report;
+use std::time::Instant;
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
@@ -20,24 +21,6 @@ use clawcage_sandbox::{
 use std::sync::Arc;
 
 const CALLS: usize = 3_000;
-
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index]
-}
-
-fn report(label: &str, mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    let p50 = percentile(&samples, 0.5);
-    let p99 = percentile(&samples, 0.99);
-    println!(
-        "{label:<44} p50 {:>9.1} µs   p99 {:>9.1} µs   (n={})",
-        p50.as_secs_f64() * 1e6,
-        p99.as_secs_f64() * 1e6,
-        samples.len()
-    );
-    p50
-}
 
 async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
     let loaded = sandbox

@@ -11,7 +11,8 @@
     reason = "a benchmark fails by panicking"
 )]
 
-use std::time::{Duration, Instant};
+use clawcage_tests::bench::report;
+use std::time::Instant;
 
 use clawcage_sandbox::Grants;
 use clawcage_sandbox::components::bundled;
@@ -20,24 +21,6 @@ use clawcage_tests::registry_of;
 use clawcage_tests::web::{Reply, WebServer};
 
 const CALLS: usize = 300;
-
-fn percentile(sorted: &[Duration], fraction: f64) -> Duration {
-    let index = ((sorted.len() as f64 - 1.0) * fraction).round() as usize;
-    sorted[index]
-}
-
-fn report(label: &str, mut samples: Vec<Duration>) -> Duration {
-    samples.sort();
-    let p50 = percentile(&samples, 0.5);
-    let p99 = percentile(&samples, 0.99);
-    println!(
-        "{label:<52} p50 {:>9.1} µs   p99 {:>9.1} µs   (n={})",
-        p50.as_secs_f64() * 1e6,
-        p99.as_secs_f64() * 1e6,
-        samples.len()
-    );
-    p50
-}
 
 /// About 100 KB of ordinary article HTML: headings, paragraphs with links, lists, a script.
 fn page() -> String {

@@ -10,6 +10,7 @@
     reason = "test helpers fail the test by panicking"
 )]
 
+pub mod bench;
 pub mod host_tools;
 pub mod llm_server;
 pub mod toolchains;

@@ -349,13 +349,26 @@ async fn load_exec(
         programs,
         write_limit_bytes: config.exec_write_limit()?,
     };
+    load_component(
+        sandbox,
+        registry,
+        "exec",
+        components::bundled::EXEC,
+        grants.with_exec(exec),
+    )
+    .await
+}
+
+/// Load the bundled component `name` under `grants` and register its tools.
+async fn load_component(
+    sandbox: &Arc<Sandbox>,
+    registry: &mut ToolRegistry,
+    name: &str,
+    bytes: &[u8],
+    grants: Grants,
+) -> Result<(), Failure> {
     let loaded = sandbox
-        .load(
-            "exec",
-            "bundled:exec",
-            components::bundled::EXEC,
-            grants.with_exec(exec),
-        )
+        .load(name, &format!("bundled:{name}"), bytes, grants)
         .await
         .map_err(|error| Failure::Tool(error.to_string()))?;
     for tool in loaded.into_tools() {
@@ -390,15 +403,7 @@ async fn load_bundled(
         ("web", components::bundled::WEB, web_grants),
     ];
     for (name, bytes, grants) in bundled {
-        let loaded = sandbox
-            .load(name, &format!("bundled:{name}"), bytes, grants)
-            .await
-            .map_err(|error| Failure::Tool(error.to_string()))?;
-        for tool in loaded.into_tools() {
-            registry
-                .register(Arc::new(tool))
-                .map_err(|error| Failure::Tool(error.to_string()))?;
-        }
+        load_component(sandbox, &mut registry, name, bytes, grants).await?;
     }
     Ok(registry)
 }

@@ -18,12 +18,12 @@ use tokio::io::AsyncWrite;
 use tokio::task::JoinHandle;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Store, Trap};
+use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::cli::{
     AsyncStdinStream, AsyncStdoutStream, InputFile, IsTerminal, StdinStream, StdoutStream,
 };
 use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryInputPipe, SinkOutputStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::grants::{ExecGrant, FsMode, Grants, WorkspaceGrant};
 use crate::host::CallState;
@@ -728,18 +728,12 @@ fn program_context(
     }
     builder.env("PWD", &stage.cwd);
     if let Some(workspace) = &exec.workspace {
-        let perms = match workspace.mode() {
-            FsMode::ReadOnly => FsPerms::ReadOnly,
-            FsMode::ReadWrite => FsPerms::ReadWrite,
-        };
-        builder
-            .preopened_dir(workspace.path(), workspace.guest_path(), perms)
-            .map_err(|error| {
-                RunError::Invalid(format!(
-                    "the workspace {} could not be opened for the program: {error}",
-                    workspace.guest_path()
-                ))
-            })?;
+        crate::tool::preopen_workspace(&mut builder, workspace).map_err(|error| {
+            RunError::Invalid(format!(
+                "the workspace {} could not be opened for the program: {error}",
+                workspace.guest_path()
+            ))
+        })?;
     }
     Ok(builder.build())
 }

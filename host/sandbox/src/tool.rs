@@ -13,7 +13,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::bindings::{GuestToolError, exports::clawcage::tool::tool::ToolSpec as GuestToolSpec};
-use crate::grants::{FsMode, Grants};
+use crate::grants::{FsMode, Grants, WorkspaceGrant};
 use crate::host::CallState;
 use crate::sandbox::CompiledComponent;
 
@@ -193,6 +193,20 @@ pub(crate) async fn run_in_fresh_instance(
     }
 }
 
+/// Preopen `workspace` at its own path, read-only or read-write as granted: the only directory
+/// a component or one of its programs ever sees.
+pub(crate) fn preopen_workspace(
+    builder: &mut WasiCtxBuilder,
+    workspace: &WorkspaceGrant,
+) -> wasmtime::Result<()> {
+    let perms = match workspace.mode() {
+        FsMode::ReadOnly => FsPerms::ReadOnly,
+        FsMode::ReadWrite => FsPerms::ReadWrite,
+    };
+    builder.preopened_dir(workspace.path(), workspace.guest_path(), perms)?;
+    Ok(())
+}
+
 /// The WASI context for one call: the workspace preopen (and its path in the environment), the
 /// grants' non-secret settings and the environment variables granted by name, no sockets
 /// (outbound HTTP goes through the network policy), stderr captured, nothing else inherited from
@@ -210,18 +224,12 @@ fn wasi_context(
         .stdout(MemoryOutputPipe::new(STDOUT_CAPACITY))
         .stderr(stderr);
     if let Some(workspace) = &grants.workspace {
-        let perms = match workspace.mode() {
-            FsMode::ReadOnly => FsPerms::ReadOnly,
-            FsMode::ReadWrite => FsPerms::ReadWrite,
-        };
-        builder
-            .preopened_dir(workspace.path(), workspace.guest_path(), perms)
-            .map_err(|error| {
-                ToolError::Failed(format!(
-                    "the workspace {} could not be opened for the tool: {error}",
-                    workspace.path().display()
-                ))
-            })?;
+        preopen_workspace(&mut builder, workspace).map_err(|error| {
+            ToolError::Failed(format!(
+                "the workspace {} could not be opened for the tool: {error}",
+                workspace.path().display()
+            ))
+        })?;
         builder
             .env("CLAWCAGE_WORKSPACE", workspace.guest_path())
             .env("CLAWCAGE_WORKSPACE_MODE", workspace.mode().as_str())

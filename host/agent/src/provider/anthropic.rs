@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use super::sse::SseParser;
 use super::{
     ChatRequest, ChatResponse, HttpSettings, MalformedToolCall, Provider, ProviderError,
-    ProviderEvents, StopReason, parse_json, read_body, send, too_large, tool_input,
+    ProviderEvents, StopReason, is_event_stream, read_json, send, too_large, tool_input,
     transport_error,
 };
 
@@ -105,23 +105,13 @@ impl Provider for AnthropicProvider {
                 .header("content-type", "application/json")
                 .body(body.to_string());
             let response = send(&label, &url, &self.settings, builder).await?;
-            let is_stream = response
-                .headers()
-                .get("content-type")
-                .and_then(|value| value.to_str().ok())
-                .is_some_and(|value| value.starts_with("text/event-stream"));
-            let mut response = if is_stream {
+            let mut response = if is_event_stream(&response) {
                 read_stream(&label, &url, &self.settings, response, events).await?
             } else {
-                let bytes = read_body(
+                parse_response(
                     &label,
-                    &url,
-                    &self.settings,
-                    response,
-                    self.settings.max_response_bytes,
-                )
-                .await?;
-                parse_response(&label, &parse_json(&label, &bytes)?)?
+                    &read_json(&label, &url, &self.settings, response).await?,
+                )?
             };
             response.answered_by = label;
             Ok(response)

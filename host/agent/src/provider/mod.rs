@@ -403,6 +403,26 @@ async fn read_body(
     Ok(body)
 }
 
+/// Whether `response` is a server-sent-events stream (else a whole JSON body).
+fn is_event_stream(response: &reqwest::Response) -> bool {
+    response
+        .headers()
+        .get("content-type")
+        .and_then(|value| value.to_str().ok())
+        .is_some_and(|value| value.starts_with("text/event-stream"))
+}
+
+/// Read a whole JSON response body within the settings' size cap.
+async fn read_json(
+    label: &str,
+    url: &str,
+    settings: &HttpSettings,
+    response: reqwest::Response,
+) -> Result<serde_json::Value, ProviderError> {
+    let bytes = read_body(label, url, settings, response, settings.max_response_bytes).await?;
+    parse_json(label, &bytes)
+}
+
 fn too_large(label: &str, cap: usize) -> ProviderError {
     ProviderError::Protocol {
         provider: label.to_string(),
