@@ -361,3 +361,65 @@ async fn notifications_on_the_bus_reach_the_session_through_its_lane() {
     assert_eq!(bus.queued("system"), 0);
     router.abort();
 }
+
+/// Ctrl-C in the REPL: the running turn stops, what it did is kept (a call left without a result
+/// gets one, so the history stays valid), and the session goes on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_interrupted_turn_keeps_what_it_did_and_the_session_goes_on() {
+    let state = tempfile::tempdir().unwrap();
+    let server = LlmServer::start(vec![
+        anthropic::message(&[
+            anthropic::text("Waiting at the gate."),
+            anthropic::tool("g1", "gate", serde_json::json!({})),
+        ]),
+        anthropic::message(&[anthropic::text("Back again.")]),
+    ])
+    .await;
+    let (gate, _never_opened) = crate::subagents::gate();
+    let mut tools = ToolRegistry::new();
+    tools.register(gate).unwrap();
+    let agent = AgentLoop::new(anthropic_provider(&server), tools, AgentConfig::default());
+    let sessions = Sessions::new(agent, Some(TranscriptStore::new(state.path())), 100);
+
+    let pending = sessions.submit(
+        "s",
+        LaneInput::User("Go through the gate.".into()),
+        Arc::new(NoEvents),
+    );
+    // Interrupt once the tool is running (the model has answered).
+    for _ in 0..600 {
+        if server.requests().len() == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    sessions.interrupt("s");
+    let error = tokio::time::timeout(Duration::from_secs(10), pending.wait())
+        .await
+        .expect("the interrupt ends the turn")
+        .unwrap_err();
+    assert_eq!(error, AgentError::Interrupted);
+
+    let transcript = std::fs::read_to_string(TranscriptStore::new(state.path()).path("s")).unwrap();
+    assert!(transcript.contains("Go through the gate."), "{transcript}");
+    assert!(transcript.contains("Waiting at the gate."), "{transcript}");
+    assert!(
+        transcript.contains("interrupted by the user"),
+        "{transcript}"
+    );
+
+    // The next turn sends a valid history: the call, its result, then the new input.
+    let outcome = sessions
+        .send_user("s", "Never mind.", Arc::new(NoEvents))
+        .await
+        .unwrap();
+    assert_eq!(outcome.text, "Back again.");
+    let messages = server.bodies()[1]["messages"].clone();
+    let last = &messages.as_array().unwrap()[2];
+    assert_eq!(last["role"], "user");
+    assert_eq!(last["content"][0]["type"], "tool_result");
+    assert_eq!(last["content"][0]["tool_use_id"], "g1");
+    assert_eq!(last["content"][0]["is_error"], true);
+    assert_eq!(last["content"][1]["text"], "Never mind.");
+}

@@ -28,12 +28,12 @@ use crate::agent_loop::anthropic_provider;
 /// A tool that returns only once the test opens the gate, so children stay running as long as
 /// the test needs.
 #[derive(Debug)]
-struct Gate {
+pub struct Gate {
     spec: ToolSpec,
     open: watch::Receiver<bool>,
 }
 
-fn gate() -> (Arc<Gate>, watch::Sender<bool>) {
+pub fn gate() -> (Arc<Gate>, watch::Sender<bool>) {
     let (sender, open) = watch::channel(false);
     let gate = Gate {
         spec: ToolSpec {

@@ -135,6 +135,9 @@ pub enum AgentError {
     /// The session's lane stopped (the runtime is shutting down).
     #[error("the session stopped before the turn finished")]
     LaneClosed,
+    /// The operator interrupted the turn; what it did so far is kept in the history.
+    #[error("the turn was interrupted; what it did so far is kept")]
+    Interrupted,
     /// The transcript could not be written.
     #[error(
         "cannot write the transcript {path}: {message}; check the --state-dir permissions and free space"

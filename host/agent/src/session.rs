@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use clawcage_core::{ChatMessage, InboundMessage, Usage};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::agent_loop::{AgentError, AgentLoop, TurnObserver, TurnOutcome};
 use crate::bus::Subscription;
@@ -66,6 +66,17 @@ struct Shared {
     store: Option<TranscriptStore>,
     history_limit: usize,
     usage: Mutex<HashMap<String, Usage>>,
+    /// Per session: wakes the turn running on its lane to stop it.
+    interrupts: Mutex<HashMap<String, Arc<Notify>>>,
+}
+
+impl Shared {
+    fn interrupt_signal(&self, key: &str) -> Arc<Notify> {
+        lock(&self.interrupts)
+            .entry(key.to_string())
+            .or_default()
+            .clone()
+    }
 }
 
 struct Inner {
@@ -117,6 +128,7 @@ impl Sessions {
                     store,
                     history_limit: history_limit.max(2),
                     usage: Mutex::new(HashMap::new()),
+                    interrupts: Mutex::new(HashMap::new()),
                 }),
                 lanes: Mutex::new(HashMap::new()),
             }),
@@ -169,6 +181,14 @@ impl Sessions {
             .wait()
             .await?
             .ok_or_else(|| AgentError::History("the lane returned no outcome".to_string()))
+    }
+
+    /// Stop the turn running on `key`'s lane now (the REPL's Ctrl-C). The turn ends with
+    /// [`AgentError::Interrupted`]; the messages it produced so far stay in the history and reach
+    /// the transcript, and a tool call left without a result gets one saying it did not run.
+    /// Turns queued behind it still run. Without a running turn this does nothing.
+    pub fn interrupt(&self, key: &str) {
+        self.inner.shared.interrupt_signal(key).notify_waiters();
     }
 
     /// Clear session `key`'s history, after the turns queued before.
@@ -286,9 +306,20 @@ async fn run_one(
     let input = ChatMessage::user(text);
     push_message(history, input.clone());
     let start = history.len();
-    let result = CURRENT_SESSION
-        .scope(key.to_string(), inner.agent.run_turn(history, observer))
-        .await;
+    let interrupt = inner.interrupt_signal(key);
+    let result = {
+        let turn = CURRENT_SESSION.scope(key.to_string(), inner.agent.run_turn(history, observer));
+        tokio::select! {
+            result = turn => result,
+            () = interrupt.notified() => Err(AgentError::Interrupted),
+        }
+    };
+    if matches!(result, Err(AgentError::Interrupted)) {
+        answer_dangling_calls(
+            history,
+            "interrupted by the user before it finished (it may have partly run)",
+        );
+    }
 
     let mut entries = vec![Entry::Message {
         at_ms: now_ms(),
@@ -335,5 +366,30 @@ async fn persist(inner: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), A
             path,
             message: error.to_string(),
         }),
+    }
+}
+
+/// Give every tool call of the last assistant message that has no result a result saying
+/// `why`, so the history stays one a provider accepts.
+fn answer_dangling_calls(history: &mut Vec<ChatMessage>, why: &str) {
+    let Some(last) = history.last() else {
+        return;
+    };
+    if last.role != clawcage_core::Role::Assistant {
+        return;
+    }
+    let results: Vec<clawcage_core::ContentBlock> = last
+        .tool_uses()
+        .map(|(id, _, _)| clawcage_core::ContentBlock::ToolResult {
+            tool_use_id: id.to_string(),
+            content: why.to_string(),
+            is_error: true,
+        })
+        .collect();
+    if !results.is_empty() {
+        history.push(ChatMessage {
+            role: clawcage_core::Role::User,
+            content: results,
+        });
     }
 }

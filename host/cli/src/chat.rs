@@ -19,7 +19,8 @@ const HELP: &str = "Type a request and press Enter. Commands:
   /help    this text
   /tools   the tools the agent may call, with what each may reach
   /reset   forget this session's history (the transcript keeps a reset mark)
-  /exit    leave (Ctrl-D works too)";
+  /exit    leave (Ctrl-D works too)
+Ctrl-C while the agent works stops that turn; what it did so far is kept.";
 
 /// Run the REPL on session `key`.
 pub async fn run(
@@ -138,7 +139,20 @@ pub async fn run(
             }
             request => {
                 console.begin_turn();
-                match sessions.send_user(&key, request, console.clone()).await {
+                // Ctrl-C during a turn stops that turn (its messages so far are kept), not the
+                // REPL.
+                let turn = sessions.send_user(&key, request, console.clone());
+                tokio::pin!(turn);
+                let result = loop {
+                    tokio::select! {
+                        result = &mut turn => break result,
+                        Ok(()) = tokio::signal::ctrl_c() => {
+                            console.line("  (interrupting the turn…)");
+                            sessions.interrupt(&key);
+                        }
+                    }
+                };
+                match result {
                     Ok(outcome) => {
                         if outcome.end == TurnEnd::Answered && !console.streamed() {
                             console.line(&outcome.text);
