@@ -172,6 +172,13 @@ pub async fn run_task(
     // The answer waits for the sub-agents this task started: each announcement is a turn in
     // which the agent takes the result in, and the last turn's text is the answer.
     if let Some(manager) = &runtime.subagents {
+        let children = manager.running_for(&key);
+        if children > 0 {
+            console.line(&format!(
+                "waiting for {children} sub-agent(s) to report (each has at most {} s)",
+                manager.config().timeout.as_secs()
+            ));
+        }
         loop {
             let waiting = manager.running_for(&key) > 0;
             let wait = if waiting {
