@@ -24,11 +24,10 @@ lint:
     cd tools-wasm && cargo clippy --release --target wasm32-wasip2 --workspace -- -D warnings
 
 # Benchmarks: sandboxed read_file against a native read, cold and warm start-up; agent turns
-# against one model request on the scripted LLM server; web_fetch against a direct reqwest GET.
+# against one model request on the scripted LLM server; web_fetch against a direct reqwest GET;
+# exec against the native programs. (`--workspace` keeps the features the tests build with.)
 bench:
-    cargo bench -p clawcage-tests --bench tools
-    cargo bench -p clawcage-tests --bench agent
-    cargo bench -p clawcage-tests --bench web
+    cargo bench --workspace --bench tools --bench agent --bench web --bench exec
 
 # Build only the tool components (release, wasm32-wasip2).
 components:

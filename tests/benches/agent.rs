@@ -4,7 +4,7 @@
 //! the same turn streamed (SSE reassembly), and a turn through a session lane with its transcript
 //! appended and synced to disk. Prints medians, p99 and ratios to the baseline.
 //!
-//! Run: `cargo bench -p clawcage-tests --bench agent`.
+//! Run: `cargo bench --workspace --bench agent`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

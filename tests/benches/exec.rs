@@ -6,7 +6,7 @@
 //! output. Also the start-up of the bundled program catalog with a warm and a cold
 //! compiled-artifact cache. Prints medians, p99 and ratios.
 //!
-//! Run: `cargo bench -p clawcage-tests --bench exec`.
+//! Run: `cargo bench --workspace --bench exec`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

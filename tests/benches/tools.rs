@@ -3,7 +3,7 @@
 //! `std::fs::read` of the same file, and the start-up time to the first tool call with a cold
 //! and a warm compiled-artifact cache. Prints medians, p99 and ratios.
 //!
-//! Run: `cargo bench -p clawcage-tests --bench tools` (or `just bench`).
+//! Run: `cargo bench --workspace --bench tools` (or `just bench`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -4,7 +4,7 @@
 //! cap) without the component, and a fourth fetches an 11-byte page through `web_fetch` (the
 //! fixed cost of a call), so the overhead splits into policy, fixed cost and HTML conversion.
 //!
-//! Run: `cargo bench -p clawcage-tests --bench web`.
+//! Run: `cargo bench --workspace --bench web`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
