@@ -10,11 +10,9 @@ use std::collections::BTreeMap;
 use clawcage_core::{BoxFuture, ChatMessage, ContentBlock, Usage};
 use serde_json::{Value, json};
 
-use super::sse::SseParser;
 use super::{
-    ChatRequest, ChatResponse, HttpSettings, MalformedToolCall, Provider, ProviderError,
-    ProviderEvents, StopReason, is_event_stream, read_json, send, too_large, tool_input,
-    transport_error,
+    ChatRequest, ChatResponse, EventStream, HttpSettings, MalformedToolCall, Provider,
+    ProviderError, ProviderEvents, StopReason, is_event_stream, read_json, send, tool_input,
 };
 
 /// The API version this client speaks.
@@ -212,32 +210,23 @@ async fn read_stream(
     label: &str,
     url: &str,
     settings: &HttpSettings,
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     events: &dyn ProviderEvents,
 ) -> Result<ChatResponse, ProviderError> {
     let protocol = |message: String| ProviderError::Protocol {
         provider: label.to_string(),
         message,
     };
-    let mut parser = SseParser::new();
+    let mut stream = EventStream::new(label, url, settings, response);
     let mut blocks: BTreeMap<u64, PartialBlock> = BTreeMap::new();
     let mut usage = Usage::default();
     let mut reason = None;
-    let mut received = 0usize;
     let mut finished = false;
     while !finished {
-        let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|error| transport_error(label, url, settings, &error))?
-        else {
+        let Some(batch) = stream.next_events().await? else {
             break;
         };
-        received += chunk.len();
-        if received > settings.max_response_bytes {
-            return Err(too_large(label, settings.max_response_bytes));
-        }
-        for event in parser.push(&chunk).map_err(protocol)? {
+        for event in batch {
             let data: Value = serde_json::from_str(&event.data).map_err(|error| {
                 protocol(format!(
                     "a streamed event is not JSON ({error}): {}",

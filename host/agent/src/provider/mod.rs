@@ -403,6 +403,57 @@ async fn read_body(
     Ok(body)
 }
 
+/// A streamed response read as server-sent events, chunk by chunk, within the settings' size cap.
+struct EventStream<'a> {
+    label: &'a str,
+    url: &'a str,
+    settings: &'a HttpSettings,
+    response: reqwest::Response,
+    parser: sse::SseParser,
+    received: usize,
+}
+
+impl<'a> EventStream<'a> {
+    fn new(
+        label: &'a str,
+        url: &'a str,
+        settings: &'a HttpSettings,
+        response: reqwest::Response,
+    ) -> Self {
+        Self {
+            label,
+            url,
+            settings,
+            response,
+            parser: sse::SseParser::new(),
+            received: 0,
+        }
+    }
+
+    /// The events completed by the next chunk (possibly none); `None` at the end of the body.
+    async fn next_events(&mut self) -> Result<Option<Vec<sse::SseEvent>>, ProviderError> {
+        let Some(chunk) = self
+            .response
+            .chunk()
+            .await
+            .map_err(|error| transport_error(self.label, self.url, self.settings, &error))?
+        else {
+            return Ok(None);
+        };
+        self.received += chunk.len();
+        if self.received > self.settings.max_response_bytes {
+            return Err(too_large(self.label, self.settings.max_response_bytes));
+        }
+        self.parser
+            .push(&chunk)
+            .map(Some)
+            .map_err(|message| ProviderError::Protocol {
+                provider: self.label.to_string(),
+                message,
+            })
+    }
+}
+
 /// Whether `response` is a server-sent-events stream (else a whole JSON body).
 fn is_event_stream(response: &reqwest::Response) -> bool {
     response

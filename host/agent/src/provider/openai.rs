@@ -11,10 +11,9 @@ use std::collections::BTreeMap;
 use clawcage_core::{BoxFuture, ChatMessage, ContentBlock, Role, Usage};
 use serde_json::{Value, json};
 
-use super::sse::SseParser;
 use super::{
-    ChatRequest, ChatResponse, HttpSettings, Provider, ProviderError, ProviderEvents, StopReason,
-    is_event_stream, read_json, send, too_large, tool_input, transport_error,
+    ChatRequest, ChatResponse, EventStream, HttpSettings, Provider, ProviderError, ProviderEvents,
+    StopReason, is_event_stream, read_json, send, tool_input,
 };
 
 /// A client of an OpenAI-compatible server.
@@ -263,33 +262,24 @@ async fn read_stream(
     label: &str,
     url: &str,
     settings: &HttpSettings,
-    mut response: reqwest::Response,
+    response: reqwest::Response,
     events: &dyn ProviderEvents,
 ) -> Result<ChatResponse, ProviderError> {
     let protocol = |message: String| ProviderError::Protocol {
         provider: label.to_string(),
         message,
     };
-    let mut parser = SseParser::new();
+    let mut stream = EventStream::new(label, url, settings, response);
     let mut text = String::new();
     let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
     let mut finish_reason: Option<String> = None;
     let mut usage = Usage::default();
-    let mut received = 0usize;
     let mut done = false;
     while !done {
-        let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|error| transport_error(label, url, settings, &error))?
-        else {
+        let Some(batch) = stream.next_events().await? else {
             break;
         };
-        received += chunk.len();
-        if received > settings.max_response_bytes {
-            return Err(too_large(label, settings.max_response_bytes));
-        }
-        for event in parser.push(&chunk).map_err(protocol)? {
+        for event in batch {
             if event.data.trim() == "[DONE]" {
                 done = true;
                 break;
