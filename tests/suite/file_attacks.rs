@@ -7,30 +7,13 @@ use std::path::Path;
 
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{FsMode, Limits};
-use clawcage_tests::{file_registry, grants, registry_of};
+use clawcage_tests::{SecretLayout, file_registry, grants, registry_of};
 use serde_json::json;
 
 const SECRET: &str = "TOP-SECRET-HOST-DATA";
 
-/// A workspace inside a parent directory that also holds a secret file next to it.
-struct Layout {
-    _root: tempfile::TempDir,
-    workspace: std::path::PathBuf,
-    secret: std::path::PathBuf,
-}
-
-fn layout() -> Layout {
-    let root = tempfile::tempdir().unwrap();
-    let workspace = root.path().join("ws");
-    fs::create_dir(&workspace).unwrap();
-    let secret = root.path().join("secret.txt");
-    fs::write(&secret, SECRET).unwrap();
-    fs::write(workspace.join("inside.txt"), "inside").unwrap();
-    Layout {
-        _root: root,
-        workspace,
-        secret,
-    }
+fn layout() -> SecretLayout {
+    SecretLayout::new(SECRET)
 }
 
 fn assert_untouched(secret: &Path) {

@@ -7,34 +7,24 @@ use std::os::unix::fs::symlink;
 
 use clawcage_sandbox::components::fixtures;
 use clawcage_sandbox::{FsMode, Limits};
-use clawcage_tests::{fixture, grants, registry_of};
+use clawcage_tests::{SecretLayout, fixture, grants, registry_of};
 use serde_json::json;
 
 const SECRET: &str = "HOST-ONLY-SECRET";
 
-struct Layout {
-    _root: tempfile::TempDir,
-    workspace: std::path::PathBuf,
-    secret: std::path::PathBuf,
+/// The workspace with a symlink to the secret and one to the directory above.
+fn layout() -> SecretLayout {
+    let layout = SecretLayout::new(SECRET);
+    symlink(&layout.secret, layout.workspace.join("link")).unwrap();
+    symlink(
+        layout.workspace.parent().unwrap(),
+        layout.workspace.join("parent"),
+    )
+    .unwrap();
+    layout
 }
 
-fn layout() -> Layout {
-    let root = tempfile::tempdir().unwrap();
-    let workspace = root.path().join("ws");
-    fs::create_dir(&workspace).unwrap();
-    let secret = root.path().join("secret.txt");
-    fs::write(&secret, SECRET).unwrap();
-    fs::write(workspace.join("inside.txt"), "inside").unwrap();
-    symlink(&secret, workspace.join("link")).unwrap();
-    symlink(root.path(), workspace.join("parent")).unwrap();
-    Layout {
-        _root: root,
-        workspace,
-        secret,
-    }
-}
-
-async fn hostile(layout: &Layout, mode: FsMode) -> clawcage_agent::ToolRegistry {
+async fn hostile(layout: &SecretLayout, mode: FsMode) -> clawcage_agent::ToolRegistry {
     let rawfs = fixture(fixtures::RAWFS);
     registry_of(
         &[("rawfs", &rawfs)],

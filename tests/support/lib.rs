@@ -109,3 +109,30 @@ pub async fn registry_of(components: &[(&str, &[u8])], grants: Grants) -> ToolRe
 pub fn fixture(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|error| panic!("reading fixture {path}: {error}"))
 }
+
+/// A workspace `ws/` (holding `inside.txt`) inside a temporary directory that also holds
+/// `secret.txt` next to it: what an escape would reach.
+pub struct SecretLayout {
+    _root: tempfile::TempDir,
+    /// The directory granted to the tools.
+    pub workspace: PathBuf,
+    /// The host file outside it.
+    pub secret: PathBuf,
+}
+
+impl SecretLayout {
+    /// The layout with `secret` as the secret file's content.
+    pub fn new(secret: &str) -> SecretLayout {
+        let root = tempfile::tempdir().expect("a temporary directory");
+        let workspace = root.path().join("ws");
+        std::fs::create_dir(&workspace).expect("the workspace");
+        let secret_path = root.path().join("secret.txt");
+        std::fs::write(&secret_path, secret).expect("the secret file");
+        std::fs::write(workspace.join("inside.txt"), "inside").expect("a file inside");
+        SecretLayout {
+            _root: root,
+            workspace,
+            secret: secret_path,
+        }
+    }
+}
