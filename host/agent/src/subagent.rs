@@ -192,6 +192,9 @@ pub struct SubagentManager {
     config: SubagentConfig,
     bus: MessageBus,
     runs_file: Option<PathBuf>,
+    /// Held while the records are written, so that concurrent saves land in order and the file
+    /// always ends with the latest state.
+    saving: Mutex<()>,
     state: Mutex<State>,
     this: Weak<SubagentManager>,
 }
@@ -267,6 +270,7 @@ impl SubagentManager {
             config,
             bus,
             runs_file,
+            saving: Mutex::new(()),
             state: Mutex::new(state),
             this: this.clone(),
         }))
@@ -612,6 +616,10 @@ impl SubagentManager {
         let Some(file) = &self.runs_file else {
             return;
         };
+        let _saving = self
+            .saving
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let records: Vec<RunRecord> = lock(&self.state).records.values().cloned().collect();
         if let Err(error) = save_records(file, &records) {
             tracing::warn!(
