@@ -618,6 +618,19 @@ async fn a_restart_reports_interrupted_runs_and_sweeps_stale_records() {
         "depth": 1, "status": "completed", "started_ms": 1, "finished_ms": 2,
         "turns": 1, "tool_calls": 0, "result": "done"
     }));
+    // A run of another clawcage process that is still alive (pid 1 always is), and one of a
+    // process that is gone.
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    for (id, pid) in [("sub-7", 1u32), ("sub-8", 999_999_999)] {
+        runs.push(json!({
+            "id": id, "parent_session": "other", "label": null, "task": "elsewhere",
+            "depth": 1, "pid": pid, "status": "running", "started_ms": now, "finished_ms": null,
+            "turns": 0, "tool_calls": 0, "result": null
+        }));
+    }
     std::fs::write(&file, serde_json::to_vec(&runs).unwrap()).unwrap();
 
     let second = family(
@@ -629,8 +642,12 @@ async fn a_restart_reports_interrupted_runs_and_sweeps_stale_records() {
     .await;
     let mut announcements = second.bus.subscribe(SYSTEM_CHANNEL);
     let interrupted = second.manager.recover().await;
-    assert_eq!(interrupted.len(), 1);
-    assert_eq!(interrupted[0].id, "sub-1");
+    let ids: Vec<&str> = interrupted.iter().map(|run| run.id.as_str()).collect();
+    assert_eq!(
+        ids,
+        ["sub-1", "sub-8"],
+        "the live process's run is left alone"
+    );
     let announcement = next_announcement(&mut announcements).await;
     assert_eq!(announcement.session_key, "main");
     assert!(
@@ -640,14 +657,29 @@ async fn a_restart_reports_interrupted_runs_and_sweeps_stale_records() {
         "{}",
         announcement.content
     );
+    assert_eq!(
+        next_announcement(&mut announcements).await.session_key,
+        "other"
+    );
     let records = second.manager.records();
-    assert_eq!(records.len(), 1, "the stale record was swept: {records:?}");
-    assert_eq!(records[0].status, RunStatus::Interrupted);
-    // New ids continue after the recorded ones.
+    let states: Vec<(&str, RunStatus)> = records
+        .iter()
+        .map(|run| (run.id.as_str(), run.status))
+        .collect();
+    assert_eq!(
+        states,
+        [
+            ("sub-1", RunStatus::Interrupted),
+            ("sub-7", RunStatus::Running),
+            ("sub-8", RunStatus::Interrupted)
+        ],
+        "the stale record was swept"
+    );
+    // New ids continue after the recorded ones, whoever wrote them.
     let next = second
         .manager
         .spawn("main", 1, "Report the content of b.txt", None)
         .unwrap();
-    assert_eq!(next.id, "sub-2");
+    assert_eq!(next.id, "sub-9");
     drop(first);
 }

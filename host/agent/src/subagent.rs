@@ -111,6 +111,9 @@ pub struct RunRecord {
     pub task: String,
     /// 1 for a child of the main agent.
     pub depth: u32,
+    /// The process that runs (or ran) it; a `running` record whose process is gone was cut off.
+    #[serde(default)]
+    pub pid: u32,
     /// Where it stands.
     pub status: RunStatus,
     /// Milliseconds since the epoch.
@@ -352,7 +355,22 @@ impl SubagentManager {
                 max: self.config.max_depth,
             });
         }
-        let mut state = lock(&self.state);
+        // The number is taken while the records file is locked, so two processes sharing a
+        // state directory never hand out the same id.
+        self.sync_with(|state| {
+            self.start_child(state, provider, parent_session, depth, task, label)
+        })
+    }
+
+    fn start_child(
+        &self,
+        state: &mut State,
+        provider: Arc<dyn Provider>,
+        parent_session: &str,
+        depth: u32,
+        task: &str,
+        label: Option<String>,
+    ) -> Result<Spawned, SpawnError> {
         if state.running.len() >= self.config.max_concurrent {
             return Err(SpawnError::Concurrency {
                 running: state.running.len(),
@@ -368,6 +386,7 @@ impl SubagentManager {
             label,
             task: task.to_string(),
             depth,
+            pid: std::process::id(),
             status: RunStatus::Running,
             started_ms: now_ms(),
             finished_ms: None,
@@ -423,15 +442,16 @@ impl SubagentManager {
         });
         state.running.insert(id.clone(), handle.abort_handle());
         let running = state.running.len();
-        drop(state);
-        self.save();
         tracing::info!(subagent = %id, parent = parent_session, "sub-agent started");
         Ok(Spawned { id, running })
     }
 
     /// Stop a running child. Its result is not announced: the caller asked for the stop.
     pub fn stop(&self, id: &str) -> Result<RunRecord, String> {
-        let mut state = lock(&self.state);
+        self.sync_with(|state| Self::stop_child(state, id))
+    }
+
+    fn stop_child(state: &mut State, id: &str) -> Result<RunRecord, String> {
         let Some(handle) = state.running.remove(id) else {
             let running: Vec<&str> = state.running.keys().map(String::as_str).collect();
             return Err(format!(
@@ -459,31 +479,35 @@ impl SubagentManager {
         record.status = RunStatus::Stopped;
         record.finished_ms = Some(now_ms());
         record.result = Some("stopped by its parent".to_string());
-        let record = record.clone();
-        drop(state);
-        self.save();
-        Ok(record)
+        Ok(record.clone())
     }
 
-    /// After a restart: every run recorded as running was cut off. Mark it interrupted, tell its
-    /// parent session, and drop records older than the retention. Returns the interrupted runs.
+    /// After a restart: every run recorded as running whose process is gone was cut off. Mark
+    /// it interrupted, tell its parent session, and drop records older than the retention.
+    /// Runs of another clawcage process that is still alive are left alone. Returns the
+    /// interrupted runs.
     pub async fn recover(&self) -> Vec<RunRecord> {
-        let interrupted: Vec<RunRecord> = {
-            let mut state = lock(&self.state);
+        let me = std::process::id();
+        let interrupted: Vec<RunRecord> = self.sync_with(|state| {
             let live: Vec<String> = state.running.keys().cloned().collect();
             state
                 .records
                 .values_mut()
-                .filter(|record| record.status == RunStatus::Running && !live.contains(&record.id))
+                .filter(|record| {
+                    record.status == RunStatus::Running
+                        && !live.contains(&record.id)
+                        && (record.pid == me || !process_alive(record.pid))
+                })
                 .map(|record| {
                     record.status = RunStatus::Interrupted;
                     record.finished_ms = Some(now_ms());
                     record.result = Some("clawcage stopped while it was running".to_string());
+                    // This process now speaks for the record.
+                    record.pid = me;
                     record.clone()
                 })
                 .collect()
-        };
-        self.sweep();
+        });
         for record in &interrupted {
             let content = format!(
                 "Sub-agent {} was interrupted: clawcage stopped while it was running, so it has no result.\nTask: {}\nStart it again if it is still needed.",
@@ -496,14 +520,9 @@ impl SubagentManager {
         interrupted
     }
 
-    /// Drop finished records older than the retention, and save.
+    /// Drop finished records older than the retention, and save (every save sweeps).
     pub fn sweep(&self) {
-        let horizon = now_ms().saturating_sub(self.config.retention.as_millis() as u64);
-        lock(&self.state).records.retain(|_, record| {
-            record.status == RunStatus::Running
-                || record.finished_ms.unwrap_or(record.started_ms) >= horizon
-        });
-        self.save();
+        self.sync_with(|_| ());
     }
 
     async fn finish(
@@ -515,23 +534,22 @@ impl SubagentManager {
         tool_calls: usize,
         duration: Duration,
     ) {
-        let record = {
-            let mut state = lock(&self.state);
-            let Some(record) = state.records.get_mut(&number) else {
-                return;
-            };
+        let record = self.sync_with(|state| {
+            let record = state.records.get_mut(&number)?;
             if record.status != RunStatus::Running {
                 // Stopped meanwhile: the stop already recorded it.
-                return;
+                return None;
             }
             record.status = status;
             record.finished_ms = Some(now_ms());
             record.turns = turns;
             record.tool_calls = tool_calls;
             record.result = Some(cut(&result));
-            record.clone()
+            Some(record.clone())
+        });
+        let Some(record) = record else {
+            return;
         };
-        self.save();
         tracing::info!(subagent = %record.id, status = status.as_str(), "sub-agent ended");
         let content = format!(
             "Sub-agent {} {} in {:.1} s ({} model calls, {} tool calls).\nTask: {}\n{}:\n{}",
@@ -553,7 +571,6 @@ impl SubagentManager {
         // Counted as running until announced, so a front end that waits for a session's
         // children to end cannot miss the announcement.
         lock(&self.state).running.remove(&record.id);
-        self.sweep();
     }
 
     /// Publish on the `system` channel for `session`, retrying with backoff while the channel
@@ -612,21 +629,63 @@ impl SubagentManager {
         )
     }
 
-    fn save(&self) {
+    /// Apply `change` to the state and save it. With a records file, the file is locked for
+    /// the whole step (other clawcage processes may share the state directory): the records
+    /// other processes wrote are merged in first (theirs win for their runs, ours for ours), the
+    /// change is applied, records past the retention are dropped, and the result is written
+    /// atomically. A failure to read or write is logged, never fatal: the runs go on.
+    fn sync_with<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
+        let horizon = now_ms().saturating_sub(self.config.retention.as_millis() as u64);
+        let fresh = |record: &RunRecord| {
+            record.status == RunStatus::Running
+                || record.finished_ms.unwrap_or(record.started_ms) >= horizon
+        };
         let Some(file) = &self.runs_file else {
-            return;
+            let mut state = lock(&self.state);
+            let result = change(&mut state);
+            state.records.retain(|_, record| fresh(record));
+            return result;
         };
         let _saving = self
             .saving
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let records: Vec<RunRecord> = lock(&self.state).records.values().cloned().collect();
+        let file_lock = lock_records_file(file)
+            .inspect_err(|error| tracing::warn!("cannot lock the sub-agent records: {error}"))
+            .ok();
+        let on_disk = load_records(file)
+            .inspect_err(|error| tracing::warn!("{error}"))
+            .unwrap_or_default();
+        let me = std::process::id();
+        let (result, records) = {
+            let mut state = lock(&self.state);
+            for record in on_disk {
+                let Some(number) = number_of(&record.id) else {
+                    continue;
+                };
+                let ours = state
+                    .records
+                    .get(&number)
+                    .is_some_and(|known| known.pid == me);
+                if ours || record.pid == me || !fresh(&record) {
+                    continue;
+                }
+                state.next_number = state.next_number.max(number);
+                state.records.insert(number, record);
+            }
+            let result = change(&mut state);
+            state.records.retain(|_, record| fresh(record));
+            let records: Vec<RunRecord> = state.records.values().cloned().collect();
+            (result, records)
+        };
         if let Err(error) = save_records(file, &records) {
             tracing::warn!(
                 "cannot save the sub-agent records to {}: {error}",
                 file.display()
             );
         }
+        drop(file_lock);
+        result
     }
 }
 
@@ -658,6 +717,24 @@ fn load_records(file: &Path) -> std::io::Result<Vec<RunRecord>> {
         Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
         Err(error) => Err(error),
     }
+}
+
+/// An exclusive advisory lock on `runs.lock` beside `file`, released when the file is dropped.
+fn lock_records_file(file: &Path) -> std::io::Result<std::fs::File> {
+    let dir = file.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir)?;
+    let lock = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(dir.join("runs.lock"))?;
+    lock.lock()?;
+    Ok(lock)
+}
+
+/// Whether process `pid` still runs (Linux: `/proc/PID` exists; elsewhere assumed gone).
+fn process_alive(pid: u32) -> bool {
+    pid != 0 && cfg!(target_os = "linux") && Path::new("/proc").join(pid.to_string()).exists()
 }
 
 /// Write `records` to `file` atomically: a temporary file in the same directory, then rename.
@@ -865,6 +942,7 @@ mod tests {
             label: Some("count".into()),
             task: "count lines".into(),
             depth: 1,
+            pid: 1,
             status: RunStatus::Running,
             started_ms: 1,
             finished_ms: None,
