@@ -5,8 +5,10 @@
 //! agent's tests and any front end can use it without compiling wasmtime.
 
 pub mod chat;
+pub mod scheduler;
 
 pub use chat::{ChatMessage, ContentBlock, InboundMessage, Role, Usage};
+pub use scheduler::{JobInfo, JobRequest, Scheduler};
 
 use std::fmt;
 use std::future::Future;
