@@ -483,7 +483,11 @@ impl CronService {
         {
             tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
         }
-        let earliest = state.jobs.iter().filter_map(|job| job.stored.next_fire).min();
+        let earliest = state
+            .jobs
+            .iter()
+            .filter_map(|job| job.stored.next_fire)
+            .min();
         drop(state);
         for message in firings {
             let sender = message.sender.clone();
@@ -657,10 +661,7 @@ impl Scheduler for CronService {
             return Err(if known.is_empty() {
                 format!("there is no job `{id}`; no jobs are scheduled")
             } else {
-                format!(
-                    "there is no job `{id}`; the jobs are {}",
-                    known.join(", ")
-                )
+                format!("there is no job `{id}`; the jobs are {}", known.join(", "))
             });
         };
         let removed = state.jobs.remove(index);
@@ -676,13 +677,14 @@ impl Scheduler for CronService {
     }
 }
 
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn utc(text: &str) -> DateTime<Utc> {
-        DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+        DateTime::parse_from_rfc3339(text)
+            .unwrap()
+            .with_timezone(&Utc)
     }
 
     fn cron_in(expression: &str, timezone: &str) -> CompiledSchedule {

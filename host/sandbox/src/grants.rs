@@ -334,7 +334,11 @@ impl Grants {
         } else {
             format!(", {}", self.env.describe())
         };
-        let cron = if self.scheduler.is_some() { ", cron" } else { "" };
+        let cron = if self.scheduler.is_some() {
+            ", cron"
+        } else {
+            ""
+        };
         format!(
             "{workspace}, memory {} MiB, timeout {}s{exec}{cron}, {network}{env}",
             self.limits.memory_bytes >> 20,

@@ -270,8 +270,7 @@ impl Sandbox {
                 || import.starts_with("clawcage:tool/types@")
                 || (network && is_http)
                 || (grants.exec.is_some() && import.starts_with("clawcage:tool/process@"))
-                || (grants.scheduler().is_some()
-                    && import.starts_with("clawcage:tool/scheduler@"));
+                || (grants.scheduler().is_some() && import.starts_with("clawcage:tool/scheduler@"));
             if provided {
                 continue;
             }

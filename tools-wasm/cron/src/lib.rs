@@ -338,7 +338,10 @@ mod tests {
     fn arguments_of_the_wrong_shape_never_reach_the_host() {
         let mut scheduler = Recorder::default();
         for (args, expected) in [
-            (json!({"action": "add", "message": "m"}), "needs 'every_seconds'"),
+            (
+                json!({"action": "add", "message": "m"}),
+                "needs 'every_seconds'",
+            ),
             (
                 json!({"action": "add", "message": "m", "cron": "* * * * *", "every_seconds": 5}),
                 "not both",
@@ -367,9 +370,16 @@ mod tests {
     fn list_and_remove_report_in_text() {
         let mut scheduler = Recorder::default();
         let listed = call("cron", json!({"action": "list"}), &mut scheduler).unwrap();
-        assert!(listed.starts_with("2 scheduled jobs:\n- job-1 (standup)"), "{listed}");
-        let error = call("cron", json!({"action": "remove", "id": "job-9"}), &mut scheduler)
-            .unwrap_err();
+        assert!(
+            listed.starts_with("2 scheduled jobs:\n- job-1 (standup)"),
+            "{listed}"
+        );
+        let error = call(
+            "cron",
+            json!({"action": "remove", "id": "job-9"}),
+            &mut scheduler,
+        )
+        .unwrap_err();
         assert!(matches!(error, ToolError::InvalidArgs(message) if message.contains("job-9")));
     }
 }
