@@ -396,7 +396,11 @@ async fn the_scheduler_import_is_refused_without_the_grant() {
     // Narrowing by grants without cron drops it, so a child cannot load the tool either.
     let state = tempfile::tempdir().unwrap();
     let service: Arc<dyn Scheduler> = open(state.path(), &MessageBus::new(), 100);
-    let granted = Grants::none().with_scheduler(service);
+    let granted = Grants::none().with_scheduler(service.clone());
+    // Grants compare a scheduler by identity.
+    assert_eq!(granted, Grants::none().with_scheduler(service));
+    let other: Arc<dyn Scheduler> = open(state.path(), &MessageBus::new(), 100);
+    assert_ne!(granted, Grants::none().with_scheduler(other));
     assert!(
         granted.describe().contains(", cron"),
         "{}",
