@@ -17,6 +17,7 @@ const BUNDLED: &[(&str, &str)] = &[
     ("FILE", "clawcage_file"),
     ("WEB", "clawcage_web"),
     ("EXEC", "clawcage_exec"),
+    ("CRON", "clawcage_cron"),
     ("COREUTILS", "coreutils"),
     ("GREP", "grep"),
     ("FIND", "find"),

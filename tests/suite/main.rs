@@ -10,6 +10,7 @@ mod agent_loop;
 mod agent_sandbox;
 mod audit;
 mod cache;
+mod cron;
 mod examples;
 mod exec;
 mod exec_attacks;

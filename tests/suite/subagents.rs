@@ -12,12 +12,11 @@ use std::time::Duration;
 use clawcage_agent::provider::NoEvents;
 use clawcage_agent::subagent::{RunStatus, SYSTEM_CHANNEL};
 use clawcage_agent::{
-    AgentConfig, AgentError, AgentLoop, MessageBus, Sessions, SubagentConfig, SubagentManager,
-    ToolRegistry,
+    AgentConfig, AgentError, AgentLoop, CronOptions, CronService, MessageBus, Sessions,
+    SubagentConfig, SubagentManager, ToolRegistry,
 };
 use clawcage_core::{BoxFuture, InboundMessage, Tool, ToolError, ToolOutput, ToolSpec};
-use clawcage_sandbox::{FsMode, Limits, LoadedComponent, components};
-use clawcage_tests::host_tools::HostTool;
+use clawcage_sandbox::{FsMode, Grants, Limits, LoadedComponent, components};
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
 use clawcage_tests::{grants, sandbox};
 use serde_json::{Value, json};
@@ -244,13 +243,14 @@ struct Family {
     manager: Arc<SubagentManager>,
     parent_tools: ToolRegistry,
     children_file: LoadedComponent,
-    cron: Arc<HostTool>,
+    cron: LoadedComponent,
     gate: watch::Sender<bool>,
     bus: MessageBus,
+    _jobs: tempfile::TempDir,
 }
 
-/// A parent with the file tools read-write, a `cron` stand-in and the gate; children get the
-/// file tools read-only.
+/// A parent with the file tools read-write, the real `cron` component and the gate; children
+/// get the file tools read-only.
 async fn family(
     dir: &Path,
     state: Option<&Path>,
@@ -258,15 +258,27 @@ async fn family(
     config: SubagentConfig,
 ) -> Family {
     let (gate, open) = gate();
-    let cron = HostTool::new("cron", "Schedules jobs.", json!({"type": "object"}), |_| {
-        Ok(ToolOutput::text("scheduled"))
-    });
+    let bus = MessageBus::new();
+    let jobs = tempfile::tempdir().unwrap();
+    let service = CronService::open(jobs.path(), bus.clone(), CronOptions::default()).unwrap();
+    let cron = sandbox()
+        .load(
+            "cron",
+            "bundled:cron",
+            components::bundled::CRON,
+            Grants::none().with_scheduler(service),
+        )
+        .await
+        .unwrap();
     let parent_file = file_component(dir, FsMode::ReadWrite).await;
     let children_file = file_component(dir, FsMode::ReadOnly).await;
-    let extra: Vec<Arc<dyn Tool>> = vec![gate.clone(), cron.clone()];
+    let extra: Vec<Arc<dyn Tool>> = vec![gate.clone()];
     let mut parent_tools = registry(&parent_file, &extra);
-    let child_tools = registry(&children_file, &extra);
-    let bus = MessageBus::new();
+    let mut child_tools = registry(&children_file, &extra);
+    for tool in cron.tools() {
+        parent_tools.register(Arc::new(tool.clone())).unwrap();
+        child_tools.register(Arc::new(tool.clone())).unwrap();
+    }
     let manager =
         SubagentManager::new(&parent_tools, child_tools, config, bus.clone(), state).unwrap();
     manager.set_provider(anthropic_provider(server));
@@ -279,6 +291,7 @@ async fn family(
         cron,
         gate: open,
         bus,
+        _jobs: jobs,
     }
 }
 
@@ -423,6 +436,7 @@ async fn a_child_does_not_have_the_excluded_tools_and_their_components_never_run
     let family = family(dir.path(), None, &server, SubagentConfig::default()).await;
     let mut announcements = family.bus.subscribe(SYSTEM_CHANNEL);
     let before = family.children_file.instantiations();
+    let cron_before = family.cron.instantiations();
 
     family
         .manager
@@ -438,7 +452,18 @@ async fn a_child_does_not_have_the_excluded_tools_and_their_components_never_run
             announcement.content
         );
     }
-    assert_eq!(family.cron.calls(), 0, "the cron tool never ran");
+    assert_eq!(
+        family.cron.instantiations(),
+        cron_before,
+        "the cron component was never instantiated for the child"
+    );
+    // The parent has it, and its call does instantiate the component.
+    family
+        .parent_tools
+        .execute_value("cron", &json!({"action": "list"}))
+        .await
+        .unwrap();
+    assert_eq!(family.cron.instantiations(), cron_before + 1);
     assert_eq!(
         family.children_file.instantiations(),
         before,

@@ -1,7 +1,8 @@
 //! The agent side of clawcage: the [`ToolRegistry`] an agent may call, the model
 //! [`provider`]s, the ReAct [`AgentLoop`], [`Sessions`] with one lane and one JSONL transcript
 //! per session key, the inbound [`MessageBus`], the outbound [`MessageTool`], the
-//! [`SubagentManager`] with its `spawn` and `subagents` tools, and the [`audit`]
+//! [`SubagentManager`] with its `spawn` and `subagents` tools, the [`CronService`] behind the
+//! `cron` tool, and the [`audit`]
 //! log that records every call made through an [`AuditedRegistry`]. It depends on
 //! `clawcage-core` only, never on the sandbox: tools reach it as `clawcage_core::Tool` objects,
 //! so agent logic is tested without compiling wasm, and the sandbox cannot be bypassed from here.
@@ -9,6 +10,7 @@
 pub mod agent_loop;
 pub mod audit;
 pub mod bus;
+pub mod cron;
 pub mod message_tool;
 pub mod provider;
 pub mod registry;
@@ -21,6 +23,7 @@ pub use agent_loop::{
 };
 pub use audit::{AuditLog, AuditRecord, AuditedRegistry};
 pub use bus::{BusError, Delivery, MessageBus, Subscription};
+pub use cron::{CronOptions, CronService};
 pub use message_tool::{MessageTool, OutboundMessage, SendCallback};
 pub use provider::{Provider, ProviderError, ProviderEvents};
 pub use registry::{RegistryError, ToolRegistry};

@@ -65,6 +65,8 @@ pub struct AgentContext<'a> {
     pub state_dir: &'a Path,
     /// The audit log every tool call is recorded in (`None`: auditing is off).
     pub audit_path: Option<&'a Path>,
+    /// The inbound bus the runtime uses (shared with the subsystems built before it, e.g. cron).
+    pub bus: &'a MessageBus,
 }
 
 /// Wire up an agent over `tools` (plus the `message` tool sending through `send`, and `spawn`
@@ -81,7 +83,7 @@ pub fn start(
         .map_err(|error| Failure::Tool(error.to_string()))?;
     let config = context.config;
     let audit = open_audit_log(context.audit_path)?;
-    let bus = MessageBus::new();
+    let bus = context.bus.clone();
     let mut agent_config = config.agent.agent_config(stream)?;
     let subagents = match child_tools {
         Some(child_tools) if config.subagents.enabled() => {

@@ -45,6 +45,9 @@ pub struct Config {
     /// `[subagents]`: spawning, limits and what children may reach.
     #[serde(default)]
     pub subagents: crate::subagent_config::SubagentSection,
+    /// `[cron]`: scheduled jobs.
+    #[serde(default)]
+    pub cron: crate::cron_config::CronSection,
 }
 
 /// `[exec]`: the exec tool (a shell inside the sandbox that runs WASI programs).

@@ -53,6 +53,7 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
         provider: &args,
         state_dir: state,
         audit_path: None,
+        bus: &clawcage_agent::MessageBus::new(),
     };
     let runtime = start(context, tools, None, print_messages(console.clone()), true)?;
 

@@ -9,6 +9,7 @@ mod agent;
 mod agent_config;
 mod chat;
 mod config;
+mod cron_config;
 mod demo;
 mod network_config;
 mod plugins;
@@ -23,7 +24,7 @@ use std::sync::Arc;
 use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
 use clawcage_agent::audit::new_session_id;
-use clawcage_agent::{AuditedRegistry, ToolRegistry};
+use clawcage_agent::{AuditedRegistry, CronService, MessageBus, ToolRegistry};
 use clawcage_core::ToolError;
 use clawcage_mcp::McpServer;
 use clawcage_sandbox::{
@@ -183,13 +184,17 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     if let Command::Demo = cli.command {
         return run_demo(&cli.common).await;
     }
-    let setup = build_registry(&cli.common).await?;
+    // Cron belongs to the long-running agent front end: its jobs fire into sessions while
+    // `chat` runs.
+    let with_cron = matches!(cli.command, Command::Chat { .. });
+    let setup = build_registry(&cli.common, with_cron).await?;
     let context = agent::AgentContext {
         config: &setup.config,
         config_file: setup.config_file.as_deref(),
         provider: &cli.provider,
         state_dir: &setup.state_dir,
         audit_path: setup.audit_path.as_deref(),
+        bus: &setup.bus,
     };
     match cli.command {
         Command::Tools { json } => {
@@ -207,7 +212,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Chat { session } => {
             let children = setup.child_registry.clone();
-            chat::run(context, setup.registry.clone(), children, session).await
+            // Jobs fire while the chat runs; firings missed meanwhile follow the documented
+            // policy at the next start.
+            let runner = setup.cron.as_ref().map(|cron| cron.service.start());
+            let result = chat::run(context, setup.registry.clone(), children, session).await;
+            if let Some(runner) = runner {
+                runner.abort();
+            }
+            result
         }
         Command::Demo => Ok(()),
     }
@@ -254,6 +266,17 @@ struct Setup {
     /// The bundled tools again, with the grants of sub-agents (the workspace read-only unless
     /// `[subagents] workspace = "rw"`); `None` when sub-agents are off.
     child_registry: Option<ToolRegistry>,
+    /// The inbound bus (sub-agent announcements, cron firings).
+    bus: MessageBus,
+    /// The cron service, when this command offers the `cron` tool.
+    cron: Option<CronSetup>,
+}
+
+/// The cron service of this process and the lock that makes it the only one on the state
+/// directory (held for the process's lifetime).
+struct CronSetup {
+    service: Arc<CronService>,
+    _owner: std::fs::File,
 }
 
 impl Setup {
@@ -266,7 +289,7 @@ impl Setup {
 
 /// Read the config, start the sandbox and load the bundled components and the plugins with the
 /// operator's grants.
-async fn build_registry(common: &CommonArgs) -> Result<Setup, Failure> {
+async fn build_registry(common: &CommonArgs, with_cron: bool) -> Result<Setup, Failure> {
     let current = std::env::current_dir().context("cannot read the current directory")?;
     let hint = common.workspace.clone().unwrap_or_else(|| current.clone());
     let (config, config_file) = Config::load(common.config.as_deref(), &hint)?;
@@ -310,6 +333,12 @@ async fn build_registry(common: &CommonArgs) -> Result<Setup, Failure> {
     } else {
         None
     };
+    let bus = MessageBus::new();
+    let cron = if with_cron && config.cron.enabled() {
+        load_cron(&sandbox, &config, &state_dir, &bus, limits, &mut registry).await?
+    } else {
+        None
+    };
     let plugins = plugins::load_into(&mut registry, &sandbox, &config.plugins, &grants).await;
     let audit_path = match config.audit.enabled {
         Some(false) => None,
@@ -330,7 +359,68 @@ async fn build_registry(common: &CommonArgs) -> Result<Setup, Failure> {
         config_file,
         state_dir,
         child_registry,
+        bus,
+        cron,
     })
+}
+
+/// Opens the cron service in `<state>/cron` and registers the `cron` tool, granted only the
+/// scheduler. One process at a time owns a state directory's jobs: another `chat` gets no cron
+/// tool and is told why.
+async fn load_cron(
+    sandbox: &Arc<Sandbox>,
+    config: &Config,
+    state_dir: &Path,
+    bus: &MessageBus,
+    limits: clawcage_sandbox::Limits,
+    registry: &mut ToolRegistry,
+) -> Result<Option<CronSetup>, Failure> {
+    let dir = state_dir.join("cron");
+    let owner = std::fs::create_dir_all(&dir)
+        .and_then(|()| {
+            std::fs::OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(dir.join("owner.lock"))
+        })
+        .map_err(|error| {
+            Failure::Usage(format!(
+                "cannot use {} for cron jobs ({error}); fix --state-dir or set [cron] enabled = false",
+                dir.display()
+            ))
+        })?;
+    match owner.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::WouldBlock) => {
+            eprintln!(
+                "note: another clawcage chat runs the cron jobs of {}; this one has no cron tool",
+                dir.display()
+            );
+            return Ok(None);
+        }
+        Err(std::fs::TryLockError::Error(error)) => {
+            return Err(Failure::Usage(format!(
+                "cannot lock {} for cron jobs ({error}); fix --state-dir or set [cron] enabled = false",
+                dir.join("owner.lock").display()
+            )));
+        }
+    }
+    let service = CronService::open(&dir, bus.clone(), config.cron.options()?)
+        .map_err(|error| Failure::Usage(error.to_string()))?;
+    let scheduler: Arc<dyn clawcage_core::Scheduler> = service.clone();
+    load_component(
+        sandbox,
+        registry,
+        "cron",
+        components::bundled::CRON,
+        Grants::none().with_limits(limits).with_scheduler(scheduler),
+    )
+    .await?;
+    Ok(Some(CronSetup {
+        service,
+        _owner: owner,
+    }))
 }
 
 /// Registers the exec tool with the file tools' workspace and limits plus the programs (the

@@ -635,3 +635,110 @@ async fn run_waits_for_its_sub_agents_and_children_cannot_write() {
         "no results in the audit log"
     );
 }
+
+/// `clawcage chat` with cron: the agent schedules a job with the sandboxed `cron` tool, the job
+/// fires while the REPL waits for input, the firing enters the session's lane through the bus,
+/// and the agent's reply to it is printed. The job is in `<state>/cron/jobs.json`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_runs_a_cron_job_the_agent_scheduled() {
+    use std::io::BufRead as _;
+
+    let dir = workspace();
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(state_dir().join("cache")).unwrap();
+    std::os::unix::fs::symlink(state_dir().join("cache"), state.path().join("cache")).unwrap();
+    let server = LlmServer::start_routed(|body| {
+        let messages = body["messages"].as_array().unwrap();
+        let last = messages.last().unwrap();
+        let text: String = last["content"]
+            .as_array()
+            .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
+            .unwrap_or_default();
+        if text == "Remind me to stretch every second." {
+            anthropic::message(&[anthropic::tool(
+                "c1",
+                "cron",
+                json!({"action": "add", "every_seconds": 1, "message": "stretch", "name": "stretch"}),
+            )])
+        } else if text.contains("[cron job stretch] stretch") {
+            anthropic::message(&[anthropic::text("Time to stretch!")])
+        } else {
+            anthropic::message(&[anthropic::text("Scheduled.")])
+        }
+    })
+    .await;
+    let url = server.url().to_string();
+    let workspace_path = dir.path().display().to_string();
+    let state_path = state.path().display().to_string();
+    let (stdout, exit) = tokio::task::spawn_blocking(move || {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .args([
+                "chat",
+                "--session",
+                "cron-test",
+                "--provider",
+                "anthropic",
+                "--model",
+                "claude-test",
+                "--base-url",
+                &url,
+                "--workspace",
+                &workspace_path,
+                "--state-dir",
+                &state_path,
+            ])
+            .env_remove("RUST_LOG")
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("clawcage starts");
+        let mut input = child.stdin.take().unwrap();
+        let (lines, receive) = std::sync::mpsc::channel();
+        let output = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(output).lines() {
+                let Ok(line) = line else { break };
+                if lines.send(line).is_err() {
+                    break;
+                }
+            }
+        });
+        input
+            .write_all(b"Remind me to stretch every second.\n")
+            .unwrap();
+        let mut seen = Vec::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            match receive.recv_timeout(std::time::Duration::from_millis(200)) {
+                Ok(line) => {
+                    let done = line.contains("Time to stretch!");
+                    seen.push(line);
+                    if done {
+                        break;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
+        input.write_all(b"/exit\n").unwrap();
+        drop(input);
+        let status = child.wait().unwrap();
+        (seen.join("\n"), status)
+    })
+    .await
+    .unwrap();
+    assert!(exit.success(), "{stdout}");
+    assert!(stdout.contains("> cron "), "the call is shown: {stdout}");
+    assert!(
+        stdout.contains("[cron:") && stdout.contains("Time to stretch!"),
+        "the firing was answered while the REPL was idle: {stdout}"
+    );
+    let jobs = std::fs::read_to_string(state.path().join("cron/jobs.json")).unwrap();
+    assert!(
+        jobs.contains("stretch") && jobs.contains("cron-test"),
+        "{jobs}"
+    );
+}

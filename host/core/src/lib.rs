@@ -1,12 +1,15 @@
 //! The vocabulary every clawcage crate shares: what a tool is ([`ToolSpec`], the [`Tool`] trait),
 //! what a call returns ([`ToolOutput`]) and how it fails ([`ToolError`]), and the chat messages
-//! providers and transcripts share ([`chat`]). This crate holds plain
-//! serde types and one object-safe trait; it depends on no engine and no async runtime, so the
+//! providers and transcripts share ([`chat`]), and the [`Scheduler`] contract between the `cron`
+//! tool and the host ([`scheduler`]). This crate holds plain
+//! serde types and object-safe traits; it depends on no engine and no async runtime, so the
 //! agent's tests and any front end can use it without compiling wasmtime.
 
 pub mod chat;
+pub mod scheduler;
 
 pub use chat::{ChatMessage, ContentBlock, InboundMessage, Role, Usage};
+pub use scheduler::{JobInfo, JobRequest, Scheduler};
 
 use std::fmt;
 use std::future::Future;

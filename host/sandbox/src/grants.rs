@@ -9,6 +9,8 @@ use std::time::Duration;
 
 use crate::env::EnvGrant;
 use crate::network::NetworkPolicy;
+use crate::scheduler::SchedulerGrant;
+use clawcage_core::Scheduler;
 
 /// Whether a directory grant allows writing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -175,6 +177,8 @@ pub struct Grants {
     pub exec: Option<ExecGrant>,
     /// Host environment variables passed in, beyond the workspace's own (none by default).
     pub env: EnvGrant,
+    /// The cron capability (the `scheduler` import); `None` denies it.
+    scheduler: Option<SchedulerGrant>,
 }
 
 /// Environment names the host sets itself.
@@ -240,6 +244,18 @@ impl Grants {
         self
     }
 
+    /// These grants with the cron capability: the component's `scheduler` import adds, lists and
+    /// removes jobs of `scheduler`.
+    pub fn with_scheduler(mut self, scheduler: Arc<dyn Scheduler>) -> Self {
+        self.scheduler = Some(SchedulerGrant(scheduler));
+        self
+    }
+
+    /// The scheduler the `scheduler` import calls, if the cron capability is granted.
+    pub fn scheduler(&self) -> Option<&Arc<dyn Scheduler>> {
+        self.scheduler.as_ref().map(|grant| &grant.0)
+    }
+
     /// The same grants with the workspace read-only (used for sub-agents).
     pub fn read_only(&self) -> Grants {
         let mut narrowed = self.clone();
@@ -282,6 +298,11 @@ impl Grants {
             settings: self.settings.clone(),
             exec,
             env: self.env.narrowed_by(&other.env),
+            // The cron capability survives only when both allow it; the scheduler is this side's.
+            scheduler: match (&self.scheduler, &other.scheduler) {
+                (Some(mine), Some(_)) => Some(mine.clone()),
+                _ => None,
+            },
         }
     }
 
@@ -313,8 +334,13 @@ impl Grants {
         } else {
             format!(", {}", self.env.describe())
         };
+        let cron = if self.scheduler.is_some() {
+            ", cron"
+        } else {
+            ""
+        };
         format!(
-            "{workspace}, memory {} MiB, timeout {}s{exec}, {network}{env}",
+            "{workspace}, memory {} MiB, timeout {}s{exec}{cron}, {network}{env}",
             self.limits.memory_bytes >> 20,
             self.limits.timeout.as_secs_f64()
         )

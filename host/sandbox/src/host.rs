@@ -34,6 +34,8 @@ pub(crate) struct CallState {
     pub(crate) http_hooks: PolicyHooks,
     /// What the `process` import needs, when the tool was granted exec.
     pub(crate) exec: Option<crate::process::ExecContext>,
+    /// The scheduler the `scheduler` import calls, when the tool was granted cron.
+    pub(crate) scheduler: Option<Arc<dyn clawcage_core::Scheduler>>,
 }
 
 impl CallState {
@@ -48,6 +50,7 @@ impl CallState {
             http_ctx: wasmtime_wasi_http::WasiHttpCtx::new(),
             http_hooks: PolicyHooks::new(None, component),
             exec: None,
+            scheduler: None,
         }
     }
 

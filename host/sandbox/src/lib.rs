@@ -16,6 +16,7 @@ pub mod plugin;
 mod process;
 pub mod programs;
 mod sandbox;
+mod scheduler;
 mod tool;
 
 pub use cache::{ArtifactCache, CacheOutcome};

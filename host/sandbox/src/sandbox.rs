@@ -230,7 +230,7 @@ impl Sandbox {
 
     /// The linker a component is instantiated with: WASI (with sockets denied by the context)
     /// and the `log` import; with a network grant, also the `http` import and `wasi:http`, both
-    /// of which send through the call's network policy; with exec, the `process` import.
+    /// of which send through the call's network policy; with exec, the `process` import; with a scheduler, the `scheduler` import.
     fn linker(&self, grants: &Grants) -> wasmtime::Result<Linker<CallState>> {
         let mut linker = Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
@@ -244,12 +244,16 @@ impl Sandbox {
         if grants.exec.is_some() {
             crate::process::add_to_linker(&mut linker)?;
         }
+        if grants.scheduler().is_some() {
+            crate::scheduler::add_to_linker(&mut linker)?;
+        }
         Ok(linker)
     }
 
     /// Refuses components that import interfaces these grants do not provide, naming the import
     /// and what would allow it. Outbound HTTP (`clawcage:tool/http`, `wasi:http/*`) is provided
-    /// only with a network grant, `clawcage:tool/process` only with exec.
+    /// only with a network grant, `clawcage:tool/process` only with exec,
+    /// `clawcage:tool/scheduler` only with a scheduler.
     fn check_imports(
         &self,
         name: &str,
@@ -265,7 +269,8 @@ impl Sandbox {
                 || import.starts_with("clawcage:tool/log@")
                 || import.starts_with("clawcage:tool/types@")
                 || (network && is_http)
-                || (grants.exec.is_some() && import.starts_with("clawcage:tool/process@"));
+                || (grants.exec.is_some() && import.starts_with("clawcage:tool/process@"))
+                || (grants.scheduler().is_some() && import.starts_with("clawcage:tool/scheduler@"));
             if provided {
                 continue;
             }
@@ -278,7 +283,7 @@ impl Sandbox {
                     "running programs needs the exec capability: grant it with `Grants::with_exec` (for the CLI: keep `exec` enabled in the [exec] config section)"
                 }
                 "clawcage:tool/scheduler" => {
-                    "scheduling needs the cron capability, which this host does not offer yet"
+                    "scheduling needs the cron capability: grant it with `Grants::with_scheduler` (for the CLI: keep `enabled` on in the [cron] config section)"
                 }
                 _ => {
                     "it is not part of the clawcage contract; only wasi:* and clawcage:tool/* imports can be granted"

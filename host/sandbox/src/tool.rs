@@ -154,6 +154,7 @@ pub(crate) async fn run_in_fresh_instance(
     let timeout = grants.limits.timeout;
     store.data_mut().exec =
         crate::process::ExecContext::for_call(grants, std::time::Instant::now() + timeout);
+    store.data_mut().scheduler = grants.scheduler().cloned();
     // Yield to the executor at every epoch tick, so the timeout below can stop a guest that
     // never returns, including one inside a host call.
     store.set_epoch_deadline(1);
