@@ -60,7 +60,7 @@ impl Default for SubagentConfig {
             max_depth: 1,
             max_concurrent: 5,
             timeout: Duration::from_secs(300),
-            max_iterations: 10,
+            max_iterations: 15,
             excluded_tools: DEFAULT_EXCLUDED.iter().map(ToString::to_string).collect(),
             retention: Duration::from_secs(7 * 24 * 3600),
         }

@@ -20,7 +20,7 @@ pub struct SubagentSection {
     pub max_concurrent: Option<usize>,
     /// Seconds a child may run (default 300).
     pub timeout_secs: Option<u64>,
-    /// Model calls a child may make (default 10).
+    /// Model calls a child may make (default 15).
     pub max_iterations: Option<usize>,
     /// Tools children never get (default: subagents, message, edit_file, cron; `spawn` follows
     /// `max_depth`).
