@@ -94,6 +94,8 @@ enum Command {
     /// Run one task with the agent and print its final answer on stdout (progress and tool
     /// calls on stderr).
     ///
+    /// When the agent delegates to sub-agents (`spawn`), the answer waits for their results.
+    ///
     /// Example: ANTHROPIC_API_KEY=... clawcage run "summarise README.md" --workspace .
     Run {
         /// What to do.
@@ -103,6 +105,9 @@ enum Command {
         session: Option<String>,
     },
     /// Talk with the agent: line editing, streamed replies, each tool call with its verdict.
+    ///
+    /// Sub-agent results and cron firings arrive while you type and are answered in the
+    /// session. Ctrl-C stops a running turn; Ctrl-D or /exit leaves.
     Chat {
         /// The session to continue; its history is kept in the state directory.
         #[arg(long, value_name = "KEY", default_value = "chat")]
