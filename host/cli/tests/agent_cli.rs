@@ -18,6 +18,23 @@ fn state_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state")
 }
 
+/// A state directory of its own (sub-agent records and cron jobs must not meet other tests'),
+/// sharing the compiled components of [`state_dir`].
+fn private_state_dir() -> tempfile::TempDir {
+    let state = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(state_dir().join("cache")).unwrap();
+    std::os::unix::fs::symlink(state_dir().join("cache"), state.path().join("cache")).unwrap();
+    state
+}
+
+/// The text blocks of a request message, joined.
+fn text_blocks(message: &serde_json::Value) -> String {
+    message["content"]
+        .as_array()
+        .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
+        .unwrap_or_default()
+}
+
 fn unique(prefix: &str) -> String {
     format!(
         "{prefix}-{}-{}",
@@ -511,11 +528,7 @@ async fn run_fails_over_along_the_configured_chain() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_waits_for_its_sub_agents_and_children_cannot_write() {
     let dir = workspace();
-    // A private state directory (run records must not meet other tests' chats) sharing the
-    // compiled components.
-    let state = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(state_dir().join("cache")).unwrap();
-    std::os::unix::fs::symlink(state_dir().join("cache"), state.path().join("cache")).unwrap();
+    let state = private_state_dir();
     let server = LlmServer::start_routed(|body| {
         let system = body["system"].as_str().unwrap_or_default();
         let messages = body["messages"].as_array().unwrap();
@@ -547,10 +560,7 @@ async fn run_waits_for_its_sub_agents_and_children_cannot_write() {
                 ))]),
             };
         }
-        let text: String = last["content"]
-            .as_array()
-            .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
-            .unwrap_or_default();
+        let text = text_blocks(last);
         if text.starts_with("Check hello.txt") {
             anthropic::message(&[anthropic::tool(
                 "s",
@@ -644,16 +654,11 @@ async fn chat_runs_a_cron_job_the_agent_scheduled() {
     use std::io::BufRead as _;
 
     let dir = workspace();
-    let state = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(state_dir().join("cache")).unwrap();
-    std::os::unix::fs::symlink(state_dir().join("cache"), state.path().join("cache")).unwrap();
+    let state = private_state_dir();
     let server = LlmServer::start_routed(|body| {
         let messages = body["messages"].as_array().unwrap();
         let last = messages.last().unwrap();
-        let text: String = last["content"]
-            .as_array()
-            .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
-            .unwrap_or_default();
+        let text = text_blocks(last);
         if text == "Remind me to stretch every second." {
             anthropic::message(&[anthropic::tool(
                 "c1",

@@ -252,13 +252,7 @@ impl export::Guest for CronTool {
     }
 
     fn call(name: String, arguments: String) -> Result<String, export::ToolError> {
-        let parsed: Result<Value, ToolError> = if arguments.trim().is_empty() {
-            Ok(json!({}))
-        } else {
-            serde_json::from_str(&arguments).map_err(|error| {
-                ToolError::InvalidArgs(format!("the arguments are not valid JSON: {error}"))
-            })
-        };
+        let parsed = args::parse(&arguments);
         let result = parsed.and_then(|arguments| call(&name, arguments, &mut HostScheduler));
         result.map_err(|error| match error {
             ToolError::InvalidArgs(message) => export::ToolError::InvalidArgs(message),

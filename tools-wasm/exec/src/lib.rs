@@ -126,13 +126,7 @@ impl export::Guest for ExecTool {
     }
 
     fn call(name: String, arguments: String) -> Result<String, export::ToolError> {
-        let parsed: Result<Value, ToolError> = if arguments.trim().is_empty() {
-            Ok(json!({}))
-        } else {
-            serde_json::from_str(&arguments).map_err(|error| {
-                ToolError::InvalidArgs(format!("the arguments are not valid JSON: {error}"))
-            })
-        };
+        let parsed = args::parse(&arguments);
         let result = parsed.and_then(|arguments| {
             clawcage_tool_sdk::workspace::enter()?;
             call(&name, arguments, &mut HostProcess)

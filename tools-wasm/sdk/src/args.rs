@@ -7,6 +7,23 @@
 
 use crate::{ToolError, Value};
 
+/// The arguments text of a call as a JSON object (empty text counts as `{}`). Components that
+/// write their own export glue (those with extra imports) parse with this, as the SDK's does.
+pub fn parse(text: &str) -> Result<Value, ToolError> {
+    if text.trim().is_empty() {
+        return Ok(Value::Object(Default::default()));
+    }
+    let value: Value = serde_json::from_str(text)
+        .map_err(|e| ToolError::InvalidArgs(format!("the arguments are not valid JSON: {e}")))?;
+    if value.is_object() {
+        Ok(value)
+    } else {
+        Err(ToolError::InvalidArgs(
+            "the arguments must be a JSON object".to_string(),
+        ))
+    }
+}
+
 /// The JSON type of a value, as a word for error messages.
 fn type_name(value: &Value) -> &'static str {
     match value {

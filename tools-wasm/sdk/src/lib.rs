@@ -195,7 +195,7 @@ macro_rules! export_tools {
 /// Glue used by [`export_tools!`]; not part of the API.
 #[doc(hidden)]
 pub mod __private {
-    use super::{ToolError, Tools, Value, workspace};
+    use super::{ToolError, Tools, workspace};
     use crate::bindings::exports::clawcage::tool::tool as wit;
 
     /// The specs of `T` in WIT form.
@@ -220,26 +220,9 @@ pub mod __private {
     }
 
     fn dispatch<T: Tools>(name: &str, args: &str) -> Result<String, ToolError> {
-        let args = parse_args(args)?;
+        let args = crate::args::parse(args)?;
         workspace::enter()?;
         T::call(name, args)
-    }
-
-    /// The arguments text as a JSON object (empty text counts as `{}`).
-    pub(crate) fn parse_args(args: &str) -> Result<Value, ToolError> {
-        if args.trim().is_empty() {
-            return Ok(Value::Object(Default::default()));
-        }
-        let value: Value = serde_json::from_str(args).map_err(|e| {
-            ToolError::InvalidArgs(format!("the arguments are not valid JSON: {e}"))
-        })?;
-        if value.is_object() {
-            Ok(value)
-        } else {
-            Err(ToolError::InvalidArgs(
-                "the arguments must be a JSON object".to_string(),
-            ))
-        }
     }
 }
 
@@ -257,17 +240,14 @@ mod tests {
 
     #[test]
     fn parse_args_accepts_objects_only() {
-        assert_eq!(__private::parse_args("").ok(), Some(json!({})));
-        assert_eq!(
-            __private::parse_args(r#"{"a":1}"#).ok(),
-            Some(json!({"a": 1}))
-        );
+        assert_eq!(crate::args::parse("").ok(), Some(json!({})));
+        assert_eq!(crate::args::parse(r#"{"a":1}"#).ok(), Some(json!({"a": 1})));
         assert!(matches!(
-            __private::parse_args("[1]"),
+            crate::args::parse("[1]"),
             Err(ToolError::InvalidArgs(_))
         ));
         assert!(matches!(
-            __private::parse_args("{nope"),
+            crate::args::parse("{nope"),
             Err(ToolError::InvalidArgs(_))
         ));
     }

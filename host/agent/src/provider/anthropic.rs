@@ -93,11 +93,7 @@ impl Provider for AnthropicProvider {
             let builder = self
                 .client
                 .post(&url)
-                .timeout(if request.stream {
-                    self.settings.timeout * 4
-                } else {
-                    self.settings.timeout
-                })
+                .timeout(self.settings.request_timeout(request.stream))
                 .header("x-api-key", key)
                 .header("anthropic-version", API_VERSION)
                 .header("content-type", "application/json")

@@ -288,6 +288,16 @@ pub struct HttpSettings {
 }
 
 impl HttpSettings {
+    /// The time one request may take: a streamed reply may run four times as long, since it
+    /// shows progress while it arrives.
+    fn request_timeout(&self, stream: bool) -> Duration {
+        if stream {
+            self.timeout * 4
+        } else {
+            self.timeout
+        }
+    }
+
     /// Settings with the defaults: 8192 output tokens, a 300 s timeout, 16 MiB of response.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         Self {

@@ -117,11 +117,7 @@ impl Provider for OpenAiProvider {
             let mut builder = self
                 .client
                 .post(&url)
-                .timeout(if request.stream {
-                    self.settings.timeout * 4
-                } else {
-                    self.settings.timeout
-                })
+                .timeout(self.settings.request_timeout(request.stream))
                 .header("content-type", "application/json")
                 .body(body.to_string());
             if let Some(key) = &self.settings.api_key {
