@@ -193,3 +193,73 @@ fn an_invalid_operator_grant_is_a_configuration_error() {
     );
     assert!(stderr.contains("no scheme or path"), "{stderr}");
 }
+
+/// A plugin granted a host the operator also keeps a secret for reaches that host, but the
+/// secret header is never added to its requests: secrets belong to the host's own tools. The
+/// bundled `web_fetch` to the same server gets the header, so the test sees the difference.
+#[test]
+fn a_plugin_reaching_a_host_never_gets_the_hosts_secret() {
+    let server = clawcage_tests::web::WebServer::start(|_| {
+        clawcage_tests::web::Reply::Ok("text/plain", b"hello plugin".to_vec())
+    });
+    let port = server.port();
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("workspace")).unwrap();
+    let fetcher = std::fs::read(fixtures::WASI_HTTP_FETCH).unwrap();
+    install(
+        &root.path().join("plugins"),
+        "fetcher",
+        "fetcher",
+        &fetcher,
+        &digest(&fetcher),
+        &format!("[capabilities]\nnetwork = [\"127.0.0.1:{port}\"]\n"),
+    );
+    std::fs::write(
+        root.path().join("clawcage.toml"),
+        format!(
+            "[plugins]\ndir = \"plugins\"\n\n[plugins.grants.fetcher]\nnetwork = [\"127.0.0.1:{port}\"]\n\n[network]\nallow = [\"127.0.0.1:{port}\"]\n\n[[network.secrets]]\nhost = \"127.0.0.1:{port}\"\nheader = \"X-Api-Key\"\nenv = \"PLUGIN_TEST_SECRET\"\n\n[audit]\nenabled = false\n"
+        ),
+    )
+    .unwrap();
+    let url = format!("http://127.0.0.1:{port}/page");
+    let call = |tool: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .args(["call", tool, &serde_json::json!({ "url": url }).to_string()])
+            .arg("--workspace")
+            .arg(root.path().join("workspace"))
+            .arg("--config")
+            .arg(root.path().join("clawcage.toml"))
+            .arg("--state-dir")
+            .arg(repo_root().join("target/clawcage-test-cache/cli-state"))
+            .env_remove("RUST_LOG")
+            .env("PLUGIN_TEST_SECRET", "sk-operator-only")
+            .output()
+            .expect("clawcage runs");
+        let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+        assert!(
+            output.status.success(),
+            "{tool}: {}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        assert!(stdout.contains("hello plugin"), "{tool}: {stdout}");
+        assert!(!stdout.contains("sk-operator-only"), "{tool}: {stdout}");
+    };
+    call("wasi_http_fetch");
+    call("web_fetch");
+
+    let requests = server.requests();
+    assert_eq!(requests.len(), 2);
+    let key = |n: usize| {
+        requests[n]
+            .headers
+            .iter()
+            .find(|(name, _)| name == "x-api-key")
+            .map(|(_, value)| value.clone())
+    };
+    assert_eq!(key(0), None, "the plugin's request carries no secret");
+    assert_eq!(
+        key(1).as_deref(),
+        Some("sk-operator-only"),
+        "the bundled web tool's request does"
+    );
+}
