@@ -5,9 +5,9 @@ use std::fs;
 use clawcage_tool_sdk::ToolError;
 use clawcage_tool_sdk::workspace::Access;
 
-use crate::Ctx;
 use crate::text::{count_byte, find_all, human_size, plural};
 use crate::write::{atomic_write, follow_links};
+use crate::{Ctx, refuse_special};
 
 /// Largest file `edit_file` loads (the guest's memory is capped).
 pub(crate) const MAX_EDIT_BYTES: u64 = 16 * 1024 * 1024;
@@ -36,6 +36,7 @@ pub(crate) fn edit_file(
             "{path} is a directory; edit_file edits files"
         )));
     }
+    refuse_special(&meta, path, "edit_file edits regular files only")?;
     if meta.len() > MAX_EDIT_BYTES {
         return Err(ToolError::Failed(format!(
             "{path} is {}; edit_file edits files up to {}",

@@ -66,6 +66,24 @@ impl Ctx {
     }
 }
 
+/// Refuses what is neither a regular file nor a directory: a FIFO (named pipe), a socket or a
+/// device, whose open can wait forever for another process (the host refuses such opens anyway,
+/// with a bare "not supported"). `works_on` says what the tool handles, e.g. "read_file reads
+/// regular files only". Stable Rust cannot tell these kinds apart inside WASI, so the message
+/// names all three.
+pub(crate) fn refuse_special(
+    meta: &std::fs::Metadata,
+    path: &str,
+    works_on: &str,
+) -> Result<(), ToolError> {
+    if meta.is_file() || meta.is_dir() {
+        return Ok(());
+    }
+    Err(ToolError::Failed(format!(
+        "{path} is a FIFO (named pipe), socket or device, not a regular file; {works_on}"
+    )))
+}
+
 /// The component's tools.
 struct FileTools;
 
@@ -258,6 +276,16 @@ pub(crate) mod testutil {
         pub fn read(&self, rel: &str) -> Vec<u8> {
             std::fs::read(self.path(rel)).unwrap()
         }
+
+        /// Makes a FIFO (named pipe) at `rel`.
+        #[cfg(unix)]
+        pub fn fifo(&self, rel: &str) {
+            let status = std::process::Command::new("mkfifo")
+                .arg(self.path(rel))
+                .status()
+                .unwrap();
+            assert!(status.success(), "mkfifo failed");
+        }
     }
 
     impl Drop for Scratch {
@@ -277,6 +305,59 @@ mod tests {
             FileTools::call("nope", json!({})),
             Err(ToolError::InvalidArgs("unknown tool: nope".to_string()))
         );
+    }
+
+    /// Every tool answers a FIFO with a message at once; none opens it (which would wait for a
+    /// writer forever: the test would hang).
+    #[cfg(unix)]
+    #[test]
+    fn special_files_are_refused_by_every_tool() {
+        let ws = testutil::Scratch::new(Mode::ReadWrite);
+        ws.fifo("pipe");
+        std::os::unix::fs::symlink("pipe", ws.path("link")).unwrap();
+        for path in ["pipe", "link"] {
+            let calls = [
+                (
+                    "read_file",
+                    json!({"path": path}),
+                    "read_file reads regular files only",
+                ),
+                (
+                    "write_file",
+                    json!({"path": path, "content": "x"}),
+                    "write_file writes regular files only",
+                ),
+                (
+                    "edit_file",
+                    json!({"path": path, "old_text": "a", "new_text": "b"}),
+                    "edit_file edits regular files only",
+                ),
+                (
+                    "list_dir",
+                    json!({"path": path}),
+                    "list_dir lists directories",
+                ),
+            ];
+            for (tool, args, works_on) in calls {
+                let Err(ToolError::Failed(message)) = run(&ws.ctx, tool, &args) else {
+                    panic!("{tool} {path}: not refused");
+                };
+                assert_eq!(
+                    message,
+                    format!(
+                        "{path} is a FIFO (named pipe), socket or device, not {}; {works_on}",
+                        if tool == "list_dir" {
+                            "a directory"
+                        } else {
+                            "a regular file"
+                        }
+                    )
+                );
+            }
+        }
+        use std::os::unix::fs::FileTypeExt as _;
+        let kind = std::fs::metadata(ws.path("pipe")).unwrap().file_type();
+        assert!(kind.is_fifo(), "write_file must not replace the FIFO");
     }
 
     #[test]

@@ -72,6 +72,14 @@ pub(crate) fn list_dir(ctx: &Ctx, path: &str) -> Result<String, ToolError> {
         )),
         _ => ctx.io_error(&e, path, Access::Read),
     };
+    if let Ok(meta) = fs::metadata(&abs)
+        && !meta.is_dir()
+        && !meta.is_file()
+    {
+        return Err(ToolError::Failed(format!(
+            "{path} is a FIFO (named pipe), socket or device, not a directory; list_dir lists directories"
+        )));
+    }
     let dir = fs::read_dir(&abs).map_err(read_err)?;
     // Keep the MAX_ENTRIES smallest names in a max-heap: bounded memory
     // however large the directory.

@@ -7,8 +7,8 @@ use std::io::{self, BufRead, BufReader, Cursor, Read};
 use clawcage_tool_sdk::ToolError;
 use clawcage_tool_sdk::workspace::Access;
 
-use crate::Ctx;
 use crate::text::{count_byte, human_size, plural};
+use crate::{Ctx, refuse_special};
 
 /// Lines returned when the call gives no `limit`.
 pub(crate) const DEFAULT_LIMIT: u64 = 2000;
@@ -49,6 +49,10 @@ pub(crate) fn read_file(
             "{path} is a directory; use list_dir to see its entries"
         ))
     };
+    // Checked before opening: opening a FIFO waits for a writer.
+    if let Ok(meta) = std::fs::metadata(&abs) {
+        refuse_special(&meta, path, "read_file reads regular files only")?;
+    }
     let mut file = File::open(&abs).map_err(|e| match e.kind() {
         io::ErrorKind::IsADirectory => is_dir(),
         _ => ctx.io_error(&e, path, Access::Read),

@@ -11,8 +11,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use clawcage_tool_sdk::ToolError;
 use clawcage_tool_sdk::workspace::{self, Access};
 
-use crate::Ctx;
 use crate::text::plural;
+use crate::{Ctx, refuse_special};
 
 /// Marker in the names of temporary files, so a leftover one (from an
 /// instance stopped in the middle of a write) is recognisable.
@@ -114,7 +114,11 @@ pub(crate) fn write_file(ctx: &Ctx, path: &str, content: &str) -> Result<String,
                 "{path} is a directory; write_file writes files (give a file path inside it)"
             )));
         }
-        Ok(meta) => Some(meta.len()),
+        Ok(meta) => {
+            // Replacing it would silently take a FIFO or device away from whatever uses it.
+            refuse_special(&meta, path, "write_file writes regular files only")?;
+            Some(meta.len())
+        }
         Err(_) => None,
     };
     if let Some(parent) = abs.parent() {
