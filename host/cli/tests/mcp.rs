@@ -3,7 +3,8 @@
 //! schemas, calls `read_file` and `exec`, and sees escapes refused as
 //! tool errors; the audit log records each call by digest. The example plugins written in Python
 //! and JavaScript are called through MCP too. Tests skip with a printed reason only when the
-//! Python toolchain cannot be installed.
+//! Python toolchain cannot be installed. One test needs no Python: it writes raw JSON-RPC lines
+//! to the binary's stdin, as a hostile client would, and every request is answered.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -13,9 +14,9 @@
 use std::io::{BufRead as _, BufReader, Read as _, Write as _};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clawcage_agent::AuditRecord;
 use clawcage_tests::toolchains::{example_plugin, python_with_mcp, repo_root, skip};
@@ -459,4 +460,163 @@ fn the_python_and_javascript_examples_are_called_through_mcp() {
         "{origins:?}"
     );
     assert_eq!(records.len(), examples.len() * 2, "{records:?}");
+}
+
+/// A `clawcage mcp` child over stdio, driven line by line; killed on drop.
+struct RawStdio {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    lines: mpsc::Receiver<String>,
+    stderr: mpsc::Receiver<String>,
+}
+
+impl RawStdio {
+    fn start(fixture: &Fixture) -> RawStdio {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .args(fixture.server_args(&[]))
+            .env_remove("RUST_LOG")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("clawcage mcp starts");
+        let stdin = child.stdin.take();
+        let lines = forward_lines(child.stdout.take().unwrap());
+        let stderr = forward_lines(child.stderr.take().unwrap());
+        RawStdio {
+            child,
+            stdin,
+            lines,
+            stderr,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// The next message from the server, within `patience`.
+    fn next(&mut self, patience: Duration) -> Value {
+        match self.lines.recv_timeout(patience) {
+            Ok(line) => serde_json::from_str(&line).unwrap_or_else(|error| {
+                panic!("the server wrote a line that is not JSON ({error}): {line}")
+            }),
+            Err(error) => panic!(
+                "no answer from clawcage mcp within {patience:?} ({error}); its stderr:\n{}",
+                self.stderr.try_iter().collect::<Vec<_>>().join("\n")
+            ),
+        }
+    }
+}
+
+impl Drop for RawStdio {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The lines of `stream`, read on a thread of their own.
+fn forward_lines(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<String> {
+    let (lines, received) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stream).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    received
+}
+
+#[test]
+fn mcp_over_stdio_answers_a_deeply_nested_call_and_garbage_and_keeps_serving() {
+    let fixture = Fixture::new("");
+    let mut server = RawStdio::start(&fixture);
+    server.send(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18",
+            "capabilities": {},
+            "clientInfo": {"name": "raw-lines", "version": "1"}
+        }})
+        .to_string(),
+    );
+    // Generous: the first start may compile the components.
+    let initialized = server.next(Duration::from_secs(300));
+    assert_eq!(initialized["id"], 1, "{initialized}");
+    assert_eq!(initialized["result"]["serverInfo"]["name"], "clawcage");
+    server.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+
+    // Far deeper than serde_json's limit of 128 levels, which rmcp dropped without an answer.
+    let depth = 10_000;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"hello.txt","x":{}{}}}}}}}"#,
+        "[".repeat(depth),
+        "]".repeat(depth)
+    );
+    let started = Instant::now();
+    server.send(&deep);
+    let refused = server.next(Duration::from_secs(60));
+    assert_eq!(refused["id"], 2, "{refused}");
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("arguments nested deeper than 64 levels"),
+        "{message}"
+    );
+    assert!(started.elapsed() < Duration::from_secs(60));
+
+    // Under serde_json's limit but over the server's own bound: refused the same way.
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{{"name":"read_file","arguments":{{"path":"hello.txt","x":{}{}}}}}}}"#,
+        "[".repeat(120),
+        "]".repeat(120)
+    );
+    server.send(&deep);
+    let refused = server.next(Duration::from_secs(60));
+    assert_eq!(refused["id"], 3, "{refused}");
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+
+    server.send("this line is not JSON");
+    let garbage = server.next(Duration::from_secs(60));
+    assert_eq!(garbage["id"], Value::Null, "{garbage}");
+    assert_eq!(garbage["error"]["code"], -32700, "{garbage}");
+
+    server.send(
+        r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"read_file","arguments":{"path":"hello.txt"}}}"#,
+    );
+    let read = server.next(Duration::from_secs(120));
+    assert_eq!(read["id"], 4, "{read}");
+    assert_eq!(read["result"]["isError"], false, "{read}");
+    assert!(
+        read["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains("hello over mcp"),
+        "{read}"
+    );
+
+    // Closing stdin ends the server normally.
+    drop(server.stdin.take());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = server.child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "clawcage mcp did not exit after stdin closed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status}");
+
+    // The refused calls never reached the registry: the audit log has the one call that ran.
+    let (text, records) = fixture.audit();
+    assert_eq!(records.len(), 1, "{text}");
+    assert_eq!(records[0].tool, "read_file");
+    assert_eq!(records[0].verdict, "ok");
 }

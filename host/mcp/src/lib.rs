@@ -2,34 +2,46 @@
 //! Protocol clients (Claude Code, Claude Desktop, Cursor, …) over stdio or streamable HTTP,
 //! through the official Rust SDK (rmcp). Each tool is listed with its JSON Schema; a call runs
 //! through the registry (schema check, sandbox, audit log) and a [`ToolError`] becomes a tool
-//! result with `isError: true` and the error's text, so the model reads it. The crate knows
-//! nothing of wasm: it depends on the agent crate's registry only and is tested with plain tools.
+//! result with `isError: true` and the error's text, so the model reads it. Every request is
+//! answered: what rmcp would drop unanswered (invalid JSON, messages too large or nested too
+//! deeply) is refused with a JSON-RPC error first (`inbound`), and each call runs on a thread of
+//! its own under a deadline, so a tool that holds its thread delays neither the other requests
+//! nor its own answer. The crate knows nothing of wasm: it depends on the agent crate's registry
+//! only and is tested with plain tools.
 
-use std::convert::Infallible;
+mod http_endpoint;
+mod inbound;
+mod lines;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
-use bytes::Bytes;
 use clawcage_agent::AuditedRegistry;
 use clawcage_agent::audit::new_session_id;
-use clawcage_core::ToolError;
-use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt as _, Full};
-use hyper_util::rt::TokioIo;
+use clawcage_core::{ToolError, ToolOutput};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
 use rmcp::service::RequestContext;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
-use rmcp::transport::{StreamableHttpServerConfig, StreamableHttpService};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::Value;
-use tokio::net::TcpListener;
+use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
+use tracing::Instrument as _;
+
+pub use inbound::{MAX_ARGUMENT_DEPTH, MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, nesting_depth};
 
 /// The path the streamable-HTTP endpoint is served at.
 pub const HTTP_PATH: &str = "/mcp";
+
+/// The time limit assumed for a call when none is set: the most `[limits] timeout_secs` allows.
+pub const DEFAULT_CALL_TIME_LIMIT: Duration = Duration::from_secs(3600);
+
+/// How long past its time limit the server waits for a call before answering without it (the
+/// limit covers the tool's run; loading its component on the first call comes on top).
+pub const CALL_TIME_MARGIN: Duration = Duration::from_secs(30);
 
 /// Why the server stopped with an error.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +70,10 @@ pub struct McpServer {
     instructions: Arc<str>,
     /// The session id recorded in the audit log when the transport names none.
     session: String,
+    /// The tools' time limit; a call is answered at the latest `margin` after it.
+    time_limit: Duration,
+    /// [`CALL_TIME_MARGIN`] (shorter in tests).
+    margin: Duration,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -65,6 +81,7 @@ impl std::fmt::Debug for McpServer {
         f.debug_struct("McpServer")
             .field("tools", &self.registry.registry().names())
             .field("session", &self.session)
+            .field("time_limit", &self.time_limit)
             .finish()
     }
 }
@@ -101,7 +118,17 @@ impl McpServer {
             tools: Arc::new(tools),
             instructions: instructions.into(),
             session: new_session_id(session_prefix),
+            time_limit: DEFAULT_CALL_TIME_LIMIT,
+            margin: CALL_TIME_MARGIN,
         }
+    }
+
+    /// The same server for tools that stop themselves after `limit` (the run's `[limits]
+    /// timeout`): a call still running [`CALL_TIME_MARGIN`] later is answered with an error and
+    /// abandoned, even if the tool never gives its thread back.
+    pub fn with_call_time_limit(mut self, limit: Duration) -> Self {
+        self.time_limit = limit;
+        self
     }
 
     /// The same server with a fresh session id (one per HTTP session).
@@ -118,8 +145,19 @@ impl McpServer {
 
     /// Serves one client over this process's stdin and stdout until the client closes them.
     pub async fn serve_stdio(self) -> Result<(), ServeError> {
+        let (read, write) = rmcp::transport::stdio_pipes();
+        self.serve_io(read, write).await
+    }
+
+    /// Serves one client speaking newline-delimited JSON-RPC over `read` and `write` until it
+    /// closes `read`.
+    pub async fn serve_io<R, W>(self, read: R, write: W) -> Result<(), ServeError>
+    where
+        R: AsyncRead + Send + Unpin + 'static,
+        W: AsyncWrite + Send + Unpin + 'static,
+    {
         let running = self
-            .serve(rmcp::transport::stdio())
+            .serve(lines::LineTransport::new(read, write))
             .await
             .map_err(|error| ServeError::Handshake(error.to_string()))?;
         running
@@ -129,88 +167,75 @@ impl McpServer {
             .map_err(|error| ServeError::Session(error.to_string()))
     }
 
-    /// Serves streamable HTTP at [`HTTP_PATH`] on `listener` until `shutdown` is cancelled. Only
-    /// loopback listeners are accepted; requests whose `Host` is not a loopback name are refused
-    /// (DNS-rebinding protection of rmcp's default configuration).
-    pub async fn serve_http(
-        self,
-        listener: TcpListener,
-        shutdown: CancellationToken,
-    ) -> Result<(), ServeError> {
-        let address = listener.local_addr()?;
-        if !address.ip().is_loopback() {
-            return Err(ServeError::NotLoopback(address));
+    /// Runs one call and says how it ended, in every case. The call runs on a blocking-pool
+    /// thread of its own (driven by this runtime's handle), never on the threads that serve the
+    /// protocol: a tool whose future holds its thread (a guest that never yields, blocking I/O)
+    /// cannot stall other requests, and the deadline below still fires. When the deadline
+    /// passes or this future is dropped (the client cancelled), the call is dropped at its next
+    /// yield and the audit log records it as cancelled.
+    async fn call(&self, session: &str, request: CallToolRequestParams) -> CallToolResult {
+        let name = request.name.to_string();
+        let args = Value::Object(request.arguments.unwrap_or_default());
+        // The transports refuse deeper messages before parsing them; this bound holds for any
+        // caller, before the schema validator, the audit digest and the tool recurse on them.
+        let depth = nesting_depth(&args);
+        if depth > MAX_ARGUMENT_DEPTH {
+            return error_result(&ToolError::InvalidArgs(format!(
+                "arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels ({depth}) for `{name}`; flatten them"
+            )));
         }
-        let config =
-            StreamableHttpServerConfig::default().with_cancellation_token(shutdown.child_token());
-        let template = self;
-        let service = StreamableHttpService::new(
-            move || Ok(template.new_session("mcp-http")),
-            Arc::new(LocalSessionManager::default()),
-            config,
-        );
-        loop {
-            let (stream, peer) = tokio::select! {
-                accepted = listener.accept() => accepted?,
-                () = shutdown.cancelled() => return Ok(()),
-            };
-            let service = service.clone();
-            let connection_shutdown = shutdown.clone();
-            tokio::spawn(async move {
-                let handler = hyper::service::service_fn(move |request| {
-                    let service = service.clone();
-                    async move { Ok::<_, Infallible>(route(&service, request).await) }
-                });
-                let connection = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), handler);
-                tokio::select! {
-                    result = connection => {
-                        if let Err(error) = result {
-                            tracing::debug!(%peer, "MCP HTTP connection ended: {error}");
-                        }
+        let registry = self.registry.clone();
+        let session = session.to_string();
+        let stop = CancellationToken::new();
+        let _stop_when_done = stop.clone().drop_guard();
+        let runtime = tokio::runtime::Handle::current();
+        let span = tracing::Span::current();
+        let tool = name.clone();
+        let running = tokio::task::spawn_blocking(move || {
+            runtime.block_on(
+                async move {
+                    tokio::select! {
+                        result = registry.execute_value(&session, &tool, &args) => Some(result),
+                        () = stop.cancelled() => None,
                     }
-                    () = connection_shutdown.cancelled() => {}
                 }
-            });
+                .instrument(span),
+            )
+        });
+        let deadline = self.time_limit.saturating_add(self.margin);
+        match tokio::time::timeout(deadline, running).await {
+            Ok(Ok(Some(result))) => tool_result(result),
+            Ok(Ok(None)) => error_result(&ToolError::Failed(format!(
+                "the call of `{name}` was cancelled"
+            ))),
+            Ok(Err(error)) => {
+                tracing::error!(tool = %name, "a tool call ended abnormally: {error}");
+                error_result(&ToolError::Failed(format!(
+                    "the tool `{name}` stopped unexpectedly (a bug in the tool or in clawcage: {error}); the call had no result, try it again or report the bug"
+                )))
+            }
+            Err(_elapsed) => {
+                tracing::error!(tool = %name, ?deadline, "a tool call overran its time limit");
+                error_result(&ToolError::Failed(format!(
+                    "the tool `{name}` did not finish within its time limit of {} s and a margin of {} s, so the server stopped waiting for it; it may be stuck, or the task is too large for one call",
+                    self.time_limit.as_secs_f64(),
+                    self.margin.as_secs_f64()
+                )))
+            }
         }
     }
+}
 
-    async fn call(&self, session: &str, request: CallToolRequestParams) -> CallToolResult {
-        let args = Value::Object(request.arguments.unwrap_or_default());
-        match self
-            .registry
-            .execute_value(session, &request.name, &args)
-            .await
-        {
-            Ok(output) => CallToolResult::success(vec![ContentBlock::text(output.text)]),
-            Err(error) => error_result(&error),
-        }
+fn tool_result(result: Result<ToolOutput, ToolError>) -> CallToolResult {
+    match result {
+        Ok(output) => CallToolResult::success(vec![ContentBlock::text(output.text)]),
+        Err(error) => error_result(&error),
     }
 }
 
 /// A tool error as an MCP tool result the model reads: `isError: true`, the error's text.
 pub fn error_result(error: &ToolError) -> CallToolResult {
     CallToolResult::error(vec![ContentBlock::text(error.to_string())])
-}
-
-type HttpService = StreamableHttpService<McpServer, LocalSessionManager>;
-
-/// Sends requests for [`HTTP_PATH`] to rmcp and answers 404 elsewhere.
-async fn route(
-    service: &HttpService,
-    request: http::Request<hyper::body::Incoming>,
-) -> http::Response<BoxBody<Bytes, Infallible>> {
-    if request.uri().path() == HTTP_PATH {
-        return service.handle(request).await;
-    }
-    let mut response = http::Response::new(
-        Full::new(Bytes::from_static(
-            b"not found: the MCP endpoint of clawcage is /mcp\n",
-        ))
-        .boxed(),
-    );
-    *response.status_mut() = http::StatusCode::NOT_FOUND;
-    response
 }
 
 impl ServerHandler for McpServer {
@@ -259,9 +284,11 @@ impl ServerHandler for McpServer {
 mod tests {
     use super::*;
     use clawcage_agent::ToolRegistry;
-    use clawcage_core::{BoxFuture, ToolOutput, ToolSpec};
+    use clawcage_core::{BoxFuture, ToolSpec};
     use serde_json::json;
+    use tokio::net::TcpListener;
 
+    /// Upper-cases `text`; `"hang"` never answers and `"panic"` panics.
     #[derive(Debug)]
     struct Upper(ToolSpec);
 
@@ -273,6 +300,8 @@ mod tests {
             Box::pin(async move {
                 match args["text"].as_str() {
                     Some("") => Err(ToolError::Denied("empty text is not allowed".into())),
+                    Some("hang") => std::future::pending().await,
+                    Some("panic") => panic!("the tool panicked on purpose"),
                     Some(text) => Ok(ToolOutput::text(text.to_uppercase())),
                     None => Err(ToolError::InvalidArgs("no text".into())),
                 }
@@ -296,6 +325,19 @@ mod tests {
         McpServer::new(AuditedRegistry::new(registry, None), "test", "test")
     }
 
+    fn upper(arguments: Value) -> CallToolRequestParams {
+        let mut request = CallToolRequestParams::new("upper");
+        request.arguments = arguments.as_object().cloned();
+        request
+    }
+
+    fn text(result: &CallToolResult) -> &str {
+        result.content[0]
+            .as_text()
+            .map(|text| text.text.as_str())
+            .unwrap()
+    }
+
     #[test]
     fn tools_are_listed_with_their_schemas() {
         let server = server();
@@ -309,37 +351,70 @@ mod tests {
     #[tokio::test]
     async fn a_tool_error_is_a_tool_result_with_is_error_and_its_text() {
         let server = server();
-        let mut ok = CallToolRequestParams::new("upper");
-        ok.arguments = json!({"text": "abc"}).as_object().cloned();
-        let result = server.call("s", ok).await;
+        let result = server.call("s", upper(json!({"text": "abc"}))).await;
         assert_eq!(result.is_error, Some(false));
-        assert_eq!(
-            result.content[0].as_text().map(|t| t.text.as_str()),
-            Some("ABC")
-        );
+        assert_eq!(text(&result), "ABC");
 
-        let mut denied = CallToolRequestParams::new("upper");
-        denied.arguments = json!({"text": ""}).as_object().cloned();
-        let result = server.call("s", denied).await;
+        let result = server.call("s", upper(json!({"text": ""}))).await;
         assert_eq!(result.is_error, Some(true));
-        assert_eq!(
-            result.content[0].as_text().map(|t| t.text.as_str()),
-            Some("denied: empty text is not allowed")
-        );
+        assert_eq!(text(&result), "denied: empty text is not allowed");
 
         let schema_fail = server.call("s", CallToolRequestParams::new("upper")).await;
         assert_eq!(schema_fail.is_error, Some(true));
-        let text = schema_fail.content[0].as_text().unwrap().text.clone();
-        assert!(text.starts_with("invalid arguments:"), "{text}");
+        assert!(
+            text(&schema_fail).starts_with("invalid arguments:"),
+            "{}",
+            text(&schema_fail)
+        );
 
         let unknown = server.call("s", CallToolRequestParams::new("nope")).await;
         assert_eq!(unknown.is_error, Some(true));
+        assert!(text(&unknown).contains("unknown tool `nope`"));
+    }
+
+    #[tokio::test]
+    async fn arguments_nested_too_deeply_are_refused_before_the_registry() {
+        let mut deep = json!("bottom");
+        for _ in 0..MAX_ARGUMENT_DEPTH {
+            deep = json!([deep]);
+        }
+        let result = server()
+            .call("s", upper(json!({"text": "x", "deep": deep})))
+            .await;
+        assert_eq!(result.is_error, Some(true));
         assert!(
-            unknown.content[0]
-                .as_text()
-                .unwrap()
-                .text
-                .contains("unknown tool `nope`")
+            text(&result).starts_with(&format!(
+                "invalid arguments: arguments nested deeper than {MAX_ARGUMENT_DEPTH} levels"
+            )),
+            "{}",
+            text(&result)
+        );
+    }
+
+    #[tokio::test]
+    async fn a_call_past_its_deadline_is_answered_and_abandoned() {
+        let mut server = server().with_call_time_limit(Duration::from_millis(50));
+        server.margin = Duration::from_millis(50);
+        let result = server.call("s", upper(json!({"text": "hang"}))).await;
+        assert_eq!(result.is_error, Some(true));
+        assert!(
+            text(&result).contains("did not finish within its time limit of 0.05 s"),
+            "{}",
+            text(&result)
+        );
+        // The server still serves.
+        let result = server.call("s", upper(json!({"text": "ok"}))).await;
+        assert_eq!(text(&result), "OK");
+    }
+
+    #[tokio::test]
+    async fn a_tool_that_panics_is_answered_with_an_error() {
+        let result = server().call("s", upper(json!({"text": "panic"}))).await;
+        assert_eq!(result.is_error, Some(true));
+        assert!(
+            text(&result).contains("stopped unexpectedly"),
+            "{}",
+            text(&result)
         );
     }
 
