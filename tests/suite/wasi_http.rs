@@ -1,15 +1,16 @@
 //! Standard `wasi:http` goes through the same policy as the `http` import: a fixture component
 //! with a plain wasi:http client and the web component, under one grant, get the same verdict for
 //! the same request — allowed, denied, invalid or failed — and the same server sees the same
-//! (absent) traffic.
+//! (absent) traffic; and both count the body cap in bytes on the wire while scrubbing the
+//! policy's secrets from what they hand on.
 
 use std::time::Duration;
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::Grants;
 use clawcage_sandbox::components::{bundled, fixtures};
-use clawcage_sandbox::network::{AllowList, NetworkLimits, NetworkPolicy};
-use clawcage_tests::web::{Reply, TestResolver, WebServer, capture_logs};
+use clawcage_sandbox::network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
+use clawcage_tests::web::{Reply, TestResolver, WebServer, capture_logs, echo_server};
 use clawcage_tests::{fixture, registry_of};
 use serde_json::json;
 
@@ -158,4 +159,54 @@ async fn wasi_http_sets_no_host_header_of_its_own_and_pins_the_address() {
             .count(),
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_cap_counts_wire_bytes_while_secrets_are_scrubbed() {
+    let secret = "sk-capped-8e7d6c5b4a";
+    let server = echo_server("x-api-key");
+    let host = format!("127.0.0.1:{}", server.port());
+    let policy = NetworkPolicy::new(AllowList::parse([host.clone()]).unwrap())
+        .with_secrets(vec![
+            Secret::new(&host, "X-Api-Key", SecretValue::new(secret), "TEST_CAP_KEY").unwrap(),
+        ])
+        .with_limits(NetworkLimits {
+            max_response_bytes: 1024,
+            ..NetworkLimits::default()
+        });
+    let wasi_fixture = fixture(fixtures::WASI_HTTP_FETCH);
+    let registry = registry_of(
+        &[("web", bundled::WEB), ("wasi-http-fetch", &wasi_fixture)],
+        Grants::none().with_network(policy),
+    )
+    .await;
+    let redacted = "[redacted: TEST_CAP_KEY]";
+
+    // Exactly the cap on the wire; longer once scrubbed. Neither client sees a cut body.
+    let exact = server.url("/pad?before=500&total=1024");
+    let (kind, text) = verdict(&registry, "wasi_http_fetch", &exact).await;
+    assert_eq!(kind, "ok", "{text}");
+    let body = text.strip_prefix("HTTP 200\n").unwrap_or_default();
+    assert_eq!(body.len(), 1024 - secret.len() + redacted.len(), "{text}");
+    assert_eq!(&body[500..500 + redacted.len()], redacted);
+    let (kind, text) = verdict(&registry, "web_fetch", &exact).await;
+    assert_eq!(kind, "ok", "{text}");
+    assert!(text.contains(redacted) && !text.contains(secret), "{text}");
+    assert!(!text.contains("download limit"), "{text}");
+
+    // The cap falls inside the secret: the import's cut body ends with the label, not with the
+    // secret's first half; wasi:http ends the stream with the body-size error.
+    let cut = server.url("/pad?before=1014&total=4096");
+    let (kind, text) = verdict(&registry, "web_fetch", &cut).await;
+    assert_eq!(kind, "ok", "{text}");
+    assert!(text.contains("only its first"), "{text}");
+    assert!(text.ends_with(redacted), "{text}");
+    assert!(!text.contains(&secret[..6]), "{text}");
+    let (kind, text) = verdict(&registry, "wasi_http_fetch", &cut).await;
+    assert_eq!(kind, "failed", "{text}");
+    assert!(
+        text.contains("HTTP response body size exceeds limit: 1024 bytes"),
+        "{text}"
+    );
+    assert!(!text.contains(&secret[..6]), "{text}");
 }

@@ -1,19 +1,20 @@
 //! Attacks on the network policy through the real web component: hosts off the list, loopback
 //! in every spelling, the cloud metadata address, names that resolve inside, redirects that lead
 //! inside, DNS rebinding, a body that never ends, a server that never answers, URLs that are not
-//! web URLs, and a secret chased across a redirect. Every refusal must happen before a connection
-//! and must name the configuration key that would allow the request. All servers are on loopback;
-//! refused addresses are never connected to.
+//! web URLs, a secret chased across a redirect, and a host that echoes the secret it was sent back
+//! in its body, a header or a redirect (scrubbed for both the `http` import and `wasi:http`). Every
+//! refusal must happen before a connection and must name the configuration key that would allow
+//! the request. All servers are on loopback; refused addresses are never connected to.
 
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::Grants;
-use clawcage_sandbox::components::bundled;
+use clawcage_sandbox::components::{bundled, fixtures};
 use clawcage_sandbox::network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
-use clawcage_tests::registry_of;
-use clawcage_tests::web::{Reply, TestResolver, WebServer};
+use clawcage_tests::web::{Reply, TestResolver, WebServer, echo_server};
+use clawcage_tests::{fixture, registry_of};
 use serde_json::json;
 
 use crate::web::web_registry;
@@ -502,4 +503,78 @@ async fn narrowing_a_grant_narrows_the_network() {
     assert_eq!(error.kind(), "denied", "{error}");
     assert!(error.message().contains("no network access"), "{error}");
     assert_eq!(server.requests().len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_echoing_its_secret_back_shows_only_a_redaction() {
+    let secret = "sk-echo-4f9a2b7c9d1e";
+    let server = echo_server("x-subscription-token");
+    let host = format!("127.0.0.1:{}", server.port());
+    let policy = NetworkPolicy::new(AllowList::parse([host.clone()]).unwrap()).with_secrets(vec![
+        Secret::new(
+            &host,
+            "X-Subscription-Token",
+            SecretValue::new(secret),
+            "TEST_ECHO_KEY",
+        )
+        .unwrap(),
+    ]);
+    let wasi_fixture = fixture(fixtures::WASI_HTTP_FETCH);
+    let registry = registry_of(
+        &[("web", bundled::WEB), ("wasi-http-fetch", &wasi_fixture)],
+        Grants::none().with_network(policy),
+    )
+    .await;
+    let redacted = "[redacted: TEST_ECHO_KEY]";
+    // The location is scrubbed before it is followed, so the next URL carries the label.
+    let landed = "landed at /landing?token=[redacted:%20TEST_ECHO_KEY]";
+    for (tool, path, shown) in [
+        (
+            "web_fetch",
+            "/headers",
+            format!("\"x-subscription-token\":\"{redacted}\""),
+        ),
+        (
+            "web_fetch",
+            "/content-type",
+            "Content-Type: text/x-[redacted: test_echo_key]".to_string(),
+        ),
+        ("web_fetch", "/redirect", landed.to_string()),
+        (
+            "web_fetch",
+            "/split",
+            format!("first part {redacted} second part"),
+        ),
+        (
+            "wasi_http_fetch",
+            "/headers",
+            format!("\"x-subscription-token\":\"{redacted}\""),
+        ),
+        (
+            "wasi_http_fetch",
+            "/redirect",
+            format!("HTTP 200\n{landed}"),
+        ),
+        (
+            "wasi_http_fetch",
+            "/split",
+            format!("HTTP 200\nfirst part {redacted} second part"),
+        ),
+    ] {
+        let output = registry
+            .execute_value(tool, &json!({"url": server.url(path)}))
+            .await
+            .unwrap_or_else(|error| panic!("{tool} {path}: {error}"))
+            .text;
+        assert!(!output.contains(secret), "{tool} {path}: {output}");
+        assert!(output.contains(&shown), "{tool} {path}: {output}");
+    }
+    // The secret did go out with every request: the server echoed what it was sent.
+    let requests = server.requests();
+    assert_eq!(requests.len(), 9);
+    assert!(
+        requests
+            .iter()
+            .all(|request| request.header("x-subscription-token") == Some(secret))
+    );
 }

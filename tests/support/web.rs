@@ -1,12 +1,13 @@
 //! Helpers for the web tests: a real HTTP/1.1 server (hyper) on a loopback address that records
 //! what it received and answers as the test scripts it, including answers that attack the client
-//! (an endless body, no answer at all, redirects); a name resolver that maps test names to local
-//! addresses and counts lookups; and a capture of the process's tracing output.
+//! (an endless body, no answer at all, redirects, a body written in parts); a server that echoes
+//! a request header back as echo services do ([`echo_server`]); a name resolver that maps test
+//! names to local addresses and counts lookups; and a capture of the process's tracing output.
 //!
 //! The server runs on its own thread with its own runtime, so it serves synchronous tests (the
 //! CLI's), async tests and benchmarks alike, and stops when dropped.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::convert::Infallible;
 use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener as StdListener};
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use bytes::Bytes;
 use clawcage_core::BoxFuture;
@@ -61,6 +63,9 @@ pub enum Reply {
     /// 200 with a body of `total` bytes of `x`, produced as the client reads (counted in
     /// [`WebServer::body_bytes_sent`]).
     Endless(u64),
+    /// 200 with this content type and a chunked body written in these parts, with a pause
+    /// after each, so the client reads every part separately.
+    Parts(&'static str, Vec<Vec<u8>>),
     /// Read the request and never answer.
     Hang,
 }
@@ -300,6 +305,21 @@ async fn answer(
             );
             response
         }
+        Reply::Parts(content_type, parts) => {
+            let mut response = hyper::Response::new(
+                Parts {
+                    parts: parts.into_iter().map(Bytes::from).collect(),
+                    pause: None,
+                }
+                .boxed(),
+            );
+            if let Ok(value) = hyper::header::HeaderValue::from_str(content_type) {
+                response
+                    .headers_mut()
+                    .insert(hyper::header::CONTENT_TYPE, value);
+            }
+            response
+        }
         Reply::Hang => std::future::pending::<hyper::Response<ReplyBody>>().await,
     })
 }
@@ -332,6 +352,103 @@ impl Body for Endless {
     fn size_hint(&self) -> SizeHint {
         SizeHint::with_exact(self.remaining)
     }
+}
+
+/// A body written part by part, pausing after each part so that each goes out in its own write.
+struct Parts {
+    parts: VecDeque<Bytes>,
+    pause: Option<Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl Body for Parts {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        let this = self.get_mut();
+        if let Some(pause) = this.pause.as_mut() {
+            if pause.as_mut().poll(cx).is_pending() {
+                return Poll::Pending;
+            }
+            this.pause = None;
+        }
+        match this.parts.pop_front() {
+            None => Poll::Ready(None),
+            Some(part) => {
+                this.pause = Some(Box::pin(tokio::time::sleep(Duration::from_millis(100))));
+                Poll::Ready(Some(Ok(Frame::data(part))))
+            }
+        }
+    }
+}
+
+/// A server that reflects the value of request header `header` (lower case), as echo services
+/// such as httpbin do, by path:
+///
+/// - `/headers`: every request header as JSON, `{"headers": {"name": "value", ...}}`;
+/// - `/content-type`: the value in the response's `content-type`, `text/x-VALUE`;
+/// - `/redirect`: a 302 to `/landing?token=VALUE`; `/landing` answers `landed at PATH`;
+/// - `/split`: `first part A` and `B second part` in two writes, where A and B are the value's
+///   halves;
+/// - `/pad?before=N&total=M`: `N` bytes of `x`, the value, then `x` up to `M` bytes in all.
+pub fn echo_server(header: &'static str) -> WebServer {
+    WebServer::start(move |request| {
+        let value = request.header(header).unwrap_or("(none)").to_string();
+        let (path, query) = request
+            .path
+            .split_once('?')
+            .unwrap_or((request.path.as_str(), ""));
+        let number = |key: &str| {
+            query
+                .split('&')
+                .filter_map(|pair| pair.split_once('='))
+                .find(|(name, _)| *name == key)
+                .and_then(|(_, number)| number.parse::<usize>().ok())
+                .unwrap_or(0)
+        };
+        match path {
+            "/headers" => {
+                let headers: serde_json::Map<String, serde_json::Value> = request
+                    .headers
+                    .iter()
+                    .map(|(name, value)| (name.clone(), serde_json::Value::from(value.as_str())))
+                    .collect();
+                Reply::json(serde_json::json!({ "headers": headers }).to_string())
+            }
+            "/content-type" => Reply::Full(
+                200,
+                vec![("content-type".to_string(), format!("text/x-{value}"))],
+                b"typed".to_vec(),
+            ),
+            "/redirect" => Reply::Redirect(302, format!("/landing?token={value}")),
+            "/landing" => Reply::Ok(
+                "text/plain",
+                format!("landed at {}", request.path).into_bytes(),
+            ),
+            "/split" => {
+                let (first, second) = value.split_at(value.len() / 2);
+                Reply::Parts(
+                    "text/plain",
+                    vec![
+                        format!("first part {first}").into_bytes(),
+                        format!("{second} second part").into_bytes(),
+                    ],
+                )
+            }
+            "/pad" => {
+                let before = number("before");
+                let after = number("total").saturating_sub(before + value.len());
+                let mut body = vec![b'x'; before];
+                body.extend_from_slice(value.as_bytes());
+                body.extend(std::iter::repeat_n(b'x', after));
+                Reply::Ok("text/plain", body)
+            }
+            _ => Reply::Full(404, vec![], b"missing".to_vec()),
+        }
+    })
 }
 
 /// A resolver for tests: names map to scripted answers (a sequence per name, the last one

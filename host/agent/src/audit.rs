@@ -3,7 +3,9 @@
 //! with, the verdict and the duration — appended to a file and flushed line by line.
 //! [`AuditedRegistry`] wraps a [`ToolRegistry`] so that every front end (the CLI's `call`, the
 //! MCP server, the agent loop) records its calls the same way, including calls refused before
-//! any tool ran (unknown tool, arguments that fail the schema) and calls abandoned midway.
+//! any tool ran (unknown tool, arguments that fail the schema) and calls abandoned midway, and
+//! scrubs every result — output text and error message — of the secret values the host holds
+//! ([`AuditedRegistry::with_redactor`]) before the caller, and so the model, sees it.
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write as _};
@@ -12,6 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use clawcage_core::redact::Redactor;
 use clawcage_core::{ToolError, ToolOutput};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -92,17 +95,38 @@ impl AuditLog {
     }
 }
 
-/// A [`ToolRegistry`] whose every call is recorded in an [`AuditLog`] (when one is configured).
+/// A [`ToolRegistry`] whose every call is recorded in an [`AuditLog`] (when one is configured)
+/// and whose every result is scrubbed by its [`Redactor`] (when one is given).
 #[derive(Debug, Clone)]
 pub struct AuditedRegistry {
     registry: ToolRegistry,
     log: Option<Arc<AuditLog>>,
+    redactor: Redactor,
 }
 
 impl AuditedRegistry {
-    /// Wraps `registry`; with `log` `None` calls are passed through unrecorded.
+    /// Wraps `registry`; with `log` `None` calls are passed through unrecorded. Results are not
+    /// scrubbed until [`with_redactor`](Self::with_redactor) gives the values to scrub.
     pub fn new(registry: ToolRegistry, log: Option<Arc<AuditLog>>) -> Self {
-        Self { registry, log }
+        Self {
+            registry,
+            log,
+            redactor: Redactor::default(),
+        }
+    }
+
+    /// This registry with every tool output and every error message scrubbed by `redactor`:
+    /// each occurrence of a secret value the host holds (API keys, the network policy's secret
+    /// headers) becomes `[redacted: LABEL]` before the result is returned. The audit record
+    /// never holds results; its tool and session names are scrubbed too.
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
+    }
+
+    /// What scrubs results.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
     }
 
     /// The registry underneath.
@@ -115,8 +139,8 @@ impl AuditedRegistry {
         self.log.as_ref()
     }
 
-    /// Runs tool `name` with arguments as JSON text, as [`ToolRegistry::execute`], and records
-    /// the call.
+    /// Runs tool `name` with arguments as JSON text, as [`ToolRegistry::execute`], records the
+    /// call and returns the result scrubbed.
     pub async fn execute(
         &self,
         session: &str,
@@ -130,11 +154,11 @@ impl AuditedRegistry {
         let pending = self.pending(session, name, digest);
         let result = self.registry.execute(name, json_args).await;
         pending.finish(&result);
-        result
+        self.redactor.redact_result(result)
     }
 
-    /// Runs tool `name` with parsed arguments, as [`ToolRegistry::execute_value`], and records
-    /// the call.
+    /// Runs tool `name` with parsed arguments, as [`ToolRegistry::execute_value`], records the
+    /// call and returns the result scrubbed.
     pub async fn execute_value(
         &self,
         session: &str,
@@ -144,7 +168,7 @@ impl AuditedRegistry {
         let pending = self.pending(session, name, args_digest(args));
         let result = self.registry.execute_value(name, args).await;
         pending.finish(&result);
-        result
+        self.redactor.redact_result(result)
     }
 
     fn pending(&self, session: &str, name: &str, args_sha256: String) -> Pending {
@@ -154,8 +178,9 @@ impl AuditedRegistry {
             started: Instant::now(),
             record: Some(AuditRecord {
                 time: rfc3339_utc(SystemTime::now()),
-                session: session.to_string(),
-                tool: name.to_string(),
+                // Names come from the caller; the log never holds a secret either.
+                session: self.redactor.redact(session),
+                tool: self.redactor.redact(name),
                 origin: tool.map(|tool| tool.origin()),
                 args_sha256,
                 grants: tool.map(|tool| tool.grants_summary()),
@@ -300,6 +325,107 @@ mod tests {
             args_digest(&b),
             hex_sha256(br#"{"a":"s","b":[1,{"x":1,"y":2}]}"#)
         );
+    }
+
+    const ANTHROPIC_KEY: &str = "sk-ant-api03-0123456789abcdef";
+    const SEARCH_KEY: &str = "brave-key-fedcba9876";
+
+    /// Answers with its `text` argument, or fails with it when `fail` is set.
+    #[derive(Debug)]
+    struct Echo(clawcage_core::ToolSpec);
+
+    impl clawcage_core::Tool for Echo {
+        fn spec(&self) -> &clawcage_core::ToolSpec {
+            &self.0
+        }
+
+        fn call<'a>(
+            &'a self,
+            args: &'a Value,
+        ) -> clawcage_core::BoxFuture<'a, Result<ToolOutput, ToolError>> {
+            Box::pin(async move {
+                let text = args["text"].as_str().unwrap_or_default().to_string();
+                if args["fail"].as_bool() == Some(true) {
+                    Err(ToolError::Failed(text))
+                } else {
+                    Ok(ToolOutput::text(text))
+                }
+            })
+        }
+    }
+
+    fn echo_registry() -> ToolRegistry {
+        let mut registry = ToolRegistry::new();
+        registry
+            .register(Arc::new(Echo(clawcage_core::ToolSpec {
+                name: "echo".to_string(),
+                description: "Echo.".to_string(),
+                input_schema: serde_json::json!({"type": "object"}),
+            })))
+            .unwrap();
+        registry
+    }
+
+    #[tokio::test]
+    async fn results_are_scrubbed_of_the_hosts_secrets() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = Arc::new(AuditLog::open(dir.path().join("audit.jsonl")).unwrap());
+        let audited =
+            AuditedRegistry::new(echo_registry(), Some(log)).with_redactor(Redactor::new([
+                ("ANTHROPIC_API_KEY", ANTHROPIC_KEY),
+                ("BRAVE_API_KEY", SEARCH_KEY),
+            ]));
+        assert_eq!(
+            audited.redactor().labels(),
+            ["ANTHROPIC_API_KEY", "BRAVE_API_KEY"]
+        );
+        let echoed = format!("key {ANTHROPIC_KEY} and {SEARCH_KEY}");
+        let output = audited
+            .execute_value("s", "echo", &serde_json::json!({"text": echoed}))
+            .await
+            .unwrap();
+        assert_eq!(
+            output.text,
+            "key [redacted: ANTHROPIC_API_KEY] and [redacted: BRAVE_API_KEY]"
+        );
+        let args = serde_json::json!({"text": format!("oops {SEARCH_KEY}"), "fail": true});
+        let error = audited
+            .execute("s", "echo", &args.to_string())
+            .await
+            .unwrap_err();
+        assert_eq!(
+            error,
+            ToolError::Failed("oops [redacted: BRAVE_API_KEY]".into())
+        );
+        // A refusal before any tool ran is scrubbed too.
+        let error = audited
+            .execute("s", &format!("no_such_{SEARCH_KEY}"), "{}")
+            .await
+            .unwrap_err();
+        assert!(!error.message().contains(SEARCH_KEY), "{error}");
+        assert!(
+            error.message().contains("[redacted: BRAVE_API_KEY]"),
+            "{error}"
+        );
+        // The verdicts are recorded as they were.
+        let lines = std::fs::read_to_string(dir.path().join("audit.jsonl")).unwrap();
+        let verdicts: Vec<String> = lines
+            .lines()
+            .map(|line| serde_json::from_str::<AuditRecord>(line).unwrap().verdict)
+            .collect();
+        assert_eq!(verdicts, ["ok", "failed", "invalid_args"]);
+        assert!(!lines.contains(SEARCH_KEY) && !lines.contains(ANTHROPIC_KEY));
+    }
+
+    #[tokio::test]
+    async fn without_a_redactor_results_pass_unchanged() {
+        let audited = AuditedRegistry::new(echo_registry(), None);
+        assert!(audited.redactor().is_empty());
+        let output = audited
+            .execute_value("s", "echo", &serde_json::json!({"text": SEARCH_KEY}))
+            .await
+            .unwrap();
+        assert_eq!(output.text, SEARCH_KEY);
     }
 
     #[test]

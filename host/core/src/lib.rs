@@ -6,6 +6,7 @@
 //! agent's tests and any front end can use it without compiling wasmtime.
 
 pub mod chat;
+pub mod redact;
 pub mod scheduler;
 
 pub use chat::{ChatMessage, ContentBlock, InboundMessage, Role, Usage};

@@ -4,13 +4,17 @@
 //! built for that hop connects to exactly the addresses that were judged (its own resolver refuses
 //! every lookup, so there is no second one). Redirects are followed here, each hop checked again;
 //! timeouts bound the whole exchange; the response body is read in chunks and never buffered past
-//! the cap. Secret headers are added for the host they belong to, on every hop that goes there.
+//! the cap. Secret headers are added for the host they belong to, on every hop that goes there,
+//! and scrubbed from everything that comes back — header values, redirect targets (before they
+//! are followed), the final URL, the body (while streaming, the cap still counting the bytes on
+//! the wire) and error messages — so a host that echoes its request shows `[redacted: SOURCE]`.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use clawcage_core::redact::Redactor;
 use http::header::{self, HeaderMap, HeaderName, HeaderValue};
 use http::{Method, StatusCode};
 use tokio::time::Instant;
@@ -19,7 +23,7 @@ use url::Url;
 use super::error::{NetworkError, NetworkErrorKind};
 use super::policy::{AllowList, Target, check_addresses, check_target, parse_url};
 use super::resolve::{NameResolver, SystemResolver};
-use super::secrets::Secret;
+use super::secrets::{Secret, redactor_for, scrub_headers};
 
 /// The most redirects any policy follows.
 pub const MAX_REDIRECTS: u32 = 5;
@@ -117,7 +121,8 @@ pub struct OutboundResponse {
     pub status: u16,
     /// Headers as (name, value) pairs, values decoded lossily.
     pub headers: Vec<(String, String)>,
-    /// The body, at most `max_response_bytes`.
+    /// The body: at most `max_response_bytes` read from the wire, scrubbed of the policy's
+    /// secrets.
     pub body: Vec<u8>,
     /// Whether the body was cut at the cap.
     pub truncated: bool,
@@ -139,6 +144,8 @@ pub(crate) struct CheckedRequest {
 pub struct NetworkPolicy {
     lists: Vec<AllowList>,
     secrets: Vec<Secret>,
+    /// Scrubs the secrets' values from responses; built from `secrets`.
+    redactor: Redactor,
     limits: NetworkLimits,
     resolver: Arc<dyn NameResolver>,
 }
@@ -160,13 +167,16 @@ impl NetworkPolicy {
         Self {
             lists: vec![allow],
             secrets: Vec::new(),
+            redactor: Redactor::default(),
             limits: NetworkLimits::default(),
             resolver: Arc::new(SystemResolver),
         }
     }
 
-    /// This policy with `secrets` added to requests for their hosts.
+    /// This policy with `secrets` added to requests for their hosts and scrubbed from every
+    /// response (a value shorter than 8 bytes is sent but cannot be scrubbed; the log says so).
     pub fn with_secrets(mut self, secrets: Vec<Secret>) -> Self {
+        self.redactor = redactor_for(&secrets, true);
         self.secrets = secrets;
         self
     }
@@ -199,6 +209,11 @@ impl NetworkPolicy {
         &self.secrets
     }
 
+    /// What scrubs the secrets' values from responses before a component sees them.
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
     /// What both policies allow: both allow-lists must pass, only secrets both hold are kept,
     /// limits are the tighter ones. The resolver is `self`'s.
     pub fn narrowed_by(&self, other: &NetworkPolicy) -> NetworkPolicy {
@@ -208,14 +223,16 @@ impl NetworkPolicy {
                 lists.push(list.clone());
             }
         }
+        let secrets: Vec<Secret> = self
+            .secrets
+            .iter()
+            .filter(|secret| other.secrets.contains(secret))
+            .cloned()
+            .collect();
         NetworkPolicy {
             lists,
-            secrets: self
-                .secrets
-                .iter()
-                .filter(|secret| other.secrets.contains(secret))
-                .cloned()
-                .collect(),
+            redactor: redactor_for(&secrets, false),
+            secrets,
             limits: self.limits.narrowed_by(&other.limits),
             resolver: self.resolver.clone(),
         }
@@ -241,8 +258,14 @@ impl NetworkPolicy {
     }
 
     /// Send `request`, following redirects (each hop checked again), and read the body up to
-    /// the cap.
+    /// the cap. The response and any error are scrubbed of the policy's secrets.
     pub async fn send(&self, request: OutboundRequest) -> Result<OutboundResponse, NetworkError> {
+        self.follow(request)
+            .await
+            .map_err(|error| error.redacted(&self.redactor))
+    }
+
+    async fn follow(&self, request: OutboundRequest) -> Result<OutboundResponse, NetworkError> {
         let deadline = Instant::now() + self.limits.total_timeout;
         let mut request = self.check_request(request)?;
         let mut redirected_from: Option<Url> = None;
@@ -257,7 +280,9 @@ impl NetworkPolicy {
                 .headers()
                 .get(header::LOCATION)
                 .and_then(|value| value.to_str().ok())
-                .map(str::to_string);
+                // A location echoing a secret is scrubbed before it is followed: the value then
+                // appears in no later URL, log line, error or final URL.
+                .map(|location| self.redactor.redact(location));
             let Some(location) = location.filter(|_| is_followed_redirect(status)) else {
                 return self.read_response(response, &request.url, deadline).await;
             };
@@ -468,8 +493,8 @@ impl NetworkPolicy {
         }
     }
 
-    /// Read the body in chunks, keeping at most the cap; past it, stop reading (the connection
-    /// is dropped with the response).
+    /// Read the body in chunks, keeping at most the cap of wire bytes; past it, stop reading
+    /// (the connection is dropped with the response). Headers, body and URL are scrubbed.
     async fn read_response(
         &self,
         mut response: reqwest::Response,
@@ -477,8 +502,7 @@ impl NetworkPolicy {
         deadline: Instant,
     ) -> Result<OutboundResponse, NetworkError> {
         let status = response.status().as_u16();
-        let headers = response
-            .headers()
+        let headers = scrub_headers(&self.redactor, response.headers())
             .iter()
             .map(|(name, value)| {
                 (
@@ -488,7 +512,9 @@ impl NetworkPolicy {
             })
             .collect();
         let cap = usize::try_from(self.limits.max_response_bytes).unwrap_or(usize::MAX);
+        let mut scrub = self.redactor.stream();
         let mut body = Vec::new();
+        let mut wire = 0;
         let mut truncated = false;
         loop {
             let chunk = match tokio::time::timeout_at(deadline, response.chunk()).await {
@@ -518,14 +544,20 @@ impl NetworkPolicy {
                 Ok(Ok(None)) => break,
                 Ok(Ok(Some(chunk))) => chunk,
             };
-            let room = cap - body.len();
+            let room = cap - wire;
             if chunk.len() > room {
-                body.extend_from_slice(&chunk[..room]);
+                body.extend(scrub.push(&chunk[..room]));
                 truncated = true;
                 break;
             }
-            body.extend_from_slice(&chunk);
+            wire += chunk.len();
+            body.extend(scrub.push(&chunk));
         }
+        body.extend(if truncated {
+            scrub.finish_cut()
+        } else {
+            scrub.finish()
+        });
         if truncated {
             tracing::debug!(target: "clawcage::network", %url, cap, "response body cut at the cap");
         }
@@ -534,7 +566,7 @@ impl NetworkPolicy {
             headers,
             body,
             truncated,
-            final_url: url.to_string(),
+            final_url: self.redactor.redact(url.as_str()),
         })
     }
 }
@@ -744,6 +776,26 @@ mod tests {
                 .describe()
                 .contains("*.example.org and within a.example.org")
         );
+    }
+
+    #[test]
+    fn the_scrubber_follows_the_secrets() {
+        let secret = Secret::new(
+            "example.com",
+            "X-Token",
+            super::super::secrets::SecretValue::new("token-value-1234"),
+            "EXAMPLE_KEY",
+        )
+        .unwrap();
+        let with_secret = policy().with_secrets(vec![secret.clone()]);
+        assert_eq!(with_secret.redactor().labels(), ["EXAMPLE_KEY"]);
+        assert!(policy().redactor().is_empty());
+        // Narrowing keeps only the secrets both sides hold, and scrubs exactly those.
+        assert!(with_secret.narrowed_by(&policy()).redactor().is_empty());
+        let both = with_secret.narrowed_by(&policy().with_secrets(vec![secret]));
+        assert_eq!(both.redactor().labels(), ["EXAMPLE_KEY"]);
+        let error = NetworkError::invalid("echo: token-value-1234").redacted(both.redactor());
+        assert_eq!(error.message(), "echo: [redacted: EXAMPLE_KEY]");
     }
 
     #[test]

@@ -1,7 +1,8 @@
 //! [`NetworkError`]: why an outbound request got no response. The kind says whether the policy
 //! refused it, the request was malformed, or the network failed; the message says what happened
 //! and, for a refusal, which configuration key would allow it. Messages never contain a secret:
-//! they are built from URLs, names, addresses and error texts, never from header values.
+//! they are built from URLs, names, addresses and error texts, never from header values, and
+//! what a server's answer put into one is scrubbed of the policy's secrets (`redacted`).
 
 use std::fmt;
 
@@ -77,6 +78,18 @@ impl NetworkError {
             | RedirectRefused | NotGranted => NetworkErrorFamily::Denied,
             InvalidRequest => NetworkErrorFamily::InvalidRequest,
             NameNotFound | ConnectFailed | TimedOut | Protocol => NetworkErrorFamily::Network,
+        }
+    }
+
+    /// This error with every secret value `redactor` knows replaced in its message (a redirect
+    /// target or a server's text may carry what the server was sent).
+    pub(crate) fn redacted(self, redactor: &clawcage_core::redact::Redactor) -> Self {
+        if redactor.is_empty() {
+            return self;
+        }
+        Self {
+            message: redactor.redact(&self.message),
+            kind: self.kind,
         }
     }
 

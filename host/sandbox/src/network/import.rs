@@ -1,7 +1,9 @@
 //! The host side of the `clawcage:tool/http` import: a component's request goes through the
 //! call's [`NetworkPolicy`](super::NetworkPolicy) (redirects followed, body capped) and comes back
 //! as a response or an `http-error` whose case says whether the policy refused it, the request was
-//! malformed, or the network failed. Refusals are logged with the component's name.
+//! malformed, or the network failed. Both are scrubbed of the policy's secrets by the policy
+//! before they get here (headers, body, final URL, message). Refusals are logged with the
+//! component's name.
 
 use super::client::OutboundRequest;
 use super::error::{NetworkError, NetworkErrorFamily, NetworkErrorKind};

@@ -2,11 +2,15 @@
 //! `X-Subscription-Token`) whose value comes from the operator's environment, sent only to the
 //! one host it belongs to. The value lives in a [`SecretValue`], whose `Debug` and `Display` print
 //! `[redacted]`; it is handed to the HTTP client as a header marked sensitive and is never
-//! written to a log, an error or anything a component can read.
+//! written to a log, an error or anything a component can read. A host that reflects the request
+//! (an echo service, a debugging endpoint) would hand the value back, so every response is
+//! scrubbed of the policy's secrets before a component sees it: `redactor_for` builds the
+//! scrubber and `scrub_headers` applies it to header fields.
 
 use std::fmt;
 
-use http::{HeaderName, HeaderValue};
+use clawcage_core::redact::{MIN_SECRET_BYTES, Redactor};
+use http::{HeaderMap, HeaderName, HeaderValue};
 
 use super::policy::{Target, TargetHost, parse_exact_host};
 
@@ -113,6 +117,12 @@ impl Secret {
         &self.value
     }
 
+    /// Where the value came from (an environment variable): the label its scrubbed
+    /// occurrences show, e.g. `[redacted: BRAVE_API_KEY]`.
+    pub fn source(&self) -> &str {
+        &self.source
+    }
+
     /// One line without the value, e.g. `X-Subscription-Token for api.search.brave.com (from
     /// BRAVE_API_KEY)`.
     pub fn describe(&self) -> String {
@@ -122,6 +132,60 @@ impl Secret {
             self.header, self.host, self.source
         )
     }
+}
+
+/// The scrubber for `secrets`: each value, labelled with where it came from. With `warn`, a
+/// value too short to scrub is reported in the log (never the value itself).
+pub(crate) fn redactor_for(secrets: &[Secret], warn: bool) -> Redactor {
+    let redactor = Redactor::new(
+        secrets
+            .iter()
+            .map(|secret| (secret.source.clone(), secret.value.as_bytes())),
+    );
+    if warn {
+        for source in redactor.skipped() {
+            tracing::warn!(
+                target: "clawcage::network",
+                "the value of {source} is shorter than {MIN_SECRET_BYTES} bytes: it is sent, but it cannot be scrubbed from responses without mangling them, so a host that echoes it back shows it to the model; use the full key"
+            );
+        }
+    }
+    redactor
+}
+
+/// Response header fields as a component may see them: every value scrubbed, and fields whose
+/// name contains a secret (names are lower-cased, so they cannot be rewritten) left out.
+pub(crate) fn scrub_headers(redactor: &Redactor, headers: &HeaderMap) -> HeaderMap {
+    if redactor.is_empty() {
+        return headers.clone();
+    }
+    let mut scrubbed = HeaderMap::with_capacity(headers.len());
+    for (name, value) in headers {
+        if let Some(label) = redactor.mentioned_ignoring_case(name.as_str().as_bytes()) {
+            tracing::warn!(
+                target: "clawcage::network",
+                "a response header named after the value of {label} was left out"
+            );
+            continue;
+        }
+        if !redactor.contains(value.as_bytes()) {
+            scrubbed.append(name.clone(), value.clone());
+            continue;
+        }
+        match HeaderValue::from_bytes(&redactor.redact_bytes(value.as_bytes())) {
+            Ok(value) => {
+                scrubbed.append(name.clone(), value);
+            }
+            Err(_) => {
+                tracing::warn!(
+                    target: "clawcage::network",
+                    header = %name,
+                    "a response header holding a secret could not be rewritten and was left out"
+                );
+            }
+        }
+    }
+    scrubbed
 }
 
 #[cfg(test)]
@@ -155,5 +219,39 @@ mod tests {
         assert!(error.to_string().contains("EXAMPLE_KEY"), "{error}");
         assert!(Secret::new("*.example.com", "X", SecretValue::new("v"), "K").is_err());
         assert!(Secret::new("example.com", "bad header", SecretValue::new("v"), "K").is_err());
+    }
+
+    #[test]
+    fn response_headers_are_scrubbed_of_secret_values() {
+        let value = "s3cr3t-value-42";
+        let secret = Secret::new(
+            "api.example.com",
+            "X-Token",
+            SecretValue::new(value),
+            "EXAMPLE_KEY",
+        )
+        .unwrap();
+        let redactor = redactor_for(&[secret], false);
+        let mut headers = HeaderMap::new();
+        headers.append(
+            "x-echo",
+            HeaderValue::from_str(&format!("token={value}")).unwrap(),
+        );
+        headers.append(
+            "location",
+            HeaderValue::from_str(&format!("/next?k={value}")).unwrap(),
+        );
+        headers.append("content-type", HeaderValue::from_static("text/plain"));
+        headers.append(
+            HeaderName::from_bytes(format!("x-{value}").as_bytes()).unwrap(),
+            HeaderValue::from_static("1"),
+        );
+        let scrubbed = scrub_headers(&redactor, &headers);
+        assert_eq!(scrubbed.len(), 3);
+        assert_eq!(scrubbed["x-echo"], "token=[redacted: EXAMPLE_KEY]");
+        assert_eq!(scrubbed["location"], "/next?k=[redacted: EXAMPLE_KEY]");
+        assert_eq!(scrubbed["content-type"], "text/plain");
+        // Without secrets nothing changes.
+        assert_eq!(scrub_headers(&Redactor::default(), &headers), headers);
     }
 }
