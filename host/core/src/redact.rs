@@ -156,10 +156,24 @@ impl Redactor {
         L: Into<String>,
         V: AsRef<[u8]>,
     {
+        Redactor::build(secrets, Vec::new())
+    }
+
+    fn build<I, L, V>(secrets: I, skipped: Vec<String>) -> Redactor
+    where
+        I: IntoIterator<Item = (L, V)>,
+        L: Into<String>,
+        V: AsRef<[u8]>,
+    {
         let mut inner = Inner {
             starts: vec![false; 256],
             ..Inner::default()
         };
+        for label in skipped {
+            if !inner.skipped.contains(&label) {
+                inner.skipped.push(label);
+            }
+        }
         let mut values: Vec<Vec<u8>> = Vec::new();
         for (label, value) in secrets {
             let label = label.into();
@@ -200,6 +214,34 @@ impl Redactor {
         Redactor {
             inner: Arc::new(inner),
         }
+    }
+
+    /// A redactor for the values of both `self` and `other` (labels as each gave them; a value
+    /// both hold keeps `self`'s label), e.g. the provider keys joined with the redactor of a
+    /// network policy's secrets. The skipped labels of both are kept.
+    pub fn merged(&self, other: &Redactor) -> Redactor {
+        let values = |redactor: &Redactor| -> Vec<(String, Vec<u8>)> {
+            redactor
+                .inner
+                .patterns
+                .iter()
+                .filter_map(|pattern| match &pattern.form {
+                    Form::Encoded(value) => Some((
+                        redactor.inner.secrets[pattern.secret].label.clone(),
+                        value.clone(),
+                    )),
+                    Form::Literal(_) => None,
+                })
+                .collect()
+        };
+        let skipped = self
+            .inner
+            .skipped
+            .iter()
+            .chain(&other.inner.skipped)
+            .cloned()
+            .collect();
+        Redactor::build(values(self).into_iter().chain(values(other)), skipped)
     }
 
     /// Whether nothing is scrubbed.
@@ -749,6 +791,23 @@ mod tests {
             r.redact("abcdefghijkl abcdefgh abcdefghij"),
             "[redacted: LONGER] [redacted: SHORTER] [redacted: SHORTER]ij"
         );
+    }
+
+    #[test]
+    fn merging_joins_values_and_skipped_labels() {
+        let providers = Redactor::new([("ANTHROPIC_API_KEY", "sk-ant-0123456789"), ("X", "y")]);
+        let network = Redactor::new([
+            ("BRAVE_API_KEY", KEY),
+            ("ALSO_ANTHROPIC", "sk-ant-0123456789"),
+        ]);
+        let both = providers.merged(&network);
+        assert_eq!(both.labels(), ["ANTHROPIC_API_KEY", "BRAVE_API_KEY"]);
+        assert_eq!(both.skipped(), ["X"]);
+        assert_eq!(
+            both.redact(&format!("{KEY} sk-ant-0123456789")),
+            "[redacted: BRAVE_API_KEY] [redacted: ANTHROPIC_API_KEY]"
+        );
+        assert!(Redactor::default().merged(&Redactor::default()).is_empty());
     }
 
     #[test]
