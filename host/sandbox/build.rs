@@ -12,6 +12,8 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use sha2::Digest as _;
+
 /// Bundled components: (constant name, artifact file stem). Embedded in the binary.
 const BUNDLED: &[(&str, &str)] = &[
     ("FILE", "clawcage_file"),
@@ -112,6 +114,32 @@ fn main() {
         )
         .expect("writing to a String cannot fail");
     }
+    generated.push_str(
+        "\n    /// Hex SHA-256 of each bundled component, computed when it was built.\n    pub mod sha256 {\n",
+    );
+    for (constant, stem) in BUNDLED {
+        let path = artifact(&artifacts, stem);
+        let bytes = fs::read(&path).expect("the component was just built");
+        let digest = hex::encode(sha2::Sha256::digest(&bytes));
+        writeln!(
+            generated,
+            "        /// The digest of [`super::{constant}`].\n        pub const {constant}: &str = {digest:?};"
+        )
+        .expect("writing to a String cannot fail");
+    }
+    generated.push_str("    }\n\n    /// The build-time digest of `bytes` when they are one of the bundled components (the same\n    /// static bytes, not a copy), so loading them needs no hashing.\n    pub fn digest_of(bytes: &[u8]) -> Option<&'static str> {\n        let same = |bundled: &[u8]| std::ptr::eq(bytes.as_ptr(), bundled.as_ptr()) && bytes.len() == bundled.len();\n");
+    for (constant, _) in BUNDLED {
+        writeln!(
+            generated,
+            "        if same({constant}) {{\n            return Some(sha256::{constant});\n        }}"
+        )
+        .expect("writing to a String cannot fail");
+    }
+    generated.push_str("        None\n    }\n\n    /// The bundled component whose bytes are `bytes` (the same static bytes), if any.\n    pub fn as_static(bytes: &[u8]) -> Option<&'static [u8]> {\n        [");
+    for (constant, _) in BUNDLED {
+        write!(generated, "{constant}, ").expect("writing to a String cannot fail");
+    }
+    generated.push_str("]\n            .into_iter()\n            .find(|bundled| std::ptr::eq(bytes.as_ptr(), bundled.as_ptr()) && bytes.len() == bundled.len())\n    }\n");
     generated.push_str("}\n\n/// Paths of the fixture components built for the tests.\n#[doc(hidden)]\npub mod fixtures {\n");
     for (constant, stem) in FIXTURES {
         let path = artifact(&artifacts, stem);

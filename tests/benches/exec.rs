@@ -127,9 +127,9 @@ fn main() {
         println!("== start-up of the bundled programs (new engine, Sandbox::programs)");
         let cold_cache = tempfile::tempdir().unwrap();
         let started = Instant::now();
-        let cold = Sandbox::new(SandboxOptions {
-            cache: ArtifactCache::in_dir(cold_cache.path()),
-        })
+        let cold = Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(
+            cold_cache.path(),
+        )))
         .unwrap();
         cold.programs(None).await.unwrap();
         report(
@@ -140,9 +140,9 @@ fn main() {
         let mut warm = Vec::new();
         for _ in 0..5 {
             let started = Instant::now();
-            let sandbox = Sandbox::new(SandboxOptions {
-                cache: ArtifactCache::in_dir(cold_cache.path()),
-            })
+            let sandbox = Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(
+                cold_cache.path(),
+            )))
             .unwrap();
             sandbox.programs(None).await.unwrap();
             warm.push(started.elapsed());

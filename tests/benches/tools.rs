@@ -111,10 +111,8 @@ fn main() {
             let fresh = tempfile::tempdir().unwrap();
             for (dir, samples) in [(fresh.path(), &mut cold), (cache.path(), &mut warm)] {
                 let started = Instant::now();
-                let sandbox = Sandbox::new(SandboxOptions {
-                    cache: ArtifactCache::in_dir(dir),
-                })
-                .unwrap();
+                let sandbox =
+                    Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(dir))).unwrap();
                 let registry = registry_with(&sandbox, grants.clone()).await;
                 registry.execute("read_file", args).await.unwrap();
                 let elapsed = started.elapsed();
@@ -126,10 +124,8 @@ fn main() {
         }
         for _ in 0..5 {
             let started = Instant::now();
-            let sandbox = Sandbox::new(SandboxOptions {
-                cache: ArtifactCache::in_dir(cache.path()),
-            })
-            .unwrap();
+            let sandbox =
+                Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(cache.path()))).unwrap();
             let registry = registry_with(&sandbox, grants.clone()).await;
             registry.execute("read_file", args).await.unwrap();
             warm.push(started.elapsed());

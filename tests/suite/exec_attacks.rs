@@ -9,8 +9,10 @@ use std::time::{Duration, Instant};
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{ExecGrant, FsMode, Limits};
-use clawcage_tests::{exec_registry, exec_registry_with};
+use clawcage_tests::{exec_registry, exec_registry_with, sandbox};
 use serde_json::json;
+
+use crate::file_attacks::{Fifo, RESCUE_AFTER, assert_within_limit};
 
 const SECRET: &str = "TOP-SECRET-HOST-DATA";
 
@@ -263,7 +265,13 @@ async fn the_host_environment_is_invisible() {
     for line in text.lines().filter(|line| line.contains('=')) {
         let name = line.split('=').next().unwrap();
         assert!(
-            ["CLAWCAGE_WORKSPACE", "CLAWCAGE_WORKSPACE_MODE", "PWD"].contains(&name),
+            [
+                "CLAWCAGE_WORKSPACE",
+                "CLAWCAGE_WORKSPACE_MODE",
+                "CLAWCAGE_TIME_LIMIT_MS",
+                "PWD"
+            ]
+            .contains(&name),
             "unexpected variable {line}"
         );
     }
@@ -321,4 +329,148 @@ async fn a_read_only_workspace_stays_unchanged() {
         "inside\n"
     );
     assert_eq!(fs::read_dir(&layout.workspace).unwrap().count(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifos_are_refused_at_once_as_redirections_and_to_programs() {
+    let layout = layout();
+    let fifo = Fifo::make(&layout.workspace.join("fifo"));
+    let limits = Limits {
+        timeout: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let registry = exec_registry_with(&layout.workspace, FsMode::ReadWrite, limits).await;
+    // Programs are loaded when they first run: load these before the calls that are timed.
+    let warm_up = "cat inside.txt | grep inside | wc -l | head -1 && ln -s inside.txt l && rm l";
+    assert_eq!(run(&registry, warm_up).await, "1\n[exit status: 0]");
+    let _watchdog = fifo.watchdog(RESCUE_AFTER);
+    let redirection =
+        "fifo: not a regular file (a FIFO); redirections work with regular files only";
+    for command in [
+        "cat < fifo",
+        "echo hi > fifo",
+        "echo hi >> fifo",
+        "cat inside.txt > fifo",
+    ] {
+        let started = Instant::now();
+        let text = run(&registry, command).await;
+        assert_within_limit(started, &limits, command);
+        assert!(text.contains(redirection), "{command}: {text}");
+        assert!(!text.ends_with("[exit status: 0]"), "{command}: {text}");
+    }
+    // The programs meet the FIFO themselves: some refuse it after a look, the others' open is
+    // refused by the host ("not supported").
+    for command in [
+        "cat fifo",
+        "grep x fifo",
+        "wc -l fifo",
+        "head -1 fifo",
+        "cat inside.txt fifo",
+        "ln -s fifo link && cat link",
+    ] {
+        let started = Instant::now();
+        let text = run(&registry, command).await;
+        assert_within_limit(started, &limits, command);
+        assert!(!text.contains("time limit"), "{command}: {text}");
+        assert!(
+            text.contains("fifo") || text.contains("link"),
+            "{command}: {text}"
+        );
+        assert!(!text.ends_with("[exit status: 0]"), "{command}: {text}");
+    }
+    fifo.assert_still_a_fifo();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn regular_files_still_work_as_redirections_and_arguments() {
+    let layout = layout();
+    let limits = Limits {
+        timeout: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let registry = exec_registry_with(&layout.workspace, FsMode::ReadWrite, limits).await;
+    assert_eq!(
+        run(&registry, "cat inside.txt").await,
+        "inside\n[exit status: 0]"
+    );
+    assert_eq!(
+        run(&registry, "cat < inside.txt").await,
+        "inside\n[exit status: 0]"
+    );
+    assert_eq!(
+        run(
+            &registry,
+            "echo one > out.txt && echo two >> out.txt && wc -l < out.txt"
+        )
+        .await,
+        "2\n[exit status: 0]"
+    );
+    assert_eq!(
+        fs::read_to_string(layout.workspace.join("out.txt")).unwrap(),
+        "one\ntwo\n"
+    );
+    let text = run(&registry, "cat < .").await;
+    assert!(text.contains("Is a directory"), "{text}");
+    assert_outside_untouched(&layout);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_in_the_programs_directory_does_not_block_start_up() {
+    let programs = tempfile::tempdir().unwrap();
+    let fifo = Fifo::make(&programs.path().join("blocker.wasm"));
+    // Compiling the bundled programs can take a while: only a hang is a failure here.
+    let _watchdog = fifo.watchdog(Duration::from_secs(120));
+    let catalog = sandbox().programs(Some(programs.path())).await.unwrap();
+    assert!(catalog.origin("blocker").is_none(), "{:?}", catalog.names());
+    assert!(catalog.origin("cat").is_some());
+    fifo.assert_still_a_fifo();
+}
+
+/// Every way a command line can run long ends within the operator's limit plus a second: a
+/// `timeout_secs` above the operator's limit (the argument may shorten it, never lengthen it),
+/// a flood inside a pipeline, nested shells, a program that never reads its input.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_operators_time_limit_holds_on_every_path() {
+    let layout = layout();
+    let limits = Limits {
+        timeout: Duration::from_secs(2),
+        ..Limits::default()
+    };
+    let registry = exec_registry_with(&layout.workspace, FsMode::ReadWrite, limits).await;
+    // Load the programs first: the limit is the call's, not the first start's.
+    run(&registry, "echo warm | cat").await;
+    for command in [
+        "while true; do :; done",
+        "yes | cat | wc -l",
+        "yes | sort",
+        "yes > flood.txt",
+        "sh -c 'sh -c \"sh -c \\\"while true; do :; done\\\"\"'",
+        "cat | cat",
+        "for i in $(seq 1 100000000); do echo $i; done",
+    ] {
+        let started = Instant::now();
+        let result = registry
+            .execute_value("exec", &json!({"command": command, "timeout_secs": 60}))
+            .await;
+        let elapsed = started.elapsed();
+        let text = match result {
+            Ok(output) => output.text,
+            Err(error) => error.message().to_string(),
+        };
+        assert!(
+            elapsed < Duration::from_secs(3),
+            "{command} ran {elapsed:?} under a 2 s limit: {}",
+            &text[..300.min(text.len())]
+        );
+        assert!(
+            text.contains("time limit") || text.contains("exit status"),
+            "{command}: {}",
+            &text[..300.min(text.len())]
+        );
+    }
+    let _ = std::fs::remove_file(layout.workspace.join("flood.txt"));
+    assert_eq!(
+        run(&registry, "cat inside.txt").await,
+        "inside\n[exit status: 0]"
+    );
 }

@@ -2,13 +2,16 @@
 //! nothing outside the workspace was read into the output or changed on disk.
 
 use std::fs;
-use std::os::unix::fs::symlink;
-use std::path::Path;
+use std::os::unix::fs::{FileTypeExt as _, symlink};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
 
-use clawcage_sandbox::components::bundled;
+use clawcage_sandbox::components::{bundled, fixtures};
 use clawcage_sandbox::{FsMode, Limits};
-use clawcage_tests::{SecretLayout, file_registry, grants, registry_of};
-use serde_json::json;
+use clawcage_tests::{SecretLayout, file_registry, fixture, grants, registry_of};
+use serde_json::{Value, json};
 
 const SECRET: &str = "TOP-SECRET-HOST-DATA";
 
@@ -273,4 +276,168 @@ async fn malformed_arguments_are_invalid_args_naming_the_problem() {
         assert_eq!(error.kind(), "invalid_args", "{tool} {args}: {error}");
         assert!(error.message().contains(expected), "{tool} {args}: {error}");
     }
+}
+
+/// A FIFO (named pipe) made for a test, as only a host process can make one. Shared by the
+/// attack tests of the file tools, exec and plugins.
+pub(crate) struct Fifo {
+    pub(crate) path: PathBuf,
+}
+
+impl Fifo {
+    pub(crate) fn make(path: &Path) -> Fifo {
+        let status = std::process::Command::new("mkfifo")
+            .arg(path)
+            .status()
+            .unwrap();
+        assert!(status.success(), "mkfifo {}", path.display());
+        Fifo {
+            path: path.to_path_buf(),
+        }
+    }
+
+    /// Starts a watchdog until the returned guard is dropped: from `after` on, it keeps opening
+    /// the FIFO's other end, which releases anything waiting in `open(2)` on it, so that a
+    /// regression fails the test's own assertions (time, message) instead of hanging the suite.
+    pub(crate) fn watchdog(&self, after: Duration) -> Watchdog {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (stopped, watched) = (stop.clone(), self.path.clone());
+        let started = Instant::now();
+        std::thread::spawn(move || {
+            while !stopped.load(Ordering::Relaxed) {
+                let still_a_fifo = fs::symlink_metadata(&watched)
+                    .is_ok_and(|metadata| metadata.file_type().is_fifo());
+                if started.elapsed() >= after && still_a_fifo {
+                    // Read and write at once: on Linux this open never waits, and it releases
+                    // an open waiting on either end; closing it ends a waiting read.
+                    if let Ok(other_end) =
+                        fs::OpenOptions::new().read(true).write(true).open(&watched)
+                    {
+                        std::thread::sleep(Duration::from_millis(100));
+                        drop(other_end);
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(50));
+            }
+        });
+        Watchdog(stop)
+    }
+
+    /// The FIFO is still there and still a FIFO: nothing replaced it.
+    pub(crate) fn assert_still_a_fifo(&self) {
+        let metadata = fs::symlink_metadata(&self.path).unwrap();
+        assert!(
+            metadata.file_type().is_fifo(),
+            "{} was replaced",
+            self.path.display()
+        );
+    }
+}
+
+/// Stops its [`Fifo::watchdog`] when dropped.
+pub(crate) struct Watchdog(Arc<AtomicBool>);
+
+impl Drop for Watchdog {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// When the watchdog of a test with a time limit steps in: well after the limit plus a second.
+pub(crate) const RESCUE_AFTER: Duration = Duration::from_secs(8);
+
+/// The small time limit of the special-file tests; every call must end within it plus a second.
+fn short_limits() -> Limits {
+    Limits {
+        timeout: Duration::from_secs(2),
+        ..Limits::default()
+    }
+}
+
+/// Asserts that a call that started at `started` ended within `limits` plus a second.
+pub(crate) fn assert_within_limit(started: Instant, limits: &Limits, what: &str) {
+    let elapsed = started.elapsed();
+    assert!(
+        elapsed <= limits.timeout + Duration::from_secs(1),
+        "{what} took {elapsed:?}, past its time limit of {:?} plus a second",
+        limits.timeout
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fifos_are_refused_by_the_file_tools_without_waiting() {
+    let layout = layout();
+    let fifo = Fifo::make(&layout.workspace.join("pipe"));
+    symlink("pipe", layout.workspace.join("link")).unwrap();
+    let limits = short_limits();
+    let registry = registry_of(
+        &[("file", bundled::FILE)],
+        grants(&layout.workspace, FsMode::ReadWrite, limits),
+    )
+    .await;
+    let _watchdog = fifo.watchdog(RESCUE_AFTER);
+    for path in ["pipe", "link"] {
+        let calls = [
+            ("read_file", json!({"path": path})),
+            ("write_file", json!({"path": path, "content": "x"})),
+            (
+                "edit_file",
+                json!({"path": path, "old_text": "a", "new_text": "b"}),
+            ),
+            ("list_dir", json!({"path": path})),
+        ];
+        for (tool, args) in calls {
+            let started = Instant::now();
+            let error = registry.execute_value(tool, &args).await.unwrap_err();
+            assert_within_limit(started, &limits, &format!("{tool} {path}"));
+            assert_eq!(error.kind(), "failed", "{tool} {path}: {error}");
+            assert!(
+                error.message().starts_with(&format!("{path} is a FIFO")),
+                "{tool} {path}: {error}"
+            );
+        }
+    }
+    let text = registry
+        .execute_value("read_file", &json!({"path": "inside.txt"}))
+        .await
+        .unwrap()
+        .text;
+    assert_eq!(text, "inside");
+    fifo.assert_still_a_fifo();
+}
+
+/// The host's guard itself, under the file tools' message: a component that opens the FIFO
+/// without looking first gets an error at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_component_opening_a_fifo_gets_an_error_at_once() {
+    let layout = layout();
+    let fifo = Fifo::make(&layout.workspace.join("pipe"));
+    symlink("pipe", layout.workspace.join("link")).unwrap();
+    let limits = short_limits();
+    let probe = fixture(fixtures::PROBE);
+    let registry = registry_of(
+        &[("probe", probe.as_slice())],
+        grants(&layout.workspace, FsMode::ReadWrite, limits),
+    )
+    .await;
+    let _watchdog = fifo.watchdog(RESCUE_AFTER);
+    for name in ["pipe", "link"] {
+        let path = layout.workspace.join(name).display().to_string();
+        let started = Instant::now();
+        let output = registry
+            .execute_value("probe", &json!({"read": path, "write": path}))
+            .await
+            .unwrap();
+        assert_within_limit(started, &limits, &format!("probe {name}"));
+        let report: Value = serde_json::from_str(&output.text).unwrap();
+        for access in ["read", "write"] {
+            let error = report[access]["error"].as_str();
+            assert!(
+                error.is_some_and(|error| error.to_lowercase().contains("not supported")),
+                "{access} {name}: {}",
+                report[access]
+            );
+        }
+    }
+    fifo.assert_still_a_fifo();
 }

@@ -112,3 +112,43 @@ async fn many_concurrent_calls_each_get_a_fresh_instance() {
         assert_eq!(call.await.unwrap(), format!("call {i}"));
     }
 }
+
+/// Regression: the epoch ticker belonged to the `Sandbox` value and stopped when it was dropped,
+/// so every tool loaded by a front end that let it go (the CLI did) lost its time limit: a guest
+/// that never returned was never interrupted. The ticker now lives as long as any tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tools_keep_their_time_limit_after_the_sandbox_value_is_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let sandbox = clawcage_sandbox::Sandbox::new(clawcage_sandbox::SandboxOptions::new(
+        clawcage_sandbox::ArtifactCache::in_dir(clawcage_tests::cache_dir()),
+    ))
+    .unwrap();
+    let limits = Limits {
+        timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let spin = fixture(fixtures::SPIN);
+    let loaded = sandbox
+        .load(
+            "spin",
+            "test:spin",
+            &spin,
+            grants(dir.path(), FsMode::ReadWrite, limits),
+        )
+        .await
+        .unwrap();
+    let tool = loaded.tools()[0].clone();
+    drop(loaded);
+    drop(sandbox);
+    let started = Instant::now();
+    let call = tokio::time::timeout(Duration::from_secs(10), tool.call_json("{}")).await;
+    let error = call
+        .expect("the call ends at its own limit, not never")
+        .unwrap_err();
+    assert!(error.message().contains("time limit"), "{error}");
+    assert!(
+        started.elapsed() < Duration::from_secs(2) + Duration::from_secs(1),
+        "ended within its limit plus a second (and the component's loading): {:?}",
+        started.elapsed()
+    );
+}

@@ -16,6 +16,8 @@ use clawcage_tests::web::{Reply as WebReply, WebServer};
 use clawcage_tests::{fixture, grants, sandbox};
 use serde_json::Value;
 
+use crate::file_attacks::Fifo;
+
 /// Installs a plugin directory `folder` in `plugins`: the component as `tool.wasm` and a manifest
 /// naming `name`, with `sha256` (the component's real digest when `None`) and `rest` appended.
 fn install(
@@ -335,7 +337,8 @@ async fn good_plugins_load_with_the_intersection_and_bad_ones_are_refused_with_t
     // No grant at all: it runs, but sees no file and no variable.
     let nogrant = probe(&report, "nogrant", serde_json::json!({"read": "notes.txt"})).await;
     assert!(nogrant["read"]["error"].is_string(), "{nogrant}");
-    assert!(nogrant["env"].as_object().unwrap().is_empty(), "{nogrant}");
+    let names: Vec<&String> = nogrant["env"].as_object().unwrap().keys().collect();
+    assert_eq!(names, ["CLAWCAGE_TIME_LIMIT_MS"], "{nogrant}");
     assert!(
         report.loaded[2].grants.starts_with("no files"),
         "{}",
@@ -470,4 +473,48 @@ async fn a_missing_plugins_directory_and_stray_grants_are_reported() {
             .any(|warning| warning.contains("[plugins.grants.granted] names no plugin")),
         "{report:#?}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fifo_as_manifest_or_component_is_refused_at_once_and_the_others_load() {
+    let workspace = tempfile::tempdir().unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    let echo = fixture(fixtures::ECHO);
+    install(plugins.path(), "a-good", "good", &echo, None, "");
+    // A plugin directory whose manifest is a FIFO, and a loose manifest that is one.
+    let folder = plugins.path().join("b-fifo-manifest");
+    std::fs::create_dir(&folder).unwrap();
+    let manifest = Fifo::make(&folder.join("plugin.toml"));
+    let loose = Fifo::make(&plugins.path().join("c-loose.toml"));
+    // A manifest whose component is a FIFO (the digest is that of real bytes).
+    let dir = install(plugins.path(), "d-fifo-component", "piped", &echo, None, "");
+    std::fs::remove_file(dir.join("tool.wasm")).unwrap();
+    let component = Fifo::make(&dir.join("tool.wasm"));
+
+    // Without the fix the loader would wait on a FIFO forever: the watchdogs end that wait (a
+    // manifest then reads as empty), so the assertions below fail instead of the suite hanging.
+    let _watchdogs = [&manifest, &loose, &component]
+        .map(|fifo| fifo.watchdog(std::time::Duration::from_secs(10)));
+    let (report, registry) = load(plugins.path(), "", workspace.path(), FsMode::ReadWrite).await;
+
+    let loaded: Vec<&str> = report
+        .loaded
+        .iter()
+        .map(|plugin| plugin.name.as_str())
+        .collect();
+    assert_eq!(loaded, ["good"], "{report:#?}");
+    assert!(registry.contains("echo"), "{:?}", registry.names());
+    for (folder, fifo) in [
+        ("b-fifo-manifest", &manifest),
+        ("c-loose", &loose),
+        ("d-fifo-component", &component),
+    ] {
+        let reason = refusal(&report, folder);
+        assert!(
+            reason.contains(&fifo.path.display().to_string()),
+            "{folder}: the path is named: {reason}"
+        );
+        assert!(reason.contains("FIFO"), "{folder}: {reason}");
+        fifo.assert_still_a_fifo();
+    }
 }

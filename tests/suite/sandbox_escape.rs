@@ -137,7 +137,12 @@ async fn a_component_sees_no_host_environment() {
     names.sort();
     assert_eq!(
         names,
-        ["CLAWCAGE_WORKSPACE", "CLAWCAGE_WORKSPACE_MODE", "PWD"],
+        [
+            "CLAWCAGE_TIME_LIMIT_MS",
+            "CLAWCAGE_WORKSPACE",
+            "CLAWCAGE_WORKSPACE_MODE",
+            "PWD"
+        ],
         "{env}"
     );
 }

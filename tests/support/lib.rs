@@ -39,10 +39,8 @@ pub fn sandbox() -> Arc<Sandbox> {
     static SANDBOX: OnceLock<Arc<Sandbox>> = OnceLock::new();
     SANDBOX
         .get_or_init(|| {
-            Sandbox::new(SandboxOptions {
-                cache: ArtifactCache::in_dir(cache_dir()),
-            })
-            .expect("the test sandbox starts")
+            Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(cache_dir())))
+                .expect("the test sandbox starts")
         })
         .clone()
 }

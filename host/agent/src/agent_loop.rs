@@ -13,6 +13,7 @@ use crate::ToolRegistry;
 use crate::audit::{AuditLog, AuditedRegistry};
 use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents};
 use crate::session::current_session_key;
+use clawcage_core::redact::Redactor;
 
 /// The system prompt used when the configuration gives none.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are clawcage, a careful assistant that works on the files of one workspace through tools. \
@@ -156,26 +157,40 @@ pub struct AgentLoop {
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     config: AgentConfig,
-    /// The same tools, recording each call in the audit log, when one is configured.
-    audited: Option<AuditedRegistry>,
+    /// The same tools as every call goes through them: recorded in the audit log when one is
+    /// configured, results scrubbed of the host's secrets.
+    audited: AuditedRegistry,
 }
 
 impl AgentLoop {
     /// An agent that asks `provider` and may call `tools`.
     pub fn new(provider: Arc<dyn Provider>, tools: ToolRegistry, config: AgentConfig) -> Self {
         Self {
+            audited: AuditedRegistry::new(tools.clone(), None),
             provider,
             tools,
             config,
-            audited: None,
         }
     }
 
     /// This agent with every tool call recorded in `log` under the session whose turn makes it
     /// (`None`: not recorded).
     pub fn with_audit(mut self, log: Option<Arc<AuditLog>>) -> Self {
-        self.audited = log.map(|log| AuditedRegistry::new(self.tools.clone(), Some(log)));
+        let redactor = self.audited.redactor().clone();
+        self.audited = AuditedRegistry::new(self.tools.clone(), log).with_redactor(redactor);
         self
+    }
+
+    /// This agent with every tool result and error scrubbed of the values `redactor` knows (the
+    /// host's secrets) before the model, the transcript or a front end sees it.
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.audited = self.audited.with_redactor(redactor);
+        self
+    }
+
+    /// The redactor tool results pass through.
+    pub fn redactor(&self) -> &Redactor {
+        self.audited.redactor()
     }
 
     /// The tools this agent may call.
@@ -280,15 +295,11 @@ impl AgentLoop {
                     (Verdict::NotRun(why.clone()), why)
                 } else {
                     observer.tool_started(call);
-                    let result = match &self.audited {
-                        Some(audited) => {
-                            let session = current_session_key().unwrap_or_else(|| "agent".into());
-                            audited
-                                .execute_value(&session, &call.name, &call.arguments)
-                                .await
-                        }
-                        None => self.tools.execute_value(&call.name, &call.arguments).await,
-                    };
+                    let session = current_session_key().unwrap_or_else(|| "agent".into());
+                    let result = self
+                        .audited
+                        .execute_value(&session, &call.name, &call.arguments)
+                        .await;
                     match result {
                         Ok(output) => (Verdict::Ok, output.text),
                         Err(error) => (verdict_of(&error), error.to_string()),

@@ -191,6 +191,8 @@ pub struct SubagentManager {
     provider: OnceLock<Arc<dyn Provider>>,
     /// Where the children's tool calls are recorded, if anywhere.
     audit: OnceLock<Arc<AuditLog>>,
+    /// Scrubs children's tool results of the host's secrets, as the parent's are.
+    redactor: OnceLock<clawcage_core::redact::Redactor>,
     child_tools: ToolRegistry,
     config: SubagentConfig,
     bus: MessageBus,
@@ -269,6 +271,7 @@ impl SubagentManager {
         Ok(Arc::new_cyclic(|this| SubagentManager {
             provider: OnceLock::new(),
             audit: OnceLock::new(),
+            redactor: OnceLock::new(),
             child_tools,
             config,
             bus,
@@ -288,6 +291,11 @@ impl SubagentManager {
     /// an effect.
     pub fn set_audit(&self, log: Arc<AuditLog>) {
         let _ = self.audit.set(log);
+    }
+
+    /// Children's tool results are scrubbed by `redactor` (set once, before the first spawn).
+    pub fn set_redactor(&self, redactor: clawcage_core::redact::Redactor) {
+        let _ = self.redactor.set(redactor);
     }
 
     /// The configuration.
@@ -406,7 +414,8 @@ impl SubagentManager {
                 stream: false,
             },
         )
-        .with_audit(self.audit.get().cloned());
+        .with_audit(self.audit.get().cloned())
+        .with_redactor(self.redactor.get().cloned().unwrap_or_default());
         let manager = self.this.clone();
         let timeout = self.config.timeout;
         // The child's work counts as `parent/sub-N` (e.g. in the audit log).

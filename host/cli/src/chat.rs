@@ -6,14 +6,14 @@
 
 use std::sync::{Arc, Mutex};
 
-use clawcage_agent::{AgentError, ToolRegistry, TurnEnd, TurnOutcome};
+use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
+use clawcage_runtime::{AgentOptions, Runtime};
 use rustyline::error::ReadlineError;
 use rustyline::{DefaultEditor, ExternalPrinter as _};
 
 use crate::Failure;
-use crate::agent::{AgentContext, print_messages, start};
-use crate::render::{Console, Sink};
+use crate::render::{Console, Sink, print_messages};
 
 const HELP: &str = "Type a request and press Enter. Commands:
   /help    this text
@@ -23,13 +23,8 @@ const HELP: &str = "Type a request and press Enter. Commands:
 Ctrl-C while the agent works stops that turn; what it did so far is kept.";
 
 /// Run the REPL on session `key`.
-pub async fn run(
-    context: AgentContext<'_>,
-    tools: ToolRegistry,
-    child_tools: Option<ToolRegistry>,
-    key: String,
-) -> Result<(), Failure> {
-    let state_dir = context.state_dir;
+pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
+    let state_dir = runtime.state_dir();
     let mut editor = DefaultEditor::new()
         .map_err(|error| Failure::Tool(format!("cannot start the line editor: {error}")))?;
     let history_file = state_dir.join("chat_history.txt");
@@ -50,17 +45,17 @@ pub async fn run(
     let console = Arc::new(Console::new(Sink::Stdout, true));
     // A notification turn's text is printed whole when it ends, under the sender's name.
     let idle_console = Arc::new(Console::new(idle_sink, false));
-    let runtime = start(
-        context,
-        tools,
-        child_tools,
-        print_messages(console.clone()),
-        true,
-    )?;
-    let sessions = runtime.sessions.clone();
+    let agent = runtime
+        .agent(AgentOptions {
+            send: print_messages(console.clone()),
+            stream: true,
+            subagents: true,
+        })
+        .await?;
+    let sessions = agent.sessions.clone();
 
     let router = sessions.deliver_notifications(
-        runtime.bus.subscribe("system"),
+        agent.bus.subscribe("system"),
         idle_console.clone(),
         Arc::new({
             let idle_console = idle_console.clone();
@@ -78,7 +73,7 @@ pub async fn run(
         }),
     );
     // Now that the `system` channel is routed: report runs cut off by the last exit.
-    if let Some(manager) = runtime.subagents.clone() {
+    if let Some(manager) = agent.subagents.clone() {
         tokio::spawn(async move {
             manager.recover().await;
         });
@@ -86,10 +81,10 @@ pub async fn run(
 
     println!(
         "clawcage chat: {} · session {key} · {} tools · /help for commands",
-        runtime.label,
-        runtime.tools.names().len()
+        agent.label,
+        agent.tools.names().len()
     );
-    if runtime.scripted {
+    if agent.scripted {
         println!("note: the answers come from a recorded script, not from a model");
     }
 
@@ -122,7 +117,7 @@ pub async fn run(
             "/exit" | "/quit" => break,
             "/help" => println!("{HELP}"),
             "/tools" => {
-                for tool in runtime.tools.tools() {
+                for tool in agent.tools.tools() {
                     let spec = tool.spec();
                     let first_line = spec.description.lines().next().unwrap_or_default();
                     let summary = first_line.split(". ").next().unwrap_or(first_line);

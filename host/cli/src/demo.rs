@@ -7,14 +7,12 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use clawcage_agent::TurnEnd;
 use clawcage_agent::provider::Script;
-use clawcage_agent::{ToolRegistry, TurnEnd};
+use clawcage_runtime::{AgentOptions, Options, Runtime};
 
 use crate::Failure;
-use crate::agent::{AgentContext, print_messages, start};
-use crate::agent_config::ProviderArgs;
-use crate::config::Config;
-use crate::render::{Console, Sink};
+use crate::render::{Console, Sink, print_messages};
 
 /// The recorded session.
 pub const SCRIPT: &str = include_str!("demo_script.json");
@@ -33,29 +31,44 @@ pub fn seed_workspace(dir: &Path) -> std::io::Result<()> {
     Ok(())
 }
 
-/// Play the demo over `tools` (already granted `workspace`), keeping transcripts in `state`.
-pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<(), Failure> {
+/// `clawcage demo`: the bundled tools granted a fresh temporary workspace and no network,
+/// whatever the config says; only the component cache of the state directory is reused.
+pub async fn run(options: &Options) -> Result<(), Failure> {
+    let temp = tempfile::Builder::new()
+        .prefix("clawcage-demo-")
+        .tempdir()
+        .map_err(|error| {
+            Failure::Tool(format!(
+                "cannot create a temporary directory for the demo: {error}"
+            ))
+        })?;
+    let workspace = temp.path().join("workspace");
+    let state = temp.path().join("state");
+    seed_workspace(&workspace)
+        .map_err(|error| Failure::Tool(format!("cannot fill the demo workspace: {error}")))?;
     let script = Script::from_json(SCRIPT).map_err(|error| Failure::Tool(error.to_string()))?;
     let script_file = state.join("demo_script.json");
-    std::fs::create_dir_all(state)
+    std::fs::create_dir_all(&state)
         .and_then(|()| std::fs::write(&script_file, SCRIPT))
         .map_err(|error| Failure::Tool(format!("cannot prepare the demo: {error}")))?;
-    let args = ProviderArgs {
-        provider: Some("scripted".to_string()),
-        script: Some(script_file),
-        ..ProviderArgs::default()
-    };
+    let cache_state = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
+    let runtime = Runtime::demo(
+        &workspace,
+        &state,
+        &cache_state,
+        script_file,
+        options.progress.clone(),
+    )
+    .await?;
     let console = Arc::new(Console::new(Sink::Stdout, true));
-    let config = Config::default();
-    let context = AgentContext {
-        config: &config,
-        config_file: None,
-        provider: &args,
-        state_dir: state,
-        audit_path: None,
-        bus: &clawcage_agent::MessageBus::new(),
-    };
-    let runtime = start(context, tools, None, print_messages(console.clone()), true)?;
+    let runtime = runtime
+        .agent(AgentOptions {
+            send: print_messages(console.clone()),
+            stream: true,
+            subagents: false,
+        })
+        .await?;
+    let workspace = runtime_workspace(&workspace);
 
     println!(
         "clawcage demo — a recorded session played by the scripted provider ({}).",
@@ -105,4 +118,11 @@ pub async fn run(tools: ToolRegistry, workspace: &Path, state: &Path) -> Result<
     );
     println!("The temporary workspace is removed now.");
     Ok(())
+}
+
+/// The workspace path as shown (its canonical form, as the tools see it).
+fn runtime_workspace(workspace: &Path) -> std::path::PathBuf {
+    workspace
+        .canonicalize()
+        .unwrap_or_else(|_| workspace.to_path_buf())
 }

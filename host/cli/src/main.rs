@@ -1,38 +1,25 @@
-//! The `clawcage` command: a thin clap front end that reads the configuration, starts the sandbox,
-//! loads the bundled tool components (file and exec tools with the workspace, web tools with the
-//! network policy) and the operator's plugins into a registry and runs one subcommand — a tool
-//! call, the MCP server (in `clawcage-mcp`), or the agent (`run`, `chat`, `demo`). Tool calls
-//! from `call` and `mcp` are recorded in the audit log. Exit codes: 0 ok, 1 the tool or task
-//! failed (message on stderr), 2 usage or configuration error.
+//! The `clawcage` command: a thin clap front end. It parses the command line, asks the runtime
+//! (`clawcage-runtime`, the composition root) for what the subcommand needs — the tools for
+//! `tools` and `call`, the audited tools for the MCP server (`clawcage-mcp`), an agent for `run`,
+//! `chat` and `demo` — and renders the result. Exit codes: 0 ok, 1 the tool or task failed
+//! (message on stderr), 2 usage or configuration error.
 
-mod agent;
-mod agent_config;
 mod chat;
-mod config;
-mod cron_config;
 mod demo;
-mod network_config;
-mod plugins;
 mod render;
-mod subagent_config;
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::Arc;
 
-use anyhow::Context as _;
 use clap::{Args, Parser, Subcommand};
+use clawcage_agent::AuditedRegistry;
 use clawcage_agent::audit::new_session_id;
-use clawcage_agent::{AuditedRegistry, CronService, MessageBus, ToolRegistry};
 use clawcage_core::ToolError;
 use clawcage_mcp::McpServer;
-use clawcage_sandbox::{
-    ArtifactCache, ExecGrant, Grants, PluginReport, Sandbox, SandboxOptions, WorkspaceGrant,
-    components,
-};
-
-use crate::config::Config;
+use clawcage_runtime::{Options, ProviderOverrides, Runtime, TrustStore};
+use clawcage_sandbox::CompileProgress;
 
 /// clawcage: an agent runtime whose every tool runs as a WebAssembly component in a capability
 /// sandbox. A tool reaches only the workspace directory granted to it and the hosts on the
@@ -44,7 +31,7 @@ struct Cli {
     #[command(flatten)]
     common: CommonArgs,
     #[command(flatten)]
-    provider: agent_config::ProviderArgs,
+    provider: ProviderArgs,
     #[command(subcommand)]
     command: Command,
 }
@@ -116,6 +103,12 @@ enum Command {
     /// A recorded session in a temporary workspace: real tools and sandbox, scripted replies,
     /// no API key or network needed.
     Demo,
+    /// Trust the configuration file as it is now.
+    ///
+    /// Tools can write to the workspace, so a clawcage.toml inside it (or a --config file inside
+    /// it) is used only after you have reviewed it and run `clawcage trust`, which records its
+    /// SHA-256 in the state directory. Any later change needs a new `clawcage trust`.
+    Trust,
     /// Serve the tools to MCP clients (Claude Code, Claude Desktop, Cursor, ...).
     ///
     /// Without --http, speaks MCP over stdin and stdout, the way clients start local servers:
@@ -131,6 +124,36 @@ enum Command {
     },
 }
 
+/// Flags that choose the model.
+#[derive(Debug, Clone, Default, Args)]
+struct ProviderArgs {
+    /// Which API to speak: anthropic, openai (any OpenAI-compatible server) or scripted (plays
+    /// --script). Default: [provider] kind in the config, else anthropic.
+    #[arg(long, global = true, value_name = "NAME")]
+    provider: Option<String>,
+    /// The model. Default: [provider] model, else claude-sonnet-4-5 for anthropic.
+    #[arg(long, global = true, value_name = "MODEL")]
+    model: Option<String>,
+    /// The server. Anthropic: https://api.anthropic.com (the client appends /v1/messages);
+    /// OpenAI-compatible: http://localhost:11434/v1 (the client appends /chat/completions).
+    #[arg(long, global = true, value_name = "URL")]
+    base_url: Option<String>,
+    /// The recorded script the scripted provider plays (JSON).
+    #[arg(long, global = true, value_name = "FILE")]
+    script: Option<PathBuf>,
+}
+
+impl ProviderArgs {
+    fn overrides(&self) -> ProviderOverrides {
+        ProviderOverrides {
+            provider: self.provider.clone(),
+            model: self.model.clone(),
+            base_url: self.base_url.clone(),
+            script: self.script.clone(),
+        }
+    }
+}
+
 /// An error with the exit code it maps to.
 enum Failure {
     /// Exit 1: the tool or task failed.
@@ -139,9 +162,14 @@ enum Failure {
     Usage(String),
 }
 
-impl From<anyhow::Error> for Failure {
-    fn from(error: anyhow::Error) -> Self {
-        Failure::Usage(format!("{error:#}"))
+impl From<clawcage_runtime::Error> for Failure {
+    fn from(error: clawcage_runtime::Error) -> Self {
+        match error {
+            clawcage_runtime::Error::Usage(message) => Failure::Usage(message),
+            clawcage_runtime::Error::Failed(message) => {
+                Failure::Tool(format!("clawcage: {message}"))
+            }
+        }
     }
 }
 
@@ -158,7 +186,10 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(cli)) {
+    let result = runtime.block_on(run(cli));
+    // A call abandoned at its deadline may still hold a blocking thread: do not wait for it.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Tool(message)) => {
             eprintln!("{message}");
@@ -185,337 +216,139 @@ fn init_tracing(verbose: u8) {
         .init();
 }
 
-async fn run(cli: Cli) -> Result<(), Failure> {
-    if let Command::Demo = cli.command {
-        return run_demo(&cli.common).await;
+/// The options every front end hands the runtime, from the command line.
+fn runtime_options(cli: &Cli) -> Options {
+    Options {
+        config: cli.common.config.clone(),
+        state_dir: cli.common.state_dir.clone(),
+        workspace: cli.common.workspace.clone(),
+        read_only: cli.common.read_only,
+        provider: cli.provider.overrides(),
+        progress: CompileProgress::to(|line| eprintln!("clawcage: {line}")),
     }
-    // Cron belongs to the long-running agent front end: its jobs fire into sessions while
-    // `chat` runs.
-    let with_cron = matches!(cli.command, Command::Chat { .. });
-    let setup = build_registry(&cli.common, with_cron).await?;
-    let context = agent::AgentContext {
-        config: &setup.config,
-        config_file: setup.config_file.as_deref(),
-        provider: &cli.provider,
-        state_dir: &setup.state_dir,
-        audit_path: setup.audit_path.as_deref(),
-        bus: &setup.bus,
-    };
+}
+
+async fn run(cli: Cli) -> Result<(), Failure> {
+    let options = runtime_options(&cli);
     match cli.command {
+        Command::Demo => demo::run(&options).await,
+        Command::Trust => trust(&options),
         Command::Tools { json } => {
-            print_tools(&setup.registry, json)?;
-            if !json {
-                plugins::print_report(&setup.plugins);
-            }
-            Ok(())
+            let runtime = open(options).await?;
+            print_tools(&runtime, json)
         }
-        Command::Call { tool, args } => call(&setup.audited()?, &tool, &args).await,
-        Command::Mcp { http } => serve_mcp(&setup, http).await,
+        Command::Call { tool, args } => {
+            let runtime = open(options).await?;
+            call(&runtime.audited_tools()?, &tool, &args).await
+        }
+        Command::Mcp { http } => {
+            let runtime = open(options).await?;
+            serve_mcp(&runtime, http).await
+        }
         Command::Run { task, session } => {
-            let children = setup.child_registry.clone();
-            agent::run_task(context, setup.registry.clone(), children, &task, session).await
+            let runtime = open(options).await?;
+            run_task(&runtime, &task, session).await
         }
         Command::Chat { session } => {
-            let children = setup.child_registry.clone();
-            // Jobs fire while the chat runs; firings missed meanwhile follow the documented
-            // policy at the next start.
-            let runner = setup.cron.as_ref().map(|cron| cron.service.start());
-            let result = chat::run(context, setup.registry.clone(), children, session).await;
+            let mut runtime = open(options).await?;
+            // Cron belongs to the long-running front end: its jobs fire into sessions while
+            // `chat` runs; firings missed meanwhile follow the documented policy at the next
+            // start.
+            match runtime.enable_cron().await? {
+                clawcage_runtime::CronStatus::OwnedElsewhere(dir) => eprintln!(
+                    "note: another clawcage chat runs the cron jobs of {}; this one has no cron tool",
+                    dir.display()
+                ),
+                clawcage_runtime::CronStatus::Owned | clawcage_runtime::CronStatus::Disabled => {}
+            }
+            let runner = runtime.cron().map(|cron| cron.start());
+            let result = chat::run(&runtime, session).await;
             if let Some(runner) = runner {
                 runner.abort();
             }
             result
         }
-        Command::Demo => Ok(()),
     }
 }
 
-/// `clawcage demo`: the bundled tools granted a fresh temporary workspace and no network,
-/// whatever the config says; only the component cache of the state directory is reused.
-async fn run_demo(common: &CommonArgs) -> Result<(), Failure> {
-    let temp = tempfile::Builder::new()
-        .prefix("clawcage-demo-")
-        .tempdir()
-        .context("cannot create a temporary directory for the demo")?;
-    let workspace = temp.path().join("workspace");
-    demo::seed_workspace(&workspace).context("cannot fill the demo workspace")?;
-    let grant = WorkspaceGrant::new(&workspace, clawcage_sandbox::FsMode::ReadWrite)
-        .map_err(|error| Failure::Tool(error.to_string()))?;
-    let state_dir = state_dir(common.state_dir.as_deref())?;
-    let sandbox = Sandbox::new(SandboxOptions {
-        cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
-    })
-    .map_err(|error| Failure::Tool(error.to_string()))?;
-    // The demo reaches no network, whatever the config says.
-    let no_network = Grants::none().with_network(clawcage_sandbox::NetworkPolicy::new(
-        clawcage_sandbox::AllowList::empty(),
-    ));
-    let grants = Grants::workspace(grant);
-    let mut registry = load_bundled(&sandbox, grants.clone(), no_network).await?;
-    load_exec(&sandbox, &Config::default(), grants, &mut registry).await?;
-    demo::run(registry, &workspace, &temp.path().join("state")).await
+/// The runtime `options` describe, with refused plugins reported on stderr.
+async fn open(options: Options) -> Result<Runtime, Failure> {
+    let runtime = Runtime::open(options).await?;
+    render::report_plugin_problems(runtime.plugins());
+    Ok(runtime)
 }
 
-/// Everything a subcommand needs: the tools, what became of the plugins, where calls are
-/// audited, and the configuration the agent reads.
-struct Setup {
-    registry: ToolRegistry,
-    plugins: PluginReport,
-    workspace: WorkspaceGrant,
-    /// The audit log's path, or `None` when auditing is off.
-    audit_path: Option<PathBuf>,
-    config: Config,
-    /// The file the config came from, if any.
-    config_file: Option<PathBuf>,
-    state_dir: PathBuf,
-    /// The bundled tools again, with the grants of sub-agents (the workspace read-only unless
-    /// `[subagents] workspace = "rw"`); `None` when sub-agents are off.
-    child_registry: Option<ToolRegistry>,
-    /// The inbound bus (sub-agent announcements, cron firings).
-    bus: MessageBus,
-    /// The cron service, when this command offers the `cron` tool.
-    cron: Option<CronSetup>,
-}
-
-/// The cron service of this process and the lock that makes it the only one on the state
-/// directory (held for the process's lifetime).
-struct CronSetup {
-    service: Arc<CronService>,
-    _owner: std::fs::File,
-}
-
-impl Setup {
-    /// The registry with its audit log opened.
-    fn audited(&self) -> Result<AuditedRegistry, Failure> {
-        let log = agent::open_audit_log(self.audit_path.as_deref())?;
-        Ok(AuditedRegistry::new(self.registry.clone(), log))
-    }
-}
-
-/// Read the config, start the sandbox and load the bundled components and the plugins with the
-/// operator's grants.
-async fn build_registry(common: &CommonArgs, with_cron: bool) -> Result<Setup, Failure> {
-    let current = std::env::current_dir().context("cannot read the current directory")?;
-    let hint = common.workspace.clone().unwrap_or_else(|| current.clone());
-    let (config, config_file) = Config::load(common.config.as_deref(), &hint)?;
-    let workspace_path = common
-        .workspace
-        .clone()
-        .or_else(|| config.workspace.path.clone())
-        .unwrap_or(current);
-    let mut mode = config.workspace_mode()?;
-    if common.read_only {
-        mode = clawcage_sandbox::FsMode::ReadOnly;
-    }
-    let workspace = WorkspaceGrant::new(&workspace_path, mode)
-        .map_err(|error| Failure::Usage(error.to_string()))?;
-    let limits = config.limits()?;
-    let grants = Grants::workspace(workspace.clone()).with_limits(limits);
-    let web_grants = web_grants(&config, limits)?;
-
-    let state_dir = state_dir(common.state_dir.as_deref())?;
-    let sandbox = Sandbox::new(SandboxOptions {
-        cache: ArtifactCache::in_dir(state_dir.join("cache").join("components")),
-    })
-    .map_err(|error| Failure::Tool(error.to_string()))?;
-    let mut registry = load_bundled(&sandbox, grants.clone(), web_grants.clone()).await?;
-    if config.exec.enabled.unwrap_or(true) {
-        load_exec(&sandbox, &config, grants.clone(), &mut registry).await?;
-    }
-    let child_registry = if config.subagents.enabled() {
-        // Never more than the parent: read-only unless configured, and read-only anyway when
-        // the parent's workspace is.
-        let child_grants = if config.subagents.children_write()? {
-            grants.clone()
-        } else {
-            grants.read_only()
-        };
-        let mut children = load_bundled(&sandbox, child_grants.clone(), web_grants).await?;
-        if config.exec.enabled.unwrap_or(true) {
-            load_exec(&sandbox, &config, child_grants, &mut children).await?;
-        }
-        Some(children)
-    } else {
-        None
+/// `clawcage trust`: records the SHA-256 of the configuration file that would be used, so a
+/// file inside the workspace is accepted as it is now.
+fn trust(options: &Options) -> Result<(), Failure> {
+    let located = clawcage_runtime::locate(options)?;
+    let Some(source) = &located.source else {
+        return Err(Failure::Usage(
+            "there is no configuration file to trust: none was found (--config FILE, clawcage.toml in the workspace, or the user config)".to_string(),
+        ));
     };
-    let bus = MessageBus::new();
-    let cron = if with_cron && config.cron.enabled() {
-        load_cron(&sandbox, &config, &state_dir, &bus, limits, &mut registry).await?
-    } else {
-        None
-    };
-    let plugins = plugins::load_into(&mut registry, &sandbox, &config.plugins, &grants).await;
-    let audit_path = match config.audit.enabled {
-        Some(false) => None,
-        _ => Some(
-            config
-                .audit
-                .path
-                .clone()
-                .unwrap_or_else(|| state_dir.join("audit.jsonl")),
-        ),
-    };
-    Ok(Setup {
-        registry,
-        plugins,
-        workspace,
-        audit_path,
-        config,
-        config_file,
-        state_dir,
-        child_registry,
-        bus,
-        cron,
-    })
-}
-
-/// Opens the cron service in `<state>/cron` and registers the `cron` tool, granted only the
-/// scheduler. One process at a time owns a state directory's jobs: another `chat` gets no cron
-/// tool and is told why.
-async fn load_cron(
-    sandbox: &Arc<Sandbox>,
-    config: &Config,
-    state_dir: &Path,
-    bus: &MessageBus,
-    limits: clawcage_sandbox::Limits,
-    registry: &mut ToolRegistry,
-) -> Result<Option<CronSetup>, Failure> {
-    let dir = state_dir.join("cron");
-    let owner = std::fs::create_dir_all(&dir)
-        .and_then(|()| {
-            std::fs::OpenOptions::new()
-                .create(true)
-                .truncate(false)
-                .write(true)
-                .open(dir.join("owner.lock"))
-        })
-        .map_err(|error| {
-            Failure::Usage(format!(
-                "cannot use {} for cron jobs ({error}); fix --state-dir or set [cron] enabled = false",
-                dir.display()
-            ))
-        })?;
-    match owner.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
-            eprintln!(
-                "note: another clawcage chat runs the cron jobs of {}; this one has no cron tool",
-                dir.display()
-            );
-            return Ok(None);
-        }
-        Err(std::fs::TryLockError::Error(error)) => {
-            return Err(Failure::Usage(format!(
-                "cannot lock {} for cron jobs ({error}); fix --state-dir or set [cron] enabled = false",
-                dir.join("owner.lock").display()
-            )));
-        }
-    }
-    let service = CronService::open(&dir, bus.clone(), config.cron.options()?)
-        .map_err(|error| Failure::Usage(error.to_string()))?;
-    let scheduler: Arc<dyn clawcage_core::Scheduler> = service.clone();
-    load_component(
-        sandbox,
-        registry,
-        "cron",
-        components::bundled::CRON,
-        Grants::none().with_limits(limits).with_scheduler(scheduler),
-    )
-    .await?;
-    Ok(Some(CronSetup {
-        service,
-        _owner: owner,
-    }))
-}
-
-/// Registers the exec tool with the file tools' workspace and limits plus the programs (the
-/// bundled ones and `[exec] programs_dir`). Turn it off with `[exec] enabled = false`.
-async fn load_exec(
-    sandbox: &Arc<Sandbox>,
-    config: &Config,
-    grants: Grants,
-    registry: &mut ToolRegistry,
-) -> Result<(), Failure> {
-    let programs = sandbox
-        .programs(config.exec.programs_dir.as_deref())
-        .await
-        .map_err(|error| Failure::Tool(error.to_string()))?;
-    let exec = ExecGrant {
-        programs,
-        write_limit_bytes: config.exec_write_limit()?,
-    };
-    load_component(
-        sandbox,
-        registry,
-        "exec",
-        components::bundled::EXEC,
-        grants.with_exec(exec),
-    )
-    .await
-}
-
-/// Load the bundled component `name` under `grants` and register its tools.
-async fn load_component(
-    sandbox: &Arc<Sandbox>,
-    registry: &mut ToolRegistry,
-    name: &str,
-    bytes: &[u8],
-    grants: Grants,
-) -> Result<(), Failure> {
-    let loaded = sandbox
-        .load(name, &format!("bundled:{name}"), bytes, grants)
-        .await
-        .map_err(|error| Failure::Tool(error.to_string()))?;
-    for tool in loaded.into_tools() {
-        registry
-            .register(Arc::new(tool))
-            .map_err(|error| Failure::Tool(error.to_string()))?;
-    }
+    let store = TrustStore::in_state_dir(&located.state_dir);
+    store.trust(source).map_err(|error| {
+        Failure::Usage(format!(
+            "cannot record the trust in {}: {error}; check --state-dir",
+            store.path().display()
+        ))
+    })?;
+    println!(
+        "trusted {} as it is now (sha256 {}); a change to it needs a new `clawcage trust`",
+        source.path.display(),
+        source.sha256
+    );
     Ok(())
 }
 
-/// The web component's grants: no files, the network the config allows (nothing without
-/// `[network] allow`), the secrets read from the environment here, and the search endpoint.
-fn web_grants(config: &Config, limits: clawcage_sandbox::Limits) -> Result<Grants, Failure> {
-    let policy = config.network.policy(|name| std::env::var(name).ok())?;
-    let mut grants = Grants::none().with_limits(limits).with_network(policy);
-    if let Some(endpoint) = config.web.search_endpoint()? {
-        grants = grants
-            .with_setting("CLAWCAGE_SEARCH_ENDPOINT", &endpoint)
-            .map_err(|error| Failure::Usage(error.to_string()))?;
-    }
-    Ok(grants)
-}
-
-async fn load_bundled(
-    sandbox: &Arc<Sandbox>,
-    grants: Grants,
-    web_grants: Grants,
-) -> Result<ToolRegistry, Failure> {
-    let mut registry = ToolRegistry::new();
-    let bundled: [(&str, &[u8], Grants); 2] = [
-        ("file", components::bundled::FILE, grants),
-        ("web", components::bundled::WEB, web_grants),
-    ];
-    for (name, bytes, grants) in bundled {
-        load_component(sandbox, &mut registry, name, bytes, grants).await?;
-    }
-    Ok(registry)
-}
-
-fn state_dir(explicit: Option<&Path>) -> Result<PathBuf, Failure> {
-    if let Some(dir) = explicit {
-        return Ok(dir.to_path_buf());
-    }
-    dirs::state_dir()
-        .or_else(dirs::data_local_dir)
-        .map(|dir| dir.join("clawcage"))
-        .ok_or_else(|| {
-            Failure::Usage("cannot find a user state directory; pass --state-dir DIR".to_string())
+/// `clawcage run`: one task; the answer on stdout, progress on stderr.
+async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Result<(), Failure> {
+    let console = Arc::new(render::Console::new(render::Sink::Stderr, false));
+    let agent = runtime
+        .agent(clawcage_runtime::AgentOptions {
+            send: render::print_messages(console.clone()),
+            stream: false,
+            subagents: true,
         })
+        .await?;
+    if agent.scripted {
+        console.line(&format!(
+            "note: the answers come from a recorded script ({}), not from a model",
+            agent.label
+        ));
+    }
+    let key = session.unwrap_or_else(|| {
+        format!(
+            "run-{}-{}",
+            clawcage_agent::transcript::now_ms(),
+            std::process::id()
+        )
+    });
+    let notes = console.clone();
+    let outcome = agent
+        .run_task(&key, task, console.clone(), &move |line: &str| {
+            notes.line(line)
+        })
+        .await?;
+    console.end_turn(
+        &outcome.answered_by,
+        outcome.usage,
+        agent.sessions.usage(&key),
+    );
+    match outcome.end {
+        clawcage_agent::TurnEnd::Answered => {
+            println!("{}", outcome.text);
+            Ok(())
+        }
+        clawcage_agent::TurnEnd::IterationLimit | clawcage_agent::TurnEnd::LoopDetected { .. } => {
+            Err(Failure::Tool(format!("clawcage: {}", outcome.text)))
+        }
+    }
 }
 
-fn print_tools(registry: &ToolRegistry, json: bool) -> Result<(), Failure> {
+fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
+    let registry = runtime.tools();
     if json {
         let tools: Vec<serde_json::Value> = registry
             .tools()
@@ -548,6 +381,7 @@ fn print_tools(registry: &ToolRegistry, json: bool) -> Result<(), Failure> {
         let schema = serde_json::to_string(&spec.input_schema).unwrap_or_default();
         println!("    schema: {schema}");
     }
+    render::print_plugin_report(runtime.plugins());
     Ok(())
 }
 
@@ -563,27 +397,29 @@ async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), 
 }
 
 /// `clawcage mcp`: serve the registry over stdio, or over streamable HTTP until Ctrl-C.
-async fn serve_mcp(setup: &Setup, http: Option<SocketAddr>) -> Result<(), Failure> {
-    let registry = setup.audited()?;
+async fn serve_mcp(runtime: &Runtime, http: Option<SocketAddr>) -> Result<(), Failure> {
+    let registry = runtime.audited_tools()?;
     let tool_count = registry.registry().names().len();
     let instructions = format!(
         "clawcage runs each of these tools in a WebAssembly sandbox. Files are reachable only inside the workspace {} ({}); paths may be relative to it or absolute inside it. Nothing outside it exists for the tools.",
-        setup.workspace.path().display(),
-        if setup.workspace.mode() == clawcage_sandbox::FsMode::ReadOnly {
+        runtime.workspace().path().display(),
+        if runtime.workspace().mode() == clawcage_sandbox::FsMode::ReadOnly {
             "read-only"
         } else {
             "read-write"
         }
     );
     let Some(address) = http else {
-        let server = McpServer::new(registry, &instructions, "mcp-stdio");
+        let server = McpServer::new(registry, &instructions, "mcp-stdio")
+            .with_call_time_limit(runtime.limits().timeout);
         tracing::info!(tools = tool_count, "serving MCP over stdio");
         return server
             .serve_stdio()
             .await
             .map_err(|error| Failure::Tool(error.to_string()));
     };
-    let server = McpServer::new(registry, &instructions, "mcp-http");
+    let server = McpServer::new(registry, &instructions, "mcp-http")
+        .with_call_time_limit(runtime.limits().timeout);
     if !address.ip().is_loopback() {
         return Err(Failure::Usage(
             clawcage_mcp::ServeError::NotLoopback(address).to_string(),

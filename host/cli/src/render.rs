@@ -8,8 +8,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clawcage_agent::provider::{ProviderEvents, preview};
-use clawcage_agent::{TurnObserver, Verdict};
-use clawcage_core::{ToolCall, Usage};
+use clawcage_agent::{SendCallback, TurnObserver, Verdict};
+use clawcage_core::{Tool as _, ToolCall, Usage};
+use clawcage_sandbox::PluginReport;
 
 /// Where the lines go.
 #[derive(Clone)]
@@ -171,5 +172,51 @@ pub fn tool_line(call: &ToolCall, verdict: &Verdict) -> String {
                 preview(first_line, 160)
             )
         }
+    }
+}
+
+/// A `message` tool callback that prints through `console`.
+pub fn print_messages(console: Arc<Console>) -> SendCallback {
+    clawcage_runtime::print_messages_with(Arc::new(move |line: String| console.line(&line)))
+}
+
+/// The plugins section of `clawcage tools`: each loaded plugin with its grant and what it was
+/// not granted, then each refused plugin with the reason.
+pub fn print_plugin_report(report: &PluginReport) {
+    if report.loaded.is_empty() && report.refused.is_empty() {
+        return;
+    }
+    println!();
+    println!("plugins:");
+    for plugin in &report.loaded {
+        let tools: Vec<&str> = plugin
+            .tools
+            .iter()
+            .map(|tool| tool.spec().name.as_str())
+            .collect();
+        println!(
+            "  {} loaded from {} (sha256 {}): {}",
+            plugin.origin(),
+            plugin.manifest.display(),
+            &plugin.sha256[..12],
+            tools.join(", ")
+        );
+        println!("    grants: {}", plugin.grants);
+        for note in &plugin.notes {
+            println!("    note: {note}");
+        }
+    }
+    for refused in &report.refused {
+        println!("  refused: {refused}");
+    }
+}
+
+/// Every refused plugin and every plugin warning, on stderr (each command shows them once).
+pub fn report_plugin_problems(report: &PluginReport) {
+    for refused in &report.refused {
+        eprintln!("clawcage: {refused}");
+    }
+    for warning in &report.warnings {
+        eprintln!("clawcage: warning: {warning}");
     }
 }

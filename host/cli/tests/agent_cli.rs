@@ -278,7 +278,9 @@ async fn run_reports_failures_with_the_contracts_exit_codes() {
     );
 
     // The server keeps failing: exit 1 with the server's message.
-    let config = dir.path().join("agent.toml");
+    // Configuration lives outside the workspace, where no tool can change it.
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("agent.toml");
     std::fs::write(
         &config,
         "[provider]\nkind = \"anthropic\"\nmax_retries = 0\n[agent]\nmax_iterations = 2\n",
@@ -482,7 +484,8 @@ async fn run_fails_over_along_the_configured_chain() {
     let primary = LlmServer::start(vec![Reply::status(503, "primary overloaded", &[])]).await;
     let fallback =
         LlmServer::start(vec![openai::message(Some("answered by the fallback"), &[])]).await;
-    let config = dir.path().join("chain.toml");
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("chain.toml");
     std::fs::write(
         &config,
         format!(

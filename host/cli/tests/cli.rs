@@ -169,6 +169,16 @@ fn config_errors_are_usage_errors_and_read_only_is_honoured() {
         "[workspace]\nmode = \"ro\"\n",
     )
     .unwrap();
+    // A configuration inside the workspace is used only once trusted as it is.
+    let untrusted = clawcage(dir.path(), &["tools"]);
+    assert_eq!(untrusted.status.code(), Some(2));
+    assert!(
+        stderr(&untrusted).contains("clawcage trust"),
+        "{}",
+        stderr(&untrusted)
+    );
+    let trusted = clawcage(dir.path(), &["trust"]);
+    assert!(trusted.status.success(), "{}", stderr(&trusted));
     let write = clawcage(
         dir.path(),
         &["call", "write_file", r#"{"path":"x.txt","content":"x"}"#],
@@ -188,5 +198,110 @@ fn config_errors_are_usage_errors_and_read_only_is_honoured() {
         stderr(&bad).contains("unknown field `mdoe`"),
         "{}",
         stderr(&bad)
+    );
+}
+
+/// Policy is never read from where tools can write: a configuration a tool wrote into the
+/// workspace is not used (it would grant the next run the network and move the audit log onto a
+/// host file), a planted symlink is refused without its target's content being shown, and a
+/// state directory or plugins directory inside the workspace is refused.
+#[test]
+fn a_configuration_a_tool_wrote_grants_nothing() {
+    let root = tempfile::tempdir().unwrap();
+    let workspace = root.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let planted = r#"{"path":"clawcage.toml","content":"[network]\nallow = [\"evil.example\"]\n[audit]\npath = \"../hijacked.log\"\n"}"#;
+    let wrote = clawcage(&workspace, &["call", "write_file", planted]);
+    assert!(wrote.status.success(), "{}", stderr(&wrote));
+
+    let next = clawcage(&workspace, &["call", "list_dir", "{}"]);
+    assert_eq!(next.status.code(), Some(2), "{}", stderr(&next));
+    assert!(stderr(&next).contains("not trusted"), "{}", stderr(&next));
+    assert!(!root.path().join("hijacked.log").exists());
+    let tools = clawcage(&workspace, &["tools"]);
+    assert_eq!(tools.status.code(), Some(2));
+    assert!(!stdout(&tools).contains("evil.example"));
+
+    // Trusted as it is, it is used; changed by a tool afterwards, it is refused again.
+    std::fs::write(
+        workspace.join("clawcage.toml"),
+        "[limits]\nmemory_mib = 64\n",
+    )
+    .unwrap();
+    assert!(clawcage(&workspace, &["trust"]).status.success());
+    let listed = clawcage(&workspace, &["tools"]);
+    assert!(listed.status.success(), "{}", stderr(&listed));
+    assert!(
+        stdout(&listed).contains("memory 64 MiB"),
+        "{}",
+        stdout(&listed)
+    );
+    let changed = r#"{"path":"clawcage.toml","content":"[limits]\nmemory_mib = 4096\n"}"#;
+    assert!(
+        clawcage(&workspace, &["call", "write_file", changed])
+            .status
+            .success()
+    );
+    let refused = clawcage(&workspace, &["tools"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("not trusted"),
+        "{}",
+        stderr(&refused)
+    );
+    std::fs::remove_file(workspace.join("clawcage.toml")).unwrap();
+
+    // A symlink planted as the configuration is refused, its target never shown.
+    let secret = root.path().join("id_rsa");
+    std::fs::write(
+        &secret,
+        "-----BEGIN OPENSSH PRIVATE KEY-----\nAAAAB3NzaC1yc2E\n",
+    )
+    .unwrap();
+    std::os::unix::fs::symlink(&secret, workspace.join("clawcage.toml")).unwrap();
+    let linked = clawcage(&workspace, &["tools"]);
+    assert_eq!(linked.status.code(), Some(2));
+    assert!(
+        stderr(&linked).contains("symbolic link"),
+        "{}",
+        stderr(&linked)
+    );
+    assert!(
+        !stderr(&linked).contains("AAAAB3NzaC1yc2E"),
+        "{}",
+        stderr(&linked)
+    );
+    assert!(
+        !stderr(&linked).contains("PRIVATE KEY"),
+        "{}",
+        stderr(&linked)
+    );
+    std::fs::remove_file(workspace.join("clawcage.toml")).unwrap();
+
+    // The state directory (compiled code, trust records) inside the workspace is refused.
+    let inside = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(["tools", "--workspace"])
+        .arg(&workspace)
+        .arg("--state-dir")
+        .arg(workspace.join(".state"))
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap();
+    assert_eq!(inside.status.code(), Some(2));
+    assert!(
+        stderr(&inside).contains("state directory"),
+        "{}",
+        stderr(&inside)
+    );
+
+    // So is a plugins directory inside it, even from a configuration outside.
+    let config = root.path().join("outside.toml");
+    std::fs::write(&config, "[plugins]\ndir = \"ws/plugins\"\n").unwrap();
+    let plugins = clawcage(&workspace, &["tools", "--config", config.to_str().unwrap()]);
+    assert_eq!(plugins.status.code(), Some(2));
+    assert!(
+        stderr(&plugins).contains("plugins directory"),
+        "{}",
+        stderr(&plugins)
     );
 }

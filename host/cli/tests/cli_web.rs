@@ -19,6 +19,14 @@ fn state_dir() -> std::path::PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state")
 }
 
+/// `clawcage trust` for the configuration the workspace `workspace` (with `args`) would use.
+fn trust(workspace: &Path, args: &[&str]) {
+    let mut all = vec!["trust"];
+    all.extend_from_slice(args);
+    let output = clawcage(workspace, &all, &[]);
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
 fn clawcage(workspace: &Path, args: &[&str], env: &[(&str, &str)]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
     command
@@ -108,6 +116,7 @@ fn tools_shows_the_web_tools_with_their_network_grant() {
         "[network]\nallow = [\"example.com\", \"*.example.org\"]\n",
     )
     .unwrap();
+    trust(dir.path(), &[]);
     let listing = clawcage(
         dir.path(),
         &["tools"],
@@ -158,6 +167,7 @@ fn web_fetch_reads_an_allowed_page_from_the_config() {
         format!("[network]\nallow = [\"127.0.0.1:{}\"]\n", server.port),
     )
     .unwrap();
+    trust(dir.path(), &[]);
     let url = format!("http://127.0.0.1:{}/page", server.port);
     let output = clawcage(
         dir.path(),
@@ -192,6 +202,7 @@ fn web_search_sends_the_key_from_the_environment_and_never_shows_it() {
         ),
     )
     .unwrap();
+    trust(dir.path(), &["--config", config.to_str().unwrap()]);
     let output = clawcage(
         dir.path(),
         &[
@@ -244,6 +255,7 @@ fn a_bad_network_section_is_a_usage_error_naming_the_key() {
         "[network]\nallow = [\"https://example.com/path\"]\n",
     )
     .unwrap();
+    trust(dir.path(), &[]);
     let output = clawcage(dir.path(), &["tools"], &[]);
     assert_eq!(output.status.code(), Some(2));
     assert!(

@@ -498,6 +498,22 @@ impl RawStdio {
         stdin.flush().unwrap();
     }
 
+    /// Sends `initialize` (id 1) and returns the answer.
+    fn initialize(&mut self) -> Value {
+        self.send(
+            &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+                "protocolVersion": "2025-06-18",
+                "capabilities": {},
+                "clientInfo": {"name": "raw-lines", "version": "1"}
+            }})
+            .to_string(),
+        );
+        // Generous: the first start may compile the components.
+        let answer = self.next(Duration::from_secs(300));
+        assert_eq!(answer["id"], 1, "{answer}");
+        answer
+    }
+
     /// The next message from the server, within `patience`.
     fn next(&mut self, patience: Duration) -> Value {
         match self.lines.recv_timeout(patience) {
@@ -536,16 +552,7 @@ fn forward_lines(stream: impl std::io::Read + Send + 'static) -> mpsc::Receiver<
 fn mcp_over_stdio_answers_a_deeply_nested_call_and_garbage_and_keeps_serving() {
     let fixture = Fixture::new("");
     let mut server = RawStdio::start(&fixture);
-    server.send(
-        &json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
-            "protocolVersion": "2025-06-18",
-            "capabilities": {},
-            "clientInfo": {"name": "raw-lines", "version": "1"}
-        }})
-        .to_string(),
-    );
-    // Generous: the first start may compile the components.
-    let initialized = server.next(Duration::from_secs(300));
+    let initialized = server.initialize();
     assert_eq!(initialized["id"], 1, "{initialized}");
     assert_eq!(initialized["result"]["serverInfo"]["name"], "clawcage");
     server.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
@@ -619,4 +626,64 @@ fn mcp_over_stdio_answers_a_deeply_nested_call_and_garbage_and_keeps_serving() {
     assert_eq!(records.len(), 1, "{text}");
     assert_eq!(records[0].tool, "read_file");
     assert_eq!(records[0].verdict, "ok");
+}
+
+/// CPU time (user + system) the process `pid` has used, in clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    // The fields after the command name, which is in parentheses and may contain spaces.
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    fields[11].parse::<u64>().unwrap() + fields[12].parse::<u64>().unwrap()
+}
+
+/// A flood inside a pipeline and a loop in nested shells end at the operator's limit, the
+/// server answers other requests meanwhile, and once a call is answered its programs use no more
+/// CPU (a stage left running would burn a core for ever).
+#[test]
+fn a_call_ends_at_its_limit_and_its_programs_stop_using_cpu() {
+    let fixture = Fixture::new("[limits]\ntimeout_secs = 2\n");
+    let mut server = RawStdio::start(&fixture);
+    server.initialize();
+    server.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+    let call = |id: u64, command: &str| {
+        json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {
+            "name": "exec", "arguments": {"command": command, "timeout_secs": 600}
+        }})
+        .to_string()
+    };
+    // Warm: the programs are loaded (and compiled on a first start) before any clock runs.
+    server.send(&call(2, "echo warm | cat"));
+    assert_eq!(server.next(Duration::from_secs(600))["id"], 2);
+
+    for (id, command) in [
+        (3, "yes | cat | cat | wc -l"),
+        (4, "sh -c 'sh -c \"while true; do :; done\"'"),
+    ] {
+        let started = Instant::now();
+        server.send(&call(id, command));
+        // A second request is answered while the first runs.
+        server.send(r#"{"jsonrpc":"2.0","id":99,"method":"tools/list"}"#);
+        let first = server.next(Duration::from_secs(30));
+        assert_eq!(first["id"], 99, "tools/list answered first: {first}");
+        let ended = server.next(Duration::from_secs(30));
+        let elapsed = started.elapsed();
+        assert_eq!(ended["id"], id, "{ended}");
+        assert_eq!(ended["result"]["isError"], true, "{ended}");
+        let text = ended["result"]["content"][0]["text"].as_str().unwrap();
+        assert!(text.contains("time limit"), "{command}: {text}");
+        assert!(
+            elapsed < Duration::from_secs(3),
+            "{command} was answered after {elapsed:?} under a 2 s limit"
+        );
+        let pid = server.child.id();
+        let before = cpu_ticks(pid);
+        std::thread::sleep(Duration::from_secs(1));
+        let used = cpu_ticks(pid) - before;
+        // Clock ticks are 1/100 s: a stage still running would use about 100 per second.
+        assert!(
+            used < 30,
+            "{command}: the server used {used} ticks of CPU in the second after the call ended"
+        );
+    }
 }

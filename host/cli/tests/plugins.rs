@@ -263,3 +263,39 @@ fn a_plugin_reaching_a_host_never_gets_the_hosts_secret() {
         "the bundled web tool's request does"
     );
 }
+
+/// Regression: a plugin that never returns kept `clawcage call` running forever, because the
+/// sandbox's epoch ticker stopped once the CLI had built its registry. The call must end at the
+/// operator's limit (plus a second), exit 1 and say so.
+#[test]
+fn a_spinning_plugin_is_stopped_at_the_operators_limit() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("workspace")).unwrap();
+    let spin = std::fs::read(fixtures::SPIN).unwrap();
+    install(
+        &root.path().join("plugins"),
+        "spin",
+        "spin",
+        &spin,
+        &digest(&spin),
+        "",
+    );
+    std::fs::write(
+        root.path().join("clawcage.toml"),
+        "[limits]\ntimeout_secs = 1\n\n[plugins]\ndir = \"plugins\"\n\n[plugins.grants.spin]\nworkspace = \"none\"\n\n[audit]\nenabled = false\n",
+    )
+    .unwrap();
+    // The first call may compile the fixture; the second shows the limit alone.
+    for _ in 0..2 {
+        let started = std::time::Instant::now();
+        let output = clawcage(root.path(), &["call", "spin"]);
+        let elapsed = started.elapsed();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("time limit of 1 s"), "{stderr}");
+        if elapsed < std::time::Duration::from_secs(2) {
+            return;
+        }
+    }
+    panic!("the spinning plugin's call did not end within its 1 s limit plus a second");
+}

@@ -2,10 +2,12 @@
 //! what a call returns ([`ToolOutput`]) and how it fails ([`ToolError`]), and the chat messages
 //! providers and transcripts share ([`chat`]), and the [`Scheduler`] contract between the `cron`
 //! tool and the host ([`scheduler`]). This crate holds plain
-//! serde types and object-safe traits; it depends on no engine and no async runtime, so the
-//! agent's tests and any front end can use it without compiling wasmtime.
+//! serde types and object-safe traits, plus the host-side file helpers every crate shares
+//! ([`files`]); it depends on no engine and no async runtime, so the agent's tests and any front
+//! end can use it without compiling wasmtime.
 
 pub mod chat;
+pub mod files;
 pub mod redact;
 pub mod scheduler;
 
@@ -18,6 +20,19 @@ use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// The environment variables that hold clawcage's own credentials: the model providers' API keys
+/// and the search key the host adds to requests. One list, used by the providers, the network
+/// secrets and the plugin rule (no plugin is ever granted one of these), so a new credential
+/// cannot reach a plugin by being missing from a second list.
+pub const CREDENTIAL_ENV: &[&str] = &[ANTHROPIC_API_KEY_ENV, OPENAI_API_KEY_ENV, BRAVE_API_KEY_ENV];
+
+/// The Anthropic API key's variable.
+pub const ANTHROPIC_API_KEY_ENV: &str = "ANTHROPIC_API_KEY";
+/// The OpenAI-compatible server's API key's variable.
+pub const OPENAI_API_KEY_ENV: &str = "OPENAI_API_KEY";
+/// The Brave Search API key's variable.
+pub const BRAVE_API_KEY_ENV: &str = "BRAVE_API_KEY";
 
 /// A boxed, sendable future, the return type of [`Tool::call`].
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;

@@ -7,7 +7,12 @@
 use std::fmt;
 
 /// Names the sandbox sets itself; a grant may not override them.
-pub const RESERVED_NAMES: &[&str] = &["CLAWCAGE_WORKSPACE", "CLAWCAGE_WORKSPACE_MODE", "PWD"];
+pub const RESERVED_NAMES: &[&str] = &[
+    "CLAWCAGE_WORKSPACE",
+    "CLAWCAGE_WORKSPACE_MODE",
+    "CLAWCAGE_TIME_LIMIT_MS",
+    "PWD",
+];
 
 /// Host environment variables granted to a component: unique names, sorted, with their values.
 #[derive(Clone, PartialEq, Eq, Default)]

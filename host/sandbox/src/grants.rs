@@ -182,7 +182,11 @@ pub struct Grants {
 }
 
 /// Environment names the host sets itself.
-const RESERVED_SETTINGS: &[&str] = &["CLAWCAGE_WORKSPACE", "CLAWCAGE_WORKSPACE_MODE"];
+const RESERVED_SETTINGS: &[&str] = &[
+    "CLAWCAGE_WORKSPACE",
+    "CLAWCAGE_WORKSPACE_MODE",
+    "CLAWCAGE_TIME_LIMIT_MS",
+];
 
 impl Grants {
     /// No directory, default limits.
@@ -322,9 +326,13 @@ impl Grants {
             None => "no network".to_string(),
         };
         let exec = match &self.exec {
-            Some(exec) => format!(
+            Some(exec) if exec.programs.is_found() => format!(
                 ", exec ({} programs, write limit {} MiB)",
                 exec.programs.len(),
+                exec.write_limit_bytes >> 20
+            ),
+            Some(exec) => format!(
+                ", exec (the bundled programs and any operator programs, write limit {} MiB)",
                 exec.write_limit_bytes >> 20
             ),
             None => String::new(),

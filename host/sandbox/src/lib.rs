@@ -15,8 +15,10 @@ pub mod network;
 pub mod plugin;
 mod process;
 pub mod programs;
+pub mod progress;
 mod sandbox;
 mod scheduler;
+mod special_files;
 mod tool;
 
 pub use cache::{ArtifactCache, CacheOutcome};
@@ -27,6 +29,7 @@ pub use plugin::{
     LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsConfig, RefusedPlugin,
 };
 pub use programs::ProgramCatalog;
+pub use progress::CompileProgress;
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;
 

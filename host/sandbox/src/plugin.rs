@@ -12,6 +12,7 @@ use std::collections::BTreeMap;
 use std::path::{Component as PathComponent, Path, PathBuf};
 use std::sync::Arc;
 
+use clawcage_core::files::{Symlinks, read_regular_file};
 use clawcage_core::{BoxFuture, Tool, ToolError, ToolOutput, ToolSpec};
 use serde::Deserialize;
 use serde_json::Value;
@@ -33,7 +34,7 @@ const MAX_COMPONENT_BYTES: u64 = 256 << 20;
 
 /// Environment variables of the host that hold its own credentials (the model providers' API
 /// keys). They are never passed to a plugin, whatever the operator's grant says.
-pub const HOST_SECRET_ENV: &[&str] = &["ANTHROPIC_API_KEY", "OPENAI_API_KEY", "BRAVE_API_KEY"];
+pub const HOST_SECRET_ENV: &[&str] = clawcage_core::CREDENTIAL_ENV;
 
 /// Name endings that mark an environment variable as a likely secret. Such a name is passed only
 /// when the operator lists it in `allow_secret_env` as well as in `env`.
@@ -605,25 +606,23 @@ fn discover(dir: &Path) -> Result<Vec<PluginLocation>, RefusedPlugin> {
     Ok(found)
 }
 
-/// Reads and checks one manifest.
+/// Reads and checks one manifest. It must be a regular file (a FIFO or a device is refused at
+/// once, never waited on) of at most [`MAX_MANIFEST_BYTES`].
 pub fn read_manifest(path: &Path) -> Result<Manifest, String> {
-    let metadata = std::fs::metadata(path).map_err(|error| {
-        if error.kind() == std::io::ErrorKind::NotFound {
-            format!(
+    let bytes = read_regular_file(path, MAX_MANIFEST_BYTES, Symlinks::Follow).map_err(|error| {
+        match error.kind() {
+            std::io::ErrorKind::NotFound => format!(
                 "there is no {MANIFEST_FILE} in this directory; every plugin directory needs a manifest"
-            )
-        } else {
-            format!("the manifest cannot be read: {error}")
+            ),
+            // The message names the path and what is wrong (not a regular file, too large).
+            std::io::ErrorKind::InvalidInput => format!(
+                "the manifest cannot be used: {error}; a plugin's manifest is a small TOML file"
+            ),
+            _ => format!("the manifest {} cannot be read: {error}", path.display()),
         }
     })?;
-    if metadata.len() > MAX_MANIFEST_BYTES {
-        return Err(format!(
-            "the manifest is larger than {} KiB; it is not a plugin manifest",
-            MAX_MANIFEST_BYTES >> 10
-        ));
-    }
-    let text = std::fs::read_to_string(path)
-        .map_err(|error| format!("the manifest cannot be read: {error}"))?;
+    let text = String::from_utf8(bytes)
+        .map_err(|_| format!("the manifest {} is not UTF-8 text", path.display()))?;
     parse_manifest(&text)
 }
 
@@ -679,25 +678,20 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, String> {
     Ok(manifest)
 }
 
+/// The component's bytes: a regular file (a FIFO or a device is refused at once, never waited
+/// on) of at most [`MAX_COMPONENT_BYTES`].
 fn read_component(path: &Path) -> Result<Vec<u8>, String> {
-    let metadata = std::fs::metadata(path).map_err(|error| {
-        format!(
-            "its component {} cannot be read ({error}); check `component` in the manifest",
-            path.display()
-        )
-    })?;
-    if !metadata.is_file() {
-        return Err(format!("its component {} is not a file", path.display()));
-    }
-    if metadata.len() > MAX_COMPONENT_BYTES {
-        return Err(format!(
-            "its component {} is larger than {} MiB",
-            path.display(),
-            MAX_COMPONENT_BYTES >> 20
-        ));
-    }
-    std::fs::read(path)
-        .map_err(|error| format!("its component {} cannot be read: {error}", path.display()))
+    read_regular_file(path, MAX_COMPONENT_BYTES, Symlinks::Follow).map_err(|error| {
+        if error.kind() == std::io::ErrorKind::InvalidInput {
+            // The message names the path and what is wrong (not a regular file, too large).
+            format!("its component cannot be used: {error}; check `component` in the manifest")
+        } else {
+            format!(
+                "its component {} cannot be read ({error}); check `component` in the manifest",
+                path.display()
+            )
+        }
+    })
 }
 
 /// A plugin name: 1-64 characters of `a-z`, `0-9`, `_` and `-`.

@@ -93,10 +93,16 @@ pub(crate) fn add_to_linker(linker: &mut Linker<CallState>) -> wasmtime::Result<
 
 impl wit::Host for CallState {
     async fn programs(&mut self) -> Vec<String> {
-        self.exec
-            .as_ref()
-            .map(|exec| exec.grant.programs.names())
-            .unwrap_or_default()
+        let Some(exec) = self.exec.as_ref() else {
+            return Vec::new();
+        };
+        match exec.grant.programs.resolve().await {
+            Ok(programs) => programs.keys().cloned().collect(),
+            Err(error) => {
+                tracing::warn!("the exec programs cannot be found: {error}");
+                Vec::new()
+            }
+        }
     }
 
     async fn run(&mut self, pipeline: Pipeline) -> Result<RunResult, RunError> {
@@ -417,10 +423,33 @@ fn open_redirect(
         OpenMode::Truncate => options.write(true).create(true).truncate(true),
         OpenMode::Append => options.append(true).create(true),
     };
-    let file = cap_primitives::fs::open(directory, relative, &options)
+    // Non-blocking, so that a FIFO (whose plain open waits for its other end) opens or fails at
+    // once and is then refused below by its type; there is no gap between a check and the open.
+    // For a regular file the flag changes nothing. (`_cap_fs_ext_nonblock` is how cap-fs-ext's
+    // `nonblock` sets O_NONBLOCK; cap-primitives has no other setter and this crate no libc.)
+    options._cap_fs_ext_nonblock(true);
+    let not_regular = |kind: &str| {
+        format!("{shown}: not a regular file ({kind}); redirections work with regular files only")
+    };
+    let file = cap_primitives::fs::open(directory, relative, &options).map_err(|error| {
+        // Opening a FIFO without a reader for writing fails (ENXIO): say what it is.
+        let found =
+            cap_primitives::fs::stat(directory, relative, cap_primitives::fs::FollowSymlinks::Yes);
+        match found
+            .ok()
+            .and_then(|metadata| special_kind(&metadata.file_type()))
+        {
+            Some(kind) if error.kind() != std::io::ErrorKind::NotFound => not_regular(kind),
+            _ => describe_open_error(shown, &error),
+        }
+    })?;
+    let metadata = cap_primitives::fs::Metadata::from_file(&file)
         .map_err(|error| describe_open_error(shown, &error))?;
-    if file.metadata().is_ok_and(|metadata| metadata.is_dir()) {
+    if metadata.is_dir() {
         return Err(format!("{shown}: Is a directory"));
+    }
+    if let Some(kind) = special_kind(&metadata.file_type()) {
+        return Err(not_regular(kind));
     }
     Ok(if writing {
         Opened::Write(FileSink {
@@ -430,6 +459,27 @@ fn open_redirect(
     } else {
         Opened::Read(file)
     })
+}
+
+/// What a file that is neither a regular file nor a directory is ("a FIFO"), or `None`.
+fn special_kind(file_type: &cap_primitives::fs::FileType) -> Option<&'static str> {
+    #[cfg(unix)]
+    {
+        use cap_primitives::fs::FileTypeExt as _;
+        if file_type.is_fifo() {
+            return Some("a FIFO");
+        }
+        if file_type.is_socket() {
+            return Some("a socket");
+        }
+        if file_type.is_char_device() {
+            return Some("a character device");
+        }
+        if file_type.is_block_device() {
+            return Some("a block device");
+        }
+    }
+    (!file_type.is_file() && !file_type.is_dir()).then_some("a special file")
 }
 
 fn describe_open_error(shown: &str, error: &std::io::Error) -> String {
@@ -516,10 +566,18 @@ fn validate(pipeline: &Pipeline) -> Result<(), RunError> {
 /// Runs `pipeline` to its end or its time limit.
 async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResult, RunError> {
     validate(&pipeline)?;
+    let catalog = exec
+        .grant
+        .programs
+        .resolve()
+        .await
+        .map_err(RunError::Invalid)?;
     let mut programs = Vec::with_capacity(pipeline.stages.len());
     for stage in &pipeline.stages {
-        match exec.grant.programs.get(&stage.program) {
-            Some(program) => programs.push(program.clone()),
+        match catalog.get(&stage.program) {
+            Some(program) => {
+                programs.push(program.ready().await.map_err(RunError::Invalid)?.clone())
+            }
             None => return Err(RunError::NotFound(stage.program.clone())),
         }
     }

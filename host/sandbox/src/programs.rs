@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
+use clawcage_core::files::{Symlinks, read_regular_file};
 use wasmtime::component::{Component, Linker, Resource, ResourceTable};
 use wasmtime::{Engine, Store, StoreContextMut};
 use wasmtime_wasi::filesystem::WasiFilesystemView as _;
@@ -22,9 +23,11 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
 use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
 
+use tokio::sync::OnceCell;
+
 use crate::components;
 use crate::host::MemoryLimiter;
-use crate::sandbox::{LoadError, Sandbox};
+use crate::sandbox::{Code, LoadError, Sandbox};
 
 /// The `wasi:filesystem/types` instance wasmtime-wasi defines; its file-writing functions are
 /// replaced by budgeted ones for programs.
@@ -152,6 +155,7 @@ fn budgeted(
 pub(crate) fn program_linker(engine: &Engine) -> wasmtime::Result<Linker<ProgramState>> {
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+    crate::special_files::refuse_special_files(&mut linker)?;
     linker.allow_shadowing(true);
     let mut types = linker.instance(FILESYSTEM_TYPES)?;
     types.func_wrap_async(
@@ -203,61 +207,169 @@ pub(crate) fn program_linker(engine: &Engine) -> wasmtime::Result<Linker<Program
     Ok(linker)
 }
 
-/// One compiled program.
+/// One compiled program, ready to instantiate.
 pub(crate) struct Program {
-    /// Where it came from, e.g. `bundled:coreutils` or a file path.
-    pub(crate) origin: String,
     pub(crate) pre: CommandPre<ProgramState>,
     pub(crate) engine: Engine,
+    /// Keeps the epoch advancing while this program can run.
+    pub(crate) _ticker: Arc<crate::sandbox::EpochTicker>,
 }
 
-/// The programs an exec grant can run, by name. Cheap to clone; compiled once.
+/// A program whose name is known but whose code is loaded when it first runs.
+pub(crate) struct LazyProgram {
+    name: String,
+    /// Where it came from, e.g. `bundled:coreutils` or a file path.
+    origin: String,
+    sandbox: Arc<Sandbox>,
+    code: Code,
+    key: String,
+    ready: OnceCell<Arc<Program>>,
+}
+
+impl LazyProgram {
+    /// The program ready to run, loaded on its first run.
+    pub(crate) async fn ready(&self) -> Result<&Arc<Program>, String> {
+        self.ready
+            .get_or_try_init(|| async {
+                let (component, _) = self
+                    .sandbox
+                    .compile(&self.name, &self.key, &self.code)
+                    .await?;
+                self.sandbox
+                    .prepare_program(&self.name, &component)
+                    .map(Arc::new)
+            })
+            .await
+            .map_err(|error| format!("{}: cannot be loaded: {error}", self.name))
+    }
+}
+
+type ProgramMap = BTreeMap<String, Arc<LazyProgram>>;
+
+/// The programs an exec grant can run, by name. Cheap to clone. A catalog made with
+/// [`Sandbox::programs_on_demand`] finds its programs on the first exec call; every program's
+/// code is loaded when it first runs.
 #[derive(Clone)]
 pub struct ProgramCatalog {
-    programs: Arc<BTreeMap<String, Arc<Program>>>,
+    inner: Arc<CatalogInner>,
+}
+
+struct CatalogInner {
+    /// Where to find the programs when asked first (none: found already).
+    source: Option<(Arc<Sandbox>, Option<PathBuf>)>,
+    programs: OnceCell<ProgramMap>,
+    /// Set once every program has been loaded.
+    loaded: OnceCell<()>,
 }
 
 impl std::fmt::Debug for ProgramCatalog {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProgramCatalog")
-            .field("programs", &self.programs.len())
+            .field("programs", &self.inner.programs.get().map(BTreeMap::len))
             .finish()
     }
 }
 
 impl PartialEq for ProgramCatalog {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.programs, &other.programs)
+        Arc::ptr_eq(&self.inner, &other.inner)
     }
 }
 
 impl Eq for ProgramCatalog {}
 
 impl ProgramCatalog {
-    /// The names of the programs, sorted.
+    fn ready(programs: ProgramMap) -> Self {
+        Self {
+            inner: Arc::new(CatalogInner {
+                source: None,
+                programs: OnceCell::new_with(Some(programs)),
+                loaded: OnceCell::new(),
+            }),
+        }
+    }
+
+    /// The programs, found now if this is the first call of an on-demand catalog.
+    pub(crate) async fn resolve(&self) -> Result<&ProgramMap, String> {
+        self.inner
+            .programs
+            .get_or_try_init(|| async {
+                match &self.inner.source {
+                    Some((sandbox, extra_dir)) => sandbox
+                        .find_programs(extra_dir.as_deref())
+                        .await
+                        .map_err(|error| error.to_string()),
+                    None => Ok(ProgramMap::new()),
+                }
+            })
+            .await
+    }
+
+    /// Finds the programs and loads every one of them (compiling those the artifact cache does
+    /// not hold yet), once. The exec tool calls this before its time limit starts, so a call's
+    /// limit is never spent on loading code.
+    pub async fn load_all(&self) -> Result<(), String> {
+        self.inner
+            .loaded
+            .get_or_try_init(|| async {
+                let programs = self.resolve().await?;
+                let mut distinct: Vec<&Arc<LazyProgram>> = Vec::new();
+                for program in programs.values() {
+                    if !distinct.iter().any(|seen| Arc::ptr_eq(seen, program)) {
+                        distinct.push(program);
+                    }
+                }
+                if let Some(first) = distinct.first() {
+                    let sandbox = &first.sandbox;
+                    let to_compile = distinct
+                        .iter()
+                        .filter(|program| {
+                            sandbox.compiled(&program.key).is_none()
+                                && !sandbox.cache().has_artifact(&program.key)
+                        })
+                        .count();
+                    sandbox.progress().expect(to_compile);
+                }
+                for program in distinct {
+                    program.ready().await?;
+                }
+                Ok(())
+            })
+            .await
+            .map(|_| ())
+    }
+
+    /// Whether the programs have been found yet.
+    pub fn is_found(&self) -> bool {
+        self.inner.programs.initialized()
+    }
+
+    /// The names of the programs, sorted (none before they are found).
     pub fn names(&self) -> Vec<String> {
-        self.programs.keys().cloned().collect()
+        self.inner
+            .programs
+            .get()
+            .map(|programs| programs.keys().cloned().collect())
+            .unwrap_or_default()
     }
 
     /// Where program `name` came from (`bundled:coreutils`, a file path), if it exists.
     pub fn origin(&self, name: &str) -> Option<&str> {
-        self.programs
+        self.inner
+            .programs
+            .get()?
             .get(name)
             .map(|program| program.origin.as_str())
     }
 
-    pub(crate) fn get(&self, name: &str) -> Option<&Arc<Program>> {
-        self.programs.get(name)
-    }
-
-    /// How many programs there are.
+    /// How many programs there are (0 before they are found).
     pub fn len(&self) -> usize {
-        self.programs.len()
+        self.inner.programs.get().map_or(0, BTreeMap::len)
     }
 
-    /// Whether there are none.
+    /// Whether there are none (or they have not been found yet).
     pub fn is_empty(&self) -> bool {
-        self.programs.is_empty()
+        self.len() == 0
     }
 }
 
@@ -282,28 +394,57 @@ pub(crate) fn valid_program_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'))
 }
 
+/// The record beside a multicall program's artifact that lists the names it answers to.
+const NAMES_RECORD: &str = "names";
+
+/// Largest operator program read from `programs_dir`.
+const MAX_PROGRAM_BYTES: u64 = 512 << 20;
+
 impl Sandbox {
     /// The bundled programs (uutils coreutils, grep, find, sed) plus every `NAME.wasm` WASI
-    /// command component in `extra_dir`, compiled (from the on-disk cache after the first start,
-    /// and once per process in memory). A program of `extra_dir` replaces a bundled one of the
-    /// same name.
+    /// command component in `extra_dir`, found now; each program's code is loaded when it
+    /// first runs. A program of `extra_dir` replaces a bundled one of the same name.
     pub async fn programs(
         self: &Arc<Self>,
         extra_dir: Option<&Path>,
     ) -> Result<ProgramCatalog, LoadError> {
-        let linker = program_linker(self.engine())
-            .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
-        let mut programs: BTreeMap<String, Arc<Program>> = BTreeMap::new();
+        self.find_programs(extra_dir)
+            .await
+            .map(ProgramCatalog::ready)
+    }
+
+    /// Like [`Sandbox::programs`], but nothing is read until the first exec call needs a
+    /// program; a problem with `extra_dir` is then that call's error.
+    pub fn programs_on_demand(self: &Arc<Self>, extra_dir: Option<&Path>) -> ProgramCatalog {
+        ProgramCatalog {
+            inner: Arc::new(CatalogInner {
+                source: Some((self.clone(), extra_dir.map(Path::to_path_buf))),
+                programs: OnceCell::new(),
+                loaded: OnceCell::new(),
+            }),
+        }
+    }
+
+    async fn find_programs(
+        self: &Arc<Self>,
+        extra_dir: Option<&Path>,
+    ) -> Result<ProgramMap, LoadError> {
+        let mut programs = ProgramMap::new();
         for (name, bytes, multicall) in bundled() {
-            let component = self.compile_program(name, bytes.to_vec()).await?;
-            let program = Arc::new(self.prepare_program(
-                &linker,
-                name,
-                format!("bundled:{name}"),
-                &component,
-            )?);
+            let key = match components::bundled::digest_of(bytes) {
+                Some(digest) => crate::cache::ArtifactCache::key_for_digest(self.engine(), digest),
+                None => crate::cache::ArtifactCache::key(self.engine(), bytes),
+            };
+            let program = Arc::new(LazyProgram {
+                name: name.to_string(),
+                origin: format!("bundled:{name}"),
+                sandbox: self.clone(),
+                code: Code::Static(bytes),
+                key,
+                ready: OnceCell::new(),
+            });
             if multicall {
-                for utility in self.multicall_names(name, &program).await? {
+                for utility in self.multicall_names(&program).await? {
                     programs.insert(utility, program.clone());
                 }
             } else {
@@ -312,54 +453,39 @@ impl Sandbox {
         }
         if let Some(dir) = extra_dir {
             for (name, path) in operator_programs(dir)? {
-                let bytes = std::fs::read(&path).map_err(|error| LoadError::Compile {
+                let bytes = read_regular_file(&path, MAX_PROGRAM_BYTES, Symlinks::Follow).map_err(
+                    |error| LoadError::Compile {
+                        component: name.clone(),
+                        reason: format!("cannot read {}: {error}", path.display()),
+                    },
+                )?;
+                let key = crate::cache::ArtifactCache::key(self.engine(), &bytes);
+                let program = Arc::new(LazyProgram {
+                    name: name.clone(),
+                    origin: path.display().to_string(),
+                    sandbox: self.clone(),
+                    code: Code::Shared(Arc::from(bytes)),
+                    key,
+                    ready: OnceCell::new(),
+                });
+                // Checked now, so a component that is no WASI command is refused at once.
+                program.ready().await.map_err(|reason| LoadError::Compile {
                     component: name.clone(),
-                    reason: format!("cannot read {}: {error}", path.display()),
+                    reason,
                 })?;
-                let component = self.compile_program(&name, bytes).await?;
-                let origin = path.display().to_string();
-                let program = self.prepare_program(&linker, &name, origin, &component)?;
                 if programs.contains_key(&name) {
                     tracing::info!(program = %name, path = %path.display(), "an operator program replaces the bundled one");
                 }
-                programs.insert(name, Arc::new(program));
+                programs.insert(name, program);
             }
         }
-        Ok(ProgramCatalog {
-            programs: Arc::new(programs),
-        })
+        Ok(programs)
     }
 
-    /// Compiles (or fetches) one program's component, keeping it in memory for this process.
-    async fn compile_program(&self, name: &str, bytes: Vec<u8>) -> Result<Component, LoadError> {
-        let key = crate::cache::ArtifactCache::key(self.engine(), &bytes);
-        if let Some(component) = self.compiled_program(&key) {
-            return Ok(component);
-        }
-        let engine = self.engine().clone();
-        let cache = self.cache().clone();
-        let compiled = tokio::task::spawn_blocking(move || cache.load(&engine, &bytes))
-            .await
-            .map_err(|error| LoadError::Compile {
-                component: name.to_string(),
-                reason: format!("the compile task stopped: {error}"),
-            })?;
-        let (component, outcome) = compiled.map_err(|error| LoadError::Compile {
-            component: name.to_string(),
-            reason: format!("{error:#}"),
-        })?;
-        tracing::debug!(program = name, ?outcome, "program ready");
-        self.remember_program(key, component.clone());
-        Ok(component)
-    }
-
-    fn prepare_program(
-        &self,
-        linker: &Linker<ProgramState>,
-        name: &str,
-        origin: String,
-        component: &Component,
-    ) -> Result<Program, LoadError> {
+    /// Links a program's component for running.
+    fn prepare_program(&self, name: &str, component: &Component) -> Result<Program, LoadError> {
+        let linker = program_linker(self.engine())
+            .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
         let instance_pre = linker
             .instantiate_pre(component)
             .map_err(|error| LoadError::Compile {
@@ -375,18 +501,30 @@ impl Sandbox {
             ),
         })?;
         Ok(Program {
-            origin,
             pre,
             engine: self.engine().clone(),
+            _ticker: self.ticker(),
         })
     }
 
-    /// Asks a multicall program for the names it answers to (`PROGRAM --list`).
-    async fn multicall_names(
-        &self,
-        name: &str,
-        program: &Program,
-    ) -> Result<Vec<String>, LoadError> {
+    /// The names a multicall program answers to: recorded beside its artifact, else asked now
+    /// (`PROGRAM --list`) and recorded.
+    async fn multicall_names(&self, program: &LazyProgram) -> Result<Vec<String>, LoadError> {
+        if let Some(bytes) = self.cache().record(&program.key, NAMES_RECORD)
+            && let Ok(names) = serde_json::from_slice::<Vec<String>>(&bytes)
+            && !names.is_empty()
+            && names
+                .iter()
+                .all(|name| name == "[" || valid_program_name(name))
+        {
+            return Ok(names);
+        }
+        let name = program.name.as_str();
+        let failed = |reason: String| LoadError::Compile {
+            component: name.to_string(),
+            reason,
+        };
+        let ready = program.ready().await.map_err(failed)?;
         let stdout = MemoryOutputPipe::new(1 << 20);
         let stderr = MemoryOutputPipe::new(64 << 10);
         let wasi = WasiCtxBuilder::new()
@@ -403,14 +541,10 @@ impl Sandbox {
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);
         let run = tokio::time::timeout(std::time::Duration::from_secs(30), async {
-            let command = program.pre.instantiate_async(&mut store).await?;
+            let command = ready.pre.instantiate_async(&mut store).await?;
             command.wasi_cli_run().call_run(&mut store).await
         })
         .await;
-        let failed = |reason: String| LoadError::Compile {
-            component: name.to_string(),
-            reason,
-        };
         match run {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(()))) => {
@@ -432,6 +566,9 @@ impl Sandbox {
             .collect();
         if names.is_empty() {
             return Err(failed(format!("`{name} --list` printed no names")));
+        }
+        if let Ok(json) = serde_json::to_vec(&names) {
+            self.cache().store_record(&program.key, NAMES_RECORD, &json);
         }
         Ok(names)
     }

@@ -15,7 +15,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::bindings::{self, BasicToolPre};
-use crate::cache::{ArtifactCache, CacheOutcome};
+use crate::cache::{ArtifactCache, CacheOutcome, sha256_hex};
 use crate::grants::Grants;
 use crate::host::CallState;
 use crate::tool::{Answer, Operation, WasmTool, run_in_fresh_instance};
@@ -31,6 +31,18 @@ const POOL_INSTANCES: u32 = 200;
 pub struct SandboxOptions {
     /// Where compiled components are cached.
     pub cache: ArtifactCache,
+    /// Where the first start's compilation is reported (quiet by default).
+    pub progress: crate::progress::CompileProgress,
+}
+
+impl SandboxOptions {
+    /// Components cached in `cache`, compilation not reported.
+    pub fn new(cache: ArtifactCache) -> Self {
+        Self {
+            cache,
+            progress: crate::progress::CompileProgress::quiet(),
+        }
+    }
 }
 
 /// Why a component could not be loaded.
@@ -77,13 +89,49 @@ pub enum LoadError {
     },
 }
 
+/// The thread that advances the engine's epoch every [`EPOCH_TICK`]: without it no timeout can
+/// stop a guest that never returns. It runs while anything that can run a guest holds it — the
+/// [`Sandbox`], every compiled component and every program — and stops when the last of them is
+/// dropped, so tools that outlive the `Sandbox` value keep their time limits.
+pub(crate) struct EpochTicker {
+    stop: Arc<AtomicBool>,
+}
+
+impl EpochTicker {
+    fn start(engine: &Engine) -> Result<Arc<EpochTicker>, LoadError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stopped = stop.clone();
+        let ticking = engine.clone();
+        thread::Builder::new()
+            .name("clawcage-epoch".into())
+            .spawn(move || {
+                while !stopped.load(Ordering::Relaxed) {
+                    thread::sleep(EPOCH_TICK);
+                    ticking.increment_epoch();
+                }
+            })
+            .map_err(|error| {
+                LoadError::Engine(format!("cannot start the epoch ticker: {error}"))
+            })?;
+        Ok(Arc::new(EpochTicker { stop }))
+    }
+}
+
+impl Drop for EpochTicker {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+    }
+}
+
 /// The engine every component runs in. Create one per process and share it.
 pub struct Sandbox {
     engine: Engine,
     cache: ArtifactCache,
-    ticker_stop: Arc<AtomicBool>,
-    /// Programs compiled in this process, by cache key, so a second catalog does not load again.
-    compiled_programs: Mutex<HashMap<String, Component>>,
+    ticker: Arc<EpochTicker>,
+    /// Components and programs loaded in this process, by cache key, so none loads twice.
+    compiled: Mutex<HashMap<String, Component>>,
+    /// Tells the operator, once, that the first start compiles.
+    progress: crate::progress::CompileProgress,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -91,12 +139,6 @@ impl std::fmt::Debug for Sandbox {
         f.debug_struct("Sandbox")
             .field("cache", &self.cache)
             .finish()
-    }
-}
-
-impl Drop for Sandbox {
-    fn drop(&mut self) {
-        self.ticker_stop.store(true, Ordering::Relaxed);
     }
 }
 
@@ -118,26 +160,13 @@ impl Sandbox {
             .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
         let engine = Engine::new(&config).map_err(|error| LoadError::Engine(error.to_string()))?;
 
-        let ticker_stop = Arc::new(AtomicBool::new(false));
-        let stop = ticker_stop.clone();
-        let ticking = engine.clone();
-        thread::Builder::new()
-            .name("clawcage-epoch".into())
-            .spawn(move || {
-                while !stop.load(Ordering::Relaxed) {
-                    thread::sleep(EPOCH_TICK);
-                    ticking.increment_epoch();
-                }
-            })
-            .map_err(|error| {
-                LoadError::Engine(format!("cannot start the epoch ticker: {error}"))
-            })?;
-
+        let ticker = EpochTicker::start(&engine)?;
         Ok(Arc::new(Sandbox {
             engine,
             cache: options.cache,
-            ticker_stop,
-            compiled_programs: Mutex::new(HashMap::new()),
+            ticker,
+            compiled: Mutex::new(HashMap::new()),
+            progress: options.progress.clone(),
         }))
     }
 
@@ -151,24 +180,74 @@ impl Sandbox {
         &self.cache
     }
 
-    /// A program compiled earlier in this process, by its cache key.
-    pub(crate) fn compiled_program(&self, key: &str) -> Option<Component> {
-        self.compiled_programs
-            .lock()
-            .ok()
-            .and_then(|programs| programs.get(key).cloned())
+    /// Where compilation is reported.
+    pub fn progress(&self) -> &crate::progress::CompileProgress {
+        &self.progress
     }
 
-    /// Keeps a compiled program for the rest of the process.
-    pub(crate) fn remember_program(&self, key: String, component: Component) {
-        if let Ok(mut programs) = self.compiled_programs.lock() {
-            programs.insert(key, component);
+    /// A hold on the epoch ticker, for whatever runs guests after this value is gone.
+    pub(crate) fn ticker(&self) -> Arc<EpochTicker> {
+        self.ticker.clone()
+    }
+
+    /// A component compiled or loaded earlier in this process, by its cache key.
+    pub(crate) fn compiled(&self, key: &str) -> Option<Component> {
+        self.compiled
+            .lock()
+            .ok()
+            .and_then(|compiled| compiled.get(key).cloned())
+    }
+
+    /// Keeps a compiled component for the rest of the process, so nothing is loaded twice.
+    pub(crate) fn remember(&self, key: String, component: Component) {
+        if let Ok(mut compiled) = self.compiled.lock() {
+            compiled.insert(key, component);
         }
     }
 
-    /// Compile (or fetch from the cache) the component `bytes`, check its imports, ask it for its
-    /// tool specs, and return its tools bound to `grants`. `origin` says where it came from
-    /// (e.g. `bundled:file`), for `clawcage tools` and the logs.
+    /// The component `code` (whose cache key is `key`): from this process's memory, else from
+    /// the artifact cache (mapped, not copied), else compiled now — with a note on stderr, since
+    /// compiling a large component takes seconds.
+    pub(crate) async fn compile(
+        &self,
+        name: &str,
+        key: &str,
+        code: &Code,
+    ) -> Result<(Component, CacheOutcome), LoadError> {
+        if let Some(component) = self.compiled(key) {
+            return Ok((component, CacheOutcome::Hit));
+        }
+        let engine = self.engine.clone();
+        let cache = self.cache.clone();
+        let owned_key = key.to_string();
+        let code = code.clone();
+        if !cache.has_artifact(key) {
+            self.progress.compiling(name);
+        }
+        let compiled = tokio::task::spawn_blocking(move || {
+            cache.load_keyed(&engine, &owned_key, code.bytes())
+        })
+        .await
+        .map_err(|error| LoadError::Compile {
+            component: name.to_string(),
+            reason: format!("the compile task stopped: {error}"),
+        })?;
+        let (component, outcome) = compiled.map_err(|error| LoadError::Compile {
+            component: name.to_string(),
+            reason: format!("{error:#}"),
+        })?;
+        tracing::debug!(component = name, ?outcome, "component ready");
+        self.remember(key.to_string(), component.clone());
+        Ok((component, outcome))
+    }
+
+    /// Checks the component `bytes` against `grants` and returns its tools bound to them.
+    /// `origin` says where it came from (e.g. `bundled:file`), for `clawcage tools` and the logs.
+    ///
+    /// Nothing is compiled or instantiated when the artifact cache already describes the
+    /// component (its tool specs and imports were recorded the first time): the code is loaded
+    /// when one of its tools is first called. Bundled components are recognised by their static
+    /// bytes and keyed by the digest computed at build time, so they are not even hashed.
     pub async fn load(
         self: &Arc<Self>,
         name: &str,
@@ -176,28 +255,123 @@ impl Sandbox {
         bytes: &[u8],
         grants: Grants,
     ) -> Result<LoadedComponent, LoadError> {
-        let engine = self.engine.clone();
-        let cache = self.cache.clone();
-        let owned = bytes.to_vec();
-        let compiled = tokio::task::spawn_blocking(move || cache.load(&engine, &owned))
-            .await
-            .map_err(|error| LoadError::Compile {
-                component: name.to_string(),
-                reason: format!("the compile task stopped: {error}"),
-            })?;
-        let (component, outcome) = compiled.map_err(|error| LoadError::Compile {
-            component: name.to_string(),
-            reason: format!("{error:#}"),
-        })?;
-        tracing::debug!(component = name, ?outcome, "component ready");
+        let (code, sha256) = match crate::components::bundled::as_static(bytes)
+            .zip(crate::components::bundled::digest_of(bytes))
+        {
+            Some((bytes, digest)) => (Code::Static(bytes), digest.to_string()),
+            None => (Code::Shared(Arc::from(bytes)), sha256_hex(bytes)),
+        };
+        self.load_code(name, origin, code, &sha256, grants).await
+    }
 
-        self.check_imports(name, &component, &grants)?;
+    /// [`Sandbox::load`] for code whose SHA-256 is already known (and was checked by the
+    /// caller, as the plugin loader does).
+    pub(crate) async fn load_code(
+        self: &Arc<Self>,
+        name: &str,
+        origin: &str,
+        code: Code,
+        sha256: &str,
+        grants: Grants,
+    ) -> Result<LoadedComponent, LoadError> {
+        let key = ArtifactCache::key_for_digest(&self.engine, sha256);
+        let (description, outcome) = match self.recorded_description(&key) {
+            Some(description) => (description, CacheOutcome::Hit),
+            None => {
+                let (component, outcome) = self.compile(name, &key, &code).await?;
+                let description = self.describe(name, &component).await?;
+                if let Ok(json) = serde_json::to_vec(&description) {
+                    self.cache.store_record(&key, DESCRIPTION_RECORD, &json);
+                }
+                (description, outcome)
+            }
+        };
+        check_imports(name, &description.imports, ImportSet::of(&grants))?;
+        let lazy = Arc::new(LazyComponent {
+            name: name.to_string(),
+            origin: origin.to_string(),
+            sandbox: self.clone(),
+            code,
+            key,
+            imports: ImportSet::of(&grants),
+            ready: tokio::sync::OnceCell::new(),
+            instantiations: AtomicU64::new(0),
+            cache_outcome: outcome,
+        });
+        let grants = Arc::new(grants);
+        let tools = description
+            .specs
+            .into_iter()
+            .map(|spec| WasmTool::new(spec, lazy.clone(), grants.clone()))
+            .collect();
+        Ok(LoadedComponent {
+            component: lazy,
+            tools,
+        })
+    }
+
+    /// Whether loading the component `bytes` would compile it (neither this process nor the
+    /// artifact cache knows it), so a front end can announce how many compilations are ahead.
+    pub fn needs_compile(&self, bytes: &[u8]) -> bool {
+        let key = match crate::components::bundled::digest_of(bytes) {
+            Some(digest) => ArtifactCache::key_for_digest(&self.engine, digest),
+            None => ArtifactCache::key(&self.engine, bytes),
+        };
+        self.compiled(&key).is_none()
+            && (self.recorded_description(&key).is_none() && !self.cache.has_artifact(&key))
+    }
+
+    /// What an earlier run recorded about the component of `key`, if it is usable.
+    fn recorded_description(&self, key: &str) -> Option<Description> {
+        let bytes = self.cache.record(key, DESCRIPTION_RECORD)?;
+        match serde_json::from_slice::<Description>(&bytes) {
+            Ok(description) if !description.specs.is_empty() => Some(description),
+            _ => {
+                tracing::warn!(
+                    key,
+                    "ignoring an unusable component description in the cache"
+                );
+                None
+            }
+        }
+    }
+
+    /// Learns what `component` imports and which tools it offers, by asking a fresh instance
+    /// with no grants for its specs. Imports nobody can grant are refused before it runs.
+    async fn describe(
+        self: &Arc<Self>,
+        name: &str,
+        component: &Component,
+    ) -> Result<Description, LoadError> {
+        let component_type = component.component_type();
+        let imports: Vec<RecordedImport> = component_type
+            .imports(&self.engine)
+            .map(|(import, item)| RecordedImport {
+                name: import.to_string(),
+                interface: matches!(item.ty, ComponentItem::ComponentInstance(_)),
+            })
+            .collect();
+        let asked = ImportSet::asked(&imports);
+        check_imports(name, &imports, ImportSet::ALL)?;
+        let prepared = self.prepare(name, component, asked)?;
+        let specs = prepared.specs().await?;
+        Ok(Description { specs, imports })
+    }
+
+    /// Links `component` with the imports in `imports` and checks that it exports the tool
+    /// interface.
+    fn prepare(
+        &self,
+        name: &str,
+        component: &Component,
+        imports: ImportSet,
+    ) -> Result<Arc<CompiledComponent>, LoadError> {
         let linker = self
-            .linker(&grants)
+            .linker(imports)
             .map_err(|error| LoadError::Engine(format!("{error:#}")))?;
         let instance_pre =
             linker
-                .instantiate_pre(&component)
+                .instantiate_pre(component)
                 .map_err(|error| LoadError::UngrantedImport {
                     component: name.to_string(),
                     import: "(see below)".to_string(),
@@ -207,110 +381,215 @@ impl Sandbox {
             component: name.to_string(),
             reason: format!("{error:#}"),
         })?;
-
-        let shared = Arc::new(CompiledComponent {
+        Ok(Arc::new(CompiledComponent {
             name: name.to_string(),
-            origin: origin.to_string(),
             pre,
             engine: self.engine.clone(),
+            _ticker: self.ticker(),
             instantiations: AtomicU64::new(0),
-            cache_outcome: outcome,
-        });
-        let specs = shared.specs().await?;
-        let grants = Arc::new(grants);
-        let tools = specs
-            .into_iter()
-            .map(|spec| WasmTool::new(spec, shared.clone(), grants.clone()))
-            .collect();
-        Ok(LoadedComponent {
-            component: shared,
-            tools,
-        })
+        }))
     }
 
     /// The linker a component is instantiated with: WASI (with sockets denied by the context)
-    /// and the `log` import; with a network grant, also the `http` import and `wasi:http`, both
-    /// of which send through the call's network policy; with exec, the `process` import; with a scheduler, the `scheduler` import.
-    fn linker(&self, grants: &Grants) -> wasmtime::Result<Linker<CallState>> {
+    /// and the `log` import; with the network, also the `http` import and `wasi:http`, both of
+    /// which send through the call's network policy; with exec, the `process` import; with a
+    /// scheduler, the `scheduler` import.
+    fn linker(&self, imports: ImportSet) -> wasmtime::Result<Linker<CallState>> {
         let mut linker = Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
+        crate::special_files::refuse_special_files(&mut linker)?;
         bindings::log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
-        if grants.network.is_some() {
+        if imports.network {
             bindings::http::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| {
                 state
             })?;
             wasmtime_wasi_http::p2::add_only_http_to_linker_async(&mut linker)?;
         }
-        if grants.exec.is_some() {
+        if imports.exec {
             crate::process::add_to_linker(&mut linker)?;
         }
-        if grants.scheduler().is_some() {
+        if imports.scheduler {
             crate::scheduler::add_to_linker(&mut linker)?;
         }
         Ok(linker)
     }
+}
 
-    /// Refuses components that import interfaces these grants do not provide, naming the import
-    /// and what would allow it. Outbound HTTP (`clawcage:tool/http`, `wasi:http/*`) is provided
-    /// only with a network grant, `clawcage:tool/process` only with exec,
-    /// `clawcage:tool/scheduler` only with a scheduler.
-    fn check_imports(
-        &self,
-        name: &str,
-        component: &Component,
-        grants: &Grants,
-    ) -> Result<(), LoadError> {
-        let component_type = component.component_type();
-        let network = grants.network.is_some();
-        for (import, item) in component_type.imports(&self.engine) {
-            let is_http =
-                import.starts_with("clawcage:tool/http@") || import.starts_with("wasi:http/");
-            let provided = (import.starts_with("wasi:") && !is_http)
-                || import.starts_with("clawcage:tool/log@")
-                || import.starts_with("clawcage:tool/types@")
-                || (network && is_http)
-                || (grants.exec.is_some() && import.starts_with("clawcage:tool/process@"))
-                || (grants.scheduler().is_some() && import.starts_with("clawcage:tool/scheduler@"));
-            if provided {
-                continue;
-            }
-            let interface = import.split('@').next().unwrap_or(import);
-            let hint = match interface {
-                _ if is_http => {
-                    "outbound HTTP needs a network grant: list the hosts the tool may reach in [network] allow in clawcage.toml"
-                }
-                "clawcage:tool/process" => {
-                    "running programs needs the exec capability: grant it with `Grants::with_exec` (for the CLI: keep `exec` enabled in the [exec] config section)"
-                }
-                "clawcage:tool/scheduler" => {
-                    "scheduling needs the cron capability: grant it with `Grants::with_scheduler` (for the CLI: keep `enabled` on in the [cron] config section)"
-                }
-                _ => {
-                    "it is not part of the clawcage contract; only wasi:* and clawcage:tool/* imports can be granted"
-                }
-            };
-            let kind = match item.ty {
-                ComponentItem::ComponentInstance(_) => "interface",
-                _ => "item",
-            };
-            return Err(LoadError::UngrantedImport {
-                component: name.to_string(),
-                import: format!("{import} ({kind})"),
-                hint: hint.to_string(),
-            });
+/// The name of the record that describes a component beside its artifact.
+const DESCRIPTION_RECORD: &str = "describe";
+
+/// The bytes of a component: the static bytes embedded in the binary, or a shared copy.
+#[derive(Clone)]
+pub(crate) enum Code {
+    /// Embedded in the binary.
+    Static(&'static [u8]),
+    /// Read from elsewhere (a plugin, a test fixture).
+    Shared(Arc<[u8]>),
+}
+
+impl Code {
+    pub(crate) fn bytes(&self) -> &[u8] {
+        match self {
+            Code::Static(bytes) => bytes,
+            Code::Shared(bytes) => bytes,
         }
-        Ok(())
     }
 }
 
-/// A compiled component shared by its tools.
-pub(crate) struct CompiledComponent {
+/// What the host learns by loading a component once, recorded beside its artifact.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+struct Description {
+    specs: Vec<ToolSpec>,
+    imports: Vec<RecordedImport>,
+}
+
+/// One import of a component.
+#[derive(Debug, serde::Serialize, serde::Deserialize)]
+pub(crate) struct RecordedImport {
+    /// Its full name, e.g. `wasi:http/outgoing-handler@0.2.6`.
+    name: String,
+    /// Whether it is an interface (rather than a single item).
+    interface: bool,
+}
+
+/// The optional host imports linked for a component; WASI and `log` always are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct ImportSet {
+    network: bool,
+    exec: bool,
+    scheduler: bool,
+}
+
+impl ImportSet {
+    /// Everything the host can provide (for describing a component before any grant applies).
+    const ALL: ImportSet = ImportSet {
+        network: true,
+        exec: true,
+        scheduler: true,
+    };
+
+    /// What `grants` provide.
+    fn of(grants: &Grants) -> ImportSet {
+        ImportSet {
+            network: grants.network.is_some(),
+            exec: grants.exec.is_some(),
+            scheduler: grants.scheduler().is_some(),
+        }
+    }
+
+    /// What a component with `imports` asks for.
+    fn asked(imports: &[RecordedImport]) -> ImportSet {
+        let any = |prefixes: &[&str]| {
+            imports.iter().any(|import| {
+                prefixes
+                    .iter()
+                    .any(|prefix| import.name.starts_with(prefix))
+            })
+        };
+        ImportSet {
+            network: any(&["clawcage:tool/http@", "wasi:http/"]),
+            exec: any(&["clawcage:tool/process@"]),
+            scheduler: any(&["clawcage:tool/scheduler@"]),
+        }
+    }
+}
+
+/// Refuses a component that imports an interface `granted` does not provide, naming the import
+/// and what would allow it. Outbound HTTP (`clawcage:tool/http`, `wasi:http/*`) is provided only
+/// with a network grant, `clawcage:tool/process` only with exec, `clawcage:tool/scheduler` only
+/// with a scheduler; nothing outside `wasi:*` and `clawcage:tool/*` ever is.
+fn check_imports(
+    name: &str,
+    imports: &[RecordedImport],
+    granted: ImportSet,
+) -> Result<(), LoadError> {
+    for import in imports {
+        let full = import.name.as_str();
+        let is_http = full.starts_with("clawcage:tool/http@") || full.starts_with("wasi:http/");
+        let provided = (full.starts_with("wasi:") && !is_http)
+            || full.starts_with("clawcage:tool/log@")
+            || full.starts_with("clawcage:tool/types@")
+            || (granted.network && is_http)
+            || (granted.exec && full.starts_with("clawcage:tool/process@"))
+            || (granted.scheduler && full.starts_with("clawcage:tool/scheduler@"));
+        if provided {
+            continue;
+        }
+        let interface = full.split('@').next().unwrap_or(full);
+        let hint = match interface {
+            _ if is_http => {
+                "outbound HTTP needs a network grant: list the hosts the tool may reach in [network] allow in clawcage.toml"
+            }
+            "clawcage:tool/process" => {
+                "running programs needs the exec capability: grant it with `Grants::with_exec` (for the CLI: keep `exec` enabled in the [exec] config section)"
+            }
+            "clawcage:tool/scheduler" => {
+                "scheduling needs the cron capability: grant it with `Grants::with_scheduler` (for the CLI: keep `enabled` on in the [cron] config section)"
+            }
+            _ => {
+                "it is not part of the clawcage contract; only wasi:* and clawcage:tool/* imports can be granted"
+            }
+        };
+        let kind = if import.interface {
+            "interface"
+        } else {
+            "item"
+        };
+        return Err(LoadError::UngrantedImport {
+            component: name.to_string(),
+            import: format!("{full} ({kind})"),
+            hint: hint.to_string(),
+        });
+    }
+    Ok(())
+}
+
+/// A component whose tools are known but whose code is loaded only when one of them is first
+/// called: `clawcage tools` and a provider's tool list never pay for it.
+pub(crate) struct LazyComponent {
     pub(crate) name: String,
     pub(crate) origin: String,
+    sandbox: Arc<Sandbox>,
+    code: Code,
+    key: String,
+    imports: ImportSet,
+    ready: tokio::sync::OnceCell<Arc<CompiledComponent>>,
+    /// Instances created for calls of its tools.
+    pub(crate) instantiations: AtomicU64,
+    cache_outcome: CacheOutcome,
+}
+
+impl LazyComponent {
+    /// The component ready to instantiate: loaded (from memory, the cache, or compiled) on the
+    /// first call, shared by every later one.
+    pub(crate) async fn ready(&self) -> Result<&Arc<CompiledComponent>, ToolError> {
+        self.ready
+            .get_or_try_init(|| async {
+                let (component, _) = self
+                    .sandbox
+                    .compile(&self.name, &self.key, &self.code)
+                    .await?;
+                self.sandbox.prepare(&self.name, &component, self.imports)
+            })
+            .await
+            .map_err(|error: LoadError| {
+                ToolError::Failed(format!(
+                    "the component `{}` could not be loaded: {error}",
+                    self.name
+                ))
+            })
+    }
+}
+
+/// A compiled component linked for one set of imports, ready to instantiate.
+pub(crate) struct CompiledComponent {
+    pub(crate) name: String,
     pub(crate) pre: BasicToolPre<CallState>,
     pub(crate) engine: Engine,
+    /// Keeps the epoch advancing while this component can run.
+    pub(crate) _ticker: Arc<EpochTicker>,
+    /// Instances created, the spec query included.
     pub(crate) instantiations: AtomicU64,
-    pub(crate) cache_outcome: CacheOutcome,
 }
 
 impl CompiledComponent {
@@ -362,7 +641,7 @@ impl CompiledComponent {
 
 /// A loaded component: its tools and counters.
 pub struct LoadedComponent {
-    component: Arc<CompiledComponent>,
+    component: Arc<LazyComponent>,
     tools: Vec<WasmTool>,
 }
 
@@ -391,13 +670,19 @@ impl LoadedComponent {
         self.tools
     }
 
-    /// How many instances have been created so far (the spec query at load counts as one).
+    /// How many instances have been created for calls of its tools so far.
     pub fn instantiations(&self) -> u64 {
         self.component.instantiations.load(Ordering::Relaxed)
     }
 
-    /// Whether the compiled code came from the cache.
+    /// Whether loading it compiled anything: `Hit` when the cache described it (or held its
+    /// artifact), `Compiled` when Cranelift ran.
     pub fn cache_outcome(&self) -> CacheOutcome {
         self.component.cache_outcome
+    }
+
+    /// Whether its code has been loaded yet (it is on the first call of one of its tools).
+    pub fn is_loaded(&self) -> bool {
+        self.component.ready.initialized()
     }
 }

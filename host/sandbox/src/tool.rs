@@ -15,7 +15,7 @@ use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 use crate::bindings::{GuestToolError, exports::clawcage::tool::tool::ToolSpec as GuestToolSpec};
 use crate::grants::{FsMode, Grants, WorkspaceGrant};
 use crate::host::CallState;
-use crate::sandbox::CompiledComponent;
+use crate::sandbox::{CompiledComponent, LazyComponent};
 
 /// Bytes of the guest's stderr kept to explain a crash.
 const STDERR_CAPACITY: usize = 64 << 10;
@@ -26,7 +26,7 @@ const STDOUT_CAPACITY: usize = 1 << 20;
 #[derive(Clone)]
 pub struct WasmTool {
     spec: ToolSpec,
-    component: Arc<CompiledComponent>,
+    component: Arc<LazyComponent>,
     grants: Arc<Grants>,
 }
 
@@ -41,11 +41,7 @@ impl std::fmt::Debug for WasmTool {
 }
 
 impl WasmTool {
-    pub(crate) fn new(
-        spec: ToolSpec,
-        component: Arc<CompiledComponent>,
-        grants: Arc<Grants>,
-    ) -> Self {
+    pub(crate) fn new(spec: ToolSpec, component: Arc<LazyComponent>, grants: Arc<Grants>) -> Self {
         Self {
             spec,
             component,
@@ -58,15 +54,6 @@ impl WasmTool {
         &self.grants
     }
 
-    /// The same tool with grants narrowed by `other` (never widened).
-    pub fn narrowed(&self, other: &Grants) -> WasmTool {
-        WasmTool {
-            spec: self.spec.clone(),
-            component: self.component.clone(),
-            grants: Arc::new(self.grants.narrowed_by(other)),
-        }
-    }
-
     /// The name of the component the tool belongs to.
     pub fn component_name(&self) -> &str {
         &self.component.name
@@ -77,15 +64,21 @@ impl WasmTool {
         self.component.instantiations.load(Ordering::Relaxed)
     }
 
-    /// Run the tool with arguments as JSON text (already validated by the registry).
+    /// Run the tool with arguments as JSON text (already validated by the registry). The
+    /// component's code is loaded on the first call of any of its tools.
     pub async fn call_json(&self, args: &str) -> Result<ToolOutput, ToolError> {
         let name = self.spec.name.as_str();
-        let answer = run_in_fresh_instance(
-            &self.component,
-            &self.grants,
-            Operation::Call { name, args },
-        )
-        .await?;
+        let compiled = self.component.ready().await?;
+        if let Some(exec) = &self.grants.exec {
+            exec.programs.load_all().await.map_err(|error| {
+                ToolError::Failed(format!("the exec programs could not be loaded: {error}"))
+            })?;
+        }
+        self.component
+            .instantiations
+            .fetch_add(1, Ordering::Relaxed);
+        let answer =
+            run_in_fresh_instance(compiled, &self.grants, Operation::Call { name, args }).await?;
         match answer {
             Answer::Call(Ok(text)) => Ok(ToolOutput::text(cap_output(
                 text,
@@ -236,6 +229,10 @@ fn wasi_context(
             .env("CLAWCAGE_WORKSPACE_MODE", workspace.mode().as_str())
             .env("PWD", workspace.guest_path());
     }
+    builder.env(
+        "CLAWCAGE_TIME_LIMIT_MS",
+        grants.limits.timeout.as_millis().to_string(),
+    );
     for (name, value) in grants.settings().iter().chain(grants.env.vars()) {
         builder.env(name, value);
     }

@@ -104,13 +104,23 @@ pub fn call(name: &str, arguments: Value, process: &mut dyn Process) -> Result<S
     };
     let workspace =
         clawcage_tool_sdk::workspace::root().map(|root| root.to_string_lossy().into_owned());
-    let mut shell = shell::Shell::new(
-        process,
-        workspace,
-        std::env::vars().collect(),
-        Duration::from_secs_f64(timeout_secs),
-    );
+    // The argument may shorten the operator's limit, never lengthen it (the host enforces the
+    // operator's limit whatever this says; keeping to it here makes the message right).
+    let mut timeout = Duration::from_secs_f64(timeout_secs);
+    if let Some(operator_limit) = operator_time_limit()
+        && operator_limit < timeout
+    {
+        timeout = operator_limit;
+    }
+    let mut shell = shell::Shell::new(process, workspace, std::env::vars().collect(), timeout);
     shell.run_command_line(command)
+}
+
+/// The operator's time limit of this call, which the host passes as `CLAWCAGE_TIME_LIMIT_MS`,
+/// less a margin for the shell to report what happened before the host stops the call.
+fn operator_time_limit() -> Option<Duration> {
+    let millis: u64 = std::env::var("CLAWCAGE_TIME_LIMIT_MS").ok()?.parse().ok()?;
+    Some(Duration::from_millis(millis).saturating_sub(Duration::from_millis(200)))
 }
 
 struct ExecTool;

@@ -241,7 +241,7 @@ impl<'a> Shell<'a> {
             Err(Stop::Timeout) => {
                 let so_far = self.output_so_far();
                 return Err(ToolError::Failed(format!(
-                    "the command line was stopped at its time limit of {} s (it may loop forever, wait for input or have too much work; raise timeout_secs or do less per call){so_far}",
+                    "the command line was stopped at its time limit of {:.1} s (it may loop forever, wait for input or have too much work; do less per call, or raise timeout_secs up to the operator's limit, [limits] timeout_secs){so_far}",
                     self.timeout.as_secs_f64()
                 )));
             }

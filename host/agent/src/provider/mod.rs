@@ -262,8 +262,8 @@ impl ProviderKind {
     /// The environment variable the key comes from.
     pub fn key_variable(self) -> Option<&'static str> {
         match self {
-            ProviderKind::Anthropic => Some("ANTHROPIC_API_KEY"),
-            ProviderKind::OpenAi => Some("OPENAI_API_KEY"),
+            ProviderKind::Anthropic => Some(clawcage_core::ANTHROPIC_API_KEY_ENV),
+            ProviderKind::OpenAi => Some(clawcage_core::OPENAI_API_KEY_ENV),
             ProviderKind::Scripted => None,
         }
     }

@@ -1,6 +1,6 @@
-//! The operator's plugins in the CLI: load them with the sandbox's [`PluginLoader`], add each
-//! plugin's tools to the registry all together or not at all, report every refused plugin on
-//! stderr, and print the plugins section of `clawcage tools`.
+//! The operator's plugins: load them with the sandbox's [`PluginLoader`] and add each plugin's
+//! tools to the registry all together or not at all. What became of each plugin is returned as a
+//! [`PluginReport`] for the front end to show.
 
 use std::sync::Arc;
 
@@ -61,42 +61,5 @@ pub async fn load_into(
         }
     }
     report.loaded = kept;
-    for refused in &report.refused {
-        eprintln!("clawcage: {refused}");
-    }
-    for warning in &report.warnings {
-        eprintln!("clawcage: warning: {warning}");
-    }
     report
-}
-
-/// The plugins section of `clawcage tools`: each loaded plugin with its grant and what it was
-/// not granted, then each refused plugin with the reason.
-pub fn print_report(report: &PluginReport) {
-    if report.loaded.is_empty() && report.refused.is_empty() {
-        return;
-    }
-    println!();
-    println!("plugins:");
-    for plugin in &report.loaded {
-        let tools: Vec<&str> = plugin
-            .tools
-            .iter()
-            .map(|tool| tool.spec().name.as_str())
-            .collect();
-        println!(
-            "  {} loaded from {} (sha256 {}): {}",
-            plugin.origin(),
-            plugin.manifest.display(),
-            &plugin.sha256[..12],
-            tools.join(", ")
-        );
-        println!("    grants: {}", plugin.grants);
-        for note in &plugin.notes {
-            println!("    note: {note}");
-        }
-    }
-    for refused in &report.refused {
-        println!("  refused: {refused}");
-    }
 }

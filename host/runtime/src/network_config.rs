@@ -29,7 +29,7 @@ use serde::Deserialize;
 /// another source.
 const BRAVE_HOST: &str = "api.search.brave.com";
 const BRAVE_HEADER: &str = "X-Subscription-Token";
-const BRAVE_ENV: &str = "BRAVE_API_KEY";
+const BRAVE_ENV: &str = clawcage_core::BRAVE_API_KEY_ENV;
 
 /// `[network]`: where outbound HTTP may go.
 #[derive(Debug, Default, Deserialize)]

@@ -1,6 +1,6 @@
 //! The agent's part of the configuration: `[provider]` (which model to ask, the fail-over chain,
 //! retries and timeouts) and `[agent]` (iterations, history, system prompt), merged with the
-//! `--provider`, `--model`, `--base-url` and `--script` flags. Keys come only from the
+//! `--provider`, `--model`, `--base-url` and `--script` flags ([`ProviderOverrides`]). Keys come only from the
 //! environment (`ANTHROPIC_API_KEY`, `OPENAI_API_KEY`); the file cannot hold one.
 
 use std::path::{Path, PathBuf};
@@ -8,7 +8,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clap::Args;
 use clawcage_agent::provider::{
     self, ApiKey, FailoverChain, HttpSettings, ProviderConfig, ProviderKind, RetryPolicy, Retrying,
     Script,
@@ -23,22 +22,16 @@ pub const OPENAI_BASE_URL: &str = "http://localhost:11434/v1";
 /// Default Anthropic model.
 pub const ANTHROPIC_MODEL: &str = "claude-sonnet-4-5";
 
-/// Flags that choose the model.
-#[derive(Debug, Clone, Default, Args)]
-pub struct ProviderArgs {
-    /// Which API to speak: anthropic, openai (any OpenAI-compatible server) or scripted (plays
-    /// --script). Default: [provider] kind in the config, else anthropic.
-    #[arg(long, global = true, value_name = "NAME")]
+/// What the command line says about the model, over `[provider]` in the config.
+#[derive(Debug, Clone, Default)]
+pub struct ProviderOverrides {
+    /// `anthropic`, `openai` or `scripted`.
     pub provider: Option<String>,
-    /// The model. Default: [provider] model, else claude-sonnet-4-5 for anthropic.
-    #[arg(long, global = true, value_name = "MODEL")]
+    /// The model.
     pub model: Option<String>,
-    /// The server. Anthropic: https://api.anthropic.com (the client appends /v1/messages);
-    /// OpenAI-compatible: http://localhost:11434/v1 (the client appends /chat/completions).
-    #[arg(long, global = true, value_name = "URL")]
+    /// The server's base URL.
     pub base_url: Option<String>,
     /// The recorded script the scripted provider plays (JSON).
-    #[arg(long, global = true, value_name = "FILE")]
     pub script: Option<PathBuf>,
 }
 
@@ -134,7 +127,7 @@ pub struct ChosenProvider {
 /// Build the provider chain from the flags, `[provider]` and the environment.
 /// `config_dir` resolves a relative `script` path.
 pub fn choose_provider(
-    args: &ProviderArgs,
+    args: &ProviderOverrides,
     section: &ProviderSection,
     config_dir: Option<&Path>,
     tools: &ToolRegistry,
@@ -167,8 +160,12 @@ pub fn choose_provider(
                 })
             })
             .context("the scripted provider plays a recorded script: pass --script FILE (or set [provider] script); `clawcage demo` shows one built in")?;
-        let text = std::fs::read_to_string(&path)
-            .with_context(|| format!("cannot read the script {}", path.display()))?;
+        let text = clawcage_core::files::read_regular_text(
+            &path,
+            64 << 20,
+            clawcage_core::files::Symlinks::Follow,
+        )
+        .with_context(|| format!("cannot read the script {}", path.display()))?;
         let script = Script::from_json(&text)?;
         return Ok(ChosenProvider {
             provider: provider::build(ProviderConfig::Scripted(script), tools)?,
@@ -305,13 +302,14 @@ mod tests {
             model: Some("llama3.1".into()),
             ..ProviderSection::default()
         };
-        let chosen = choose_provider(&ProviderArgs::default(), &section, None, &tools).unwrap();
+        let chosen =
+            choose_provider(&ProviderOverrides::default(), &section, None, &tools).unwrap();
         assert_eq!(chosen.provider.label(), "openai/llama3.1");
         // Another kind on the command line does not inherit the config's model.
-        let args = ProviderArgs {
+        let args = ProviderOverrides {
             provider: Some("openai".into()),
             model: Some("qwen".into()),
-            ..ProviderArgs::default()
+            ..ProviderOverrides::default()
         };
         assert_eq!(
             choose_provider(&args, &section, None, &tools)
@@ -320,25 +318,25 @@ mod tests {
                 .label(),
             "openai/qwen"
         );
-        let no_model = ProviderArgs {
+        let no_model = ProviderOverrides {
             provider: Some("openai".into()),
-            ..ProviderArgs::default()
+            ..ProviderOverrides::default()
         };
         let error = choose_provider(&no_model, &ProviderSection::default(), None, &tools)
             .err()
             .unwrap();
         assert!(error.to_string().contains("needs a model"), "{error}");
-        let scripted = ProviderArgs {
+        let scripted = ProviderOverrides {
             provider: Some("scripted".into()),
-            ..ProviderArgs::default()
+            ..ProviderOverrides::default()
         };
         let error = choose_provider(&scripted, &ProviderSection::default(), None, &tools)
             .err()
             .unwrap();
         assert!(error.to_string().contains("--script"), "{error}");
-        let bad = ProviderArgs {
+        let bad = ProviderOverrides {
             provider: Some("gpt".into()),
-            ..ProviderArgs::default()
+            ..ProviderOverrides::default()
         };
         assert!(choose_provider(&bad, &ProviderSection::default(), None, &tools).is_err());
     }

@@ -1,0 +1,211 @@
+//! The agent a runtime composes: its registry plus the `message` tool, the provider chosen by
+//! the flags and `[provider]` (with retries and the fail-over chain), the loop, the sessions with
+//! transcripts in the state directory, and the sub-agents with their narrower tools — and
+//! [`Agent::run_task`], one task whose answer waits for the sub-agents it started.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clawcage_agent::subagent::SYSTEM_CHANNEL;
+use clawcage_agent::{
+    AgentError, AgentLoop, LaneInput, MessageBus, MessageTool, OutboundMessage, SendCallback,
+    Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnObserver, TurnOutcome,
+};
+use clawcage_core::BoxFuture;
+
+use crate::provider_config::choose_provider;
+use crate::{Error, Runtime, failed, usage};
+
+/// How the agent is wired for one front end.
+#[derive(Clone)]
+pub struct AgentOptions {
+    /// Where the `message` tool sends.
+    pub send: SendCallback,
+    /// Ask the provider to stream text.
+    pub stream: bool,
+    /// Offer `spawn` and `subagents` (when `[subagents]` allows them).
+    pub subagents: bool,
+}
+
+/// A running agent.
+pub struct Agent {
+    /// The sessions (one lane each).
+    pub sessions: Sessions,
+    /// The tools the agent may call, the `message` tool included.
+    pub tools: ToolRegistry,
+    /// Whether the scripted provider answers.
+    pub scripted: bool,
+    /// `provider/model`, or the chain.
+    pub label: String,
+    /// The inbound bus: subsystems (sub-agents, cron) publish here; front ends subscribe to the
+    /// `system` channel and route notifications into the sessions' lanes.
+    pub bus: MessageBus,
+    /// The sub-agents, when `[subagents]` is enabled.
+    pub subagents: Option<Arc<SubagentManager>>,
+}
+
+/// A `message` tool callback that hands each message, as one line, to `print`.
+pub fn print_messages_with(print: Arc<dyn Fn(String) + Send + Sync>) -> SendCallback {
+    Arc::new(
+        move |message: OutboundMessage| -> BoxFuture<'static, Result<(), String>> {
+            let print = print.clone();
+            Box::pin(async move {
+                print(format!(
+                    "  [message to {}] {}",
+                    message.channel, message.content
+                ));
+                Ok(())
+            })
+        },
+    )
+}
+
+impl Runtime {
+    /// Wires an agent over this runtime's tools (plus the `message` tool sending through
+    /// `options.send`, and `spawn` and `subagents` when sub-agents are on).
+    pub async fn agent(&self, options: AgentOptions) -> Result<Agent, Error> {
+        let config = self.config();
+        let mut tools = self.tools().clone();
+        tools
+            .register(Arc::new(MessageTool::new("user", options.send)))
+            .map_err(failed)?;
+        let audit = self.audit_log()?;
+        let bus = self.bus().clone();
+        let mut agent_config = config
+            .agent
+            .agent_config(options.stream)
+            .map_err(|error| usage(format!("{error:#}")))?;
+        let child_tools = if options.subagents {
+            self.child_tools().await?
+        } else {
+            None
+        };
+        let subagents = match child_tools {
+            Some(child_tools) => {
+                let manager = SubagentManager::new(
+                    &tools,
+                    child_tools,
+                    config
+                        .subagents
+                        .config()
+                        .map_err(|error| usage(format!("{error:#}")))?,
+                    bus.clone(),
+                    Some(self.state_dir()),
+                )
+                .map_err(usage)?;
+                for tool in [manager.spawn_tool(), manager.subagents_tool()] {
+                    tools.register(tool).map_err(failed)?;
+                }
+                agent_config.system_prompt.push_str("\n\n");
+                agent_config.system_prompt.push_str(&manager.prompt_note());
+                Some(manager)
+            }
+            None => None,
+        };
+        let chosen = choose_provider(
+            &self.provider,
+            &config.provider,
+            self.config_source()
+                .and_then(|source| source.path.parent())
+                .map(Path::to_path_buf)
+                .as_deref(),
+            &tools,
+        )
+        .map_err(|error| usage(format!("{error:#}")))?;
+        let label = chosen.provider.label();
+        if let Some(manager) = &subagents {
+            manager.set_provider(chosen.provider.clone());
+            manager.set_redactor(self.redactor().clone());
+            if let Some(log) = &audit {
+                manager.set_audit(log.clone());
+            }
+        }
+        let agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config)
+            .with_audit(audit)
+            .with_redactor(self.redactor().clone());
+        let sessions = Sessions::new(
+            agent,
+            Some(TranscriptStore::new(self.state_dir().join("sessions"))),
+            config
+                .agent
+                .history_limit()
+                .map_err(|error| usage(format!("{error:#}")))?,
+        );
+        Ok(Agent {
+            sessions,
+            tools,
+            scripted: chosen.scripted,
+            label,
+            bus,
+            subagents,
+        })
+    }
+}
+
+impl Agent {
+    /// Runs `task` in session `key` and returns the final outcome. When the task started
+    /// sub-agents, waits for each one's announcement, lets the agent take it in (a turn each),
+    /// and returns the last turn's outcome. `note` hears progress lines (waiting, each
+    /// announcement).
+    pub async fn run_task(
+        &self,
+        key: &str,
+        task: &str,
+        observer: Arc<dyn TurnObserver>,
+        note: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<TurnOutcome, Error> {
+        if task.trim().is_empty() {
+            return Err(usage(
+                "the task is empty; pass what to do, e.g. clawcage run \"summarise README.md\"",
+            ));
+        }
+        let task_failed = |error: AgentError| failed(format!("the task failed: {error}"));
+        // Subscribed before the turn, so no sub-agent's announcement can be missed.
+        let mut announcements = self.bus.subscribe(SYSTEM_CHANNEL);
+        let mut outcome = self
+            .sessions
+            .send_user(key, task, observer.clone())
+            .await
+            .map_err(task_failed)?;
+        let Some(manager) = &self.subagents else {
+            return Ok(outcome);
+        };
+        let children = manager.running_for(key);
+        if children > 0 {
+            note(&format!(
+                "waiting for {children} sub-agent(s) to report (each has at most {} s)",
+                manager.config().timeout.as_secs()
+            ));
+        }
+        loop {
+            let waiting = manager.running_for(key) > 0;
+            let wait = if waiting {
+                Duration::from_millis(200)
+            } else {
+                Duration::ZERO
+            };
+            let message = match tokio::time::timeout(wait, announcements.recv()).await {
+                Ok(Some(message)) => message,
+                Ok(None) => break,
+                Err(_) if waiting => continue,
+                Err(_) => break,
+            };
+            note(&format!(
+                "[{}] {}",
+                message.sender,
+                message.content.lines().next().unwrap_or_default()
+            ));
+            outcome = self
+                .sessions
+                .submit(key, LaneInput::Notification(message), observer.clone())
+                .wait()
+                .await
+                .and_then(|outcome| {
+                    outcome.ok_or_else(|| AgentError::History("no outcome".to_string()))
+                })
+                .map_err(task_failed)?;
+        }
+        Ok(outcome)
+    }
+}

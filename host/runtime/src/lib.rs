@@ -1,0 +1,505 @@
+//! The composition root of clawcage: one place that turns the operator's configuration into a
+//! running runtime — grants, the sandbox, the tool registries (whose components load on demand),
+//! the plugins, the audit log, the message bus, cron, the providers with their fail-over chain,
+//! the sessions and the sub-agents — so that every front end (`call`, `run`, `chat`, `mcp`, the
+//! gateway, ACP) parses its own input, asks a [`Runtime`] for what it needs and renders the
+//! result, and none of them builds registries, providers or grants itself. It also decides where
+//! grants may come from (`trust`): nothing a tool can write is read as configuration.
+
+mod agent;
+pub mod config;
+pub mod cron_config;
+pub mod network_config;
+mod plugins;
+pub mod provider_config;
+pub mod subagent_config;
+mod tools;
+pub mod trust;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use clawcage_agent::{AuditLog, AuditedRegistry, CronService, MessageBus, ToolRegistry};
+use clawcage_core::redact::Redactor;
+use clawcage_sandbox::{
+    ArtifactCache, CompileProgress, FsMode, Grants, Limits, PluginReport, Sandbox, SandboxOptions,
+    WorkspaceGrant,
+};
+
+pub use agent::{Agent, AgentOptions, print_messages_with};
+pub use config::{Config, ConfigSource};
+pub use provider_config::ProviderOverrides;
+pub use trust::TrustStore;
+
+/// Why the runtime could not do what was asked, with the exit code it maps to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Error {
+    /// The configuration or the request is wrong (exit code 2): the message says what to fix.
+    Usage(String),
+    /// The tool or task failed (exit code 1).
+    Failed(String),
+}
+
+impl Error {
+    /// The process exit code of this error: 2 for usage, 1 for a failure.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            Error::Usage(_) => 2,
+            Error::Failed(_) => 1,
+        }
+    }
+
+    /// The message.
+    pub fn message(&self) -> &str {
+        match self {
+            Error::Usage(message) | Error::Failed(message) => message,
+        }
+    }
+}
+
+impl std::fmt::Display for Error {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.message())
+    }
+}
+
+impl std::error::Error for Error {}
+
+pub(crate) fn usage(error: impl std::fmt::Display) -> Error {
+    Error::Usage(error.to_string())
+}
+
+pub(crate) fn failed(error: impl std::fmt::Display) -> Error {
+    Error::Failed(error.to_string())
+}
+
+/// What a front end asks for: the command line's view of configuration and state.
+#[derive(Debug, Clone, Default)]
+pub struct Options {
+    /// `--config FILE`.
+    pub config: Option<PathBuf>,
+    /// `--state-dir DIR` (default: the user state directory).
+    pub state_dir: Option<PathBuf>,
+    /// `--workspace DIR` (default: `[workspace] path`, else the current directory).
+    pub workspace: Option<PathBuf>,
+    /// `--read-only`: the workspace read-only whatever the config says.
+    pub read_only: bool,
+    /// `--provider`, `--model`, `--base-url`, `--script`.
+    pub provider: ProviderOverrides,
+    /// Where the first start's compilation is reported.
+    pub progress: CompileProgress,
+}
+
+/// Where configuration and state were found, before anything is checked or started.
+#[derive(Debug)]
+pub struct Located {
+    /// The configuration.
+    pub config: Config,
+    /// The file it came from, if any.
+    pub source: Option<ConfigSource>,
+    /// The workspace directory (canonical) and its mode.
+    pub workspace: WorkspaceGrant,
+    /// The state directory.
+    pub state_dir: PathBuf,
+}
+
+/// Finds the configuration, the workspace and the state directory named by `options`.
+pub fn locate(options: &Options) -> Result<Located, Error> {
+    let current = std::env::current_dir()
+        .map_err(|error| failed(format!("cannot read the current directory: {error}")))?;
+    let hint = options.workspace.clone().unwrap_or_else(|| current.clone());
+    let (config, source) = Config::load(options.config.as_deref(), &hint)
+        .map_err(|error| Error::Usage(format!("{error:#}")))?;
+    let workspace_path = options
+        .workspace
+        .clone()
+        .or_else(|| config.workspace.path.clone())
+        .unwrap_or(current);
+    let mode = if options.read_only {
+        FsMode::ReadOnly
+    } else {
+        config
+            .workspace_mode()
+            .map_err(|error| usage(format!("{error:#}")))?
+    };
+    let workspace = WorkspaceGrant::new(&workspace_path, mode).map_err(usage)?;
+    let state_dir = state_dir(options.state_dir.as_deref())?;
+    Ok(Located {
+        config,
+        source,
+        workspace,
+        state_dir,
+    })
+}
+
+/// The state directory: `explicit`, else the user state directory's `clawcage`.
+pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf, Error> {
+    if let Some(dir) = explicit {
+        return Ok(dir.to_path_buf());
+    }
+    dirs::state_dir()
+        .or_else(dirs::data_local_dir)
+        .map(|dir| dir.join("clawcage"))
+        .ok_or_else(|| usage("cannot find a user state directory; pass --state-dir DIR"))
+}
+
+impl Located {
+    /// Refuses a layout in which a tool could change what the next run grants: the state
+    /// directory or the plugins directory inside the workspace, or a configuration file inside
+    /// it that the operator has not trusted as it is now.
+    pub fn check_trust(&self) -> Result<(), Error> {
+        let workspace = self.workspace.path();
+        if trust::is_inside(&self.state_dir, workspace) {
+            return Err(usage(format!(
+                "the state directory {} lies inside the workspace {}, where tools can write: a tool could change the compiled-code cache, the trusted configurations, the cron jobs or the audit log. Pass --state-dir DIR outside the workspace (or set CLAWCAGE_STATE_DIR)",
+                self.state_dir.display(),
+                workspace.display()
+            )));
+        }
+        if let Some(dir) = &self.config.plugins.dir
+            && trust::is_inside(dir, workspace)
+        {
+            return Err(usage(format!(
+                "the plugins directory {} lies inside the workspace {}, where tools can write: a tool could replace a plugin and its manifest. Move it outside the workspace and fix [plugins] dir",
+                dir.display(),
+                workspace.display()
+            )));
+        }
+        if let Some(source) = &self.source
+            && trust::is_inside(&source.path, workspace)
+        {
+            let store = TrustStore::in_state_dir(&self.state_dir);
+            let trusted = store.is_trusted(source).map_err(|error| {
+                usage(format!(
+                    "cannot read the trusted configurations {}: {error}",
+                    store.path().display()
+                ))
+            })?;
+            if !trusted {
+                return Err(usage(format!(
+                    "the configuration {} lies inside the workspace, where tools can write, and is not trusted as it is now (sha256 {}). Review it, then run `clawcage trust{}` to use it; any later change to it needs a new `clawcage trust`",
+                    source.path.display(),
+                    &source.sha256[..12],
+                    if source.explicit {
+                        format!(" --config {}", source.path.display())
+                    } else {
+                        format!(" --workspace {}", workspace.display())
+                    }
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A scrubber of every secret value this process holds: clawcage's credential variables
+/// (`clawcage_core::CREDENTIAL_ENV`) and the network policy's secrets. A value too short to
+/// scrub safely is reported once.
+fn secrets_redactor(web_grants: &Grants) -> Redactor {
+    let credentials = Redactor::new(clawcage_core::CREDENTIAL_ENV.iter().filter_map(|name| {
+        std::env::var(name)
+            .ok()
+            .filter(|value| !value.trim().is_empty())
+            .map(|value| (*name, value))
+    }));
+    let redactor = match &web_grants.network {
+        Some(policy) => credentials.merged(policy.redactor()),
+        None => credentials,
+    };
+    for label in redactor.skipped() {
+        tracing::warn!(
+            "the value of {label} is shorter than 8 characters, so it cannot be scrubbed from tool results"
+        );
+    }
+    redactor
+}
+
+/// The cron service of this process and the lock that makes it the only one on the state
+/// directory (held while the runtime lives).
+struct CronSetup {
+    service: Arc<CronService>,
+    _owner: std::fs::File,
+}
+
+/// What became of the request for the cron capability.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CronStatus {
+    /// This runtime runs the state directory's jobs and offers the `cron` tool.
+    Owned,
+    /// Another clawcage process runs them; this one has no `cron` tool.
+    OwnedElsewhere(PathBuf),
+    /// `[cron] enabled = false`.
+    Disabled,
+}
+
+/// A composed runtime: the configuration resolved and checked, the sandbox started, the tools
+/// registered (their components load when first called), the plugins loaded.
+pub struct Runtime {
+    config: Config,
+    source: Option<ConfigSource>,
+    workspace: WorkspaceGrant,
+    state_dir: PathBuf,
+    limits: Limits,
+    provider: ProviderOverrides,
+    sandbox: Arc<Sandbox>,
+    grants: Grants,
+    web_grants: Grants,
+    tools: ToolRegistry,
+    plugins: PluginReport,
+    audit_path: Option<PathBuf>,
+    bus: MessageBus,
+    cron: Option<CronSetup>,
+    /// Every secret value the host holds, scrubbed from whatever a tool returns.
+    redactor: Redactor,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("workspace", &self.workspace)
+            .field("state_dir", &self.state_dir)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// Composes the runtime `options` describe: finds and checks the configuration, starts the
+    /// sandbox and registers the bundled tools and the plugins. No component is compiled or
+    /// instantiated when the artifact cache already knows them.
+    pub async fn open(options: Options) -> Result<Runtime, Error> {
+        let located = locate(&options)?;
+        located.check_trust()?;
+        Self::assemble(located, options.provider, options.progress, None).await
+    }
+
+    /// The runtime of `clawcage demo`: the default configuration, the workspace `workspace`, no
+    /// network whatever any configuration says, state in `state_dir`; only the compiled-component
+    /// cache of `cache_state_dir` is shared.
+    pub async fn demo(
+        workspace: &Path,
+        state_dir: &Path,
+        cache_state_dir: &Path,
+        script: PathBuf,
+        progress: CompileProgress,
+    ) -> Result<Runtime, Error> {
+        let located = Located {
+            config: Config::default(),
+            source: None,
+            workspace: WorkspaceGrant::new(workspace, FsMode::ReadWrite).map_err(failed)?,
+            state_dir: state_dir.to_path_buf(),
+        };
+        let provider = ProviderOverrides {
+            provider: Some("scripted".to_string()),
+            script: Some(script),
+            ..ProviderOverrides::default()
+        };
+        let mut runtime = Self::assemble(
+            located,
+            provider,
+            progress,
+            Some(cache_state_dir.join("cache").join("components")),
+        )
+        .await?;
+        runtime.audit_path = None;
+        Ok(runtime)
+    }
+
+    async fn assemble(
+        located: Located,
+        provider: ProviderOverrides,
+        progress: CompileProgress,
+        cache_dir: Option<PathBuf>,
+    ) -> Result<Runtime, Error> {
+        let Located {
+            config,
+            source,
+            workspace,
+            state_dir,
+        } = located;
+        let demo = cache_dir.is_some();
+        let limits = config
+            .limits()
+            .map_err(|error| usage(format!("{error:#}")))?;
+        let grants = Grants::workspace(workspace.clone()).with_limits(limits);
+        let web_grants = if demo {
+            tools::no_network(limits)
+        } else {
+            tools::web_grants(&config, limits)?
+        };
+        let cache_dir = cache_dir.unwrap_or_else(|| state_dir.join("cache").join("components"));
+        let sandbox = Sandbox::new(SandboxOptions {
+            cache: ArtifactCache::in_dir(cache_dir),
+            progress,
+        })
+        .map_err(failed)?;
+        let tools =
+            tools::bundled_registry(&sandbox, &config, grants.clone(), web_grants.clone()).await?;
+        let mut runtime = Runtime {
+            audit_path: match config.audit.enabled {
+                Some(false) => None,
+                _ => Some(
+                    config
+                        .audit
+                        .path
+                        .clone()
+                        .unwrap_or_else(|| state_dir.join("audit.jsonl")),
+                ),
+            },
+            config,
+            source,
+            workspace,
+            state_dir,
+            limits,
+            provider,
+            sandbox,
+            grants,
+            web_grants,
+            tools,
+            plugins: PluginReport::default(),
+            bus: MessageBus::new(),
+            cron: None,
+            redactor: Redactor::default(),
+        };
+        runtime.redactor = secrets_redactor(&runtime.web_grants);
+        if !demo {
+            runtime.plugins = plugins::load_into(
+                &mut runtime.tools,
+                &runtime.sandbox,
+                &runtime.config.plugins,
+                &runtime.grants,
+            )
+            .await;
+        }
+        Ok(runtime)
+    }
+
+    /// Takes the cron capability: locks the state directory's jobs for this process, starts the
+    /// service and registers the `cron` tool. Another process holding them is not an error: it
+    /// is reported, and this runtime has no `cron` tool.
+    pub async fn enable_cron(&mut self) -> Result<CronStatus, Error> {
+        if !self.config.cron.enabled() {
+            return Ok(CronStatus::Disabled);
+        }
+        if self.cron.is_some() {
+            return Ok(CronStatus::Owned);
+        }
+        let dir = self.state_dir.join("cron");
+        let Some(owner) = tools::lock_cron(&dir)? else {
+            return Ok(CronStatus::OwnedElsewhere(dir));
+        };
+        let service = CronService::open(
+            &dir,
+            self.bus.clone(),
+            self.config
+                .cron
+                .options()
+                .map_err(|error| usage(format!("{error:#}")))?,
+        )
+        .map_err(usage)?;
+        tools::register_cron(&self.sandbox, &mut self.tools, service.clone(), self.limits).await?;
+        self.cron = Some(CronSetup {
+            service,
+            _owner: owner,
+        });
+        Ok(CronStatus::Owned)
+    }
+
+    /// The cron service, when [`Runtime::enable_cron`] took it.
+    pub fn cron(&self) -> Option<&Arc<CronService>> {
+        self.cron.as_ref().map(|cron| &cron.service)
+    }
+
+    /// The tools, by name.
+    pub fn tools(&self) -> &ToolRegistry {
+        &self.tools
+    }
+
+    /// What became of each plugin.
+    pub fn plugins(&self) -> &PluginReport {
+        &self.plugins
+    }
+
+    /// The workspace the tools may reach.
+    pub fn workspace(&self) -> &WorkspaceGrant {
+        &self.workspace
+    }
+
+    /// The state directory.
+    pub fn state_dir(&self) -> &Path {
+        &self.state_dir
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// Where the configuration came from, if from a file.
+    pub fn config_source(&self) -> Option<&ConfigSource> {
+        self.source.as_ref()
+    }
+
+    /// The inbound message bus (sub-agent announcements, cron firings).
+    pub fn bus(&self) -> &MessageBus {
+        &self.bus
+    }
+
+    /// The audit log, opened for appending (`None` when auditing is off).
+    pub fn audit_log(&self) -> Result<Option<Arc<AuditLog>>, Error> {
+        let Some(path) = &self.audit_path else {
+            return Ok(None);
+        };
+        AuditLog::open(path).map(|log| Some(Arc::new(log))).map_err(|error| {
+            usage(format!(
+                "cannot open the audit log {} ({error}); fix [audit] path, pass --state-dir, or set [audit] enabled = false",
+                path.display()
+            ))
+        })
+    }
+
+    /// The tools with every call recorded in the audit log and every result scrubbed of the
+    /// host's secrets: what `call` and `mcp` call through.
+    pub fn audited_tools(&self) -> Result<AuditedRegistry, Error> {
+        Ok(AuditedRegistry::new(self.tools.clone(), self.audit_log()?)
+            .with_redactor(self.redactor.clone()))
+    }
+
+    /// The scrubber of every secret value the host holds (the credential variables and the
+    /// network secrets).
+    pub fn redactor(&self) -> &Redactor {
+        &self.redactor
+    }
+
+    /// The per-call limits of every tool.
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
+    /// The tools prepared for sub-agents: the bundled ones again, with the workspace read-only
+    /// unless `[subagents] workspace = "rw"` (never more than this runtime's own mode). Their
+    /// components load on demand like the parent's, sharing the compiled code.
+    pub(crate) async fn child_tools(&self) -> Result<Option<ToolRegistry>, Error> {
+        if !self.config.subagents.enabled() {
+            return Ok(None);
+        }
+        let child_grants = if self
+            .config
+            .subagents
+            .children_write()
+            .map_err(|error| usage(format!("{error:#}")))?
+        {
+            self.grants.clone()
+        } else {
+            self.grants.read_only()
+        };
+        tools::bundled_registry(
+            &self.sandbox,
+            &self.config,
+            child_grants,
+            self.web_grants.clone(),
+        )
+        .await
+        .map(Some)
+    }
+}
