@@ -16,6 +16,7 @@ mod exec;
 mod exec_attacks;
 mod file_attacks;
 mod file_tools;
+mod guest_units;
 mod misbehaving;
 mod plugins;
 mod providers;

@@ -149,7 +149,9 @@ impl export::Guest for ExecTool {
     }
 }
 
-/// The component's export of `clawcage:tool/tool`; the generated glue needs `unsafe`.
+/// The component's export of `clawcage:tool/tool`; the generated glue needs `unsafe`. Only a
+/// WebAssembly build exports it (a native test build cannot link the export names).
+#[cfg(target_arch = "wasm32")]
 #[allow(unsafe_code)]
 mod exported {
     use super::ExecTool;
