@@ -53,6 +53,8 @@ const MAX_KEY_CHARS: usize = 200;
 const MAX_SLEEP: Duration = Duration::from_secs(60);
 /// The file the jobs are kept in, inside the service's directory.
 const JOBS_FILE: &str = "jobs.json";
+/// How often the runner looks at the jobs file for changes made by another process.
+const POLL: Duration = Duration::from_secs(1);
 
 /// When a job fires, as stored.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -340,6 +342,29 @@ struct Job {
 struct State {
     next_id: u64,
     jobs: Vec<Job>,
+    /// The jobs file as last read or written by this process (modified time and length), to
+    /// notice a change made by another clawcage process (`clawcage cron add` beside a chat).
+    stamp: Option<FileStamp>,
+}
+
+/// The state under both locks: this process's mutex and the jobs file's lock, which keeps the
+/// read-change-write of several clawcage processes apart.
+struct Locked<'a> {
+    state: MutexGuard<'a, State>,
+    _file_lock: Option<std::fs::File>,
+}
+
+impl std::ops::Deref for Locked<'_> {
+    type Target = State;
+    fn deref(&self) -> &State {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for Locked<'_> {
+    fn deref_mut(&mut self) -> &mut State {
+        &mut self.state
+    }
 }
 
 /// The cron service. Share it as an `Arc`; give it to the `cron` component with
@@ -376,40 +401,12 @@ impl CronService {
             source,
         })?;
         let file = dir.join(JOBS_FILE);
-        let loaded = match std::fs::read(&file) {
-            Ok(bytes) => {
-                serde_json::from_slice::<JobsFile>(&bytes).map_err(|error| CronError::Corrupt {
-                    path: file.clone(),
-                    reason: error.to_string(),
-                })?
-            }
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => JobsFile::default(),
-            Err(source) => {
-                return Err(CronError::Io {
-                    path: file.clone(),
-                    source,
-                });
-            }
-        };
-        let mut jobs = Vec::with_capacity(loaded.jobs.len());
-        for stored in loaded.jobs {
-            let compiled = stored
-                .schedule
-                .compile()
-                .map_err(|reason| CronError::Corrupt {
-                    path: file.clone(),
-                    reason: format!("job {}: {reason}", stored.id),
-                })?;
-            jobs.push(Job { stored, compiled });
-        }
+        let state = load_jobs(&file)?;
         Ok(Arc::new(Self {
             file,
             bus,
             options,
-            state: Mutex::new(State {
-                next_id: loaded.next_id,
-                jobs,
-            }),
+            state: Mutex::new(state),
             wake: Notify::new(),
         }))
     }
@@ -434,14 +431,16 @@ impl CronService {
             notified.as_mut().enable();
             let now = Utc::now();
             let earliest = self.fire_due(now);
+            // Looked at again at least every POLL, for jobs another process added.
             let sleep = earliest
                 .and_then(|next| (next - Utc::now()).to_std().ok())
-                .unwrap_or(Duration::ZERO)
-                .min(MAX_SLEEP);
-            if earliest.is_none() {
-                notified.await;
-                continue;
-            }
+                .unwrap_or(if earliest.is_some() {
+                    Duration::ZERO
+                } else {
+                    POLL
+                })
+                .min(MAX_SLEEP)
+                .min(POLL);
             tokio::select! {
                 () = tokio::time::sleep(sleep) => {}
                 () = &mut notified => {}
@@ -479,7 +478,7 @@ impl CronService {
             });
         }
         if !firings.is_empty()
-            && let Err(error) = self.save(&state)
+            && let Err(error) = self.save(&mut state)
         {
             tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
         }
@@ -498,30 +497,63 @@ impl CronService {
         earliest
     }
 
-    fn lock(&self) -> MutexGuard<'_, State> {
+    /// The state, after taking the jobs file's lock and reading the file again if another
+    /// process changed it.
+    fn lock(&self) -> Locked<'_> {
         // Every update is completed before anything can panic, so the data stays consistent.
-        self.state
+        let state = self
+            .state
             .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let file_lock = self.file_lock();
+        let mut locked = Locked {
+            state,
+            _file_lock: file_lock,
+        };
+        let on_disk = file_stamp(&self.file);
+        if on_disk.is_some() && on_disk != locked.stamp {
+            match load_jobs(&self.file) {
+                Ok(fresh) => *locked.state = fresh,
+                Err(error) => tracing::error!(
+                    file = %self.file.display(),
+                    %error,
+                    "the cron jobs file changed and cannot be read; keeping the jobs known before"
+                ),
+            }
+        }
+        locked
     }
 
-    /// Writes the jobs atomically: a temporary file in the same directory, synced, then renamed
-    /// over the old one.
-    fn save(&self, state: &State) -> std::io::Result<()> {
+    /// The lock on `jobs.lock` beside the jobs file (`None`, with a warning, if it cannot be
+    /// taken: this process's own mutex still orders its own changes).
+    fn file_lock(&self) -> Option<std::fs::File> {
+        let path = self.file.with_extension("lock");
+        let locked = std::fs::OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&path)
+            .and_then(|file| file.lock().map(|()| file));
+        match locked {
+            Ok(file) => Some(file),
+            Err(error) => {
+                tracing::warn!(path = %path.display(), %error, "cannot lock the cron jobs file");
+                None
+            }
+        }
+    }
+
+    /// Writes the jobs atomically (`clawcage_core::files::write_atomically`: a synced temporary
+    /// file renamed over the old one, the directory synced).
+    fn save(&self, state: &mut State) -> std::io::Result<()> {
         let file = JobsFile {
             next_id: state.next_id,
             jobs: state.jobs.iter().map(|job| job.stored.clone()).collect(),
         };
         let bytes = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
-        let dir = self.file.parent().unwrap_or(Path::new("."));
-        let temporary = dir.join(format!(".{JOBS_FILE}.{}.tmp", std::process::id()));
-        {
-            use std::io::Write as _;
-            let mut out = std::fs::File::create(&temporary)?;
-            out.write_all(&bytes)?;
-            out.sync_all()?;
-        }
-        std::fs::rename(&temporary, &self.file)
+        clawcage_core::files::write_atomically(&self.file, &bytes, false)?;
+        state.stamp = file_stamp(&self.file);
+        Ok(())
     }
 
     fn info(job: &StoredJob) -> JobInfo {
@@ -594,6 +626,61 @@ impl CronService {
     }
 }
 
+/// What identifies one version of the jobs file: its modified time, length and (on Unix) inode,
+/// which every atomic replacement changes.
+type FileStamp = (std::time::SystemTime, u64, u64);
+
+/// The jobs file's stamp, if it exists.
+fn file_stamp(file: &Path) -> Option<FileStamp> {
+    let metadata = std::fs::metadata(file).ok()?;
+    #[cfg(unix)]
+    let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
+    #[cfg(not(unix))]
+    let inode = 0;
+    Some((metadata.modified().ok()?, metadata.len(), inode))
+}
+
+/// The jobs kept in `file` (none when it does not exist). A file that cannot be read or parsed
+/// is an error naming it; it is never overwritten.
+fn load_jobs(file: &Path) -> Result<State, CronError> {
+    let stamp = file_stamp(file);
+    let loaded = match clawcage_core::files::read_regular_file(
+        file,
+        64 << 20,
+        clawcage_core::files::Symlinks::Refuse,
+    ) {
+        Ok(bytes) => {
+            serde_json::from_slice::<JobsFile>(&bytes).map_err(|error| CronError::Corrupt {
+                path: file.to_path_buf(),
+                reason: error.to_string(),
+            })?
+        }
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => JobsFile::default(),
+        Err(source) => {
+            return Err(CronError::Io {
+                path: file.to_path_buf(),
+                source,
+            });
+        }
+    };
+    let mut jobs = Vec::with_capacity(loaded.jobs.len());
+    for stored in loaded.jobs {
+        let compiled = stored
+            .schedule
+            .compile()
+            .map_err(|reason| CronError::Corrupt {
+                path: file.to_path_buf(),
+                reason: format!("job {}: {reason}", stored.id),
+            })?;
+        jobs.push(Job { stored, compiled });
+    }
+    Ok(State {
+        next_id: loaded.next_id,
+        jobs,
+        stamp,
+    })
+}
+
 impl Scheduler for CronService {
     fn add(&self, request: JobRequest) -> Result<JobInfo, String> {
         let schedule = Self::check_request(&request)?;
@@ -630,7 +717,7 @@ impl Scheduler for CronService {
         };
         let info = Self::info(&stored);
         state.jobs.push(Job { stored, compiled });
-        if let Err(error) = self.save(&state) {
+        if let Err(error) = self.save(&mut state) {
             state.jobs.pop();
             state.next_id -= 1;
             return Err(format!(
@@ -665,7 +752,7 @@ impl Scheduler for CronService {
             });
         };
         let removed = state.jobs.remove(index);
-        if let Err(error) = self.save(&state) {
+        if let Err(error) = self.save(&mut state) {
             state.jobs.insert(index, removed);
             return Err(format!(
                 "the jobs file could not be saved ({error}); the job was not removed"
@@ -929,5 +1016,29 @@ mod tests {
             .unwrap_err();
             assert!(error.contains("unknown time zone"), "{zone}: {error}");
         }
+    }
+
+    #[test]
+    fn two_processes_on_one_state_directory_see_each_others_jobs() {
+        let dir = tempfile::tempdir().unwrap();
+        let chat =
+            CronService::open(dir.path(), MessageBus::new(), CronOptions::default()).unwrap();
+        let cli = CronService::open(dir.path(), MessageBus::new(), CronOptions::default()).unwrap();
+        let request = |message: &str| JobRequest {
+            every_seconds: Some(3600),
+            cron: None,
+            timezone: None,
+            message: message.to_string(),
+            name: None,
+            session: Some("main".to_string()),
+        };
+        let first = cli.add(request("from the command line")).unwrap();
+        let second = chat.add(request("from the chat")).unwrap();
+        assert_ne!(first.id, second.id, "ids are taken under the file's lock");
+        assert_eq!(cli.list().len(), 2);
+        chat.remove(&first.id).unwrap();
+        let left = cli.list();
+        assert_eq!(left.len(), 1);
+        assert_eq!(left[0].message, "from the chat");
     }
 }

@@ -746,14 +746,11 @@ fn process_alive(pid: u32) -> bool {
     pid != 0 && cfg!(target_os = "linux") && Path::new("/proc").join(pid.to_string()).exists()
 }
 
-/// Write `records` to `file` atomically: a temporary file in the same directory, then rename.
+/// Write `records` to `file` atomically (`clawcage_core::files::write_atomically`: synced, renamed,
+/// the directory synced).
 fn save_records(file: &Path, records: &[RunRecord]) -> std::io::Result<()> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
     let bytes = serde_json::to_vec_pretty(records).map_err(std::io::Error::other)?;
-    let temporary = dir.join(format!(".runs.json.{}.tmp", std::process::id()));
-    std::fs::write(&temporary, bytes)?;
-    std::fs::rename(&temporary, file)
+    clawcage_core::files::write_atomically(file, &bytes, false)
 }
 
 /// The `spawn` tool.

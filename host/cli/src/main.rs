@@ -103,6 +103,12 @@ enum Command {
     /// A recorded session in a temporary workspace: real tools and sandbox, scripted replies,
     /// no API key or network needed.
     Demo,
+    /// See and change the scheduled jobs (the state directory's cron jobs) without a chat.
+    ///
+    /// The same checks as the agent's `cron` tool apply. A running `clawcage chat` picks up a
+    /// change within a second; the jobs fire only while a chat runs.
+    #[command(subcommand)]
+    Cron(CronCommand),
     /// Trust the configuration file as it is now.
     ///
     /// Tools can write to the workspace, so a clawcage.toml inside it (or a --config file inside
@@ -121,6 +127,46 @@ enum Command {
         /// only: the endpoint has no authentication.
         #[arg(long, value_name = "ADDR")]
         http: Option<SocketAddr>,
+    },
+}
+
+/// `clawcage cron ...`.
+#[derive(Debug, Subcommand)]
+enum CronCommand {
+    /// List the jobs, soonest first.
+    List,
+    /// Add a job: a message delivered to a session on a schedule.
+    ///
+    /// Example: clawcage cron add --cron "0 9 * * MON-FRI" --timezone Europe/Berlin --message "Post the stand-up notes"
+    Add {
+        /// The text delivered at each firing (it becomes a turn of the session).
+        #[arg(long)]
+        message: String,
+        /// Fire every this many seconds (1 to one year).
+        #[arg(
+            long,
+            value_name = "SECONDS",
+            conflicts_with = "cron",
+            required_unless_present = "cron"
+        )]
+        every: Option<u64>,
+        /// A cron expression: 5 fields (minute hour day month weekday) or 6 (seconds first).
+        #[arg(long, value_name = "EXPRESSION")]
+        cron: Option<String>,
+        /// The IANA time zone of --cron, e.g. Europe/Berlin (default UTC).
+        #[arg(long, value_name = "ZONE", requires = "cron")]
+        timezone: Option<String>,
+        /// A short name for listings.
+        #[arg(long)]
+        name: Option<String>,
+        /// The session the job's messages go to (default: [cron] default_session, `main`).
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+    },
+    /// Remove the job ID (as `clawcage cron list` shows it).
+    Remove {
+        /// The job's id, e.g. job-3.
+        id: String,
     },
 }
 
@@ -233,6 +279,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     match cli.command {
         Command::Demo => demo::run(&options).await,
         Command::Trust => trust(&options),
+        Command::Cron(command) => {
+            let runtime = open(options).await?;
+            cron(&runtime, command).await
+        }
         Command::Tools { json } => {
             let runtime = open(options).await?;
             print_tools(&runtime, json)
@@ -276,6 +326,58 @@ async fn open(options: Options) -> Result<Runtime, Failure> {
     let runtime = Runtime::open(options).await?;
     render::report_plugin_problems(runtime.plugins());
     Ok(runtime)
+}
+
+/// `clawcage cron ...`: one call of the `cron` tool on the state directory's jobs.
+async fn cron(runtime: &Runtime, command: CronCommand) -> Result<(), Failure> {
+    let tool = runtime.cron_tool().await?;
+    let (args, session) = match command {
+        CronCommand::List => (serde_json::json!({"action": "list"}), None),
+        CronCommand::Remove { id } => (serde_json::json!({"action": "remove", "id": id}), None),
+        CronCommand::Add {
+            message,
+            every,
+            cron,
+            timezone,
+            name,
+            session,
+        } => {
+            let mut args = serde_json::json!({"action": "add", "message": message});
+            let fields = [
+                ("every_seconds", every.map(serde_json::Value::from)),
+                ("cron", cron.map(serde_json::Value::from)),
+                ("timezone", timezone.map(serde_json::Value::from)),
+                ("name", name.map(serde_json::Value::from)),
+            ];
+            for (field, value) in fields {
+                if let Some(value) = value {
+                    args[field] = value;
+                }
+            }
+            (args, session)
+        }
+    };
+    let session = session.unwrap_or_else(|| {
+        runtime
+            .config()
+            .cron
+            .options()
+            .map(|options| options.default_session)
+            .unwrap_or_else(|_| "main".to_string())
+    });
+    let result = clawcage_agent::session::with_session_key(
+        session,
+        tool.execute_value(&new_session_id("cli-cron"), "cron", &args),
+    )
+    .await;
+    match result {
+        Ok(output) => {
+            println!("{}", output.text);
+            Ok(())
+        }
+        Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),
+        Err(error) => Err(Failure::Tool(format!("cron: {error}"))),
+    }
 }
 
 /// `clawcage trust`: records the SHA-256 of the configuration file that would be used, so a

@@ -670,6 +670,8 @@ async fn chat_runs_a_cron_job_the_agent_scheduled() {
             )])
         } else if text.contains("[cron job stretch] stretch") {
             anthropic::message(&[anthropic::text("Time to stretch!")])
+        } else if text.contains("[cron job water] drink water") {
+            anthropic::message(&[anthropic::text("Time to drink!")])
         } else {
             anthropic::message(&[anthropic::text("Scheduled.")])
         }
@@ -678,6 +680,29 @@ async fn chat_runs_a_cron_job_the_agent_scheduled() {
     let url = server.url().to_string();
     let workspace_path = dir.path().display().to_string();
     let state_path = state.path().display().to_string();
+    // `clawcage cron` manages the same jobs outside a chat; run first, it also loads (and on a
+    // first start compiles) the cron component, so the chat's deadline below counts only the
+    // chat's own work.
+    let cron_cli = {
+        let (workspace_path, state_path) = (workspace_path.clone(), state_path.clone());
+        move |args: &[&str]| {
+            let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+                .args(["cron"])
+                .args(args)
+                .args(["--workspace", &workspace_path, "--state-dir", &state_path])
+                .env_remove("RUST_LOG")
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+            assert!(
+                output.status.success(),
+                "cron {args:?}: {}",
+                String::from_utf8_lossy(&output.stderr)
+            );
+            stdout
+        }
+    };
+    assert!(cron_cli(&["list"]).contains("No scheduled jobs"));
     let (stdout, exit) = tokio::task::spawn_blocking(move || {
         let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
             .args([
@@ -731,6 +756,38 @@ async fn chat_runs_a_cron_job_the_agent_scheduled() {
                 Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
             }
         }
+        // A job added from outside while the chat runs fires in the chat.
+        let added = cron_cli(&[
+            "add",
+            "--every",
+            "1",
+            "--message",
+            "drink water",
+            "--name",
+            "water",
+            "--session",
+            "cron-test",
+        ]);
+        assert!(added.contains("Scheduled job"), "{added}");
+        let listed = cron_cli(&["list"]);
+        assert!(
+            listed.contains("(stretch)") && listed.contains("(water)"),
+            "{listed}"
+        );
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            match receive.recv_timeout(std::time::Duration::from_millis(200)) {
+                Ok(line) => {
+                    let done = line.contains("Time to drink!");
+                    seen.push(line);
+                    if done {
+                        break;
+                    }
+                }
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+            }
+        }
         input.write_all(b"/exit\n").unwrap();
         drop(input);
         let status = child.wait().unwrap();
@@ -743,6 +800,10 @@ async fn chat_runs_a_cron_job_the_agent_scheduled() {
     assert!(
         stdout.contains("[cron:") && stdout.contains("Time to stretch!"),
         "the firing was answered while the REPL was idle: {stdout}"
+    );
+    assert!(
+        stdout.contains("Time to drink!"),
+        "the job added with `clawcage cron add` fired in the running chat: {stdout}"
     );
     let jobs = std::fs::read_to_string(state.path().join("cron/jobs.json")).unwrap();
     assert!(

@@ -405,6 +405,30 @@ impl Runtime {
         Ok(CronStatus::Owned)
     }
 
+    /// The `cron` tool over the state directory's jobs, for managing them from outside a chat
+    /// (`clawcage cron ...`): the same component, validation and file as the agent's tool. A
+    /// chat running the jobs meanwhile sees each change within a second; this process runs no
+    /// jobs.
+    pub async fn cron_tool(&self) -> Result<AuditedRegistry, Error> {
+        if !self.config.cron.enabled() {
+            return Err(usage(
+                "cron is turned off ([cron] enabled = false in the configuration)",
+            ));
+        }
+        let service = CronService::open(
+            self.state_dir.join("cron"),
+            self.bus.clone(),
+            self.config
+                .cron
+                .options()
+                .map_err(|error| usage(format!("{error:#}")))?,
+        )
+        .map_err(usage)?;
+        let mut registry = ToolRegistry::new();
+        tools::register_cron(&self.sandbox, &mut registry, service, self.limits).await?;
+        Ok(AuditedRegistry::new(registry, self.audit_log()?).with_redactor(self.redactor.clone()))
+    }
+
     /// The cron service, when [`Runtime::enable_cron`] took it.
     pub fn cron(&self) -> Option<&Arc<CronService>> {
         self.cron.as_ref().map(|cron| &cron.service)
