@@ -29,6 +29,10 @@ lint:
 bench:
     cargo bench --workspace --bench tools --bench agent --bench web --bench exec
 
+# Whole-process start-up (call read_file, tools, call exec) beside `cat`, warm cache, medians.
+bench-startup RUNS="15":
+    bash tests/benches/startup.sh {{RUNS}}
+
 # Build only the tool components (release, wasm32-wasip2).
 components:
     cd tools-wasm && cargo build --release --target wasm32-wasip2 --workspace

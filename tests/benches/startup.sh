@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# Whole-process start-up of the clawcage binary, beside `cat` of the same file in the same run:
+# `clawcage call read_file`, `clawcage tools` and `clawcage call exec '{"command":"echo hi"}'`,
+# each started RUNS times (default 15) with a warm compiled-component cache, median and spread
+# printed, interleaved so that machine noise hits every command alike.
+#
+# Usage: tests/benches/startup.sh [RUNS]   (or `just bench-startup`); builds the release binary.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+runs=${1:-15}
+cargo build --release -q -p clawcage-cli
+bin=$PWD/target/release/clawcage
+
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+mkdir -p "$scratch/workspace" "$scratch/state"
+seq 1 100 | sed 's/^/line of the start-up benchmark file /' > "$scratch/workspace/notes.txt"
+cd "$scratch/workspace"
+export CLAWCAGE_STATE_DIR="$scratch/state"
+
+commands=(
+  "cat notes.txt"
+  "$bin call read_file {\"path\":\"notes.txt\"}"
+  "$bin tools"
+  "$bin call exec {\"command\":\"echo hi\"}"
+)
+labels=("cat" "clawcage call read_file" "clawcage tools" "clawcage call exec echo hi")
+
+# Warm: the first start compiles the components and records what they offer.
+for command in "${commands[@]}"; do
+  read -r -a argv <<< "$command"
+  "${argv[@]}" > /dev/null
+done
+
+declare -A samples
+for ((run = 0; run < runs; run++)); do
+  for index in "${!commands[@]}"; do
+    read -r -a argv <<< "${commands[$index]}"
+    start=$(date +%s%N)
+    "${argv[@]}" > /dev/null
+    end=$(date +%s%N)
+    samples[$index]+="$(( (end - start) / 1000 )) "
+  done
+done
+
+median() { tr ' ' '\n' | grep -v '^$' | sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+minimum() { tr ' ' '\n' | grep -v '^$' | sort -n | head -1; }
+maximum() { tr ' ' '\n' | grep -v '^$' | sort -n | tail -1; }
+
+echo "== whole-process start-up, warm cache, $runs runs each (load: $(cut -d' ' -f1-3 /proc/loadavg))"
+base=$(echo "${samples[0]}" | median)
+printf "%-28s %10s %10s %10s %8s\n" "command" "median" "min" "max" "vs cat"
+for index in "${!commands[@]}"; do
+  values=${samples[$index]}
+  awk -v label="${labels[$index]}" -v med="$(echo "$values" | median)" \
+    -v low="$(echo "$values" | minimum)" -v high="$(echo "$values" | maximum)" -v base="$base" \
+    'BEGIN { printf "%-28s %8.1fms %8.1fms %8.1fms %7.1fx\n", label, med / 1000, low / 1000, high / 1000, med / base }'
+done
