@@ -13,7 +13,7 @@ use rustyline::error::ReadlineError;
 use rustyline::{DefaultEditor, ExternalPrinter as _};
 
 use crate::Failure;
-use crate::render::{Console, Sink, print_messages};
+use crate::render::{Console, Shown, Sink, print_messages};
 
 const HELP: &str = "Type a request and press Enter. Commands:
   /help    this text
@@ -136,15 +136,12 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 console.begin_turn();
                 // Ctrl-C during a turn stops that turn (its messages so far are kept), not the
                 // REPL.
-                let turn = sessions.send_user(&key, request, console.clone());
+                let turn = sessions.send_user(&key, request, Arc::new(Shown(console.clone())));
                 tokio::pin!(turn);
                 let result = loop {
                     tokio::select! {
                         result = &mut turn => break result,
-                        Ok(()) = tokio::signal::ctrl_c() => {
-                            console.line("  (interrupting the turn…)");
-                            sessions.interrupt(&key);
-                        }
+                        Ok(()) = tokio::signal::ctrl_c() => sessions.interrupt(&key),
                     }
                 };
                 match result {
@@ -154,6 +151,7 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                         }
                         console.end_turn(&outcome.answered_by, outcome.usage, sessions.usage(&key));
                     }
+                    Err(AgentError::Interrupted) => console.interrupted(),
                     Err(error) => console.line(&format!("  error: {error}")),
                 }
             }

@@ -12,7 +12,7 @@ use clawcage_agent::provider::Script;
 use clawcage_runtime::{AgentOptions, Options, Runtime};
 
 use crate::Failure;
-use crate::render::{Console, Sink, print_messages};
+use crate::render::{Console, Shown, Sink, print_messages};
 
 /// The recorded session.
 pub const SCRIPT: &str = include_str!("demo_script.json");
@@ -101,7 +101,7 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
         console.begin_turn();
         let outcome = runtime
             .sessions
-            .send_user(key, user.clone(), console.clone())
+            .send_user(key, user.clone(), Arc::new(Shown(console.clone())))
             .await
             .map_err(|error| Failure::Tool(format!("the demo stopped: {error}")))?;
         if outcome.end == TurnEnd::Answered && !console.streamed() {

@@ -429,9 +429,12 @@ async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Res
     });
     let notes = console.clone();
     let outcome = agent
-        .run_task(&key, task, console.clone(), &move |line: &str| {
-            notes.line(line)
-        })
+        .run_task(
+            &key,
+            task,
+            Arc::new(render::Shown(console.clone())),
+            &move |line: &str| notes.line(line),
+        )
         .await?;
     console.end_turn(
         &outcome.answered_by,

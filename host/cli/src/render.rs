@@ -1,11 +1,13 @@
-//! How a turn looks in a terminal: streamed text as it arrives, one compact line per tool call
-//! with its verdict (`ok`, `denied`, `failed`, `invalid`, `not run` and why), retries and
-//! fail-overs as notes, and the token count after the turn. `clawcage chat` and `clawcage demo`
-//! write it to stdout; `clawcage run` writes it to stderr so stdout holds only the answer.
+//! How a turn looks in a terminal: streamed text as it arrives, each tool call shown when it
+//! starts (on a terminal with its elapsed seconds counting, rewritten in place) and ended with
+//! its verdict (`ok`, `denied`, `failed`, `invalid`, `not run`, `interrupted` and why), retries
+//! and fail-overs as notes, and the token count after the turn. `clawcage chat` and `clawcage
+//! demo` write it to stdout; `clawcage run` writes it to stderr so stdout holds only the answer.
 
-use std::io::Write;
+use std::io::{IsTerminal as _, Write};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use clawcage_agent::provider::{ProviderEvents, preview};
 use clawcage_agent::{SendCallback, TurnObserver, Verdict};
@@ -28,7 +30,10 @@ pub struct Console {
     sink: Sink,
     /// Print streamed text (chat, demo) or not (run prints only the final answer).
     show_text: bool,
+    /// The sink is a terminal: a running call's line is rewritten in place as seconds pass.
+    terminal: bool,
     state: Mutex<LineState>,
+    calls: AtomicU64,
 }
 
 #[derive(Default)]
@@ -39,15 +44,34 @@ struct LineState {
     streamed: bool,
     /// Buffered text when the sink takes whole lines.
     pending: String,
+    /// The tool call running now, if any.
+    call: Option<RunningCall>,
+}
+
+/// A tool call shown as started and not yet ended.
+struct RunningCall {
+    number: u64,
+    /// `  > name {args}`.
+    shown: String,
+    started: Instant,
+    /// Its line is still the last one and unterminated (a terminal rewrites it in place).
+    open: bool,
 }
 
 impl Console {
     /// A console writing to `sink`.
     pub fn new(sink: Sink, show_text: bool) -> Self {
+        let terminal = match &sink {
+            Sink::Stdout => std::io::stdout().is_terminal(),
+            Sink::Stderr => std::io::stderr().is_terminal(),
+            Sink::Lines(_) => false,
+        };
         Self {
             sink,
             show_text,
+            terminal,
             state: Mutex::new(LineState::default()),
+            calls: AtomicU64::new(0),
         }
     }
 
@@ -80,14 +104,89 @@ impl Console {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// End a streamed line, if one is open.
+    /// End a streamed line or a running call's line, if one is open.
     pub fn break_line(&self) {
         let open = {
             let mut state = self.lock();
-            std::mem::replace(&mut state.mid_line, false)
+            let call_open = state
+                .call
+                .as_mut()
+                .is_some_and(|call| std::mem::replace(&mut call.open, false));
+            std::mem::replace(&mut state.mid_line, false) || call_open
         };
         if open {
             self.write("\n");
+        }
+    }
+
+    /// Shows `call` as started; on a terminal its line then counts the seconds until it ends.
+    fn call_started(self: &Arc<Self>, call: &ToolCall) {
+        self.break_line();
+        let number = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
+        let shown = format!(
+            "  > {} {}",
+            call.name,
+            preview(&call.arguments.to_string(), 80)
+        );
+        if self.terminal {
+            self.write(&format!("{shown} …"));
+        } else {
+            self.write(&format!("{shown} …\n"));
+        }
+        self.lock().call = Some(RunningCall {
+            number,
+            shown,
+            started: Instant::now(),
+            open: self.terminal,
+        });
+        if self.terminal && tokio::runtime::Handle::try_current().is_ok() {
+            let console = Arc::downgrade(self);
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                    let Some(console) = console.upgrade() else {
+                        return;
+                    };
+                    let line = {
+                        let state = console.lock();
+                        match &state.call {
+                            Some(call) if call.number == number && call.open => format!(
+                                "\r\x1b[2K{} … {} s",
+                                call.shown,
+                                call.started.elapsed().as_secs()
+                            ),
+                            _ => return,
+                        }
+                    };
+                    console.write(&line);
+                }
+            });
+        }
+    }
+
+    /// Ends the running call's line with `verdict` (a whole line of its own when other output
+    /// came in between).
+    fn call_ended(&self, line: String) {
+        let running = self.lock().call.take();
+        let elapsed = running
+            .as_ref()
+            .map(|call| call.started.elapsed())
+            .filter(|elapsed| *elapsed >= Duration::from_secs(1))
+            .map(|elapsed| format!(" ({:.1} s)", elapsed.as_secs_f64()))
+            .unwrap_or_default();
+        match running {
+            Some(call) if call.open => self.write(&format!("\r\x1b[2K{line}{elapsed}\n")),
+            _ => self.write(&format!("{line}{elapsed}\n")),
+        }
+    }
+
+    /// The turn was interrupted (Ctrl-C): said once, on the running call's line if a call was
+    /// running.
+    pub fn interrupted(&self) {
+        let running = self.lock().call.as_ref().map(|call| call.shown.clone());
+        match running {
+            Some(shown) => self.call_ended(format!("{shown}  interrupted")),
+            None => self.line("  interrupted"),
         }
     }
 
@@ -148,9 +247,46 @@ impl ProviderEvents for Console {
     }
 }
 
+/// The console as the observer of a turn (it needs its `Arc` to count a call's seconds).
+#[derive(Clone)]
+pub struct Shown(pub Arc<Console>);
+
+impl ProviderEvents for Shown {
+    fn text_delta(&self, text: &str) {
+        self.0.text_delta(text);
+    }
+
+    fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
+        self.0.retrying(provider, reason, delay);
+    }
+
+    fn failing_over(&self, from: &str, to: &str, reason: &str) {
+        self.0.failing_over(from, to, reason);
+    }
+}
+
+impl TurnObserver for Shown {
+    fn tool_started(&self, call: &ToolCall) {
+        self.0.call_started(call);
+    }
+
+    fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, output: &str) {
+        self.0.tool_finished(call, verdict, output);
+    }
+
+    fn note(&self, text: &str) {
+        self.0.note(text);
+    }
+}
+
 impl TurnObserver for Console {
     fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, _output: &str) {
-        self.line(&tool_line(call, verdict));
+        let started = self.lock().call.is_some();
+        if started {
+            self.call_ended(tool_line(call, verdict));
+        } else {
+            self.line(&tool_line(call, verdict));
+        }
     }
 
     fn note(&self, text: &str) {

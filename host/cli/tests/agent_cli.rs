@@ -466,7 +466,7 @@ async fn chat_reads_lines_streams_replies_and_handles_commands() {
         "tools: {stdout}"
     );
     assert!(
-        stdout.contains("Let me check.\n  > list_dir {}  ok"),
+        stdout.contains("Let me check.\n  > list_dir {} …\n  > list_dir {}  ok"),
         "{stdout}"
     );
     assert!(stdout.contains("There is hello.txt."), "{stdout}");
