@@ -79,13 +79,13 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         });
     }
 
-    println!(
+    outln!(
         "clawcage chat: {} · session {key} · {} tools · /help for commands",
         agent.label,
         agent.tools.names().len()
     );
     if agent.scripted {
-        println!("note: the answers come from a recorded script, not from a model");
+        outln!("note: the answers come from a recorded script, not from a model");
     }
 
     let mut editor = Some(editor);
@@ -115,22 +115,22 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         }
         match line {
             "/exit" | "/quit" => break,
-            "/help" => println!("{HELP}"),
+            "/help" => outln!("{HELP}"),
             "/tools" => {
                 for tool in agent.tools.tools() {
                     let spec = tool.spec();
                     let first_line = spec.description.lines().next().unwrap_or_default();
                     let summary = first_line.split(". ").next().unwrap_or(first_line);
-                    println!("  {}  — {}", spec.name, summary.trim_end_matches('.'));
-                    println!("      reaches: {}", tool.grants_summary());
+                    outln!("  {}  — {}", spec.name, summary.trim_end_matches('.'));
+                    outln!("      reaches: {}", tool.grants_summary());
                 }
             }
             "/reset" => match sessions.reset(&key).await {
-                Ok(()) => println!("  history cleared"),
-                Err(error) => println!("  error: {error}"),
+                Ok(()) => outln!("  history cleared"),
+                Err(error) => outln!("  error: {error}"),
             },
             command if command.starts_with('/') => {
-                println!("  unknown command {command}; /help lists the commands")
+                outln!("  unknown command {command}; /help lists the commands")
             }
             request => {
                 console.begin_turn();

@@ -70,25 +70,25 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
         .await?;
     let workspace = runtime_workspace(&workspace);
 
-    println!(
+    outln!(
         "clawcage demo — a recorded session played by the scripted provider ({}).",
         runtime.label
     );
-    println!(
+    outln!(
         "No model, no API key, no network: the replies are scripted, the tools and the sandbox are real."
     );
-    println!("Workspace (temporary): {}", workspace.display());
-    println!("Tools: {}", runtime.tools.names().join(", "));
+    outln!("Workspace (temporary): {}", workspace.display());
+    outln!("Tools: {}", runtime.tools.names().join(", "));
 
     let key = "demo";
     for (number, exchange) in script.exchanges.iter().enumerate() {
-        println!();
+        outln!();
         if let Some(narration) = &exchange.narration {
-            println!("{}. {narration}", number + 1);
+            outln!("{}. {narration}", number + 1);
         }
         let missing = exchange.missing_tools(&runtime.tools);
         if !missing.is_empty() {
-            println!(
+            outln!(
                 "   (skipped: this step needs the `{}` tool, which this build does not register)",
                 missing.join("`, `")
             );
@@ -97,7 +97,7 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
         let Some(user) = &exchange.user else {
             continue;
         };
-        println!("you> {user}");
+        outln!("you> {user}");
         console.begin_turn();
         let outcome = runtime
             .sessions
@@ -109,14 +109,12 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
         }
         console.break_line();
     }
-    println!();
-    println!(
-        "That was the scripted demo. With a model: export ANTHROPIC_API_KEY=… && clawcage chat"
-    );
-    println!(
+    outln!();
+    outln!("That was the scripted demo. With a model: export ANTHROPIC_API_KEY=… && clawcage chat");
+    outln!(
         "(or --provider openai --base-url http://localhost:11434/v1 --model llama3.1 for a local server)."
     );
-    println!("The temporary workspace is removed now.");
+    outln!("The temporary workspace is removed now.");
     Ok(())
 }
 

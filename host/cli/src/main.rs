@@ -4,6 +4,17 @@
 //! `chat` and `demo` — and renders the result. Exit codes: 0 ok, 1 the tool or task failed
 //! (message on stderr), 2 usage or configuration error.
 
+/// `println!` for the command's output: a reader that went away (`clawcage tools | head -1`)
+/// ends the process quietly with status 0 instead of a panic on the broken pipe.
+macro_rules! outln {
+    () => {
+        $crate::render::out("")
+    };
+    ($($arg:tt)*) => {
+        $crate::render::out(&format!($($arg)*))
+    };
+}
+
 mod chat;
 mod demo;
 mod render;
@@ -248,17 +259,42 @@ fn main() -> ExitCode {
     }
 }
 
+/// Logs go to stderr, coloured only when stderr is a terminal. The default shows warnings;
+/// `-v` shows clawcage's own events (debug) and `-vv` traces them, while the libraries below
+/// (wasmtime, cranelift, hyper, rmcp) stay at warnings and info. `RUST_LOG` overrides.
 fn init_tracing(verbose: u8) {
+    use std::io::IsTerminal as _;
+    let ours = [
+        "clawcage",
+        "clawcage_cli",
+        "clawcage_core",
+        "clawcage_sandbox",
+        "clawcage_agent",
+        "clawcage_runtime",
+        "clawcage_mcp",
+        "clawcage_gateway",
+    ];
     let default = match verbose {
-        0 => "warn",
-        1 => "debug",
-        _ => "trace",
+        0 => "warn".to_string(),
+        level => {
+            let (own, others) = if level == 1 {
+                ("debug", "warn")
+            } else {
+                ("trace", "info")
+            };
+            let mut filter = others.to_string();
+            for target in ours {
+                filter.push_str(&format!(",{target}={own}"));
+            }
+            filter
+        }
     };
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
 }
 
@@ -372,7 +408,7 @@ async fn cron(runtime: &Runtime, command: CronCommand) -> Result<(), Failure> {
     .await;
     match result {
         Ok(output) => {
-            println!("{}", output.text);
+            outln!("{}", output.text);
             Ok(())
         }
         Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),
@@ -396,7 +432,7 @@ fn trust(options: &Options) -> Result<(), Failure> {
             store.path().display()
         ))
     })?;
-    println!(
+    outln!(
         "trusted {} as it is now (sha256 {}); a change to it needs a new `clawcage trust`",
         source.path.display(),
         source.sha256
@@ -443,7 +479,7 @@ async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Res
     );
     match outcome.end {
         clawcage_agent::TurnEnd::Answered => {
-            println!("{}", outcome.text);
+            outln!("{}", outcome.text);
             Ok(())
         }
         clawcage_agent::TurnEnd::IterationLimit | clawcage_agent::TurnEnd::LoopDetected { .. } => {
@@ -470,21 +506,21 @@ fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
             .collect();
         let text = serde_json::to_string_pretty(&tools)
             .map_err(|error| Failure::Tool(error.to_string()))?;
-        println!("{text}");
+        outln!("{text}");
         return Ok(());
     }
     for tool in registry.tools() {
         let spec = tool.spec();
         let summary = spec.description.lines().next().unwrap_or_default();
-        println!(
+        outln!(
             "{}  ({}; {})",
             spec.name,
             tool.origin(),
             tool.grants_summary()
         );
-        println!("    {summary}");
+        outln!("    {summary}");
         let schema = serde_json::to_string(&spec.input_schema).unwrap_or_default();
-        println!("    schema: {schema}");
+        outln!("    schema: {schema}");
     }
     render::print_plugin_report(runtime.plugins());
     Ok(())
@@ -493,7 +529,7 @@ fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
 async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), Failure> {
     match registry.execute(&new_session_id("cli"), tool, args).await {
         Ok(output) => {
-            println!("{}", output.text);
+            outln!("{}", output.text);
             Ok(())
         }
         Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),

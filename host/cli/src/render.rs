@@ -322,28 +322,28 @@ pub fn print_plugin_report(report: &PluginReport) {
     if report.loaded.is_empty() && report.refused.is_empty() {
         return;
     }
-    println!();
-    println!("plugins:");
+    outln!();
+    outln!("plugins:");
     for plugin in &report.loaded {
         let tools: Vec<&str> = plugin
             .tools
             .iter()
             .map(|tool| tool.spec().name.as_str())
             .collect();
-        println!(
+        outln!(
             "  {} loaded from {} (sha256 {}): {}",
             plugin.origin(),
             plugin.manifest.display(),
             &plugin.sha256[..12],
             tools.join(", ")
         );
-        println!("    grants: {}", plugin.grants);
+        outln!("    grants: {}", plugin.grants);
         for note in &plugin.notes {
-            println!("    note: {note}");
+            outln!("    note: {note}");
         }
     }
     for refused in &report.refused {
-        println!("  refused: {refused}");
+        outln!("  refused: {refused}");
     }
 }
 
@@ -354,5 +354,20 @@ pub fn report_plugin_problems(report: &PluginReport) {
     }
     for warning in &report.warnings {
         eprintln!("clawcage: warning: {warning}");
+    }
+}
+
+/// Writes `text` and a newline to stdout. When the reader has gone (a closed pipe), the process
+/// ends quietly with status 0: the output was not wanted any more.
+pub fn out(text: &str) {
+    let mut stdout = std::io::stdout().lock();
+    let written = stdout
+        .write_all(text.as_bytes())
+        .and_then(|()| stdout.write_all(b"\n"))
+        .and_then(|()| stdout.flush());
+    if let Err(error) = written
+        && error.kind() == std::io::ErrorKind::BrokenPipe
+    {
+        std::process::exit(0);
     }
 }

@@ -305,3 +305,23 @@ fn a_configuration_a_tool_wrote_grants_nothing() {
         stderr(&plugins)
     );
 }
+
+/// Regression: `clawcage tools | head -1` exited 101 with a panic on the broken pipe in about
+/// one run of four. Output closed early ends the command quietly with status 0.
+#[test]
+fn output_closed_early_ends_quietly() {
+    let dir = tempfile::tempdir().unwrap();
+    for _ in 0..10 {
+        let output = Command::new("bash")
+            .arg("-c")
+            .arg(r#"set -o pipefail; "$0" tools --workspace "$1" --state-dir "$2" | true"#)
+            .arg(env!("CARGO_BIN_EXE_clawcage"))
+            .arg(dir.path())
+            .arg(state_dir())
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(0), "{}", stderr(&output));
+        assert!(stderr(&output).is_empty(), "{}", stderr(&output));
+    }
+}

@@ -146,6 +146,30 @@ fn without_an_allow_list_every_fetch_is_refused_with_the_hint() {
         "{stderr}"
     );
     assert!(output.stdout.is_empty());
+    // The refusal is said once: no log line repeats it, and nothing is coloured in a file.
+    assert_eq!(stderr.lines().count(), 1, "one line, the verdict: {stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no colour codes: {stderr:?}");
+
+    // -v shows clawcage's own events, not the libraries' (wasmtime's section notes).
+    let verbose = clawcage(
+        dir.path(),
+        &[
+            "-v",
+            "call",
+            "web_fetch",
+            r#"{"url": "https://example.com/"}"#,
+        ],
+        &[],
+    );
+    let stderr = text(&verbose.stderr);
+    assert!(stderr.contains("clawcage"), "{stderr}");
+    assert!(!stderr.contains('\u{1b}'), "no colour codes: {stderr:?}");
+    for line in stderr.lines().filter(|line| line.contains(" DEBUG ")) {
+        assert!(
+            line.contains(" clawcage"),
+            "only clawcage's own debug lines: {line}"
+        );
+    }
 
     let invalid = clawcage(
         dir.path(),

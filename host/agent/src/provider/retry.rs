@@ -90,7 +90,7 @@ impl Provider for Retrying {
                         let Some(delay) = self.policy.delay(retry, error.retry_after()) else {
                             return Err(error);
                         };
-                        tracing::warn!(provider = %self.inner.label(), retry, ?delay, "{error}; retrying");
+                        tracing::debug!(provider = %self.inner.label(), retry, ?delay, "{error}; retrying");
                         events.retrying(&self.inner.label(), &error.to_string(), delay);
                         tokio::time::sleep(delay).await;
                         retry += 1;
@@ -142,7 +142,7 @@ impl Provider for FailoverChain {
                     Ok(response) => return Ok(response),
                     Err(error) => {
                         if let Some(next) = self.members.get(index + 1) {
-                            tracing::warn!(from = %member.label(), to = %next.label(), "{error}; failing over");
+                            tracing::debug!(from = %member.label(), to = %next.label(), "{error}; failing over");
                             events.failing_over(&member.label(), &next.label(), &error.to_string());
                         }
                         failures.push(error);

@@ -41,7 +41,7 @@ impl http::Host for CallState {
 fn to_guest_error(component: &str, error: NetworkError) -> http::HttpError {
     match error.family() {
         NetworkErrorFamily::Denied => {
-            tracing::warn!(target: "clawcage::network", %component, "request refused: {error}");
+            tracing::info!(target: "clawcage::network", %component, "request refused: {error}");
             http::HttpError::Denied(error.message().to_string())
         }
         NetworkErrorFamily::InvalidRequest => {
