@@ -11,6 +11,7 @@ pub mod agent_loop;
 pub mod audit;
 pub mod bus;
 pub mod cron;
+pub mod events;
 pub mod message_tool;
 pub mod provider;
 pub mod registry;

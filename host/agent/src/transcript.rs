@@ -7,7 +7,7 @@
 //! loses at most that line) with a warning.
 
 use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
 use clawcage_core::{ChatMessage, Role, Usage};
@@ -78,19 +78,63 @@ impl TranscriptStore {
     /// The file of session `key`. Every byte outside `[A-Za-z0-9_-]` is written `%XX`, so a key
     /// cannot contain a separator, `..` or a leading dot.
     pub fn path(&self, key: &str) -> PathBuf {
-        let mut name = String::with_capacity(key.len() + 6);
-        for byte in key.bytes() {
-            if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
-                name.push(byte as char);
-            } else {
-                name.push_str(&format!("%{byte:02X}"));
-            }
-        }
-        if name.is_empty() {
-            name.push_str("%00");
-        }
+        let mut name = key_file_stem(key);
         name.push_str(".jsonl");
         self.dir.join(name)
+    }
+
+    /// Every session with a transcript, with when it was last written and its size, newest
+    /// first. Files whose names are not escaped keys are left out.
+    pub fn sessions(&self) -> std::io::Result<Vec<SessionFile>> {
+        let entries = match std::fs::read_dir(&self.dir) {
+            Ok(entries) => entries,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(error) => return Err(error),
+        };
+        let mut sessions = Vec::new();
+        for entry in entries {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(key) = name
+                .to_str()
+                .and_then(|name| name.strip_suffix(".jsonl"))
+                .and_then(key_from_file_stem)
+            else {
+                continue;
+            };
+            let metadata = entry.metadata()?;
+            if !metadata.is_file() {
+                continue;
+            }
+            let modified_ms = metadata
+                .modified()
+                .ok()
+                .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+                .map_or(0, |elapsed| elapsed.as_millis() as u64);
+            sessions.push(SessionFile {
+                key,
+                modified_ms,
+                bytes: metadata.len(),
+            });
+        }
+        sessions.sort_by(|a, b| b.modified_ms.cmp(&a.modified_ms).then(a.key.cmp(&b.key)));
+        Ok(sessions)
+    }
+
+    /// The size of `key`'s transcript in bytes (0 when it has none).
+    pub fn file_len(&self, key: &str) -> std::io::Result<u64> {
+        match std::fs::metadata(self.path(key)) {
+            Ok(metadata) => Ok(metadata.len()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
+            Err(error) => Err(error),
+        }
+    }
+
+    /// As [`TranscriptStore::load`], reading only the first `max_bytes` bytes of the file: the
+    /// transcript as it was when it had that size (a front end pairs it with the events that
+    /// came after).
+    pub fn load_prefix(&self, key: &str, limit: usize, max_bytes: u64) -> std::io::Result<Loaded> {
+        self.load_from(key, limit, max_bytes)
     }
 
     /// Append `entries` to `key`'s transcript, flushed to the disk before returning.
@@ -115,6 +159,10 @@ impl TranscriptStore {
     /// Load `key`'s transcript, keeping at most `limit` messages. A missing file is an empty
     /// session.
     pub fn load(&self, key: &str, limit: usize) -> std::io::Result<Loaded> {
+        self.load_from(key, limit, u64::MAX)
+    }
+
+    fn load_from(&self, key: &str, limit: usize, max_bytes: u64) -> std::io::Result<Loaded> {
         let path = self.path(key);
         let file = match File::open(&path) {
             Ok(file) => file,
@@ -124,7 +172,10 @@ impl TranscriptStore {
             Err(error) => return Err(error),
         };
         let mut loaded = Loaded::default();
-        for (number, line) in BufReader::new(file).split(b'\n').enumerate() {
+        for (number, line) in BufReader::new(file.take(max_bytes))
+            .split(b'\n')
+            .enumerate()
+        {
             let line = line?;
             if line.iter().all(u8::is_ascii_whitespace) {
                 continue;
@@ -150,6 +201,61 @@ impl TranscriptStore {
         trim_history(&mut loaded.messages, limit);
         Ok(loaded)
     }
+}
+
+/// A session that has a transcript.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFile {
+    /// The session key.
+    pub key: String,
+    /// When the transcript was last written, in milliseconds since the Unix epoch.
+    pub modified_ms: u64,
+    /// Its size in bytes.
+    pub bytes: u64,
+}
+
+/// The file name (without extension) of session `key`: every byte outside `[A-Za-z0-9_-]`
+/// written `%XX`, so the name has no separator, no dot and cannot be empty. Anything that keeps
+/// per-session files (transcripts, event logs) names them this way.
+pub fn key_file_stem(key: &str) -> String {
+    let mut name = String::with_capacity(key.len() + 6);
+    for byte in key.bytes() {
+        if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
+            name.push(byte as char);
+        } else {
+            name.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    if name.is_empty() {
+        name.push_str("%00");
+    }
+    name
+}
+
+/// The session key a [`key_file_stem`] came from; `None` for a name it cannot have produced.
+pub fn key_from_file_stem(stem: &str) -> Option<String> {
+    if stem == "%00" {
+        return Some(String::new());
+    }
+    let mut bytes = Vec::with_capacity(stem.len());
+    let mut rest = stem.as_bytes();
+    while let Some((&first, tail)) = rest.split_first() {
+        if first == b'%' {
+            let hex = tail.get(..2)?;
+            let text = std::str::from_utf8(hex).ok()?;
+            if text.bytes().any(|b| b.is_ascii_lowercase()) {
+                return None;
+            }
+            bytes.push(u8::from_str_radix(text, 16).ok()?);
+            rest = &tail[2..];
+        } else if first.is_ascii_alphanumeric() || first == b'_' || first == b'-' {
+            bytes.push(first);
+            rest = tail;
+        } else {
+            return None;
+        }
+    }
+    String::from_utf8(bytes).ok()
 }
 
 /// Append `message`, merging it into the previous message when both are the user's (a turn that
@@ -204,6 +310,42 @@ mod tests {
         }
         assert_ne!(store.path("a/b"), store.path("a%2Fb"));
         assert!(store.path("cli:default").ends_with("cli%3Adefault.jsonl"));
+        for key in ["agent:main:webchat:a.b", "../x", "", "é/%"] {
+            assert_eq!(
+                key_from_file_stem(&key_file_stem(key)).as_deref(),
+                Some(key)
+            );
+        }
+        assert_eq!(key_from_file_stem("a.old"), None);
+        assert_eq!(key_from_file_stem("a%2f"), None);
+    }
+
+    #[test]
+    fn sessions_are_listed_and_a_prefix_loads_what_was_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = TranscriptStore::new(dir.path());
+        let message = |text: &str| Entry::Message {
+            at_ms: 1,
+            message: ChatMessage::user(text),
+        };
+        store.append("agent:main:cli:a", &[message("one")]).unwrap();
+        let before = store.file_len("agent:main:cli:a").unwrap();
+        store.append("agent:main:cli:a", &[message("two")]).unwrap();
+        std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
+        let keys: Vec<String> = store
+            .sessions()
+            .unwrap()
+            .into_iter()
+            .map(|s| s.key)
+            .collect();
+        assert_eq!(keys, ["agent:main:cli:a"]);
+        let loaded = store.load_prefix("agent:main:cli:a", 10, before).unwrap();
+        assert_eq!(loaded.messages, vec![ChatMessage::user("one")]);
+        assert_eq!(
+            store.load("agent:main:cli:a", 10).unwrap().messages.len(),
+            1
+        );
+        assert_eq!(store.file_len("missing").unwrap(), 0);
     }
 
     #[test]

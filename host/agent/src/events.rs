@@ -1,0 +1,395 @@
+//! The one event vocabulary every front end renders: an [`AgentEvent`] `{runId, seq, stream, ts,
+//! data, sessionKey}` on one of five [`Stream`]s (`lifecycle`, `assistant`, `tool`,
+//! `compaction`, `error`). [`EventObserver`] is a [`TurnObserver`] that turns what a turn does
+//! into such events on a channel, and the `AgentEvent::run_*` constructors give the lifecycle
+//! events a front end emits around a turn, so a terminal, the gateway's WebSocket and ACP all see
+//! the same shapes. [`EventLog`] keeps each session's events in order with a strictly increasing
+//! `seq` (the scale-out seam: [`DiskEventLog`], bounded files in the state directory, is the
+//! in-process implementation; a distributed one can replace it behind the trait).
+
+mod disk;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::agent_loop::{AgentError, TurnEnd, TurnObserver, TurnOutcome, Verdict};
+use crate::provider::ProviderEvents;
+use crate::transcript::now_ms;
+use clawcage_core::{ToolCall, Usage};
+
+pub use disk::{DEFAULT_SEGMENT_BYTES, DEFAULT_SEGMENT_EVENTS, DiskEventLog};
+
+/// The most characters of a tool's output an event carries (the model gets all of it).
+pub const TOOL_OUTPUT_EXCERPT_CHARS: usize = 2_000;
+
+/// Tool arguments larger than this (as JSON text) are sent as a cut preview.
+pub const TOOL_ARGS_MAX_CHARS: usize = 8_000;
+
+/// Which part of a run an event belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Stream {
+    /// The run started, ended or failed; notes from the loop; session resets.
+    Lifecycle,
+    /// The model's text as it streams.
+    Assistant,
+    /// A tool call started or ended (with its verdict).
+    Tool,
+    /// The history was compacted (reserved: nothing compacts yet).
+    Compaction,
+    /// A provider request failed and is retried, or the chain fails over.
+    Error,
+}
+
+impl Stream {
+    /// The wire name.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Stream::Lifecycle => "lifecycle",
+            Stream::Assistant => "assistant",
+            Stream::Tool => "tool",
+            Stream::Compaction => "compaction",
+            Stream::Error => "error",
+        }
+    }
+}
+
+/// One event of one run of one session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct AgentEvent {
+    /// The run (one turn) it belongs to; empty for session-level events such as a reset.
+    pub run_id: String,
+    /// Its position in the session's event log, from 1, strictly increasing. 0 until an
+    /// [`EventLog`] assigns it.
+    pub seq: u64,
+    /// Which part of the run.
+    pub stream: Stream,
+    /// Milliseconds since the Unix epoch.
+    pub ts: u64,
+    /// The stream's payload (see `docs/gateway-protocol.md`).
+    pub data: Value,
+    /// The session.
+    pub session_key: String,
+}
+
+impl AgentEvent {
+    /// An event not yet given its `seq`.
+    pub fn new(session_key: &str, run_id: &str, stream: Stream, data: Value) -> Self {
+        Self {
+            run_id: run_id.to_string(),
+            seq: 0,
+            stream,
+            ts: now_ms(),
+            data,
+            session_key: session_key.to_string(),
+        }
+    }
+
+    /// `lifecycle {phase: "start"}`: the run begins on `input` (`kind` is `user` or
+    /// `notification`; `sender` names a notification's origin).
+    pub fn run_started(
+        session_key: &str,
+        run_id: &str,
+        kind: &str,
+        input: &str,
+        sender: Option<&str>,
+    ) -> Self {
+        let mut data = json!({"phase": "start", "kind": kind, "message": input});
+        if let Some(sender) = sender {
+            data["sender"] = Value::String(sender.to_string());
+        }
+        Self::new(session_key, run_id, Stream::Lifecycle, data)
+    }
+
+    /// `lifecycle {phase: "end"}`: the run ended with `outcome`.
+    pub fn run_ended(session_key: &str, run_id: &str, outcome: &TurnOutcome) -> Self {
+        let end = match &outcome.end {
+            TurnEnd::Answered => "answered",
+            TurnEnd::IterationLimit => "iteration_limit",
+            TurnEnd::LoopDetected { .. } => "loop_detected",
+        };
+        Self::new(
+            session_key,
+            run_id,
+            Stream::Lifecycle,
+            json!({
+                "phase": "end",
+                "end": end,
+                "text": outcome.text,
+                "usage": usage_json(outcome.usage),
+                "iterations": outcome.iterations,
+                "answeredBy": outcome.answered_by,
+            }),
+        )
+    }
+
+    /// `lifecycle {phase: "error"}`: the run failed. `aborted` is set when it was stopped on
+    /// purpose (an abort, a shutdown); `interrupted` when the process stopped under it.
+    pub fn run_failed(session_key: &str, run_id: &str, error: &AgentError, aborted: bool) -> Self {
+        Self::new(
+            session_key,
+            run_id,
+            Stream::Lifecycle,
+            json!({
+                "phase": "error",
+                "message": error.to_string(),
+                "aborted": aborted || matches!(error, AgentError::Interrupted),
+            }),
+        )
+    }
+
+    /// `lifecycle {phase: "error", interrupted: true}`: the process running the run stopped
+    /// before it ended (found at the next start).
+    pub fn run_interrupted(session_key: &str, run_id: &str, why: &str) -> Self {
+        Self::new(
+            session_key,
+            run_id,
+            Stream::Lifecycle,
+            json!({"phase": "error", "message": why, "aborted": false, "interrupted": true}),
+        )
+    }
+
+    /// `lifecycle {phase: "reset"}`: the session's history was cleared.
+    pub fn session_reset(session_key: &str) -> Self {
+        Self::new(
+            session_key,
+            "",
+            Stream::Lifecycle,
+            json!({"phase": "reset"}),
+        )
+    }
+
+    /// The `phase` of a lifecycle or tool event.
+    pub fn phase(&self) -> Option<&str> {
+        self.data.get("phase").and_then(Value::as_str)
+    }
+
+    /// Whether this event ends its run (`lifecycle` `end` or `error`).
+    pub fn ends_run(&self) -> bool {
+        self.stream == Stream::Lifecycle && matches!(self.phase(), Some("end" | "error"))
+    }
+}
+
+fn usage_json(usage: Usage) -> Value {
+    json!({"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens})
+}
+
+/// `text` cut to at most `max` characters, and whether it was cut.
+pub fn excerpt(text: &str, max: usize) -> (&str, bool) {
+    match text.char_indices().nth(max) {
+        Some((end, _)) => (&text[..end], true),
+        None => (text, false),
+    }
+}
+
+/// The wire form of a verdict: `ok`, `denied` (refused by the sandbox or a policy) or `error`,
+/// with the detailed label (`failed`, `invalid`, `not_run`).
+pub fn verdict_json(verdict: &Verdict) -> (&'static str, &'static str) {
+    match verdict {
+        Verdict::Ok => ("ok", "ok"),
+        Verdict::Denied(_) => ("denied", "denied"),
+        Verdict::Failed(_) => ("error", "failed"),
+        Verdict::Invalid(_) => ("error", "invalid"),
+        Verdict::NotRun(_) => ("error", "not_run"),
+    }
+}
+
+/// A [`TurnObserver`] that sends every observation of one run as an [`AgentEvent`] on a channel
+/// (unbounded: the observer is called synchronously inside the turn and must never block; the
+/// receiver drains it as fast as it writes the log).
+#[derive(Debug, Clone)]
+pub struct EventObserver {
+    session_key: String,
+    run_id: String,
+    sender: mpsc::UnboundedSender<AgentEvent>,
+}
+
+impl EventObserver {
+    /// An observer of run `run_id` of session `session_key`, sending to `sender`.
+    pub fn new(
+        session_key: impl Into<String>,
+        run_id: impl Into<String>,
+        sender: mpsc::UnboundedSender<AgentEvent>,
+    ) -> Self {
+        Self {
+            session_key: session_key.into(),
+            run_id: run_id.into(),
+            sender,
+        }
+    }
+
+    /// A channel and an observer sending to it.
+    pub fn channel(session_key: &str, run_id: &str) -> (Self, mpsc::UnboundedReceiver<AgentEvent>) {
+        let (sender, receiver) = mpsc::unbounded_channel();
+        (Self::new(session_key, run_id, sender), receiver)
+    }
+
+    /// The run.
+    pub fn run_id(&self) -> &str {
+        &self.run_id
+    }
+
+    /// Send an event of this run on `stream` with `data` (dropped when nobody listens).
+    pub fn emit(&self, stream: Stream, data: Value) {
+        let _ = self.sender.send(AgentEvent::new(
+            &self.session_key,
+            &self.run_id,
+            stream,
+            data,
+        ));
+    }
+}
+
+impl ProviderEvents for EventObserver {
+    fn text_delta(&self, text: &str) {
+        if !text.is_empty() {
+            self.emit(Stream::Assistant, json!({"delta": text}));
+        }
+    }
+
+    fn retrying(&self, provider: &str, reason: &str, delay: std::time::Duration) {
+        self.emit(
+            Stream::Error,
+            json!({
+                "kind": "retrying",
+                "provider": provider,
+                "message": excerpt(reason, 500).0,
+                "delayMs": delay.as_millis() as u64,
+            }),
+        );
+    }
+
+    fn failing_over(&self, from: &str, to: &str, reason: &str) {
+        self.emit(
+            Stream::Error,
+            json!({"kind": "failover", "from": from, "to": to, "message": excerpt(reason, 500).0}),
+        );
+    }
+}
+
+impl TurnObserver for EventObserver {
+    fn tool_started(&self, call: &ToolCall) {
+        let text = call.arguments.to_string();
+        let args = if text.chars().count() > TOOL_ARGS_MAX_CHARS {
+            json!({"truncated": true, "preview": excerpt(&text, TOOL_ARGS_MAX_CHARS).0})
+        } else {
+            call.arguments.clone()
+        };
+        self.emit(
+            Stream::Tool,
+            json!({"phase": "start", "toolCallId": call.id, "name": call.name, "args": args}),
+        );
+    }
+
+    fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, output: &str) {
+        let (verdict_name, label) = verdict_json(verdict);
+        let (cut, truncated) = excerpt(output, TOOL_OUTPUT_EXCERPT_CHARS);
+        let mut data = json!({
+            "phase": "end",
+            "toolCallId": call.id,
+            "name": call.name,
+            "verdict": verdict_name,
+            "label": label,
+            "output": cut,
+            "outputChars": output.chars().count(),
+            "truncated": truncated,
+        });
+        if let Some(reason) = verdict.reason() {
+            data["reason"] = Value::String(excerpt(reason, 500).0.to_string());
+        }
+        self.emit(Stream::Tool, data);
+    }
+
+    fn note(&self, text: &str) {
+        self.emit(Stream::Lifecycle, json!({"phase": "note", "text": text}));
+    }
+}
+
+/// What [`EventLog::read`] returns.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Replay {
+    /// The events after `since`, oldest first, at most the limit asked for.
+    pub events: Vec<AgentEvent>,
+    /// The oldest `seq` still kept (`last_seq + 1` when the log is empty): events before it were
+    /// dropped from the window and can only be reported as a gap.
+    pub first_retained: u64,
+    /// The newest `seq` (0 for a log without events).
+    pub last_seq: u64,
+}
+
+/// Each session's events in order, with a strictly increasing `seq` per session, kept within a
+/// bounded window. Implementations must be safe to call from many tasks; calls for one session
+/// are ordered by the caller.
+pub trait EventLog: Send + Sync + std::fmt::Debug {
+    /// Store `event` as the next of its session, giving it its `seq`; returns it as stored.
+    fn append(&self, event: AgentEvent) -> std::io::Result<AgentEvent>;
+    /// The events of `session_key` with `seq > since`, at most `limit` of them.
+    fn read(&self, session_key: &str, since: u64, limit: usize) -> std::io::Result<Replay>;
+    /// The newest `seq` of `session_key` (0 when it has none).
+    fn last_seq(&self, session_key: &str) -> std::io::Result<u64>;
+    /// Forget `session_key`'s events; its next event is `seq` 1 again.
+    fn remove(&self, session_key: &str) -> std::io::Result<()>;
+    /// Make every appended event durable (on disk: synced).
+    fn sync(&self) -> std::io::Result<()>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn events_serialise_in_camel_case_with_lowercase_streams() {
+        let mut event = AgentEvent::new("agent:main:cli:main", "r1", Stream::Tool, json!({}));
+        event.seq = 7;
+        event.ts = 5;
+        let json = serde_json::to_value(&event).unwrap_or_default();
+        assert_eq!(
+            json,
+            json!({"runId": "r1", "seq": 7, "stream": "tool", "ts": 5, "data": {}, "sessionKey": "agent:main:cli:main"})
+        );
+        let back: AgentEvent = serde_json::from_value(json).unwrap_or_else(|_| event.clone());
+        assert_eq!(back, event);
+    }
+
+    #[test]
+    fn the_observer_reports_tools_with_verdicts_and_cut_output() {
+        let (observer, mut events) = EventObserver::channel("s", "r");
+        let call = ToolCall {
+            id: "t1".into(),
+            name: "read_file".into(),
+            arguments: json!({"path": "/etc/passwd"}),
+        };
+        observer.text_delta("Hel");
+        observer.tool_started(&call);
+        observer.tool_finished(
+            &call,
+            &Verdict::Denied("outside the workspace".into()),
+            &"x".repeat(TOOL_OUTPUT_EXCERPT_CHARS + 10),
+        );
+        let delta = events.try_recv().ok();
+        assert_eq!(delta.map(|e| e.data), Some(json!({"delta": "Hel"})));
+        let start = events.try_recv().ok().map(|e| e.data);
+        assert_eq!(
+            start,
+            Some(
+                json!({"phase": "start", "toolCallId": "t1", "name": "read_file", "args": {"path": "/etc/passwd"}})
+            )
+        );
+        let end = events.try_recv().ok().map(|e| e.data).unwrap_or_default();
+        assert_eq!(end["verdict"], "denied");
+        assert_eq!(end["reason"], "outside the workspace");
+        assert_eq!(end["truncated"], true);
+        assert_eq!(
+            end["output"].as_str().map(|s| s.len()),
+            Some(TOOL_OUTPUT_EXCERPT_CHARS)
+        );
+    }
+
+    #[test]
+    fn excerpts_cut_on_character_boundaries() {
+        assert_eq!(excerpt("héllo", 2), ("hé", true));
+        assert_eq!(excerpt("hé", 2), ("hé", false));
+    }
+}
