@@ -421,6 +421,17 @@ async fn a_plugin_reaches_only_the_hosts_both_sides_grant() {
         offline.contains("wasi:http") && offline.contains("network"),
         "{offline}"
     );
+    // What it asked for, what it got, and the exact key that would change it.
+    assert!(
+        offline.contains(&format!("its manifest asks for 127.0.0.1:{port}")),
+        "{offline}"
+    );
+    assert!(
+        offline.contains("list the host in [plugins.grants.offline] network in clawcage.toml"),
+        "{offline}"
+    );
+    assert!(!offline.contains("[network] allow"), "{offline}");
+    assert!(!offline.contains("refused: "), "said once: {offline}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -517,4 +528,39 @@ async fn a_fifo_as_manifest_or_component_is_refused_at_once_and_the_others_load(
         assert!(reason.contains("FIFO"), "{folder}: {reason}");
         fifo.assert_still_a_fifo();
     }
+}
+
+/// A plugin's request to a host outside its grant is refused with the key that would allow it:
+/// the plugin's own grant, never `[network] allow`, which does not apply to plugins.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plugin_refused_a_host_is_told_its_own_grant_key() {
+    let workspace = tempfile::tempdir().unwrap();
+    let plugins = tempfile::tempdir().unwrap();
+    install(
+        plugins.path(),
+        "webby",
+        "webby",
+        clawcage_sandbox::components::bundled::WEB,
+        None,
+        "[capabilities]\nnetwork = [\"api.example.com\"]\n",
+    );
+    let (report, registry) = load(
+        plugins.path(),
+        "[grants.webby]\nnetwork = [\"api.example.com\"]\n",
+        workspace.path(),
+        FsMode::ReadWrite,
+    )
+    .await;
+    assert_eq!(report.loaded.len(), 1, "{report:#?}");
+    let error = registry
+        .execute("web_fetch", r#"{"url":"https://other.example/"}"#)
+        .await
+        .unwrap_err();
+    assert!(
+        error
+            .message()
+            .contains("add \"other.example\" to [plugins.grants.webby] network in clawcage.toml"),
+        "{error}"
+    );
+    assert!(!error.message().contains("[network] allow"), "{error}");
 }

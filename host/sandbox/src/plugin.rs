@@ -21,7 +21,7 @@ use sha2::{Digest, Sha256};
 use crate::env::{EnvGrant, check_name};
 use crate::grants::{FsMode, Grants, WorkspaceGrant};
 use crate::network::{AllowList, NetworkPolicy};
-use crate::sandbox::Sandbox;
+use crate::sandbox::{LoadError, Sandbox};
 use crate::tool::WasmTool;
 
 /// The manifest's file name inside a plugin directory.
@@ -299,16 +299,11 @@ impl std::fmt::Display for RefusedPlugin {
         match &self.name {
             Some(name) => write!(
                 f,
-                "plugin {name} ({}) refused: {}",
+                "plugin {name} ({}): {}",
                 self.path.display(),
                 self.reason
             ),
-            None => write!(
-                f,
-                "plugin at {} refused: {}",
-                self.path.display(),
-                self.reason
-            ),
+            None => write!(f, "plugin at {}: {}", self.path.display(), self.reason),
         }
     }
 }
@@ -494,19 +489,21 @@ impl PluginLoader<'_> {
             self.config.grants.get(&manifest.name),
             &self.host_secrets,
         );
-        let (grants, mut notes) = self.bind(&decision);
+        let (grants, mut notes) = self.bind(&manifest.name, &decision);
         notes.splice(0..0, decision.notes.iter().cloned());
 
+        // The digest was checked on these very bytes: they are compiled under it.
         let loaded = self
             .sandbox
-            .load(
+            .load_code(
                 &manifest.name,
                 &origin(&manifest.name, &manifest.version),
-                &bytes,
+                crate::sandbox::Code::Shared(std::sync::Arc::from(bytes)),
+                &actual,
                 grants,
             )
             .await
-            .map_err(|error| refuse(Some(id.clone()), error.to_string()))?;
+            .map_err(|error| refuse(Some(id.clone()), plugin_load_error(&manifest, &error)))?;
         let mut summary = String::new();
         let tools: Vec<PluginTool> = loaded
             .into_tools()
@@ -533,7 +530,7 @@ impl PluginLoader<'_> {
 
     /// The decision bound to this process's workspace and limits, with the host's values of the
     /// granted environment names.
-    fn bind(&self, decision: &Decision) -> (Grants, Vec<String>) {
+    fn bind(&self, plugin_name: &str, decision: &Decision) -> (Grants, Vec<String>) {
         let mut notes = Vec::new();
         let mut asked = Grants::none().with_limits(self.base.limits);
         asked.workspace = match (&self.base.workspace, decision.workspace) {
@@ -563,12 +560,46 @@ impl PluginLoader<'_> {
         // own (no secrets: those belong to the host's tools), with the usual address checks.
         if !decision.network.is_empty() {
             match AllowList::parse(decision.network.iter().map(String::as_str)) {
-                Ok(allow) => grants = grants.with_network(NetworkPolicy::new(allow)),
+                Ok(allow) => {
+                    grants = grants.with_network(
+                        NetworkPolicy::new(allow).with_grant_key(&format!(
+                            "[plugins.grants.{}] network in clawcage.toml (and the plugin manifest's [capabilities] network)",
+                            plugin_name
+                        )),
+                    );
+                }
                 Err(error) => notes.push(format!("network not granted: {error}")),
             }
         }
         (grants, notes)
     }
+}
+
+/// Why a plugin's component did not load, in terms of the plugin's manifest and grant: an
+/// import it needs that was not granted names what the manifest asked for, what the operator
+/// granted and the exact key that would change it.
+fn plugin_load_error(manifest: &Manifest, error: &LoadError) -> String {
+    let LoadError::UngrantedImport { import, .. } = error else {
+        return error.to_string();
+    };
+    let name = &manifest.name;
+    let key = format!("[plugins.grants.{name}]");
+    if import.starts_with("clawcage:tool/http@") || import.starts_with("wasi:http/") {
+        let asked = if manifest.capabilities.network.is_empty() {
+            "its manifest asks for no network ([capabilities] network is empty)".to_string()
+        } else {
+            format!(
+                "its manifest asks for {}",
+                manifest.capabilities.network.join(", ")
+            )
+        };
+        return format!(
+            "it imports `{import}` (outbound HTTP) but was granted no network: {asked}, and {key} network grants none of it. To let it reach a host, list the host in {key} network in clawcage.toml (and in the manifest's [capabilities] network)"
+        );
+    }
+    format!(
+        "it imports `{import}`, which plugins are not granted: only WASI, `clawcage:tool/log` and, with {key} network, outbound HTTP are"
+    )
 }
 
 /// The manifests of a plugins directory, sorted: `DIR/*/plugin.toml` and `DIR/*.toml`.

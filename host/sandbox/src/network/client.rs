@@ -148,6 +148,9 @@ pub struct NetworkPolicy {
     redactor: Redactor,
     limits: NetworkLimits,
     resolver: Arc<dyn NameResolver>,
+    /// The configuration key a refusal tells the operator to change, when it is not
+    /// `[network] allow` (a plugin's policy names its own grant).
+    grant_key: Option<Arc<str>>,
 }
 
 impl PartialEq for NetworkPolicy {
@@ -170,6 +173,24 @@ impl NetworkPolicy {
             redactor: Redactor::default(),
             limits: NetworkLimits::default(),
             resolver: Arc::new(SystemResolver),
+            grant_key: None,
+        }
+    }
+
+    /// This policy with refusals naming `key` (e.g. `[plugins.grants.NAME] network in
+    /// clawcage.toml`) as the setting to change instead of `[network] allow`.
+    pub fn with_grant_key(mut self, key: &str) -> Self {
+        self.grant_key = Some(Arc::from(key));
+        self
+    }
+
+    /// `error` as the component and the operator see it: scrubbed of the secrets, naming the
+    /// key that would allow the request.
+    pub(crate) fn explained(&self, error: NetworkError) -> NetworkError {
+        let error = error.redacted(&self.redactor);
+        match &self.grant_key {
+            Some(key) => error.with_key(super::policy::ALLOW_KEY, key),
+            None => error,
         }
     }
 
@@ -235,6 +256,7 @@ impl NetworkPolicy {
             secrets,
             limits: self.limits.narrowed_by(&other.limits),
             resolver: self.resolver.clone(),
+            grant_key: self.grant_key.clone().or_else(|| other.grant_key.clone()),
         }
     }
 
@@ -262,7 +284,7 @@ impl NetworkPolicy {
     pub async fn send(&self, request: OutboundRequest) -> Result<OutboundResponse, NetworkError> {
         self.follow(request)
             .await
-            .map_err(|error| error.redacted(&self.redactor))
+            .map_err(|error| self.explained(error))
     }
 
     async fn follow(&self, request: OutboundRequest) -> Result<OutboundResponse, NetworkError> {

@@ -93,6 +93,14 @@ impl NetworkError {
         }
     }
 
+    /// This error naming `key` wherever it named `default_key` as the setting to change.
+    pub(crate) fn with_key(self, default_key: &str, key: &str) -> Self {
+        Self {
+            message: self.message.replace(default_key, key),
+            kind: self.kind,
+        }
+    }
+
     /// The message, written for the model and the operator.
     pub fn message(&self) -> &str {
         &self.message

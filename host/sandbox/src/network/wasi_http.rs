@@ -95,7 +95,7 @@ impl WasiHttpHooks for PolicyHooks {
             };
             let sent = send(&policy, request, options)
                 .await
-                .map_err(|error| error.redacted(policy.redactor()));
+                .map_err(|error| policy.explained(error));
             match sent {
                 Ok(response) => Ok((
                     response,
