@@ -1,0 +1,201 @@
+//! The HTTP side: a hyper HTTP/1.1 accept loop that serves the web chat (`/`, `/app.js`,
+//! `/style.css`, embedded in the binary), `/healthz`, and upgrades `GET /ws` to a WebSocket
+//! after checking the `Host` and `Origin` headers. The upgraded connection is handed to
+//! [`connection::serve`](crate::connection::serve).
+
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
+use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
+use tokio_util::sync::CancellationToken;
+
+use crate::Gateway;
+
+/// The WebSocket path.
+pub const WS_PATH: &str = "/ws";
+
+const INDEX_HTML: &str = include_str!("web/index.html");
+const APP_JS: &str = include_str!("web/app.js");
+const STYLE_CSS: &str = include_str!("web/style.css");
+
+type Response = http::Response<Full<Bytes>>;
+
+/// Accepts connections on `listener` until `stop` is cancelled.
+pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken) {
+    loop {
+        let (stream, peer) = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok(accepted) => accepted,
+                Err(error) => {
+                    // Out of descriptors and the like: wait a little rather than spin.
+                    tracing::warn!(%error, "cannot accept a connection");
+                    tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = stop.cancelled() => return,
+        };
+        let _ = stream.set_nodelay(true);
+        let gateway = gateway.clone();
+        tokio::spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                let gateway = gateway.clone();
+                async move { Ok::<_, Infallible>(route(gateway, request)) }
+            });
+            let served = hyper::server::conn::http1::Builder::new()
+                .max_buf_size(64 << 10)
+                .serve_connection(TokioIo::new(stream), service)
+                .with_upgrades()
+                .await;
+            if let Err(error) = served {
+                tracing::debug!(%peer, "HTTP connection ended: {error}");
+            }
+        });
+    }
+}
+
+fn plain(status: http::StatusCode, text: impl Into<String>) -> Response {
+    let mut response = http::Response::new(Full::new(Bytes::from(text.into())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    response
+}
+
+fn asset(content_type: &'static str, body: &'static str) -> Response {
+    let mut response = http::Response::new(Full::new(Bytes::from_static(body.as_bytes())));
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static(content_type),
+    );
+    headers.insert(
+        http::header::CACHE_CONTROL,
+        http::HeaderValue::from_static("no-store"),
+    );
+    headers.insert(
+        "content-security-policy",
+        http::HeaderValue::from_static(
+            "default-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'",
+        ),
+    );
+    headers.insert(
+        "x-content-type-options",
+        http::HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        "referrer-policy",
+        http::HeaderValue::from_static("no-referrer"),
+    );
+    response
+}
+
+fn header(request: &http::Request<Incoming>, name: http::HeaderName) -> Option<&str> {
+    request
+        .headers()
+        .get(name)
+        .and_then(|value| value.to_str().ok())
+}
+
+fn route(gateway: Arc<Gateway>, mut request: http::Request<Incoming>) -> Response {
+    let path = request.uri().path();
+    if path == WS_PATH {
+        return upgrade(gateway, &mut request);
+    }
+    if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
+        return plain(
+            http::StatusCode::METHOD_NOT_ALLOWED,
+            "only GET is served here\n",
+        );
+    }
+    if let Err(why) = crate::auth::check_request(
+        header(&request, http::header::HOST),
+        None,
+        gateway.settings.loopback,
+        &gateway.settings.allowed_origins,
+    ) {
+        return plain(http::StatusCode::FORBIDDEN, format!("{why}\n"));
+    }
+    match path {
+        "/" | "/index.html" => asset("text/html; charset=utf-8", INDEX_HTML),
+        "/app.js" => asset("text/javascript; charset=utf-8", APP_JS),
+        "/style.css" => asset("text/css; charset=utf-8", STYLE_CSS),
+        "/healthz" => plain(http::StatusCode::OK, "ok\n"),
+        _ => plain(
+            http::StatusCode::NOT_FOUND,
+            "not found: the web chat is at /, the WebSocket at /ws\n",
+        ),
+    }
+}
+
+fn upgrade(gateway: Arc<Gateway>, request: &mut http::Request<Incoming>) -> Response {
+    let upgrade_requested = header(request, http::header::UPGRADE)
+        .is_some_and(|value| value.eq_ignore_ascii_case("websocket"));
+    let version_ok = header(request, http::header::SEC_WEBSOCKET_VERSION) == Some("13");
+    let key = header(request, http::header::SEC_WEBSOCKET_KEY).map(str::to_string);
+    let (Some(key), true, true, true) = (
+        key,
+        upgrade_requested,
+        version_ok,
+        request.method() == http::Method::GET,
+    ) else {
+        return plain(
+            http::StatusCode::BAD_REQUEST,
+            "this is the WebSocket endpoint: connect with a WebSocket client (GET, Upgrade: websocket, Sec-WebSocket-Version: 13)\n",
+        );
+    };
+    if let Err(why) = crate::auth::check_request(
+        header(request, http::header::HOST),
+        header(request, http::header::ORIGIN),
+        gateway.settings.loopback,
+        &gateway.settings.allowed_origins,
+    ) {
+        tracing::info!("refused a WebSocket upgrade: {why}");
+        return plain(http::StatusCode::FORBIDDEN, format!("{why}\n"));
+    }
+    let on_upgrade = hyper::upgrade::on(request);
+    let config = WebSocketConfig::default()
+        .read_buffer_size(4 << 10)
+        .write_buffer_size(0)
+        .max_write_buffer_size(gateway.settings.max_frame_bytes.max(1 << 20) * 4)
+        .max_message_size(Some(gateway.settings.max_frame_bytes))
+        .max_frame_size(Some(gateway.settings.max_frame_bytes));
+    tokio::spawn(async move {
+        match on_upgrade.await {
+            Ok(upgraded) => {
+                let socket = WebSocketStream::from_raw_socket(
+                    TokioIo::new(upgraded),
+                    Role::Server,
+                    Some(config),
+                )
+                .await;
+                crate::connection::serve(gateway, socket).await;
+            }
+            Err(error) => tracing::debug!("the WebSocket upgrade failed: {error}"),
+        }
+    });
+    let mut response = http::Response::new(Full::new(Bytes::new()));
+    *response.status_mut() = http::StatusCode::SWITCHING_PROTOCOLS;
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::UPGRADE,
+        http::HeaderValue::from_static("websocket"),
+    );
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("Upgrade"),
+    );
+    if let Ok(accept) = http::HeaderValue::from_str(&derive_accept_key(key.as_bytes())) {
+        headers.insert(http::header::SEC_WEBSOCKET_ACCEPT, accept);
+    }
+    response
+}

@@ -1,0 +1,487 @@
+//! The clawcage gateway: one long-running process that owns the sessions (their lanes,
+//! transcripts and event logs), cron, the sub-agents and the audit log, and serves them over one
+//! WebSocket protocol (`docs/gateway-protocol.md`) to every front end — the web chat it serves
+//! at `/`, terminals, channels. It is a front end over `clawcage-runtime` like `chat`: it asks
+//! the runtime for an agent and renders the agent's events as WebSocket frames; it holds no agent
+//! logic. Its own crate because only it needs the WebSocket stack.
+
+mod auth;
+mod connection;
+mod http;
+pub mod hub;
+mod keys;
+mod methods;
+pub mod protocol;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, OnceLock, Weak};
+use std::time::Duration;
+
+use clawcage_agent::events::{AgentEvent, DiskEventLog, Stream};
+use clawcage_agent::{OutboundMessage, SendCallback, TranscriptStore};
+use clawcage_core::BoxFuture;
+use clawcage_core::scheduler::Scheduler;
+use clawcage_runtime::{AgentOptions, CronStatus, Error, Options, Runtime};
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+
+pub use auth::{Token, is_loopback_host};
+pub use hub::{GatewayParts, Hub};
+pub use keys::{check_key, is_gateway_key};
+
+/// The default address: loopback, OpenClaw's port.
+pub const DEFAULT_BIND: &str = "127.0.0.1:18789";
+
+/// The largest frame a client may send, in bytes.
+pub const MAX_FRAME_BYTES: usize = 256 << 10;
+
+/// Frames queued to one connection at most before it counts as too slow.
+pub const SEND_QUEUE_FRAMES: usize = 4096;
+
+/// How long a shutdown waits for running turns to stop.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// How the gateway treats its clients.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The token every connection must present.
+    pub token: Token,
+    /// Origins besides the page's own that may connect.
+    pub allowed_origins: Vec<String>,
+    /// Whether the listener is on loopback (then only loopback `Host` names are served).
+    pub loopback: bool,
+    /// `chat.send` and `agent` requests per minute and connection.
+    pub sends_per_minute: u32,
+    /// The largest frame accepted.
+    pub max_frame_bytes: usize,
+    /// Frames queued per connection before it is cut off.
+    pub send_queue: usize,
+    /// How often `tick` events go out.
+    pub tick_interval: Duration,
+}
+
+impl Settings {
+    /// The defaults with `token`.
+    pub fn new(token: Token) -> Self {
+        Self {
+            token,
+            allowed_origins: Vec::new(),
+            loopback: true,
+            sends_per_minute: 30,
+            max_frame_bytes: MAX_FRAME_BYTES,
+            send_queue: SEND_QUEUE_FRAMES,
+            tick_interval: Duration::from_secs(30),
+        }
+    }
+}
+
+/// A gateway: the hub and how it treats clients.
+pub struct Gateway {
+    /// The sessions, runs and connections.
+    pub hub: Arc<Hub>,
+    /// How clients are treated.
+    pub settings: Settings,
+}
+
+impl Gateway {
+    /// A gateway over `parts`.
+    pub fn new(parts: GatewayParts, settings: Settings) -> Arc<Self> {
+        Arc::new(Self {
+            hub: Hub::new(parts),
+            settings,
+        })
+    }
+
+    /// The `hello-ok` payload for connection `id`.
+    pub fn hello(&self, id: u64) -> Value {
+        json!({
+            "type": "hello-ok",
+            "protocol": protocol::PROTOCOL_VERSION,
+            "server": {
+                "name": "clawcage",
+                "version": env!("CARGO_PKG_VERSION"),
+                "connId": id.to_string(),
+            },
+            "features": {"methods": protocol::METHODS, "events": protocol::EVENTS},
+            "policy": {
+                "maxPayload": self.settings.max_frame_bytes,
+                "maxBufferedFrames": self.settings.send_queue,
+                "tickIntervalMs": self.settings.tick_interval.as_millis() as u64,
+                "sendsPerMinute": self.settings.sends_per_minute,
+                "replayPage": hub::REPLAY_PAGE,
+            },
+        })
+    }
+
+    /// The `status` payload.
+    pub fn status(&self) -> Value {
+        let parts = &self.hub.parts;
+        let (running, queued) = self.hub.load();
+        json!({
+            "version": env!("CARGO_PKG_VERSION"),
+            "protocol": protocol::PROTOCOL_VERSION,
+            "uptimeMs": self.hub.started.elapsed().as_millis() as u64,
+            "model": parts.label,
+            "workspace": parts.workspace,
+            "stateDir": parts.state_dir.display().to_string(),
+            "connections": self.hub.connection_count(),
+            "sessions": self.hub.session_count(),
+            "runsInFlight": running,
+            "runsQueued": queued,
+            "tools": parts.tools.names(),
+            "cron": if parts.cron.is_some() { "running".to_string() } else { parts.cron_note.clone() },
+            "subagentsRunning": parts.subagents.as_ref().map_or(0, |manager| manager.running()),
+        })
+    }
+
+    /// Serves `listener` until `shutdown` is cancelled, then shuts down gracefully: stops
+    /// accepting, aborts the runs (messages kept), syncs the events, tells the clients.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
+        // Sub-agent results and cron firings become runs of their sessions.
+        let mut notifications = self
+            .hub
+            .parts
+            .bus
+            .subscribe(clawcage_agent::subagent::SYSTEM_CHANNEL);
+        let router = {
+            let hub = self.hub.clone();
+            tokio::spawn(async move {
+                while let Some(message) = notifications.recv().await {
+                    hub.notify(message);
+                }
+            })
+        };
+        if let Some(manager) = self.hub.parts.subagents.clone() {
+            tokio::spawn(async move {
+                manager.recover().await;
+            });
+        }
+        // What was appended is made durable once a second (a killed process loses nothing
+        // written; this covers a crash of the machine).
+        let syncer = {
+            let events = self.hub.parts.events.clone();
+            tokio::spawn(async move {
+                let mut every = tokio::time::interval(Duration::from_secs(1));
+                loop {
+                    every.tick().await;
+                    let events = events.clone();
+                    let _ = tokio::task::spawn_blocking(move || events.sync()).await;
+                }
+            })
+        };
+        let accepting = CancellationToken::new();
+        let acceptor = tokio::spawn(http::accept_loop(self.clone(), listener, accepting.clone()));
+        shutdown.cancelled().await;
+        accepting.cancel();
+        let _ = acceptor.await;
+        self.hub.shut_down(SHUTDOWN_GRACE).await;
+        router.abort();
+        syncer.abort();
+        // Let the connections send their close frames.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
+        while self.hub.connection_count() > 0 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// `clawcage gateway`'s command line.
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayArgs {
+    /// `status`: whether a gateway runs on this state directory, and where.
+    #[command(subcommand)]
+    pub command: Option<GatewayCommand>,
+    /// The address to listen on. A non-loopback address needs --token.
+    #[arg(long, value_name = "ADDR", default_value = DEFAULT_BIND)]
+    pub bind: SocketAddr,
+    /// The token clients must present (at least 16 characters). Default: generated on the first
+    /// start into <state-dir>/gateway/token.
+    #[arg(
+        long,
+        value_name = "TOKEN",
+        env = "CLAWCAGE_GATEWAY_TOKEN",
+        hide_env_values = true
+    )]
+    pub token: Option<String>,
+    /// Another origin whose pages may connect (repeatable), e.g. https://chat.example.org. The
+    /// gateway's own page always may.
+    #[arg(long = "allow-origin", value_name = "ORIGIN")]
+    pub allow_origins: Vec<String>,
+    /// chat.send and agent requests per minute on one connection.
+    #[arg(long, value_name = "N", default_value_t = 30)]
+    pub sends_per_minute: u32,
+}
+
+/// `clawcage gateway ...` subcommands.
+#[derive(Debug, Clone, clap::Subcommand)]
+pub enum GatewayCommand {
+    /// Say whether a gateway runs on this state directory, and where (exit 1 when none does).
+    Status,
+}
+
+/// What a running gateway writes into `<state-dir>/gateway/gateway.json`.
+fn info_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("gateway").join("gateway.json")
+}
+
+fn lock_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("gateway").join("gateway.lock")
+}
+
+/// Takes the state directory's gateway lock: `Ok(None)` when another process holds it.
+fn take_lock(state_dir: &Path) -> Result<Option<std::fs::File>, Error> {
+    let path = lock_path(state_dir);
+    let cannot = |error: std::io::Error| {
+        Error::Usage(format!(
+            "cannot open the gateway lock {}: {error}; check --state-dir",
+            path.display()
+        ))
+    };
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir).map_err(cannot)?;
+    }
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(cannot)?;
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(error)) => Err(cannot(error)),
+    }
+}
+
+fn running_info(state_dir: &Path) -> Option<Value> {
+    std::fs::read(info_path(state_dir))
+        .ok()
+        .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+}
+
+/// `clawcage gateway [status]`.
+pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
+    let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
+    if matches!(args.command, Some(GatewayCommand::Status)) {
+        return status(&state_dir);
+    }
+    let Some(lock) = take_lock(&state_dir)? else {
+        let at = running_info(&state_dir)
+            .and_then(|info| info.get("url").and_then(Value::as_str).map(str::to_string))
+            .unwrap_or_else(|| "an unknown address".to_string());
+        return Err(Error::Usage(format!(
+            "a gateway already runs on the state directory {} (at {at}); stop it first, or pass another --state-dir",
+            state_dir.display()
+        )));
+    };
+    let token = auth::resolve_token(args.token.as_deref(), args.bind, &state_dir)?;
+
+    let mut runtime = Runtime::open(options).await?;
+    for refused in &runtime.plugins().refused {
+        eprintln!("clawcage: {refused}");
+    }
+    for warning in &runtime.plugins().warnings {
+        eprintln!("clawcage: warning: {warning}");
+    }
+    let cron_note = match runtime.enable_cron().await? {
+        CronStatus::Owned => String::new(),
+        CronStatus::OwnedElsewhere(dir) => {
+            let note = format!(
+                "another clawcage process (a chat) runs the cron jobs of {}",
+                dir.display()
+            );
+            eprintln!("note: {note}; this gateway has no cron tool");
+            note
+        }
+        CronStatus::Disabled => "[cron] enabled = false".to_string(),
+    };
+    let runner = runtime.cron().map(|cron| cron.start());
+
+    // The `message` tool posts into the session whose turn calls it.
+    let hub_cell: Arc<OnceLock<Weak<Hub>>> = Arc::new(OnceLock::new());
+    let agent = runtime
+        .agent(AgentOptions {
+            send: message_sender(hub_cell.clone()),
+            stream: true,
+            subagents: true,
+        })
+        .await?;
+    let state = runtime.state_dir().to_path_buf();
+    let parts = GatewayParts {
+        sessions: agent.sessions.clone(),
+        tools: agent.tools.clone(),
+        bus: agent.bus.clone(),
+        subagents: agent.subagents.clone(),
+        cron: runtime
+            .cron()
+            .map(|cron| cron.clone() as Arc<dyn Scheduler>),
+        cron_note,
+        transcripts: TranscriptStore::new(state.join("sessions")),
+        events: Arc::new(DiskEventLog::new(state.join("gateway").join("events"))),
+        runs_dir: state.join("gateway").join("runs"),
+        history_limit: runtime
+            .config()
+            .agent
+            .history_limit()
+            .unwrap_or(clawcage_agent::session::DEFAULT_HISTORY_LIMIT),
+        label: agent.label.clone(),
+        workspace: runtime.workspace().path().display().to_string(),
+        state_dir: state.clone(),
+    };
+    let listener = TcpListener::bind(args.bind).await.map_err(|error| {
+        Error::Usage(format!(
+            "cannot listen on {}: {error}; pick another address with --bind (port 0 picks a free port)",
+            args.bind
+        ))
+    })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| Error::Failed(format!("cannot read the listening address: {error}")))?;
+    let mut settings = Settings::new(token.clone());
+    settings.allowed_origins = args.allow_origins.clone();
+    settings.loopback = bound.ip().is_loopback();
+    settings.sends_per_minute = args.sends_per_minute.max(1);
+    let gateway = Gateway::new(parts, settings);
+    let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
+
+    let url = format!("http://{bound}/");
+    let info = json!({
+        "pid": std::process::id(),
+        "url": url,
+        "ws": format!("ws://{bound}{}", http::WS_PATH),
+        "bind": bound.to_string(),
+        "startedMs": clawcage_agent::transcript::now_ms(),
+        "version": env!("CARGO_PKG_VERSION"),
+    });
+    if let Err(error) = clawcage_core::files::write_atomically(
+        &info_path(&state),
+        info.to_string().as_bytes(),
+        true,
+    ) {
+        tracing::warn!(%error, "cannot record where the gateway listens");
+    }
+    println!(
+        "clawcage gateway: {} · {} tools · state {}",
+        agent.label,
+        agent.tools.names().len(),
+        state.display()
+    );
+    if agent.scripted {
+        println!("note: the answers come from a recorded script, not from a model");
+    }
+    match (&token.file, token.generated) {
+        (Some(file), true) => println!(
+            "open {url}#token={}   (the token was generated and saved in {}; it is shown only now)",
+            token.value(),
+            file.display()
+        ),
+        (Some(file), false) => {
+            println!("open {url}#token=TOKEN   (TOKEN is in {})", file.display())
+        }
+        (None, _) => println!("open {url}#token=TOKEN   (TOKEN: the one given with --token)"),
+    }
+    println!("WebSocket: ws://{bound}{} · Ctrl-C stops", http::WS_PATH);
+
+    let shutdown = CancellationToken::new();
+    tokio::spawn(stop_on_signal(shutdown.clone()));
+    gateway.clone().serve(listener, shutdown).await;
+    if let Some(runner) = runner {
+        runner.abort();
+    }
+    let _ = std::fs::remove_file(info_path(&state));
+    drop(lock);
+    eprintln!("clawcage gateway: stopped");
+    Ok(())
+}
+
+/// Cancels `shutdown` on SIGINT or SIGTERM.
+async fn stop_on_signal(shutdown: CancellationToken) {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut interrupt), Ok(mut terminate)) = (
+            signal(SignalKind::interrupt()),
+            signal(SignalKind::terminate()),
+        ) else {
+            tracing::error!("cannot listen for SIGINT and SIGTERM");
+            return;
+        };
+        tokio::select! {
+            _ = interrupt.recv() => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+    eprintln!(
+        "clawcage gateway: stopping (running turns are interrupted; their messages are kept)"
+    );
+    shutdown.cancel();
+}
+
+/// The `message` tool's callback: an `assistant` event `{kind: "message"}` in the run of the
+/// session whose turn sends it.
+fn message_sender(hub: Arc<OnceLock<Weak<Hub>>>) -> SendCallback {
+    Arc::new(
+        move |message: OutboundMessage| -> BoxFuture<'static, Result<(), String>> {
+            let hub = hub.get().and_then(Weak::upgrade);
+            Box::pin(async move {
+                let Some(hub) = hub else {
+                    return Err("the gateway is not serving yet".to_string());
+                };
+                let Some(key) = clawcage_agent::current_session_key() else {
+                    return Err("no session is running a turn".to_string());
+                };
+                hub.post_message(&key, &message.channel, &message.content);
+                Ok(())
+            })
+        },
+    )
+}
+
+impl Hub {
+    /// Publishes a `message` tool's text as an `assistant` event of `key`'s current run.
+    pub fn post_message(&self, key: &str, channel: &str, content: &str) {
+        let run_id = self.current_run(key).unwrap_or_default();
+        self.publish_event(AgentEvent::new(
+            key,
+            &run_id,
+            Stream::Assistant,
+            json!({"kind": "message", "channel": channel, "content": content}),
+        ));
+    }
+}
+
+/// `clawcage gateway status`.
+fn status(state_dir: &Path) -> Result<(), Error> {
+    match take_lock(state_dir)? {
+        None => {
+            let info = running_info(state_dir).unwrap_or_default();
+            let field = |name: &str| {
+                info.get(name)
+                    .map(|value| {
+                        value
+                            .as_str()
+                            .map_or_else(|| value.to_string(), str::to_string)
+                    })
+                    .unwrap_or_else(|| "?".to_string())
+            };
+            println!(
+                "a gateway runs on {} (pid {}) at {} · WebSocket {}",
+                state_dir.display(),
+                field("pid"),
+                field("url"),
+                field("ws")
+            );
+            Ok(())
+        }
+        Some(_lock) => Err(Error::Failed(format!(
+            "no gateway runs on the state directory {}; start one with `clawcage gateway`",
+            state_dir.display()
+        ))),
+    }
+}
