@@ -123,14 +123,16 @@ async fn edit_file_replaces_exactly_one_match() {
     );
 
     let several = json!({"path": "code.rs", "old_text": "fn b() {}", "new_text": "fn beta() {}"});
-    let warning = registry
+    // Nothing changed, so the call failed; the model still learns the count.
+    let failure = registry
         .execute_value("edit_file", &several)
         .await
-        .unwrap()
-        .text;
+        .unwrap_err();
+    assert_eq!(failure.kind(), "failed", "{failure}");
+    let warning = failure.message();
     assert!(
-        warning.contains('2'),
-        "the warning states the count: {warning}"
+        warning.contains("occurs 2 times"),
+        "the failure states the count: {warning}"
     );
     assert_eq!(
         fs::read_to_string(&path).unwrap(),

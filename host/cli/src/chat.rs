@@ -87,6 +87,19 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
     if agent.scripted {
         outln!("note: the answers come from a recorded script, not from a model");
     }
+    // Say what resuming brings back: the history the model will see.
+    let transcripts = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
+    if transcripts.file_len(&key).unwrap_or(0) > 0 {
+        let limit = runtime.config().agent.history_limit().unwrap_or(200);
+        match transcripts.load(&key, limit) {
+            Ok(loaded) if !loaded.messages.is_empty() => outln!(
+                "resuming session {key}: {} earlier messages loaded (/reset forgets them)",
+                loaded.messages.len()
+            ),
+            Ok(_) => {}
+            Err(error) => outln!("note: the history of {key} cannot be read ({error}); starting empty"),
+        }
+    }
 
     let mut editor = Some(editor);
     loop {

@@ -41,10 +41,25 @@ use clawcage_sandbox::CompileProgress;
 struct Cli {
     #[command(flatten)]
     common: CommonArgs,
+    /// `--provider` and friends given before the subcommand, as earlier versions took them
+    /// (hidden: the agent commands list them).
     #[command(flatten)]
-    provider: ProviderArgs,
+    early_provider: EarlyProviderArgs,
     #[command(subcommand)]
     command: Command,
+}
+
+/// The provider flags accepted before the subcommand; the subcommand's own take precedence.
+#[derive(Debug, Clone, Default, Args)]
+struct EarlyProviderArgs {
+    #[arg(long = "provider", hide = true, value_name = "NAME")]
+    early_provider: Option<String>,
+    #[arg(long = "model", hide = true, value_name = "MODEL")]
+    early_model: Option<String>,
+    #[arg(long = "base-url", hide = true, value_name = "URL")]
+    early_base_url: Option<String>,
+    #[arg(long = "script", hide = true, value_name = "FILE")]
+    early_script: Option<PathBuf>,
 }
 
 /// Options every subcommand takes.
@@ -101,6 +116,8 @@ enum Command {
         /// Continue this session (its transcript) instead of starting a fresh one.
         #[arg(long, value_name = "KEY")]
         session: Option<String>,
+        #[command(flatten)]
+        provider: ProviderArgs,
     },
     /// Talk with the agent: line editing, streamed replies, each tool call with its verdict.
     ///
@@ -110,6 +127,8 @@ enum Command {
         /// The session to continue; its history is kept in the state directory.
         #[arg(long, value_name = "KEY", default_value = "chat")]
         session: String,
+        #[command(flatten)]
+        provider: ProviderArgs,
     },
     /// A recorded session in a temporary workspace: real tools and sandbox, scripted replies,
     /// no API key or network needed.
@@ -128,16 +147,19 @@ enum Command {
     Trust,
     /// Serve the tools to MCP clients (Claude Code, Claude Desktop, Cursor, ...).
     ///
-    /// Without --http, speaks MCP over stdin and stdout, the way clients start local servers:
-    ///   claude mcp add clawcage -- clawcage mcp --workspace /path/to/project
+    /// Without --http, speaks MCP over stdin and stdout, the way clients start local servers.
+    /// For example:
+    ///
+    ///     claude mcp add clawcage -- clawcage mcp --workspace /path/to/project
+    ///
     /// A tool error reaches the client as a tool result with isError set and the error's text.
     /// Every call is recorded in the audit log.
     Mcp {
-        /// Serve streamable HTTP at http://ADDR/mcp instead of stdio, e.g. 127.0.0.1:8765
-        /// (port 0 picks a free port; the address is printed on stderr). Loopback addresses
-        /// only: the endpoint has no authentication.
+        /// Serve streamable HTTP at http://ADDR/mcp instead of stdio, e.g. 127.0.0.1:8765 or
+        /// localhost:8765 (port 0 picks a free port; the address is printed on stderr).
+        /// Loopback addresses only: the endpoint has no authentication.
         #[arg(long, value_name = "ADDR")]
-        http: Option<SocketAddr>,
+        http: Option<String>,
     },
 }
 
@@ -146,6 +168,7 @@ enum Command {
 enum CronCommand {
     /// List the jobs, soonest first.
     List,
+    #[command(verbatim_doc_comment)]
     /// Add a job: a message delivered to a session on a schedule.
     ///
     /// Example: clawcage cron add --cron "0 9 * * MON-FRI" --timezone Europe/Berlin --message "Post the stand-up notes"
@@ -186,27 +209,28 @@ enum CronCommand {
 struct ProviderArgs {
     /// Which API to speak: anthropic, openai (any OpenAI-compatible server) or scripted (plays
     /// --script). Default: [provider] kind in the config, else anthropic.
-    #[arg(long, global = true, value_name = "NAME")]
+    #[arg(long, value_name = "NAME")]
     provider: Option<String>,
     /// The model. Default: [provider] model, else claude-sonnet-4-5 for anthropic.
-    #[arg(long, global = true, value_name = "MODEL")]
+    #[arg(long, value_name = "MODEL")]
     model: Option<String>,
     /// The server. Anthropic: https://api.anthropic.com (the client appends /v1/messages);
     /// OpenAI-compatible: http://localhost:11434/v1 (the client appends /chat/completions).
-    #[arg(long, global = true, value_name = "URL")]
+    #[arg(long, value_name = "URL")]
     base_url: Option<String>,
     /// The recorded script the scripted provider plays (JSON).
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(long, value_name = "FILE")]
     script: Option<PathBuf>,
 }
 
 impl ProviderArgs {
-    fn overrides(&self) -> ProviderOverrides {
+    /// These flags over the ones given before the subcommand.
+    fn overrides(&self, early: &EarlyProviderArgs) -> ProviderOverrides {
         ProviderOverrides {
-            provider: self.provider.clone(),
-            model: self.model.clone(),
-            base_url: self.base_url.clone(),
-            script: self.script.clone(),
+            provider: self.provider.clone().or_else(|| early.early_provider.clone()),
+            model: self.model.clone().or_else(|| early.early_model.clone()),
+            base_url: self.base_url.clone().or_else(|| early.early_base_url.clone()),
+            script: self.script.clone().or_else(|| early.early_script.clone()),
         }
     }
 }
@@ -305,7 +329,7 @@ fn runtime_options(cli: &Cli) -> Options {
         state_dir: cli.common.state_dir.clone(),
         workspace: cli.common.workspace.clone(),
         read_only: cli.common.read_only,
-        provider: cli.provider.overrides(),
+        provider: provider.overrides(&cli.early_provider),
         progress: CompileProgress::to(|line| eprintln!("clawcage: {line}")),
     }
 }
@@ -314,6 +338,10 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let options = runtime_options(&cli);
     match cli.command {
         Command::Demo => demo::run(&options).await,
+    let provider = match &cli.command {
+        Command::Run { provider, .. } | Command::Chat { provider, .. } => provider.clone(),
+        _ => ProviderArgs::default(),
+    };
         Command::Trust => trust(&options),
         Command::Cron(command) => {
             let runtime = open(options).await?;
@@ -321,7 +349,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Tools { json } => {
             let runtime = open(options).await?;
-            print_tools(&runtime, json)
+            print_tools(&runtime, json).await
         }
         Command::Call { tool, args } => {
             let runtime = open(options).await?;
@@ -329,13 +357,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Mcp { http } => {
             let runtime = open(options).await?;
+        Command::Sessions { json } => sessions(&options, json),
             serve_mcp(&runtime, http).await
         }
-        Command::Run { task, session } => {
+        Command::Run { task, session, .. } => {
             let runtime = open(options).await?;
             run_task(&runtime, &task, session).await
         }
-        Command::Chat { session } => {
+        Command::Chat { session, .. } => {
             let mut runtime = open(options).await?;
             // Cron belongs to the long-running front end: its jobs fire into sessions while
             // `chat` runs; firings missed meanwhile follow the documented policy at the next
@@ -379,6 +408,47 @@ async fn cron(runtime: &Runtime, command: CronCommand) -> Result<(), Failure> {
             session,
         } => {
             let mut args = serde_json::json!({"action": "add", "message": message});
+/// `clawcage sessions`: the transcripts of the state directory, newest first.
+fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
+    let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
+    let store = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
+    let sessions = store.sessions().map_err(|error| {
+        Failure::Tool(format!(
+            "clawcage: cannot list the sessions in {}: {error}",
+            store.dir().display()
+        ))
+    })?;
+    if json {
+        let list: Vec<serde_json::Value> = sessions
+            .iter()
+            .map(|session| {
+                serde_json::json!({
+                    "key": session.key,
+                    "last_active": render::rfc3339(session.modified_ms),
+                    "bytes": session.bytes,
+                })
+            })
+            .collect();
+        let text = serde_json::to_string_pretty(&list)
+            .map_err(|error| Failure::Tool(error.to_string()))?;
+        outln!("{text}");
+        return Ok(());
+    }
+    if sessions.is_empty() {
+        outln!("No sessions in {} yet.", store.dir().display());
+        return Ok(());
+    }
+    for session in &sessions {
+        outln!(
+            "{}  last active {}  {}",
+            session.key,
+            render::rfc3339(session.modified_ms),
+            render::human_bytes(session.bytes)
+        );
+    }
+    Ok(())
+}
+
             let fields = [
                 ("every_seconds", every.map(serde_json::Value::from)),
                 ("cron", cron.map(serde_json::Value::from)),
@@ -456,13 +526,20 @@ async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Res
             agent.label
         ));
     }
-    let key = session.unwrap_or_else(|| {
-        format!(
-            "run-{}-{}",
-            clawcage_agent::transcript::now_ms(),
-            std::process::id()
-        )
-    });
+    let key = match session {
+        Some(key) => key,
+        None => {
+            let key = format!(
+                "run-{}-{}",
+                clawcage_agent::transcript::now_ms(),
+                std::process::id()
+            );
+            console.line(&format!(
+                "session {key} (continue it with --session {key})"
+            ));
+            key
+        }
+    };
     let notes = console.clone();
     let outcome = agent
         .run_task(
@@ -488,12 +565,13 @@ async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Res
     }
 }
 
-fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
-    let registry = runtime.tools();
+async fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
+    let catalog = runtime.tool_catalog().await?;
     if json {
-        let tools: Vec<serde_json::Value> = registry
-            .tools()
-            .map(|tool| {
+        let tools: Vec<serde_json::Value> = catalog
+            .iter()
+            .map(|entry| {
+                let tool = &entry.tool;
                 let spec = tool.spec();
                 serde_json::json!({
                     "name": spec.name,
@@ -509,13 +587,16 @@ fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
         outln!("{text}");
         return Ok(());
     }
-    for tool in registry.tools() {
+    for entry in &catalog {
+        let tool = &entry.tool;
         let spec = tool.spec();
         let summary = spec.description.lines().next().unwrap_or_default();
         outln!(
             "{}  ({}; {})",
             spec.name,
+                    "available_in": entry.available,
             tool.origin(),
+                    "grants_detail": tool.grants_json(),
             tool.grants_summary()
         );
         outln!("    {summary}");
@@ -534,11 +615,12 @@ async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), 
         }
         Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),
         Err(error) => Err(Failure::Tool(format!("{tool}: {error}"))),
+        outln!("    available in: {}", entry.available);
     }
 }
 
 /// `clawcage mcp`: serve the registry over stdio, or over streamable HTTP until Ctrl-C.
-async fn serve_mcp(runtime: &Runtime, http: Option<SocketAddr>) -> Result<(), Failure> {
+async fn serve_mcp(runtime: &Runtime, http: Option<String>) -> Result<(), Failure> {
     let registry = runtime.audited_tools()?;
     let tool_count = registry.registry().names().len();
     let instructions = format!(
@@ -552,6 +634,28 @@ async fn serve_mcp(runtime: &Runtime, http: Option<SocketAddr>) -> Result<(), Fa
     );
     let Some(address) = http else {
         let server = McpServer::new(registry, &instructions, "mcp-stdio")
+/// The address `given` names (`HOST:PORT`, the host a name or an IP address): every address it
+/// resolves to must be loopback, since the endpoint has no authentication.
+async fn loopback_address(given: &str) -> Result<SocketAddr, Failure> {
+    let resolved: Vec<SocketAddr> = tokio::net::lookup_host(given)
+        .await
+        .map_err(|error| {
+            Failure::Usage(format!(
+                "--http {given}: not an address to listen on ({error}); write HOST:PORT, e.g. 127.0.0.1:8765 or localhost:8765"
+            ))
+        })?
+        .collect();
+    let Some(first) = resolved.first().copied() else {
+        return Err(Failure::Usage(format!("--http {given}: the name resolves to no address")));
+    };
+    if let Some(outside) = resolved.iter().find(|address| !address.ip().is_loopback()) {
+        return Err(Failure::Usage(
+            clawcage_mcp::ServeError::NotLoopback(*outside).to_string(),
+        ));
+    }
+    Ok(first)
+}
+
             .with_call_time_limit(runtime.limits().timeout);
         tracing::info!(tools = tool_count, "serving MCP over stdio");
         return server
@@ -561,11 +665,7 @@ async fn serve_mcp(runtime: &Runtime, http: Option<SocketAddr>) -> Result<(), Fa
     };
     let server = McpServer::new(registry, &instructions, "mcp-http")
         .with_call_time_limit(runtime.limits().timeout);
-    if !address.ip().is_loopback() {
-        return Err(Failure::Usage(
-            clawcage_mcp::ServeError::NotLoopback(address).to_string(),
-        ));
-    }
+    let address = loopback_address(&address).await?;
     let listener = tokio::net::TcpListener::bind(address)
         .await
         .map_err(|error| Failure::Usage(format!("cannot listen on {address}: {error}")))?;

@@ -211,6 +211,12 @@ impl Console {
     /// Close the turn: end the streamed line and print the usage line.
     pub fn end_turn(&self, answered_by: &str, turn: Usage, session: Usage) {
         self.break_line();
+        if turn.input_tokens == 0 && turn.output_tokens == 0 {
+            self.line(&format!(
+                "  ({answered_by}; the server reported no token usage for this turn)"
+            ));
+            return;
+        }
         self.line(&format!(
             "  ({answered_by}; tokens this turn {} in / {} out; session {} in / {} out)",
             turn.input_tokens, turn.output_tokens, session.input_tokens, session.output_tokens
@@ -369,5 +375,57 @@ pub fn out(text: &str) {
         && error.kind() == std::io::ErrorKind::BrokenPipe
     {
         std::process::exit(0);
+    }
+}
+
+/// `ms` milliseconds since the Unix epoch as an RFC 3339 UTC time to the second.
+pub fn rfc3339(ms: u64) -> String {
+    let seconds = ms / 1000;
+    let days = seconds / 86_400;
+    let rest = seconds % 86_400;
+    let (year, month, day) = civil_from_days(days as i64);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}
+
+/// The calendar date of `days` since 1970-01-01 (Howard Hinnant's algorithm).
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    (year, month, day)
+}
+
+/// `bytes` as `812 B`, `3.4 KiB` or `1.2 MiB`.
+pub fn human_bytes(bytes: u64) -> String {
+    match bytes {
+        0..1024 => format!("{bytes} B"),
+        1024..1_048_576 => format!("{:.1} KiB", bytes as f64 / 1024.0),
+        _ => format!("{:.1} MiB", bytes as f64 / 1_048_576.0),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_and_sizes_read_well() {
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
+        assert_eq!(rfc3339(1_796_094_245_000), "2026-12-01T03:04:05Z");
+        assert_eq!(rfc3339(951_782_400_000), "2000-02-29T00:00:00Z");
+        assert_eq!(human_bytes(812), "812 B");
+        assert_eq!(human_bytes(3_500), "3.4 KiB");
+        assert_eq!(human_bytes(5 << 20), "5.0 MiB");
     }
 }

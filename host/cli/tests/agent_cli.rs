@@ -811,3 +811,77 @@ async fn chat_runs_a_cron_job_the_agent_scheduled() {
         "{jobs}"
     );
 }
+
+/// `run` without `--session` says which session it saved, so it can be continued; `sessions`
+/// lists it; a stream without reported usage says so instead of "0 tokens".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_names_its_session_and_sessions_lists_it() {
+    let dir = workspace();
+    let state = private_state_dir();
+    let no_usage = || {
+        Reply::json(json!({
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "model": "test-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": "First answer."}, "finish_reason": "stop"}],
+        }))
+    };
+    let server = LlmServer::start(vec![no_usage(), no_usage()]).await;
+    let common = |extra: &[&str]| {
+        let mut list = args(extra);
+        list.extend(args(&[
+            "--provider",
+            "openai",
+            "--model",
+            "m",
+            "--base-url",
+            server.url(),
+            "--workspace",
+            dir.path().to_str().unwrap(),
+            "--state-dir",
+            state.path().to_str().unwrap(),
+        ]));
+        list
+    };
+    let first = clawcage(common(&["run", "Start something."]), vec![], None).await;
+    let stderr = text(&first.stderr);
+    assert!(first.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("reported no token usage"),
+        "usage unknown is said so: {stderr}"
+    );
+    let key = stderr
+        .lines()
+        .find_map(|line| line.strip_prefix("session "))
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap_or_else(|| panic!("the session key is printed: {stderr}"))
+        .to_string();
+
+    let listed = clawcage(
+        args(&["sessions", "--json", "--state-dir", state.path().to_str().unwrap()]),
+        vec![],
+        None,
+    )
+    .await;
+    let sessions: serde_json::Value = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(sessions[0]["key"], key, "{sessions}");
+    assert!(sessions[0]["bytes"].as_u64().unwrap() > 0);
+    assert!(sessions[0]["last_active"].as_str().unwrap().ends_with('Z'));
+
+    // Continued, the model sees the earlier turn.
+    let second = clawcage(
+        common(&["run", "And then?", "--session", &key]),
+        vec![],
+        None,
+    )
+    .await;
+    assert!(second.status.success(), "{}", text(&second.stderr));
+    let requests = server.requests();
+    let messages = requests[1].body["messages"].as_array().unwrap();
+    assert!(
+        messages
+            .iter()
+            .any(|message| message["content"] == "Start something."),
+        "{messages:?}"
+    );
+}

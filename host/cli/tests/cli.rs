@@ -325,3 +325,102 @@ fn output_closed_early_ends_quietly() {
         assert!(stderr(&output).is_empty(), "{}", stderr(&output));
     }
 }
+
+/// `edit_file` with several matches changes nothing: `call` says so with exit 1, so a script
+/// never believes the edit happened.
+#[test]
+fn an_edit_that_changed_nothing_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "x\nx\n").unwrap();
+    let output = clawcage(
+        dir.path(),
+        &[
+            "call",
+            "edit_file",
+            r#"{"path":"a.txt","old_text":"x","new_text":"y"}"#,
+        ],
+    );
+    assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
+    assert!(stderr(&output).contains("occurs 2 times"), "{}", stderr(&output));
+    assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "x\nx\n");
+}
+
+/// `tools` lists every tool with where it is available (the agent's `message`, `spawn` and
+/// `cron` too), and `--json` gives the grants as fields beside the prose.
+#[test]
+fn tools_lists_every_tool_with_where_and_structured_grants() {
+    let dir = tempfile::tempdir().unwrap();
+    let listing = clawcage(dir.path(), &["tools"]);
+    assert!(listing.status.success(), "{}", stderr(&listing));
+    let text = stdout(&listing);
+    for name in ["read_file", "exec", "web_fetch", "message", "spawn", "subagents", "cron"] {
+        assert!(
+            text.lines().any(|line| line.starts_with(&format!("{name}  ("))),
+            "{name} is listed: {text}"
+        );
+    }
+    assert!(text.contains("available in: call, mcp, run, chat"), "{text}");
+    assert!(text.contains("clawcage cron"), "{text}");
+
+    let json = clawcage(dir.path(), &["tools", "--json"]);
+    let tools: serde_json::Value = serde_json::from_slice(&json.stdout).unwrap();
+    let read = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "read_file")
+        .unwrap();
+    let detail = &read["grants_detail"];
+    assert_eq!(detail["workspace"]["mode"], "rw", "{detail}");
+    assert_eq!(
+        detail["workspace"]["path"],
+        dir.path().canonicalize().unwrap().to_str().unwrap(),
+        "{detail}"
+    );
+    assert_eq!(detail["memory_mib"], 256);
+    assert_eq!(detail["timeout_secs"], 30.0);
+    assert!(detail["network"].is_null());
+    let fetch = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "web_fetch")
+        .unwrap();
+    assert!(fetch["grants_detail"]["network"]["allow"].is_array(), "{fetch}");
+    let message = tools
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["name"] == "message")
+        .unwrap();
+    assert_eq!(message["grants_detail"]["sandboxed"], false);
+}
+
+/// `mcp --http localhost:PORT` listens: names resolve (to loopback addresses only).
+#[test]
+fn mcp_http_takes_a_loopback_name() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(["mcp", "--http", "localhost:0", "--workspace"])
+        .arg(dir.path())
+        .arg("--state-dir")
+        .arg(state_dir())
+        .env_remove("RUST_LOG")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut first = String::new();
+    std::io::BufReader::new(child.stderr.take().unwrap())
+        .read_line(&mut first)
+        .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        first.contains("streamable HTTP at http://127.0.0.1:")
+            || first.contains("streamable HTTP at http://[::1]:"),
+        "{first}"
+    );
+    let refused = clawcage(dir.path(), &["mcp", "--http", "example.invalid:80"]);
+    assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+}

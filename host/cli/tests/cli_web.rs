@@ -301,3 +301,24 @@ fn a_bad_network_section_is_a_usage_error_naming_the_key() {
         text(&output.stderr)
     );
 }
+
+/// An allow entry that covers a whole top-level domain is accepted, with a warning that says
+/// what it means.
+#[test]
+fn a_whole_top_level_domain_in_the_allow_list_is_warned_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("wide.toml");
+    std::fs::write(&config, "[network]\nallow = [\"*.com\"]\n").unwrap();
+    let output = clawcage(
+        dir.path(),
+        &["tools", "--config", config.to_str().unwrap()],
+        &[],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(
+        text(&output.stderr).contains("allows every host under the top-level domain .com"),
+        "{}",
+        text(&output.stderr)
+    );
+}

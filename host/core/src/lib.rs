@@ -130,6 +130,14 @@ pub trait Tool: Send + Sync + fmt::Debug {
     fn grants_summary(&self) -> String {
         "runs in the host process".to_string()
     }
+
+    /// The same as structured fields, for machines (`clawcage tools --json`): for a sandboxed
+    /// tool `workspace` (`path`, `mode`), `network` (`allow`, `secret_hosts`), `memory_mib`,
+    /// `timeout_secs`, `max_output_chars`, `exec` (`programs`, `write_limit_mib`), `env`,
+    /// `cron`; a host-side tool says `{"sandboxed": false}`.
+    fn grants_json(&self) -> Value {
+        serde_json::json!({"sandboxed": false})
+    }
 }
 
 #[cfg(test)]

@@ -222,6 +222,14 @@ struct CronSetup {
 }
 
 /// What became of the request for the cron capability.
+/// One tool of [`Runtime::tool_catalog`] and where it is available.
+pub struct CatalogEntry {
+    /// The tool.
+    pub tool: Arc<dyn clawcage_core::Tool>,
+    /// The front ends that offer it, in words.
+    pub available: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CronStatus {
     /// This runtime runs the state directory's jobs and offers the `cron` tool.
@@ -430,6 +438,58 @@ impl Runtime {
     }
 
     /// The cron service, when [`Runtime::enable_cron`] took it.
+    /// Every tool a front end of this configuration can offer, with where it is available:
+    /// the tools of `call`, `mcp`, `run` and `chat`, the `message` tool and the sub-agent tools
+    /// of the agent commands, and the `cron` tool of the process that owns the jobs. Nothing is
+    /// started to list them.
+    pub async fn tool_catalog(&self) -> Result<Vec<CatalogEntry>, Error> {
+        let everywhere = "call, mcp, run, chat";
+        let mut entries: Vec<CatalogEntry> = self
+            .tools
+            .tools()
+            .map(|tool| CatalogEntry {
+                tool: tool.clone(),
+                available: everywhere.to_string(),
+            })
+            .collect();
+        let message = clawcage_agent::MessageTool::new("user", print_messages_with(Arc::new(|_| {})));
+        entries.push(CatalogEntry {
+            tool: Arc::new(message),
+            available: "run, chat (sends a message to the person at the front end)".to_string(),
+        });
+        if self.config.subagents.enabled() {
+            let manager = clawcage_agent::SubagentManager::new(
+                &self.tools,
+                ToolRegistry::new(),
+                self.config
+                    .subagents
+                    .config()
+                    .map_err(|error| usage(format!("{error:#}")))?,
+                MessageBus::new(),
+                None,
+            )
+            .map_err(usage)?;
+            for tool in [manager.spawn_tool(), manager.subagents_tool()] {
+                entries.push(CatalogEntry {
+                    tool,
+                    available: "run, chat ([subagents] enabled)".to_string(),
+                });
+            }
+        }
+        if self.config.cron.enabled() {
+            let mut registry = ToolRegistry::new();
+            tools::register_cron_for_listing(&self.sandbox, &mut registry, self.limits).await?;
+            for tool in registry.tools() {
+                entries.push(CatalogEntry {
+                    tool: tool.clone(),
+                    available: "chat (the one that runs the state directory's jobs); clawcage cron".to_string(),
+                });
+            }
+        }
+        entries.sort_by(|a, b| a.tool.spec().name.cmp(&b.tool.spec().name));
+        Ok(entries)
+    }
+
     pub fn cron(&self) -> Option<&Arc<CronService>> {
         self.cron.as_ref().map(|cron| &cron.service)
     }

@@ -75,6 +75,9 @@ impl NetworkConfig {
     /// whose variable is unset is left out with a warning (requests then go without it).
     pub fn policy(&self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<NetworkPolicy> {
         let allow = AllowList::parse(&self.allow).map_err(anyhow::Error::new)?;
+        for warning in broad_entries(&self.allow) {
+            tracing::warn!("{warning}");
+        }
         let mut secrets = Vec::new();
         let mut configured = self.secrets.iter().collect::<Vec<_>>();
         let default_brave = SecretConfig {
@@ -148,6 +151,27 @@ impl NetworkConfig {
     }
 }
 
+/// A warning for each allow entry that covers a whole top-level domain (`*.com`, `*.io`): legal,
+/// but almost never what the operator means.
+pub fn broad_entries(allow: &[String]) -> Vec<String> {
+    allow
+        .iter()
+        .filter_map(|entry| {
+            let host = entry
+                .trim()
+                .trim_start_matches("http://")
+                .trim_start_matches("https://");
+            let suffix = host.strip_prefix("*.")?;
+            let name = suffix.split(':').next().unwrap_or(suffix);
+            (!name.contains('.')).then(|| {
+                format!(
+                    "[network] allow entry {entry:?} allows every host under the top-level domain .{name}; list the domains you mean instead, e.g. \"*.example.{name}\""
+                )
+            })
+        })
+        .collect()
+}
+
 impl WebConfig {
     /// The search endpoint to hand to the web component, checked to be an http(s) URL.
     pub fn search_endpoint(&self) -> anyhow::Result<Option<String>> {
@@ -196,6 +220,19 @@ mod tests {
 
         // No value in the environment: the secret is left out.
         assert!(config.policy(|_| None).unwrap().secrets().is_empty());
+    }
+
+    #[test]
+    fn a_whole_top_level_domain_is_warned_about() {
+        let warnings = broad_entries(&[
+            "*.com".to_string(),
+            "http://*.io:8080".to_string(),
+            "*.example.org".to_string(),
+            "example.com".to_string(),
+        ]);
+        assert_eq!(warnings.len(), 2, "{warnings:?}");
+        assert!(warnings[0].contains(".com"), "{warnings:?}");
+        assert!(warnings[1].contains(".io"), "{warnings:?}");
     }
 
     #[test]

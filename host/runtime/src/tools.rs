@@ -153,3 +153,40 @@ pub(crate) async fn register_cron(
     )
     .await
 }
+
+/// Registers the `cron` tool for listing only: its scheduler refuses everything (the tool runs
+/// only where the jobs are owned).
+pub(crate) async fn register_cron_for_listing(
+    sandbox: &Arc<Sandbox>,
+    registry: &mut ToolRegistry,
+    limits: Limits,
+) -> Result<(), Error> {
+    register(
+        sandbox,
+        registry,
+        "cron",
+        components::bundled::CRON,
+        Grants::none()
+            .with_limits(limits)
+            .with_scheduler(Arc::new(ListingOnly)),
+    )
+    .await
+}
+
+/// A scheduler for a listing: every request is refused.
+#[derive(Debug)]
+struct ListingOnly;
+
+impl clawcage_core::Scheduler for ListingOnly {
+    fn add(&self, _request: clawcage_core::JobRequest) -> Result<clawcage_core::JobInfo, String> {
+        Err("the cron tool runs only in `clawcage chat` or `clawcage cron`".to_string())
+    }
+
+    fn list(&self) -> Vec<clawcage_core::JobInfo> {
+        Vec::new()
+    }
+
+    fn remove(&self, _id: &str) -> Result<clawcage_core::JobInfo, String> {
+        Err("the cron tool runs only in `clawcage chat` or `clawcage cron`".to_string())
+    }
+}

@@ -310,6 +310,51 @@ impl Grants {
         }
     }
 
+    /// The grants as structured fields (see `clawcage_core::Tool::grants_json`).
+    pub fn to_json(&self) -> serde_json::Value {
+        let workspace = self.workspace.as_ref().map(|grant| {
+            serde_json::json!({"path": grant.path, "mode": grant.mode.as_str()})
+        });
+        let network = self.network.as_ref().map(|policy| {
+            let allow: Vec<Vec<String>> = policy
+                .allow_lists()
+                .iter()
+                .map(|list| {
+                    list.to_string()
+                        .split(", ")
+                        .filter(|entry| !entry.is_empty())
+                        .map(str::to_string)
+                        .collect()
+                })
+                .collect();
+            let secret_hosts: Vec<String> = policy
+                .secrets()
+                .iter()
+                .map(|secret| secret.host().to_string())
+                .collect();
+            serde_json::json!({"allow": allow, "secret_hosts": secret_hosts})
+        });
+        let exec = self.exec.as_ref().map(|exec| {
+            let programs = exec.programs.is_found().then(|| exec.programs.names());
+            serde_json::json!({
+                "programs": programs,
+                "write_limit_mib": exec.write_limit_bytes >> 20,
+            })
+        });
+        let env: Vec<&str> = self.env.names().collect();
+        serde_json::json!({
+            "sandboxed": true,
+            "workspace": workspace,
+            "network": network,
+            "memory_mib": self.limits.memory_bytes >> 20,
+            "timeout_secs": self.limits.timeout.as_secs_f64(),
+            "max_output_chars": self.limits.max_output_chars,
+            "exec": exec,
+            "env": env,
+            "cron": self.scheduler.is_some(),
+        })
+    }
+
     /// A one-line description for `clawcage tools` and logs, e.g. `workspace /tmp/w (rw), memory
     /// 256 MiB, timeout 30s, no network`.
     pub fn describe(&self) -> String {

@@ -380,6 +380,10 @@ impl Tool for PluginTool {
     fn grants_summary(&self) -> String {
         self.grants.clone()
     }
+
+    fn grants_json(&self) -> Value {
+        self.inner.grants_json()
+    }
 }
 
 /// Loads every plugin of one directory with the operator's grants.

@@ -112,6 +112,10 @@ impl Tool for WasmTool {
     fn grants_summary(&self) -> String {
         self.grants.describe()
     }
+
+    fn grants_json(&self) -> Value {
+        self.grants.to_json()
+    }
 }
 
 /// What to ask a fresh instance.

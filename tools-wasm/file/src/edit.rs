@@ -70,7 +70,9 @@ pub(crate) fn edit_file(
                 plural(size as u64, "byte", "bytes")
             ))
         }
-        (n, _) => Ok(several(&data, path, n, &positions)),
+        // Nothing changed, so the call failed (a script must not believe the edit happened);
+        // the model still reads where the matches are.
+        (n, _) => Err(ToolError::Failed(several(&data, path, n, &positions))),
     }
 }
 
@@ -99,7 +101,7 @@ fn no_match(data: &[u8], path: &str, old_text: &str) -> String {
     msg
 }
 
-/// The warning when `old_text` occurs `count` times: nothing is changed.
+/// The failure when `old_text` occurs `count` times: nothing is changed.
 fn several(data: &[u8], path: &str, count: u64, positions: &[usize]) -> String {
     let mut lines = Vec::with_capacity(positions.len());
     let mut line = 1;
@@ -115,7 +117,7 @@ fn several(data: &[u8], path: &str, count: u64, positions: &[usize]) -> String {
         ""
     };
     format!(
-        "warning: old_text occurs {count} times in {path} (at lines {}{more}), so nothing was changed. \
+        "old_text occurs {count} times in {path} (at lines {}{more}), so nothing was changed. \
          Call edit_file again with more surrounding lines in old_text, so that it occurs exactly once.",
         lines.join(", ")
     )
@@ -153,14 +155,14 @@ mod tests {
         ws.write("a.txt", b"x = 1\ny = 2\nx = 1\n\nx = 1\n");
         assert_eq!(
             edit_file(&ws.ctx, "a.txt", "x = 1", "x = 3"),
-            Ok("warning: old_text occurs 3 times in a.txt (at lines 1, 3, 5), so nothing was changed. \
+            Err(ToolError::Failed("old_text occurs 3 times in a.txt (at lines 1, 3, 5), so nothing was changed. \
                 Call edit_file again with more surrounding lines in old_text, so that it occurs exactly once."
-                .to_string())
+                .to_string()))
         );
         assert_eq!(ws.read("a.txt"), b"x = 1\ny = 2\nx = 1\n\nx = 1\n");
         assert_eq!(
             several(b"aaaaaaaaaaaaaa", "f", 13, &[0, 1]),
-            "warning: old_text occurs 13 times in f (at lines 1, 1, ...), so nothing was changed. \
+            "old_text occurs 13 times in f (at lines 1, 1, ...), so nothing was changed. \
              Call edit_file again with more surrounding lines in old_text, so that it occurs exactly once."
         );
     }

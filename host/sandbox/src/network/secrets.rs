@@ -123,6 +123,12 @@ impl Secret {
         &self.source
     }
 
+    /// The host (and port, if one was named) the secret is sent to, e.g. `api.search.brave.com`.
+    pub fn host(&self) -> String {
+        let port = self.port.map(|port| format!(":{port}")).unwrap_or_default();
+        format!("{}{port}", self.host)
+    }
+
     /// One line without the value, e.g. `X-Subscription-Token for api.search.brave.com (from
     /// BRAVE_API_KEY)`.
     pub fn describe(&self) -> String {
