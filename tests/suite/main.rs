@@ -20,6 +20,7 @@ mod guest_units;
 mod misbehaving;
 mod plugins;
 mod providers;
+mod queue_modes;
 mod sandbox_escape;
 mod sessions;
 mod subagents;

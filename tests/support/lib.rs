@@ -3,7 +3,7 @@
 //! from the real bundled and fixture components, a scripted LLM server ([`llm_server`]) speaking
 //! the Anthropic and OpenAI wire formats on 127.0.0.1, (in [`web`]) a scripted HTTP server on
 //! loopback, a test name resolver and a capture of the tracing output, and the other languages'
-//! [`toolchains`].
+//! [`toolchains`], and a WebSocket client of the gateway protocol ([`gateway_client`]).
 
 #![allow(
     clippy::expect_used,
@@ -11,6 +11,7 @@
 )]
 
 pub mod bench;
+pub mod gateway_client;
 pub mod host_tools;
 pub mod llm_server;
 pub mod toolchains;

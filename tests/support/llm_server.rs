@@ -2,8 +2,9 @@
 //! each request with the next [`Reply`] of its script and records every request (path, headers,
 //! body, arrival time), so a test can assert exactly what the agent sent. Replies speak the real
 //! wire formats ([`anthropic`] and [`openai`] build them): JSON bodies, error statuses with
-//! `retry-after`, server-sent-event streams cut into small chunks, and hostile answers (a body
-//! without end, a request never answered). When the script runs out the server answers 500, so
+//! `retry-after`, server-sent-event streams cut into small chunks, hostile answers (a body
+//! without end, a request never answered) and replies held at a [`ReplyGate`] until the test
+//! opens it. When the script runs out the server answers 500, so
 //! an extra request fails the test visibly.
 
 use std::collections::VecDeque;
@@ -52,6 +53,60 @@ pub enum Reply {
     },
     /// Never answer.
     Hang,
+    /// Wait at a [`ReplyGate`] until the test opens it, then answer with the inner reply. The
+    /// request is recorded before it waits.
+    Held(ReplyGate, Box<Reply>),
+}
+
+/// A gate that holds replies until the test opens it, and tells the test when a request has
+/// reached it, so a test can order what it does by events rather than by sleeping.
+#[derive(Debug, Clone, Default)]
+pub struct ReplyGate {
+    inner: Arc<GateState>,
+}
+
+#[derive(Debug)]
+struct GateState {
+    reached: tokio::sync::watch::Sender<usize>,
+    open: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for GateState {
+    fn default() -> Self {
+        Self {
+            reached: tokio::sync::watch::Sender::new(0),
+            open: tokio::sync::watch::Sender::new(false),
+        }
+    }
+}
+
+impl ReplyGate {
+    /// A closed gate.
+    pub fn new() -> ReplyGate {
+        ReplyGate::default()
+    }
+
+    /// `reply`, held at this gate.
+    pub fn hold(&self, reply: Reply) -> Reply {
+        Reply::Held(self.clone(), Box::new(reply))
+    }
+
+    /// Wait until `count` requests have reached the gate (held or let through).
+    pub async fn reached(&self, count: usize) {
+        let mut reached = self.inner.reached.subscribe();
+        let _ = reached.wait_for(|reached| *reached >= count).await;
+    }
+
+    /// Let every held reply, and every later one, through.
+    pub fn open(&self) {
+        self.inner.open.send_replace(true);
+    }
+
+    async fn pass(&self) {
+        self.inner.reached.send_modify(|reached| *reached += 1);
+        let mut open = self.inner.open.subscribe();
+        let _ = open.wait_for(|open| *open).await;
+    }
 }
 
 impl Reply {
@@ -224,8 +279,12 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
         });
         routed.or_else(|| state.replies.pop_front())
     };
-    let reply =
+    let mut reply =
         reply.unwrap_or_else(|| Reply::status(500, "the test script has no reply left", &[]));
+    while let Reply::Held(gate, inner) = reply {
+        gate.pass().await;
+        reply = *inner;
+    }
     let (sender, body) = ChannelBody::new();
     let mut builder = Response::builder();
     match reply {
@@ -277,6 +336,7 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
         Reply::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
+        Reply::Held(..) => {}
     }
     builder.body(body).expect("a valid response")
 }

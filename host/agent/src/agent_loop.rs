@@ -3,7 +3,9 @@
 //! turn that is going nowhere: a cap on model calls per turn, detection of the same tool called
 //! with the same arguments several times in a row, and the provider's own errors. A tool's
 //! failure is not a guard: it goes back to the model as an error result (`is_error: true`), and
-//! the model decides what to do next.
+//! the model decides what to do next. A turn run with [`Steering`] takes in messages that arrive
+//! while it runs, at safe points: before each tool call (the calls of that reply not yet started
+//! are skipped, each with a result saying why) and before the next model call.
 
 use std::sync::Arc;
 
@@ -13,6 +15,7 @@ use crate::ToolRegistry;
 use crate::audit::{AuditLog, AuditedRegistry};
 use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents};
 use crate::session::current_session_key;
+use crate::transcript::push_message;
 use clawcage_core::redact::Redactor;
 
 /// The system prompt used when the configuration gives none.
@@ -95,6 +98,26 @@ pub trait TurnObserver: ProviderEvents {
 
 impl TurnObserver for NoEvents {}
 
+/// Messages that arrive for a turn while it runs (the lanes' `steer` queue mode).
+pub trait Steering: Send + Sync {
+    /// The text of the messages that arrived since the last call, taken out so each enters the
+    /// turn once; `None` when none did.
+    fn take(&self) -> Option<String>;
+}
+
+/// No message ever arrives.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoSteering;
+
+impl Steering for NoSteering {
+    fn take(&self) -> Option<String> {
+        None
+    }
+}
+
+/// The result of a tool call skipped because a message arrived.
+pub const SKIPPED_FOR_NEW_MESSAGE: &str = "not run: skipped because a new message from the user arrived before this call started; the message follows these results, so decide again with it in mind";
+
 /// Why a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TurnEnd {
@@ -139,6 +162,10 @@ pub enum AgentError {
     /// The operator interrupted the turn; what it did so far is kept in the history.
     #[error("the turn was interrupted; what it did so far is kept")]
     Interrupted,
+    /// The message never ran: the session's queue refused or dropped it (queue cap, a newer
+    /// message in `interrupt` mode).
+    #[error("{0}")]
+    Dropped(crate::session::DropReason),
     /// The transcript could not be written.
     #[error(
         "cannot write the transcript {path}: {message}; check the --state-dir permissions and free space"
@@ -215,6 +242,20 @@ impl AgentLoop {
         history: &mut Vec<ChatMessage>,
         observer: &dyn TurnObserver,
     ) -> Result<TurnOutcome, AgentError> {
+        self.run_turn_steered(history, observer, &NoSteering).await
+    }
+
+    /// [`AgentLoop::run_turn`], taking in what `steering` has at each safe point: before a tool
+    /// call starts (that call and the later ones of the same reply are skipped, each answered
+    /// with [`SKIPPED_FOR_NEW_MESSAGE`]) and before the next model call; the text joins the tool
+    /// results as the user's. Nothing is taken when no model call would follow (the model has
+    /// answered, or the turn is stopping), so a message never goes unanswered in a turn.
+    pub async fn run_turn_steered(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        observer: &dyn TurnObserver,
+        steering: &dyn Steering,
+    ) -> Result<TurnOutcome, AgentError> {
         match history.last() {
             Some(message) if message.role == Role::User => {}
             _ => {
@@ -265,12 +306,23 @@ impl AgentLoop {
             let last_iteration = iteration == max_iterations;
             let mut results = Vec::with_capacity(calls.len());
             let mut stop: Option<TurnEnd> = None;
+            let mut arrived: Option<String> = None;
+            let mut skipped = 0;
             for call in &calls {
                 let malformed = response
                     .malformed
                     .iter()
                     .find(|problem| problem.tool_use_id == call.id);
-                let verdict_and_output = if stop.is_some() || last_iteration {
+                if arrived.is_none() && stop.is_none() && !last_iteration {
+                    arrived = steering.take();
+                }
+                let verdict_and_output = if arrived.is_some() && stop.is_none() {
+                    skipped += 1;
+                    (
+                        Verdict::NotRun(SKIPPED_FOR_NEW_MESSAGE.to_string()),
+                        SKIPPED_FOR_NEW_MESSAGE.to_string(),
+                    )
+                } else if stop.is_some() || last_iteration {
                     let why = if last_iteration {
                         format!(
                             "not run: the turn reached its limit of {max_iterations} model calls"
@@ -321,7 +373,19 @@ impl AgentLoop {
             let end = match stop {
                 Some(end) => end,
                 None if last_iteration => TurnEnd::IterationLimit,
-                None => continue,
+                None => {
+                    if let Some(text) = arrived.or_else(|| steering.take()) {
+                        observer.note(&if skipped > 0 {
+                            format!(
+                                "a new message arrived: {skipped} tool call(s) skipped, the model sees it next"
+                            )
+                        } else {
+                            "a new message arrived: the model sees it next".to_string()
+                        });
+                        push_message(history, ChatMessage::user(text));
+                    }
+                    continue;
+                }
             };
             let explanation = match &end {
                 TurnEnd::LoopDetected { tool } => format!(

@@ -1,20 +1,32 @@
 //! Sessions and their lanes. Every session key owns a lane: a queue drained by one task that
 //! holds the session's history. Whatever enters a session — the user's input, a notification
-//! from the bus, later a cron firing — is a job on its lane, so one session's turns run one after
-//! another in the order they were submitted, while different sessions run in parallel. The lane
-//! loads its history from the transcript when it starts, appends each turn's messages to it when
-//! the turn ends (also when the turn failed, so nothing is lost), and keeps the history within
-//! the configured limit.
+//! from the bus, a cron firing, a reset — is submitted to its lane, so one session runs one job at
+//! a time while different sessions run in parallel. What a message that reaches a busy session
+//! does is its queue mode ([`queue`]): `steer` it into the running turn at the next safe point,
+//! run it as a `followup` turn, `collect` it with the others after a quiet window, or `interrupt`
+//! the running turn; a cap with a drop policy bounds the queue, and every submission learns at
+//! once what became of it ([`Admission`]). The lane loads its history from the transcript when it
+//! starts, appends each turn's messages to it when the turn ends (also when the turn failed or was
+//! stopped, so nothing is lost), and keeps the history within the configured limit.
+
+pub mod queue;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use clawcage_core::{ChatMessage, InboundMessage, Usage};
-use tokio::sync::{Notify, mpsc, oneshot};
+use tokio::sync::{oneshot, watch};
 
-use crate::agent_loop::{AgentError, AgentLoop, TurnObserver, TurnOutcome};
+use crate::agent_loop::{AgentError, AgentLoop, Steering, TurnObserver, TurnOutcome};
 use crate::bus::Subscription;
 use crate::transcript::{Entry, TranscriptStore, now_ms, push_message, trim_history};
+
+pub use queue::{
+    Admission, DropPolicy, DropReason, InMemoryLaneQueue, LaneQueue, Origin, QUEUE_USAGE,
+    QueueCommand, QueueConfig, QueueMode, QueueOverride, QueueSettings, QueueUsageError,
+    parse_queue_command,
+};
+use queue::{LaneJob, LaneWork, NextJob, QueuedJob, StopCause, read_state, with_state};
 
 tokio::task_local! {
     /// The key of the session whose turn the current task is running.
@@ -39,9 +51,18 @@ pub const DEFAULT_HISTORY_LIMIT: usize = 200;
 /// What a lane is asked to do.
 #[derive(Debug, Clone)]
 pub enum LaneInput {
-    /// A turn on the user's text.
+    /// A turn on the user's text; its channel is the one the session key names
+    /// (`agent:<agentId>:<channel>:<peer>`), if any.
     User(String),
-    /// A turn on a notification from the bus (a sub-agent's result, a cron firing).
+    /// A turn on the user's text from a channel and thread (a gateway's channels).
+    FromChannel {
+        /// The text.
+        text: String,
+        /// Where it came from.
+        origin: Origin,
+    },
+    /// A turn on a notification from the bus (a sub-agent's result, a cron firing). Never
+    /// steered into a running turn: it always queues as its own turn.
     Notification(InboundMessage),
     /// Clear the history (recorded in the transcript).
     Reset,
@@ -53,35 +74,93 @@ type LaneReply = Result<Option<TurnOutcome>, AgentError>;
 pub type NotificationDone =
     Arc<dyn Fn(&InboundMessage, Result<TurnOutcome, AgentError>) + Send + Sync>;
 
-struct Job {
-    input: LaneInput,
+/// A change of a session's queue, for front ends that show it (the gateway's events).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueEvent {
+    /// A submission arrived and was admitted as `admission` (or refused).
+    Admitted {
+        /// Its ticket in the session.
+        ticket: u64,
+        /// What became of it.
+        admission: Admission,
+    },
+    /// An admitted submission left the queue without running.
+    Dropped {
+        /// Its ticket.
+        ticket: u64,
+        /// Why.
+        reason: DropReason,
+    },
+    /// Submissions left the queue into a turn: a new one, or (`steered`) the running one.
+    Taken {
+        /// Their tickets, oldest first.
+        tickets: Vec<u64>,
+        /// Whether they joined the running turn.
+        steered: bool,
+    },
+}
+
+/// Hears every [`QueueEvent`] with its session key.
+pub type QueueListener = Arc<dyn Fn(&str, &QueueEvent) + Send + Sync>;
+
+/// What the lanes keep of a submission while it waits: how to answer it.
+struct Waiter {
     observer: Arc<dyn TurnObserver>,
     reply: oneshot::Sender<LaneReply>,
 }
 
-/// What every lane task shares. It does not hold the lanes' senders, so dropping [`Sessions`]
-/// closes the queues and each lane ends after its queued jobs.
+/// What every lane task shares. It does not hold the sender that keeps the lanes open, so
+/// dropping [`Sessions`] lets each lane end after the jobs already queued.
 struct Shared {
     agent: AgentLoop,
     store: Option<TranscriptStore>,
     history_limit: usize,
     usage: Mutex<HashMap<String, Usage>>,
-    /// Per session: wakes the turn running on its lane to stop it.
-    interrupts: Mutex<HashMap<String, Arc<Notify>>>,
+    queue: Arc<dyn LaneQueue>,
+    config: QueueConfig,
+    /// Per session, per ticket. Locked before the queue, never the other way round.
+    waiters: Mutex<HashMap<String, HashMap<u64, Waiter>>>,
+    listener: Mutex<Option<QueueListener>>,
 }
 
 impl Shared {
-    fn interrupt_signal(&self, key: &str) -> Arc<Notify> {
-        lock(&self.interrupts)
-            .entry(key.to_string())
-            .or_default()
-            .clone()
+    fn emit(&self, key: &str, event: QueueEvent) {
+        let listener = lock(&self.listener).clone();
+        if let Some(listener) = listener {
+            listener(key, &event);
+        }
+    }
+
+    fn observer_of(&self, key: &str, ticket: Option<u64>) -> Arc<dyn TurnObserver> {
+        ticket
+            .and_then(|ticket| {
+                lock(&self.waiters)
+                    .get(key)
+                    .and_then(|session| session.get(&ticket))
+                    .map(|waiter| waiter.observer.clone())
+            })
+            .unwrap_or_else(|| Arc::new(crate::provider::NoEvents))
+    }
+
+    fn answer(&self, key: &str, tickets: &[u64], reply: &LaneReply) {
+        let mut waiters = lock(&self.waiters);
+        let Some(session) = waiters.get_mut(key) else {
+            return;
+        };
+        for ticket in tickets {
+            if let Some(waiter) = session.remove(ticket) {
+                // The submitter may have stopped waiting; the turn is recorded all the same.
+                let _ = waiter.reply.send(reply.clone());
+            }
+        }
     }
 }
 
 struct Inner {
     shared: Arc<Shared>,
-    lanes: Mutex<HashMap<String, mpsc::UnboundedSender<Job>>>,
+    lanes: Mutex<HashMap<String, tokio::task::JoinHandle<()>>>,
+    /// Dropped with the last [`Sessions`] clone: the lanes finish what is queued and end.
+    open: watch::Sender<bool>,
 }
 
 /// The sessions of one agent. Cloning shares them.
@@ -94,18 +173,34 @@ impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Sessions")
             .field("history_limit", &self.inner.shared.history_limit)
+            .field("queue", &self.inner.shared.config)
             .finish_non_exhaustive()
     }
 }
 
-/// A submitted job; await [`PendingTurn::wait`] for its outcome.
+/// A submitted job: [`PendingTurn::admission`] says at once what became of it, and
+/// [`PendingTurn::wait`] gives its outcome.
 #[derive(Debug)]
 pub struct PendingTurn {
     receiver: oneshot::Receiver<LaneReply>,
+    admission: Admission,
+    ticket: u64,
 }
 
 impl PendingTurn {
-    /// The outcome of the turn (`None` for a reset).
+    /// What became of the submission when it arrived.
+    pub fn admission(&self) -> &Admission {
+        &self.admission
+    }
+
+    /// Its ticket: unique in its session, increasing in arrival order.
+    pub fn ticket(&self) -> u64 {
+        self.ticket
+    }
+
+    /// The outcome of the turn that answered it (`None` for a reset): its own turn, the running
+    /// turn it was steered into, or the collected turn it joined. A message refused or dropped
+    /// by the queue ends with [`AgentError::Dropped`].
     pub async fn wait(self) -> Result<Option<TurnOutcome>, AgentError> {
         self.receiver.await.unwrap_or(Err(AgentError::LaneClosed))
     }
@@ -119,8 +214,36 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 
 impl Sessions {
     /// Sessions run by `agent`, with transcripts in `store` (none: history lives in memory
-    /// only), each keeping at most `history_limit` messages.
+    /// only), each keeping at most `history_limit` messages, with the default queue settings
+    /// (`steer`).
     pub fn new(agent: AgentLoop, store: Option<TranscriptStore>, history_limit: usize) -> Self {
+        Self::with_queue(agent, store, history_limit, QueueConfig::default())
+    }
+
+    /// [`Sessions::new`] with the queue configuration `queue` (`[queue]`).
+    pub fn with_queue(
+        agent: AgentLoop,
+        store: Option<TranscriptStore>,
+        history_limit: usize,
+        queue: QueueConfig,
+    ) -> Self {
+        Self::with_queue_backend(
+            agent,
+            store,
+            history_limit,
+            queue,
+            Arc::new(InMemoryLaneQueue::new()),
+        )
+    }
+
+    /// [`Sessions::with_queue`] with the queues kept in `backend`.
+    pub fn with_queue_backend(
+        agent: AgentLoop,
+        store: Option<TranscriptStore>,
+        history_limit: usize,
+        queue: QueueConfig,
+        backend: Arc<dyn LaneQueue>,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 shared: Arc::new(Shared {
@@ -128,9 +251,13 @@ impl Sessions {
                     store,
                     history_limit: history_limit.max(2),
                     usage: Mutex::new(HashMap::new()),
-                    interrupts: Mutex::new(HashMap::new()),
+                    queue: backend,
+                    config: queue,
+                    waiters: Mutex::new(HashMap::new()),
+                    listener: Mutex::new(None),
                 }),
                 lanes: Mutex::new(HashMap::new()),
+                open: watch::Sender::new(true),
             }),
         }
     }
@@ -140,34 +267,94 @@ impl Sessions {
         &self.inner.shared.agent
     }
 
-    /// Queue `input` on `key`'s lane. Jobs submitted to one key run in submission order.
-    /// Must be called inside a tokio runtime (the lane is a task).
+    /// Hear every change of every session's queue (replaces an earlier listener). The listener
+    /// runs on the submitting or the lane's task: keep it short.
+    pub fn set_queue_listener(&self, listener: Option<QueueListener>) {
+        *lock(&self.inner.shared.listener) = listener;
+    }
+
+    /// Submit `input` to `key`'s lane. What became of it is decided now, before any await
+    /// (its ticket fixes its place), and returned with the pending turn: started, queued,
+    /// steered into the running turn, interrupting it, or dropped. Must be called inside a
+    /// tokio runtime (the lane is a task).
     pub fn submit(
         &self,
         key: &str,
         input: LaneInput,
         observer: Arc<dyn TurnObserver>,
     ) -> PendingTurn {
-        let (reply, receiver) = oneshot::channel();
-        let mut job = Job {
-            input,
-            observer,
-            reply,
+        let shared = &self.inner.shared;
+        let job = match input {
+            LaneInput::User(text) => QueuedJob::User {
+                text,
+                origin: Origin::of_key(key),
+            },
+            LaneInput::FromChannel { text, origin } => QueuedJob::User { text, origin },
+            LaneInput::Notification(message) => QueuedJob::Notification { message },
+            LaneInput::Reset => QueuedJob::Reset,
         };
-        let mut lanes = lock(&self.inner.lanes);
-        // A lane whose task ended (it cannot, short of a panic) is replaced.
-        if let Some(sender) = lanes.get(key) {
-            match sender.send(job) {
-                Ok(()) => return PendingTurn { receiver },
-                Err(mpsc::error::SendError(returned)) => job = returned,
+        let (reply, receiver) = oneshot::channel();
+        let admitted = {
+            let mut waiters = lock(&shared.waiters);
+            let admitted = with_state(shared.queue.as_ref(), key, |state| {
+                state.admit(job, &shared.config, now_ms())
+            });
+            let session = match waiters.get_mut(key) {
+                Some(session) => session,
+                None => waiters.entry(key.to_string()).or_default(),
+            };
+            for (ticket, reason) in &admitted.evicted {
+                if let Some(waiter) = session.remove(ticket) {
+                    let _ = waiter.reply.send(Err(AgentError::Dropped(reason.clone())));
+                }
             }
+            match &admitted.admission {
+                Admission::Dropped { reason } => {
+                    let _ = reply.send(Err(AgentError::Dropped(reason.clone())));
+                }
+                _ => {
+                    session.insert(admitted.ticket, Waiter { observer, reply });
+                }
+            }
+            admitted
+        };
+        self.ensure_lane(key);
+        for (ticket, reason) in &admitted.evicted {
+            shared.emit(
+                key,
+                QueueEvent::Dropped {
+                    ticket: *ticket,
+                    reason: reason.clone(),
+                },
+            );
         }
-        let (sender, jobs) = mpsc::unbounded_channel();
-        // A fresh channel's receiver is alive, so this send succeeds.
-        let _ = sender.send(job);
-        lanes.insert(key.to_string(), sender);
-        tokio::spawn(run_lane(self.inner.shared.clone(), key.to_string(), jobs));
-        PendingTurn { receiver }
+        shared.emit(
+            key,
+            QueueEvent::Admitted {
+                ticket: admitted.ticket,
+                admission: admitted.admission.clone(),
+            },
+        );
+        PendingTurn {
+            receiver,
+            admission: admitted.admission,
+            ticket: admitted.ticket,
+        }
+    }
+
+    /// Start `key`'s lane task unless it runs (a lane whose task ended, short of a panic it
+    /// cannot, is started again).
+    fn ensure_lane(&self, key: &str) {
+        let mut lanes = lock(&self.inner.lanes);
+        if lanes.get(key).is_some_and(|lane| !lane.is_finished()) {
+            return;
+        }
+        let lane = tokio::spawn(run_lane(
+            self.inner.shared.clone(),
+            key.to_string(),
+            self.inner.open.subscribe(),
+        ));
+        lanes.insert(key.to_string(), lane);
     }
 
     /// Run a turn on the user's `text` in session `key` and wait for it.
@@ -188,7 +375,9 @@ impl Sessions {
     /// the transcript, and a tool call left without a result gets one saying it did not run.
     /// Turns queued behind it still run. Without a running turn this does nothing.
     pub fn interrupt(&self, key: &str) {
-        self.inner.shared.interrupt_signal(key).notify_waiters();
+        with_state(self.inner.shared.queue.as_ref(), key, |state| {
+            state.stop(StopCause::Operator)
+        });
     }
 
     /// Clear session `key`'s history, after the turns queued before.
@@ -197,6 +386,55 @@ impl Sessions {
             .wait()
             .await
             .map(|_| ())
+    }
+
+    /// The queue settings a user message to session `key` gets (from the channel its key
+    /// names): the session's override, else the channel's mode, else `[queue]`.
+    pub fn queue_settings(&self, key: &str) -> QueueSettings {
+        let shared = &self.inner.shared;
+        read_state(shared.queue.as_ref(), key, |state| {
+            state.settings_for(&Origin::of_key(key), &shared.config)
+        })
+    }
+
+    /// Set (`Some`) or remove (`None`) session `key`'s own queue settings, which take precedence
+    /// over the channel's and the configuration's. Applies to messages that arrive from now on.
+    pub fn set_queue_override(&self, key: &str, value: Option<QueueOverride>) {
+        with_state(self.inner.shared.queue.as_ref(), key, |state| {
+            state.set_session_override(value)
+        });
+    }
+
+    /// Carry out a `/queue` command line for session `key`: show the settings, set the
+    /// session's own, or reset them. Returns what to tell the user; a wrong command is a usage
+    /// error naming the valid values.
+    pub fn queue_command(&self, key: &str, line: &str) -> Result<String, QueueUsageError> {
+        let command = parse_queue_command(line)?;
+        let has_override = read_state(self.inner.shared.queue.as_ref(), key, |state| {
+            state.session_override().is_some()
+        });
+        Ok(match command {
+            QueueCommand::Show => format!(
+                "queue: {} ({})\n{QUEUE_USAGE}",
+                self.queue_settings(key),
+                if has_override {
+                    "set for this session"
+                } else {
+                    "from the configuration"
+                }
+            ),
+            QueueCommand::Set(value) => {
+                self.set_queue_override(key, Some(value));
+                format!("queue for this session: {}", self.queue_settings(key))
+            }
+            QueueCommand::Reset => {
+                self.set_queue_override(key, None);
+                format!(
+                    "queue for this session: {} (from the configuration)",
+                    self.queue_settings(key)
+                )
+            }
+        })
     }
 
     /// Tokens used by session `key` since its last reset (including earlier runs, from the
@@ -245,80 +483,151 @@ pub fn notification_text(message: &InboundMessage) -> String {
     )
 }
 
-async fn run_lane(inner: Arc<Shared>, key: String, mut jobs: mpsc::UnboundedReceiver<Job>) {
-    let mut history = match &inner.store {
-        Some(store) => {
-            let store = store.clone();
-            let (load_key, limit) = (key.clone(), inner.history_limit);
-            match tokio::task::spawn_blocking(move || store.load(&load_key, limit)).await {
-                Ok(Ok(loaded)) => {
-                    lock(&inner.usage).insert(key.clone(), loaded.usage);
-                    loaded.messages
-                }
-                Ok(Err(error)) => {
-                    tracing::warn!(session = %key, "cannot read the transcript, starting empty: {error}");
-                    Vec::new()
-                }
-                Err(error) => {
-                    tracing::warn!(session = %key, "loading the transcript failed: {error}");
-                    Vec::new()
+async fn run_lane(shared: Arc<Shared>, key: String, mut open: watch::Receiver<bool>) {
+    let mut history = load_history(&shared, &key).await;
+    let mut changes = shared.queue.watch(&key);
+    let mut closing = false;
+    loop {
+        changes.borrow_and_update();
+        let next = with_state(shared.queue.as_ref(), &key, |state| {
+            state.next_job(now_ms())
+        });
+        match next {
+            NextJob::Idle if closing => break,
+            NextJob::Idle => {
+                tokio::select! {
+                    changed = changes.changed() => if changed.is_err() { break },
+                    // Only ever an error: the last `Sessions` is gone.
+                    _ = open.changed() => closing = true,
                 }
             }
+            NextJob::WaitUntil { at_ms } => {
+                let wait = std::time::Duration::from_millis(at_ms.saturating_sub(now_ms()));
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    changed = changes.changed() => if changed.is_err() { break },
+                }
+            }
+            NextJob::Run(job) => run_job(&shared, &key, &mut history, job).await,
         }
-        None => Vec::new(),
-    };
+    }
+}
 
-    while let Some(job) = jobs.recv().await {
-        let reply = match job.input {
-            LaneInput::Reset => {
-                history.clear();
-                lock(&inner.usage).insert(key.clone(), Usage::default());
-                persist(&inner, &key, vec![Entry::Reset { at_ms: now_ms() }])
-                    .await
-                    .map(|()| None)
-            }
-            LaneInput::User(text) => {
-                run_one(&inner, &key, &mut history, text, job.observer.as_ref()).await
-            }
-            LaneInput::Notification(message) => {
-                run_one(
-                    &inner,
-                    &key,
-                    &mut history,
-                    notification_text(&message),
-                    job.observer.as_ref(),
-                )
+async fn load_history(shared: &Shared, key: &str) -> Vec<ChatMessage> {
+    let Some(store) = shared.store.clone() else {
+        return Vec::new();
+    };
+    let (load_key, limit) = (key.to_string(), shared.history_limit);
+    match tokio::task::spawn_blocking(move || store.load(&load_key, limit)).await {
+        Ok(Ok(loaded)) => {
+            lock(&shared.usage).insert(key.to_string(), loaded.usage);
+            loaded.messages
+        }
+        Ok(Err(error)) => {
+            tracing::warn!(session = %key, "cannot read the transcript, starting empty: {error}");
+            Vec::new()
+        }
+        Err(error) => {
+            tracing::warn!(session = %key, "loading the transcript failed: {error}");
+            Vec::new()
+        }
+    }
+}
+
+async fn run_job(shared: &Shared, key: &str, history: &mut Vec<ChatMessage>, job: LaneJob) {
+    let LaneJob { mut tickets, work } = job;
+    shared.emit(
+        key,
+        QueueEvent::Taken {
+            tickets: tickets.clone(),
+            steered: false,
+        },
+    );
+    let reply = match work {
+        LaneWork::Reset => {
+            history.clear();
+            lock(&shared.usage).insert(key.to_string(), Usage::default());
+            persist(shared, key, vec![Entry::Reset { at_ms: now_ms() }])
                 .await
-            }
-        };
-        // The submitter may have stopped waiting; the turn is recorded all the same.
-        let _ = job.reply.send(reply);
+                .map(|()| None)
+        }
+        LaneWork::Turn { text } => {
+            let observer = shared.observer_of(key, tickets.first().copied());
+            let steering = LaneSteering {
+                shared,
+                key,
+                taken: Mutex::new(Vec::new()),
+            };
+            let reply = run_one(shared, key, history, text, observer.as_ref(), &steering).await;
+            tickets.extend(lock(&steering.taken).drain(..));
+            reply
+        }
+    };
+    shared.answer(key, &tickets, &reply);
+}
+
+/// The running turn's view of its queue: steered messages, taken at the loop's safe points.
+struct LaneSteering<'a> {
+    shared: &'a Shared,
+    key: &'a str,
+    taken: Mutex<Vec<u64>>,
+}
+
+impl Steering for LaneSteering<'_> {
+    fn take(&self) -> Option<String> {
+        let (tickets, text) = with_state(self.shared.queue.as_ref(), self.key, |state| {
+            state.take_steered()
+        })?;
+        lock(&self.taken).extend(&tickets);
+        self.shared.emit(
+            self.key,
+            QueueEvent::Taken {
+                tickets,
+                steered: true,
+            },
+        );
+        Some(text)
+    }
+}
+
+/// Resolves when the running job is asked to stop, with why.
+async fn stop_requested(queue: &dyn LaneQueue, key: &str) -> StopCause {
+    let mut changes = queue.watch(key);
+    loop {
+        changes.borrow_and_update();
+        if let Some(cause) = read_state(queue, key, |state| state.stop_requested()) {
+            return cause;
+        }
+        if changes.changed().await.is_err() {
+            return std::future::pending().await;
+        }
     }
 }
 
 async fn run_one(
-    inner: &Shared,
+    shared: &Shared,
     key: &str,
     history: &mut Vec<ChatMessage>,
     text: String,
     observer: &dyn TurnObserver,
+    steering: &dyn Steering,
 ) -> LaneReply {
     let input = ChatMessage::user(text);
     push_message(history, input.clone());
     let start = history.len();
-    let interrupt = inner.interrupt_signal(key);
-    let result = {
-        let turn = CURRENT_SESSION.scope(key.to_string(), inner.agent.run_turn(history, observer));
+    let (result, stopped) = {
+        let turn = CURRENT_SESSION.scope(
+            key.to_string(),
+            shared.agent.run_turn_steered(history, observer, steering),
+        );
         tokio::select! {
-            result = turn => result,
-            () = interrupt.notified() => Err(AgentError::Interrupted),
+            result = turn => (result, None),
+            cause = stop_requested(shared.queue.as_ref(), key) => (Err(AgentError::Interrupted), Some(cause)),
         }
     };
-    if matches!(result, Err(AgentError::Interrupted)) {
-        answer_dangling_calls(
-            history,
-            "interrupted by the user before it finished (it may have partly run)",
-        );
+    with_state(shared.queue.as_ref(), key, |state| state.turn_answered());
+    if let Some(cause) = stopped {
+        answer_dangling_calls(history, cause.dangling_call_result());
     }
 
     let mut entries = vec![Entry::Message {
@@ -339,18 +648,18 @@ async fn run_one(
         usage,
         outcome,
     });
-    lock(&inner.usage)
+    lock(&shared.usage)
         .entry(key.to_string())
         .or_default()
         .add(usage);
-    trim_history(history, inner.history_limit);
+    trim_history(history, shared.history_limit);
 
-    persist(inner, key, entries).await?;
+    persist(shared, key, entries).await?;
     result.map(Some)
 }
 
-async fn persist(inner: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), AgentError> {
-    let Some(store) = inner.store.clone() else {
+async fn persist(shared: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), AgentError> {
+    let Some(store) = shared.store.clone() else {
         return Ok(());
     };
     let path = store.path(key).display().to_string();

@@ -97,7 +97,9 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 loaded.messages.len()
             ),
             Ok(_) => {}
-            Err(error) => outln!("note: the history of {key} cannot be read ({error}); starting empty"),
+            Err(error) => {
+                outln!("note: the history of {key} cannot be read ({error}); starting empty")
+            }
         }
     }
 
@@ -142,6 +144,12 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 Ok(()) => outln!("  history cleared"),
                 Err(error) => outln!("  error: {error}"),
             },
+            command if command.split_whitespace().next() == Some("/queue") => {
+                match sessions.queue_command(&key, command) {
+                    Ok(said) => outln!("  {said}"),
+                    Err(error) => outln!("  {error}"),
+                }
+            }
             command if command.starts_with('/') => {
                 outln!("  unknown command {command}; /help lists the commands")
             }

@@ -133,6 +133,20 @@ enum Command {
     /// A recorded session in a temporary workspace: real tools and sandbox, scripted replies,
     /// no API key or network needed.
     Demo,
+    /// List the sessions kept in the state directory: key, last activity, transcript size.
+    ///
+    /// Continue one with `clawcage chat --session KEY` or `clawcage run --session KEY "..."`.
+    Sessions {
+        /// Print JSON: one object per session with key, last_active (RFC 3339) and bytes.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Serve the sessions over WebSocket, with a web chat at http://ADDR/ (long-running).
+    ///
+    /// Owns the state directory's sessions, cron jobs and sub-agents while it runs; prints the
+    /// URL to open (with the token on the first start). `clawcage gateway status` says whether
+    /// one runs. Protocol: docs/gateway-protocol.md.
+    Gateway(clawcage_gateway::GatewayArgs),
     /// See and change the scheduled jobs (the state directory's cron jobs) without a chat.
     ///
     /// The same checks as the agent's `cron` tool apply. A running `clawcage chat` picks up a
@@ -154,6 +168,7 @@ enum Command {
     ///
     /// A tool error reaches the client as a tool result with isError set and the error's text.
     /// Every call is recorded in the audit log.
+    #[command(verbatim_doc_comment)]
     Mcp {
         /// Serve streamable HTTP at http://ADDR/mcp instead of stdio, e.g. 127.0.0.1:8765 or
         /// localhost:8765 (port 0 picks a free port; the address is printed on stderr).
@@ -168,7 +183,6 @@ enum Command {
 enum CronCommand {
     /// List the jobs, soonest first.
     List,
-    #[command(verbatim_doc_comment)]
     /// Add a job: a message delivered to a session on a schedule.
     ///
     /// Example: clawcage cron add --cron "0 9 * * MON-FRI" --timezone Europe/Berlin --message "Post the stand-up notes"
@@ -227,9 +241,15 @@ impl ProviderArgs {
     /// These flags over the ones given before the subcommand.
     fn overrides(&self, early: &EarlyProviderArgs) -> ProviderOverrides {
         ProviderOverrides {
-            provider: self.provider.clone().or_else(|| early.early_provider.clone()),
+            provider: self
+                .provider
+                .clone()
+                .or_else(|| early.early_provider.clone()),
             model: self.model.clone().or_else(|| early.early_model.clone()),
-            base_url: self.base_url.clone().or_else(|| early.early_base_url.clone()),
+            base_url: self
+                .base_url
+                .clone()
+                .or_else(|| early.early_base_url.clone()),
             script: self.script.clone().or_else(|| early.early_script.clone()),
         }
     }
@@ -324,6 +344,10 @@ fn init_tracing(verbose: u8) {
 
 /// The options every front end hands the runtime, from the command line.
 fn runtime_options(cli: &Cli) -> Options {
+    let provider = match &cli.command {
+        Command::Run { provider, .. } | Command::Chat { provider, .. } => provider.clone(),
+        _ => ProviderArgs::default(),
+    };
     Options {
         config: cli.common.config.clone(),
         state_dir: cli.common.state_dir.clone(),
@@ -338,11 +362,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
     let options = runtime_options(&cli);
     match cli.command {
         Command::Demo => demo::run(&options).await,
-    let provider = match &cli.command {
-        Command::Run { provider, .. } | Command::Chat { provider, .. } => provider.clone(),
-        _ => ProviderArgs::default(),
-    };
         Command::Trust => trust(&options),
+        Command::Sessions { json } => sessions(&options, json),
         Command::Cron(command) => {
             let runtime = open(options).await?;
             cron(&runtime, command).await
@@ -355,9 +376,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let runtime = open(options).await?;
             call(&runtime.audited_tools()?, &tool, &args).await
         }
+        Command::Gateway(args) => Ok(clawcage_gateway::run(options, args).await?),
         Command::Mcp { http } => {
             let runtime = open(options).await?;
-        Command::Sessions { json } => sessions(&options, json),
             serve_mcp(&runtime, http).await
         }
         Command::Run { task, session, .. } => {
@@ -393,21 +414,6 @@ async fn open(options: Options) -> Result<Runtime, Failure> {
     Ok(runtime)
 }
 
-/// `clawcage cron ...`: one call of the `cron` tool on the state directory's jobs.
-async fn cron(runtime: &Runtime, command: CronCommand) -> Result<(), Failure> {
-    let tool = runtime.cron_tool().await?;
-    let (args, session) = match command {
-        CronCommand::List => (serde_json::json!({"action": "list"}), None),
-        CronCommand::Remove { id } => (serde_json::json!({"action": "remove", "id": id}), None),
-        CronCommand::Add {
-            message,
-            every,
-            cron,
-            timezone,
-            name,
-            session,
-        } => {
-            let mut args = serde_json::json!({"action": "add", "message": message});
 /// `clawcage sessions`: the transcripts of the state directory, newest first.
 fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
@@ -449,6 +455,21 @@ fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
+/// `clawcage cron ...`: one call of the `cron` tool on the state directory's jobs.
+async fn cron(runtime: &Runtime, command: CronCommand) -> Result<(), Failure> {
+    let tool = runtime.cron_tool().await?;
+    let (args, session) = match command {
+        CronCommand::List => (serde_json::json!({"action": "list"}), None),
+        CronCommand::Remove { id } => (serde_json::json!({"action": "remove", "id": id}), None),
+        CronCommand::Add {
+            message,
+            every,
+            cron,
+            timezone,
+            name,
+            session,
+        } => {
+            let mut args = serde_json::json!({"action": "add", "message": message});
             let fields = [
                 ("every_seconds", every.map(serde_json::Value::from)),
                 ("cron", cron.map(serde_json::Value::from)),
@@ -534,9 +555,7 @@ async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Res
                 clawcage_agent::transcript::now_ms(),
                 std::process::id()
             );
-            console.line(&format!(
-                "session {key} (continue it with --session {key})"
-            ));
+            console.line(&format!("session {key} (continue it with --session {key})"));
             key
         }
     };
@@ -578,7 +597,9 @@ async fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
                     "description": spec.description,
                     "input_schema": spec.input_schema,
                     "origin": tool.origin(),
+                    "available_in": entry.available,
                     "grants": tool.grants_summary(),
+                    "grants_detail": tool.grants_json(),
                 })
             })
             .collect();
@@ -594,12 +615,11 @@ async fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
         outln!(
             "{}  ({}; {})",
             spec.name,
-                    "available_in": entry.available,
             tool.origin(),
-                    "grants_detail": tool.grants_json(),
             tool.grants_summary()
         );
         outln!("    {summary}");
+        outln!("    available in: {}", entry.available);
         let schema = serde_json::to_string(&spec.input_schema).unwrap_or_default();
         outln!("    schema: {schema}");
     }
@@ -615,8 +635,31 @@ async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), 
         }
         Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),
         Err(error) => Err(Failure::Tool(format!("{tool}: {error}"))),
-        outln!("    available in: {}", entry.available);
     }
+}
+
+/// The address `given` names (`HOST:PORT`, the host a name or an IP address): every address it
+/// resolves to must be loopback, since the endpoint has no authentication.
+async fn loopback_address(given: &str) -> Result<SocketAddr, Failure> {
+    let resolved: Vec<SocketAddr> = tokio::net::lookup_host(given)
+        .await
+        .map_err(|error| {
+            Failure::Usage(format!(
+                "--http {given}: not an address to listen on ({error}); write HOST:PORT, e.g. 127.0.0.1:8765 or localhost:8765"
+            ))
+        })?
+        .collect();
+    let Some(first) = resolved.first().copied() else {
+        return Err(Failure::Usage(format!(
+            "--http {given}: the name resolves to no address"
+        )));
+    };
+    if let Some(outside) = resolved.iter().find(|address| !address.ip().is_loopback()) {
+        return Err(Failure::Usage(
+            clawcage_mcp::ServeError::NotLoopback(*outside).to_string(),
+        ));
+    }
+    Ok(first)
 }
 
 /// `clawcage mcp`: serve the registry over stdio, or over streamable HTTP until Ctrl-C.
@@ -634,28 +677,6 @@ async fn serve_mcp(runtime: &Runtime, http: Option<String>) -> Result<(), Failur
     );
     let Some(address) = http else {
         let server = McpServer::new(registry, &instructions, "mcp-stdio")
-/// The address `given` names (`HOST:PORT`, the host a name or an IP address): every address it
-/// resolves to must be loopback, since the endpoint has no authentication.
-async fn loopback_address(given: &str) -> Result<SocketAddr, Failure> {
-    let resolved: Vec<SocketAddr> = tokio::net::lookup_host(given)
-        .await
-        .map_err(|error| {
-            Failure::Usage(format!(
-                "--http {given}: not an address to listen on ({error}); write HOST:PORT, e.g. 127.0.0.1:8765 or localhost:8765"
-            ))
-        })?
-        .collect();
-    let Some(first) = resolved.first().copied() else {
-        return Err(Failure::Usage(format!("--http {given}: the name resolves to no address")));
-    };
-    if let Some(outside) = resolved.iter().find(|address| !address.ip().is_loopback()) {
-        return Err(Failure::Usage(
-            clawcage_mcp::ServeError::NotLoopback(*outside).to_string(),
-        ));
-    }
-    Ok(first)
-}
-
             .with_call_time_limit(runtime.limits().timeout);
         tracing::info!(tools = tool_count, "serving MCP over stdio");
         return server

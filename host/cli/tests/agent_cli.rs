@@ -858,7 +858,12 @@ async fn a_run_names_its_session_and_sessions_lists_it() {
         .to_string();
 
     let listed = clawcage(
-        args(&["sessions", "--json", "--state-dir", state.path().to_str().unwrap()]),
+        args(&[
+            "sessions",
+            "--json",
+            "--state-dir",
+            state.path().to_str().unwrap(),
+        ]),
         vec![],
         None,
     )

@@ -341,8 +341,15 @@ fn an_edit_that_changed_nothing_exits_1() {
         ],
     );
     assert_eq!(output.status.code(), Some(1), "{}", stderr(&output));
-    assert!(stderr(&output).contains("occurs 2 times"), "{}", stderr(&output));
-    assert_eq!(std::fs::read_to_string(dir.path().join("a.txt")).unwrap(), "x\nx\n");
+    assert!(
+        stderr(&output).contains("occurs 2 times"),
+        "{}",
+        stderr(&output)
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("a.txt")).unwrap(),
+        "x\nx\n"
+    );
 }
 
 /// `tools` lists every tool with where it is available (the agent's `message`, `spawn` and
@@ -353,13 +360,25 @@ fn tools_lists_every_tool_with_where_and_structured_grants() {
     let listing = clawcage(dir.path(), &["tools"]);
     assert!(listing.status.success(), "{}", stderr(&listing));
     let text = stdout(&listing);
-    for name in ["read_file", "exec", "web_fetch", "message", "spawn", "subagents", "cron"] {
+    for name in [
+        "read_file",
+        "exec",
+        "web_fetch",
+        "message",
+        "spawn",
+        "subagents",
+        "cron",
+    ] {
         assert!(
-            text.lines().any(|line| line.starts_with(&format!("{name}  ("))),
+            text.lines()
+                .any(|line| line.starts_with(&format!("{name}  ("))),
             "{name} is listed: {text}"
         );
     }
-    assert!(text.contains("available in: call, mcp, run, chat"), "{text}");
+    assert!(
+        text.contains("available in: call, mcp, run, chat"),
+        "{text}"
+    );
     assert!(text.contains("clawcage cron"), "{text}");
 
     let json = clawcage(dir.path(), &["tools", "--json"]);
@@ -386,7 +405,10 @@ fn tools_lists_every_tool_with_where_and_structured_grants() {
         .iter()
         .find(|tool| tool["name"] == "web_fetch")
         .unwrap();
-    assert!(fetch["grants_detail"]["network"]["allow"].is_array(), "{fetch}");
+    assert!(
+        fetch["grants_detail"]["network"]["allow"].is_array(),
+        "{fetch}"
+    );
     let message = tools
         .as_array()
         .unwrap()

@@ -124,12 +124,16 @@ impl Runtime {
         let agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config)
             .with_audit(audit)
             .with_redactor(self.redactor().clone());
-        let sessions = Sessions::new(
+        let sessions = Sessions::with_queue(
             agent,
             Some(TranscriptStore::new(self.state_dir().join("sessions"))),
             config
                 .agent
                 .history_limit()
+                .map_err(|error| usage(format!("{error:#}")))?,
+            config
+                .queue
+                .config()
                 .map_err(|error| usage(format!("{error:#}")))?,
         );
         Ok(Agent {

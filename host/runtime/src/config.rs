@@ -72,6 +72,9 @@ pub struct Config {
     /// `[cron]`: scheduled jobs.
     #[serde(default)]
     pub cron: crate::cron_config::CronSection,
+    /// `[queue]`: what a message that reaches a busy session does.
+    #[serde(default)]
+    pub queue: crate::queue_config::QueueSection,
 }
 
 /// The file candidates are read from.
@@ -114,7 +117,7 @@ pub struct WorkspaceConfig {
     /// directory.
     pub path: Option<PathBuf>,
     /// `"rw"` (default) or `"ro"`.
-    pub mode: Option<String>,
+    pub mode: Option<FsMode>,
 }
 
 /// `[limits]`: per-call limits of every tool.
@@ -211,13 +214,9 @@ impl Config {
         Ok((Config::default(), None))
     }
 
-    /// The workspace mode, checked.
+    /// The workspace mode (read-write unless the file says `"ro"`).
     pub fn workspace_mode(&self) -> anyhow::Result<FsMode> {
-        match self.workspace.mode.as_deref() {
-            None | Some("rw") => Ok(FsMode::ReadWrite),
-            Some("ro") => Ok(FsMode::ReadOnly),
-            Some(other) => bail!("[workspace] mode = {other:?} is not valid; use \"rw\" or \"ro\""),
-        }
+        Ok(self.workspace.mode.unwrap_or(FsMode::ReadWrite))
     }
 
     /// The exec write limit in bytes, checked.
@@ -351,8 +350,11 @@ mod tests {
         assert_eq!(limits.timeout, Duration::from_millis(2500));
         let bad: Config = toml::from_str("[limits]\nmemory_mib = 0\n").unwrap();
         assert!(bad.limits().is_err());
-        let bad_mode: Config = toml::from_str("[workspace]\nmode = \"rwx\"\n").unwrap();
-        assert!(bad_mode.workspace_mode().is_err());
+        let bad_mode = toml::from_str::<Config>("[workspace]\nmode = \"rwx\"\n").unwrap_err();
+        assert!(
+            bad_mode.to_string().contains("expected `ro` or `rw`"),
+            "{bad_mode}"
+        );
     }
 
     #[test]

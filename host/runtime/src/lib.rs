@@ -12,6 +12,7 @@ pub mod cron_config;
 pub mod network_config;
 mod plugins;
 pub mod provider_config;
+pub mod queue_config;
 pub mod subagent_config;
 mod tools;
 pub mod trust;
@@ -221,7 +222,6 @@ struct CronSetup {
     _owner: std::fs::File,
 }
 
-/// What became of the request for the cron capability.
 /// One tool of [`Runtime::tool_catalog`] and where it is available.
 pub struct CatalogEntry {
     /// The tool.
@@ -230,6 +230,7 @@ pub struct CatalogEntry {
     pub available: String,
 }
 
+/// What became of the request for the cron capability.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CronStatus {
     /// This runtime runs the state directory's jobs and offers the `cron` tool.
@@ -437,7 +438,6 @@ impl Runtime {
         Ok(AuditedRegistry::new(registry, self.audit_log()?).with_redactor(self.redactor.clone()))
     }
 
-    /// The cron service, when [`Runtime::enable_cron`] took it.
     /// Every tool a front end of this configuration can offer, with where it is available:
     /// the tools of `call`, `mcp`, `run` and `chat`, the `message` tool and the sub-agent tools
     /// of the agent commands, and the `cron` tool of the process that owns the jobs. Nothing is
@@ -452,7 +452,8 @@ impl Runtime {
                 available: everywhere.to_string(),
             })
             .collect();
-        let message = clawcage_agent::MessageTool::new("user", print_messages_with(Arc::new(|_| {})));
+        let message =
+            clawcage_agent::MessageTool::new("user", print_messages_with(Arc::new(|_| {})));
         entries.push(CatalogEntry {
             tool: Arc::new(message),
             available: "run, chat (sends a message to the person at the front end)".to_string(),
@@ -482,7 +483,8 @@ impl Runtime {
             for tool in registry.tools() {
                 entries.push(CatalogEntry {
                     tool: tool.clone(),
-                    available: "chat (the one that runs the state directory's jobs); clawcage cron".to_string(),
+                    available: "chat (the one that runs the state directory's jobs); clawcage cron"
+                        .to_string(),
                 });
             }
         }
@@ -490,6 +492,7 @@ impl Runtime {
         Ok(entries)
     }
 
+    /// The cron service, when [`Runtime::enable_cron`] took it.
     pub fn cron(&self) -> Option<&Arc<CronService>> {
         self.cron.as_ref().map(|cron| &cron.service)
     }

@@ -27,7 +27,7 @@ pub struct SubagentSection {
     pub exclude: Option<Vec<String>>,
     /// `"ro"` (default) or `"rw"`: the children's access to the workspace, never more than the
     /// parent's.
-    pub workspace: Option<String>,
+    pub workspace: Option<clawcage_sandbox::FsMode>,
 }
 
 impl SubagentSection {
@@ -38,13 +38,7 @@ impl SubagentSection {
 
     /// Whether children may write to the workspace (when the parent may).
     pub fn children_write(&self) -> anyhow::Result<bool> {
-        match self.workspace.as_deref() {
-            None | Some("ro") => Ok(false),
-            Some("rw") => Ok(true),
-            Some(other) => {
-                bail!("[subagents] workspace = {other:?} is not valid; use \"ro\" or \"rw\"")
-            }
-        }
+        Ok(self.workspace == Some(clawcage_sandbox::FsMode::ReadWrite))
     }
 
     /// The manager's configuration, checked.

@@ -12,12 +12,17 @@ use crate::network::NetworkPolicy;
 use crate::scheduler::SchedulerGrant;
 use clawcage_core::Scheduler;
 
-/// Whether a directory grant allows writing.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+/// Whether a directory grant allows writing: the one type for read-only and read-write, written
+/// `ro` and `rw` wherever a person writes it (configuration, manifests, tools, the audit log).
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Deserialize, serde::Serialize,
+)]
 pub enum FsMode {
     /// Files can be read and listed, not created, changed or removed.
+    #[serde(rename = "ro")]
     ReadOnly,
     /// Files can be read and written.
+    #[serde(rename = "rw")]
     ReadWrite,
 }
 
@@ -312,9 +317,10 @@ impl Grants {
 
     /// The grants as structured fields (see `clawcage_core::Tool::grants_json`).
     pub fn to_json(&self) -> serde_json::Value {
-        let workspace = self.workspace.as_ref().map(|grant| {
-            serde_json::json!({"path": grant.path, "mode": grant.mode.as_str()})
-        });
+        let workspace = self
+            .workspace
+            .as_ref()
+            .map(|grant| serde_json::json!({"path": grant.path, "mode": grant.mode.as_str()}));
         let network = self.network.as_ref().map(|policy| {
             let allow: Vec<Vec<String>> = policy
                 .allow_lists()

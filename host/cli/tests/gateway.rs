@@ -1,0 +1,872 @@
+//! `clawcage gateway` as a process on 127.0.0.1 beside the scripted LLM server, driven by a
+//! WebSocket client: the handshake and its refusals, sessions in parallel and in order, an
+//! idempotent re-send, an abort mid-turn, a reconnect that replays exactly the missed events, a
+//! kill -9 mid-turn and a restart, a SIGTERM, and `gateway status`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Duration;
+
+use clawcage_tests::gateway_client::{GatewayClient, WAIT, connect_params};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "gateway-test-token-0123456789";
+
+/// The shared compiled-component cache of the CLI tests.
+fn cache_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state/cache")
+}
+
+/// A state directory, workspace and configuration of a test's own.
+struct Setup {
+    _root: tempfile::TempDir,
+    state: PathBuf,
+    workspace: PathBuf,
+    config: PathBuf,
+}
+
+impl Setup {
+    fn new(llm: &str) -> Setup {
+        let root = tempfile::tempdir().unwrap();
+        let state = root.path().join("state");
+        let workspace = root.path().join("ws");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(&workspace).unwrap();
+        std::fs::create_dir_all(cache_dir()).unwrap();
+        std::os::unix::fs::symlink(cache_dir(), state.join("cache")).unwrap();
+        std::fs::write(workspace.join("hello.txt"), "hello from the workspace\n").unwrap();
+        let config = root.path().join("clawcage.toml");
+        std::fs::write(
+            &config,
+            format!(
+                "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{llm}\"\nmax_retries = 0\n\n[subagents]\nenabled = false\n"
+            ),
+        )
+        .unwrap();
+        Setup {
+            _root: root,
+            state,
+            workspace,
+            config,
+        }
+    }
+}
+
+/// A running `clawcage gateway`; killed when dropped.
+struct Gateway {
+    child: Child,
+    addr: SocketAddr,
+    /// Kept open so the gateway can always write to its stdout.
+    _stdout: mpsc::Receiver<String>,
+}
+
+impl Gateway {
+    fn start(setup: &Setup, extra: &[&str]) -> Gateway {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+        command
+            .arg("--config")
+            .arg(&setup.config)
+            .arg("--state-dir")
+            .arg(&setup.state)
+            .arg("--workspace")
+            .arg(&setup.workspace)
+            .args(["gateway", "--bind", "127.0.0.1:0"])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env_remove("OPENAI_API_KEY")
+            .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+            .env("ANTHROPIC_API_KEY", "sk-gateway-test")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = command.spawn().expect("clawcage starts");
+        let (lines, stdout) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if lines.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        let mut seen = Vec::new();
+        let addr = loop {
+            let line = stdout
+                .recv_timeout(Duration::from_secs(180))
+                .unwrap_or_else(|_| panic!("the gateway did not start; it printed {seen:?}"));
+            if let Some(rest) = line.strip_prefix("WebSocket: ws://") {
+                break rest.split('/').next().unwrap().parse().unwrap();
+            }
+            seen.push(line);
+        };
+        Gateway {
+            child,
+            addr,
+            _stdout: stdout,
+        }
+    }
+
+    fn with_token(setup: &Setup) -> Gateway {
+        Self::start(setup, &["--token", TOKEN, "--sends-per-minute", "1000"])
+    }
+
+    async fn client(&self) -> GatewayClient {
+        GatewayClient::connect(self.addr, TOKEN).await.0
+    }
+
+    /// Sends SIGTERM and waits for the exit status.
+    fn terminate(mut self) -> std::process::ExitStatus {
+        let pid = self.child.id().to_string();
+        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        assert!(sent.success());
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("the gateway did not exit within 15 s of SIGTERM");
+    }
+
+    /// kill -9.
+    fn kill(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
+impl Drop for Gateway {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A streamed answer of `text`.
+fn answer(text: &str) -> Reply {
+    anthropic::stream(&[anthropic::text(text)], 48)
+}
+
+/// The text of the last user message of a request body.
+fn last_user_text(body: &Value) -> String {
+    body["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
+        .and_then(|message| message["content"].as_array())
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter_map(|block| block["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("")
+        })
+        .unwrap_or_default()
+}
+
+fn send_params(session: &str, message: &str, idempotency: &str) -> Value {
+    json!({"sessionKey": session, "message": message, "idempotencyKey": idempotency})
+}
+
+fn is_end(event: &Value) -> bool {
+    event["stream"] == "lifecycle"
+        && matches!(event["data"]["phase"].as_str(), Some("end" | "error"))
+}
+
+fn error_code(response: &Value) -> &str {
+    response["error"]["code"].as_str().unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn handshake_refusals_are_answered_while_another_client_is_served() {
+    let server = LlmServer::start(vec![]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::start(&setup, &["--token", TOKEN, "--sends-per-minute", "2"]);
+    let (mut good, hello) = GatewayClient::connect(gateway.addr, TOKEN).await;
+    let payload = &hello["payload"];
+    assert_eq!(payload["protocol"], 1);
+    assert!(payload["server"]["version"].is_string());
+    let methods = payload["features"]["methods"].as_array().unwrap();
+    for method in [
+        "chat.send",
+        "chat.history",
+        "sessions.subscribe",
+        "agent.wait",
+        "cron.add",
+    ] {
+        assert!(
+            methods.iter().any(|m| m == method),
+            "{method} in {methods:?}"
+        );
+    }
+    assert_eq!(payload["policy"]["maxPayload"], 256 * 1024);
+    assert!(payload["policy"]["tickIntervalMs"].as_u64().unwrap() > 0);
+    let still_served = |response: Value| assert_eq!(response["payload"]["ok"], true, "{response}");
+
+    // No token, a wrong token, a first frame that is not connect, garbage, an oversized frame.
+    let refusals: Vec<(Value, &str, &str)> = vec![
+        (
+            json!({"type": "req", "id": "1", "method": "connect", "params": {"minProtocol": 1, "maxProtocol": 1, "client": {"id": "x"}}}),
+            "UNAUTHORIZED",
+            "unauthorized",
+        ),
+        (
+            json!({"type": "req", "id": "1", "method": "connect", "params": connect_params("wrong-token-0123456789")}),
+            "UNAUTHORIZED",
+            "wrong token",
+        ),
+        (
+            json!({"type": "req", "id": "1", "method": "health", "params": {}}),
+            "INVALID_REQUEST",
+            "first request must be `connect`",
+        ),
+        (
+            json!({"type": "req", "id": "1", "method": "connect", "params": {"minProtocol": 2, "maxProtocol": 3, "auth": {"token": TOKEN}}}),
+            "INVALID_REQUEST",
+            "protocol mismatch",
+        ),
+    ];
+    for (frame, code, reason) in refusals {
+        let (mut client, _) = GatewayClient::open(gateway.addr, None).await.unwrap();
+        client.send_text(frame.to_string()).await;
+        let (frames, closed) = client.until_closed().await;
+        assert_eq!(frames.len(), 1, "{frames:?}");
+        assert_eq!(error_code(&frames[0]), code, "{frames:?}");
+        assert_eq!(closed.code, 1008, "{closed:?}");
+        assert!(
+            closed.reason.contains(reason),
+            "{closed:?} should say {reason}"
+        );
+        still_served(good.request("health", json!({})).await);
+    }
+    let (mut garbage, _) = GatewayClient::open(gateway.addr, None).await.unwrap();
+    garbage.send_text("{not json").await;
+    let (frames, closed) = garbage.until_closed().await;
+    assert_eq!(error_code(&frames[0]), "INVALID_REQUEST");
+    assert!(closed.reason.contains("not valid JSON"), "{closed:?}");
+    let (mut huge, _) = GatewayClient::open(gateway.addr, None).await.unwrap();
+    let _ = huge.try_send_text("x".repeat(300 * 1024)).await;
+    let (_, closed) = huge.until_closed().await;
+    assert_eq!(closed.code, 1009, "{closed:?}");
+    assert!(closed.reason.contains("too large"), "{closed:?}");
+    // A page from another origin cannot even open the socket.
+    let refused = GatewayClient::open(gateway.addr, Some("http://evil.example"))
+        .await
+        .err()
+        .unwrap();
+    assert_eq!(refused, "HTTP 403");
+    still_served(good.request("health", json!({})).await);
+
+    // After the handshake: errors are answered and the connection stays.
+    let (mut client, _) = GatewayClient::connect(gateway.addr, TOKEN).await;
+    client.send_text("][").await;
+    let response = client.next_response().await;
+    assert_eq!(response["id"], Value::Null);
+    assert_eq!(error_code(&response), "INVALID_REQUEST");
+    let unknown = client.request("sessions.teleport", json!({})).await;
+    assert_eq!(error_code(&unknown), "UNKNOWN_METHOD", "{unknown}");
+    for params in [
+        json!({"sessionKey": "agent:main:test:a", "message": 5}),
+        json!({"message": "hi"}),
+        json!({"sessionKey": "../../etc/passwd", "message": "hi"}),
+    ] {
+        let wrong = client.request("chat.send", params).await;
+        assert_eq!(error_code(&wrong), "INVALID_PARAMS", "{wrong}");
+        assert_eq!(wrong["error"]["retryable"], false);
+    }
+    let wrong = client.request("agent.wait", json!({"runId": 7})).await;
+    assert_eq!(error_code(&wrong), "INVALID_PARAMS", "{wrong}");
+    let missing = client
+        .request("agent.wait", json!({"runId": "run-none"}))
+        .await;
+    assert_eq!(error_code(&missing), "NOT_FOUND", "{missing}");
+    client.send_binary(vec![1, 2, 3]).await;
+    assert_eq!(error_code(&client.next_response().await), "INVALID_REQUEST");
+    still_served(client.request("health", json!({})).await);
+
+    // chat.send is rate-limited per connection (here 2 per minute). The two accepted sends fail
+    // at the provider (the script is empty), which this test does not wait for.
+    let session = "agent:main:test:rate";
+    for n in 0..2 {
+        let sent = client
+            .request(
+                "chat.send",
+                send_params(session, &format!("m{n}"), &format!("i{n}")),
+            )
+            .await;
+        assert_eq!(sent["ok"], true, "{sent}");
+    }
+    let limited = client
+        .request("chat.send", send_params(session, "m3", "i3"))
+        .await;
+    assert_eq!(error_code(&limited), "RATE_LIMITED", "{limited}");
+    assert_eq!(limited["error"]["retryable"], true);
+
+    // An oversized frame after the handshake closes that socket, with a reason.
+    let _ = client
+        .try_send_text(format!("{{\"x\":\"{}\"}}", "y".repeat(300 * 1024)))
+        .await;
+    let (_, closed) = client.until_closed().await;
+    assert_eq!(closed.code, 1009, "{closed:?}");
+    still_served(good.request("health", json!({})).await);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_in_parallel_and_one_sessions_turns_in_order() {
+    let server = LlmServer::start_routed(|body| {
+        let text = last_user_text(body);
+        if text.contains("slow") {
+            Reply::Hang
+        } else {
+            answer(&format!("answer to {text}"))
+        }
+    })
+    .await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let (slow, fast) = ("agent:main:test:slow", "agent:main:test:fast");
+
+    let sent = client
+        .request("chat.send", send_params(slow, "slow one", "s1"))
+        .await;
+    assert_eq!(sent["payload"]["status"], "started", "{sent}");
+    let slow_run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    // The other session answers while the first one's model never does.
+    let mut runs = Vec::new();
+    for n in 1..=3 {
+        let sent = client
+            .request(
+                "chat.send",
+                send_params(fast, &format!("q{n}"), &format!("f{n}")),
+            )
+            .await;
+        runs.push(sent["payload"]["runId"].as_str().unwrap().to_string());
+    }
+    let events = client
+        .agent_events_until(WAIT, |e| is_end(e) && e["runId"] == runs[2].as_str())
+        .await;
+    let fast_events: Vec<&Value> = events.iter().filter(|e| e["sessionKey"] == fast).collect();
+    // One session's runs strictly one after another, in the order they were sent.
+    let lifecycle: Vec<(String, String)> = fast_events
+        .iter()
+        .filter(|e| e["stream"] == "lifecycle")
+        .map(|e| {
+            (
+                e["runId"].as_str().unwrap().to_string(),
+                e["data"]["phase"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = runs
+        .iter()
+        .flat_map(|run| {
+            [
+                (run.clone(), "start".to_string()),
+                (run.clone(), "end".to_string()),
+            ]
+        })
+        .collect();
+    assert_eq!(lifecycle, expected);
+    let seqs: Vec<u64> = fast_events
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    let finals: Vec<&Value> = fast_events
+        .iter()
+        .filter(|e| e["data"]["phase"] == "end")
+        .copied()
+        .collect();
+    assert_eq!(finals[2]["data"]["text"], "answer to q3");
+    // The third request carried the first two exchanges.
+    let third = server
+        .bodies()
+        .into_iter()
+        .find(|body| last_user_text(body) == "q3")
+        .unwrap();
+    let history: Vec<String> = third["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| format!("{}:{}", m["role"].as_str().unwrap(), last_text(m)))
+        .collect();
+    assert_eq!(
+        history,
+        [
+            "user:q1",
+            "assistant:answer to q1",
+            "user:q2",
+            "assistant:answer to q2",
+            "user:q3"
+        ]
+    );
+    let status = client
+        .request("agent.wait", json!({"runId": slow_run, "timeoutMs": 10}))
+        .await;
+    assert_eq!(status["payload"]["status"], "timeout", "{status}");
+    let aborted = client
+        .request("chat.abort", json!({"sessionKey": slow}))
+        .await;
+    assert_eq!(aborted["payload"]["runIds"], json!([slow_run]));
+    let waited = client
+        .request("agent.wait", json!({"runId": slow_run, "timeoutMs": 20000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "aborted", "{waited}");
+}
+
+fn last_text(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resend_with_the_same_idempotency_key_returns_the_first_run() {
+    let server = LlmServer::start(vec![answer("only once")]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let session = "agent:main:test:idem";
+    let first = client
+        .request("chat.send", send_params(session, "hello", "k-1"))
+        .await;
+    let again = client
+        .request("chat.send", send_params(session, "hello", "k-1"))
+        .await;
+    let run = first["payload"]["runId"].clone();
+    assert_eq!(again["payload"]["runId"], run, "{again}");
+    assert_eq!(again["payload"]["duplicate"], true);
+    assert!(
+        matches!(
+            again["payload"]["status"].as_str(),
+            Some("in_flight" | "ok")
+        ),
+        "{again}"
+    );
+    let done = client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 20000}))
+        .await;
+    assert_eq!(done["payload"]["status"], "ok", "{done}");
+    assert_eq!(done["payload"]["text"], "only once");
+    // Later, from another connection, with the agent method: still the first run, finished.
+    let mut other = gateway.client().await;
+    let id = other
+        .send_request("agent", send_params(session, "hello", "k-1"))
+        .await;
+    let ack = other.response(&id).await;
+    assert_eq!(ack["payload"]["runId"], run);
+    assert_eq!(ack["payload"]["status"], "ok");
+    let last = other.response(&id).await;
+    assert_eq!(last["payload"]["text"], "only once", "{last}");
+    assert_eq!(server.requests().len(), 1, "one run, one model request");
+    let history = other
+        .request("chat.history", json!({"sessionKey": session}))
+        .await;
+    assert_eq!(history["payload"]["messages"].as_array().unwrap().len(), 2);
+
+    // The agent method: an acknowledgement, then the final result under the same id.
+    let id = other
+        .send_request("agent", send_params(session, "again", "k-2"))
+        .await;
+    let ack = other.response(&id).await;
+    assert_eq!(ack["payload"]["status"], "accepted", "{ack}");
+    let last = other.response(&id).await;
+    assert_eq!(last["payload"]["status"], "error", "{last}");
+    assert!(
+        last["payload"]["error"].as_str().unwrap().contains("500"),
+        "the script had one reply: {last}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn abort_mid_turn_keeps_the_messages_and_answers_the_tool_call() {
+    let server = LlmServer::start(vec![
+        anthropic::stream(
+            &[
+                anthropic::text("Reading it."),
+                anthropic::tool("t1", "read_file", json!({"path": "/etc/passwd"})),
+            ],
+            40,
+        ),
+        Reply::Hang,
+        answer("after the abort"),
+    ])
+    .await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let session = "agent:main:test:abort";
+    let sent = client
+        .request("chat.send", send_params(session, "read /etc/passwd", "a1"))
+        .await;
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let events = client
+        .agent_events_until(Duration::from_secs(120), |e| {
+            e["stream"] == "tool" && e["data"]["phase"] == "end"
+        })
+        .await;
+    let tool_end = events.last().unwrap();
+    assert_eq!(tool_end["data"]["verdict"], "denied", "{tool_end}");
+    assert_eq!(tool_end["data"]["name"], "read_file");
+    let start = events
+        .iter()
+        .find(|e| e["data"]["phase"] == "start" && e["stream"] == "tool")
+        .unwrap();
+    assert_eq!(start["data"]["args"], json!({"path": "/etc/passwd"}));
+    let text: String = events
+        .iter()
+        .filter(|e| e["stream"] == "assistant")
+        .map(|e| e["data"]["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, "Reading it.");
+    // The model's second request never answers: stop the turn there.
+    while server.requests().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let aborted = client
+        .request("chat.abort", json!({"sessionKey": session, "runId": run}))
+        .await;
+    assert_eq!(aborted["payload"]["aborted"], true, "{aborted}");
+    let end = client.agent_events_until(WAIT, is_end).await;
+    let end = end.last().unwrap();
+    assert_eq!(end["data"]["phase"], "error");
+    assert_eq!(end["data"]["aborted"], true, "{end}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await;
+    let messages = history["payload"]["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["content"][0]["text"], "read /etc/passwd");
+    assert_eq!(messages[1]["content"][1]["type"], "tool_use");
+    let result = &messages[2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(result["verdict"], "denied", "{result}");
+    // The session goes on after the abort.
+    let next = client
+        .request("chat.send", send_params(session, "go on", "a2"))
+        .await;
+    let run = next["payload"]["runId"].clone();
+    let done = client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 20000}))
+        .await;
+    assert_eq!(done["payload"]["text"], "after the abort", "{done}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reconnect_with_since_gets_exactly_the_missed_events_then_live_ones() {
+    let long = "one two three four five six seven eight nine ten eleven twelve";
+    let server = LlmServer::start(vec![answer(long), answer("second answer")]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let session = "agent:main:test:resume";
+    let mut watcher = gateway.client().await;
+    let subscribed = watcher
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": session, "since": 0}),
+        )
+        .await;
+    assert_eq!(subscribed["payload"]["lastSeq"], 0, "{subscribed}");
+    let mut sender = gateway.client().await;
+    let sent = sender
+        .request("chat.send", send_params(session, "count", "r1"))
+        .await;
+    let run = sent["payload"]["runId"].clone();
+    // The watcher sees the start and three words, then drops.
+    let seen = watcher
+        .agent_events_until(WAIT, |e| {
+            e["stream"] == "assistant" && e["data"]["delta"] == "three "
+        })
+        .await;
+    let last_seen = seen.last().unwrap()["seq"].as_u64().unwrap();
+    watcher.close().await;
+    let done = sender
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 20000}))
+        .await;
+    assert_eq!(done["payload"]["status"], "ok");
+
+    let mut back = gateway.client().await;
+    let id = back
+        .send_request(
+            "sessions.subscribe",
+            json!({"sessionKey": session, "since": last_seen}),
+        )
+        .await;
+    let answer = back.response(&id).await;
+    assert_eq!(answer["payload"]["more"], false, "{answer}");
+    let last = answer["payload"]["lastSeq"].as_u64().unwrap();
+    let replayed = back.agent_events_until(WAIT, |e| e["seq"] == last).await;
+    let seqs: Vec<u64> = replayed
+        .iter()
+        .map(|e| e["seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, ((last_seen + 1)..=last).collect::<Vec<_>>());
+    let text: String = seen
+        .iter()
+        .chain(&replayed)
+        .filter(|e| e["stream"] == "assistant")
+        .map(|e| e["data"]["delta"].as_str().unwrap())
+        .collect();
+    assert_eq!(text, long, "nothing lost, nothing repeated");
+    // Then the live events of the next run, and nothing twice.
+    let sent = sender
+        .request("chat.send", send_params(session, "more", "r2"))
+        .await;
+    let live = back.agent_events_until(WAIT, is_end).await;
+    assert_eq!(live[0]["seq"].as_u64().unwrap(), last + 1);
+    assert!(live.iter().all(|e| e["runId"] == sent["payload"]["runId"]));
+    assert_eq!(live.last().unwrap()["data"]["text"], "second answer");
+    // A since after the last event is refused with what to do.
+    let future = back
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": session, "since": 10_000}),
+        )
+        .await;
+    assert!(
+        future["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("chat.history"),
+        "{future}"
+    );
+    // The history and its cursor: everything up to the cursor is in the messages.
+    let history = back
+        .request("chat.history", json!({"sessionKey": session}))
+        .await;
+    let cursor = history["payload"]["cursor"].as_u64().unwrap();
+    assert_eq!(cursor, live.last().unwrap()["seq"].as_u64().unwrap());
+    assert_eq!(history["payload"]["messages"].as_array().unwrap().len(), 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_turn_then_a_restart_keeps_transcript_and_events_and_reports_the_run() {
+    let server = LlmServer::start(vec![answer("first answer"), Reply::Hang]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let session = "agent:main:test:crash";
+    let mut client = gateway.client().await;
+    let first = client
+        .request("chat.send", send_params(session, "first", "c1"))
+        .await;
+    let done = client
+        .request(
+            "agent.wait",
+            json!({"runId": first["payload"]["runId"], "timeoutMs": 20000}),
+        )
+        .await;
+    assert_eq!(done["payload"]["status"], "ok");
+    let second = client
+        .request("chat.send", send_params(session, "second", "c2"))
+        .await;
+    let second_run = second["payload"]["runId"].as_str().unwrap().to_string();
+    while server.requests().len() < 2 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let before = client
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": session, "since": 0}),
+        )
+        .await;
+    let seq_before = before["payload"]["lastSeq"].as_u64().unwrap();
+    gateway.kill();
+
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let id = client
+        .send_request(
+            "sessions.subscribe",
+            json!({"sessionKey": session, "since": 0}),
+        )
+        .await;
+    let answer = client.response(&id).await;
+    let last = answer["payload"]["lastSeq"].as_u64().unwrap();
+    assert_eq!(last, seq_before + 1, "one event added: the interruption");
+    let events = client.agent_events_until(WAIT, |e| e["seq"] == last).await;
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=last).collect::<Vec<_>>(),
+        "the event log is intact"
+    );
+    let interrupted = events.last().unwrap();
+    assert_eq!(interrupted["runId"], second_run.as_str());
+    assert_eq!(interrupted["data"]["phase"], "error");
+    assert_eq!(interrupted["data"]["interrupted"], true, "{interrupted}");
+    let waited = client
+        .request(
+            "agent.wait",
+            json!({"runId": second_run, "timeoutMs": 1000}),
+        )
+        .await;
+    assert_eq!(waited["payload"]["status"], "interrupted", "{waited}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await;
+    let messages = history["payload"]["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 2, "{messages:?}");
+    assert_eq!(messages[1]["content"][0]["text"], "first answer");
+    let transcript = std::fs::read_to_string(
+        setup
+            .state
+            .join("sessions")
+            .join("agent%3Amain%3Atest%3Acrash.jsonl"),
+    )
+    .unwrap();
+    for line in transcript.lines() {
+        serde_json::from_str::<Value>(line).expect("every transcript line is whole");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_stops_the_running_turn_keeps_its_messages_and_exits_0() {
+    let server = LlmServer::start(vec![Reply::Hang]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let session = "agent:main:test:term";
+    let mut client = gateway.client().await;
+    let sent = client
+        .request("chat.send", send_params(session, "wait forever", "t1"))
+        .await;
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    while server.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let status = tokio::task::spawn_blocking(move || gateway.terminate())
+        .await
+        .unwrap();
+    assert!(status.success(), "{status:?}");
+    let (frames, closed) = client.until_closed().await;
+    let events: Vec<&str> = frames.iter().filter_map(|f| f["event"].as_str()).collect();
+    assert!(events.contains(&"shutdown"), "{frames:?}");
+    let end = frames
+        .iter()
+        .find(|f| f["event"] == "agent" && f["payload"]["data"]["phase"] == "error")
+        .unwrap();
+    assert_eq!(end["payload"]["runId"], run.as_str());
+    assert_eq!(end["payload"]["data"]["aborted"], true);
+    assert_eq!(closed.code, 1012, "{closed:?}");
+    let transcript = std::fs::read_to_string(
+        setup
+            .state
+            .join("sessions")
+            .join("agent%3Amain%3Atest%3Aterm.jsonl"),
+    )
+    .unwrap();
+    assert!(transcript.contains("wait forever"), "{transcript}");
+    assert!(!setup.state.join("gateway/gateway.json").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_a_second_gateway_and_the_generated_token() {
+    let server = LlmServer::start(vec![]).await;
+    let setup = Setup::new(server.url());
+    let status = |setup: &Setup| {
+        Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .arg("--state-dir")
+            .arg(&setup.state)
+            .args(["gateway", "status"])
+            .output()
+            .unwrap()
+    };
+    let before = status(&setup);
+    assert_eq!(before.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&before.stderr).contains("no gateway runs"));
+
+    let gateway = Gateway::start(&setup, &[]);
+    let token = std::fs::read_to_string(setup.state.join("gateway/token")).unwrap();
+    let token = token.trim();
+    assert_eq!(token.len(), 64);
+    use std::os::unix::fs::PermissionsExt as _;
+    let mode = std::fs::metadata(setup.state.join("gateway/token"))
+        .unwrap()
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let (mut client, _) = GatewayClient::connect(gateway.addr, token).await;
+    assert_eq!(
+        client.request("health", json!({})).await["payload"]["ok"],
+        true
+    );
+
+    let during = status(&setup);
+    let text = String::from_utf8_lossy(&during.stdout);
+    assert!(during.status.success(), "{during:?}");
+    assert!(
+        text.contains(&format!("http://{}/", gateway.addr)),
+        "{text}"
+    );
+    let second = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--state-dir")
+        .arg(&setup.state)
+        .args(["gateway", "--bind", "127.0.0.1:0"])
+        .output()
+        .unwrap();
+    assert_eq!(second.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&second.stderr).contains("already runs"));
+    let exposed = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--state-dir")
+        .arg(setup.state.join("other"))
+        .args(["gateway", "--bind", "0.0.0.0:0"])
+        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(exposed.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&exposed.stderr).contains("--token"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_first_start_prints_the_url_with_the_token() {
+    let server = LlmServer::start(vec![]).await;
+    let setup = Setup::new(server.url());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+    command
+        .arg("--config")
+        .arg(&setup.config)
+        .arg("--state-dir")
+        .arg(&setup.state)
+        .arg("--workspace")
+        .arg(&setup.workspace)
+        .args(["gateway", "--bind", "127.0.0.1:0"])
+        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+        .env("ANTHROPIC_API_KEY", "sk-gateway-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    let mut child = command.spawn().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let open = loop {
+        let line = lines
+            .next()
+            .expect("the gateway prints the URL before it serves")
+            .unwrap();
+        if line.starts_with("open ") {
+            break line;
+        }
+    };
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let token = std::fs::read_to_string(setup.state.join("gateway/token")).unwrap();
+    assert!(
+        open.contains(&format!("/#token={}", token.trim())),
+        "{open}"
+    );
+}

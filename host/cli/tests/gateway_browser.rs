@@ -1,0 +1,355 @@
+//! The web chat in real headless Chromium through WebDriver (chromedriver and the fantoccini
+//! client), against `clawcage gateway` and the scripted LLM server: a message typed and sent,
+//! the answer streamed, a tool card with the sandbox's denial of a `/etc/passwd` read, a turn
+//! from another client while the page's connection was dropped (shown once), the stop button,
+//! and a reload that shows the same history. Screenshots go to `target/`.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
+use fantoccini::{ClientBuilder, Locator};
+use serde_json::{Value, json};
+
+const TOKEN: &str = "browser-test-token-0123456789";
+
+fn repo_target() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target")
+}
+
+/// A child process killed when dropped.
+struct Process(Child);
+
+impl Drop for Process {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn find(program: &str, candidates: &[&str]) -> Option<PathBuf> {
+    candidates
+        .iter()
+        .map(PathBuf::from)
+        .find(|path| path.exists())
+        .or_else(|| {
+            let output = Command::new("which").arg(program).output().ok()?;
+            let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
+            (!path.is_empty()).then(|| PathBuf::from(path))
+        })
+}
+
+fn start_gateway(root: &Path, llm: &str) -> (Process, SocketAddr) {
+    let state = root.join("state");
+    let workspace = root.join("ws");
+    let cache = repo_target().join("clawcage-test-cache/cli-state/cache");
+    std::fs::create_dir_all(&state).unwrap();
+    std::fs::create_dir_all(&workspace).unwrap();
+    std::fs::create_dir_all(&cache).unwrap();
+    std::os::unix::fs::symlink(&cache, state.join("cache")).unwrap();
+    let config = root.join("clawcage.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{llm}\"\nmax_retries = 0\n\n[subagents]\nenabled = false\n"
+        ),
+    )
+    .unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .arg("--config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(&state)
+        .arg("--workspace")
+        .arg(&workspace)
+        .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
+        .env_remove("RUST_LOG")
+        .env("ANTHROPIC_API_KEY", "sk-browser-test")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let addr = loop {
+        let line = lines
+            .next()
+            .expect("the gateway prints its address")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("WebSocket: ws://") {
+            break rest.split('/').next().unwrap().parse().unwrap();
+        }
+    };
+    // Keep reading so the gateway can always write.
+    std::thread::spawn(move || for _ in lines {});
+    (Process(child), addr)
+}
+
+/// Polls `script` (a function body returning JSON) until `ready` holds, at most `seconds`.
+async fn wait_for(
+    browser: &fantoccini::Client,
+    what: &str,
+    seconds: u64,
+    script: &str,
+    ready: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = std::time::Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let value = browser.execute(script, vec![]).await.unwrap();
+        if ready(&value) {
+            return value;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("timed out waiting for {what}; last state: {value:#}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// What the page shows, as JSON.
+const PAGE: &str = r#"
+const texts = (selector) => Array.from(document.querySelectorAll(selector), (e) => e.firstChild ? e.firstChild.textContent : "");
+return {
+  status: document.getElementById("status").textContent,
+  user: texts(".msg.user"),
+  assistant: texts(".msg.assistant"),
+  notes: texts(".msg.note"),
+  tools: Array.from(document.querySelectorAll(".tool-card"), (c) => ({
+    name: c.dataset.tool, verdict: c.dataset.verdict,
+    output: (c.querySelector("pre") || {}).textContent || "",
+    folded: c.querySelector("details") ? !c.querySelector("details").open : null,
+  })),
+  stopEnabled: !document.getElementById("stop").disabled,
+  session: state.session,
+  lastSeq: state.lastSeq,
+};
+"#;
+
+async fn send(browser: &fantoccini::Client, text: &str) {
+    let input = browser.find(Locator::Id("input")).await.unwrap();
+    input.send_keys(text).await.unwrap();
+    browser
+        .find(Locator::Id("send"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+fn count(list: &Value, needle: &str) -> usize {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .filter(|text| text.as_str().unwrap_or_default().contains(needle))
+        .count()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_a_reload() {
+    let chromium = find(
+        "chromium",
+        &["/usr/bin/chromium", "/usr/bin/chromium-browser"],
+    );
+    let driver = find("chromedriver", &["/usr/bin/chromedriver"]);
+    let (Some(chromium), Some(driver)) = (chromium, driver) else {
+        clawcage_tests::toolchains::skip(
+            "the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_a_reload",
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)",
+        );
+        return;
+    };
+    let refusal =
+        "The sandbox refused: /etc/passwd lies outside the workspace, so I cannot read it.";
+    let server = LlmServer::start(vec![
+        anthropic::stream(
+            &[
+                anthropic::text("Let me try to read it."),
+                anthropic::tool("t1", "read_file", json!({"path": "/etc/passwd"})),
+            ],
+            32,
+        ),
+        anthropic::stream(&[anthropic::text(refusal)], 16),
+        anthropic::stream(&[anthropic::text("Answered while you were away.")], 16),
+        Reply::Hang,
+    ])
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let (_gateway, addr) = start_gateway(root.path(), server.url());
+
+    let port = free_port();
+    let _driver = Process(
+        Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_string(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,860",
+                format!("--user-data-dir={}", profile.path().display()),
+            ],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let browser = ClientBuilder::new(connector)
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("chromedriver starts a headless Chromium");
+
+    browser
+        .goto(&format!("http://{addr}/#token={TOKEN}"))
+        .await
+        .unwrap();
+    wait_for(&browser, "the page to connect", 30, PAGE, |page| {
+        page["status"] == "connected"
+    })
+    .await;
+    send(&browser, "Please read /etc/passwd").await;
+    let page = wait_for(
+        &browser,
+        "the denied tool card and the answer",
+        120,
+        PAGE,
+        |page| count(&page["assistant"], "The sandbox refused") == 1,
+    )
+    .await;
+    assert_eq!(page["user"], json!(["Please read /etc/passwd"]), "{page:#}");
+    assert_eq!(
+        page["assistant"],
+        json!(["Let me try to read it.", refusal]),
+        "{page:#}"
+    );
+    let tools = page["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{page:#}");
+    assert_eq!(tools[0]["name"], "read_file");
+    assert_eq!(tools[0]["verdict"], "denied", "{page:#}");
+    assert_eq!(tools[0]["folded"], true, "the output is folded");
+    assert!(
+        tools[0]["output"].as_str().unwrap().contains("/etc/passwd"),
+        "{page:#}"
+    );
+    let screenshot = browser.screenshot().await.unwrap();
+    std::fs::write(repo_target().join("gateway-webchat.png"), screenshot).unwrap();
+
+    // The page's connection drops; another client's turn in the same session meanwhile is shown
+    // once when the page is back.
+    let session = page["session"].as_str().unwrap().to_string();
+    browser.execute("state.ws.close();", vec![]).await.unwrap();
+    let (mut other, _) = GatewayClient::connect(addr, TOKEN).await;
+    let sent = other
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "Sent from another client", "idempotencyKey": "x1"}),
+        )
+        .await;
+    let done = other
+        .request(
+            "agent.wait",
+            json!({"runId": sent["payload"]["runId"], "timeoutMs": 20000}),
+        )
+        .await;
+    assert_eq!(done["payload"]["status"], "ok", "{done}");
+    let page = wait_for(&browser, "the missed turn", 30, PAGE, |page| {
+        page["status"] == "connected"
+            && count(&page["assistant"], "Answered while you were away.") > 0
+    })
+    .await;
+    assert_eq!(
+        count(&page["assistant"], "Answered while you were away."),
+        1,
+        "{page:#}"
+    );
+    assert_eq!(count(&page["user"], "Sent from another client"), 1);
+    assert_eq!(count(&page["assistant"], "The sandbox refused"), 1);
+
+    // A turn whose model never answers: the stop button ends it.
+    send(&browser, "Now wait for me").await;
+    wait_for(&browser, "the stop button", 30, PAGE, |page| {
+        page["stopEnabled"] == true
+    })
+    .await;
+    while server.requests().len() < 4 {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    browser
+        .find(Locator::Id("stop"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let stopped = wait_for(&browser, "the stop", 30, PAGE, |page| {
+        count(&page["notes"], "stopped") == 1 && page["stopEnabled"] == false
+    })
+    .await;
+    let before_reload = stopped["lastSeq"].as_u64().unwrap();
+
+    // After a reload: the same history, nothing twice.
+    browser.refresh().await.unwrap();
+    let page = wait_for(&browser, "the history after the reload", 30, PAGE, |page| {
+        page["status"] == "connected" && count(&page["assistant"], "The sandbox refused") == 1
+    })
+    .await;
+    assert_eq!(
+        page["user"],
+        json!([
+            "Please read /etc/passwd",
+            "Sent from another client",
+            "Now wait for me"
+        ]),
+        "{page:#}"
+    );
+    assert_eq!(
+        page["assistant"],
+        json!([
+            "Let me try to read it.",
+            refusal,
+            "Answered while you were away."
+        ]),
+        "{page:#}"
+    );
+    let tools = page["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 1, "{page:#}");
+    assert_eq!(tools[0]["verdict"], "denied", "{page:#}");
+    assert_eq!(page["lastSeq"].as_u64().unwrap(), before_reload);
+    let screenshot = browser.screenshot().await.unwrap();
+    std::fs::write(
+        repo_target().join("gateway-webchat-reloaded.png"),
+        screenshot,
+    )
+    .unwrap();
+    browser.close().await.unwrap();
+}
