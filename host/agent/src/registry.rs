@@ -167,9 +167,13 @@ impl ToolRegistry {
 
     fn entry(&self, name: &str) -> Result<&Entry, ToolError> {
         self.tools.get(name).ok_or_else(|| {
+            let names = self.names();
+            let suggestion = closest_name(name, &names)
+                .map(|close| format!(" (did you mean `{close}`?)"))
+                .unwrap_or_default();
             ToolError::InvalidArgs(format!(
-                "unknown tool `{name}`; the available tools are: {}",
-                self.names().join(", ")
+                "unknown tool `{name}`{suggestion}; the available tools are: {}",
+                names.join(", ")
             ))
         })
     }
@@ -203,6 +207,18 @@ fn describe_schema_error(error: &jsonschema::ValidationError<'_>) -> String {
     } else {
         format!("field `{field}`: {error}")
     }
+}
+
+/// The tool name closest to a mistyped `name` (`read-file`, `readfile`, `Read_File`), when one is
+/// close enough to be what was meant.
+fn closest_name<'a>(name: &str, names: &[&'a str]) -> Option<&'a str> {
+    let wanted = name.to_lowercase().replace('-', "_");
+    names
+        .iter()
+        .map(|candidate| (strsim::damerau_levenshtein(&wanted, candidate), *candidate))
+        .filter(|(distance, candidate)| *distance <= 2.max(candidate.len() / 4))
+        .min()
+        .map(|(_, candidate)| candidate)
 }
 
 #[cfg(test)]
@@ -263,6 +279,34 @@ mod tests {
             registry.register(broken),
             Err(RegistryError::InvalidSchema { .. })
         ));
+    }
+
+    #[test]
+    fn a_mistyped_tool_name_gets_the_closest_one_suggested() {
+        let mut registry = ToolRegistry::new();
+        for name in ["read_file", "write_file", "exec", "web_fetch"] {
+            registry.register(echo(name)).unwrap();
+        }
+        for typed in ["read-file", "readfile", "Read_File", "raed_file"] {
+            let error = block_on(registry.execute(typed, r#"{"text":"x"}"#)).unwrap_err();
+            assert!(
+                error.message().contains("(did you mean `read_file`?)"),
+                "{typed}: {error}"
+            );
+        }
+        let error = block_on(registry.execute("exce", r#"{"text":"x"}"#)).unwrap_err();
+        assert!(error.message().contains("did you mean `exec`"), "{error}");
+        for unrelated in ["spawn", "delete_everything", ""] {
+            let error = block_on(registry.execute(unrelated, "{}")).unwrap_err();
+            assert!(
+                !error.message().contains("did you mean"),
+                "{unrelated}: {error}"
+            );
+            assert!(
+                error.message().contains("the available tools are"),
+                "{error}"
+            );
+        }
     }
 
     #[test]
