@@ -411,11 +411,6 @@ impl CronService {
         }))
     }
 
-    /// The file the jobs are kept in.
-    pub fn jobs_file(&self) -> &Path {
-        &self.file
-    }
-
     /// Starts the runner that publishes firings; it runs until the handle is aborted. Start it
     /// once per service.
     pub fn start(self: &Arc<Self>) -> JoinHandle<()> {

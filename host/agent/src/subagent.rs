@@ -529,11 +529,6 @@ impl SubagentManager {
         interrupted
     }
 
-    /// Drop finished records older than the retention, and save (every save sweeps).
-    pub fn sweep(&self) {
-        self.sync_with(|_| ());
-    }
-
     async fn finish(
         &self,
         number: u64,

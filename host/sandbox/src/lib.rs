@@ -20,6 +20,7 @@ mod sandbox;
 mod scheduler;
 mod special_files;
 mod tool;
+mod wasi_context;
 
 pub use cache::{ArtifactCache, CacheOutcome};
 pub use env::{EnvError, EnvGrant};

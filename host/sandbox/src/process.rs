@@ -18,7 +18,6 @@ use tokio::io::AsyncWrite;
 use tokio::task::JoinHandle;
 use wasmtime::component::{HasSelf, Linker};
 use wasmtime::{Store, Trap};
-use wasmtime_wasi::WasiCtxBuilder;
 use wasmtime_wasi::cli::{
     AsyncStdinStream, AsyncStdoutStream, InputFile, IsTerminal, StdinStream, StdoutStream,
 };
@@ -766,16 +765,11 @@ fn program_context(
     stdout: Box<dyn StdoutStream>,
     stderr: Box<dyn StdoutStream>,
 ) -> Result<wasmtime_wasi::WasiCtx, RunError> {
-    let mut builder = WasiCtxBuilder::new();
+    let mut builder = crate::wasi_context::denied();
     let mut argv = Vec::with_capacity(stage.args.len() + 1);
     argv.push(stage.program.as_str());
     argv.extend(stage.args.iter().map(String::as_str));
-    builder
-        .args(&argv)
-        .allow_blocking_current_thread(true)
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false);
+    builder.args(&argv);
     builder.stdin(BoxedStdin(stdin));
     builder.stdout(BoxedStdout(stdout));
     builder.stderr(BoxedStdout(stderr));
@@ -786,7 +780,7 @@ fn program_context(
     }
     builder.env("PWD", &stage.cwd);
     if let Some(workspace) = &exec.workspace {
-        crate::tool::preopen_workspace(&mut builder, workspace).map_err(|error| {
+        crate::wasi_context::preopen_workspace(&mut builder, workspace).map_err(|error| {
             RunError::Invalid(format!(
                 "the workspace {} could not be opened for the program: {error}",
                 workspace.guest_path()

@@ -21,7 +21,7 @@ use wasmtime_wasi::p2::bindings::filesystem::types::{
 };
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use wasmtime_wasi::p2::{DynOutputStream, OutputStream, Pollable, StreamError, StreamResult};
-use wasmtime_wasi::{WasiCtx, WasiCtxBuilder, WasiCtxView, WasiView};
+use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use tokio::sync::OnceCell;
 
@@ -527,13 +527,10 @@ impl Sandbox {
         let ready = program.ready().await.map_err(failed)?;
         let stdout = MemoryOutputPipe::new(1 << 20);
         let stderr = MemoryOutputPipe::new(64 << 10);
-        let wasi = WasiCtxBuilder::new()
+        let wasi = crate::wasi_context::denied()
             .args(&[name, "--list"])
             .stdout(stdout.clone())
             .stderr(stderr.clone())
-            .allow_tcp(false)
-            .allow_udp(false)
-            .allow_ip_name_lookup(false)
             .build();
         let budget = Arc::new(WriteBudget::new(0));
         let mut store = Store::new(self.engine(), ProgramState::new(wasi, 256 << 20, budget));

@@ -10,10 +10,9 @@ use clawcage_core::{BoxFuture, Tool, ToolError, ToolOutput, ToolSpec};
 use serde_json::Value;
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
-use wasmtime_wasi::{FsPerms, WasiCtxBuilder};
 
 use crate::bindings::{GuestToolError, exports::clawcage::tool::tool::ToolSpec as GuestToolSpec};
-use crate::grants::{FsMode, Grants, WorkspaceGrant};
+use crate::grants::Grants;
 use crate::host::CallState;
 use crate::sandbox::{CompiledComponent, LazyComponent};
 
@@ -52,16 +51,6 @@ impl WasmTool {
     /// The grants this tool runs with.
     pub fn grants(&self) -> &Grants {
         &self.grants
-    }
-
-    /// The name of the component the tool belongs to.
-    pub fn component_name(&self) -> &str {
-        &self.component.name
-    }
-
-    /// How many instances of this tool's component have been created so far.
-    pub fn component_instantiations(&self) -> u64 {
-        self.component.instantiations.load(Ordering::Relaxed)
     }
 
     /// Run the tool with arguments as JSON text (already validated by the registry). The
@@ -191,20 +180,6 @@ pub(crate) async fn run_in_fresh_instance(
     }
 }
 
-/// Preopen `workspace` at its own path, read-only or read-write as granted: the only directory
-/// a component or one of its programs ever sees.
-pub(crate) fn preopen_workspace(
-    builder: &mut WasiCtxBuilder,
-    workspace: &WorkspaceGrant,
-) -> wasmtime::Result<()> {
-    let perms = match workspace.mode() {
-        FsMode::ReadOnly => FsPerms::ReadOnly,
-        FsMode::ReadWrite => FsPerms::ReadWrite,
-    };
-    builder.preopened_dir(workspace.path(), workspace.guest_path(), perms)?;
-    Ok(())
-}
-
 /// The WASI context for one call: the workspace preopen (and its path in the environment), the
 /// grants' non-secret settings and the environment variables granted by name, no sockets
 /// (outbound HTTP goes through the network policy), stderr captured, nothing else inherited from
@@ -213,16 +188,12 @@ fn wasi_context(
     grants: &Grants,
     stderr: MemoryOutputPipe,
 ) -> Result<wasmtime_wasi::WasiCtx, ToolError> {
-    let mut builder = WasiCtxBuilder::new();
+    let mut builder = crate::wasi_context::denied();
     builder
-        .allow_blocking_current_thread(true)
-        .allow_tcp(false)
-        .allow_udp(false)
-        .allow_ip_name_lookup(false)
         .stdout(MemoryOutputPipe::new(STDOUT_CAPACITY))
         .stderr(stderr);
     if let Some(workspace) = &grants.workspace {
-        preopen_workspace(&mut builder, workspace).map_err(|error| {
+        crate::wasi_context::preopen_workspace(&mut builder, workspace).map_err(|error| {
             ToolError::Failed(format!(
                 "the workspace {} could not be opened for the tool: {error}",
                 workspace.path().display()
