@@ -147,14 +147,15 @@ impl AuditedRegistry {
         name: &str,
         json_args: &str,
     ) -> Result<ToolOutput, ToolError> {
-        let digest = match serde_json::from_str::<Value>(json_args) {
-            Ok(value) => args_digest(&value),
-            Err(_) => hex_sha256(json_args.as_bytes()),
+        // Parsed once here: the registry gets the value, and only text that is not JSON goes
+        // to it as text, for its error.
+        let Ok(args) = serde_json::from_str::<Value>(json_args) else {
+            let pending = self.pending(session, name, hex_sha256(json_args.as_bytes()));
+            let result = self.registry.execute(name, json_args).await;
+            pending.finish(&result);
+            return self.redactor.redact_result(result);
         };
-        let pending = self.pending(session, name, digest);
-        let result = self.registry.execute(name, json_args).await;
-        pending.finish(&result);
-        self.redactor.redact_result(result)
+        self.execute_value(session, name, &args).await
     }
 
     /// Runs tool `name` with parsed arguments, as [`ToolRegistry::execute_value`], records the

@@ -386,7 +386,6 @@ impl Sandbox {
             pre,
             engine: self.engine.clone(),
             _ticker: self.ticker(),
-            instantiations: AtomicU64::new(0),
         }))
     }
 
@@ -588,8 +587,6 @@ pub(crate) struct CompiledComponent {
     pub(crate) engine: Engine,
     /// Keeps the epoch advancing while this component can run.
     pub(crate) _ticker: Arc<EpochTicker>,
-    /// Instances created, the spec query included.
-    pub(crate) instantiations: AtomicU64,
 }
 
 impl CompiledComponent {

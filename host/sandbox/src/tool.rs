@@ -145,7 +145,6 @@ pub(crate) async fn run_in_fresh_instance(
     // never returns, including one inside a host call.
     store.set_epoch_deadline(1);
     store.epoch_deadline_async_yield_and_update(1);
-    component.instantiations.fetch_add(1, Ordering::Relaxed);
 
     let what = match operation {
         Operation::Specs => format!("component `{}`", component.name),
