@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use clawcage_tests::gateway_client::{GatewayClient, WAIT, connect_params};
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
+use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "gateway-test-token-0123456789";
@@ -340,6 +340,11 @@ async fn sessions_run_in_parallel_and_one_sessions_turns_in_order() {
         .await;
     assert_eq!(sent["payload"]["status"], "started", "{sent}");
     let slow_run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    // Each message its own turn (the default, steer, would let q2 and q3 join q1's turn).
+    let mode = client
+        .request("chat.send", send_params(fast, "/queue followup", "mode"))
+        .await;
+    assert_eq!(mode["payload"]["status"], "command", "{mode}");
     // The other session answers while the first one's model never does.
     let mut runs = Vec::new();
     for n in 1..=3 {
@@ -358,7 +363,7 @@ async fn sessions_run_in_parallel_and_one_sessions_turns_in_order() {
     // One session's runs strictly one after another, in the order they were sent.
     let lifecycle: Vec<(String, String)> = fast_events
         .iter()
-        .filter(|e| e["stream"] == "lifecycle")
+        .filter(|e| e["stream"] == "lifecycle" && e["data"]["phase"] != "queue")
         .map(|e| {
             (
                 e["runId"].as_str().unwrap().to_string(),
@@ -421,6 +426,156 @@ async fn sessions_run_in_parallel_and_one_sessions_turns_in_order() {
         .request("agent.wait", json!({"runId": slow_run, "timeoutMs": 20000}))
         .await;
     assert_eq!(waited["payload"]["status"], "aborted", "{waited}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_busy_session_steers_queues_or_refuses_and_says_so_in_events() {
+    let gate = ReplyGate::new();
+    let held = gate.clone();
+    let server = LlmServer::start_routed(move |body| {
+        let text = last_user_text(body);
+        if text == "first" {
+            // A tool call: the turn reaches a safe point after it, where steered messages enter.
+            held.hold(anthropic::stream(
+                &[
+                    anthropic::text("Looking."),
+                    anthropic::tool("t1", "read_file", json!({"path": "hello.txt"})),
+                ],
+                40,
+            ))
+        } else {
+            answer(&format!("answer to {text}"))
+        }
+    })
+    .await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let session = "agent:main:test:busy";
+    let send = |message: &str| send_params(session, message, &format!("k-{message}"));
+
+    let first = client.request("chat.send", send("first")).await;
+    assert_eq!(first["payload"]["status"], "started", "{first}");
+    let run = first["payload"]["runId"].as_str().unwrap().to_string();
+    gate.reached(1).await;
+    // The default mode, steer: the message joins the running turn.
+    let steered = client.request("chat.send", send("correction")).await;
+    assert_eq!(steered["payload"]["status"], "steered", "{steered}");
+    assert_eq!(steered["payload"]["into"], run.as_str());
+    let steered_run = steered["payload"]["runId"].as_str().unwrap().to_string();
+    // /queue is a command: it answers with the setting and runs nothing.
+    let set = client.request("chat.send", send("/queue followup")).await;
+    assert_eq!(set["payload"]["status"], "command", "{set}");
+    assert!(
+        set["payload"]["text"]
+            .as_str()
+            .unwrap()
+            .contains("followup"),
+        "{set}"
+    );
+    let wrong = client.request("chat.send", send("/queue sideways")).await;
+    assert_eq!(error_code(&wrong), "INVALID_PARAMS", "{wrong}");
+    assert!(
+        wrong["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("steer, followup, collect or interrupt"),
+        "{wrong}"
+    );
+    // followup: each waits for a turn of its own, at a position (the steered message waits in
+    // front until the running turn takes it).
+    let later1 = client.request("chat.send", send("later 1")).await;
+    assert_eq!(later1["payload"]["status"], "queued", "{later1}");
+    assert_eq!(later1["payload"]["position"], 2, "{later1}");
+    let later2 = client.request("chat.send", send("later 2")).await;
+    assert_eq!(later2["payload"]["position"], 3, "{later2}");
+    // A full queue with drop = new refuses the message, saying what to do.
+    let cap = client
+        .request("chat.send", send("/queue followup cap:2 drop:new"))
+        .await;
+    assert_eq!(cap["payload"]["status"], "command", "{cap}");
+    let refused = client.request("chat.send", send("later 3")).await;
+    assert_eq!(error_code(&refused), "QUEUE_FULL", "{refused}");
+    assert_eq!(refused["error"]["retryable"], true);
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("cap"),
+        "{refused}"
+    );
+    // The same key again is a new attempt, not a duplicate of the refused one.
+    let again = client.request("chat.send", send("later 3")).await;
+    assert_eq!(error_code(&again), "QUEUE_FULL", "{again}");
+
+    gate.open();
+    let last_run = later2["payload"]["runId"].as_str().unwrap().to_string();
+    let events = client
+        .agent_events_until(WAIT, |e| is_end(e) && e["runId"] == last_run.as_str())
+        .await;
+    let lifecycle: Vec<(String, String)> = events
+        .iter()
+        .filter(|e| e["stream"] == "lifecycle" && e["data"]["phase"] != "note")
+        .map(|e| {
+            let phase = e["data"]["phase"].as_str().unwrap();
+            let what = if phase == "queue" {
+                format!("queue {}", e["data"]["status"].as_str().unwrap())
+            } else {
+                phase.to_string()
+            };
+            (e["runId"].as_str().unwrap().to_string(), what)
+        })
+        .collect();
+    let later1_run = later1["payload"]["runId"].as_str().unwrap().to_string();
+    let expected: Vec<(String, String)> = [
+        (&run, "start"),
+        (&steered_run, "queue steered"),
+        (&later1_run, "queue queued"),
+        (&last_run, "queue queued"),
+        (&steered_run, "queue joined"),
+        (&run, "end"),
+        (&later1_run, "start"),
+        (&later1_run, "end"),
+        (&last_run, "start"),
+        (&last_run, "end"),
+    ]
+    .into_iter()
+    .map(|(run, what)| (run.clone(), what.to_string()))
+    .collect();
+    assert_eq!(lifecycle, expected);
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1), "{seqs:?}");
+    // The steered message entered the running turn, after the tool's result and before the
+    // next model call.
+    let bodies = server.bodies();
+    let second = bodies[1]["messages"].as_array().unwrap();
+    assert_eq!(last_text(&second[0]), "first");
+    assert_eq!(last_text(&second[1]), "Looking.");
+    let last = second.last().unwrap();
+    assert_eq!(last["role"], "user");
+    assert_eq!(last_text(last), "correction");
+    assert!(
+        second[2]["content"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|block| block["type"] == "tool_result"),
+        "{second:?}"
+    );
+    let joined = client
+        .request(
+            "agent.wait",
+            json!({"runId": steered_run, "timeoutMs": 20000}),
+        )
+        .await;
+    assert_eq!(joined["payload"]["status"], "ok", "{joined}");
+    assert_eq!(joined["payload"]["joinedRun"], run.as_str());
+    assert_eq!(joined["payload"]["text"], "answer to correction");
+    assert_eq!(
+        server.requests().len(),
+        4,
+        "first, correction, later 1, later 2"
+    );
 }
 
 fn last_text(message: &Value) -> String {

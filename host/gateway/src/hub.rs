@@ -1,28 +1,36 @@
 //! The sessions as the gateway serves them. Each session key has a [`SessionHub`]: the
-//! connections subscribed to it and a queue of runs that one driver task feeds to the runtime's
-//! lane one at a time, so the gateway always knows which run is the session's current one (to
-//! abort it, to tell a reader of the history where the transcript ends). Every observation of a
-//! run becomes an [`AgentEvent`] appended to the session's [`EventLog`] (which gives it its
-//! `seq`) and sent, under the session's lock, to every subscriber: a subscriber replaying from
-//! the log and then following live sees each event exactly once, in order. The hub also keeps
-//! the runs (for `agent.wait` and idempotent sends) and a journal of runs in flight in the state
-//! directory, so runs cut off by a killed process are reported at the next start.
+//! connections subscribed to it and the submissions it has handed to the runtime's lane, each
+//! with its run id. A message is submitted to the lane at once, so the lane's queue mode decides
+//! what a message to a busy session does (steered into the running turn, queued, interrupting,
+//! or refused) and `chat.send` answers with that; the lane's queue changes arrive through its
+//! queue listener and become `lifecycle` events (`start` when a run's turn begins, `queue` for
+//! the rest). Every observation of a run becomes an [`AgentEvent`] appended to the session's
+//! [`EventLog`] (which gives it its `seq`) and sent, under the session's lock, to every
+//! subscriber: a subscriber replaying from the log and then following live sees each event
+//! exactly once, in order. The hub also keeps the runs (for `agent.wait` and idempotent sends)
+//! and a journal of runs in flight in the state directory, so runs cut off by a killed process
+//! are reported at the next start.
 
-use std::collections::{HashMap, HashSet, VecDeque};
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::future::Future;
 use std::path::PathBuf;
+use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
-use clawcage_agent::events::{AgentEvent, EventLog, EventObserver};
+use clawcage_agent::agent_loop::{TurnObserver, Verdict};
+use clawcage_agent::events::{AgentEvent, EventLog, EventObserver, Stream};
+use clawcage_agent::session::{Admission, QueueEvent};
 use clawcage_agent::{
-    AgentError, LaneInput, MessageBus, Sessions, SubagentManager, ToolRegistry, TranscriptStore,
-    TurnOutcome,
+    AgentError, LaneInput, MessageBus, ProviderEvents, Sessions, SubagentManager, ToolRegistry,
+    TranscriptStore, TurnOutcome,
 };
-use clawcage_core::InboundMessage;
 use clawcage_core::scheduler::Scheduler;
+use clawcage_core::{InboundMessage, ToolCall};
 use serde_json::{Value, json};
-use tokio::sync::{Notify, oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
@@ -32,7 +40,8 @@ use crate::protocol::{self, Code, GatewayError};
 /// How long an idempotency key is remembered, and a finished run kept for `agent.wait`.
 pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(600);
 
-/// Runs queued on one session at most (beyond: `RATE_LIMITED`).
+/// Submissions waiting on one session at most (beyond: `RATE_LIMITED`); the lane's own cap
+/// (`[queue] cap`) applies first.
 pub const MAX_QUEUED_RUNS: usize = 32;
 
 /// Events replayed by one `sessions.subscribe` at most; the client asks again for the rest.
@@ -81,6 +90,9 @@ pub enum RunStatus {
     Aborted,
     /// Cut off by a killed gateway (found at the next start).
     Interrupted,
+    /// Left the session's queue without running (its cap and drop policy, or a newer message
+    /// in `interrupt` mode).
+    Dropped,
 }
 
 impl RunStatus {
@@ -92,6 +104,7 @@ impl RunStatus {
             RunStatus::Error => "error",
             RunStatus::Aborted => "aborted",
             RunStatus::Interrupted => "interrupted",
+            RunStatus::Dropped => "dropped",
         }
     }
 }
@@ -134,8 +147,10 @@ impl Runs {
 /// What [`Hub::send`] did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Sent {
-    /// A new run was queued.
+    /// A new run was admitted (started, queued, steered or interrupting).
     Started(String),
+    /// The session's queue refused the message (the acknowledgement said why).
+    Refused,
     /// The idempotency key was seen within the window: that run, and its status.
     Duplicate(String, RunStatus),
 }
@@ -204,44 +219,80 @@ impl Outbox {
     }
 }
 
-enum JobKind {
-    Turn {
-        input: LaneInput,
+type LaneReply = Result<Option<TurnOutcome>, AgentError>;
+type ReplyFuture = Pin<Box<dyn Future<Output = LaneReply> + Send>>;
+
+enum TicketKind {
+    Run {
+        run_id: String,
         /// `user` or `notification`.
         kind: &'static str,
         text: String,
         sender: Option<String>,
     },
-    Reset(oneshot::Sender<Result<(), GatewayError>>),
-    Delete(oneshot::Sender<Result<(), GatewayError>>),
+    Reset(Option<oneshot::Sender<LaneReply>>),
 }
 
-struct Job {
-    run_id: String,
-    kind: JobKind,
-    abort: Arc<Notify>,
+/// A submission handed to the lane and not yet settled.
+struct Ticket {
+    kind: TicketKind,
+    /// The lane's answer.
+    reply: ReplyFuture,
+    /// The task waiting for the answer.
+    waker: Option<Waker>,
+    /// The run it joined (steered into, or collected with), if any.
+    joined: Option<String>,
+    /// Stop it as soon as its turn starts (an abort or a shutdown while it waited).
+    abort_on_start: bool,
+}
+
+impl Ticket {
+    fn run_id(&self) -> Option<&str> {
+        match &self.kind {
+            TicketKind::Run { run_id, .. } => Some(run_id),
+            TicketKind::Reset(_) => None,
+        }
+    }
 }
 
 struct CurrentRun {
     run_id: String,
+    ticket: u64,
     start_seq: u64,
     /// The transcript's size when the run started: larger means the run is in it.
     transcript_len: u64,
-    abort: Arc<Notify>,
+    aborting: bool,
 }
 
 #[derive(Default)]
 struct SessionState {
     subscribers: Vec<Outbox>,
-    queue: VecDeque<Job>,
+    /// By lane ticket, in admission order.
+    tickets: BTreeMap<u64, Ticket>,
     current: Option<CurrentRun>,
-    driving: bool,
+}
+
+impl SessionState {
+    /// Runs waiting for their turn (not the current one, not joined to another).
+    fn queued(&self) -> usize {
+        let current = self.current.as_ref().map(|run| run.ticket);
+        self.tickets
+            .iter()
+            .filter(|(ticket, entry)| {
+                Some(**ticket) != current && entry.joined.is_none() && entry.run_id().is_some()
+            })
+            .count()
+    }
 }
 
 /// One session as the gateway serves it.
 pub struct SessionHub {
     key: String,
     state: Mutex<SessionState>,
+    /// Held while a submission is handed to the lane and registered, and while the lane's
+    /// report of a taken submission is handled: a run is known before its turn can start.
+    /// Taken before `state`, never after.
+    admit: Mutex<()>,
 }
 
 impl SessionHub {
@@ -301,6 +352,14 @@ impl Hub {
             this: this.clone(),
         });
         hub.recover_interrupted_runs();
+        let weak = Arc::downgrade(&hub);
+        hub.parts.sessions.set_queue_listener(Some(Arc::new(
+            move |key: &str, event: &QueueEvent| {
+                if let Some(hub) = weak.upgrade() {
+                    hub.queue_changed(key, event);
+                }
+            },
+        )));
         hub
     }
 
@@ -321,6 +380,7 @@ impl Hub {
                 Arc::new(SessionHub {
                     key: key.to_string(),
                     state: Mutex::new(SessionState::default()),
+                    admit: Mutex::new(()),
                 })
             })
             .clone()
@@ -386,16 +446,17 @@ impl Hub {
 
     // ---- runs -------------------------------------------------------------------------------
 
-    /// Queues a turn on `key` for `text` from a client, subscribing `subscriber` to the
-    /// session first; `before_queue` hears the new run's id before the run can emit anything.
-    /// With an idempotency key seen in the last ten minutes, returns that run instead.
+    /// Hands a turn on `text` from a client to `key`'s lane, subscribing `subscriber` to the
+    /// session first; `acknowledge` hears the new run's id, what the lane's queue made of it,
+    /// and the run it was steered into, before the run can emit anything. With an idempotency
+    /// key seen in the last ten minutes, returns that run instead.
     pub fn send(
         &self,
         key: &str,
         text: String,
         idempotency: Option<&str>,
         subscriber: Option<(&Outbox, &mut HashSet<String>)>,
-        before_queue: impl FnOnce(&str),
+        acknowledge: impl FnOnce(&str, &Admission, Option<&str>),
     ) -> Result<Sent, GatewayError> {
         if self.shutting_down() {
             return Err(GatewayError::new(
@@ -438,42 +499,303 @@ impl Hub {
             );
             run_id
         };
+        let forget = |status: RunStatus, why: &str| {
+            if let Some(idempotency) = idempotency {
+                lock(&self.runs)
+                    .idempotency
+                    .remove(&(key.to_string(), idempotency.to_string()));
+            }
+            self.finish_run(&run_id, status, json!({"error": why}));
+        };
         let session = self.session(key);
-        let mut state = session.lock();
-        if state.queue.len() >= MAX_QUEUED_RUNS {
-            drop(state);
-            self.finish_run(
-                &run_id,
-                RunStatus::Error,
-                json!({"error": "the session's queue is full"}),
-            );
-            return Err(GatewayError::new(
-                Code::RateLimited,
-                format!(
-                    "session {key} already has {MAX_QUEUED_RUNS} runs queued; wait for them or abort"
-                ),
-            ));
-        }
-        if let Some((outbox, subscriptions)) = subscriber
-            && !state.subscribers.iter().any(|out| out.id == outbox.id)
+        let _admit = lock(&session.admit);
         {
-            state.subscribers.push(outbox.clone());
-            subscriptions.insert(key.to_string());
+            let mut state = session.lock();
+            if state.tickets.len() >= MAX_QUEUED_RUNS {
+                drop(state);
+                forget(RunStatus::Error, "the session's queue is full");
+                return Err(GatewayError::new(
+                    Code::RateLimited,
+                    format!(
+                        "session {key} already has {MAX_QUEUED_RUNS} messages waiting; wait for them or abort"
+                    ),
+                ));
+            }
+            if let Some((outbox, subscriptions)) = subscriber
+                && !state.subscribers.iter().any(|out| out.id == outbox.id)
+            {
+                state.subscribers.push(outbox.clone());
+                subscriptions.insert(key.to_string());
+            }
         }
+        let observer = HubObserver::new(self.this.clone(), session.clone(), key, &run_id);
+        let pending =
+            self.parts
+                .sessions
+                .submit(key, LaneInput::User(text.clone()), Arc::new(observer));
+        let (ticket, admission) = (pending.ticket(), pending.admission().clone());
+        let mut state = session.lock();
+        let into = state.current.as_ref().map(|run| run.run_id.clone());
         // The acknowledgement goes out before any event of the run can.
-        before_queue(&run_id);
-        state.queue.push_back(Job {
-            run_id: run_id.clone(),
-            kind: JobKind::Turn {
-                input: LaneInput::User(text.clone()),
-                kind: "user",
-                text,
-                sender: None,
+        acknowledge(&run_id, &admission, into.as_deref());
+        if let Admission::Dropped { reason } = &admission {
+            drop(state);
+            forget(RunStatus::Dropped, &reason.to_string());
+            return Ok(Sent::Refused);
+        }
+        self.journal_start(key, &run_id);
+        if admission != Admission::Started {
+            let mut data = admission_json(&admission);
+            data["phase"] = json!("queue");
+            data["message"] = json!(text);
+            if admission == Admission::Steered
+                && let Some(into) = &into
+            {
+                data["into"] = json!(into);
+            }
+            self.publish(
+                &mut state,
+                AgentEvent::new(key, &run_id, Stream::Lifecycle, data),
+            );
+        }
+        state.tickets.insert(
+            ticket,
+            Ticket {
+                kind: TicketKind::Run {
+                    run_id: run_id.clone(),
+                    kind: "user",
+                    text,
+                    sender: None,
+                },
+                reply: Box::pin(pending.wait()),
+                waker: None,
+                joined: None,
+                abort_on_start: false,
             },
-            abort: Arc::new(Notify::new()),
-        });
-        self.drive(&session, &mut state);
+        );
+        drop(state);
+        self.follow(&session, ticket);
         Ok(Sent::Started(run_id))
+    }
+
+    /// Waits in a task of its own for the lane's answer to `ticket`, then settles it (unless the
+    /// start of the next job settled it first).
+    fn follow(&self, session: &Arc<SessionHub>, ticket: u64) {
+        let Some(hub) = self.this.upgrade() else {
+            return;
+        };
+        let session = session.clone();
+        tokio::spawn(async move {
+            std::future::poll_fn(|context: &mut Context<'_>| {
+                let mut state = session.lock();
+                let Some(entry) = state.tickets.get_mut(&ticket) else {
+                    return Poll::Ready(());
+                };
+                match entry.reply.as_mut().poll(context) {
+                    Poll::Ready(reply) => {
+                        hub.settle(&session.key, &mut state, ticket, reply);
+                        Poll::Ready(())
+                    }
+                    Poll::Pending => {
+                        entry.waker = Some(context.waker().clone());
+                        Poll::Pending
+                    }
+                }
+            })
+            .await;
+        });
+    }
+
+    /// The lane's answer to `ticket` arrived: end its run (the current one), or record the
+    /// result of a run that joined another or never started.
+    fn settle(&self, key: &str, state: &mut SessionState, ticket: u64, reply: LaneReply) {
+        let Some(entry) = state.tickets.remove(&ticket) else {
+            return;
+        };
+        if let Some(waker) = entry.waker {
+            waker.wake();
+        }
+        let (run_id, joined) = match entry.kind {
+            TicketKind::Reset(done) => {
+                if let Some(done) = done {
+                    let _ = done.send(reply);
+                }
+                return;
+            }
+            TicketKind::Run { run_id, .. } => (run_id, entry.joined),
+        };
+        let current = state.current.take_if(|current| current.ticket == ticket);
+        let aborted = current.as_ref().is_some_and(|current| current.aborting);
+        let (end, status, mut payload) = match &reply {
+            Ok(Some(outcome)) => (
+                AgentEvent::run_ended(key, &run_id, outcome),
+                RunStatus::Ok,
+                outcome_payload(outcome),
+            ),
+            Ok(None) => (
+                AgentEvent::run_failed(
+                    key,
+                    &run_id,
+                    &AgentError::History("the lane returned no outcome".into()),
+                    false,
+                ),
+                RunStatus::Error,
+                json!({"error": "the lane returned no outcome"}),
+            ),
+            Err(error) => {
+                let aborted = aborted || matches!(error, AgentError::Interrupted);
+                (
+                    AgentEvent::run_failed(key, &run_id, error, aborted),
+                    if matches!(error, AgentError::Dropped(_)) {
+                        RunStatus::Dropped
+                    } else if aborted {
+                        RunStatus::Aborted
+                    } else {
+                        RunStatus::Error
+                    },
+                    json!({"error": error.to_string()}),
+                )
+            }
+        };
+        if current.is_some() {
+            self.publish(state, end);
+        } else if let Some(into) = joined {
+            // Its message went into `into`'s turn, whose events carry the answer.
+            payload["joinedRun"] = json!(into);
+        }
+        self.finish_run(&run_id, status, payload);
+        self.journal_end(&run_id);
+    }
+
+    /// Settles the current run if the lane has answered it.
+    fn settle_current(&self, key: &str, state: &mut SessionState) {
+        let Some(ticket) = state.current.as_ref().map(|run| run.ticket) else {
+            return;
+        };
+        let Some(entry) = state.tickets.get_mut(&ticket) else {
+            state.current = None;
+            return;
+        };
+        // Polled with the waiting task's waker, which the reply keeps: that task must still
+        // hear the answer when it is not there yet.
+        let waker = entry.waker.clone().unwrap_or_else(|| Waker::noop().clone());
+        let mut context = Context::from_waker(&waker);
+        if let Poll::Ready(reply) = entry.reply.as_mut().poll(&mut context) {
+            self.settle(key, state, ticket, reply);
+        }
+    }
+
+    /// The lane's queue of `key` changed.
+    fn queue_changed(&self, key: &str, event: &QueueEvent) {
+        match event {
+            // The submitter reports its own admission.
+            QueueEvent::Admitted { .. } => {}
+            QueueEvent::Dropped { ticket, reason } => {
+                let session = self.session(key);
+                let mut state = session.lock();
+                if let Some(run_id) = state
+                    .tickets
+                    .get(ticket)
+                    .and_then(Ticket::run_id)
+                    .map(str::to_string)
+                {
+                    self.publish(
+                        &mut state,
+                        AgentEvent::new(
+                            key,
+                            &run_id,
+                            Stream::Lifecycle,
+                            json!({"phase": "queue", "status": "dropped", "reason": reason.to_string()}),
+                        ),
+                    );
+                }
+            }
+            QueueEvent::Taken { tickets, steered } => {
+                let session = self.session(key);
+                let _admit = lock(&session.admit);
+                let mut state = session.lock();
+                if *steered {
+                    let into = state.current.as_ref().map(|run| run.run_id.clone());
+                    self.join(key, &mut state, tickets, into.as_deref(), "steered");
+                } else {
+                    // The lane has answered the job before: its end goes first.
+                    self.settle_current(key, &mut state);
+                    let interrupt = self.start(key, &mut state, tickets);
+                    drop(state);
+                    if interrupt {
+                        self.parts.sessions.interrupt(key);
+                    }
+                }
+            }
+        }
+    }
+
+    /// Marks `tickets` as joined to `into` and says so.
+    fn join(
+        &self,
+        key: &str,
+        state: &mut SessionState,
+        tickets: &[u64],
+        into: Option<&str>,
+        how: &str,
+    ) {
+        for ticket in tickets {
+            let Some(entry) = state.tickets.get_mut(ticket) else {
+                continue;
+            };
+            entry.joined = into.map(str::to_string);
+            let (Some(run_id), TicketKind::Run { text, .. }) = (entry.run_id(), &entry.kind) else {
+                continue;
+            };
+            let event = AgentEvent::new(
+                key,
+                run_id,
+                Stream::Lifecycle,
+                json!({"phase": "queue", "status": "joined", "how": how, "into": into, "message": text}),
+            );
+            self.publish(state, event);
+        }
+    }
+
+    /// The lane took `tickets` as one job: the first one's run starts (the others were
+    /// collected into it). Returns whether the run must be stopped at once.
+    fn start(&self, key: &str, state: &mut SessionState, tickets: &[u64]) -> bool {
+        let Some((&first, rest)) = tickets.split_first() else {
+            return false;
+        };
+        let Some(entry) = state.tickets.get(&first) else {
+            return false;
+        };
+        let TicketKind::Run {
+            run_id,
+            kind,
+            text,
+            sender,
+        } = &entry.kind
+        else {
+            return false;
+        };
+        let (run_id, abort) = (run_id.clone(), entry.abort_on_start || self.shutting_down());
+        let mut started = AgentEvent::run_started(key, &run_id, kind, text, sender.as_deref());
+        let collected: Vec<String> = rest
+            .iter()
+            .filter_map(|ticket| state.tickets.get(ticket).and_then(Ticket::run_id))
+            .map(str::to_string)
+            .collect();
+        if !collected.is_empty() {
+            started.data["collected"] = json!(collected);
+        }
+        let transcript_len = self.parts.transcripts.file_len(key).unwrap_or(0);
+        let start = self.publish(state, started);
+        state.current = Some(CurrentRun {
+            run_id: run_id.clone(),
+            ticket: first,
+            start_seq: start.map_or(1, |event| event.seq),
+            transcript_len,
+            aborting: abort,
+        });
+        self.join(key, state, rest, Some(&run_id), "collected");
+        abort
     }
 
     /// The run `run_id`'s status (and its session), if known.
@@ -514,41 +836,40 @@ impl Hub {
         }
     }
 
-    /// Stops a run of `key`: `run_id`, or the current one when `None`. A queued run is taken
-    /// off the queue. Returns the ids stopped.
+    /// Stops a run of `key`: `run_id`, or the current one when `None` (the next one when none
+    /// runs yet). A run still waiting is stopped as soon as its turn starts (the lane keeps its
+    /// message, marked as stopped). Returns the ids stopped.
     pub fn abort(&self, key: &str, run_id: Option<&str>) -> Vec<String> {
         let session = self.session(key);
         let mut state = session.lock();
+        self.settle_current(key, &mut state);
         let mut stopped = Vec::new();
-        if let Some(current) = &state.current
+        let mut interrupt = false;
+        if let Some(current) = state.current.as_mut()
             && run_id.is_none_or(|id| id == current.run_id)
         {
-            current.abort.notify_one();
+            current.aborting = true;
+            interrupt = true;
             stopped.push(current.run_id.clone());
+        } else {
+            let current = state.current.as_ref().map(|run| run.ticket);
+            let waiting = state.tickets.iter_mut().find(|(ticket, entry)| {
+                Some(**ticket) != current
+                    && entry.joined.is_none()
+                    && entry
+                        .run_id()
+                        .is_some_and(|id| run_id.is_none_or(|wanted| wanted == id))
+            });
+            if let Some((_, entry)) = waiting {
+                entry.abort_on_start = true;
+                stopped.extend(entry.run_id().map(str::to_string));
+            }
         }
-        if let Some(id) = run_id
-            && let Some(position) = state.queue.iter().position(|job| job.run_id == id)
-            && let Some(job) = state.queue.remove(position)
-        {
-            self.cancel_queued(key, &mut state, job, "aborted before it started");
-            stopped.push(id.to_string());
+        drop(state);
+        if interrupt {
+            self.parts.sessions.interrupt(key);
         }
         stopped
-    }
-
-    fn cancel_queued(&self, key: &str, state: &mut SessionState, job: Job, why: &str) {
-        match job.kind {
-            JobKind::Turn { .. } => {
-                self.publish(
-                    state,
-                    AgentEvent::run_failed(key, &job.run_id, &AgentError::Interrupted, true),
-                );
-                self.finish_run(&job.run_id, RunStatus::Aborted, json!({"error": why}));
-            }
-            JobKind::Reset(reply) | JobKind::Delete(reply) => {
-                let _ = reply.send(Err(GatewayError::new(Code::Unavailable, why)));
-            }
-        }
     }
 
     /// Clears `key`'s history after the runs queued before (`delete` also removes its
@@ -560,128 +881,42 @@ impl Hub {
                 "the gateway is shutting down",
             ));
         }
-        let (reply, answer) = oneshot::channel();
+        let session = self.session(key);
+        let (done, answer) = oneshot::channel();
         {
-            let session = self.session(key);
-            let mut state = session.lock();
-            if delete && (state.current.is_some() || !state.queue.is_empty()) {
-                return Err(GatewayError::new(
-                    Code::Conflict,
-                    format!(
-                        "session {key} has a run in flight; abort it (chat.abort) or wait, then delete"
-                    ),
-                ));
-            }
-            state.queue.push_back(Job {
-                run_id: String::new(),
-                kind: if delete {
-                    JobKind::Delete(reply)
-                } else {
-                    JobKind::Reset(reply)
-                },
-                abort: Arc::new(Notify::new()),
-            });
-            self.drive(&session, &mut state);
-        }
-        answer.await.unwrap_or_else(|_| {
-            Err(GatewayError::new(
-                Code::Unavailable,
-                "the session stopped before the reset",
-            ))
-        })
-    }
-
-    /// Queues a notification (a sub-agent's result, a cron firing) as a run of its session.
-    pub fn notify(&self, message: InboundMessage) {
-        if self.shutting_down() {
-            tracing::warn!(sender = %message.sender, "a notification arrived during shutdown and is dropped");
-            return;
-        }
-        let run_id = format!("{}-{}", self.run_prefix, self.next_id());
-        lock(&self.runs).entries.insert(
-            run_id.clone(),
-            RunEntry {
-                session: message.session_key.clone(),
-                result: watch::channel(None).0,
-                finished: None,
-            },
-        );
-        let session = self.session(&message.session_key);
-        let mut state = session.lock();
-        state.queue.push_back(Job {
-            run_id,
-            kind: JobKind::Turn {
-                text: message.content.clone(),
-                sender: Some(message.sender.clone()),
-                kind: "notification",
-                input: LaneInput::Notification(message),
-            },
-            abort: Arc::new(Notify::new()),
-        });
-        self.drive(&session, &mut state);
-    }
-
-    fn drive(&self, session: &Arc<SessionHub>, state: &mut SessionState) {
-        if state.driving {
-            return;
-        }
-        let Some(hub) = self.this.upgrade() else {
-            return;
-        };
-        state.driving = true;
-        let session = session.clone();
-        tokio::spawn(async move { hub.run_session(session).await });
-    }
-
-    async fn run_session(self: Arc<Self>, session: Arc<SessionHub>) {
-        loop {
-            let job = {
+            let _admit = lock(&session.admit);
+            {
                 let mut state = session.lock();
-                match state.queue.pop_front() {
-                    Some(job) => job,
-                    None => {
-                        state.driving = false;
-                        return;
-                    }
-                }
-            };
-            match job.kind {
-                JobKind::Turn {
-                    input,
-                    kind,
-                    text,
-                    sender,
-                } => {
-                    self.run_turn(
-                        &session,
-                        job.run_id,
-                        job.abort,
-                        input,
-                        kind,
-                        &text,
-                        sender.as_deref(),
-                    )
-                    .await;
-                }
-                JobKind::Reset(reply) => {
-                    let result = self.clear(&session, false).await;
-                    let _ = reply.send(result);
-                }
-                JobKind::Delete(reply) => {
-                    let result = self.clear(&session, true).await;
-                    let _ = reply.send(result);
+                self.settle_current(key, &mut state);
+                if delete && (state.current.is_some() || !state.tickets.is_empty()) {
+                    return Err(GatewayError::new(
+                        Code::Conflict,
+                        format!(
+                            "session {key} has a run in flight; abort it (chat.abort) or wait, then delete"
+                        ),
+                    ));
                 }
             }
+            let pending = self.parts.sessions.submit(
+                key,
+                LaneInput::Reset,
+                Arc::new(clawcage_agent::provider::NoEvents),
+            );
+            let ticket = pending.ticket();
+            session.lock().tickets.insert(
+                ticket,
+                Ticket {
+                    kind: TicketKind::Reset(Some(done)),
+                    reply: Box::pin(pending.wait()),
+                    waker: None,
+                    joined: None,
+                    abort_on_start: false,
+                },
+            );
+            self.follow(&session, ticket);
         }
-    }
-
-    async fn clear(&self, session: &SessionHub, delete: bool) -> Result<(), GatewayError> {
-        let key = &session.key;
-        self.parts
-            .sessions
-            .reset(key)
-            .await
-            .map_err(|error| GatewayError::internal("cannot reset the session", error))?;
+        let cleared = answer.await.unwrap_or(Err(AgentError::LaneClosed));
+        cleared.map_err(|error| GatewayError::internal("cannot reset the session", error))?;
         let mut state = session.lock();
         if !delete {
             self.publish(&mut state, AgentEvent::session_reset(key));
@@ -707,97 +942,57 @@ impl Hub {
             .map_err(|error| GatewayError::internal("cannot delete the session's events", error))
     }
 
-    #[allow(
-        clippy::too_many_arguments,
-        reason = "one run's parts, passed once from the driver"
-    )]
-    async fn run_turn(
-        &self,
-        session: &SessionHub,
-        run_id: String,
-        abort: Arc<Notify>,
-        input: LaneInput,
-        kind: &str,
-        text: &str,
-        sender: Option<&str>,
-    ) {
-        let key = session.key.clone();
-        {
-            let mut state = session.lock();
-            let transcript_len = self.parts.transcripts.file_len(&key).unwrap_or(0);
-            let start = self.publish(
-                &mut state,
-                AgentEvent::run_started(&key, &run_id, kind, text, sender),
+    /// Hands a notification (a sub-agent's result, a cron firing) to its session's lane as a
+    /// run (it always waits for its own turn).
+    pub fn notify(&self, message: InboundMessage) {
+        if self.shutting_down() {
+            tracing::warn!(sender = %message.sender, "a notification arrived during shutdown and is dropped");
+            return;
+        }
+        let key = message.session_key.clone();
+        let run_id = format!("{}-{}", self.run_prefix, self.next_id());
+        lock(&self.runs).entries.insert(
+            run_id.clone(),
+            RunEntry {
+                session: key.clone(),
+                result: watch::channel(None).0,
+                finished: None,
+            },
+        );
+        let session = self.session(&key);
+        let _admit = lock(&session.admit);
+        let observer = HubObserver::new(self.this.clone(), session.clone(), &key, &run_id);
+        let (text, sender) = (message.content.clone(), message.sender.clone());
+        let pending =
+            self.parts
+                .sessions
+                .submit(&key, LaneInput::Notification(message), Arc::new(observer));
+        let ticket = pending.ticket();
+        if let Admission::Dropped { reason } = pending.admission() {
+            self.finish_run(
+                &run_id,
+                RunStatus::Dropped,
+                json!({"error": reason.to_string()}),
             );
-            state.current = Some(CurrentRun {
-                run_id: run_id.clone(),
-                start_seq: start.map_or(1, |event| event.seq),
-                transcript_len,
-                abort: abort.clone(),
-            });
+            return;
         }
         self.journal_start(&key, &run_id);
-        let (observer, mut events) = EventObserver::channel(&key, &run_id);
-        let pending = self.parts.sessions.submit(&key, input, Arc::new(observer));
-        let wait = pending.wait();
-        tokio::pin!(wait);
-        let mut aborting = false;
-        let mut retry = tokio::time::interval(Duration::from_millis(50));
-        let result = loop {
-            tokio::select! {
-                biased;
-                Some(event) = events.recv() => {
-                    let mut state = session.lock();
-                    self.publish(&mut state, event);
-                }
-                result = &mut wait => break result,
-                () = abort.notified(), if !aborting => {
-                    aborting = true;
-                    self.parts.sessions.interrupt(&key);
-                }
-                // The lane may not have started the turn when the abort came: ask again until
-                // the turn ends.
-                _ = retry.tick(), if aborting => self.parts.sessions.interrupt(&key),
-            }
-        };
-        let mut state = session.lock();
-        while let Ok(event) = events.try_recv() {
-            self.publish(&mut state, event);
-        }
-        let (end, status, payload) = match &result {
-            Ok(Some(outcome)) => (
-                AgentEvent::run_ended(&key, &run_id, outcome),
-                RunStatus::Ok,
-                outcome_payload(outcome),
-            ),
-            Ok(None) => (
-                AgentEvent::run_failed(
-                    &key,
-                    &run_id,
-                    &AgentError::History("the lane returned no outcome".into()),
-                    false,
-                ),
-                RunStatus::Error,
-                json!({"error": "the lane returned no outcome"}),
-            ),
-            Err(error) => {
-                let aborted = aborting || matches!(error, AgentError::Interrupted);
-                (
-                    AgentEvent::run_failed(&key, &run_id, error, aborted),
-                    if aborted {
-                        RunStatus::Aborted
-                    } else {
-                        RunStatus::Error
-                    },
-                    json!({"error": error.to_string()}),
-                )
-            }
-        };
-        self.publish(&mut state, end);
-        state.current = None;
-        drop(state);
-        self.finish_run(&run_id, status, payload);
-        self.journal_end(&run_id);
+        session.lock().tickets.insert(
+            ticket,
+            Ticket {
+                kind: TicketKind::Run {
+                    run_id,
+                    kind: "notification",
+                    text,
+                    sender: Some(sender),
+                },
+                reply: Box::pin(pending.wait()),
+                waker: None,
+                joined: None,
+                abort_on_start: false,
+            },
+        );
+        self.follow(&session, ticket);
     }
 
     // ---- reading ----------------------------------------------------------------------------
@@ -975,7 +1170,7 @@ impl Hub {
                         let state = session.lock();
                         (
                             state.current.as_ref().map(|run| run.run_id.clone()),
-                            state.queue.len(),
+                            state.queued(),
                         )
                     })
                     .unwrap_or_default();
@@ -998,7 +1193,7 @@ impl Hub {
             let state = session.lock();
             (
                 running + usize::from(state.current.is_some()),
-                queued + state.queue.len(),
+                queued + state.queued(),
             )
         })
     }
@@ -1018,20 +1213,29 @@ impl Hub {
         let sessions: Vec<Arc<SessionHub>> = lock(&self.sessions).values().cloned().collect();
         for session in &sessions {
             let mut state = session.lock();
-            while let Some(job) = state.queue.pop_front() {
-                self.cancel_queued(
-                    &session.key,
-                    &mut state,
-                    job,
-                    "the gateway is shutting down",
-                );
+            self.settle_current(&session.key, &mut state);
+            for entry in state.tickets.values_mut() {
+                entry.abort_on_start = true;
             }
-            if let Some(current) = &state.current {
-                current.abort.notify_one();
+            let running = match state.current.as_mut() {
+                Some(current) => {
+                    current.aborting = true;
+                    true
+                }
+                None => false,
+            };
+            drop(state);
+            if running {
+                self.parts.sessions.interrupt(&session.key);
             }
         }
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && sessions.iter().any(|session| session.lock().driving) {
+        while Instant::now() < deadline
+            && sessions.iter().any(|session| {
+                let state = session.lock();
+                state.current.is_some() || !state.tickets.is_empty()
+            })
+        {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
         if let Err(error) = self.parts.events.sync() {
@@ -1117,6 +1321,87 @@ impl Hub {
         if let Err(error) = self.parts.events.sync() {
             tracing::error!(%error, "cannot sync the event log");
         }
+    }
+}
+
+/// What an admission is on the wire: `{status, position?}`.
+pub fn admission_json(admission: &Admission) -> Value {
+    match admission {
+        Admission::Started => json!({"status": "started"}),
+        Admission::Queued { position } => json!({"status": "queued", "position": position}),
+        Admission::Steered => json!({"status": "steered"}),
+        Admission::Interrupting { position } => {
+            json!({"status": "interrupting", "position": position})
+        }
+        Admission::Dropped { reason } => {
+            json!({"status": "dropped", "reason": reason.to_string()})
+        }
+    }
+}
+
+/// The observer of one run: each observation becomes an event of the run, published at once
+/// (on the lane's task, in the order the turn makes them).
+struct HubObserver {
+    hub: Weak<Hub>,
+    session: Arc<SessionHub>,
+    events: EventObserver,
+    received: Mutex<mpsc::UnboundedReceiver<AgentEvent>>,
+}
+
+impl HubObserver {
+    fn new(hub: Weak<Hub>, session: Arc<SessionHub>, key: &str, run_id: &str) -> Self {
+        let (events, received) = EventObserver::channel(key, run_id);
+        Self {
+            hub,
+            session,
+            events,
+            received: Mutex::new(received),
+        }
+    }
+
+    fn flush(&self) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let mut received = lock(&self.received);
+        let mut state = self.session.lock();
+        while let Ok(event) = received.try_recv() {
+            hub.publish(&mut state, event);
+        }
+    }
+}
+
+impl ProviderEvents for HubObserver {
+    fn text_delta(&self, text: &str) {
+        self.events.text_delta(text);
+        self.flush();
+    }
+
+    fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
+        self.events.retrying(provider, reason, delay);
+        self.flush();
+    }
+
+    fn failing_over(&self, from: &str, to: &str, reason: &str) {
+        self.events.failing_over(from, to, reason);
+        self.flush();
+    }
+}
+
+impl TurnObserver for HubObserver {
+    fn tool_started(&self, call: &ToolCall) {
+        self.events.tool_started(call);
+        self.flush();
+    }
+
+    fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, output: &str) {
+        self.events.tool_finished(call, verdict, output);
+        self.flush();
+    }
+
+    fn note(&self, text: &str) {
+        self.events.note(text);
+        self.flush();
     }
 }
 

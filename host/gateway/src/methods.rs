@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use clawcage_agent::session::{Admission, DropReason};
 use clawcage_core::scheduler::JobRequest;
 use serde::Deserialize;
 use serde::de::DeserializeOwned;
@@ -12,7 +13,7 @@ use serde_json::{Value, json};
 
 use crate::Gateway;
 use crate::connection::Conn;
-use crate::hub::{RunStatus, Sent};
+use crate::hub::{RunStatus, Sent, admission_json};
 use crate::keys::{check_key, check_readable_key};
 use crate::protocol::{Code, GatewayError, Request};
 
@@ -215,6 +216,26 @@ async fn chat_send(
         Ok(send) => send,
         Err(error) => return conn.respond(id, Err(error)),
     };
+    // `/queue ...` is a command: it answers with the session's queue settings, runs no turn.
+    if send.message.split_whitespace().next() == Some("/queue") {
+        let said = gateway
+            .hub
+            .parts
+            .sessions
+            .queue_command(&send.session_key, send.message.trim());
+        return conn.respond(
+            id,
+            said.map(|text| {
+                json!({
+                    "status": "command",
+                    "command": "queue",
+                    "sessionKey": send.session_key,
+                    "text": text,
+                })
+            })
+            .map_err(|error| GatewayError::new(Code::InvalidParams, error.to_string())),
+        );
+    }
     let allowed = conn
         .sends
         .lock()
@@ -239,14 +260,14 @@ async fn chat_send(
             send.message,
             send.idempotency_key.as_deref(),
             Some((&conn.outbox, &mut subscriptions)),
-            |run_id| {
-                let status = if wait_final { "accepted" } else { "started" };
-                conn.respond(id, Ok(json!({"runId": run_id, "status": status})));
+            |run_id, admission, into| {
+                conn.respond(id, acknowledgement(run_id, admission, into, wait_final))
             },
         )
     };
     let run_id = match sent {
         Ok(Sent::Started(run_id)) => run_id,
+        Ok(Sent::Refused) => return,
         Ok(Sent::Duplicate(run_id, status)) => {
             conn.respond(
                 id,
@@ -270,6 +291,33 @@ async fn chat_send(
             _ => conn.respond(id, Ok(json!({"runId": run_id, "status": "timeout"}))),
         }
     }
+}
+
+/// The answer to a `chat.send` or `agent` the session's queue admitted (or refused).
+fn acknowledgement(
+    run_id: &str,
+    admission: &Admission,
+    into: Option<&str>,
+    wait_final: bool,
+) -> Result<Value, GatewayError> {
+    if let Admission::Dropped { reason } = admission {
+        let code = match reason {
+            DropReason::QueueFull { .. } => Code::QueueFull,
+            _ => Code::Unavailable,
+        };
+        return Err(GatewayError::new(code, reason.to_string()));
+    }
+    let mut payload = admission_json(admission);
+    payload["runId"] = json!(run_id);
+    if *admission == Admission::Started && wait_final {
+        payload["status"] = json!("accepted");
+    }
+    if *admission == Admission::Steered
+        && let Some(into) = into
+    {
+        payload["into"] = json!(into);
+    }
+    Ok(payload)
 }
 
 async fn agent_wait(gateway: &Gateway, params: &Value) -> Result<Value, GatewayError> {

@@ -62,6 +62,8 @@ pub enum Code {
     NotFound,
     /// Too many requests; try again later.
     RateLimited,
+    /// The session's queue is full and its drop policy (`drop = new`) refused the message.
+    QueueFull,
     /// The gateway cannot do it now (shutting down, cron owned elsewhere).
     Unavailable,
     /// The state does not allow it (a session with a run in flight cannot be deleted).
@@ -80,6 +82,7 @@ impl Code {
             Code::Unauthorized => "UNAUTHORIZED",
             Code::NotFound => "NOT_FOUND",
             Code::RateLimited => "RATE_LIMITED",
+            Code::QueueFull => "QUEUE_FULL",
             Code::Unavailable => "UNAVAILABLE",
             Code::Conflict => "CONFLICT",
             Code::Internal => "INTERNAL",
@@ -88,7 +91,10 @@ impl Code {
 
     /// Whether the same request may succeed later.
     pub fn retryable(self) -> bool {
-        matches!(self, Code::RateLimited | Code::Unavailable | Code::Internal)
+        matches!(
+            self,
+            Code::RateLimited | Code::QueueFull | Code::Unavailable | Code::Internal
+        )
     }
 }
 

@@ -359,6 +359,10 @@ function onAgentEvent(event) {
       refreshSessions();
     } else if (data.phase === "note" && !skip) {
       addNote(data.text);
+    } else if (data.phase === "queue" && !skip) {
+      // A message sent while the agent was busy: joined the running turn, or dropped.
+      if (data.status === "joined") addBubble("user", data.message);
+      else if (data.status === "dropped") addNote(`dropped: ${data.reason}`);
     }
   } else if (skip) {
     // Already in the history that was loaded.
@@ -395,7 +399,8 @@ ui.composer.addEventListener("submit", async (submitted) => {
     const answer = await request("chat.send", {
       sessionKey: state.session, message: text, idempotencyKey: randomId(12),
     });
-    if (!state.busyRun) setBusy(answer.runId);
+    if (answer.status === "command") addNote(answer.text);
+    else if (!state.busyRun) setBusy(answer.runId);
   } catch (error) {
     ui.input.value = text;
     addNote(`not sent: ${error.message}`);
