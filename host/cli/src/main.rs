@@ -17,6 +17,7 @@ macro_rules! outln {
 
 mod chat;
 mod demo;
+mod remote_chat;
 mod render;
 
 use std::net::SocketAddr;
@@ -124,9 +125,22 @@ enum Command {
     /// Sub-agent results and cron firings arrive while you type and are answered in the
     /// session. Ctrl-C stops a running turn; Ctrl-D or /exit leaves.
     Chat {
-        /// The session to continue; its history is kept in the state directory.
-        #[arg(long, value_name = "KEY", default_value = "chat")]
-        session: String,
+        /// The session to continue; its history is kept in the state directory. Default: chat
+        /// (with --gateway: agent:main:cli:main).
+        #[arg(long, value_name = "KEY")]
+        session: Option<String>,
+        /// Attach to a running gateway instead (e.g. ws://127.0.0.1:18789): its agent answers,
+        /// and turns other clients start in the session are shown too.
+        #[arg(long, value_name = "URL")]
+        gateway: Option<String>,
+        /// The gateway's token. Default: the one it saved in <state-dir>/gateway/token.
+        #[arg(
+            long,
+            value_name = "TOKEN",
+            env = "CLAWCAGE_GATEWAY_TOKEN",
+            hide_env_values = true
+        )]
+        token: Option<String>,
         #[command(flatten)]
         provider: ProviderArgs,
     },
@@ -385,7 +399,23 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let runtime = open(options).await?;
             run_task(&runtime, &task, session).await
         }
+        Command::Chat {
+            session,
+            gateway: Some(url),
+            token,
+            ..
+        } => {
+            let token = match token {
+                Some(token) => token,
+                None => clawcage_gateway::saved_token(&clawcage_runtime::state_dir(
+                    options.state_dir.as_deref(),
+                )?)?,
+            };
+            let session = session.unwrap_or_else(|| "agent:main:cli:main".to_string());
+            remote_chat::run(&url, &token, session).await
+        }
         Command::Chat { session, .. } => {
+            let session = session.unwrap_or_else(|| "chat".to_string());
             let mut runtime = open(options).await?;
             // Cron belongs to the long-running front end: its jobs fire into sessions while
             // `chat` runs; firings missed meanwhile follow the documented policy at the next

@@ -1025,3 +1025,197 @@ async fn the_first_start_prints_the_url_with_the_token() {
         "{open}"
     );
 }
+
+/// A `clawcage chat --gateway` process: piped stdin, its stdout read line by line.
+struct RemoteChat {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl RemoteChat {
+    fn command(state: &Path, addr: SocketAddr, extra: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+        command
+            .arg("--state-dir")
+            .arg(state)
+            .args(["chat", "--gateway", &format!("ws://{addr}")])
+            .args(extra)
+            .env_remove("RUST_LOG")
+            .env_remove("CLAWCAGE_GATEWAY_TOKEN");
+        command
+    }
+
+    fn start(state: &Path, addr: SocketAddr, extra: &[&str]) -> RemoteChat {
+        let mut child = Self::command(state, addr, extra)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("clawcage chat starts");
+        let (sender, lines) = mpsc::channel();
+        let out = child.stdout.take().unwrap();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if sender.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+        RemoteChat {
+            child,
+            lines,
+            seen: Vec::new(),
+        }
+    }
+
+    fn say(&mut self, line: &str) {
+        use std::io::Write as _;
+        let stdin = self.child.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    /// Waits for a line containing `needle` (lines already seen count); returns it.
+    fn wait_for(&mut self, needle: &str) -> String {
+        if let Some(line) = self.seen.iter().find(|line| line.contains(needle)) {
+            return line.clone();
+        }
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(std::time::Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    let found = line.contains(needle);
+                    self.seen.push(line.clone());
+                    if found {
+                        return line;
+                    }
+                }
+                Err(_) => panic!("no line with {needle:?}; the chat printed {:#?}", self.seen),
+            }
+        }
+    }
+
+    /// Closes stdin (Ctrl-D) and waits for the exit status.
+    fn finish(mut self) -> std::process::ExitStatus {
+        drop(self.child.stdin.take());
+        for _ in 0..300 {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let _ = self.child.kill();
+        panic!("clawcage chat did not exit within 15 s of the end of its input");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_terminals_attached_to_one_session_see_each_others_turns() {
+    let server =
+        LlmServer::start_routed(|body| answer(&format!("answer to {}", last_user_text(body))))
+            .await;
+    let setup = Setup::new(server.url());
+    // No --token: the gateway saves its token in the state directory, where chat finds it.
+    let gateway = Gateway::start(&setup, &["--sends-per-minute", "1000"]);
+    let session = "agent:main:cli:pair";
+    let mut left = RemoteChat::start(&setup.state, gateway.addr, &["--session", session]);
+    let mut right = RemoteChat::start(&setup.state, gateway.addr, &["--session", session]);
+    let header = left.wait_for("clawcage chat:");
+    assert!(header.contains("via the gateway"), "{header}");
+    assert!(header.contains(session), "{header}");
+    right.wait_for("clawcage chat:");
+
+    left.say("hello from the left");
+    left.wait_for("answer to hello from the left");
+    left.wait_for("tokens this turn");
+    right.wait_for("other> hello from the left");
+    right.wait_for("answer to hello from the left");
+
+    right.say("hello from the right");
+    right.wait_for("answer to hello from the right");
+    left.wait_for("other> hello from the right");
+    left.wait_for("answer to hello from the right");
+    // Its own message is not echoed back as another client's.
+    assert!(
+        !left
+            .seen
+            .iter()
+            .any(|line| line.contains("other> hello from the left")),
+        "{:#?}",
+        left.seen
+    );
+
+    // A third terminal attached later is told what the session holds.
+    let mut late = RemoteChat::start(&setup.state, gateway.addr, &["--session", session]);
+    late.wait_for("resuming session agent:main:cli:pair: 4 earlier messages");
+    // /queue is answered by the gateway, and runs no turn.
+    late.say("/queue followup");
+    late.wait_for("queue for this session: followup");
+    assert!(late.finish().success());
+    assert!(left.finish().success());
+    assert!(right.finish().success());
+    assert_eq!(server.requests().len(), 2);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_gateway_says_what_is_wrong_with_a_wrong_token_or_no_gateway() {
+    let server = LlmServer::start(vec![]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let run = |command: &mut Command| {
+        let output = command.stdin(Stdio::null()).output().unwrap();
+        (
+            output.status.code(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    // A wrong token: a configuration error (exit 2) that says what to pass.
+    let (code, stderr) = run(&mut RemoteChat::command(
+        &setup.state,
+        gateway.addr,
+        &["--token", "wrong-token-0123456789"],
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("refused the token"), "{stderr}");
+    assert!(stderr.contains("--token"), "{stderr}");
+    // No token given and none saved (this gateway was started with --token).
+    let (code, stderr) = run(&mut RemoteChat::command(&setup.state, gateway.addr, &[]));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(stderr.contains("no gateway token"), "{stderr}");
+    // A session key the gateway would refuse is refused before connecting.
+    let (code, stderr) = run(&mut RemoteChat::command(
+        &setup.state,
+        gateway.addr,
+        &["--token", TOKEN, "--session", "../../etc/passwd"],
+    ));
+    assert_eq!(code, Some(2), "{stderr}");
+    assert!(
+        stderr.contains("agent:<agentId>:<channel>:<peer>"),
+        "{stderr}"
+    );
+    // Nothing listens: the task cannot be done (exit 1), and the message says how to start one.
+    let free = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let nobody = free.local_addr().unwrap();
+    drop(free);
+    let (code, stderr) = run(&mut RemoteChat::command(
+        &setup.state,
+        nobody,
+        &["--token", TOKEN],
+    ));
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(stderr.contains("no gateway answers"), "{stderr}");
+    assert!(stderr.contains("clawcage gateway"), "{stderr}");
+    // Not a WebSocket URL.
+    let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .arg("--state-dir")
+        .arg(&setup.state)
+        .args(["chat", "--gateway", "wss://example.org", "--token", TOKEN])
+        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(output.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&output.stderr).contains("ssh -L"));
+}

@@ -6,6 +6,7 @@
 //! logic. Its own crate because only it needs the WebSocket stack.
 
 mod auth;
+pub mod client;
 mod connection;
 mod http;
 pub mod hub;
@@ -28,6 +29,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{Token, is_loopback_host};
+pub use client::{Client, ClientError};
 pub use hub::{GatewayParts, Hub};
 pub use keys::{check_key, is_gateway_key};
 
@@ -219,6 +221,27 @@ pub struct GatewayArgs {
 pub enum GatewayCommand {
     /// Say whether a gateway runs on this state directory, and where (exit 1 when none does).
     Status,
+}
+
+/// The token a gateway on `state_dir` generated (`<state-dir>/gateway/token`), for clients on
+/// the same machine. Says what to do when there is none.
+pub fn saved_token(state_dir: &Path) -> Result<String, Error> {
+    let file = state_dir.join("gateway").join("token");
+    match std::fs::read_to_string(&file) {
+        Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
+        Ok(_) => Err(Error::Usage(format!(
+            "the gateway token file {} is empty; pass --token",
+            file.display()
+        ))),
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Err(Error::Usage(format!(
+            "no gateway token in {}: pass --token (the one the gateway was started with), or use the --state-dir of the gateway, which saves its token there on its first start",
+            file.display()
+        ))),
+        Err(error) => Err(Error::Usage(format!(
+            "cannot read the gateway token {}: {error}; pass --token",
+            file.display()
+        ))),
+    }
 }
 
 /// What a running gateway writes into `<state-dir>/gateway/gateway.json`.
