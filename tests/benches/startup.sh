@@ -18,26 +18,27 @@ seq 1 100 | sed 's/^/line of the start-up benchmark file /' > "$scratch/workspac
 cd "$scratch/workspace"
 export CLAWCAGE_STATE_DIR="$scratch/state"
 
-commands=(
-  "cat notes.txt"
-  "$bin call read_file {\"path\":\"notes.txt\"}"
-  "$bin tools"
-  "$bin call exec {\"command\":\"echo hi\"}"
-)
 labels=("cat" "clawcage call read_file" "clawcage tools" "clawcage call exec echo hi")
+# One function per command, so that arguments with spaces stay whole.
+run_command() {
+  case $1 in
+    0) cat notes.txt ;;
+    1) "$bin" call read_file '{"path":"notes.txt"}' ;;
+    2) "$bin" tools ;;
+    3) "$bin" call exec '{"command":"echo hi"}' ;;
+  esac
+}
 
 # Warm: the first start compiles the components and records what they offer.
-for command in "${commands[@]}"; do
-  read -r -a argv <<< "$command"
-  "${argv[@]}" > /dev/null
+for index in "${!labels[@]}"; do
+  run_command "$index" > /dev/null
 done
 
 declare -A samples
 for ((run = 0; run < runs; run++)); do
-  for index in "${!commands[@]}"; do
-    read -r -a argv <<< "${commands[$index]}"
+  for index in "${!labels[@]}"; do
     start=$(date +%s%N)
-    "${argv[@]}" > /dev/null
+    run_command "$index" > /dev/null
     end=$(date +%s%N)
     samples[$index]+="$(( (end - start) / 1000 )) "
   done
@@ -50,7 +51,7 @@ maximum() { tr ' ' '\n' | grep -v '^$' | sort -n | tail -1; }
 echo "== whole-process start-up, warm cache, $runs runs each (load: $(cut -d' ' -f1-3 /proc/loadavg))"
 base=$(echo "${samples[0]}" | median)
 printf "%-28s %10s %10s %10s %8s\n" "command" "median" "min" "max" "vs cat"
-for index in "${!commands[@]}"; do
+for index in "${!labels[@]}"; do
   values=${samples[$index]}
   awk -v label="${labels[$index]}" -v med="$(echo "$values" | median)" \
     -v low="$(echo "$values" | minimum)" -v high="$(echo "$values" | maximum)" -v base="$base" \
