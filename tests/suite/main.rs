@@ -17,6 +17,7 @@ mod exec_attacks;
 mod file_attacks;
 mod file_tools;
 mod guest_units;
+mod long_sessions;
 mod misbehaving;
 mod plugins;
 mod providers;

@@ -66,6 +66,7 @@ impl Provider for GateProvider {
                 usage: Usage {
                     input_tokens: 1,
                     output_tokens: 1,
+                    ..Usage::default()
                 },
                 answered_by: "test/gate".into(),
                 malformed: vec![],
@@ -132,7 +133,8 @@ async fn sessions_run_in_parallel_and_turns_within_one_stay_in_order() {
         sessions.usage("session-a"),
         Usage {
             input_tokens: 3,
-            output_tokens: 3
+            output_tokens: 3,
+            ..Usage::default()
         }
     );
     // Each session's history holds only its own turns: A3's request saw A1..A3 and B's saw B's.
@@ -225,7 +227,8 @@ async fn the_transcript_survives_a_restart() {
         sessions.usage("cli:main"),
         Usage {
             input_tokens: 300,
-            output_tokens: 60
+            output_tokens: 60,
+            ..Usage::default()
         }
     );
 }

@@ -367,6 +367,26 @@ impl Body for ChannelBody {
     }
 }
 
+/// `reply` (a JSON reply) with its body's `usage` replaced by `usage`.
+fn with_usage(reply: Reply, usage: Value) -> Reply {
+    match reply {
+        Reply::Json {
+            status,
+            headers,
+            body,
+        } => {
+            let mut value: Value = serde_json::from_str(&body).unwrap_or(Value::Null);
+            value["usage"] = usage;
+            Reply::Json {
+                status,
+                headers,
+                body: value.to_string(),
+            }
+        }
+        other => other,
+    }
+}
+
 /// Replies in the Anthropic Messages API format.
 pub mod anthropic {
     use serde_json::{Value, json};
@@ -422,6 +442,12 @@ pub mod anthropic {
             "stop_sequence": null,
             "usage": {"input_tokens": 100, "output_tokens": 20},
         }))
+    }
+
+    /// [`message`] reporting `usage` (e.g. with `cache_read_input_tokens`) instead of the
+    /// default 100 in / 20 out.
+    pub fn message_with_usage(blocks: &[Block], usage: Value) -> Reply {
+        super::with_usage(message(blocks), usage)
     }
 
     /// The same message as a server-sent-event stream, in chunks of `chunk` bytes, with the
@@ -509,6 +535,16 @@ pub mod openai {
             "choices": [{"index": 0, "message": message, "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}],
             "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
         }))
+    }
+
+    /// [`message`] reporting `usage` (e.g. with `prompt_tokens_details.cached_tokens`) instead
+    /// of the default 50 in / 10 out.
+    pub fn message_with_usage(
+        text: Option<&str>,
+        calls: &[(&str, &str, &str)],
+        usage: Value,
+    ) -> Reply {
+        super::with_usage(message(text, calls), usage)
     }
 
     /// The same as a stream of `data:` chunks ending in `[DONE]`.

@@ -5,7 +5,12 @@
 //! failure is not a guard: it goes back to the model as an error result (`is_error: true`), and
 //! the model decides what to do next. A turn run with [`Steering`] takes in messages that arrive
 //! while it runs, at safe points: before each tool call (the calls of that reply not yet started
-//! are skipped, each with a result saying why) and before the next model call.
+//! are skipped, each with a result saying why) and before the next model call. An agent given a
+//! [`ContextPolicy`] keeps every request inside the model's context window: before each model
+//! call it estimates the request, compacts the history once it passes the threshold, cuts a
+//! single oversized tool result for the request, and refuses with a clear message what still
+//! does not fit; a provider that refuses a request as too long gets exactly one compaction and
+//! one retry. A turn given an [`Allowance`] stops when its tokens are spent.
 
 use std::sync::Arc;
 
@@ -13,6 +18,13 @@ use clawcage_core::{ChatMessage, ContentBlock, Role, ToolCall, ToolError, Usage}
 
 use crate::ToolRegistry;
 use crate::audit::{AuditLog, AuditedRegistry};
+use crate::compaction::{
+    Compaction, CompactionReason, Journaled, SUMMARY_SYSTEM_PROMPT, apply_compaction,
+    bounded_summary, find_cut, messages_tokens, summary_request,
+};
+use crate::context::{
+    BYTES_PER_TOKEN, ContextPolicy, TokenEstimator, raw_request_tokens, trim_oversized_results,
+};
 use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents};
 use crate::session::current_session_key;
 use crate::transcript::push_message;
@@ -94,6 +106,11 @@ pub trait TurnObserver: ProviderEvents {
     fn tool_finished(&self, _call: &ToolCall, _verdict: &Verdict, _output: &str) {}
     /// Something the operator should know (a repaired tool call, a stop).
     fn note(&self, _text: &str) {}
+    /// The history was compacted: older messages replaced by a summary. By default a note
+    /// (so every front end that shows notes shows it).
+    fn compacted(&self, compaction: &Compaction) {
+        self.note(&compaction.describe());
+    }
 }
 
 impl TurnObserver for NoEvents {}
@@ -117,6 +134,15 @@ impl Steering for NoSteering {
 
 /// The result of a tool call skipped because a message arrived.
 pub const SKIPPED_FOR_NEW_MESSAGE: &str = "not run: skipped because a new message from the user arrived before this call started; the message follows these results, so decide again with it in mind";
+
+/// The tokens a turn may use before it stops (what is left of a budget).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Allowance {
+    /// Tokens (prompt and output) the turn may use.
+    pub tokens: u64,
+    /// What the turn says when it stops for them.
+    pub exhausted: String,
+}
 
 /// Why a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -166,6 +192,12 @@ pub enum AgentError {
     /// message in `interrupt` mode).
     #[error("{0}")]
     Dropped(crate::session::DropReason),
+    /// The request does not fit the model's context window, even after compacting.
+    #[error("{0}")]
+    ContextFull(String),
+    /// A token budget is spent.
+    #[error("{0}")]
+    Budget(String),
     /// The transcript could not be written.
     #[error(
         "cannot write the transcript {path}: {message}; check the --state-dir permissions and free space"
@@ -187,6 +219,17 @@ pub struct AgentLoop {
     /// The same tools as every call goes through them: recorded in the audit log when one is
     /// configured, results scrubbed of the host's secrets.
     audited: AuditedRegistry,
+    /// How requests are kept inside the model's window (`None`: they are sent as they are).
+    context: Option<Arc<ContextState>>,
+}
+
+/// An agent's context policy and what it learned about the model's tokens.
+#[derive(Debug)]
+struct ContextState {
+    policy: ContextPolicy,
+    estimator: TokenEstimator,
+    /// The size of the tool definitions as JSON.
+    tools_bytes: usize,
 }
 
 impl AgentLoop {
@@ -197,7 +240,181 @@ impl AgentLoop {
             provider,
             tools,
             config,
+            context: None,
         }
+    }
+
+    /// This agent keeping every request inside the window `policy` describes: compaction at
+    /// its threshold, oversized tool results cut, the fit check before each model call, and
+    /// one compaction and retry when the provider still finds a request too long.
+    pub fn with_context(mut self, policy: ContextPolicy) -> Self {
+        let tools_bytes =
+            serde_json::to_string(&self.tools.anthropic_definitions()).map_or(0, |text| text.len());
+        self.context = Some(Arc::new(ContextState {
+            policy,
+            estimator: TokenEstimator::new(),
+            tools_bytes,
+        }));
+        self
+    }
+
+    /// The context policy, when one is set.
+    pub fn context_policy(&self) -> Option<&ContextPolicy> {
+        self.context.as_ref().map(|context| &context.policy)
+    }
+
+    /// The estimated prompt tokens of a request on `history` (system prompt and tools
+    /// included, oversized tool results counted as cut); `None` without a context policy.
+    pub fn estimate(&self, history: &[ChatMessage]) -> Option<u64> {
+        let context = self.context.as_ref()?;
+        let view = trim_oversized_results(history, self.max_result_chars(context));
+        Some(
+            context
+                .estimator
+                .request(&self.config.system_prompt, context.tools_bytes, &view),
+        )
+    }
+
+    fn max_result_chars(&self, context: &ContextState) -> usize {
+        (context.policy.max_tool_result() as f64 * BYTES_PER_TOKEN as f64
+            / context.estimator.factor().max(0.1)) as usize
+    }
+
+    /// Compact `history` now (`/compact`): the older messages are summarised by the model and
+    /// about the newest half, at most what a compaction at the threshold keeps, stays as it
+    /// is. `Ok(None)` when there is nothing to compact; a turn's journal gets the record.
+    pub async fn compact(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        observer: &dyn TurnObserver,
+        journal: &mut Vec<Journaled>,
+    ) -> Result<Option<Compaction>, AgentError> {
+        let Some(context) = self.context.clone() else {
+            return Err(AgentError::History(
+                "this agent has no context policy, so it cannot compact".to_string(),
+            ));
+        };
+        let total = messages_tokens(history, &context.estimator);
+        let keep = context.policy.keep_recent().min(total / 2);
+        self.compact_with(
+            &context,
+            history,
+            observer,
+            journal,
+            CompactionReason::Requested,
+            keep,
+        )
+        .await
+    }
+
+    async fn compact_with(
+        &self,
+        context: &ContextState,
+        history: &mut Vec<ChatMessage>,
+        observer: &dyn TurnObserver,
+        journal: &mut Vec<Journaled>,
+        reason: CompactionReason,
+        keep: u64,
+    ) -> Result<Option<Compaction>, AgentError> {
+        let Some(cut) = find_cut(history, &context.estimator, keep) else {
+            return Ok(None);
+        };
+        let tokens_before = self.estimate(history).unwrap_or(0);
+        let room = context
+            .policy
+            .prompt_room()
+            .saturating_sub(context.estimator.correct(raw_request_tokens(
+                SUMMARY_SYSTEM_PROMPT,
+                0,
+                &[],
+            )))
+            .saturating_sub(context.policy.max_summary());
+        let older = trim_oversized_results(&history[..cut], self.max_result_chars(context));
+        let request_message = summary_request(&older, &context.estimator, room);
+        let no_tools = ToolRegistry::new();
+        let request = ChatRequest {
+            system: SUMMARY_SYSTEM_PROMPT,
+            messages: std::slice::from_ref(&request_message),
+            tools: &no_tools,
+            stream: false,
+        };
+        let response = self.provider.complete(request, &NoEvents).await?;
+        let text = ChatMessage {
+            role: Role::Assistant,
+            content: response.content,
+        }
+        .text();
+        if text.trim().is_empty() {
+            return Err(AgentError::Provider(ProviderError::Protocol {
+                provider: response.answered_by,
+                message: "the model answered the summary request with no text".to_string(),
+            }));
+        }
+        let summary = bounded_summary(&text, &context.policy);
+        let kept = history.len() - cut;
+        apply_compaction(history, cut, &summary);
+        let compaction = Compaction {
+            reason,
+            summary,
+            summarised: cut,
+            kept,
+            tokens_before,
+            tokens_after: self.estimate(history).unwrap_or(0),
+            usage: response.usage,
+        };
+        observer.compacted(&compaction);
+        journal.push(Journaled::Used(compaction.usage));
+        journal.push(Journaled::Compacted(compaction.clone()));
+        Ok(Some(compaction))
+    }
+
+    /// Before a model call: compact at the threshold (unless that already proved futile this
+    /// turn), then check that the request fits the window.
+    async fn fit(
+        &self,
+        context: &ContextState,
+        history: &mut Vec<ChatMessage>,
+        observer: &dyn TurnObserver,
+        journal: &mut Vec<Journaled>,
+        usage: &mut Usage,
+        futile: &mut bool,
+    ) -> Result<(), AgentError> {
+        let policy = &context.policy;
+        let estimate = self.estimate(history).unwrap_or(0);
+        if estimate > policy.compact_at() && !*futile {
+            let keep = policy.keep_recent();
+            match self
+                .compact_with(
+                    context,
+                    history,
+                    observer,
+                    journal,
+                    CompactionReason::Threshold,
+                    keep,
+                )
+                .await
+            {
+                Ok(Some(compaction)) => {
+                    usage.add(compaction.usage);
+                    *futile = compaction.tokens_after > policy.compact_at();
+                }
+                Ok(None) => *futile = true,
+                Err(error) => {
+                    observer.note(&format!("the history could not be compacted: {error}"));
+                    *futile = true;
+                }
+            }
+        }
+        let estimate = self.estimate(history).unwrap_or(0);
+        if estimate > policy.prompt_room() {
+            return Err(AgentError::ContextFull(format!(
+                "the conversation needs about {estimate} tokens, more than the {} that {}'s {}-token context window leaves beside the reply; nothing older is left to compact. Send a shorter message, /reset the session, or set [models.\"MODEL\"] context_window if the model's window is larger",
+                policy.prompt_room(),
+                self.provider.label(),
+                policy.window
+            )));
+        }
+        Ok(())
     }
 
     /// This agent with every tool call recorded in `log` under the session whose turn makes it
@@ -256,6 +473,21 @@ impl AgentLoop {
         observer: &dyn TurnObserver,
         steering: &dyn Steering,
     ) -> Result<TurnOutcome, AgentError> {
+        self.run_turn_journaled(history, observer, steering, &mut Vec::new(), None)
+            .await
+    }
+
+    /// [`AgentLoop::run_turn_steered`], recording in `journal` every message appended and every
+    /// compaction, in order (what a transcript writes), and stopping with
+    /// [`AgentError::Budget`] before a model call once `allowance` is spent.
+    pub async fn run_turn_journaled(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        observer: &dyn TurnObserver,
+        steering: &dyn Steering,
+        journal: &mut Vec<Journaled>,
+        allowance: Option<Allowance>,
+    ) -> Result<TurnOutcome, AgentError> {
         match history.last() {
             Some(message) if message.role == Role::User => {}
             _ => {
@@ -267,15 +499,19 @@ impl AgentLoop {
         let mut usage = Usage::default();
         let mut repeats = RepeatTracker::new(self.config.repeat_limit);
         let max_iterations = self.config.max_iterations.max(1);
+        let mut futile = false;
         for iteration in 1..=max_iterations {
-            let request = ChatRequest {
-                system: &self.config.system_prompt,
-                messages: history,
-                tools: &self.tools,
-                stream: self.config.stream,
-            };
-            let response = self.provider.complete(request, observer).await?;
+            if let Some(allowance) = &allowance
+                && usage.total() >= allowance.tokens
+            {
+                observer.note(&allowance.exhausted);
+                return Err(AgentError::Budget(allowance.exhausted.clone()));
+            }
+            let response = self
+                .complete(history, observer, journal, &mut usage, &mut futile)
+                .await?;
             usage.add(response.usage);
+            journal.push(Journaled::Used(response.usage));
             for repair in &response.repairs {
                 observer.note(&format!("repaired a tool call's arguments ({repair})"));
             }
@@ -292,6 +528,7 @@ impl AgentLoop {
                 })
                 .collect();
             let text = assistant.text();
+            journal.push(Journaled::Message(assistant.clone()));
             history.push(assistant);
             if calls.is_empty() {
                 return Ok(TurnOutcome {
@@ -365,10 +602,12 @@ impl AgentLoop {
                     is_error: verdict != Verdict::Ok,
                 });
             }
-            history.push(ChatMessage {
+            let results = ChatMessage {
                 role: Role::User,
                 content: results,
-            });
+            };
+            journal.push(Journaled::Message(results.clone()));
+            history.push(results);
 
             let end = match stop {
                 Some(end) => end,
@@ -382,7 +621,9 @@ impl AgentLoop {
                         } else {
                             "a new message arrived: the model sees it next".to_string()
                         });
-                        push_message(history, ChatMessage::user(text));
+                        let message = ChatMessage::user(text);
+                        journal.push(Journaled::Message(message.clone()));
+                        push_message(history, message);
                     }
                     continue;
                 }
@@ -409,6 +650,89 @@ impl AgentLoop {
         Err(AgentError::History(
             "the turn ended without an answer".to_string(),
         ))
+    }
+}
+
+impl AgentLoop {
+    /// One model call on `history`: fitted to the window first when there is a context
+    /// policy; a refusal as too long gets one compaction and one retry, never more.
+    async fn complete(
+        &self,
+        history: &mut Vec<ChatMessage>,
+        observer: &dyn TurnObserver,
+        journal: &mut Vec<Journaled>,
+        usage: &mut Usage,
+        futile: &mut bool,
+    ) -> Result<crate::provider::ChatResponse, AgentError> {
+        let Some(context) = self.context.clone() else {
+            let request = ChatRequest {
+                system: &self.config.system_prompt,
+                messages: history,
+                tools: &self.tools,
+                stream: self.config.stream,
+            };
+            return Ok(self.provider.complete(request, observer).await?);
+        };
+        let mut retried = false;
+        loop {
+            self.fit(&context, history, observer, journal, usage, futile)
+                .await?;
+            let (result, raw) = {
+                let view = trim_oversized_results(history, self.max_result_chars(&context));
+                let raw =
+                    raw_request_tokens(&self.config.system_prompt, context.tools_bytes, &view);
+                let request = ChatRequest {
+                    system: &self.config.system_prompt,
+                    messages: &view,
+                    tools: &self.tools,
+                    stream: self.config.stream,
+                };
+                (self.provider.complete(request, observer).await, raw)
+            };
+            let error = match result {
+                Ok(response) => {
+                    context
+                        .estimator
+                        .calibrate(raw, response.usage.prompt_tokens());
+                    return Ok(response);
+                }
+                Err(error) if error.is_context_overflow() => error,
+                Err(error) => return Err(error.into()),
+            };
+            let still = |why: &str| {
+                AgentError::ContextFull(format!(
+                    "{} refused the request as too long for its context window ({error}); {why}. Send a shorter message, /reset the session, or set [models.\"MODEL\"] context_window to the model's real window so clawcage compacts in time",
+                    self.provider.label()
+                ))
+            };
+            if retried {
+                return Err(still("it was compacted once and is still too long"));
+            }
+            retried = true;
+            observer.note(
+                "the provider found the conversation too long for its context window: compacting it and trying once more",
+            );
+            let keep = context.policy.keep_recent() / 2;
+            match self
+                .compact_with(
+                    &context,
+                    history,
+                    observer,
+                    journal,
+                    CompactionReason::Overflow,
+                    keep,
+                )
+                .await
+            {
+                Ok(Some(compaction)) => usage.add(compaction.usage),
+                Ok(None) => return Err(still("nothing older is left to compact")),
+                Err(compact_error) => {
+                    return Err(still(&format!("compacting it failed: {compact_error}")));
+                }
+            }
+            // The retry must not compact again at the threshold: it gets exactly one.
+            *futile = true;
+        }
     }
 }
 

@@ -14,6 +14,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::agent_loop::{AgentError, TurnEnd, TurnObserver, TurnOutcome, Verdict};
+use crate::compaction::Compaction;
 use crate::provider::ProviderEvents;
 use crate::transcript::now_ms;
 use clawcage_core::{ToolCall, Usage};
@@ -36,7 +37,7 @@ pub enum Stream {
     Assistant,
     /// A tool call started or ended (with its verdict).
     Tool,
-    /// The history was compacted (reserved: nothing compacts yet).
+    /// The history was compacted: older messages replaced by a summary.
     Compaction,
     /// A provider request failed and is retried, or the chain fails over.
     Error,
@@ -173,7 +174,31 @@ impl AgentEvent {
 }
 
 fn usage_json(usage: Usage) -> Value {
-    json!({"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens})
+    let mut value = json!({"inputTokens": usage.input_tokens, "outputTokens": usage.output_tokens});
+    // Only where a cache was used, so the shape of a plain run's usage is unchanged.
+    if usage.cache_read_tokens > 0 || usage.cache_write_tokens > 0 {
+        value["cacheReadTokens"] = json!(usage.cache_read_tokens);
+        value["cacheWriteTokens"] = json!(usage.cache_write_tokens);
+    }
+    value
+}
+
+/// The `compaction` event's data: why, how much was summarised and kept, the estimated
+/// tokens before and after, the summary (cut to [`TOOL_OUTPUT_EXCERPT_CHARS`]) and what the
+/// summary cost.
+pub fn compaction_json(compaction: &Compaction) -> Value {
+    let (summary, truncated) = excerpt(&compaction.summary, TOOL_OUTPUT_EXCERPT_CHARS);
+    json!({
+        "phase": "end",
+        "reason": compaction.reason.as_str(),
+        "summarisedMessages": compaction.summarised,
+        "keptMessages": compaction.kept,
+        "tokensBefore": compaction.tokens_before,
+        "tokensAfter": compaction.tokens_after,
+        "summary": summary,
+        "summaryTruncated": truncated,
+        "usage": usage_json(compaction.usage),
+    })
 }
 
 /// `text` cut to at most `max` characters, and whether it was cut.
@@ -305,6 +330,10 @@ impl TurnObserver for EventObserver {
     fn note(&self, text: &str) {
         self.emit(Stream::Lifecycle, json!({"phase": "note", "text": text}));
     }
+
+    fn compacted(&self, compaction: &Compaction) {
+        self.emit(Stream::Compaction, compaction_json(compaction));
+    }
 }
 
 /// What [`EventLog::read`] returns.
@@ -384,6 +413,35 @@ mod tests {
         assert_eq!(
             end["output"].as_str().map(|s| s.len()),
             Some(TOOL_OUTPUT_EXCERPT_CHARS)
+        );
+    }
+
+    #[test]
+    fn a_compaction_is_an_event_on_its_own_stream() {
+        let (observer, mut events) = EventObserver::channel("s", "r");
+        observer.compacted(&Compaction {
+            reason: crate::compaction::CompactionReason::Threshold,
+            summary: "the user wants a report".into(),
+            summarised: 12,
+            kept: 4,
+            tokens_before: 150_000,
+            tokens_after: 30_000,
+            usage: Usage {
+                input_tokens: 100,
+                output_tokens: 20,
+                ..Usage::default()
+            },
+        });
+        let event = events.try_recv().ok();
+        assert_eq!(event.as_ref().map(|e| e.stream), Some(Stream::Compaction));
+        assert_eq!(
+            event.map(|e| e.data),
+            Some(json!({
+                "phase": "end", "reason": "threshold", "summarisedMessages": 12, "keptMessages": 4,
+                "tokensBefore": 150_000, "tokensAfter": 30_000,
+                "summary": "the user wants a report", "summaryTruncated": false,
+                "usage": {"inputTokens": 100, "outputTokens": 20},
+            }))
         );
     }
 

@@ -9,9 +9,13 @@
 
 pub mod agent_loop;
 pub mod audit;
+pub mod budget;
 pub mod bus;
+pub mod compaction;
+pub mod context;
 pub mod cron;
 pub mod events;
+pub mod memory;
 pub mod message_tool;
 pub mod provider;
 pub mod registry;
@@ -20,10 +24,13 @@ pub mod subagent;
 pub mod transcript;
 
 pub use agent_loop::{
-    AgentConfig, AgentError, AgentLoop, TurnEnd, TurnObserver, TurnOutcome, Verdict,
+    AgentConfig, AgentError, AgentLoop, Allowance, TurnEnd, TurnObserver, TurnOutcome, Verdict,
 };
 pub use audit::{AuditLog, AuditRecord, AuditedRegistry};
+pub use budget::{Budget, BudgetConfig};
 pub use bus::{BusError, Delivery, MessageBus, Subscription};
+pub use compaction::{Compaction, CompactionReason, Journaled};
+pub use context::{ContextPolicy, TokenEstimator, context_window};
 pub use cron::{CronOptions, CronService};
 pub use message_tool::{MessageTool, OutboundMessage, SendCallback};
 pub use provider::{Provider, ProviderError, ProviderEvents};

@@ -7,7 +7,10 @@
 //! the running turn; a cap with a drop policy bounds the queue, and every submission learns at
 //! once what became of it ([`Admission`]). The lane loads its history from the transcript when it
 //! starts, appends each turn's messages to it when the turn ends (also when the turn failed or was
-//! stopped, so nothing is lost), and keeps the history within the configured limit.
+//! stopped, so nothing is lost), and keeps the history within the configured limit. A
+//! compaction, during a turn or asked for with [`Sessions::compact`], is written to the
+//! transcript where it happened. With a [`Budget`] each turn gets what the session and the day
+//! may still use, a turn on a spent budget is refused, and crossing 80 % is said.
 
 pub mod queue;
 
@@ -17,8 +20,10 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use clawcage_core::{ChatMessage, InboundMessage, Usage};
 use tokio::sync::{oneshot, watch};
 
-use crate::agent_loop::{AgentError, AgentLoop, Steering, TurnObserver, TurnOutcome};
+use crate::agent_loop::{AgentError, AgentLoop, Steering, TurnEnd, TurnObserver, TurnOutcome};
+use crate::budget::Budget;
 use crate::bus::Subscription;
+use crate::compaction::Journaled;
 use crate::transcript::{Entry, TranscriptStore, now_ms, push_message, trim_history};
 
 pub use queue::{
@@ -66,6 +71,8 @@ pub enum LaneInput {
     Notification(InboundMessage),
     /// Clear the history (recorded in the transcript).
     Reset,
+    /// Compact the history now (`/compact`; recorded in the transcript).
+    Compact,
 }
 
 type LaneReply = Result<Option<TurnOutcome>, AgentError>;
@@ -121,6 +128,7 @@ struct Shared {
     /// Per session, per ticket. Locked before the queue, never the other way round.
     waiters: Mutex<HashMap<String, HashMap<u64, Waiter>>>,
     listener: Mutex<Option<QueueListener>>,
+    budget: std::sync::OnceLock<Arc<Budget>>,
 }
 
 impl Shared {
@@ -255,6 +263,7 @@ impl Sessions {
                     config: queue,
                     waiters: Mutex::new(HashMap::new()),
                     listener: Mutex::new(None),
+                    budget: std::sync::OnceLock::new(),
                 }),
                 lanes: Mutex::new(HashMap::new()),
                 open: watch::Sender::new(true),
@@ -265,6 +274,31 @@ impl Sessions {
     /// The agent.
     pub fn agent(&self) -> &AgentLoop {
         &self.inner.shared.agent
+    }
+
+    /// Hold every session's turns to `budget` (set once; a later call is ignored and returns
+    /// false).
+    pub fn set_budget(&self, budget: Arc<Budget>) -> bool {
+        self.inner.shared.budget.set(budget).is_ok()
+    }
+
+    /// The budget, when one is set.
+    pub fn budget(&self) -> Option<&Arc<Budget>> {
+        self.inner.shared.budget.get()
+    }
+
+    /// Compact session `key`'s history now, after the turns queued before; returns what to
+    /// tell the user (what was summarised, or why nothing was).
+    pub async fn compact(
+        &self,
+        key: &str,
+        observer: Arc<dyn TurnObserver>,
+    ) -> Result<String, AgentError> {
+        let outcome = self
+            .submit(key, LaneInput::Compact, observer)
+            .wait()
+            .await?;
+        Ok(outcome.map(|outcome| outcome.text).unwrap_or_default())
     }
 
     /// Hear every change of every session's queue (replaces an earlier listener). The listener
@@ -292,6 +326,7 @@ impl Sessions {
             LaneInput::FromChannel { text, origin } => QueuedJob::User { text, origin },
             LaneInput::Notification(message) => QueuedJob::Notification { message },
             LaneInput::Reset => QueuedJob::Reset,
+            LaneInput::Compact => QueuedJob::Compact,
         };
         let (reply, receiver) = oneshot::channel();
         let admitted = {
@@ -446,6 +481,46 @@ impl Sessions {
             .unwrap_or_default()
     }
 
+    /// What session `key` has used, for `/usage`: tokens in (the whole prompt), out, read from
+    /// and written to the prompt cache, the cache hit ratio, and each budget with its share.
+    pub fn usage_report(&self, key: &str) -> String {
+        let usage = self.usage(key);
+        let mut lines = vec![format!(
+            "tokens since the last reset: {} in, {} out; cache: {} read, {} written ({:.0}% of the input read from the cache)",
+            usage.prompt_tokens(),
+            usage.output_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_tokens,
+            usage.cache_hit_ratio() * 100.0
+        )];
+        if let Some(policy) = self.agent().context_policy() {
+            lines.push(format!(
+                "context window: {} tokens; the history is compacted past {:.0}% ({} tokens)",
+                policy.window,
+                policy.compact_threshold * 100.0,
+                policy.compact_at()
+            ));
+        }
+        if let Some(budget) = self.budget() {
+            let limits = budget.config();
+            if let Some(limit) = limits.session_tokens {
+                lines.push(format!(
+                    "session budget: {} of {limit} tokens ({:.0}%)",
+                    usage.total(),
+                    usage.total() as f64 * 100.0 / limit as f64
+                ));
+            }
+            if let Some(limit) = limits.daily_tokens {
+                let used = budget.used_today();
+                lines.push(format!(
+                    "today's budget: {used} of {limit} tokens ({:.0}%)",
+                    used as f64 * 100.0 / limit as f64
+                ));
+            }
+        }
+        lines.join("\n")
+    }
+
     /// Deliver every message of `subscription` to the lane of its `session_key` as a
     /// notification, in a task that runs until the subscription ends; `done` hears each
     /// outcome (the REPL prints it).
@@ -551,6 +626,10 @@ async fn run_job(shared: &Shared, key: &str, history: &mut Vec<ChatMessage>, job
                 .await
                 .map(|()| None)
         }
+        LaneWork::Compact => {
+            let observer = shared.observer_of(key, tickets.first().copied());
+            compact_now(shared, key, history, observer.as_ref()).await
+        }
         LaneWork::Turn { text } => {
             let observer = shared.observer_of(key, tickets.first().copied());
             let steering = LaneSteering {
@@ -604,6 +683,59 @@ async fn stop_requested(queue: &dyn LaneQueue, key: &str) -> StopCause {
     }
 }
 
+async fn compact_now(
+    shared: &Shared,
+    key: &str,
+    history: &mut Vec<ChatMessage>,
+    observer: &dyn TurnObserver,
+) -> LaneReply {
+    let mut journal = Vec::new();
+    let compacted = CURRENT_SESSION
+        .scope(
+            key.to_string(),
+            shared.agent.compact(history, observer, &mut journal),
+        )
+        .await?;
+    let Some(compaction) = compacted else {
+        return Ok(Some(TurnOutcome {
+            text: "nothing to compact: the history is too short".to_string(),
+            end: TurnEnd::Answered,
+            usage: Usage::default(),
+            iterations: 0,
+            answered_by: String::new(),
+        }));
+    };
+    let before = session_usage(shared, key);
+    lock(&shared.usage)
+        .entry(key.to_string())
+        .or_default()
+        .add(compaction.usage);
+    if let Some(budget) = shared.budget.get() {
+        for notice in budget.record(before, compaction.usage.total()) {
+            observer.note(&notice);
+        }
+    }
+    persist(
+        shared,
+        key,
+        vec![Entry::compaction(now_ms(), &compaction, true)],
+    )
+    .await?;
+    Ok(Some(TurnOutcome {
+        text: compaction.describe(),
+        end: TurnEnd::Answered,
+        usage: compaction.usage,
+        iterations: 1,
+        answered_by: shared.agent.provider().label(),
+    }))
+}
+
+fn session_usage(shared: &Shared, key: &str) -> u64 {
+    lock(&shared.usage)
+        .get(key)
+        .map_or(0, |usage| usage.total())
+}
+
 async fn run_one(
     shared: &Shared,
     key: &str,
@@ -612,13 +744,24 @@ async fn run_one(
     observer: &dyn TurnObserver,
     steering: &dyn Steering,
 ) -> LaneReply {
+    let before = session_usage(shared, key);
+    let allowance = match shared.budget.get().map(|budget| budget.allowance(before)) {
+        Some(Err(spent)) => {
+            observer.note(&spent);
+            return Err(AgentError::Budget(spent));
+        }
+        Some(Ok(allowance)) => allowance,
+        None => None,
+    };
     let input = ChatMessage::user(text);
     push_message(history, input.clone());
-    let start = history.len();
+    let mut journal = Vec::new();
     let (result, stopped) = {
         let turn = CURRENT_SESSION.scope(
             key.to_string(),
-            shared.agent.run_turn_steered(history, observer, steering),
+            shared
+                .agent
+                .run_turn_journaled(history, observer, steering, &mut journal, allowance),
         );
         tokio::select! {
             result = turn => (result, None),
@@ -626,8 +769,10 @@ async fn run_one(
         }
     };
     with_state(shared.queue.as_ref(), key, |state| state.turn_answered());
-    if let Some(cause) = stopped {
-        answer_dangling_calls(history, cause.dangling_call_result());
+    if let Some(cause) = stopped
+        && let Some(answers) = answer_dangling_calls(history, cause.dangling_call_result())
+    {
+        journal.push(Journaled::Message(answers));
     }
 
     let mut entries = vec![Entry::Message {
@@ -635,13 +780,20 @@ async fn run_one(
         message: input,
     }];
     let at_ms = now_ms();
-    entries.extend(history[start..].iter().map(|message| Entry::Message {
-        at_ms,
-        message: message.clone(),
-    }));
-    let (usage, outcome) = match &result {
-        Ok(outcome) => (outcome.usage, outcome.answered_by.clone()),
-        Err(error) => (Usage::default(), format!("error: {error}")),
+    // What the turn used, also when it failed or was stopped part-way.
+    let mut usage = Usage::default();
+    for item in journal {
+        match item {
+            Journaled::Message(message) => entries.push(Entry::Message { at_ms, message }),
+            Journaled::Compacted(compaction) => {
+                entries.push(Entry::compaction(at_ms, &compaction, false));
+            }
+            Journaled::Used(used) => usage.add(used),
+        }
+    }
+    let outcome = match &result {
+        Ok(outcome) => outcome.answered_by.clone(),
+        Err(error) => format!("error: {error}"),
     };
     entries.push(Entry::Turn {
         at_ms,
@@ -652,6 +804,11 @@ async fn run_one(
         .entry(key.to_string())
         .or_default()
         .add(usage);
+    if let Some(budget) = shared.budget.get() {
+        for notice in budget.record(before, usage.total()) {
+            observer.note(&notice);
+        }
+    }
     trim_history(history, shared.history_limit);
 
     persist(shared, key, entries).await?;
@@ -679,13 +836,11 @@ async fn persist(shared: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), 
 }
 
 /// Give every tool call of the last assistant message that has no result a result saying
-/// `why`, so the history stays one a provider accepts.
-fn answer_dangling_calls(history: &mut Vec<ChatMessage>, why: &str) {
-    let Some(last) = history.last() else {
-        return;
-    };
+/// `why`, so the history stays one a provider accepts; returns the message of results added.
+fn answer_dangling_calls(history: &mut Vec<ChatMessage>, why: &str) -> Option<ChatMessage> {
+    let last = history.last()?;
     if last.role != clawcage_core::Role::Assistant {
-        return;
+        return None;
     }
     let results: Vec<clawcage_core::ContentBlock> = last
         .tool_uses()
@@ -695,10 +850,13 @@ fn answer_dangling_calls(history: &mut Vec<ChatMessage>, why: &str) {
             is_error: true,
         })
         .collect();
-    if !results.is_empty() {
-        history.push(ChatMessage {
-            role: clawcage_core::Role::User,
-            content: results,
-        });
+    if results.is_empty() {
+        return None;
     }
+    let answers = ChatMessage {
+        role: clawcage_core::Role::User,
+        content: results,
+    };
+    history.push(answers.clone());
+    Some(answers)
 }

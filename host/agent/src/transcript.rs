@@ -4,7 +4,9 @@
 //! its token usage, written and flushed together when the turn ends; `/reset` appends a `reset`
 //! line rather than deleting history. Loading replays the file from the last reset, keeps the
 //! newest messages up to the history limit, and skips lines it cannot read (a crash mid-write
-//! loses at most that line) with a warning.
+//! loses at most that line) with a warning. A `compaction` line records a summary that replaced
+//! the older messages: loading replays it the same way, so a resumed session gets the summary
+//! and the recent messages, while the file keeps every message.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
@@ -12,6 +14,8 @@ use std::path::{Path, PathBuf};
 
 use clawcage_core::{ChatMessage, Role, Usage};
 use serde::{Deserialize, Serialize};
+
+use crate::compaction::{Compaction, CompactionReason, apply_compaction};
 
 /// One line of a transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -38,6 +42,45 @@ pub enum Entry {
         /// Milliseconds since the Unix epoch.
         at_ms: u64,
     },
+    /// The history was compacted here: everything before its last `kept` messages is replaced
+    /// by `summary`.
+    Compaction {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+        /// Why: `threshold`, `overflow` or `requested`.
+        reason: CompactionReason,
+        /// The summary.
+        summary: String,
+        /// Messages replaced by it.
+        summarised: usize,
+        /// Messages kept after it.
+        kept: usize,
+        /// Tokens the summary cost when they are not part of a turn's (`/compact`).
+        #[serde(default, skip_serializing_if = "is_default_usage")]
+        usage: Usage,
+    },
+}
+
+fn is_default_usage(usage: &Usage) -> bool {
+    *usage == Usage::default()
+}
+
+impl Entry {
+    /// The line recording `compaction`; `own_usage` when its cost belongs to no turn.
+    pub fn compaction(at_ms: u64, compaction: &Compaction, own_usage: bool) -> Self {
+        Entry::Compaction {
+            at_ms,
+            reason: compaction.reason,
+            summary: compaction.summary.clone(),
+            summarised: compaction.summarised,
+            kept: compaction.kept,
+            usage: if own_usage {
+                compaction.usage
+            } else {
+                Usage::default()
+            },
+        }
+    }
 }
 
 /// A loaded session.
@@ -191,6 +234,16 @@ impl TranscriptStore {
                 Ok(Entry::Reset { .. }) => {
                     loaded.messages.clear();
                     loaded.usage = Usage::default();
+                }
+                Ok(Entry::Compaction {
+                    summary,
+                    kept,
+                    usage,
+                    ..
+                }) => {
+                    let cut = loaded.messages.len().saturating_sub(kept);
+                    apply_compaction(&mut loaded.messages, cut, &summary);
+                    loaded.usage.add(usage);
                 }
                 Err(error) => {
                     tracing::warn!(path = %path.display(), line = number + 1, "skipping an unreadable transcript line: {error}");

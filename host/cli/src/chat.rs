@@ -1,8 +1,9 @@
 //! `clawcage chat`: the REPL. Line editing and history (rustyline, history kept in the state
-//! directory), replies streamed as they arrive, each tool call shown with its verdict, and the
-//! commands `/help`, `/tools`, `/reset`, `/exit`. Notifications published on the bus's `system`
-//! channel enter the session through its lane like any input: while the prompt waits they are
-//! handled at once and printed above it; during a turn they queue behind it.
+//! directory), replies streamed as they arrive, each tool call shown with its verdict (and a line
+//! when the history is compacted), and the commands `/help`, `/tools`, `/reset`, `/compact`,
+//! `/usage`, `/queue`, `/exit`. Notifications published on the bus's `system` channel enter the
+//! session through its lane like any input: while the prompt waits they are handled at once and
+//! printed above it; during a turn they queue behind it.
 
 use std::sync::{Arc, Mutex};
 
@@ -19,6 +20,8 @@ const HELP: &str = "Type a request and press Enter. Commands:
   /help    this text
   /tools   the tools the agent may call, with what each may reach
   /reset   forget this session's history (the transcript keeps a reset mark)
+  /compact summarise the older part of the history now, to free the model's context window
+  /usage   tokens used in, out and from the prompt cache, the context window and the budgets
   /exit    leave (Ctrl-D works too)
 Ctrl-C while the agent works stops that turn; what it did so far is kept.";
 
@@ -144,6 +147,21 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 Ok(()) => outln!("  history cleared"),
                 Err(error) => outln!("  error: {error}"),
             },
+            "/compact" => {
+                // The outcome says what was compacted; the observer would say it a second time.
+                match sessions
+                    .compact(&key, Arc::new(clawcage_agent::provider::NoEvents))
+                    .await
+                {
+                    Ok(said) => outln!("  {said}"),
+                    Err(error) => outln!("  error: {error}"),
+                }
+            }
+            "/usage" => {
+                for line in sessions.usage_report(&key).lines() {
+                    outln!("  {line}");
+                }
+            }
             command if command.split_whitespace().next() == Some("/queue") => {
                 match sessions.queue_command(&key, command) {
                     Ok(said) => outln!("  {said}"),

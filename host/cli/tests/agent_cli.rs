@@ -159,6 +159,7 @@ async fn run_prints_the_final_answer_after_real_tool_calls() {
             "edit_file",
             "exec",
             "list_dir",
+            "memory",
             "message",
             "read_file",
             "spawn",
@@ -175,7 +176,7 @@ async fn run_prints_the_final_answer_after_real_tool_calls() {
     assert!(listing.contains("hello.txt"), "{listing}");
     assert_eq!(
         bodies[2]["messages"][4]["content"][0],
-        json!({"type": "tool_result", "tool_use_id": "t2", "content": "hello from the workspace\n"})
+        json!({"type": "tool_result", "tool_use_id": "t2", "content": "hello from the workspace\n", "cache_control": {"type": "ephemeral"}})
     );
 
     let transcript = std::fs::read_to_string(
@@ -533,7 +534,8 @@ async fn run_waits_for_its_sub_agents_and_children_cannot_write() {
     let dir = workspace();
     let state = private_state_dir();
     let server = LlmServer::start_routed(|body| {
-        let system = body["system"].as_str().unwrap_or_default();
+        // The system prompt is one text block marked for the prompt cache.
+        let system = body["system"][0]["text"].as_str().unwrap_or_default();
         let messages = body["messages"].as_array().unwrap();
         let last = messages.last().unwrap();
         let results: Vec<String> = last["content"]

@@ -107,13 +107,28 @@ impl ChatMessage {
     }
 }
 
-/// Tokens a provider counted for one or more requests.
+/// Tokens a provider counted for one or more requests. The prompt of a request is split the same
+/// way for every provider: `input_tokens` were read without the prompt cache,
+/// `cache_read_tokens` came from it and `cache_write_tokens` were written to it (Anthropic
+/// reports the three apart; an OpenAI-compatible server's `prompt_tokens` includes its
+/// `cached_tokens`, which are moved to `cache_read_tokens`). The whole prompt is their sum,
+/// [`Usage::prompt_tokens`].
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Tokens read (the prompt, history and tool definitions).
+    /// Prompt tokens read without the cache (the prompt, history and tool definitions).
     pub input_tokens: u64,
     /// Tokens generated.
     pub output_tokens: u64,
+    /// Prompt tokens read from the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_read_tokens: u64,
+    /// Prompt tokens written to the provider's prompt cache.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cache_write_tokens: u64,
+}
+
+fn is_zero(value: &u64) -> bool {
+    *value == 0
 }
 
 impl Usage {
@@ -121,6 +136,32 @@ impl Usage {
     pub fn add(&mut self, other: Usage) {
         self.input_tokens = self.input_tokens.saturating_add(other.input_tokens);
         self.output_tokens = self.output_tokens.saturating_add(other.output_tokens);
+        self.cache_read_tokens = self
+            .cache_read_tokens
+            .saturating_add(other.cache_read_tokens);
+        self.cache_write_tokens = self
+            .cache_write_tokens
+            .saturating_add(other.cache_write_tokens);
+    }
+
+    /// Every prompt token: read without the cache, read from it and written to it.
+    pub fn prompt_tokens(&self) -> u64 {
+        self.input_tokens
+            .saturating_add(self.cache_read_tokens)
+            .saturating_add(self.cache_write_tokens)
+    }
+
+    /// Prompt and output tokens together (what budgets count).
+    pub fn total(&self) -> u64 {
+        self.prompt_tokens().saturating_add(self.output_tokens)
+    }
+
+    /// The share of prompt tokens read from the cache, 0 to 1 (0 without any prompt).
+    pub fn cache_hit_ratio(&self) -> f64 {
+        match self.prompt_tokens() {
+            0 => 0.0,
+            prompt => self.cache_read_tokens as f64 / prompt as f64,
+        }
     }
 }
 

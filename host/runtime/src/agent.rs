@@ -1,16 +1,20 @@
 //! The agent a runtime composes: its registry plus the `message` tool, the provider chosen by
 //! the flags and `[provider]` (with retries and the fail-over chain), the loop, the sessions with
 //! transcripts in the state directory, and the sub-agents with their narrower tools — and
-//! [`Agent::run_task`], one task whose answer waits for the sub-agents it started.
+//! [`Agent::run_task`], one task whose answer waits for the sub-agents it started. For long
+//! sessions it adds the context policy of the chosen model (`[models]`, `[context]`), the
+//! budgets (`[budget]`), `MEMORY.md` in the system prompt and the `memory` tool.
 
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use clawcage_agent::memory::{MEMORY_FILE, MemoryTool, memory_prompt};
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::{
-    AgentError, AgentLoop, LaneInput, MessageBus, MessageTool, OutboundMessage, SendCallback,
-    Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnObserver, TurnOutcome,
+    AgentError, AgentLoop, Budget, LaneInput, MessageBus, MessageTool, OutboundMessage,
+    SendCallback, Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnObserver,
+    TurnOutcome,
 };
 use clawcage_core::BoxFuture;
 
@@ -103,6 +107,14 @@ impl Runtime {
             }
             None => None,
         };
+        if let (Some(read), Some(write)) = (tools.get("read_file"), tools.get("write_file")) {
+            let memory = MemoryTool::new(read.clone(), write.clone());
+            tools.register(Arc::new(memory)).map_err(failed)?;
+        }
+        if let Some(section) = self.memory_section() {
+            agent_config.system_prompt.push_str("\n\n");
+            agent_config.system_prompt.push_str(&section);
+        }
         let chosen = choose_provider(
             &self.provider,
             &config.provider,
@@ -121,9 +133,23 @@ impl Runtime {
                 manager.set_audit(log.clone());
             }
         }
-        let agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config)
+        let context = crate::context_config::context_policy(
+            &label,
+            u64::from(config.provider.max_tokens.unwrap_or(8192)),
+            &config.models,
+            &config.context,
+        )
+        .map_err(|error| usage(format!("{error:#}")))?;
+        let budget = config
+            .budget
+            .config()
+            .map_err(|error| usage(format!("{error:#}")))?;
+        let mut agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config)
             .with_audit(audit)
             .with_redactor(self.redactor().clone());
+        if let Some(policy) = context {
+            agent = agent.with_context(policy);
+        }
         let sessions = Sessions::with_queue(
             agent,
             Some(TranscriptStore::new(self.state_dir().join("sessions"))),
@@ -136,6 +162,10 @@ impl Runtime {
                 .config()
                 .map_err(|error| usage(format!("{error:#}")))?,
         );
+        if budget.session_tokens.is_some() || budget.daily_tokens.is_some() {
+            let file = self.state_dir().join("usage").join("daily.json");
+            sessions.set_budget(Arc::new(Budget::new(budget, Some(file))));
+        }
         Ok(Agent {
             sessions,
             tools,
@@ -144,6 +174,29 @@ impl Runtime {
             bus,
             subagents,
         })
+    }
+}
+
+impl Runtime {
+    /// The system prompt's long-term memory: `MEMORY.md` of the workspace, bounded. A file that
+    /// cannot be read (a symlink, which a tool could have planted, a FIFO, more than 1 MiB) is
+    /// left out with a warning.
+    fn memory_section(&self) -> Option<String> {
+        let path = self.workspace().path().join(MEMORY_FILE);
+        if std::fs::symlink_metadata(&path).is_err() {
+            return None;
+        }
+        match clawcage_core::files::read_regular_text(
+            &path,
+            1 << 20,
+            clawcage_core::files::Symlinks::Refuse,
+        ) {
+            Ok(text) => memory_prompt(&text),
+            Err(error) => {
+                tracing::warn!("{MEMORY_FILE} is not read into the system prompt: {error}");
+                None
+            }
+        }
     }
 }
 

@@ -75,6 +75,15 @@ pub struct Config {
     /// `[queue]`: what a message that reaches a busy session does.
     #[serde(default)]
     pub queue: crate::queue_config::QueueSection,
+    /// `[models."NAME"]`: what clawcage knows of each model (its context window).
+    #[serde(default)]
+    pub models: std::collections::BTreeMap<String, crate::context_config::ModelSection>,
+    /// `[context]`: when a session's history is compacted.
+    #[serde(default)]
+    pub context: crate::context_config::ContextSection,
+    /// `[budget]`: token budgets per session and per day.
+    #[serde(default)]
+    pub budget: crate::context_config::BudgetSection,
 }
 
 /// The file candidates are read from.

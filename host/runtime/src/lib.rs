@@ -8,6 +8,7 @@
 
 mod agent;
 pub mod config;
+pub mod context_config;
 pub mod cron_config;
 pub mod network_config;
 mod plugins;
@@ -458,6 +459,17 @@ impl Runtime {
             tool: Arc::new(message),
             available: "run, chat (sends a message to the person at the front end)".to_string(),
         });
+        if let (Some(read), Some(write)) =
+            (self.tools.get("read_file"), self.tools.get("write_file"))
+        {
+            entries.push(CatalogEntry {
+                tool: Arc::new(clawcage_agent::memory::MemoryTool::new(
+                    read.clone(),
+                    write.clone(),
+                )),
+                available: "run, chat (appends to MEMORY.md through write_file)".to_string(),
+            });
+        }
         if self.config.subagents.enabled() {
             let manager = clawcage_agent::SubagentManager::new(
                 &self.tools,

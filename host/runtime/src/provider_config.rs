@@ -53,6 +53,8 @@ pub struct ProviderSection {
     pub timeout_secs: Option<f64>,
     /// Retries of a request that failed with 429, 5xx or a timeout (default 3).
     pub max_retries: Option<u32>,
+    /// Mark the stable prefix of each Anthropic request for the prompt cache (default true).
+    pub prompt_cache: Option<bool>,
     /// Provider/model pairs tried in order when the primary fails.
     #[serde(default)]
     pub fallback: Vec<FallbackSection>,
@@ -196,8 +198,9 @@ pub fn choose_provider(
     };
     let model = pick(&args.model, &section.model);
     let base_url = pick(&args.base_url, &section.base_url);
+    let cache = section.prompt_cache.unwrap_or(true);
     let mut members: Vec<Arc<dyn Provider>> = vec![http_member(
-        kind, model, base_url, max_tokens, timeout, policy, tools,
+        kind, model, base_url, max_tokens, timeout, policy, cache, tools,
     )?];
     for fallback in &section.fallback {
         let kind = ProviderKind::parse(&fallback.kind)?;
@@ -213,6 +216,7 @@ pub fn choose_provider(
             max_tokens,
             timeout,
             policy,
+            cache,
             tools,
         )?);
     }
@@ -227,6 +231,10 @@ pub fn choose_provider(
     })
 }
 
+#[allow(
+    clippy::too_many_arguments,
+    reason = "one member's settings, passed from the one place that reads them"
+)]
 fn http_member(
     kind: ProviderKind,
     model: Option<String>,
@@ -234,6 +242,7 @@ fn http_member(
     max_tokens: u32,
     timeout: Duration,
     policy: RetryPolicy,
+    prompt_cache: bool,
     tools: &ToolRegistry,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     let (default_url, default_model) = match kind {
@@ -253,6 +262,7 @@ fn http_member(
     let mut settings = HttpSettings::new(base_url, model);
     settings.max_tokens = max_tokens;
     settings.timeout = timeout;
+    settings.prompt_cache = prompt_cache;
     settings.api_key = kind
         .key_variable()
         .and_then(|name| std::env::var(name).ok())

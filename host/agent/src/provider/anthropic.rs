@@ -39,16 +39,29 @@ impl AnthropicProvider {
     }
 }
 
-/// The request body for `request`, exactly as sent.
+/// The request body for `request`, exactly as sent. With [`HttpSettings::prompt_cache`] the
+/// stable prefix is marked for the prompt cache with `cache_control` breakpoints (at most 4 are
+/// allowed; this uses 3): the system prompt, which also covers the tool definitions before it,
+/// the last block of the last message, which covers the whole request and is what the next
+/// request of the session starts with, and the last block of the user message before it, where
+/// the previous request put its breakpoint, so that prefix is read from the cache even when
+/// the reply and the tool results since add more blocks than the API looks back over (20).
 pub fn request_body(settings: &HttpSettings, request: &ChatRequest<'_>) -> Value {
-    let messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    let mut messages: Vec<Value> = request.messages.iter().map(message_json).collect();
     let mut body = json!({
         "model": settings.model,
         "max_tokens": settings.max_tokens,
-        "messages": messages,
     });
+    if settings.prompt_cache {
+        mark_history(&mut messages);
+    }
+    body["messages"] = Value::Array(messages);
     if !request.system.is_empty() {
-        body["system"] = json!(request.system);
+        body["system"] = if settings.prompt_cache {
+            json!([{"type": "text", "text": request.system, "cache_control": EPHEMERAL.clone()}])
+        } else {
+            json!(request.system)
+        };
     }
     let tools = request.tools.anthropic_definitions();
     if !tools.is_empty() {
@@ -60,6 +73,32 @@ pub fn request_body(settings: &HttpSettings, request: &ChatRequest<'_>) -> Value
     body
 }
 
+/// The breakpoint marker: a cache entry that lives five minutes, renewed by each hit.
+static EPHEMERAL: std::sync::LazyLock<Value> =
+    std::sync::LazyLock::new(|| json!({"type": "ephemeral"}));
+
+/// Put a breakpoint on the last block of the last message and of the user message before it.
+fn mark_history(messages: &mut [Value]) {
+    let Some(last) = messages.len().checked_sub(1) else {
+        return;
+    };
+    let mut marks = vec![last];
+    if let Some(previous) = (0..last.saturating_sub(1))
+        .rev()
+        .find(|&index| messages[index]["role"] == "user")
+    {
+        marks.push(previous);
+    }
+    for index in marks {
+        if let Some(block) = messages[index]["content"]
+            .as_array_mut()
+            .and_then(|blocks| blocks.last_mut())
+        {
+            block["cache_control"] = EPHEMERAL.clone();
+        }
+    }
+}
+
 fn message_json(message: &ChatMessage) -> Value {
     // Empty text blocks are refused by the API; they carry nothing anyway.
     let content: Vec<&ContentBlock> = message
@@ -68,6 +107,17 @@ fn message_json(message: &ChatMessage) -> Value {
         .filter(|block| !matches!(block, ContentBlock::Text { text } if text.is_empty()))
         .collect();
     json!({"role": message.role, "content": content})
+}
+
+/// The usage object of a response (or of a stream's `message_start`).
+fn usage_of(value: &Value) -> Usage {
+    let count = |name: &str| value[name].as_u64().unwrap_or(0);
+    Usage {
+        input_tokens: count("input_tokens"),
+        output_tokens: count("output_tokens"),
+        cache_read_tokens: count("cache_read_input_tokens"),
+        cache_write_tokens: count("cache_creation_input_tokens"),
+    }
 }
 
 impl Provider for AnthropicProvider {
@@ -156,10 +206,7 @@ pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, Provide
     Ok(ChatResponse {
         content,
         stop_reason: stop_reason(body["stop_reason"].as_str()),
-        usage: Usage {
-            input_tokens: body["usage"]["input_tokens"].as_u64().unwrap_or(0),
-            output_tokens: body["usage"]["output_tokens"].as_u64().unwrap_or(0),
-        },
+        usage: usage_of(&body["usage"]),
         answered_by: String::new(),
         malformed,
         repairs: Vec::new(),
@@ -232,9 +279,7 @@ async fn read_stream(
             let index = data["index"].as_u64().unwrap_or(0);
             match data["type"].as_str().unwrap_or(event.event.as_str()) {
                 "message_start" => {
-                    let start = &data["message"]["usage"];
-                    usage.input_tokens = start["input_tokens"].as_u64().unwrap_or(0);
-                    usage.output_tokens = start["output_tokens"].as_u64().unwrap_or(0);
+                    usage = usage_of(&data["message"]["usage"]);
                 }
                 "content_block_start" => {
                     let block = &data["content_block"];
@@ -284,6 +329,12 @@ async fn read_stream(
                     }
                     if let Some(input) = data["usage"]["input_tokens"].as_u64() {
                         usage.input_tokens = input;
+                    }
+                    if let Some(read) = data["usage"]["cache_read_input_tokens"].as_u64() {
+                        usage.cache_read_tokens = read;
+                    }
+                    if let Some(written) = data["usage"]["cache_creation_input_tokens"].as_u64() {
+                        usage.cache_write_tokens = written;
                     }
                 }
                 "message_stop" => finished = true,

@@ -182,6 +182,25 @@ impl ProviderError {
         }
     }
 
+    /// Whether the provider refused the request because it does not fit the model's context
+    /// window (Anthropic `prompt is too long`, OpenAI `context_length_exceeded`, the wording of
+    /// vLLM, llama.cpp and Ollama). A fail-over chain counts when any member said so.
+    pub fn is_context_overflow(&self) -> bool {
+        match self {
+            ProviderError::Status {
+                status, message, ..
+            } => matches!(status, 400 | 413 | 422) && mentions_context_overflow(message),
+            ProviderError::Stream { message, .. } | ProviderError::AllFailed(message) => {
+                mentions_context_overflow(message)
+            }
+            ProviderError::Timeout { .. }
+            | ProviderError::Connect { .. }
+            | ProviderError::Protocol { .. }
+            | ProviderError::Config(_)
+            | ProviderError::ScriptExhausted(_) => false,
+        }
+    }
+
     /// The wait the server asked for, if any.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -189,6 +208,23 @@ impl ProviderError {
             _ => None,
         }
     }
+}
+
+/// Whether an error message says the prompt is longer than the model's context window.
+fn mentions_context_overflow(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    [
+        "prompt is too long",
+        "context_length_exceeded",
+        "maximum context length",
+        "context length",
+        "context window",
+        "exceed context limit",
+        "exceeds the available context",
+        "too many tokens",
+    ]
+    .iter()
+    .any(|phrase| message.contains(phrase))
 }
 
 /// A model provider.
@@ -285,6 +321,9 @@ pub struct HttpSettings {
     pub timeout: Duration,
     /// The largest response body read; a larger one is an error.
     pub max_response_bytes: usize,
+    /// Mark the stable prefix of each request for the provider's prompt cache (Anthropic
+    /// `cache_control` breakpoints; OpenAI-compatible servers cache on their own).
+    pub prompt_cache: bool,
 }
 
 impl HttpSettings {
@@ -307,6 +346,7 @@ impl HttpSettings {
             max_tokens: 8192,
             timeout: Duration::from_secs(300),
             max_response_bytes: 16 << 20,
+            prompt_cache: false,
         }
     }
 
@@ -651,6 +691,30 @@ mod tests {
         let mut settings = HttpSettings::new("http://x", "m");
         settings.api_key = Some(key);
         assert!(!format!("{settings:?}").contains("secret"));
+    }
+
+    #[test]
+    fn context_overflow_errors_are_recognised_in_each_wording() {
+        let status = |status: u16, message: &str| ProviderError::Status {
+            provider: "p".into(),
+            status,
+            message: message.into(),
+            retry_after: None,
+        };
+        for message in [
+            "prompt is too long: 210000 tokens > 200000 maximum",
+            "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.",
+            "the request exceeds the available context size, try increasing it",
+            "input length and `max_tokens` exceed context limit: 190000 + 20000 > 200000",
+        ] {
+            assert!(status(400, message).is_context_overflow(), "{message}");
+        }
+        assert!(!status(400, "messages: roles must alternate").is_context_overflow());
+        assert!(!status(500, "prompt is too long").is_context_overflow());
+        assert!(
+            ProviderError::AllFailed("a: HTTP 400: prompt is too long".into())
+                .is_context_overflow()
+        );
     }
 
     #[test]

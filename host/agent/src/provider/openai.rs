@@ -206,10 +206,19 @@ fn finish(
     })
 }
 
+/// The usage object; `prompt_tokens_details.cached_tokens` (OpenAI, vLLM, llama.cpp and others
+/// that report it) is counted as read from the cache and left out of `input_tokens`.
 fn usage_of(value: &Value) -> Usage {
+    let prompt = value["prompt_tokens"].as_u64().unwrap_or(0);
+    let cached = value["prompt_tokens_details"]["cached_tokens"]
+        .as_u64()
+        .unwrap_or(0)
+        .min(prompt);
     Usage {
-        input_tokens: value["prompt_tokens"].as_u64().unwrap_or(0),
+        input_tokens: prompt - cached,
         output_tokens: value["completion_tokens"].as_u64().unwrap_or(0),
+        cache_read_tokens: cached,
+        cache_write_tokens: 0,
     }
 }
 

@@ -416,6 +416,8 @@ pub enum QueuedJob {
     },
     /// Clear the history.
     Reset,
+    /// Compact the history now (`/compact`).
+    Compact,
 }
 
 /// One admitted submission, waiting.
@@ -449,7 +451,7 @@ impl Queued {
         match &self.job {
             QueuedJob::User { text, .. } => text.clone(),
             QueuedJob::Notification { message } => super::notification_text(message),
-            QueuedJob::Reset => String::new(),
+            QueuedJob::Reset | QueuedJob::Compact => String::new(),
         }
     }
 }
@@ -519,6 +521,8 @@ pub struct LaneJob {
 pub enum LaneWork {
     /// Clear the history.
     Reset,
+    /// Compact the history.
+    Compact,
     /// Run a turn on this text.
     Turn {
         /// The user message's text.
@@ -660,7 +664,7 @@ impl QueueState {
             self.supersede(&entry, &mut evicted);
         }
         if self.running.is_none() && self.waiting.is_empty() {
-            let accepts_steer = entry.job != QueuedJob::Reset;
+            let accepts_steer = !matches!(entry.job, QueuedJob::Reset | QueuedJob::Compact);
             self.running = Some(Running {
                 start: Some(entry),
                 stop: None,
@@ -875,7 +879,7 @@ impl QueueState {
         self.touch();
         let accepts_steer = entries
             .first()
-            .is_some_and(|entry| entry.job != QueuedJob::Reset);
+            .is_some_and(|entry| !matches!(entry.job, QueuedJob::Reset | QueuedJob::Compact));
         self.running = Some(Running {
             start: None,
             stop: None,
@@ -893,6 +897,7 @@ impl QueueState {
             },
             Some(first) => match &first.job {
                 QueuedJob::Reset => LaneWork::Reset,
+                QueuedJob::Compact => LaneWork::Compact,
                 QueuedJob::Notification { .. } => LaneWork::Turn { text: first.text() },
                 QueuedJob::User { .. } => {
                     let text = if collected {
