@@ -309,6 +309,11 @@ async fn handshake_refusals_are_answered_while_another_client_is_served() {
         .await;
     assert_eq!(error_code(&limited), "RATE_LIMITED", "{limited}");
     assert_eq!(limited["error"]["retryable"], true);
+    // The limit is per connection: another one still sends.
+    let elsewhere = good
+        .request("chat.send", send_params("agent:main:test:other", "m", "g1"))
+        .await;
+    assert_eq!(elsewhere["ok"], true, "{elsewhere}");
 
     // An oversized frame after the handshake closes that socket, with a reason.
     let _ = client
@@ -1218,4 +1223,155 @@ async fn chat_gateway_says_what_is_wrong_with_a_wrong_token_or_no_gateway() {
         .unwrap();
     assert_eq!(output.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&output.stderr).contains("ssh -L"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_does_not_read_is_cut_off_with_a_reason_and_the_others_are_served() {
+    // 50,000 streamed words: about 100,000 frames (18 MB), more than the kernel's socket
+    // buffers and the connection's queue of 4,096 frames hold.
+    let flood = "ab ".repeat(50_000);
+    let flood_reply = anthropic::stream(&[anthropic::text(&flood)], 64);
+    let server = LlmServer::start_routed(move |body| {
+        if last_user_text(body) == "flood" {
+            flood_reply.clone()
+        } else {
+            answer("meanwhile")
+        }
+    })
+    .await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let session = "agent:main:test:flood";
+    let mut slow = gateway.client().await;
+    let subscribed = slow
+        .request("sessions.subscribe", json!({"sessionKey": session}))
+        .await;
+    assert_eq!(subscribed["ok"], true, "{subscribed}");
+    // The sender follows the run as it streams; the slow client never reads.
+    let mut sender = gateway.client().await;
+    let sent = sender
+        .request("chat.send", send_params(session, "flood", "f1"))
+        .await;
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let mut other = gateway.client().await;
+    let meanwhile = other
+        .request(
+            "agent",
+            send_params("agent:main:test:elsewhere", "hello", "m1"),
+        )
+        .await;
+    assert_eq!(meanwhile["ok"], true, "{meanwhile}");
+    let events = sender
+        .agent_events_until(Duration::from_secs(120), |e| {
+            is_end(e) && e["runId"] == run.as_str()
+        })
+        .await;
+    assert_eq!(events.last().unwrap()["data"]["phase"], "end");
+    let deltas = events.iter().filter(|e| e["stream"] == "assistant").count();
+    assert_eq!(deltas, 50_000, "the reading client got every delta");
+    assert_eq!(
+        other.request("health", json!({})).await["payload"]["ok"],
+        true
+    );
+    // The slow client's socket holds what the kernel buffered, then a close with the reason.
+    let (frames, closed) = slow.until_closed().await;
+    assert_eq!(closed.code, 1013, "{closed:?}");
+    assert!(
+        closed.reason.contains("slow consumer") || closed.reason.contains("did not read"),
+        "{closed:?}"
+    );
+    assert!(frames.len() < 100_000, "it was cut off before the end");
+    let status = other.request("status", json!({})).await;
+    assert_eq!(status["payload"]["connections"], 2, "{status}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_keys_that_could_name_a_path_are_refused_or_escaped() {
+    let server = LlmServer::start(vec![]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let long_peer = format!("agent:main:test:{}", "p".repeat(200));
+    let long_key = "k".repeat(300);
+    // Keys that start turns or change a session must have the gateway's form.
+    for key in [
+        "agent:main:test:..",
+        "agent:main:test:../../../../tmp/escape",
+        "agent:main:test:a/b",
+        "agent:main:../x:peer",
+        "agent:main:test:a\u{0}b",
+        long_peer.as_str(),
+        "/etc/passwd",
+    ] {
+        for (method, params) in [
+            ("chat.send", send_params(key, "hi", "k")),
+            ("sessions.reset", json!({"sessionKey": key})),
+            ("sessions.delete", json!({"sessionKey": key})),
+        ] {
+            let refused = client.request(method, params).await;
+            assert_eq!(
+                error_code(&refused),
+                "INVALID_PARAMS",
+                "{method} {key:?}: {refused}"
+            );
+        }
+    }
+    // Keys only read may be any printable text, but no control character and not too long.
+    for key in ["a\u{0}b", "line\nbreak", long_key.as_str(), ""] {
+        for method in ["chat.history", "sessions.subscribe"] {
+            let refused = client.request(method, json!({"sessionKey": key})).await;
+            assert_eq!(
+                error_code(&refused),
+                "INVALID_PARAMS",
+                "{method} {key:?}: {refused}"
+            );
+        }
+    }
+    // Readable keys with `..` and `/` are data: nothing is read or created outside the state
+    // directory's own files, whose names are escaped.
+    let outside = setup.state.parent().unwrap().to_path_buf();
+    for key in [
+        "../../../../tmp/escape",
+        "../escape",
+        "a/../../escape",
+        "..",
+    ] {
+        let history = client
+            .request("chat.history", json!({"sessionKey": key}))
+            .await;
+        assert_eq!(history["payload"]["messages"], json!([]), "{history}");
+        let subscribed = client
+            .request("sessions.subscribe", json!({"sessionKey": key, "since": 0}))
+            .await;
+        assert_eq!(subscribed["payload"]["lastSeq"], 0, "{subscribed}");
+        let aborted = client
+            .request("chat.abort", json!({"sessionKey": key}))
+            .await;
+        assert_eq!(aborted["payload"]["aborted"], false, "{aborted}");
+    }
+    assert!(!outside.join("escape").exists());
+    assert!(!Path::new("/tmp/escape").exists());
+    let names = |dir: &Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .map(|entries| {
+                entries
+                    .flatten()
+                    .map(|entry| entry.file_name().to_string_lossy().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    for dir in [
+        setup.state.join("sessions"),
+        setup.state.join("gateway").join("events"),
+    ] {
+        for name in names(&dir) {
+            assert!(!name.contains(".."), "{name} in {}", dir.display());
+        }
+    }
+    // A real session is unaffected and the gateway still serves.
+    assert_eq!(
+        client.request("health", json!({})).await["payload"]["ok"],
+        true
+    );
 }
