@@ -275,6 +275,12 @@ impl AgentLoop {
         )
     }
 
+    /// The uncorrected tokens of a request on `history` as it will be sent (results cut).
+    fn raw_request(&self, context: &ContextState, history: &[ChatMessage]) -> u64 {
+        let view = trim_oversized_results(history, self.max_result_chars(context));
+        raw_request_tokens(&self.config.system_prompt, context.tools_bytes, &view)
+    }
+
     fn max_result_chars(&self, context: &ContextState) -> usize {
         (context.policy.max_tool_result() as f64 * BYTES_PER_TOKEN as f64
             / context.estimator.factor().max(0.1)) as usize
@@ -368,8 +374,13 @@ impl AgentLoop {
         Ok(Some(compaction))
     }
 
-    /// Before a model call: compact at the threshold (unless that already proved futile this
-    /// turn), then check that the request fits the window.
+    /// Before a model call whose request is estimated at `estimate` tokens: compact at the
+    /// threshold (unless that already proved futile this turn), then check that the request
+    /// fits the window. Returns whether the history changed.
+    #[allow(
+        clippy::too_many_arguments,
+        reason = "one model call's state, passed from the one place that calls it"
+    )]
     async fn fit(
         &self,
         context: &ContextState,
@@ -378,9 +389,10 @@ impl AgentLoop {
         journal: &mut Vec<Journaled>,
         usage: &mut Usage,
         futile: &mut bool,
-    ) -> Result<(), AgentError> {
+        mut estimate: u64,
+    ) -> Result<bool, AgentError> {
         let policy = &context.policy;
-        let estimate = self.estimate(history).unwrap_or(0);
+        let mut changed = false;
         if estimate > policy.compact_at() && !*futile {
             let keep = policy.keep_recent();
             match self
@@ -397,6 +409,8 @@ impl AgentLoop {
                 Ok(Some(compaction)) => {
                     usage.add(compaction.usage);
                     *futile = compaction.tokens_after > policy.compact_at();
+                    estimate = compaction.tokens_after;
+                    changed = true;
                 }
                 Ok(None) => *futile = true,
                 Err(error) => {
@@ -405,7 +419,6 @@ impl AgentLoop {
                 }
             }
         }
-        let estimate = self.estimate(history).unwrap_or(0);
         if estimate > policy.prompt_room() {
             return Err(AgentError::ContextFull(format!(
                 "the conversation needs about {estimate} tokens, more than the {} that {}'s {}-token context window leaves beside the reply; nothing older is left to compact. Send a shorter message, /reset the session, or set [models.\"MODEL\"] context_window if the model's window is larger",
@@ -414,7 +427,7 @@ impl AgentLoop {
                 policy.window
             )));
         }
-        Ok(())
+        Ok(changed)
     }
 
     /// This agent with every tool call recorded in `log` under the session whose turn makes it
@@ -675,19 +688,26 @@ impl AgentLoop {
         };
         let mut retried = false;
         loop {
-            self.fit(&context, history, observer, journal, usage, futile)
-                .await?;
-            let (result, raw) = {
+            // One estimate per model call: the fit check and the calibration share it.
+            let mut raw = self.raw_request(&context, history);
+            let estimate = context.estimator.correct(raw);
+            if self
+                .fit(
+                    &context, history, observer, journal, usage, futile, estimate,
+                )
+                .await?
+            {
+                raw = self.raw_request(&context, history);
+            }
+            let result = {
                 let view = trim_oversized_results(history, self.max_result_chars(&context));
-                let raw =
-                    raw_request_tokens(&self.config.system_prompt, context.tools_bytes, &view);
                 let request = ChatRequest {
                     system: &self.config.system_prompt,
                     messages: &view,
                     tools: &self.tools,
                     stream: self.config.stream,
                 };
-                (self.provider.complete(request, observer).await, raw)
+                self.provider.complete(request, observer).await
             };
             let error = match result {
                 Ok(response) => {

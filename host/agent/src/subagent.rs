@@ -193,6 +193,8 @@ pub struct SubagentManager {
     audit: OnceLock<Arc<AuditLog>>,
     /// Scrubs children's tool results of the host's secrets, as the parent's are.
     redactor: OnceLock<clawcage_core::redact::Redactor>,
+    /// Keeps the children's requests inside the model's window, as the parent's are.
+    context: OnceLock<crate::context::ContextPolicy>,
     child_tools: ToolRegistry,
     config: SubagentConfig,
     bus: MessageBus,
@@ -272,6 +274,7 @@ impl SubagentManager {
             provider: OnceLock::new(),
             audit: OnceLock::new(),
             redactor: OnceLock::new(),
+            context: OnceLock::new(),
             child_tools,
             config,
             bus,
@@ -296,6 +299,12 @@ impl SubagentManager {
     /// Children's tool results are scrubbed by `redactor` (set once, before the first spawn).
     pub fn set_redactor(&self, redactor: clawcage_core::redact::Redactor) {
         let _ = self.redactor.set(redactor);
+    }
+
+    /// Keep the children's requests inside the window `policy` describes (compaction, cut
+    /// tool results, the fit check), as the parent's are. Only the first call has an effect.
+    pub fn set_context(&self, policy: crate::context::ContextPolicy) {
+        let _ = self.context.set(policy);
     }
 
     /// The configuration.
@@ -416,6 +425,10 @@ impl SubagentManager {
         )
         .with_audit(self.audit.get().cloned())
         .with_redactor(self.redactor.get().cloned().unwrap_or_default());
+        let agent = match self.context.get() {
+            Some(policy) => agent.with_context(policy.clone()),
+            None => agent,
+        };
         let manager = self.this.clone();
         let timeout = self.config.timeout;
         // The child's work counts as `parent/sub-N` (e.g. in the audit log).

@@ -148,6 +148,9 @@ impl Runtime {
             .with_audit(audit)
             .with_redactor(self.redactor().clone());
         if let Some(policy) = context {
+            if let Some(manager) = &subagents {
+                manager.set_context(policy.clone());
+            }
             agent = agent.with_context(policy);
         }
         let sessions = Sessions::with_queue(
@@ -178,24 +181,29 @@ impl Runtime {
 }
 
 impl Runtime {
-    /// The system prompt's long-term memory: `MEMORY.md` of the workspace, bounded. A file that
-    /// cannot be read (a symlink, which a tool could have planted, a FIFO, more than 1 MiB) is
-    /// left out with a warning.
+    /// The system prompt's long-term memory, from this runtime's workspace.
     fn memory_section(&self) -> Option<String> {
-        let path = self.workspace().path().join(MEMORY_FILE);
-        if std::fs::symlink_metadata(&path).is_err() {
-            return None;
-        }
-        match clawcage_core::files::read_regular_text(
-            &path,
-            1 << 20,
-            clawcage_core::files::Symlinks::Refuse,
-        ) {
-            Ok(text) => memory_prompt(&text),
-            Err(error) => {
-                tracing::warn!("{MEMORY_FILE} is not read into the system prompt: {error}");
-                None
-            }
+        memory_section(self.workspace().path())
+    }
+}
+
+/// The system prompt's long-term memory: `MEMORY.md` of `workspace`, bounded. A file that
+/// cannot be read (a symlink, which a tool could have planted, a FIFO, more than 1 MiB) is left
+/// out with a warning.
+fn memory_section(workspace: &Path) -> Option<String> {
+    let path = workspace.join(MEMORY_FILE);
+    if std::fs::symlink_metadata(&path).is_err() {
+        return None;
+    }
+    match clawcage_core::files::read_regular_text(
+        &path,
+        1 << 20,
+        clawcage_core::files::Symlinks::Refuse,
+    ) {
+        Ok(text) => memory_prompt(&text),
+        Err(error) => {
+            tracing::warn!("{MEMORY_FILE} is not read into the system prompt: {error}");
+            None
         }
     }
 }
@@ -264,5 +272,29 @@ impl Agent {
                 .map_err(task_failed)?;
         }
         Ok(outcome)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn memory_is_read_bounded_and_a_planted_link_is_not_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(memory_section(dir.path()), None);
+        std::fs::write(dir.path().join(MEMORY_FILE), "- likes tea\n").unwrap();
+        let section = memory_section(dir.path()).unwrap();
+        assert!(section.ends_with("- likes tea"), "{section}");
+        assert!(section.contains("at most 16384 bytes"), "{section}");
+        #[cfg(unix)]
+        {
+            let outside = tempfile::tempdir().unwrap();
+            std::fs::write(outside.path().join("secret"), "- the root password\n").unwrap();
+            std::fs::remove_file(dir.path().join(MEMORY_FILE)).unwrap();
+            std::os::unix::fs::symlink(outside.path().join("secret"), dir.path().join(MEMORY_FILE))
+                .unwrap();
+            assert_eq!(memory_section(dir.path()), None);
+        }
     }
 }
