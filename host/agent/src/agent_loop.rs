@@ -713,7 +713,7 @@ impl AgentLoop {
                 Ok(response) => {
                     context
                         .estimator
-                        .calibrate(raw, response.usage.prompt_tokens());
+                        .calibrate(raw, response.usage.input_tokens);
                     return Ok(response);
                 }
                 Err(error) if error.is_context_overflow() => error,

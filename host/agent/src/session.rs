@@ -487,7 +487,7 @@ impl Sessions {
         let usage = self.usage(key);
         let mut lines = vec![format!(
             "tokens since the last reset: {} in, {} out; cache: {} read, {} written ({:.0}% of the input read from the cache)",
-            usage.prompt_tokens(),
+            usage.input_tokens,
             usage.output_tokens,
             usage.cache_read_tokens,
             usage.cache_write_tokens,

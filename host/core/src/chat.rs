@@ -107,22 +107,21 @@ impl ChatMessage {
     }
 }
 
-/// Tokens a provider counted for one or more requests. The prompt of a request is split the same
-/// way for every provider: `input_tokens` were read without the prompt cache,
-/// `cache_read_tokens` came from it and `cache_write_tokens` were written to it (Anthropic
-/// reports the three apart; an OpenAI-compatible server's `prompt_tokens` includes its
-/// `cached_tokens`, which are moved to `cache_read_tokens`). The whole prompt is their sum,
-/// [`Usage::prompt_tokens`].
+/// Tokens a provider counted for one or more requests. `input_tokens` is the whole prompt,
+/// whether the provider read it from its prompt cache or not, the same for every provider: the
+/// parts `cache_read_tokens` (read from the cache) and `cache_write_tokens` (written to it) are
+/// counted inside it. (Anthropic reports the three apart and they are added up; an
+/// OpenAI-compatible server's `prompt_tokens` already includes its `cached_tokens`.)
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Usage {
-    /// Prompt tokens read without the cache (the prompt, history and tool definitions).
+    /// Prompt tokens (the prompt, history and tool definitions), cached or not.
     pub input_tokens: u64,
     /// Tokens generated.
     pub output_tokens: u64,
-    /// Prompt tokens read from the provider's prompt cache.
+    /// Of the prompt tokens, those read from the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_read_tokens: u64,
-    /// Prompt tokens written to the provider's prompt cache.
+    /// Of the prompt tokens, those written to the provider's prompt cache.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cache_write_tokens: u64,
 }
@@ -144,21 +143,14 @@ impl Usage {
             .saturating_add(other.cache_write_tokens);
     }
 
-    /// Every prompt token: read without the cache, read from it and written to it.
-    pub fn prompt_tokens(&self) -> u64 {
-        self.input_tokens
-            .saturating_add(self.cache_read_tokens)
-            .saturating_add(self.cache_write_tokens)
-    }
-
     /// Prompt and output tokens together (what budgets count).
     pub fn total(&self) -> u64 {
-        self.prompt_tokens().saturating_add(self.output_tokens)
+        self.input_tokens.saturating_add(self.output_tokens)
     }
 
     /// The share of prompt tokens read from the cache, 0 to 1 (0 without any prompt).
     pub fn cache_hit_ratio(&self) -> f64 {
-        match self.prompt_tokens() {
+        match self.input_tokens {
             0 => 0.0,
             prompt => self.cache_read_tokens as f64 / prompt as f64,
         }

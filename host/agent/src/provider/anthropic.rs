@@ -109,14 +109,20 @@ fn message_json(message: &ChatMessage) -> Value {
     json!({"role": message.role, "content": content})
 }
 
-/// The usage object of a response (or of a stream's `message_start`).
+/// The usage object of a response (or of a stream's `message_start`): the API counts the
+/// prompt tokens read without the cache (`input_tokens`), read from it and written to it apart;
+/// [`Usage::input_tokens`] is their sum.
 fn usage_of(value: &Value) -> Usage {
     let count = |name: &str| value[name].as_u64().unwrap_or(0);
+    let read = count("cache_read_input_tokens");
+    let written = count("cache_creation_input_tokens");
     Usage {
-        input_tokens: count("input_tokens"),
+        input_tokens: count("input_tokens")
+            .saturating_add(read)
+            .saturating_add(written),
         output_tokens: count("output_tokens"),
-        cache_read_tokens: count("cache_read_input_tokens"),
-        cache_write_tokens: count("cache_creation_input_tokens"),
+        cache_read_tokens: read,
+        cache_write_tokens: written,
     }
 }
 
@@ -327,14 +333,15 @@ async fn read_stream(
                     if let Some(output) = data["usage"]["output_tokens"].as_u64() {
                         usage.output_tokens = output;
                     }
-                    if let Some(input) = data["usage"]["input_tokens"].as_u64() {
-                        usage.input_tokens = input;
-                    }
-                    if let Some(read) = data["usage"]["cache_read_input_tokens"].as_u64() {
-                        usage.cache_read_tokens = read;
-                    }
-                    if let Some(written) = data["usage"]["cache_creation_input_tokens"].as_u64() {
-                        usage.cache_write_tokens = written;
+                    // A final count, when the stream gives one, replaces the first.
+                    let delta = &data["usage"];
+                    if delta["input_tokens"].is_u64()
+                        || delta["cache_read_input_tokens"].is_u64()
+                        || delta["cache_creation_input_tokens"].is_u64()
+                    {
+                        let output = usage.output_tokens;
+                        usage = usage_of(delta);
+                        usage.output_tokens = output;
                     }
                 }
                 "message_stop" => finished = true,

@@ -207,17 +207,16 @@ fn finish(
 }
 
 /// The usage object; `prompt_tokens_details.cached_tokens` (OpenAI, vLLM, llama.cpp and others
-/// that report it) is counted as read from the cache and left out of `input_tokens`.
+/// that report it) is the part of the prompt read from the cache.
 fn usage_of(value: &Value) -> Usage {
     let prompt = value["prompt_tokens"].as_u64().unwrap_or(0);
-    let cached = value["prompt_tokens_details"]["cached_tokens"]
-        .as_u64()
-        .unwrap_or(0)
-        .min(prompt);
     Usage {
-        input_tokens: prompt - cached,
+        input_tokens: prompt,
         output_tokens: value["completion_tokens"].as_u64().unwrap_or(0),
-        cache_read_tokens: cached,
+        cache_read_tokens: value["prompt_tokens_details"]["cached_tokens"]
+            .as_u64()
+            .unwrap_or(0)
+            .min(prompt),
         cache_write_tokens: 0,
     }
 }
