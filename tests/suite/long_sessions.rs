@@ -685,3 +685,51 @@ async fn a_memory_file_linked_outside_the_workspace_is_neither_read_nor_written(
         "- the root password\n"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_openai_compatible_length_refusal_is_compacted_and_retried_in_its_wire_format() {
+    let refused = Reply::Json {
+        status: 400,
+        headers: Vec::new(),
+        body: json!({"error": {"message": "This model's maximum context length is 8192 tokens. However, you requested 9000 tokens.", "type": "invalid_request_error", "code": "context_length_exceeded"}}).to_string(),
+    };
+    let server = LlmServer::start(vec![
+        openai::message(Some("Noted."), &[]),
+        refused,
+        openai::message(Some("S: the code is 7."), &[]),
+        openai::message(Some("The code is 7."), &[]),
+    ])
+    .await;
+    let agent = AgentLoop::new(openai_provider(&server), ToolRegistry::new(), config())
+        .with_context(ContextPolicy::new(8192, 1024));
+    let sessions = Sessions::new(agent, None, 200);
+    sessions
+        .send_user("s", "The code is 7.", Arc::new(NoEvents))
+        .await
+        .unwrap();
+    let outcome = sessions
+        .send_user("s", "What is the code?", Arc::new(NoEvents))
+        .await
+        .unwrap();
+    assert_eq!(outcome.text, "The code is 7.");
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 4);
+    assert_eq!(
+        bodies[2],
+        json!({
+            "model": "test-model",
+            "max_tokens": 8192,
+            "messages": [
+                {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
+                {"role": "user", "content": "Summarise this conversation so far (oldest first):\n[user] The code is 7.\n[assistant] Noted.\n"},
+            ],
+        })
+    );
+    assert_eq!(
+        bodies[3]["messages"],
+        json!([
+            {"role": "system", "content": SYSTEM},
+            {"role": "user", "content": format!("{SUMMARY_HEADER}\nS: the code is 7.\n\nWhat is the code?")},
+        ])
+    );
+}
