@@ -297,7 +297,7 @@ impl AgentLoop {
     ) -> Result<Option<Compaction>, AgentError> {
         let Some(context) = self.context.clone() else {
             return Err(AgentError::History(
-                "this agent has no context policy, so it cannot compact".to_string(),
+                "this agent has no context window to keep to (the scripted provider has none), so there is nothing to compact".to_string(),
             ));
         };
         let total = messages_tokens(history, &context.estimator);
@@ -517,7 +517,6 @@ impl AgentLoop {
             if let Some(allowance) = &allowance
                 && usage.total() >= allowance.tokens
             {
-                observer.note(&allowance.exhausted);
                 return Err(AgentError::Budget(allowance.exhausted.clone()));
             }
             let response = self

@@ -746,10 +746,7 @@ async fn run_one(
 ) -> LaneReply {
     let before = session_usage(shared, key);
     let allowance = match shared.budget.get().map(|budget| budget.allowance(before)) {
-        Some(Err(spent)) => {
-            observer.note(&spent);
-            return Err(AgentError::Budget(spent));
-        }
+        Some(Err(spent)) => return Err(AgentError::Budget(spent)),
         Some(Ok(allowance)) => allowance,
         None => None,
     };
