@@ -281,9 +281,11 @@ impl AgentLoop {
         raw_request_tokens(&self.config.system_prompt, context.tools_bytes, &view)
     }
 
+    /// The most characters of one tool result a request carries. Not corrected by the
+    /// estimator: a cut that moved with each calibration would change the history's prefix
+    /// and miss the provider's prompt cache.
     fn max_result_chars(&self, context: &ContextState) -> usize {
-        (context.policy.max_tool_result() as f64 * BYTES_PER_TOKEN as f64
-            / context.estimator.factor().max(0.1)) as usize
+        (context.policy.max_tool_result() * BYTES_PER_TOKEN) as usize
     }
 
     /// Compact `history` now (`/compact`): the older messages are summarised by the model and
