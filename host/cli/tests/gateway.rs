@@ -1247,28 +1247,36 @@ async fn a_client_that_does_not_read_is_cut_off_with_a_reason_and_the_others_are
         .request("sessions.subscribe", json!({"sessionKey": session}))
         .await;
     assert_eq!(subscribed["ok"], true, "{subscribed}");
-    // The sender follows the run as it streams; the slow client never reads.
+    // The sender leaves the run's events to the slow client, which never reads.
     let mut sender = gateway.client().await;
     let sent = sender
         .request("chat.send", send_params(session, "flood", "f1"))
         .await;
     let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    sender
+        .request("sessions.unsubscribe", json!({"sessionKey": session}))
+        .await;
+    // Another client is served while the flood streams: a whole turn of its own.
     let mut other = gateway.client().await;
-    let meanwhile = other
-        .request(
+    let id = other
+        .send_request(
             "agent",
             send_params("agent:main:test:elsewhere", "hello", "m1"),
         )
         .await;
-    assert_eq!(meanwhile["ok"], true, "{meanwhile}");
-    let events = sender
-        .agent_events_until(Duration::from_secs(120), |e| {
-            is_end(e) && e["runId"] == run.as_str()
-        })
+    let ack = other.response(&id).await;
+    assert_eq!(ack["ok"], true, "{ack}");
+    let done = other.response(&id).await;
+    assert_eq!(done["payload"]["text"], "meanwhile", "{done}");
+    let flooded = other
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 120_000}))
         .await;
-    assert_eq!(events.last().unwrap()["data"]["phase"], "end");
-    let deltas = events.iter().filter(|e| e["stream"] == "assistant").count();
-    assert_eq!(deltas, 50_000, "the reading client got every delta");
+    assert_eq!(flooded["payload"]["status"], "ok", "{flooded}");
+    assert_eq!(
+        flooded["payload"]["text"].as_str().unwrap().len(),
+        flood.len(),
+        "the run streamed to its end"
+    );
     assert_eq!(
         other.request("health", json!({})).await["payload"]["ok"],
         true
@@ -1373,5 +1381,148 @@ async fn session_keys_that_could_name_a_path_are_refused_or_escaped() {
     assert_eq!(
         client.request("health", json!({})).await["payload"]["ok"],
         true
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn interrupt_stops_the_running_turn_and_collect_drains_the_waiting_messages_as_one() {
+    let gate = ReplyGate::new();
+    let held = gate.clone();
+    let server = LlmServer::start_routed(move |body| {
+        let text = last_user_text(body);
+        match text.as_str() {
+            "never answered" => Reply::Hang,
+            "slow start" => held.hold(answer("started slowly")),
+            other => answer(&format!("answer to {}", other.lines().count())),
+        }
+    })
+    .await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let lifecycle = |events: &[Value]| -> Vec<(String, String)> {
+        events
+            .iter()
+            .filter(|e| e["stream"] == "lifecycle" && e["data"]["phase"] != "note")
+            .map(|e| {
+                let data = &e["data"];
+                let what = match data["phase"].as_str().unwrap() {
+                    "queue" => format!("queue {}", data["status"].as_str().unwrap()),
+                    "error" if data["aborted"] == true => "aborted".to_string(),
+                    phase => phase.to_string(),
+                };
+                (e["runId"].as_str().unwrap().to_string(), what)
+            })
+            .collect()
+    };
+    let run_of = |response: &Value| response["payload"]["runId"].as_str().unwrap().to_string();
+
+    // interrupt: the running turn stops (its message kept), the new one runs.
+    let session = "agent:main:test:interrupt";
+    let mode = client
+        .request("chat.send", send_params(session, "/queue interrupt", "i0"))
+        .await;
+    assert_eq!(mode["payload"]["status"], "command", "{mode}");
+    let first = client
+        .request("chat.send", send_params(session, "never answered", "i1"))
+        .await;
+    while server.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let urgent = client
+        .request("chat.send", send_params(session, "urgent", "i2"))
+        .await;
+    assert_eq!(urgent["payload"]["status"], "interrupting", "{urgent}");
+    assert_eq!(urgent["payload"]["position"], 1, "{urgent}");
+    let events = client
+        .agent_events_until(WAIT, |e| {
+            is_end(e) && e["runId"] == run_of(&urgent).as_str()
+        })
+        .await;
+    assert_eq!(
+        lifecycle(&events),
+        [
+            (run_of(&first), "start".to_string()),
+            (run_of(&urgent), "queue interrupting".to_string()),
+            (run_of(&first), "aborted".to_string()),
+            (run_of(&urgent), "start".to_string()),
+            (run_of(&urgent), "end".to_string()),
+        ]
+    );
+    let stopped = client
+        .request(
+            "agent.wait",
+            json!({"runId": run_of(&first), "timeoutMs": 1000}),
+        )
+        .await;
+    assert_eq!(stopped["payload"]["status"], "aborted", "{stopped}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await;
+    let texts: Vec<String> = history["payload"]["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(last_text)
+        .collect();
+    // The stopped turn's message is kept (the lane joins it with the next user message, as
+    // the stopped turn left no answer between them).
+    assert!(texts[0].starts_with("never answered"), "{texts:?}");
+    assert_eq!(texts.last().unwrap(), "answer to 1");
+
+    // collect: the messages that waited drain as one turn after the quiet window.
+    let session = "agent:main:test:collect";
+    client
+        .request(
+            "chat.send",
+            send_params(session, "/queue collect debounce:200ms", "c0"),
+        )
+        .await;
+    let first = client
+        .request("chat.send", send_params(session, "slow start", "c1"))
+        .await;
+    gate.reached(1).await;
+    let a = client
+        .request("chat.send", send_params(session, "one", "c2"))
+        .await;
+    let b = client
+        .request("chat.send", send_params(session, "two", "c3"))
+        .await;
+    assert_eq!(a["payload"]["status"], "queued", "{a}");
+    assert_eq!(b["payload"]["position"], 2, "{b}");
+    gate.open();
+    let events = client
+        .agent_events_until(WAIT, |e| is_end(e) && e["runId"] == run_of(&a).as_str())
+        .await;
+    assert_eq!(
+        lifecycle(&events),
+        [
+            (run_of(&first), "start".to_string()),
+            (run_of(&a), "queue queued".to_string()),
+            (run_of(&b), "queue queued".to_string()),
+            (run_of(&first), "end".to_string()),
+            (run_of(&a), "start".to_string()),
+            (run_of(&b), "queue joined".to_string()),
+            (run_of(&a), "end".to_string()),
+        ]
+    );
+    let start = events
+        .iter()
+        .find(|e| e["runId"] == run_of(&a).as_str() && e["data"]["phase"] == "start")
+        .unwrap();
+    assert_eq!(start["data"]["collected"], json!([run_of(&b)]));
+    let collected = server.bodies().pop().unwrap();
+    let text = last_user_text(&collected);
+    assert!(text.contains("one") && text.contains("two"), "{text}");
+    let joined = client
+        .request(
+            "agent.wait",
+            json!({"runId": run_of(&b), "timeoutMs": 1000}),
+        )
+        .await;
+    assert_eq!(
+        joined["payload"]["joinedRun"],
+        run_of(&a).as_str(),
+        "{joined}"
     );
 }
