@@ -1,17 +1,9 @@
 //! How much of a model's context window a request takes, and keeping it inside: each model's
 //! window ([`context_window`]: a built-in table, overridden by `[models."NAME"] context_window`),
-//! the token estimate of a request ([`TokenEstimator`]), the room a request may take
-//! ([`ContextPolicy::prompt_room`]: the window minus the reply's `max_tokens` and a margin), and
-//! the trimming of a single tool result too large for the history ([`trim_oversized_results`]),
-//! which leaves a note saying how to read the rest.
-//!
-//! The estimate is a byte heuristic (4 bytes a token) corrected by the usage the provider
-//! reports, rather than a tokenizer: Anthropic publishes no tokenizer, the OpenAI-compatible
-//! servers clawcage talks to run models with tokenizers of their own (Llama, Qwen, Mistral), and
-//! a BPE crate with its vocabularies adds megabytes and build time to guess one of them. What
-//! the fit check needs is an estimate that errs on the safe side of the window, and the
-//! provider's own count of each request it answers turns the heuristic into that: the ratio of
-//! reported to estimated tokens of the last large request corrects the next estimate.
+//! the token estimate of a request ([`TokenEstimator`]: bytes corrected by the provider's own
+//! counts), the room a request may take ([`ContextPolicy::prompt_room`]: the window minus the
+//! reply's `max_tokens` and a margin), and the cut of a single tool result too large for the
+//! history ([`trim_oversized_results`]), which leaves a note saying how to read the rest.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -147,6 +139,14 @@ impl ContextPolicy {
 
 /// Token estimates, corrected by what the provider reported. Shared by every session of an
 /// agent (they ask the same model), safe to use from many tasks.
+///
+/// A byte heuristic (4 bytes a token) corrected by the reported usage, rather than a tokenizer:
+/// Anthropic publishes no tokenizer, the OpenAI-compatible servers clawcage talks to run models
+/// with tokenizers of their own (Llama, Qwen, Mistral), and a BPE crate with its vocabularies
+/// adds megabytes and build time to guess one of them. What the fit check needs is an estimate
+/// that errs on the safe side of the window, and the provider's own count of each request it
+/// answers makes the heuristic that: the ratio of reported to estimated tokens of the large
+/// requests corrects the next estimate.
 #[derive(Debug)]
 pub struct TokenEstimator {
     /// The correction factor times 1000.
