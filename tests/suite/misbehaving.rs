@@ -113,6 +113,33 @@ async fn many_concurrent_calls_each_get_a_fresh_instance() {
     }
 }
 
+/// The engine resets a pooled memory slot with `memset` (the low part) and `madvise` (the rest)
+/// when an instance ends, and reuses the slot for the next one: a call never finds what an
+/// earlier call of any tool left in memory — neither a counter in its data nor a marked buffer in
+/// its zeroed data — also after a call that grew the memory to near its limit and one that
+/// trapped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_an_earlier_call_left_in_memory_is_seen_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.txt"), "a").unwrap();
+    let registry = registry(dir.path(), Limits::default()).await;
+    let fresh = serde_json::json!({"earlier_calls": 0, "marked_bytes": 0});
+    for round in 0..20 {
+        let text = registry.execute("leftovers", "{}").await.unwrap().text;
+        let seen: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(seen, fresh, "round {round}");
+        match round % 4 {
+            1 => {
+                registry.execute("hog", "{}").await.unwrap_err();
+            }
+            2 => {
+                registry.execute("crash", "{}").await.unwrap_err();
+            }
+            _ => {}
+        }
+    }
+}
+
 /// Regression: the epoch ticker belonged to the `Sandbox` value and stopped when it was dropped,
 /// so every tool loaded by a front end that let it go (the CLI did) lost its time limit: a guest
 /// that never returned was never interrupted. The ticker now lives as long as any tool.
