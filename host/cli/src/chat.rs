@@ -22,6 +22,8 @@ const HELP: &str = "Type a request and press Enter. Commands:
   /reset   forget this session's history (the transcript keeps a reset mark)
   /compact summarise the older part of the history now, to free the model's context window
   /usage   tokens used in, out and from the prompt cache, the context window and the budgets
+  /queue   what a message sent while the agent works does: /queue steer|followup|collect|interrupt
+           [debounce:2s] [cap:25] [drop:old|new|summarize]; /queue reset; /queue alone shows it
   /exit    leave (Ctrl-D works too)
 Ctrl-C while the agent works stops that turn; what it did so far is kept.";
 
