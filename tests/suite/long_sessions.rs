@@ -6,7 +6,7 @@
 //! a message larger than the window is refused before any request; `cache_control` breakpoints
 //! for a short and a long history and the cache tokens of both wire formats; budgets (notice at
 //! 80 %, stop at 100 %, also inside a turn); `MEMORY.md` and the `memory` tool through the
-//! sandboxed file component.
+//! sandboxed file component; the `compaction` event front ends receive.
 
 use std::sync::{Arc, Mutex};
 
@@ -646,6 +646,11 @@ async fn the_memory_tool_appends_through_the_sandboxed_file_component() {
         std::fs::read_to_string(dir.path().join("MEMORY.md")).unwrap(),
         "- The user prefers tea.\n- Deploys happen on Fridays.\n"
     );
+    let error = memory
+        .call(&json!({"fact": "y".repeat(501)}))
+        .await
+        .unwrap_err();
+    assert_eq!(error.kind(), "invalid_args", "{error}");
     // A fact that would grow the file past what the prompt reads is refused.
     std::fs::write(dir.path().join("MEMORY.md"), "- f\n".repeat(5000)).unwrap();
     let error = memory.call(&json!({"fact": "one more"})).await.unwrap_err();
@@ -732,4 +737,34 @@ async fn an_openai_compatible_length_refusal_is_compacted_and_retried_in_its_wir
             {"role": "user", "content": format!("{SUMMARY_HEADER}\nS: the code is 7.\n\nWhat is the code?")},
         ])
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_compaction_reaches_front_ends_as_an_event_on_the_compaction_stream() {
+    use clawcage_agent::events::{EventObserver, Stream};
+
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::text("one")]),
+        anthropic::message(&[anthropic::text("two")]),
+        anthropic::message(&[anthropic::text("The user said First.")]),
+    ])
+    .await;
+    let agent = AgentLoop::new(anthropic_provider(&server), ToolRegistry::new(), config())
+        .with_context(ContextPolicy::new(20_000, 1000));
+    let sessions = Sessions::new(agent, None, 200);
+    for text in ["First.", "Second."] {
+        sessions
+            .send_user("s", text, Arc::new(NoEvents))
+            .await
+            .unwrap();
+    }
+    let (observer, mut events) = EventObserver::channel("s", "run-1");
+    sessions.compact("s", Arc::new(observer)).await.unwrap();
+    let event = events.try_recv().unwrap();
+    assert_eq!(event.stream, Stream::Compaction);
+    assert_eq!(event.run_id, "run-1");
+    assert_eq!(event.data["reason"], "requested");
+    assert_eq!(event.data["summarisedMessages"], 2);
+    assert_eq!(event.data["keptMessages"], 2);
+    assert_eq!(event.data["summary"], "The user said First.");
 }
