@@ -430,6 +430,14 @@ fn render(
                 shown.tool_finished(&call, &verdict(data), text(data, "output"));
             }
         }
+        ("compaction", _) => console.line(&format!(
+            "  note: history compacted ({}): {} older messages summarised, {} kept; about {} -> {} tokens",
+            text(data, "reason"),
+            data["summarisedMessages"],
+            data["keptMessages"],
+            data["tokensBefore"],
+            data["tokensAfter"]
+        )),
         ("error", _) => match text(data, "kind") {
             "failover" => console.line(&format!(
                 "  … {} failed ({}); trying {}",

@@ -24,8 +24,8 @@ use clawcage_agent::agent_loop::{TurnObserver, Verdict};
 use clawcage_agent::events::{AgentEvent, EventLog, EventObserver, Stream};
 use clawcage_agent::session::{Admission, QueueEvent};
 use clawcage_agent::{
-    AgentError, LaneInput, MessageBus, ProviderEvents, Sessions, SubagentManager, ToolRegistry,
-    TranscriptStore, TurnOutcome,
+    AgentError, Compaction, LaneInput, MessageBus, ProviderEvents, Sessions, SubagentManager,
+    ToolRegistry, TranscriptStore, TurnOutcome,
 };
 use clawcage_core::scheduler::Scheduler;
 use clawcage_core::{InboundMessage, ToolCall};
@@ -1401,6 +1401,11 @@ impl TurnObserver for HubObserver {
 
     fn note(&self, text: &str) {
         self.events.note(text);
+        self.flush();
+    }
+
+    fn compacted(&self, compaction: &Compaction) {
+        self.events.compacted(compaction);
         self.flush();
     }
 }
