@@ -378,6 +378,8 @@ function onAgentEvent(event) {
     if (run && run.bubble) { run.bubble.classList.remove("streaming"); run.bubble = null; run.text = ""; }
     if (data.phase === "start") toolCard(data.toolCallId, data.name, data.args);
     else finishTool(data.toolCallId, data.verdict, data.label, data.output, data.outputChars);
+  } else if (event.stream === "compaction") {
+    addNote(`history compacted: ${data.summarisedMessages} older messages summarised, ${data.keptMessages} kept`);
   } else if (event.stream === "error") {
     addNote(data.kind === "retrying" ? `retrying: ${data.message}` : `failing over to ${data.to}`);
   }
