@@ -7,25 +7,14 @@
 )]
 
 use std::io::Write;
-use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, openai};
 use serde_json::json;
 
-/// The shared state directory: its component cache is reused; sessions get unique keys.
-fn state_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state")
-}
-
-/// A state directory of its own (sub-agent records and cron jobs must not meet other tests'),
-/// sharing the compiled components of [`state_dir`].
-fn private_state_dir() -> tempfile::TempDir {
-    let state = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(state_dir().join("cache")).unwrap();
-    std::os::unix::fs::symlink(state_dir().join("cache"), state.path().join("cache")).unwrap();
-    state
-}
+// The shared state directory (its component cache reused; sessions get unique keys), and
+// private ones for tests whose sub-agent records and cron jobs must not meet other tests'.
+use clawcage_tests::cli_state::{private_state_dir, shared_state_dir as state_dir};
 
 /// The text blocks of a request message, joined.
 fn text_blocks(message: &serde_json::Value) -> String {

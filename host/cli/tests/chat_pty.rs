@@ -9,24 +9,13 @@
     reason = "tests fail by panicking"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
 use clawcage_tests::llm_server::{LlmServer, anthropic};
 use serde_json::{Value, json};
 
-fn shared_state_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state")
-}
-
-/// A state directory of its own, sharing the compiled components.
-fn private_state_dir() -> tempfile::TempDir {
-    let state = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(shared_state_dir().join("cache")).unwrap();
-    std::os::unix::fs::symlink(shared_state_dir().join("cache"), state.path().join("cache"))
-        .unwrap();
-    state
-}
+use clawcage_tests::cli_state::{private_state_dir, warm_components};
 
 /// The last message's text blocks, joined.
 fn last_text(body: &Value) -> String {
@@ -68,19 +57,7 @@ async fn drive(server: &LlmServer, steps: Value) -> Value {
     std::fs::write(workspace.path().join("notes.txt"), "hello\n").unwrap();
     let state = private_state_dir();
     // Load the components first, so the steps' timeouts count only the chat's own work.
-    let warm = Command::new(env!("CARGO_BIN_EXE_clawcage"))
-        .args(["call", "exec", r#"{"command":"echo warm | cat"}"#])
-        .arg("--workspace")
-        .arg(workspace.path())
-        .arg("--state-dir")
-        .arg(state.path())
-        .output()
-        .unwrap();
-    assert!(
-        warm.status.success(),
-        "{}",
-        String::from_utf8_lossy(&warm.stderr)
-    );
+    warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pty_driver.py");
     let url = server.url().to_string();
     let workspace_path = workspace.path().to_path_buf();

@@ -10,9 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 /// The compiled-artifact cache shared with the other test binaries.
-fn state_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state")
-}
+use clawcage_tests::cli_state::shared_state_dir as state_dir;
 
 fn clawcage(workspace: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_clawcage"))

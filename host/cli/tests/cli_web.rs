@@ -15,9 +15,7 @@ use std::process::{Command, Output};
 use std::sync::{Arc, Mutex};
 
 /// The compiled-artifact cache shared with the other test binaries.
-fn state_dir() -> std::path::PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state")
-}
+use clawcage_tests::cli_state::shared_state_dir as state_dir;
 
 /// `clawcage trust` for the configuration the workspace `workspace` (with `args`) would use.
 fn trust(workspace: &Path, args: &[&str]) {

@@ -21,9 +21,11 @@ use serde_json::{Value, json};
 
 const TOKEN: &str = "gateway-test-token-0123456789";
 
-/// The shared compiled-component cache of the CLI tests.
+/// The shared compiled-component cache of the CLI tests, filled before a gateway starts so that
+/// no deadline below counts compiling components.
 fn cache_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/clawcage-test-cache/cli-state/cache")
+    clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+    clawcage_tests::cli_state::shared_state_dir().join("cache")
 }
 
 /// A state directory, workspace and configuration of a test's own.

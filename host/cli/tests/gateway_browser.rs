@@ -59,7 +59,10 @@ fn find(program: &str, candidates: &[&str]) -> Option<PathBuf> {
 fn start_gateway(root: &Path, llm: &str) -> (Process, SocketAddr) {
     let state = root.join("state");
     let workspace = root.join("ws");
-    let cache = repo_target().join("clawcage-test-cache/cli-state/cache");
+    let cache = clawcage_tests::cli_state::shared_state_dir().join("cache");
+    // The components compiled and described first, so the start-up deadline counts the
+    // gateway's own work only.
+    clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
     std::fs::create_dir_all(&state).unwrap();
     std::fs::create_dir_all(&workspace).unwrap();
     std::fs::create_dir_all(&cache).unwrap();

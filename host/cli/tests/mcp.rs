@@ -19,13 +19,11 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use clawcage_agent::AuditRecord;
-use clawcage_tests::toolchains::{example_plugin, python_with_mcp, repo_root, skip};
+use clawcage_tests::toolchains::{example_plugin, python_with_mcp, skip};
 use serde_json::{Value, json};
 
 /// The state directory shared with the other CLI tests (it holds the compiled-component cache).
-fn state_dir() -> PathBuf {
-    repo_root().join("target/clawcage-test-cache/cli-state")
-}
+use clawcage_tests::cli_state::shared_state_dir as state_dir;
 
 /// A workspace with a file to read, a file outside it to try to reach, and a config that puts the
 /// audit log (and, if given, a plugins section) into the test's own directory.

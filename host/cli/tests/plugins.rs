@@ -12,7 +12,6 @@ use std::path::Path;
 use std::process::{Command, Output};
 
 use clawcage_sandbox::components::{bundled, fixtures};
-use clawcage_tests::toolchains::repo_root;
 use sha2::Digest as _;
 
 fn install(plugins: &Path, folder: &str, name: &str, component: &[u8], sha256: &str, rest: &str) {
@@ -79,7 +78,7 @@ fn clawcage(root: &Path, args: &[&str]) -> Output {
         .arg("--config")
         .arg(root.join("clawcage.toml"))
         .arg("--state-dir")
-        .arg(repo_root().join("target/clawcage-test-cache/cli-state"))
+        .arg(clawcage_tests::cli_state::shared_state_dir())
         .env_remove("RUST_LOG")
         .env("PROBE_GREETING", "hi")
         .env("PROBE_TOKEN", "must-not-leak")
@@ -230,7 +229,7 @@ fn a_plugin_reaching_a_host_never_gets_the_hosts_secret() {
             .arg("--config")
             .arg(root.path().join("clawcage.toml"))
             .arg("--state-dir")
-            .arg(repo_root().join("target/clawcage-test-cache/cli-state"))
+            .arg(clawcage_tests::cli_state::shared_state_dir())
             .env_remove("RUST_LOG")
             .env("PLUGIN_TEST_SECRET", "sk-operator-only")
             .output()
