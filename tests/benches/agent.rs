@@ -11,36 +11,20 @@
     reason = "a benchmark fails by panicking"
 )]
 
-use clawcage_tests::bench::{report, report_against};
+use clawcage_tests::bench::{lookup_tools, report, report_against};
 use std::sync::Arc;
 use std::time::Instant;
 
-use clawcage_agent::provider::{self, ApiKey, ChatRequest, HttpSettings, NoEvents, ProviderConfig};
+use clawcage_agent::provider::{ChatRequest, NoEvents};
 use clawcage_agent::{AgentConfig, AgentLoop, Provider, Sessions, ToolRegistry, TranscriptStore};
-use clawcage_core::{ChatMessage, ToolOutput};
-use clawcage_tests::host_tools::HostTool;
+use clawcage_core::ChatMessage;
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
 use serde_json::json;
 
 const TURNS: usize = 300;
 
 fn provider_for(server: &LlmServer) -> Arc<dyn Provider> {
-    let mut settings = HttpSettings::new(server.url(), "bench");
-    settings.api_key = Some(ApiKey::new("bench-key"));
-    provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap()
-}
-
-fn tools() -> ToolRegistry {
-    let mut registry = ToolRegistry::new();
-    registry
-        .register(HostTool::new(
-            "lookup",
-            "Look something up.",
-            json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
-            |args| Ok(ToolOutput::text(format!("value of {}", args["key"]))),
-        ))
-        .unwrap();
-    registry
+    clawcage_tests::bench::anthropic_provider(server.url(), "bench")
 }
 
 fn turn_replies(stream: bool) -> Vec<Reply> {
@@ -66,11 +50,7 @@ fn turn_replies(stream: bool) -> Vec<Reply> {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         // Baseline: one request and its parsed response.
         let server = LlmServer::start(vec![
@@ -110,7 +90,7 @@ fn main() {
             let server = LlmServer::start(replies).await;
             let agent = AgentLoop::new(
                 provider_for(&server),
-                tools(),
+                lookup_tools(),
                 AgentConfig {
                     stream,
                     ..AgentConfig::default()
@@ -130,7 +110,11 @@ fn main() {
         let state = tempfile::tempdir().unwrap();
         let replies: Vec<Reply> = (0..TURNS).flat_map(|_| turn_replies(false)).collect();
         let server = LlmServer::start(replies).await;
-        let agent = AgentLoop::new(provider_for(&server), tools(), AgentConfig::default());
+        let agent = AgentLoop::new(
+            provider_for(&server),
+            lookup_tools(),
+            AgentConfig::default(),
+        );
         let sessions = Sessions::new(agent, Some(TranscriptStore::new(state.path())), 20);
         let mut samples = Vec::new();
         for _ in 0..TURNS {

@@ -110,11 +110,7 @@ async fn compare(
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         let workspace = tempfile::tempdir().unwrap();
         let root = workspace.path().canonicalize().unwrap();

@@ -21,10 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawcage_agent::events::{DiskEventLog, EventObserver};
-use clawcage_agent::provider::{self, ApiKey, HttpSettings, ProviderConfig};
-use clawcage_agent::{
-    AgentConfig, AgentLoop, MessageBus, Provider, Sessions, ToolRegistry, TranscriptStore,
-};
+use clawcage_agent::{AgentConfig, AgentLoop, MessageBus, Sessions, ToolRegistry, TranscriptStore};
 use clawcage_gateway::{Gateway, GatewayParts, Settings, Token};
 use clawcage_tests::bench::{percentile, report, report_against};
 use clawcage_tests::gateway_client::GatewayClient;
@@ -49,10 +46,7 @@ fn reply() -> Reply {
 }
 
 fn sessions(llm: &str, dir: &Path) -> (Sessions, TranscriptStore) {
-    let mut settings = HttpSettings::new(llm, "bench");
-    settings.api_key = Some(ApiKey::new("bench-key"));
-    let provider: Arc<dyn Provider> =
-        provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap();
+    let provider = clawcage_tests::bench::anthropic_provider(llm, "bench");
     let agent = AgentLoop::new(
         provider,
         ToolRegistry::new(),
@@ -67,11 +61,7 @@ fn sessions(llm: &str, dir: &Path) -> (Sessions, TranscriptStore) {
 
 /// The child: a gateway over `llm`, its address on stdout, until stdin closes.
 fn child(llm: &str) {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         let state = tempfile::tempdir().unwrap();
         let (sessions, transcripts) = sessions(llm, state.path());
@@ -147,11 +137,7 @@ fn main() {
     if let Ok(llm) = std::env::var(CHILD) {
         return child(&llm);
     }
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         let server = LlmServer::start_routed(|_| reply()).await;
         println!("gateway benchmark: one streamed answer per turn, history limit {HISTORY}");

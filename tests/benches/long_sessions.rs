@@ -18,11 +18,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawcage_agent::context::TokenEstimator;
-use clawcage_agent::provider::{self, ApiKey, HttpSettings, NoEvents, ProviderConfig};
-use clawcage_agent::{AgentConfig, AgentLoop, ContextPolicy, Provider, ToolRegistry};
-use clawcage_core::{ChatMessage, ContentBlock, Role, ToolOutput};
-use clawcage_tests::bench::{report, report_against};
-use clawcage_tests::host_tools::HostTool;
+use clawcage_agent::provider::NoEvents;
+use clawcage_agent::{AgentConfig, AgentLoop, ContextPolicy, Provider};
+use clawcage_core::{ChatMessage, ContentBlock, Role};
+use clawcage_tests::bench::{lookup_tools, report, report_against};
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
 use serde_json::json;
 
@@ -31,22 +30,7 @@ const TURNS: usize = 300;
 const WARMUP: usize = 20;
 
 fn provider_for(server: &LlmServer) -> Arc<dyn Provider> {
-    let mut settings = HttpSettings::new(server.url(), "claude-bench");
-    settings.api_key = Some(ApiKey::new("bench-key"));
-    provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap()
-}
-
-fn tools() -> ToolRegistry {
-    let mut registry = ToolRegistry::new();
-    registry
-        .register(HostTool::new(
-            "lookup",
-            "Look something up.",
-            json!({"type": "object", "properties": {"key": {"type": "string"}}, "required": ["key"]}),
-            |args| Ok(ToolOutput::text(format!("value of {}", args["key"]))),
-        ))
-        .unwrap();
-    registry
+    clawcage_tests::bench::anthropic_provider(server.url(), "claude-bench")
 }
 
 /// A session of `exchanges` user requests, each answered after one tool call whose result is
@@ -98,7 +82,7 @@ fn main() {
     let history = long_history(50);
     let bytes = serde_json::to_string(&history).unwrap().len();
     let estimator = TokenEstimator::new();
-    let tools_bytes = serde_json::to_string(&tools().anthropic_definitions())
+    let tools_bytes = serde_json::to_string(&lookup_tools().anthropic_definitions())
         .unwrap()
         .len();
     let tokens = estimator.request("You help.", tools_bytes, &history);
@@ -140,11 +124,7 @@ fn main() {
         throughput(json)
     );
 
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         // The same turn on the same history, with and without accounting, interleaved.
         let replies: Vec<Reply> = (0..2 * (TURNS + WARMUP))
@@ -155,8 +135,8 @@ fn main() {
             system_prompt: "You help.".into(),
             ..AgentConfig::default()
         };
-        let plain = AgentLoop::new(provider_for(&server), tools(), config.clone());
-        let accounted = AgentLoop::new(provider_for(&server), tools(), config)
+        let plain = AgentLoop::new(provider_for(&server), lookup_tools(), config.clone());
+        let accounted = AgentLoop::new(provider_for(&server), lookup_tools(), config)
             .with_context(ContextPolicy::new(200_000, 8192));
         let mut plain_samples = Vec::new();
         let mut accounted_samples = Vec::new();
@@ -189,8 +169,12 @@ fn main() {
         );
         // The accounting alone, as each model call does it (results checked for trimming, the
         // request estimated): a turn of two model calls does it twice.
-        let agent = AgentLoop::new(provider_for(&server), tools(), AgentConfig::default())
-            .with_context(ContextPolicy::new(200_000, 8192));
+        let agent = AgentLoop::new(
+            provider_for(&server),
+            lookup_tools(),
+            AgentConfig::default(),
+        )
+        .with_context(ContextPolicy::new(200_000, 8192));
         let mut turn = history.clone();
         turn.push(ChatMessage::user("What is the colour?"));
         let mut samples = Vec::new();

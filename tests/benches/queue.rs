@@ -18,8 +18,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawcage_agent::provider::{
-    self, ApiKey, ChatRequest, ChatResponse, HttpSettings, NoEvents, ProviderConfig, ProviderError,
-    ProviderEvents,
+    ChatRequest, ChatResponse, NoEvents, ProviderError, ProviderEvents,
 };
 use clawcage_agent::session::{Admission, DropPolicy, QueueConfig, QueueMode, QueueSettings};
 use clawcage_agent::{
@@ -126,9 +125,7 @@ async fn admissions(mode: QueueMode) -> Vec<Duration> {
 }
 
 fn provider_for(server: &LlmServer) -> Arc<dyn Provider> {
-    let mut settings = HttpSettings::new(server.url(), "bench");
-    settings.api_key = Some(ApiKey::new("bench-key"));
-    provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap()
+    clawcage_tests::bench::anthropic_provider(server.url(), "bench")
 }
 
 /// A turn held at the server's gate with `queued` messages behind it in `collect` mode: the time
@@ -171,11 +168,7 @@ async fn burst(queued: usize) -> (Duration, Duration) {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         let baseline = report(
             "bare unbounded channel send, per message (baseline)",

@@ -35,11 +35,7 @@ async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
 }
 
 fn main() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         let workspace = tempfile::tempdir().unwrap();
         let text: String = (0..100)
