@@ -5,15 +5,14 @@
 //! session through its lane like any input: while the prompt waits they are handled at once and
 //! printed above it; during a turn they queue behind it.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
 use clawcage_runtime::{AgentOptions, Runtime};
-use rustyline::error::ReadlineError;
-use rustyline::{DefaultEditor, ExternalPrinter as _};
 
 use crate::Failure;
+use crate::prompt::{Input, Prompt, print_tool_summary};
 use crate::render::{Console, Shown, Sink, print_messages};
 
 const HELP: &str = "Type a request and press Enter. Commands:
@@ -30,23 +29,12 @@ Ctrl-C while the agent works stops that turn; what it did so far is kept.";
 /// Run the REPL on session `key`.
 pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
     let state_dir = runtime.state_dir();
-    let mut editor = DefaultEditor::new()
-        .map_err(|error| Failure::Tool(format!("cannot start the line editor: {error}")))?;
+    let mut prompt = Prompt::new()?;
     let history_file = state_dir.join("chat_history.txt");
-    let _ = editor.load_history(&history_file);
+    prompt.load_history(&history_file);
 
     // While the prompt waits, output goes through the editor's printer so the prompt survives.
-    let idle_sink = match editor.create_external_printer() {
-        Ok(printer) => {
-            let printer = Mutex::new(printer);
-            Sink::Lines(Arc::new(move |line: String| {
-                if let Ok(mut printer) = printer.lock() {
-                    let _ = printer.print(format!("{line}\n"));
-                }
-            }))
-        }
-        Err(_) => Sink::Stdout,
-    };
+    let idle_sink = prompt.idle_sink(true);
     let console = Arc::new(Console::new(Sink::Stdout, true));
     // A notification turn's text is printed whole when it ends, under the sender's name.
     let idle_console = Arc::new(Console::new(idle_sink, false));
@@ -108,41 +96,22 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         }
     }
 
-    let mut editor = Some(editor);
     loop {
-        let Some(mut current) = editor.take() else {
-            break;
+        let line = match prompt.read().await? {
+            Input::Line(line) => line,
+            Input::Interrupted => continue,
+            Input::End => break,
         };
-        let (returned, line) = tokio::task::spawn_blocking(move || {
-            let line = current.readline("you> ");
-            (current, line)
-        })
-        .await
-        .map_err(|error| Failure::Tool(format!("the line editor stopped: {error}")))?;
-        editor = Some(returned);
-        let line = match line {
-            Ok(line) => line,
-            Err(ReadlineError::Interrupted) => continue,
-            Err(ReadlineError::Eof) => break,
-            Err(error) => return Err(Failure::Tool(format!("cannot read input: {error}"))),
-        };
-        let line = line.trim();
         if line.is_empty() {
             continue;
         }
-        if let Some(editor) = editor.as_mut() {
-            let _ = editor.add_history_entry(line);
-        }
-        match line {
+        match line.as_str() {
             "/exit" | "/quit" => break,
             "/help" => outln!("{HELP}"),
             "/tools" => {
                 for tool in agent.tools.tools() {
                     let spec = tool.spec();
-                    let first_line = spec.description.lines().next().unwrap_or_default();
-                    let summary = first_line.split(". ").next().unwrap_or(first_line);
-                    outln!("  {}  — {}", spec.name, summary.trim_end_matches('.'));
-                    outln!("      reaches: {}", tool.grants_summary());
+                    print_tool_summary(&spec.name, &spec.description, &tool.grants_summary());
                 }
             }
             "/reset" => match sessions.reset(&key).await {
@@ -199,9 +168,6 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         }
     }
     router.abort();
-    if let Some(mut editor) = editor {
-        let _ = std::fs::create_dir_all(state_dir);
-        let _ = editor.save_history(&history_file);
-    }
+    prompt.save_history(&history_file);
     Ok(())
 }

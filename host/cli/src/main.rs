@@ -17,6 +17,7 @@ macro_rules! outln {
 
 mod chat;
 mod demo;
+mod prompt;
 mod remote_chat;
 mod render;
 

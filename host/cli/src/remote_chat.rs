@@ -16,12 +16,11 @@ use clawcage_agent::Verdict;
 use clawcage_agent::provider::ProviderEvents as _;
 use clawcage_core::ToolCall;
 use clawcage_gateway::{Client, ClientError};
-use rustyline::error::ReadlineError;
-use rustyline::{DefaultEditor, ExternalPrinter as _};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::Failure;
+use crate::prompt::{Input, Prompt, print_tool_summary};
 use crate::render::{Console, Shown, Sink};
 
 const HELP: &str = "Type a request and press Enter; it is sent to the gateway's session, and turns other clients start there are shown too. Commands:
@@ -84,21 +83,9 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
         .await
         .map_err(failed)?;
 
-    let mut editor = DefaultEditor::new()
-        .map_err(|error| Failure::Tool(format!("cannot start the line editor: {error}")))?;
-    let interactive = std::io::stdin().is_terminal();
+    let mut prompt = Prompt::new()?;
     // While the prompt waits, output goes through the editor's printer so the prompt survives.
-    let idle_sink = match (interactive, editor.create_external_printer()) {
-        (true, Ok(printer)) => {
-            let printer = Mutex::new(printer);
-            Sink::Lines(Arc::new(move |line: String| {
-                if let Ok(mut printer) = printer.lock() {
-                    let _ = printer.print(format!("{line}\n"));
-                }
-            }))
-        }
-        _ => Sink::Stdout,
-    };
+    let idle_sink = prompt.idle_sink(std::io::stdin().is_terminal());
     let busy_console = Arc::new(Console::new(Sink::Stdout, true));
     let idle_console = Arc::new(Console::new(idle_sink, true));
 
@@ -137,51 +124,30 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
         })
     };
 
-    let mut editor = Some(editor);
     let result = loop {
-        let Some(mut current) = editor.take() else {
-            break Ok(());
-        };
-        let (returned, line) = tokio::task::spawn_blocking(move || {
-            let line = current.readline("you> ");
-            (current, line)
-        })
-        .await
-        .map_err(|error| Failure::Tool(format!("the line editor stopped: {error}")))?;
-        editor = Some(returned);
+        let input = prompt.read().await;
         if let Some(why) = client.closed_reason() {
             break Err(Failure::Tool(format!("clawcage: {why}")));
         }
-        let line = match line {
-            Ok(line) => line,
-            Err(ReadlineError::Interrupted) => continue,
-            Err(ReadlineError::Eof) => break Ok(()),
-            Err(error) => break Err(Failure::Tool(format!("cannot read input: {error}"))),
+        let line = match input {
+            Ok(Input::Line(line)) => line,
+            Ok(Input::Interrupted) => continue,
+            Ok(Input::End) => break Ok(()),
+            Err(error) => break Err(error),
         };
-        let line = line.trim();
         if line.is_empty() {
             continue;
         }
-        if let Some(editor) = editor.as_mut() {
-            let _ = editor.add_history_entry(line);
-        }
-        match line {
+        match line.as_str() {
             "/exit" | "/quit" => break Ok(()),
             "/help" => outln!("{HELP}"),
             "/tools" => match client.request("tools.list", json!({})).await {
                 Ok(list) => {
                     for tool in list["tools"].as_array().into_iter().flatten() {
-                        let description = tool["description"].as_str().unwrap_or_default();
-                        let first_line = description.lines().next().unwrap_or_default();
-                        let summary = first_line.split(". ").next().unwrap_or(first_line);
-                        outln!(
-                            "  {}  — {}",
-                            tool["name"].as_str().unwrap_or_default(),
-                            summary.trim_end_matches('.')
-                        );
-                        outln!(
-                            "      reaches: {}",
-                            tool["grants"].as_str().unwrap_or_default()
+                        print_tool_summary(
+                            text(tool, "name"),
+                            text(tool, "description"),
+                            text(tool, "grants"),
                         );
                     }
                 }
