@@ -23,7 +23,7 @@ use clawcage_agent::{
 };
 use clawcage_core::{InboundMessage, ToolCall, ToolOutput};
 use clawcage_tests::host_tools::HostTool;
-use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, openai};
+use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, message_texts, openai};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -136,23 +136,6 @@ async fn dropped(pending: PendingTurn) -> DropReason {
         Err(AgentError::Dropped(reason)) => reason,
         other => panic!("expected a dropped message, got {other:?}"),
     }
-}
-
-/// Each message's text blocks, joined (tool calls and results left out).
-fn texts(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|message| {
-            message["content"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|block| block["text"].as_str())
-                .collect::<String>()
-        })
-        .collect()
 }
 
 fn user_text(text: &str) -> Value {
@@ -308,7 +291,7 @@ async fn a_message_steered_after_the_final_answer_starts_the_next_turn() {
     assert_eq!(outcome(turn).await, "First answer.");
     assert_eq!(outcome(late).await, "Second answer.");
     assert_eq!(
-        texts(&server.bodies()[1]),
+        message_texts(&server.bodies()[1]),
         ["First.", "First answer.", "Second."]
     );
 }
@@ -347,7 +330,7 @@ async fn followup_runs_each_message_as_its_own_turn_in_arrival_order() {
     let bodies = server.bodies();
     assert_eq!(bodies.len(), 5);
     assert_eq!(
-        texts(&bodies[4]),
+        message_texts(&bodies[4]),
         [
             "M0", "answer 0", "M1", "answer 1", "M2", "answer 2", "M3", "answer 3", "M4"
         ]
@@ -406,8 +389,11 @@ async fn collect_drains_the_queued_messages_as_one_turn_per_channel() {
     let x = "[Queued messages while the agent was busy]\n\n---\nQueued #1\nx1\n\n---\nQueued #2\nx2\n\n---\nQueued #3\nx3";
     let y =
         "[Queued messages while the agent was busy]\n\n---\nQueued #1\ny1\n\n---\nQueued #2\ny2";
-    assert_eq!(texts(&bodies[1]), ["Start.", "answer 0", x]);
-    assert_eq!(texts(&bodies[2]), ["Start.", "answer 0", x, "answer x", y]);
+    assert_eq!(message_texts(&bodies[1]), ["Start.", "answer 0", x]);
+    assert_eq!(
+        message_texts(&bodies[2]),
+        ["Start.", "answer 0", x, "answer x", y]
+    );
 }
 
 /// `interrupt`: the first message stops the turn waiting in its tool (its messages are kept,
@@ -545,7 +531,7 @@ async fn the_cap_with_each_drop_policy() {
                 assert_eq!(outcome(m1).await, "answer 1");
                 assert_eq!(outcome(m2).await, "answer 2");
                 let bodies = server.bodies();
-                assert_eq!(texts(&bodies[1])[2], long);
+                assert_eq!(message_texts(&bodies[1])[2], long);
                 bodies
             }
             DropPolicy::Old | DropPolicy::Summarize => {
@@ -566,8 +552,8 @@ async fn the_cap_with_each_drop_policy() {
                         "[Queue overflow] Dropped 1 message while the agent was busy; one line from each:\n- {summary}\n\nM2"
                     )
                 };
-                assert_eq!(texts(&bodies[1])[2], expected, "{drop}");
-                assert_eq!(texts(&bodies[2])[4], "M3");
+                assert_eq!(message_texts(&bodies[1])[2], expected, "{drop}");
+                assert_eq!(message_texts(&bodies[2])[4], "M3");
                 bodies
             }
         };
@@ -605,7 +591,7 @@ async fn collect_waits_for_a_quiet_window_after_the_newest_message() {
     let requests = server.requests();
     assert_eq!(requests.len(), 2);
     assert_eq!(
-        texts(&requests[1].body)[2],
+        message_texts(&requests[1].body)[2],
         collect_text(["M1".to_string(), "M2".to_string()])
     );
     let quiet = requests[1].at.saturating_duration_since(sent);
@@ -680,11 +666,11 @@ async fn ten_concurrent_senders_keep_arrival_order_and_lose_or_double_nothing() 
         match mode {
             QueueMode::Collect => {
                 assert_eq!(bodies.len(), 2);
-                assert_eq!(texts(&bodies[1])[2], collect_text(order.clone()));
+                assert_eq!(message_texts(&bodies[1])[2], collect_text(order.clone()));
             }
             _ => {
                 assert_eq!(bodies.len(), 11);
-                let last = texts(&bodies[10]);
+                let last = message_texts(&bodies[10]);
                 let asked: Vec<&String> = last.iter().skip(2).step_by(2).collect();
                 assert_eq!(
                     asked,
@@ -782,7 +768,7 @@ async fn the_queue_command_overrides_a_session_and_reset_restores_the_configurat
     assert_eq!(outcome(steered).await, "answer 1");
     assert_eq!(outcome(collected).await, "answer 2");
     assert_eq!(
-        texts(&server.bodies()[2])[4],
+        message_texts(&server.bodies()[2])[4],
         collect_text(["M2".to_string()])
     );
 
@@ -849,7 +835,7 @@ async fn notifications_are_never_steered_into_a_running_turn() {
         ]})
     );
     assert_eq!(
-        texts(&bodies[3])[3..],
+        message_texts(&bodies[3])[3..],
         [
             "answer 0".to_string(),
             clawcage_agent::session::notification_text(&message),

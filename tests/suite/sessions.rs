@@ -14,8 +14,7 @@ use clawcage_agent::{
     TranscriptStore,
 };
 use clawcage_core::{BoxFuture, ContentBlock, InboundMessage, Usage};
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
-use serde_json::Value;
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, message_texts};
 use tokio::sync::Barrier;
 
 use crate::agent_loop::anthropic_provider;
@@ -149,22 +148,6 @@ fn sessions_with(server: &LlmServer, dir: &std::path::Path, limit: usize) -> Ses
     Sessions::new(agent, Some(TranscriptStore::new(dir)), limit)
 }
 
-fn texts(body: &Value) -> Vec<String> {
-    body["messages"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|message| {
-            message["content"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .filter_map(|block| block["text"].as_str())
-                .collect::<String>()
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_transcript_survives_a_restart() {
     let state = tempfile::tempdir().unwrap();
@@ -214,7 +197,7 @@ async fn the_transcript_survives_a_restart() {
         "You said 42."
     );
     assert_eq!(
-        texts(&server.bodies()[2]),
+        message_texts(&server.bodies()[2]),
         [
             "Remember 42.",
             "Noted: 42.",
@@ -253,11 +236,11 @@ async fn history_is_bounded_reset_is_recorded_and_a_damaged_line_is_skipped() {
         // Within one run the limit holds: after each turn the history keeps at most 3 messages,
         // cut so that it starts with a user message; the next request adds the new input.
         assert_eq!(
-            texts(&server.bodies()[2]),
+            message_texts(&server.bodies()[2]),
             ["question 1", "answer 1", "question 2"]
         );
         assert_eq!(
-            texts(&server.bodies()[1]),
+            message_texts(&server.bodies()[1]),
             ["question 0", "answer 0", "question 1"]
         );
     }
@@ -276,7 +259,7 @@ async fn history_is_bounded_reset_is_recorded_and_a_damaged_line_is_skipped() {
         .await
         .unwrap();
     assert_eq!(
-        texts(&server.bodies()[3]),
+        message_texts(&server.bodies()[3]),
         ["question 2", "answer 2", "question 3"]
     );
     sessions.reset("s").await.unwrap();
@@ -284,7 +267,7 @@ async fn history_is_bounded_reset_is_recorded_and_a_damaged_line_is_skipped() {
         .send_user("s", "fresh start", Arc::new(NoEvents))
         .await
         .unwrap();
-    assert_eq!(texts(&server.bodies()[4]), ["fresh start"]);
+    assert_eq!(message_texts(&server.bodies()[4]), ["fresh start"]);
     drop(sessions);
     let loaded = TranscriptStore::new(state.path()).load("s", 100).unwrap();
     assert_eq!(
@@ -354,7 +337,7 @@ async fn notifications_on_the_bus_reach_the_session_through_its_lane() {
     assert_eq!(sender, "subagent:1");
     assert_eq!(outcome.unwrap(), "The sub-agent found 3 files.");
     assert_eq!(
-        texts(&server.bodies()[1]),
+        message_texts(&server.bodies()[1]),
         [
             "Hi",
             "Hello.",

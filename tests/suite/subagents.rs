@@ -17,7 +17,7 @@ use clawcage_agent::{
 };
 use clawcage_core::{BoxFuture, InboundMessage, Tool, ToolError, ToolOutput, ToolSpec};
 use clawcage_sandbox::{FsMode, Grants, Limits, LoadedComponent, components};
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, text_of};
 use clawcage_tests::{grants, sandbox};
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -99,18 +99,6 @@ fn is_child(body: &Value) -> bool {
 
 fn messages(body: &Value) -> &Vec<Value> {
     body["messages"].as_array().unwrap()
-}
-
-/// The text blocks of a message.
-fn text_of(message: &Value) -> String {
-    match &message["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|block| block["text"].as_str())
-            .collect(),
-        _ => String::new(),
-    }
 }
 
 /// The tool results of a message, in order.

@@ -5,7 +5,8 @@
 //! `retry-after`, server-sent-event streams cut into small chunks, hostile answers (a body
 //! without end, a request never answered) and replies held at a [`ReplyGate`] until the test
 //! opens it. When the script runs out the server answers 500, so
-//! an extra request fails the test visibly.
+//! an extra request fails the test visibly. [`text_of`] and [`message_texts`] read the text the
+//! agent sent back out of a recorded body.
 
 use std::collections::VecDeque;
 use std::convert::Infallible;
@@ -246,6 +247,29 @@ impl LlmServer {
     pub fn remaining(&self) -> usize {
         self.state.lock().expect("server state").replies.len()
     }
+}
+
+/// The text of a request message in either wire format: its content when that is a string, else
+/// its text blocks joined (tool calls and results left out).
+pub fn text_of(message: &Value) -> String {
+    match &message["content"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|block| block["text"].as_str())
+            .collect(),
+        _ => String::new(),
+    }
+}
+
+/// The text of each message of a request body, in order.
+pub fn message_texts(body: &Value) -> Vec<String> {
+    body["messages"]
+        .as_array()
+        .expect("a request body with messages")
+        .iter()
+        .map(text_of)
+        .collect()
 }
 
 async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Response<ChannelBody> {

@@ -9,20 +9,12 @@
 use std::io::Write;
 use std::process::{Command, Output, Stdio};
 
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, openai};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, openai, text_of};
 use serde_json::json;
 
 // The shared state directory (its component cache reused; sessions get unique keys), and
 // private ones for tests whose sub-agent records and cron jobs must not meet other tests'.
 use clawcage_tests::cli_state::{private_state_dir, shared_state_dir as state_dir};
-
-/// The text blocks of a request message, joined.
-fn text_blocks(message: &serde_json::Value) -> String {
-    message["content"]
-        .as_array()
-        .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
-        .unwrap_or_default()
-}
 
 fn unique(prefix: &str) -> String {
     format!(
@@ -554,7 +546,7 @@ async fn run_waits_for_its_sub_agents_and_children_cannot_write() {
                 ))]),
             };
         }
-        let text = text_blocks(last);
+        let text = text_of(last);
         if text.starts_with("Check hello.txt") {
             anthropic::message(&[anthropic::tool(
                 "s",
@@ -652,7 +644,7 @@ async fn chat_runs_a_cron_job_the_agent_scheduled() {
     let server = LlmServer::start_routed(|body| {
         let messages = body["messages"].as_array().unwrap();
         let last = messages.last().unwrap();
-        let text = text_blocks(last);
+        let text = text_of(last);
         if text == "Remind me to stretch every second." {
             anthropic::message(&[anthropic::tool(
                 "c1",

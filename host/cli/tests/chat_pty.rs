@@ -12,7 +12,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use clawcage_tests::llm_server::{LlmServer, anthropic};
+use clawcage_tests::llm_server::{LlmServer, anthropic, text_of};
 use serde_json::{Value, json};
 
 use clawcage_tests::cli_state::{private_state_dir, warm_components};
@@ -22,8 +22,7 @@ fn last_text(body: &Value) -> String {
     body["messages"]
         .as_array()
         .and_then(|messages| messages.last())
-        .and_then(|message| message["content"].as_array())
-        .map(|blocks| blocks.iter().filter_map(|b| b["text"].as_str()).collect())
+        .map(text_of)
         .unwrap_or_default()
 }
 

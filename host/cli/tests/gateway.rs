@@ -16,7 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use clawcage_tests::gateway_client::{GatewayClient, WAIT, connect_params};
-use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic};
+use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "gateway-test-token-0123456789";
@@ -163,14 +163,7 @@ fn last_user_text(body: &Value) -> String {
     body["messages"]
         .as_array()
         .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .and_then(|message| message["content"].as_array())
-        .map(|blocks| {
-            blocks
-                .iter()
-                .filter_map(|block| block["text"].as_str())
-                .collect::<Vec<_>>()
-                .join("")
-        })
+        .map(text_of)
         .unwrap_or_default()
 }
 
@@ -409,7 +402,7 @@ async fn sessions_run_in_parallel_and_one_sessions_turns_in_order() {
         .as_array()
         .unwrap()
         .iter()
-        .map(|m| format!("{}:{}", m["role"].as_str().unwrap(), last_text(m)))
+        .map(|m| format!("{}:{}", m["role"].as_str().unwrap(), text_of(m)))
         .collect();
     assert_eq!(
         history,
@@ -556,11 +549,11 @@ async fn a_busy_session_steers_queues_or_refuses_and_says_so_in_events() {
     // next model call.
     let bodies = server.bodies();
     let second = bodies[1]["messages"].as_array().unwrap();
-    assert_eq!(last_text(&second[0]), "first");
-    assert_eq!(last_text(&second[1]), "Looking.");
+    assert_eq!(text_of(&second[0]), "first");
+    assert_eq!(text_of(&second[1]), "Looking.");
     let last = second.last().unwrap();
     assert_eq!(last["role"], "user");
-    assert_eq!(last_text(last), "correction");
+    assert_eq!(text_of(last), "correction");
     assert!(
         second[2]["content"]
             .as_array()
@@ -583,18 +576,6 @@ async fn a_busy_session_steers_queues_or_refuses_and_says_so_in_events() {
         4,
         "first, correction, later 1, later 2"
     );
-}
-
-fn last_text(message: &Value) -> String {
-    match &message["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|b| b["text"].as_str())
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1465,7 +1446,7 @@ async fn interrupt_stops_the_running_turn_and_collect_drains_the_waiting_message
         .as_array()
         .unwrap()
         .iter()
-        .map(last_text)
+        .map(text_of)
         .collect();
     // The stopped turn's message is kept (the lane joins it with the next user message, as
     // the stopped turn left no answer between them).
