@@ -90,6 +90,11 @@ fn sessions_with(
     )
 }
 
+/// Sessions over the Anthropic format at `server`, with no tools and no transcripts.
+fn toolless_sessions(server: &LlmServer, queue: QueueConfig) -> Sessions {
+    sessions_with(anthropic_provider(server), ToolRegistry::new(), queue, None)
+}
+
 /// `gate` (waits for the test) and `lookup` (must never run in these tests).
 fn gate_and_lookup() -> (
     ToolRegistry,
@@ -277,12 +282,7 @@ async fn a_message_steered_after_the_final_answer_starts_the_next_turn() {
         answer("Second answer."),
     ])
     .await;
-    let sessions = sessions_with(
-        anthropic_provider(&server),
-        ToolRegistry::new(),
-        queue(QueueMode::Steer),
-        None,
-    );
+    let sessions = toolless_sessions(&server, queue(QueueMode::Steer));
     let turn = submit(&sessions, "s", "First.");
     within(gate.reached(1)).await;
     let late = submit(&sessions, "s", "Second.");
@@ -303,12 +303,7 @@ async fn followup_runs_each_message_as_its_own_turn_in_arrival_order() {
     let mut replies = vec![gate.hold(answer("answer 0"))];
     replies.extend((1..=4).map(|i| answer(&format!("answer {i}"))));
     let server = LlmServer::start(replies).await;
-    let sessions = sessions_with(
-        anthropic_provider(&server),
-        ToolRegistry::new(),
-        queue(QueueMode::Followup),
-        None,
-    );
+    let sessions = toolless_sessions(&server, queue(QueueMode::Followup));
     let turn = submit(&sessions, "s", "M0");
     within(gate.reached(1)).await;
     let queued: Vec<PendingTurn> = (1..=4)
@@ -348,12 +343,7 @@ async fn collect_drains_the_queued_messages_as_one_turn_per_channel() {
         answer("answer y"),
     ])
     .await;
-    let sessions = sessions_with(
-        anthropic_provider(&server),
-        ToolRegistry::new(),
-        queue(QueueMode::Collect),
-        None,
-    );
+    let sessions = toolless_sessions(&server, queue(QueueMode::Collect));
     let turn = sessions.submit("s", from("x", "Start."), Arc::new(NoEvents));
     within(gate.reached(1)).await;
     let queued: Vec<(&str, PendingTurn)> = [
@@ -504,12 +494,7 @@ async fn the_cap_with_each_drop_policy() {
         let mut config = queue(QueueMode::Followup);
         config.settings.cap = 2;
         config.settings.drop = drop;
-        let sessions = sessions_with(
-            anthropic_provider(&server),
-            ToolRegistry::new(),
-            config,
-            None,
-        );
+        let sessions = toolless_sessions(&server, config);
         let turn = submit(&sessions, "s", "M0");
         within(gate.reached(1)).await;
         let m1 = submit(&sessions, "s", &long);
@@ -571,12 +556,7 @@ async fn collect_waits_for_a_quiet_window_after_the_newest_message() {
     let server = LlmServer::start(vec![gate.hold(answer("answer 0")), answer("answer 1")]).await;
     let mut config = queue(QueueMode::Collect);
     config.settings.debounce_ms = 2000;
-    let sessions = sessions_with(
-        anthropic_provider(&server),
-        ToolRegistry::new(),
-        config,
-        None,
-    );
+    let sessions = toolless_sessions(&server, config);
     let turn = submit(&sessions, "s", "M0");
     within(gate.reached(1)).await;
     let m1 = submit(&sessions, "s", "M1");
@@ -611,12 +591,7 @@ async fn ten_concurrent_senders_keep_arrival_order_and_lose_or_double_nothing() 
         let mut replies = vec![gate.hold(answer("answer 0"))];
         replies.extend((1..=10).map(|i| answer(&format!("answer {i}"))));
         let server = LlmServer::start(replies).await;
-        let sessions = sessions_with(
-            anthropic_provider(&server),
-            ToolRegistry::new(),
-            queue(mode),
-            None,
-        );
+        let sessions = toolless_sessions(&server, queue(mode));
         let turn = submit(&sessions, "s", "M0");
         within(gate.reached(1)).await;
         let barrier = Arc::new(tokio::sync::Barrier::new(10));
