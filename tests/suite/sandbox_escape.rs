@@ -191,3 +191,40 @@ async fn an_excluded_tool_is_never_instantiated() {
         "the original registry still has it"
     );
 }
+
+/// No component opens a socket: every WASI context starts with sockets and name lookup denied
+/// (`wasi_context::denied`), and a network grant opens only the host's policed HTTP, not raw
+/// TCP. A plain `TcpStream::connect` to a listener on loopback, even one the network grant
+/// allows, fails, and the listener never sees a connection; a name lookup fails too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_component_opens_a_socket_or_resolves_a_name_even_with_a_network_grant() {
+    use clawcage_sandbox::network::{AllowList, NetworkPolicy};
+
+    let layout = layout();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let address = listener.local_addr().unwrap();
+    let policy = NetworkPolicy::new(
+        AllowList::parse([address.to_string(), "localhost:*".to_string()]).unwrap(),
+    );
+    let probe = fixture(fixtures::PROBE);
+    let registry = registry_of(
+        &[("probe", &probe)],
+        grants(&layout.workspace, FsMode::ReadWrite, Limits::default()).with_network(policy),
+    )
+    .await;
+    let output = registry
+        .execute_value(
+            "probe",
+            &json!({"connect": address.to_string(), "lookup": format!("localhost:{}", address.port())}),
+        )
+        .await
+        .unwrap();
+    let report: serde_json::Value = serde_json::from_str(&output.text).unwrap();
+    assert!(report["connect"]["error"].is_string(), "{report}");
+    assert!(report["lookup"]["error"].is_string(), "{report}");
+    match listener.accept() {
+        Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {}
+        other => panic!("the listener got a connection from the sandbox: {other:?}"),
+    }
+}
