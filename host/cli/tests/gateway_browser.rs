@@ -50,9 +50,10 @@ fn find(program: &str, candidates: &[&str]) -> Option<PathBuf> {
         .map(PathBuf::from)
         .find(|path| path.exists())
         .or_else(|| {
-            let output = Command::new("which").arg(program).output().ok()?;
-            let path = String::from_utf8_lossy(&output.stdout).trim().to_string();
-            (!path.is_empty()).then(|| PathBuf::from(path))
+            let path = std::env::var_os("PATH")?;
+            std::env::split_paths(&path)
+                .map(|dir| dir.join(program))
+                .find(|candidate| candidate.is_file())
         })
 }
 
