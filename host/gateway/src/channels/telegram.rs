@@ -1,0 +1,928 @@
+//! The Telegram channel over the Bot API (HTTPS through reqwest, rustls, no proxy): long polling
+//! with `getUpdates`, replies with `sendMessage` (HTML parse mode with `&`, `<` and `>` escaped,
+//! split at 4,096 UTF-16 units, preferably at a blank line, a line end or a space), the typing
+//! indicator while a turn runs. Session keys are `agent:main:telegram:<chatId>`, with
+//! `:topic:<threadId>` for a forum topic.
+//!
+//! Nothing is lost or done twice across a restart: every update of a batch is written to
+//! `<state-dir>/channels/telegram.json` (atomically, mode 0600) together with the next offset
+//! before any of it is handled, so Telegram forgets the batch only once it is on disk. Each
+//! record stays until its reply is delivered; the reply is recorded before it is sent. At the
+//! next start a record with a reply is delivered, one without is handed to its lane again (a
+//! killed gateway saved none of the interrupted run's messages). A 429 waits its `retry_after`,
+//! network errors back off; a reply that still cannot be sent is recorded in the status and the
+//! log. The token is only ever part of the request URL, which no error, log line or file shows.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use clawcage_runtime::Error;
+use clawcage_runtime::channel_config::{
+    ChannelSecret, DmPolicy, GroupPolicy, Telegram as Settings,
+};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::pairing::CodeRequest;
+use super::{Outcome, Shared, Submitted, outcome, session_key, submit};
+
+/// The longest message Telegram accepts, in UTF-16 code units.
+pub const MAX_MESSAGE_UNITS: usize = 4096;
+
+/// Attempts to send one message before it is given up.
+const SEND_ATTEMPTS: u32 = 6;
+
+/// The longest `retry_after` honoured by waiting (longer ones count as a failed attempt).
+const MAX_RETRY_AFTER: u64 = 300;
+
+/// The longest text handed to the agent, in characters.
+const MAX_INPUT_CHARS: usize = 20_000;
+
+/// Escapes text for `parse_mode: "HTML"`: `&`, `<` and `>` become entities, nothing else is
+/// interpreted.
+pub fn escape_html(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            _ => out.push(c),
+        }
+    }
+    out
+}
+
+fn units(text: &str) -> usize {
+    text.encode_utf16().count()
+}
+
+/// Splits `text` into pieces of at most `max` UTF-16 units whose concatenation is `text`,
+/// cutting after a blank line, else a line end, else a space, when one lies in the second half
+/// of a piece.
+pub fn split_message(text: &str, max: usize) -> Vec<String> {
+    let mut pieces = Vec::new();
+    let mut rest = text;
+    while units(rest) > max {
+        // The longest prefix within `max` units, on a char boundary.
+        let mut end = 0;
+        let mut count = 0;
+        for (index, c) in rest.char_indices() {
+            if count + c.len_utf16() > max {
+                break;
+            }
+            count += c.len_utf16();
+            end = index + c.len_utf8();
+        }
+        let window = &rest[..end];
+        let half = window.len() / 2;
+        let cut = [
+            window.rfind("\n\n").map(|at| at + 2),
+            window.rfind('\n').map(|at| at + 1),
+            window.rfind(' ').map(|at| at + 1),
+        ]
+        .into_iter()
+        .flatten()
+        .find(|&at| at > half)
+        .unwrap_or(end.max(rest.chars().next().map_or(1, char::len_utf8)));
+        pieces.push(rest[..cut].to_string());
+        rest = &rest[cut..];
+    }
+    if !rest.is_empty() || pieces.is_empty() {
+        pieces.push(rest.to_string());
+    }
+    pieces
+}
+
+/// A Bot API failure.
+#[derive(Debug)]
+enum ApiError {
+    /// 429: wait this many seconds.
+    RetryAfter(u64),
+    /// The request did not get an answer (connect, timeout, a 5xx): retry later.
+    Network(String),
+    /// Telegram refused it (`error_code`, `description`): retrying changes nothing.
+    Refused(i64, String),
+}
+
+impl std::fmt::Display for ApiError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ApiError::RetryAfter(seconds) => {
+                write!(f, "too many requests: retry after {seconds} s")
+            }
+            ApiError::Network(why) => write!(f, "network: {why}"),
+            ApiError::Refused(code, description) => write!(f, "refused ({code}): {description}"),
+        }
+    }
+}
+
+/// The Bot API at one base URL with one token.
+struct Api {
+    client: reqwest::Client,
+    /// `<api_base>/bot<token>/`: secret.
+    base: ChannelSecret,
+}
+
+impl Api {
+    fn new(settings: &Settings, token: &ChannelSecret) -> Result<Api, Error> {
+        let client = reqwest::Client::builder()
+            .no_proxy()
+            .connect_timeout(Duration::from_secs(10))
+            .timeout(settings.poll_timeout + Duration::from_secs(20))
+            .build()
+            .map_err(|error| {
+                Error::Failed(format!("cannot build the Telegram HTTP client: {error}"))
+            })?;
+        Ok(Api {
+            client,
+            base: ChannelSecret::new(format!("{}/bot{}/", settings.api_base, token.expose())),
+        })
+    }
+
+    async fn call(&self, method: &str, body: &Value) -> Result<Value, ApiError> {
+        let response = self
+            .client
+            .post(format!("{}{method}", self.base.expose()))
+            .header("content-type", "application/json")
+            .body(body.to_string())
+            .send()
+            .await
+            // The URL holds the token: errors never carry it.
+            .map_err(|error| ApiError::Network(error.without_url().to_string()))?;
+        let status = response.status().as_u16();
+        let bytes = response
+            .bytes()
+            .await
+            .map_err(|error| ApiError::Network(error.without_url().to_string()))?;
+        let answer: Value = match serde_json::from_slice(&bytes) {
+            Ok(answer) => answer,
+            Err(_) if status >= 500 || status == 429 => {
+                return Err(ApiError::Network(format!("HTTP {status}")));
+            }
+            Err(_) => {
+                return Err(ApiError::Refused(
+                    i64::from(status),
+                    format!("HTTP {status} with a body that is not the Bot API's JSON"),
+                ));
+            }
+        };
+        if answer.get("ok") == Some(&Value::Bool(true)) {
+            return Ok(answer.get("result").cloned().unwrap_or(Value::Null));
+        }
+        let code = answer
+            .get("error_code")
+            .and_then(Value::as_i64)
+            .unwrap_or(i64::from(status));
+        if code == 429 {
+            let after = answer
+                .pointer("/parameters/retry_after")
+                .and_then(Value::as_u64)
+                .unwrap_or(1);
+            return Err(ApiError::RetryAfter(after));
+        }
+        let description: String = answer
+            .get("description")
+            .and_then(Value::as_str)
+            .unwrap_or("no description")
+            .chars()
+            .take(300)
+            .collect();
+        if code >= 500 {
+            return Err(ApiError::Network(format!("{code}: {description}")));
+        }
+        Err(ApiError::Refused(code, description))
+    }
+}
+
+/// One update kept until its reply is delivered.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Pending {
+    update_id: u64,
+    chat_id: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    thread_id: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    message_id: Option<i64>,
+    /// The session the text goes to (absent: a reply only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    session_key: Option<String>,
+    /// The text for the agent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    text: Option<String>,
+    /// The reply, once known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    reply: Option<String>,
+}
+
+#[derive(Debug, Default, Clone, Serialize, Deserialize)]
+struct Journal {
+    /// The next `getUpdates` offset.
+    offset: u64,
+    #[serde(default)]
+    pending: Vec<Pending>,
+}
+
+/// The bot as `getMe` describes it.
+#[derive(Debug, Clone)]
+struct Bot {
+    id: i64,
+    username: String,
+}
+
+/// One item of a chat's delivery queue.
+struct Job {
+    pending: Pending,
+    run: Option<String>,
+}
+
+/// The running Telegram channel.
+pub struct Telegram {
+    shared: Arc<Shared>,
+    settings: Settings,
+    api: Api,
+    file: PathBuf,
+    journal: Mutex<Journal>,
+    bot: OnceLock<Bot>,
+    chats: Mutex<HashMap<(i64, Option<i64>), mpsc::UnboundedSender<Job>>>,
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// The next wait of an exponential backoff: 1, 2, 4, … 30 seconds.
+fn backoff(attempt: u32) -> Duration {
+    Duration::from_secs(1u64 << attempt.min(5)).min(Duration::from_secs(30))
+}
+
+impl Telegram {
+    /// Reads the journal and starts polling.
+    pub(crate) fn start(shared: Arc<Shared>, settings: &Settings) -> Result<Arc<Telegram>, Error> {
+        let Some(token) = &settings.token else {
+            return Err(Error::Usage(format!(
+                "[channels.telegram] needs the bot token in the environment variable {}: export {}=<the token @BotFather gave you> before `clawcage gateway`, or remove [channels.telegram]",
+                settings.token_env, settings.token_env
+            )));
+        };
+        let file = shared
+            .hub
+            .parts
+            .state_dir
+            .join("channels")
+            .join("telegram.json");
+        let journal = match clawcage_core::files::read_regular_file(
+            &file,
+            16 << 20,
+            clawcage_core::files::Symlinks::Refuse,
+        ) {
+            Ok(bytes) => serde_json::from_slice::<Journal>(&bytes).map_err(|error| {
+                Error::Failed(format!(
+                    "the Telegram journal {} is not valid ({error}); move it away to start over (updates it held are then lost)",
+                    file.display()
+                ))
+            })?,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Journal::default(),
+            Err(error) => {
+                return Err(Error::Failed(format!(
+                    "cannot read the Telegram journal {}: {error}",
+                    file.display()
+                )));
+            }
+        };
+        let telegram = Arc::new(Telegram {
+            api: Api::new(settings, token)?,
+            shared,
+            settings: settings.clone(),
+            file,
+            journal: Mutex::new(journal),
+            bot: OnceLock::new(),
+            chats: Mutex::new(HashMap::new()),
+        });
+        tokio::spawn(telegram.clone().poll());
+        Ok(telegram)
+    }
+
+    fn save(&self, journal: &Journal) -> Result<(), String> {
+        let text = serde_json::to_vec(journal).map_err(|error| error.to_string())?;
+        clawcage_core::files::write_atomically(&self.file, &text, true).map_err(|error| {
+            format!(
+                "cannot write the Telegram journal {}: {error}",
+                self.file.display()
+            )
+        })
+    }
+
+    /// Changes the journal's record of `update_id` (or drops it when `change` says `None`).
+    fn update_pending(&self, update_id: u64, change: impl FnOnce(Pending) -> Option<Pending>) {
+        let mut journal = lock(&self.journal);
+        let Some(index) = journal
+            .pending
+            .iter()
+            .position(|pending| pending.update_id == update_id)
+        else {
+            return;
+        };
+        let pending = journal.pending.remove(index);
+        if let Some(changed) = change(pending) {
+            journal.pending.insert(index, changed);
+        }
+        if let Err(error) = self.save(&journal) {
+            tracing::error!("{error}");
+        }
+    }
+
+    async fn sleep(&self, wait: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(wait) => true,
+            () = self.shared.shutdown.cancelled() => false,
+        }
+    }
+
+    /// `getMe`, then the journal's records, then long polling until the gateway stops.
+    async fn poll(self: Arc<Self>) {
+        let status = &self.shared.status;
+        status.set("telegram", json!({"state": "starting"}));
+        let mut attempt = 0;
+        let nothing = json!({});
+        let bot = loop {
+            let me = tokio::select! {
+                me = self.api.call("getMe", &nothing) => me,
+                () = self.shared.shutdown.cancelled() => return,
+            };
+            let wait = match me {
+                Ok(me) => {
+                    let id = me.get("id").and_then(Value::as_i64).unwrap_or_default();
+                    let username = me
+                        .get("username")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default()
+                        .to_string();
+                    break Bot { id, username };
+                }
+                Err(ApiError::RetryAfter(seconds)) => {
+                    Duration::from_secs(seconds.min(MAX_RETRY_AFTER))
+                }
+                Err(ApiError::Refused(code @ (401 | 404), _)) => {
+                    let why = format!(
+                        "the Bot API refused the token ({code}); check the token in {} (from @BotFather)",
+                        self.settings.token_env
+                    );
+                    tracing::error!("{why}");
+                    status.set("telegram", json!({"state": "error", "error": why}));
+                    Duration::from_secs(60)
+                }
+                Err(error) => {
+                    tracing::warn!("Telegram getMe failed: {error}; retrying");
+                    status.set(
+                        "telegram",
+                        json!({"state": "retrying", "error": error.to_string()}),
+                    );
+                    attempt += 1;
+                    backoff(attempt)
+                }
+            };
+            if !self.sleep(wait).await {
+                return;
+            }
+        };
+        tracing::info!(bot = %bot.username, "Telegram: polling");
+        status.set(
+            "telegram",
+            json!({"state": "polling", "bot": format!("@{}", bot.username)}),
+        );
+        let _ = self.bot.set(bot);
+        // What the last process left: deliver the known replies, hand the rest to the lanes.
+        let left: Vec<Pending> = lock(&self.journal).pending.clone();
+        for pending in left {
+            self.dispatch(pending);
+        }
+        let mut attempt = 0;
+        loop {
+            let offset = lock(&self.journal).offset;
+            let mut request = json!({
+                "timeout": self.settings.poll_timeout.as_secs(),
+                "allowed_updates": ["message"],
+            });
+            if offset > 0 {
+                request["offset"] = json!(offset);
+            }
+            let answer = tokio::select! {
+                answer = self.api.call("getUpdates", &request) => answer,
+                () = self.shared.shutdown.cancelled() => return,
+            };
+            let wait = match answer {
+                Ok(Value::Array(updates)) => {
+                    if attempt > 0 {
+                        status.set(
+                            "telegram",
+                            json!({"state": "polling", "bot": format!("@{}", self.bot_name())}),
+                        );
+                    }
+                    attempt = 0;
+                    if let Err(error) = self.take(updates) {
+                        tracing::error!("{error}");
+                        status.set("telegram", json!({"state": "error", "error": error}));
+                        backoff(5)
+                    } else {
+                        continue;
+                    }
+                }
+                Ok(_) => {
+                    tracing::warn!("Telegram getUpdates answered something other than a list");
+                    attempt += 1;
+                    backoff(attempt)
+                }
+                Err(ApiError::RetryAfter(seconds)) => {
+                    Duration::from_secs(seconds.min(MAX_RETRY_AFTER))
+                }
+                Err(error) => {
+                    tracing::warn!("Telegram getUpdates failed: {error}; backing off");
+                    attempt += 1;
+                    status.set(
+                        "telegram",
+                        json!({"state": "retrying", "error": error.to_string()}),
+                    );
+                    backoff(attempt)
+                }
+            };
+            if !self.sleep(wait).await {
+                return;
+            }
+        }
+    }
+
+    fn bot_name(&self) -> String {
+        self.bot
+            .get()
+            .map(|bot| bot.username.clone())
+            .unwrap_or_default()
+    }
+
+    /// Records a batch (and the offset after it) in the journal, then handles it.
+    fn take(self: &Arc<Self>, updates: Vec<Value>) -> Result<(), String> {
+        let mut taken = Vec::new();
+        {
+            let mut journal = lock(&self.journal);
+            let mut next = journal.clone();
+            for update in &updates {
+                let Some(id) = update.get("update_id").and_then(Value::as_u64) else {
+                    tracing::warn!("a Telegram update without an update_id was ignored");
+                    continue;
+                };
+                if id < next.offset {
+                    continue;
+                }
+                next.offset = id + 1;
+                if let Some(pending) = self.judge(id, update) {
+                    next.pending.push(pending.clone());
+                    taken.push(pending);
+                }
+            }
+            if next.offset == journal.offset && taken.is_empty() {
+                return Ok(());
+            }
+            self.save(&next)?;
+            *journal = next;
+        }
+        for pending in taken {
+            self.dispatch(pending);
+        }
+        Ok(())
+    }
+
+    /// What to do with one update: `None` to ignore it.
+    fn judge(&self, update_id: u64, update: &Value) -> Option<Pending> {
+        let message = update.get("message")?;
+        let chat = message.get("chat")?;
+        let chat_id = chat.get("id").and_then(Value::as_i64)?;
+        let chat_type = chat.get("type").and_then(Value::as_str).unwrap_or_default();
+        let from = message.get("from");
+        let user_id = from
+            .and_then(|from| from.get("id"))
+            .and_then(Value::as_i64)?;
+        if from
+            .and_then(|from| from.get("is_bot"))
+            .and_then(Value::as_bool)
+            == Some(true)
+        {
+            return None;
+        }
+        let name = from
+            .map(|from| {
+                [from.get("first_name"), from.get("last_name")]
+                    .into_iter()
+                    .flatten()
+                    .filter_map(Value::as_str)
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            })
+            .unwrap_or_default();
+        let text = message
+            .get("text")
+            .or_else(|| message.get("caption"))
+            .and_then(Value::as_str)?;
+        let message_id = message.get("message_id").and_then(Value::as_i64);
+        let thread_id = if message.get("is_topic_message").and_then(Value::as_bool) == Some(true) {
+            message.get("message_thread_id").and_then(Value::as_i64)
+        } else {
+            None
+        };
+        let reply = |text: String| Pending {
+            update_id,
+            chat_id,
+            thread_id,
+            message_id,
+            session_key: None,
+            text: None,
+            reply: Some(text),
+        };
+        let user = user_id.to_string();
+        let known = self.settings.allow_from.contains(&user)
+            || self
+                .shared
+                .pairing
+                .is_approved("telegram", &user)
+                .unwrap_or_else(|error| {
+                    tracing::error!("{error}");
+                    false
+                });
+        let private = chat_type == "private";
+        let mut text = text.to_string();
+        if private {
+            if !known && self.settings.dm_policy != DmPolicy::Open {
+                if self.settings.dm_policy == DmPolicy::Allowlist {
+                    tracing::info!(user = %user, "Telegram: a message from a sender not on allow_from was ignored");
+                    return None;
+                }
+                return match self.shared.pairing.request("telegram", &user, &name) {
+                    Ok(CodeRequest::Issued(code)) => {
+                        tracing::info!(user = %user, code = %code, "Telegram: an unknown sender was given a pairing code");
+                        Some(reply(format!(
+                            "I don't know you yet, so your message was not passed on. Your pairing code is {code} (valid for an hour). Ask the operator of this bot to run:\n\nclawcage pairing approve {code}\n\nthen write again. (Your Telegram user id is {user}.)"
+                        )))
+                    }
+                    Ok(CodeRequest::AlreadyPending(_)) => None,
+                    Ok(CodeRequest::Full) => {
+                        tracing::warn!(
+                            "Telegram: too many pairing requests are waiting; an unknown sender got no code"
+                        );
+                        None
+                    }
+                    Err(error) => {
+                        tracing::error!("{error}");
+                        None
+                    }
+                };
+            }
+        } else {
+            match self.settings.groups {
+                GroupPolicy::Off => return None,
+                GroupPolicy::All => {}
+                GroupPolicy::Mention => {
+                    let bot = self.bot.get()?;
+                    let mention = format!("@{}", bot.username);
+                    let replied_to_bot = message
+                        .pointer("/reply_to_message/from/id")
+                        .and_then(Value::as_i64)
+                        == Some(bot.id);
+                    let mentioned = !bot.username.is_empty()
+                        && text.to_lowercase().contains(&mention.to_lowercase());
+                    if !mentioned && !replied_to_bot {
+                        return None;
+                    }
+                }
+            }
+            if let Some(bot) = self.bot.get()
+                && !bot.username.is_empty()
+            {
+                text = strip_mention(&text, &bot.username);
+            }
+        }
+        let key = match thread_id {
+            Some(thread) => session_key("telegram", &format!("{chat_id}:topic:{thread}")),
+            None => session_key("telegram", &chat_id.to_string()),
+        };
+        let trimmed = text.trim();
+        let command = trimmed.split_whitespace().next().unwrap_or_default();
+        let command = command.split('@').next().unwrap_or_default();
+        match command {
+            "/start" if private => {
+                return Some(reply(
+                    "Hello! Write to me and the agent answers.".to_string(),
+                ));
+            }
+            "/queue" | "/approve" if !known => {
+                return Some(reply(format!(
+                    "{command} is for approved people: ask the operator to approve you (allow_from in [channels.telegram], or a pairing)."
+                )));
+            }
+            "/queue" => {
+                let line = format!(
+                    "/queue {}",
+                    trimmed.split_once(' ').map_or("", |(_, rest)| rest)
+                );
+                let answer = match self
+                    .shared
+                    .hub
+                    .parts
+                    .sessions
+                    .queue_command(&key, line.trim())
+                {
+                    Ok(text) => text,
+                    Err(error) => error.to_string(),
+                };
+                return Some(reply(answer));
+            }
+            "/approve" => {
+                return Some(reply(super::approve_command(&self.shared, &key, trimmed)));
+            }
+            _ => {}
+        }
+        if trimmed.is_empty() {
+            return None;
+        }
+        let mut input: String = trimmed.chars().take(MAX_INPUT_CHARS).collect();
+        if !private {
+            let who = if name.trim().is_empty() {
+                user.clone()
+            } else {
+                name
+            };
+            input = format!("[{who}] {input}");
+        }
+        Some(Pending {
+            update_id,
+            chat_id,
+            thread_id,
+            message_id,
+            session_key: Some(key),
+            text: Some(input),
+            reply: None,
+        })
+    }
+
+    /// Hands a record's text to its lane (in update order) and queues its delivery.
+    fn dispatch(self: &Arc<Self>, pending: Pending) {
+        let run = match (&pending.reply, &pending.session_key, &pending.text) {
+            (None, Some(key), Some(text)) => {
+                match submit(
+                    &self.shared.hub,
+                    key,
+                    text.clone(),
+                    &format!("telegram:{}", pending.update_id),
+                ) {
+                    Submitted::Run(run) => Some(run),
+                    Submitted::Refused(why) => {
+                        let why = format!("(your message was not taken: {why})");
+                        self.update_pending(pending.update_id, |mut kept| {
+                            kept.reply = Some(why.clone());
+                            Some(kept)
+                        });
+                        let mut pending = pending;
+                        pending.reply = Some(why);
+                        return self.enqueue(Job { pending, run: None });
+                    }
+                }
+            }
+            _ => None,
+        };
+        self.enqueue(Job { pending, run });
+    }
+
+    /// Queues `job` on its chat's delivery task, which answers the chat's messages in order.
+    fn enqueue(self: &Arc<Self>, job: Job) {
+        let chat = (job.pending.chat_id, job.pending.thread_id);
+        let mut chats = lock(&self.chats);
+        let sender = chats.entry(chat).or_insert_with(|| {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            tokio::spawn(self.clone().deliver_in_order(receiver));
+            sender
+        });
+        if let Err(mpsc::error::SendError(job)) = sender.send(job) {
+            let (sender, receiver) = mpsc::unbounded_channel();
+            tokio::spawn(self.clone().deliver_in_order(receiver));
+            let _ = sender.send(job);
+            chats.insert(chat, sender);
+        }
+    }
+
+    async fn deliver_in_order(self: Arc<Self>, mut jobs: mpsc::UnboundedReceiver<Job>) {
+        while let Some(Job { pending, run }) = jobs.recv().await {
+            let reply = match (&pending.reply, run) {
+                (Some(reply), _) => Some(reply.clone()),
+                (None, Some(run)) => {
+                    let waited = self
+                        .with_typing(&pending, outcome(&self.shared.hub, &run))
+                        .await;
+                    match waited {
+                        Outcome::Retry => continue,
+                        Outcome::Nothing => None,
+                        Outcome::Reply(text) => {
+                            // Recorded before it is sent: a restart delivers it, never runs it again.
+                            self.update_pending(pending.update_id, |mut kept| {
+                                kept.reply = Some(text.clone());
+                                Some(kept)
+                            });
+                            Some(text)
+                        }
+                    }
+                }
+                (None, None) => None,
+            };
+            if let Some(reply) = reply {
+                let sent = self
+                    .send_text(
+                        pending.chat_id,
+                        pending.thread_id,
+                        pending.message_id,
+                        &reply,
+                    )
+                    .await;
+                if self.shared.shutdown.is_cancelled() && sent.is_err() {
+                    // Delivered at the next start.
+                    continue;
+                }
+                if let Err(error) = sent {
+                    self.shared.status.delivery_failed(
+                        "telegram",
+                        &pending.chat_id.to_string(),
+                        reply.chars().count(),
+                        &error,
+                    );
+                }
+            }
+            self.update_pending(pending.update_id, |_| None);
+        }
+    }
+
+    /// Runs `work` while showing "typing…" in the chat (renewed every 4 s, Telegram shows it 5).
+    async fn with_typing<T>(&self, pending: &Pending, work: impl Future<Output = T>) -> T {
+        let mut action = json!({"chat_id": pending.chat_id, "action": "typing"});
+        if let Some(thread) = pending.thread_id {
+            action["message_thread_id"] = json!(thread);
+        }
+        let mut work = std::pin::pin!(work);
+        loop {
+            let typing = async {
+                if let Err(error) = self.api.call("sendChatAction", &action).await {
+                    tracing::debug!("Telegram sendChatAction failed: {error}");
+                }
+                tokio::time::sleep(Duration::from_secs(4)).await;
+            };
+            tokio::select! {
+                value = &mut work => return value,
+                () = typing => {}
+            }
+        }
+    }
+
+    /// Sends `text` to `chat` (and `thread`), split into messages of at most 4,096 units, the
+    /// first one replying to `reply_to`. Each is retried (429 after its `retry_after`, network
+    /// errors with backoff) before the whole is given up.
+    pub async fn send_text(
+        &self,
+        chat: i64,
+        thread: Option<i64>,
+        reply_to: Option<i64>,
+        text: &str,
+    ) -> Result<(), String> {
+        for (index, piece) in split_message(text, MAX_MESSAGE_UNITS).iter().enumerate() {
+            if piece.trim().is_empty() {
+                continue;
+            }
+            let mut body = json!({
+                "chat_id": chat,
+                "text": escape_html(piece),
+                "parse_mode": "HTML",
+                "link_preview_options": {"is_disabled": true},
+            });
+            if let Some(thread) = thread {
+                body["message_thread_id"] = json!(thread);
+            }
+            if index == 0
+                && let Some(message) = reply_to
+            {
+                body["reply_parameters"] =
+                    json!({"message_id": message, "allow_sending_without_reply": true});
+            }
+            self.send_one(&mut body, piece).await?;
+        }
+        Ok(())
+    }
+
+    async fn send_one(&self, body: &mut Value, plain: &str) -> Result<(), String> {
+        let mut last = String::new();
+        for attempt in 0..SEND_ATTEMPTS {
+            let wait = match self.api.call("sendMessage", body).await {
+                Ok(_) => return Ok(()),
+                Err(ApiError::RetryAfter(seconds)) if seconds <= MAX_RETRY_AFTER => {
+                    last = format!("too many requests (retry after {seconds} s)");
+                    Duration::from_secs(seconds)
+                }
+                Err(ApiError::Refused(400, description))
+                    if description.contains("parse entities")
+                        && body.get("parse_mode").is_some() =>
+                {
+                    // Should not happen with escaped text; plain text is interpreted as nothing.
+                    tracing::warn!(
+                        "Telegram could not parse a reply's entities; sending it as plain text"
+                    );
+                    if let Some(object) = body.as_object_mut() {
+                        object.remove("parse_mode");
+                        object.insert("text".to_string(), json!(plain));
+                    }
+                    Duration::ZERO
+                }
+                Err(error @ ApiError::Refused(..)) => return Err(error.to_string()),
+                Err(error) => {
+                    last = error.to_string();
+                    tracing::warn!("Telegram sendMessage failed: {error}; retrying");
+                    backoff(attempt)
+                }
+            };
+            if !self.sleep(wait).await {
+                return Err(format!(
+                    "the gateway stopped before the reply was sent ({last})"
+                ));
+            }
+        }
+        Err(format!(
+            "sendMessage failed {SEND_ATTEMPTS} times; the last error: {last}"
+        ))
+    }
+}
+
+/// `text` without the bot's `@username` (any case).
+fn strip_mention(text: &str, username: &str) -> String {
+    let mention = format!("@{}", username.to_lowercase());
+    let lower = text.to_lowercase();
+    match lower.find(&mention) {
+        // Lowercasing ASCII usernames keeps byte offsets.
+        Some(at) if text.is_char_boundary(at) && text.is_char_boundary(at + mention.len()) => {
+            format!("{}{}", &text[..at], &text[at + mention.len()..])
+                .trim()
+                .to_string()
+        }
+        _ => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pieces_fit_and_join_back_to_the_text() {
+        let paragraph = "word ".repeat(300) + "\n\n";
+        let text = paragraph.repeat(8) + &"x".repeat(5000) + "😀".repeat(3000).as_str();
+        let pieces = split_message(&text, MAX_MESSAGE_UNITS);
+        assert!(pieces.len() > 3);
+        assert!(pieces.iter().all(|piece| units(piece) <= MAX_MESSAGE_UNITS));
+        assert_eq!(pieces.concat(), text);
+        // Cut after the blank line, not inside a word.
+        assert!(
+            pieces[0].ends_with("\n\n"),
+            "{:?}",
+            &pieces[0][pieces[0].len() - 10..]
+        );
+        assert_eq!(split_message("short", 4096), ["short"]);
+        assert_eq!(split_message("", 4096), [""]);
+        // A surrogate pair is never cut.
+        let emoji = "😀".repeat(5);
+        let pieces = split_message(&emoji, 3);
+        assert!(
+            pieces
+                .iter()
+                .all(|piece| units(piece) <= 3 && !piece.is_empty())
+        );
+        assert_eq!(pieces.concat(), emoji);
+    }
+
+    #[test]
+    fn html_is_escaped_and_mentions_stripped() {
+        assert_eq!(
+            escape_html("<b>a & b</b> \"q\""),
+            "&lt;b&gt;a &amp; b&lt;/b&gt; \"q\""
+        );
+        assert_eq!(
+            strip_mention("@Clawcage_Bot hello", "clawcage_bot"),
+            "hello"
+        );
+        assert_eq!(strip_mention("hi @clawcage_bot!", "clawcage_bot"), "hi !");
+        assert_eq!(strip_mention("no mention", "clawcage_bot"), "no mention");
+    }
+
+    #[test]
+    fn the_backoff_grows_to_thirty_seconds() {
+        assert_eq!(backoff(0), Duration::from_secs(1));
+        assert_eq!(backoff(2), Duration::from_secs(4));
+        assert_eq!(backoff(9), Duration::from_secs(30));
+    }
+}

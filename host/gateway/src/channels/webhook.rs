@@ -1,0 +1,432 @@
+//! Webhooks: `POST /hooks/<name>` on the gateway starts a turn in the session
+//! `agent:main:webhook:<name>[:<peer>]`, and the reply is POSTed to the hook's `reply_url`
+//! through the host's network policy (its host must be on `[network] allow`).
+//!
+//! Both directions are signed the same way: `X-Clawcage-Timestamp` holds the Unix time in
+//! seconds and `X-Clawcage-Signature` holds `sha256=` and the lowercase hex HMAC-SHA256, keyed
+//! with the hook's secret, of the timestamp, a `.`, and the body's bytes. An inbound request is
+//! accepted only with a valid signature (checked in constant time), a timestamp inside the
+//! replay window (default 5 minutes either way) and a signature not seen before within that
+//! window; anything else is 401 and nothing enters a session. The body (at most 64 KiB) is
+//! `{"message": "...", "peer"?: "...", "id"?: "..."}`; the answer is 202 with the run's id.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use bytes::Bytes;
+use clawcage_runtime::Error;
+use clawcage_runtime::channel_config::{ChannelSecret, HttpPost, Webhook};
+use hmac::{Hmac, Mac};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use serde_json::{Value, json};
+use sha2::Sha256;
+
+use super::{Outcome, Shared, Submitted, outcome, session_key, submit};
+
+/// The largest body accepted.
+pub const MAX_BODY_BYTES: usize = 64 << 10;
+
+/// The timestamp header.
+pub const TIMESTAMP_HEADER: &str = "x-clawcage-timestamp";
+
+/// The signature header.
+pub const SIGNATURE_HEADER: &str = "x-clawcage-signature";
+
+/// Signatures remembered at most (beyond, requests are refused until some expire).
+const MAX_SEEN: usize = 100_000;
+
+/// Attempts to deliver a reply.
+const POST_ATTEMPTS: u32 = 5;
+
+type HmacSha256 = Hmac<Sha256>;
+type Response = http::Response<Full<Bytes>>;
+
+/// `sha256=<hex>` of `timestamp` `.` `body` under `secret`.
+pub fn sign(secret: &[u8], timestamp: u64, body: &[u8]) -> String {
+    let mut mac = match HmacSha256::new_from_slice(secret) {
+        Ok(mac) => mac,
+        // HMAC takes keys of any length.
+        Err(_) => return String::new(),
+    };
+    mac.update(timestamp.to_string().as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    format!("sha256={}", hex::encode(mac.finalize().into_bytes()))
+}
+
+fn verify(secret: &[u8], timestamp: &str, body: &[u8], signature: &[u8]) -> bool {
+    let Ok(mut mac) = HmacSha256::new_from_slice(secret) else {
+        return false;
+    };
+    mac.update(timestamp.as_bytes());
+    mac.update(b".");
+    mac.update(body);
+    mac.verify_slice(signature).is_ok()
+}
+
+fn now_secs() -> u64 {
+    clawcage_agent::transcript::now_ms() / 1000
+}
+
+fn answer(status: http::StatusCode, body: Value) -> Response {
+    let mut response = http::Response::new(Full::new(Bytes::from(body.to_string())));
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+fn refuse(status: http::StatusCode, error: &str) -> Response {
+    answer(status, json!({"ok": false, "error": error}))
+}
+
+struct Hook {
+    secret: ChannelSecret,
+    reply_url: Option<String>,
+    window: u64,
+}
+
+/// The configured webhooks.
+pub struct Webhooks {
+    shared: Arc<Shared>,
+    hooks: HashMap<String, Hook>,
+    post: HttpPost,
+    /// Signatures accepted within their window: `(hook, signature)` → when they expire.
+    seen: Mutex<HashMap<(String, Vec<u8>), u64>>,
+}
+
+fn peer_ok(peer: &str) -> bool {
+    (1..=64).contains(&peer.len())
+        && !peer.starts_with('.')
+        && peer
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b))
+}
+
+impl Webhooks {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        config: &[Webhook],
+        post: HttpPost,
+    ) -> Result<Arc<Webhooks>, Error> {
+        let mut hooks = HashMap::new();
+        for hook in config {
+            let Some(secret) = &hook.secret else {
+                return Err(Error::Usage(format!(
+                    "[channels.webhooks.{}] needs its signing secret in the environment variable {}: export {}=<a long random value, e.g. from `openssl rand -hex 32`> before `clawcage gateway`",
+                    hook.name, hook.secret_env, hook.secret_env
+                )));
+            };
+            hooks.insert(
+                hook.name.clone(),
+                Hook {
+                    secret: secret.clone(),
+                    reply_url: hook.reply_url.clone(),
+                    window: hook.replay_window.as_secs(),
+                },
+            );
+        }
+        shared.status.set(
+            "webhooks",
+            json!({"state": "listening", "hooks": hooks.len()}),
+        );
+        Ok(Arc::new(Webhooks {
+            shared,
+            hooks,
+            post,
+            seen: Mutex::new(HashMap::new()),
+        }))
+    }
+
+    /// Answers `POST /hooks/<name>`.
+    pub async fn receive(
+        self: &Arc<Self>,
+        name: &str,
+        request: http::Request<Incoming>,
+    ) -> Response {
+        if request.method() != http::Method::POST {
+            let mut response = refuse(
+                http::StatusCode::METHOD_NOT_ALLOWED,
+                "webhooks take POST with a signed JSON body",
+            );
+            response
+                .headers_mut()
+                .insert(http::header::ALLOW, http::HeaderValue::from_static("POST"));
+            return response;
+        }
+        let Some(hook) = self.hooks.get(name) else {
+            return refuse(
+                http::StatusCode::NOT_FOUND,
+                "no such webhook: the operator configures one as [channels.webhooks.<name>]",
+            );
+        };
+        let header = |name: &str| {
+            request
+                .headers()
+                .get(name)
+                .and_then(|value| value.to_str().ok())
+                .map(str::to_string)
+        };
+        let too_large = header(http::header::CONTENT_LENGTH.as_str())
+            .and_then(|length| length.parse::<u64>().ok())
+            .is_some_and(|length| length > MAX_BODY_BYTES as u64);
+        if too_large {
+            return refuse(
+                http::StatusCode::PAYLOAD_TOO_LARGE,
+                "the body is larger than 64 KiB",
+            );
+        }
+        let (timestamp, signature) = (header(TIMESTAMP_HEADER), header(SIGNATURE_HEADER));
+        let body = match Limited::new(request.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(_) => {
+                return refuse(
+                    http::StatusCode::PAYLOAD_TOO_LARGE,
+                    "the body is larger than 64 KiB or was cut off",
+                );
+            }
+        };
+        let unauthorized = |why: &str| {
+            tracing::warn!(hook = name, "refused a webhook request: {why}");
+            refuse(http::StatusCode::UNAUTHORIZED, why)
+        };
+        let (Some(timestamp), Some(signature)) = (timestamp, signature) else {
+            return unauthorized(
+                "sign the request: X-Clawcage-Timestamp (Unix seconds) and X-Clawcage-Signature (sha256=<hex HMAC-SHA256 of timestamp.body>)",
+            );
+        };
+        let Ok(sent_at) = timestamp.trim().parse::<u64>() else {
+            return unauthorized("X-Clawcage-Timestamp is not a Unix time in seconds");
+        };
+        let now = now_secs();
+        if now.abs_diff(sent_at) > hook.window {
+            return unauthorized("the timestamp is outside the replay window");
+        }
+        let Some(Ok(signature)) = signature.trim().strip_prefix("sha256=").map(hex::decode) else {
+            return unauthorized("X-Clawcage-Signature must be sha256=<hex>");
+        };
+        if !verify(
+            hook.secret.expose().as_bytes(),
+            timestamp.trim(),
+            &body,
+            &signature,
+        ) {
+            return unauthorized("the signature does not match");
+        }
+        {
+            let mut seen = self
+                .seen
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            seen.retain(|_, expires| *expires >= now);
+            let entry = (name.to_string(), signature.clone());
+            if seen.contains_key(&entry) {
+                return unauthorized("this signed request was seen before (a replay)");
+            }
+            if seen.len() >= MAX_SEEN {
+                return refuse(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "too many requests within the replay window; retry later",
+                );
+            }
+            seen.insert(entry, sent_at + hook.window + 1);
+        }
+        let payload: Value = match serde_json::from_slice(&body) {
+            Ok(payload @ Value::Object(_)) => payload,
+            _ => {
+                return refuse(
+                    http::StatusCode::BAD_REQUEST,
+                    "the body must be a JSON object {\"message\": \"...\", \"peer\"?: \"...\", \"id\"?: \"...\"}",
+                );
+            }
+        };
+        let message = match payload.get("message").and_then(Value::as_str) {
+            Some(text) if !text.trim().is_empty() && text.chars().count() <= 100_000 => text,
+            _ => {
+                return refuse(
+                    http::StatusCode::BAD_REQUEST,
+                    "`message` must be a non-empty string of at most 100,000 characters",
+                );
+            }
+        };
+        let peer = match payload.get("peer") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(peer)) if peer_ok(peer) => Some(peer.clone()),
+            Some(_) => {
+                return refuse(
+                    http::StatusCode::BAD_REQUEST,
+                    "`peer` must be 1 to 64 of letters, digits and ._@+- (not starting with a dot)",
+                );
+            }
+        };
+        let id = match payload.get("id") {
+            None | Some(Value::Null) => None,
+            Some(Value::String(id)) if (1..=128).contains(&id.len()) => Some(id.clone()),
+            Some(_) => {
+                return refuse(
+                    http::StatusCode::BAD_REQUEST,
+                    "`id` must be a string of 1 to 128 characters",
+                );
+            }
+        };
+        let key = match &peer {
+            Some(peer) => session_key("webhook", &format!("{name}:{peer}")),
+            None => session_key("webhook", name),
+        };
+        let idempotency = format!(
+            "webhook:{}",
+            id.clone()
+                .unwrap_or_else(|| hex::encode(&signature[..16.min(signature.len())]))
+        );
+        let run = match submit(&self.shared.hub, &key, message.to_string(), &idempotency) {
+            Submitted::Run(run) => run,
+            Submitted::Refused(why) => {
+                return refuse(http::StatusCode::TOO_MANY_REQUESTS, &why);
+            }
+        };
+        let hooks = self.clone();
+        let (hook_name, reply_run) = (name.to_string(), run.clone());
+        tokio::spawn(async move {
+            let text = match outcome(&hooks.shared.hub, &reply_run).await {
+                Outcome::Reply(text) => text,
+                Outcome::Nothing | Outcome::Retry => return,
+            };
+            let reply = json!({
+                "hook": hook_name,
+                "peer": peer,
+                "inReplyTo": id,
+                "runId": reply_run,
+                "kind": "reply",
+                "text": text,
+            });
+            hooks.deliver(&hook_name, peer.as_deref(), &reply).await;
+        });
+        answer(
+            http::StatusCode::ACCEPTED,
+            json!({"ok": true, "runId": run, "sessionKey": key}),
+        )
+    }
+
+    /// The `message` tool's text to hook `name` (and `peer`).
+    pub async fn post_message(
+        &self,
+        name: &str,
+        peer: Option<&str>,
+        text: &str,
+    ) -> Result<(), String> {
+        let payload = json!({"hook": name, "peer": peer, "kind": "message", "text": text});
+        self.post_signed(name, &payload).await
+    }
+
+    async fn deliver(&self, name: &str, peer: Option<&str>, payload: &Value) {
+        if let Err(error) = self.post_signed(name, payload).await {
+            let chars = payload
+                .get("text")
+                .and_then(Value::as_str)
+                .map_or(0, |text| text.chars().count());
+            let who = peer.map_or_else(|| name.to_string(), |peer| format!("{name}:{peer}"));
+            self.shared
+                .status
+                .delivery_failed("webhook", &who, chars, &error);
+        }
+    }
+
+    /// POSTs `payload` to hook `name`'s `reply_url`, signed, through the network policy;
+    /// retried on network errors, 429 and 5xx.
+    async fn post_signed(&self, name: &str, payload: &Value) -> Result<(), String> {
+        let Some(hook) = self.hooks.get(name) else {
+            return Err(format!("no webhook `{name}` is configured"));
+        };
+        let Some(url) = &hook.reply_url else {
+            return Err(format!(
+                "[channels.webhooks.{name}] has no reply_url, so the reply has nowhere to go; set one"
+            ));
+        };
+        let body = payload.to_string().into_bytes();
+        let mut last = String::new();
+        for attempt in 0..POST_ATTEMPTS {
+            if attempt > 0 {
+                let wait = Duration::from_secs(1 << attempt.min(4));
+                tokio::select! {
+                    () = tokio::time::sleep(wait) => {}
+                    () = self.shared.shutdown.cancelled() => {
+                        return Err(format!("the gateway stopped before the reply was delivered ({last})"));
+                    }
+                }
+            }
+            let timestamp = now_secs();
+            let headers = vec![
+                ("content-type".to_string(), "application/json".to_string()),
+                (TIMESTAMP_HEADER.to_string(), timestamp.to_string()),
+                (
+                    SIGNATURE_HEADER.to_string(),
+                    sign(hook.secret.expose().as_bytes(), timestamp, &body),
+                ),
+            ];
+            match (self.post)(url.clone(), headers, body.clone()).await {
+                Ok(status) if (200..300).contains(&status) => return Ok(()),
+                Ok(status) if status == 429 || status >= 500 => {
+                    last = format!("{url} answered {status}");
+                }
+                Ok(status) => return Err(format!("{url} answered {status}")),
+                // The policy's refusals name what to add to [network] allow: not worth retrying.
+                Err(error) if error.contains("[network]") => return Err(error),
+                Err(error) => last = error,
+            }
+            tracing::warn!(hook = name, "a webhook reply failed: {last}; retrying");
+        }
+        Err(format!(
+            "the reply to {url} failed {POST_ATTEMPTS} times; the last error: {last}"
+        ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signatures_verify_and_any_change_breaks_them() {
+        let secret = b"0123456789abcdef-secret";
+        let signed = sign(secret, 1_700_000_000, b"{\"message\":\"hi\"}");
+        let raw = hex::decode(signed.strip_prefix("sha256=").unwrap()).unwrap();
+        assert!(verify(secret, "1700000000", b"{\"message\":\"hi\"}", &raw));
+        assert!(!verify(secret, "1700000001", b"{\"message\":\"hi\"}", &raw));
+        assert!(!verify(secret, "1700000000", b"{\"message\":\"hI\"}", &raw));
+        assert!(!verify(
+            b"another-secret-of-16",
+            "1700000000",
+            b"{\"message\":\"hi\"}",
+            &raw
+        ));
+        assert!(!verify(
+            secret,
+            "1700000000",
+            b"{\"message\":\"hi\"}",
+            &raw[..31]
+        ));
+        // The well-known test vector of RFC 4231 (case 2) through the same construction.
+        let mut mac = HmacSha256::new_from_slice(b"Jefe").unwrap();
+        mac.update(b"what do ya want for nothing?");
+        assert_eq!(
+            hex::encode(mac.finalize().into_bytes()),
+            "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
+        );
+    }
+
+    #[test]
+    fn peers_are_checked() {
+        assert!(peer_ok("ada@example.org"));
+        assert!(!peer_ok(".hidden"));
+        assert!(!peer_ok("a/b"));
+        assert!(!peer_ok("a:b"));
+        assert!(!peer_ok(&"x".repeat(65)));
+    }
+}
