@@ -4,6 +4,7 @@
 #
 #   examples/build.sh setup-python   venv with componentize-py (and the `mcp` client the tests use)
 #   examples/build.sh setup-js       componentize-js from npm
+#   examples/build.sh setup-acp      the Agent Client Protocol's TypeScript SDK from npm (ACP tests)
 #   examples/build.sh python         target/examples/plugins/py-text-stats/ (plugin.toml + .wasm)
 #   examples/build.sh js             target/examples/plugins/js-tools/
 #
@@ -21,6 +22,7 @@ PYTHON=${PYTHON:-python3}
 COMPONENTIZE_PY='componentize-py==0.25.*'
 MCP_CLIENT='mcp>=1.20,<2'
 COMPONENTIZE_JS='@bytecodealliance/componentize-js@0.19.3'
+ACP_SDK='@agentclientprotocol/sdk@2.4.0'
 
 VENV=$TOOLCHAINS/python
 NODE_PREFIX=$TOOLCHAINS/node
@@ -51,6 +53,21 @@ setup_js() {
     npm install --prefix "$NODE_PREFIX" --no-audit --no-fund --loglevel=error "$COMPONENTIZE_JS" >&2 \
         || cannot_install JavaScript "npm could not install $COMPONENTIZE_JS"
     [[ -f $COMPONENTIZE_JS_MODULE ]] || cannot_install JavaScript "$COMPONENTIZE_JS installed without $COMPONENTIZE_JS_MODULE"
+}
+
+# The ACP TypeScript SDK, in its own prefix; prints the node_modules directory to put on NODE_PATH.
+setup_acp() {
+    local prefix=$TOOLCHAINS/acp
+    if [[ ! -f $prefix/node_modules/@agentclientprotocol/sdk/package.json ]] \
+        || ! grep -q '"version": "2.4.0"' "$prefix/node_modules/@agentclientprotocol/sdk/package.json"; then
+        command -v node >/dev/null || cannot_install ACP "node is not installed (on Debian: apt-get install nodejs npm)"
+        command -v npm >/dev/null || cannot_install ACP "npm is not installed (on Debian: apt-get install npm)"
+        say "installing $ACP_SDK into $prefix"
+        mkdir -p "$prefix"
+        npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "$ACP_SDK" >&2 \
+            || cannot_install ACP "npm could not install $ACP_SDK"
+    fi
+    echo "$prefix/node_modules"
 }
 
 # Digest of everything a build depends on.
@@ -109,10 +126,11 @@ flock 9
 case ${1:-} in
     setup-python) setup_python ;;
     setup-js) setup_js ;;
+    setup-acp) setup_acp ;;
     python) build_python ;;
     js) build_js ;;
     *)
-        echo "usage: examples/build.sh setup-python|setup-js|python|js" >&2
+        echo "usage: examples/build.sh setup-python|setup-js|setup-acp|python|js" >&2
         exit 2
         ;;
 esac

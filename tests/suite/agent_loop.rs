@@ -317,6 +317,46 @@ async fn repeated_identical_calls_are_detected_and_stopped() {
 }
 
 #[tokio::test]
+async fn repeated_operator_denials_end_the_turn_instead_of_asking_again() {
+    // Each call differs (so it is not a repeat), and each is denied by the operator.
+    let server = LlmServer::start(
+        (0..5)
+            .map(|n| {
+                anthropic::message(&[anthropic::tool(
+                    &format!("t{n}"),
+                    "run",
+                    json!({"command": format!("rm -r build{n}")}),
+                )])
+            })
+            .collect(),
+    )
+    .await;
+    let run = HostTool::new(
+        "run",
+        "Run a command.",
+        json!({"type": "object", "properties": {"command": {"type": "string"}}}),
+        |_| {
+            Err(ToolError::Denied(
+                "denied by the operator: the user refused this command".into(),
+            ))
+        },
+    );
+    let mut tools = ToolRegistry::new();
+    tools.register(run.clone()).unwrap();
+    let agent = agent(anthropic_provider(&server), tools);
+    let mut history = vec![ChatMessage::user("clean up")];
+    let outcome = agent.run_turn(&mut history, &NoEvents).await.unwrap();
+    assert_eq!(outcome.end, TurnEnd::LoopDetected { tool: "run".into() });
+    assert!(
+        outcome.text.contains("the operator denied 3 `run` calls"),
+        "{}",
+        outcome.text
+    );
+    assert_eq!(run.calls(), 3);
+    assert_eq!(server.requests().len(), 3, "no model call after the third denial");
+}
+
+#[tokio::test]
 async fn malformed_tool_call_json_is_repaired_or_returned_as_an_error() {
     // Streaming delivers the arguments as text: one call has a stray closing brace (repaired),
     // one is cut inside a string (refused), one is not an object (refused).

@@ -233,8 +233,8 @@ async fn writing_gigabytes_hits_the_write_limit() {
     let catalog = clawcage_tests::programs().await;
     let grants = clawcage_tests::grants(&layout.workspace, FsMode::ReadWrite, Limits::default())
         .with_exec(ExecGrant {
-            programs: catalog,
             write_limit_bytes: LIMIT,
+            ..ExecGrant::new(catalog)
         });
     let registry = clawcage_tests::registry_of(&[("exec", bundled::EXEC)], grants).await;
     for (command, file) in [

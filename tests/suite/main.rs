@@ -8,6 +8,7 @@
 
 mod agent_loop;
 mod agent_sandbox;
+mod approvals;
 mod audit;
 mod cache;
 mod cron;

@@ -12,6 +12,7 @@
 )]
 
 pub mod bench;
+pub mod channels;
 pub mod cli_state;
 pub mod gateway_client;
 pub mod host_tools;

@@ -513,6 +513,10 @@ impl AgentLoop {
         }
         let mut usage = Usage::default();
         let mut repeats = RepeatTracker::new(self.config.repeat_limit);
+        // Calls the operator denied in this turn: at the repeat limit the turn stops, so a model
+        // cannot keep asking a person the same thing in other words.
+        let mut operator_denials = 0usize;
+        let mut nagged = false;
         let max_iterations = self.config.max_iterations.max(1);
         let mut futile = false;
         for iteration in 1..=max_iterations {
@@ -605,7 +609,21 @@ impl AgentLoop {
                         .await;
                     match result {
                         Ok(output) => (Verdict::Ok, output.text),
-                        Err(error) => (verdict_of(&error), error.to_string()),
+                        Err(error) => {
+                            if error.kind() == "denied"
+                                && error.message().contains("by the operator")
+                            {
+                                operator_denials += 1;
+                                if operator_denials >= self.config.repeat_limit && stop.is_none()
+                                {
+                                    nagged = true;
+                                    stop = Some(TurnEnd::LoopDetected {
+                                        tool: call.name.clone(),
+                                    });
+                                }
+                            }
+                            (verdict_of(&error), error.to_string())
+                        }
                     }
                 };
                 let (verdict, output) = verdict_and_output;
@@ -643,6 +661,9 @@ impl AgentLoop {
                 }
             };
             let explanation = match &end {
+                TurnEnd::LoopDetected { tool } if nagged => format!(
+                    "Stopped: the operator denied {operator_denials} `{tool}` calls in this turn, so the turn was ended instead of asking again. Say what you want done differently."
+                ),
                 TurnEnd::LoopDetected { tool } => format!(
                     "Stopped: the model called `{tool}` with the same arguments {} times in a row, so the turn was ended to avoid a loop. Rephrase the request or ask for a different approach.",
                     self.config.repeat_limit

@@ -8,6 +8,7 @@
 //! so agent logic is tested without compiling wasm, and the sandbox cannot be bypassed from here.
 
 pub mod agent_loop;
+pub mod approvals;
 pub mod audit;
 pub mod budget;
 pub mod bus;
@@ -25,6 +26,10 @@ pub mod transcript;
 
 pub use agent_loop::{
     AgentConfig, AgentError, AgentLoop, Allowance, TurnEnd, TurnObserver, TurnOutcome, Verdict,
+};
+pub use approvals::{
+    ApprovalBroker, ApprovalError, ApprovalRequest, ApprovalSettings, ApprovalStore, OperatorEvent,
+    OperatorFilter, OperatorHandle,
 };
 pub use audit::{AuditLog, AuditRecord, AuditedRegistry};
 pub use budget::{Budget, BudgetConfig};

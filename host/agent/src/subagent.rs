@@ -204,7 +204,39 @@ pub struct SubagentManager {
     saving: Mutex<()>,
     state: Mutex<State>,
     this: Weak<SubagentManager>,
+    /// Where `spawn` with `runtime: "acp"` hands its task, when external agents are configured.
+    external: OnceLock<Arc<dyn ExternalRuntime>>,
+    /// Hears what external children stream, when a front end shows it.
+    output: OnceLock<SubagentOutput>,
 }
+
+/// A runtime outside clawcage that `spawn` can hand a task to (`runtime: "acp"`: an external
+/// agent the operator configured). Implemented by the ACP crate; the agent crate only calls it.
+pub trait ExternalRuntime: Send + Sync {
+    /// The agents that may be named.
+    fn agents(&self) -> Vec<String>;
+    /// Run `run.task` on `run.agent`; resolves to its final answer or to why it failed.
+    /// Dropping the future stops the agent (its process is killed and reaped).
+    fn run(&self, run: ExternalRun) -> BoxFuture<'static, Result<String, String>>;
+}
+
+/// One task for an [`ExternalRuntime`].
+#[derive(Clone)]
+pub struct ExternalRun {
+    /// The configured agent's name.
+    pub agent: String,
+    /// The task.
+    pub task: String,
+    /// The child's id (`sub-N`).
+    pub id: String,
+    /// The parent's session key.
+    pub parent_session: String,
+    /// Hears the agent's text as it streams.
+    pub output: Arc<dyn Fn(&str) + Send + Sync>,
+}
+
+/// Hears an external child's streamed text: (parent session, child id, text).
+pub type SubagentOutput = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
 
 impl std::fmt::Debug for SubagentManager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -282,6 +314,8 @@ impl SubagentManager {
             saving: Mutex::new(()),
             state: Mutex::new(state),
             this: this.clone(),
+            external: OnceLock::new(),
+            output: OnceLock::new(),
         }))
     }
 
@@ -305,6 +339,112 @@ impl SubagentManager {
     /// tool results, the fit check), as the parent's are. Only the first call has an effect.
     pub fn set_context(&self, policy: crate::context::ContextPolicy) {
         let _ = self.context.set(policy);
+    }
+
+    /// Let `spawn` hand tasks to `runtime` (`runtime: "acp"`). Only the first call has an
+    /// effect.
+    pub fn set_external(&self, runtime: Arc<dyn ExternalRuntime>) {
+        let _ = self.external.set(runtime);
+    }
+
+    /// Let `output` hear what external children stream. Only the first call has an effect.
+    pub fn set_output(&self, output: SubagentOutput) {
+        let _ = self.output.set(output);
+    }
+
+    /// Start an external agent on `task` for `parent_session`, at `depth`, under the same
+    /// depth, concurrency and time limits as any child; its end is announced like any
+    /// child's. Returns at once.
+    pub fn spawn_external(
+        &self,
+        parent_session: &str,
+        depth: u32,
+        agent: &str,
+        task: &str,
+        label: Option<String>,
+    ) -> Result<Spawned, String> {
+        let Some(external) = self.external.get().cloned() else {
+            return Err("no external agents are configured: the operator lists them under [acp] allowed_agents with an [acp.agents.NAME] section; use the default runtime instead".to_string());
+        };
+        let agents = external.agents();
+        if !agents.iter().any(|known| known == agent) {
+            return Err(format!(
+                "unknown external agent `{agent}`; configured: {}",
+                if agents.is_empty() { "none".to_string() } else { agents.join(", ") }
+            ));
+        }
+        if depth > self.config.max_depth {
+            return Err(SpawnError::Depth {
+                depth,
+                max: self.config.max_depth,
+            }
+            .to_string());
+        }
+        self.sync_with(|state| {
+            if state.running.len() >= self.config.max_concurrent {
+                return Err(SpawnError::Concurrency {
+                    running: state.running.len(),
+                    max: self.config.max_concurrent,
+                }
+                .to_string());
+            }
+            state.next_number += 1;
+            let number = state.next_number;
+            let id = format!("sub-{number}");
+            let record = RunRecord {
+                id: id.clone(),
+                parent_session: parent_session.to_string(),
+                label: label.or_else(|| Some(format!("acp:{agent}"))),
+                task: task.to_string(),
+                depth,
+                pid: std::process::id(),
+                status: RunStatus::Running,
+                started_ms: now_ms(),
+                finished_ms: None,
+                turns: 0,
+                tool_calls: 0,
+                result: None,
+            };
+            state.records.insert(number, record);
+            let listener = self.output.get().cloned();
+            let (parent, child) = (parent_session.to_string(), id.clone());
+            let run = ExternalRun {
+                agent: agent.to_string(),
+                task: task.to_string(),
+                id: id.clone(),
+                parent_session: parent_session.to_string(),
+                output: Arc::new(move |text: &str| match &listener {
+                    Some(listener) => listener(&parent, &child, text),
+                    None => tracing::debug!(subagent = %child, "{text}"),
+                }),
+            };
+            let manager = self.this.clone();
+            let timeout = self.config.timeout;
+            let session_key = format!("{parent_session}/{id}");
+            let handle = tokio::spawn(async move {
+                let started = Instant::now();
+                let outcome =
+                    tokio::time::timeout(timeout, with_session_key(session_key, external.run(run)))
+                        .await;
+                let (status, result) = match outcome {
+                    Ok(Ok(text)) => (RunStatus::Completed, text),
+                    Ok(Err(error)) => (RunStatus::Failed, error),
+                    Err(_) => (
+                        RunStatus::TimedOut,
+                        format!("stopped after its time limit of {} s", timeout.as_secs_f64()),
+                    ),
+                };
+                if let Some(manager) = manager.upgrade() {
+                    manager
+                        .finish(number, status, result, 1, 0, started.elapsed())
+                        .await;
+                }
+            });
+            state.running.insert(id.clone(), handle.abort_handle());
+            let running = state.running.len();
+            tracing::info!(subagent = %id, parent = parent_session, agent, "external sub-agent started");
+            Ok(Spawned { id, running })
+        })
     }
 
     /// The configuration.
@@ -806,6 +946,16 @@ impl SpawnTool {
                         "type": "string",
                         "maxLength": 80,
                         "description": "A short name for the task, shown in the announcement and in `subagents` list."
+                    },
+                    "runtime": {
+                        "type": "string",
+                        "enum": ["clawcage", "acp"],
+                        "description": "`clawcage` (default): a sub-agent of your own kind. `acp`: an external coding agent the operator configured, named by `agent`; it works in the workspace only through clawcage's sandboxed tools."
+                    },
+                    "agent": {
+                        "type": "string",
+                        "maxLength": 64,
+                        "description": "With runtime `acp`: the configured external agent's name."
                     }
                 },
                 "required": ["task"],
@@ -838,6 +988,21 @@ impl Tool for SpawnTool {
                 .clone()
                 .or_else(current_session_key)
                 .ok_or_else(|| ToolError::Denied(SpawnError::NoSession.to_string()))?;
+            if args["runtime"].as_str() == Some("acp") {
+                let Some(agent) = args["agent"].as_str() else {
+                    return Err(ToolError::InvalidArgs(
+                        "runtime `acp` needs `agent`: the configured external agent's name"
+                            .to_string(),
+                    ));
+                };
+                let spawned = manager
+                    .spawn_external(&session, self.depth + 1, agent, task, label)
+                    .map_err(ToolError::Denied)?;
+                return Ok(ToolOutput::text(format!(
+                    "Started external agent `{agent}` as sub-agent {} ({} running now). Its result will be announced to you when it finishes.",
+                    spawned.id, spawned.running
+                )));
+            }
             let spawned = manager
                 .spawn(&session, self.depth + 1, task, label)
                 .map_err(|error| ToolError::Denied(error.to_string()))?;

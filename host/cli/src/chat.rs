@@ -1,13 +1,20 @@
 //! `clawcage chat`: the REPL. Line editing and history (rustyline, history kept in the state
 //! directory), replies streamed as they arrive, each tool call shown with its verdict (and a line
 //! when the history is compacted), and the commands `/help`, `/tools`, `/reset`, `/compact`,
-//! `/usage`, `/queue`, `/exit`. Notifications published on the bus's `system` channel enter the
+//! `/usage`, `/queue`, `/approve`, `/exit`. Approvals of exec commands are asked inline during a
+//! turn (`y` once, `a` always, `n` deny) and shown above the prompt while it waits. Notifications published on the bus's `system` channel enter the
 //! session through its lane like any input: while the prompt waits they are handled at once and
 //! printed above it; during a turn they queue behind it.
 
 use std::sync::Arc;
 
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use clawcage_agent::approvals::{
+    ApprovalBroker, ApprovalRequest, OperatorEvent, OperatorFilter, OperatorHandle,
+};
 use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
+use clawcage_core::approval::ApprovalDecision;
 use clawcage_core::InboundMessage;
 use clawcage_runtime::{AgentOptions, Runtime};
 
@@ -23,6 +30,8 @@ const HELP: &str = "Type a request and press Enter. Commands:
   /usage   tokens used in, out and from the prompt cache, the context window and the budgets
   /queue   what a message sent while the agent works does: /queue steer|followup|collect|interrupt
            [debounce:2s] [cap:25] [drop:old|new|summarize]; /queue reset; /queue alone shows it
+  /approve ID allow-once|allow-always|deny   answer an approval request shown while the prompt
+           waited (during a turn the question is asked inline: y once, a always, n deny)
   /exit    leave (Ctrl-D works too)
 Ctrl-C while the agent works stops that turn; what it did so far is kept.";
 
@@ -96,6 +105,32 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         }
     }
 
+    // Approvals for this session (and its sub-agents): asked inline during a turn; while the
+    // prompt waits, shown above it and answered with /approve.
+    let approvals = runtime.approvals().clone();
+    let mut operator = clawcage_core::approval::ApprovalGate::active(&approvals)
+        .then(|| approvals.operator(OperatorFilter::Session(key.clone())));
+    let in_turn = Arc::new(AtomicBool::new(false));
+    let idle_approvals = operator.is_some().then(|| {
+        let mut watcher = approvals.operator(OperatorFilter::Session(key.clone()));
+        let in_turn = in_turn.clone();
+        let idle_console = idle_console.clone();
+        tokio::spawn(async move {
+            while let Some(event) = watcher.next().await {
+                if let OperatorEvent::Requested(request) = event
+                    && !in_turn.load(Ordering::SeqCst)
+                {
+                    idle_console.line(&format!(
+                        "approval needed [{}]: {}\n  answer with /approve {} allow-once|allow-always|deny",
+                        request.id,
+                        request.describe(),
+                        request.id
+                    ));
+                }
+            }
+        })
+    });
+
     loop {
         let line = match prompt.read().await? {
             Input::Line(line) => line,
@@ -139,6 +174,21 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                     Err(error) => outln!("  {error}"),
                 }
             }
+            command if command.split_whitespace().next() == Some("/approve") => {
+                let words: Vec<&str> = command.split_whitespace().collect();
+                let decision = words
+                    .get(2)
+                    .and_then(|word| ApprovalDecision::parse(word));
+                match (words.get(1), decision) {
+                    (Some(id), Some(decision)) => {
+                        match approvals.resolve(id, decision, "chat") {
+                            Ok(()) => outln!("  {id}: {}", decision.as_str()),
+                            Err(error) => outln!("  {error}"),
+                        }
+                    }
+                    _ => outln!("  usage: /approve ID allow-once|allow-always|deny"),
+                }
+            }
             command if command.starts_with('/') => {
                 outln!("  unknown command {command}; /help lists the commands")
             }
@@ -148,12 +198,19 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 // REPL.
                 let turn = sessions.send_user(&key, request, Arc::new(Shown(console.clone())));
                 tokio::pin!(turn);
+                in_turn.store(true, Ordering::SeqCst);
                 let result = loop {
                     tokio::select! {
                         result = &mut turn => break result,
                         Ok(()) = tokio::signal::ctrl_c() => sessions.interrupt(&key),
+                        Some(event) = next_event(&mut operator) => {
+                            if let OperatorEvent::Requested(request) = event {
+                                answer_inline(&mut prompt, &approvals, &request).await?;
+                            }
+                        }
                     }
                 };
+                in_turn.store(false, Ordering::SeqCst);
                 match result {
                     Ok(outcome) => {
                         if outcome.end == TurnEnd::Answered && !console.streamed() {
@@ -168,6 +225,50 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         }
     }
     router.abort();
+    if let Some(task) = idle_approvals {
+        task.abort();
+    }
     prompt.save_history(&history_file);
+    Ok(())
+}
+
+/// The next approval event, or never when approvals are off.
+async fn next_event(operator: &mut Option<OperatorHandle>) -> Option<OperatorEvent> {
+    match operator {
+        Some(operator) => operator.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Shows `request` and asks for a decision on the terminal: `y` once, `a` always, `n` (or
+/// Ctrl-C, or the end of the input) deny.
+async fn answer_inline(
+    prompt: &mut Prompt,
+    approvals: &ApprovalBroker,
+    request: &ApprovalRequest,
+) -> Result<(), Failure> {
+    for (number, line) in request.describe().lines().enumerate() {
+        if number == 0 {
+            outln!("  approval needed: {line}");
+        } else {
+            outln!("    {}", line.trim_start());
+        }
+    }
+    for reason in &request.reasons {
+        outln!("    (why: {reason})");
+    }
+    let decision = loop {
+        match prompt.ask("  allow? [y] once, [a] always, [n] deny: ").await? {
+            Input::Line(line) => match ApprovalDecision::parse(&line) {
+                Some(decision) => break decision,
+                None => outln!("  answer y, a or n"),
+            },
+            Input::Interrupted | Input::End => break ApprovalDecision::Deny,
+        }
+    };
+    match approvals.resolve(&request.id, decision, "chat") {
+        Ok(()) => outln!("  {}", decision.as_str()),
+        Err(error) => outln!("  {error}"),
+    }
     Ok(())
 }

@@ -162,6 +162,22 @@ enum Command {
     /// URL to open (with the token on the first start). `clawcage gateway status` says whether
     /// one runs. Protocol: docs/gateway-protocol.md.
     Gateway(clawcage_gateway::GatewayArgs),
+    /// Who may talk to the agent through a channel: the senders waiting with a pairing code,
+    /// approving one, revoking one.
+    ///
+    /// With [channels.telegram] dm_policy = "pairing" (the default) an unknown sender gets a
+    /// one-time code, and nothing of theirs reaches the agent until you approve the code here
+    /// (or in the web chat). Works whether or not the gateway runs; an approval takes effect at
+    /// the sender's next message.
+    Pairing(clawcage_gateway::PairingArgs),
+    /// The commands the operator allowed for good ("allow-always" answers to approval requests).
+    ///
+    /// With [approvals] exec = "allowlist" and ask = "on-miss" (or "always"), a command the
+    /// allowlist does not cover waits for a person: `clawcage chat` asks inline, the gateway's
+    /// operators get exec.approval.requested. An "allow-always" answer is kept in
+    /// <state-dir>/approvals.json; list and revoke those here. Details: docs/approvals.md.
+    #[command(subcommand)]
+    Approvals(ApprovalsCommand),
     /// See and change the scheduled jobs (the state directory's cron jobs) without a chat.
     ///
     /// The same checks as the agent's `cron` tool apply. A running `clawcage chat` picks up a
@@ -190,6 +206,45 @@ enum Command {
         /// Loopback addresses only: the endpoint has no authentication.
         #[arg(long, value_name = "ADDR")]
         http: Option<String>,
+    },
+    /// Serve the agent to editors over the Agent Client Protocol (Zed, JetBrains, Neovim,
+    /// Emacs), on stdin and stdout.
+    ///
+    /// Each session's `cwd` becomes its workspace, but only inside a directory the operator
+    /// lists in the configuration; everything else is refused:
+    ///
+    ///     [acp]
+    ///     allowed_roots = ["/home/me/projects"]
+    ///
+    /// In Zed's settings.json:
+    ///
+    ///     "agent_servers": { "clawcage": { "command": "clawcage", "args": ["acp"] } }
+    ///
+    /// The tools still run in the sandbox; the editor's file and terminal methods are not
+    /// used. `spawn` may hand tasks to external ACP agents configured under [acp.agents.NAME]
+    /// and listed in [acp] allowed_agents. Details: docs/acp.md.
+    #[command(verbatim_doc_comment)]
+    Acp {
+        #[command(flatten)]
+        provider: ProviderArgs,
+    },
+}
+
+/// `clawcage approvals ...`.
+#[derive(Debug, Subcommand)]
+enum ApprovalsCommand {
+    /// List the kept allow-always decisions: id, program and argument pattern, when, for which
+    /// session.
+    List {
+        /// One JSON array instead of lines.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove the decision ID (as `clawcage approvals list` shows it); the command asks again
+    /// from its next run on, in every running clawcage.
+    Revoke {
+        /// The decision's id, e.g. apv-0123456789ab.
+        id: String,
     },
 }
 
@@ -332,6 +387,7 @@ fn init_tracing(verbose: u8) {
         "clawcage_runtime",
         "clawcage_mcp",
         "clawcage_gateway",
+        "clawcage_acp",
     ];
     let default = match verbose {
         0 => "warn".to_string(),
@@ -360,7 +416,9 @@ fn init_tracing(verbose: u8) {
 /// The options every front end hands the runtime, from the command line.
 fn runtime_options(cli: &Cli) -> Options {
     let provider = match &cli.command {
-        Command::Run { provider, .. } | Command::Chat { provider, .. } => provider.clone(),
+        Command::Run { provider, .. }
+        | Command::Chat { provider, .. }
+        | Command::Acp { provider } => provider.clone(),
         _ => ProviderArgs::default(),
     };
     Options {
@@ -379,6 +437,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Demo => demo::run(&options).await,
         Command::Trust => trust(&options),
         Command::Sessions { json } => sessions(&options, json),
+        Command::Approvals(command) => approvals(&options, command),
         Command::Cron(command) => {
             let runtime = open(options).await?;
             cron(&runtime, command).await
@@ -392,6 +451,11 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             call(&runtime.audited_tools()?, &tool, &args).await
         }
         Command::Gateway(args) => Ok(clawcage_gateway::run(options, args).await?),
+        Command::Pairing(args) => {
+            let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
+            Ok(clawcage_gateway::channels::pairing::run(&state_dir, &args)?)
+        }
+        Command::Acp { .. } => Ok(clawcage_acp::run(options).await?),
         Command::Mcp { http } => {
             let runtime = open(options).await?;
             serve_mcp(&runtime, http).await
@@ -446,6 +510,42 @@ async fn open(options: Options) -> Result<Runtime, Failure> {
 }
 
 /// `clawcage sessions`: the transcripts of the state directory, newest first.
+/// `clawcage approvals list|revoke`: the state directory's allow-always decisions.
+fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure> {
+    let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
+    let store = clawcage_agent::ApprovalStore::in_state_dir(&state_dir);
+    let failure = |error: clawcage_agent::ApprovalError| Failure::Tool(format!("clawcage: {error}"));
+    match command {
+        ApprovalsCommand::List { json } => {
+            let stored = store.list().map_err(failure)?;
+            if json {
+                outln!(
+                    "{}",
+                    serde_json::to_string_pretty(&stored).unwrap_or_else(|_| "[]".to_string())
+                );
+            } else if stored.is_empty() {
+                outln!("no kept approvals in {}", store.path().display());
+            } else {
+                for approval in stored {
+                    outln!(
+                        "{}  {}  {}  {}",
+                        approval.id,
+                        approval.kind,
+                        approval.entry,
+                        approval.created
+                    );
+                }
+            }
+            Ok(())
+        }
+        ApprovalsCommand::Revoke { id } => {
+            let removed = store.revoke(&id).map_err(failure)?;
+            outln!("revoked {}: {} {}", removed.id, removed.kind, removed.entry);
+            Ok(())
+        }
+    }
+}
+
 fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
     let store = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
@@ -572,6 +672,14 @@ async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Res
             subagents: true,
         })
         .await?;
+    // External ACP agents as sub-agents, when the configuration allows any.
+    if let Some(manager) = &agent.subagents {
+        clawcage_acp::attach(runtime, manager).await?;
+        let console = console.clone();
+        manager.set_output(Arc::new(move |_parent: &str, child: &str, text: &str| {
+            console.line(&format!("  [{child}] {text}"));
+        }));
+    }
     if agent.scripted {
         console.line(&format!(
             "note: the answers come from a recorded script ({}), not from a model",

@@ -78,11 +78,21 @@ impl Prompt {
 
     /// Reads the next line (kept in the history unless empty).
     pub async fn read(&mut self) -> Result<Input, Failure> {
+        self.read_after("you> ", true).await
+    }
+
+    /// Reads one answer to `question` (not kept in the history).
+    pub async fn ask(&mut self, question: &str) -> Result<Input, Failure> {
+        self.read_after(question, false).await
+    }
+
+    async fn read_after(&mut self, prompt: &str, keep: bool) -> Result<Input, Failure> {
         let Some(mut editor) = self.editor.take() else {
             return Ok(Input::End);
         };
+        let prompt = prompt.to_string();
         let (editor, line) = tokio::task::spawn_blocking(move || {
-            let line = editor.readline("you> ");
+            let line = editor.readline(&prompt);
             (editor, line)
         })
         .await
@@ -91,7 +101,7 @@ impl Prompt {
         match line {
             Ok(line) => {
                 let line = line.trim().to_string();
-                if !line.is_empty() {
+                if keep && !line.is_empty() {
                     let _ = editor.add_history_entry(&line);
                 }
                 Ok(Input::Line(line))

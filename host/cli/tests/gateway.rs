@@ -1509,3 +1509,116 @@ async fn interrupt_stops_the_running_turn_and_collect_drains_the_waiting_message
         "{joined}"
     );
 }
+
+/// Waits for the next event named `name`, skipping others; panics after 60 s.
+async fn event_named(client: &mut GatewayClient, name: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Some(event) = client.next_event(left).await else {
+            panic!("no {name} event within 60 s");
+        };
+        if event["event"] == name {
+            return event["payload"].clone();
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approvals_reach_approver_connections_and_only_they_may_answer() {
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let result = last["content"].as_array().and_then(|blocks| {
+            blocks
+                .iter()
+                .find(|block| block["type"] == "tool_result")
+                .map(|block| block["content"].to_string())
+        });
+        if let Some(result) = result {
+            return answer(&format!("RESULT: {result}"));
+        }
+        match text_of(&last).strip_prefix("remove ") {
+            Some(dir) => anthropic::stream(
+                &[anthropic::tool(
+                    "t1",
+                    "exec",
+                    json!({"command": format!("rm -r {dir}")}),
+                )],
+                48,
+            ),
+            None => answer("ok"),
+        }
+    })
+    .await;
+    let setup = Setup::new(server.url());
+    let mut config = std::fs::read_to_string(&setup.config).unwrap();
+    config.push_str("\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n");
+    std::fs::write(&setup.config, config).unwrap();
+    for dir in ["build", "dist"] {
+        std::fs::create_dir(setup.workspace.join(dir)).unwrap();
+    }
+    let gateway = Gateway::with_token(&setup);
+
+    // With no approver connected, the fallback (deny) decides at once.
+    let mut plain = gateway.client().await;
+    let sent = plain
+        .request("agent", send_params("agent:main:web:a", "remove dist", "a0"))
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    assert!(setup.workspace.join("dist").exists());
+
+    // An approver: connect with the approvals scope.
+    let (mut approver, challenge) = GatewayClient::open(gateway.addr, None).await.unwrap();
+    assert_eq!(challenge["event"], "connect.challenge");
+    let mut params = clawcage_tests::gateway_client::connect_params(TOKEN);
+    params["scopes"] = json!(["operator.approvals"]);
+    let hello = approver.request("connect", params).await;
+    assert_eq!(hello["ok"], true, "{hello}");
+    let features = hello["payload"]["features"].to_string();
+    assert!(features.contains("exec.approval.resolve"), "{features}");
+
+    let run = plain
+        .send_request("agent", send_params("agent:main:web:a", "remove build", "a1"))
+        .await;
+    let request = event_named(&mut approver, "exec.approval.requested").await;
+    assert_eq!(request["sessionKey"], "agent:main:web:a", "{request}");
+    assert_eq!(request["tool"], "exec");
+    assert_eq!(request["summary"], "rm -r build", "{request}");
+    assert!(request["expiresAtMs"].as_u64().unwrap() > 0);
+    let id = request["id"].as_str().unwrap().to_string();
+    // Nothing ran yet; a connection without the scope may not answer.
+    assert!(setup.workspace.join("build").exists());
+    let refused = plain
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(error_code(&refused), "UNAUTHORIZED", "{refused}");
+    let bad = approver
+        .request("exec.approval.resolve", json!({"id": id, "decision": "maybe"}))
+        .await;
+    assert_eq!(error_code(&bad), "INVALID_PARAMS", "{bad}");
+    let listed = approver.request("exec.approval.list", json!({})).await;
+    assert_eq!(listed["payload"]["pending"][0]["id"], id, "{listed}");
+    let resolved = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(resolved["ok"], true, "{resolved}");
+    let done = event_named(&mut approver, "exec.approval.resolved").await;
+    assert_eq!(done["decision"], "allow-once");
+    let finished = plain.response(&run).await;
+    assert_eq!(finished["ok"], true, "{finished}");
+    assert!(!setup.workspace.join("build").exists());
+    // The same id cannot be answered twice.
+    let again = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(error_code(&again), "NOT_FOUND", "{again}");
+}

@@ -6,6 +6,7 @@
 //! ([`files`]); it depends on no engine and no async runtime, so the agent's tests and any front
 //! end can use it without compiling wasmtime.
 
+pub mod approval;
 pub mod chat;
 pub mod files;
 pub mod redact;

@@ -44,6 +44,9 @@ pub struct ClientInfo {
     pub version: String,
     /// `client.mode` (e.g. `webchat`, `cli`).
     pub mode: String,
+    /// Whether `scopes` names `operator.approvals` (or `operator.admin`): the connection hears
+    /// and may answer approval requests.
+    pub approver: bool,
 }
 
 /// A token bucket: `capacity` sends at once, refilled at `capacity` per minute.
@@ -223,6 +226,16 @@ fn check_connect(gateway: &Gateway, request: &Request) -> Result<ClientInfo, Gat
         id: text("/client/id"),
         version: text("/client/version"),
         mode: text("/client/mode"),
+        approver: params
+            .get("scopes")
+            .and_then(Value::as_array)
+            .is_some_and(|scopes| {
+                scopes.iter().any(|scope| {
+                    scope
+                        .as_str()
+                        .is_some_and(|scope| crate::approvals::APPROVER_SCOPES.contains(&scope))
+                })
+            }),
     })
 }
 
@@ -311,6 +324,11 @@ where
     gateway.hub.connect(outbox.clone());
     tracing::debug!(connection = id, client = %conn.client.id, version = %conn.client.version, mode = %conn.client.mode, "client connected");
     conn.respond(&request.id, Ok(gateway.hello(id)));
+    if conn.client.approver
+        && let Some(approvals) = gateway.approvals.get()
+    {
+        approvals.connect(outbox.clone());
+    }
 
     let mut tick = tokio::time::interval(gateway.settings.tick_interval);
     tick.tick().await;
@@ -346,6 +364,9 @@ where
     };
     let subscriptions = conn.subscriptions().clone();
     gateway.hub.disconnect(id, &subscriptions);
+    if let Some(approvals) = gateway.approvals.get() {
+        approvals.disconnect(id);
+    }
     if let Some((CloseCode::Size, reason)) = &ended {
         close_oversized(&mut socket, reason).await;
     } else if let Some((code, reason)) = ended {

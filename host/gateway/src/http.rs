@@ -1,6 +1,7 @@
 //! The HTTP side: a hyper HTTP/1.1 accept loop that serves the web chat (`/`, `/app.js`,
-//! `/style.css`, embedded in the binary), `/healthz`, and upgrades `GET /ws` to a WebSocket
-//! after checking the `Host` and `Origin` headers. The upgraded connection is handed to
+//! `/style.css`, embedded in the binary), `/healthz`, the webhooks (`POST /hooks/<name>`,
+//! authenticated by their signatures), and upgrades `GET /ws` to a WebSocket after checking the
+//! `Host` and `Origin` headers. The upgraded connection is handed to
 //! [`connection::serve`](crate::connection::serve).
 
 use std::convert::Infallible;
@@ -20,6 +21,9 @@ use crate::Gateway;
 
 /// The WebSocket path.
 pub const WS_PATH: &str = "/ws";
+
+/// Where webhooks are received: `POST /hooks/<name>`.
+pub const HOOKS_PREFIX: &str = "/hooks/";
 
 const INDEX_HTML: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
@@ -47,7 +51,14 @@ pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: Can
         tokio::spawn(async move {
             let service = hyper::service::service_fn(move |request| {
                 let gateway = gateway.clone();
-                async move { Ok::<_, Infallible>(route(gateway, request)) }
+                async move {
+                    // Webhooks are authenticated by their signature, not by Host or Origin.
+                    if let Some(name) = request.uri().path().strip_prefix(HOOKS_PREFIX) {
+                        let name = name.to_string();
+                        return Ok::<_, Infallible>(hook(gateway, &name, request).await);
+                    }
+                    Ok::<_, Infallible>(route(gateway, request))
+                }
             });
             let served = hyper::server::conn::http1::Builder::new()
                 .max_buf_size(64 << 10)
@@ -133,6 +144,21 @@ fn route(gateway: Arc<Gateway>, mut request: http::Request<Incoming>) -> Respons
         _ => plain(
             http::StatusCode::NOT_FOUND,
             "not found: the web chat is at /, the WebSocket at /ws\n",
+        ),
+    }
+}
+
+/// `POST /hooks/<name>`: handed to the configured webhooks.
+async fn hook(gateway: Arc<Gateway>, name: &str, request: http::Request<Incoming>) -> Response {
+    match gateway
+        .channels
+        .get()
+        .and_then(|channels| channels.webhooks().cloned())
+    {
+        Some(hooks) => hooks.receive(name, request).await,
+        None => plain(
+            http::StatusCode::NOT_FOUND,
+            "no webhooks are configured: the operator adds [channels.webhooks.<name>]\n",
         ),
     }
 }

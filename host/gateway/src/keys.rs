@@ -1,7 +1,9 @@
 //! Session keys. A key the gateway creates sessions under has the form
 //! `agent:<agentId>:<channel>:<peer>` (e.g. `agent:main:webchat:3f2a`, `agent:main:cli:main`):
 //! agent id and channel of `a-z`, `0-9`, `_` and `-` (1 to 64 characters), the peer of ASCII
-//! letters, digits and `._@+-` (1 to 128 characters, not starting with a dot). Sessions made
+//! letters, digits and `._@+-` (1 to 128 characters, not starting with a dot); channel sessions
+//! may be one level finer: `agent:<agentId>:telegram:<chatId>:topic:<threadId>` (a forum topic)
+//! and `agent:<agentId>:webhook:<name>:<peer>`. Sessions made
 //! elsewhere (`clawcage chat --session chat`, cron's default `main`) may be read through the
 //! gateway with any key of at most 256 printable characters. A key is data, never a path: the
 //! files of a session are named by its escaped key (`transcript::key_file_stem`).
@@ -23,6 +25,25 @@ pub fn check_key(key: &str) -> Result<(), GatewayError> {
         )
     };
     let parts: Vec<&str> = key.split(':').collect();
+    // Channel sessions one level finer: a Telegram forum topic, a webhook's peer.
+    let sub_peer_ok = |part: &str| {
+        (1..=64).contains(&part.len())
+            && !part.starts_with('.')
+            && part
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"._@+-".contains(&b))
+    };
+    match parts.as_slice() {
+        ["agent", _, "telegram", _, "topic", thread]
+            if (1..=20).contains(&thread.len()) && thread.bytes().all(|b| b.is_ascii_digit()) =>
+        {
+            return check_key(&parts[..4].join(":"));
+        }
+        ["agent", _, "webhook", _, peer] if sub_peer_ok(peer) => {
+            return check_key(&parts[..4].join(":"));
+        }
+        _ => {}
+    }
     let [prefix, agent, channel, peer] = parts.as_slice() else {
         return Err(refuse("it needs four parts separated by `:`"));
     };
@@ -87,6 +108,8 @@ mod tests {
             "agent:main:cli:main",
             "agent:ops-2:telegram:+4917612345",
             "agent:main:email:ada@example.org",
+            "agent:main:telegram:-1001234:topic:42",
+            "agent:main:webhook:ops:ada@example.org",
         ] {
             assert!(check_key(good).is_ok(), "{good}");
         }
@@ -102,6 +125,11 @@ mod tests {
             "agent:main:webchat:.hidden",
             "agent:main:webchat:a/b",
             "agent::webchat:a",
+            "agent:main:telegram:1:topic:x",
+            "agent:main:telegram:1:topic:",
+            "agent:main:webhook:ops:../x",
+            "agent:main:webhook:ops:a:b",
+            "agent:main:webchat:1:topic:2",
         ] {
             assert!(check_key(bad).is_err(), "{bad:?}");
         }

@@ -5,7 +5,9 @@
 //! the runtime for an agent and renders the agent's events as WebSocket frames; it holds no agent
 //! logic. Its own crate because only it needs the WebSocket stack.
 
+pub mod approvals;
 mod auth;
+pub mod channels;
 pub mod client;
 mod connection;
 mod http;
@@ -29,6 +31,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use auth::{Token, is_loopback_host};
+pub use channels::pairing::{PairingArgs, PairingCommand};
 pub use client::{Client, ClientError};
 pub use hub::{GatewayParts, Hub};
 pub use keys::{check_key, is_gateway_key};
@@ -85,6 +88,10 @@ pub struct Gateway {
     pub hub: Arc<Hub>,
     /// How clients are treated.
     pub settings: Settings,
+    /// The channels (Telegram, webhooks), once started.
+    pub channels: OnceLock<Arc<channels::Channels>>,
+    /// Approvals, when the runtime's policy may ask: approver connections are its operators.
+    pub approvals: OnceLock<Arc<approvals::Approvals>>,
 }
 
 impl Gateway {
@@ -93,6 +100,8 @@ impl Gateway {
         Arc::new(Self {
             hub: Hub::new(parts),
             settings,
+            channels: OnceLock::new(),
+            approvals: OnceLock::new(),
         })
     }
 
@@ -135,6 +144,7 @@ impl Gateway {
             "tools": parts.tools.names(),
             "cron": if parts.cron.is_some() { "running".to_string() } else { parts.cron_note.clone() },
             "subagentsRunning": parts.subagents.as_ref().map_or(0, |manager| manager.running()),
+            "channels": self.channels.get().map(|channels| channels.status()),
         })
     }
 
@@ -324,9 +334,10 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
 
     // The `message` tool posts into the session whose turn calls it.
     let hub_cell: Arc<OnceLock<Weak<Hub>>> = Arc::new(OnceLock::new());
+    let channels_cell: Arc<OnceLock<Weak<channels::Channels>>> = Arc::new(OnceLock::new());
     let agent = runtime
         .agent(AgentOptions {
-            send: message_sender(hub_cell.clone()),
+            send: message_sender(hub_cell.clone(), channels_cell.clone()),
             stream: true,
             subagents: true,
         })
@@ -368,6 +379,22 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     settings.sends_per_minute = args.sends_per_minute.max(1);
     let gateway = Gateway::new(parts, settings);
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
+    if clawcage_core::approval::ApprovalGate::active(runtime.approvals()) {
+        let _ = gateway
+            .approvals
+            .set(approvals::Approvals::new(runtime.approvals().clone()));
+    }
+    let shutdown = CancellationToken::new();
+    if runtime.channels().any() {
+        let started = channels::Channels::start(
+            gateway.hub.clone(),
+            runtime.channels(),
+            runtime.http_post(),
+            shutdown.clone(),
+        )?;
+        let _ = channels_cell.set(Arc::downgrade(&started));
+        let _ = gateway.channels.set(started);
+    }
 
     let url = format!("http://{bound}/");
     let info = json!({
@@ -407,7 +434,6 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     }
     println!("WebSocket: ws://{bound}{} · Ctrl-C stops", http::WS_PATH);
 
-    let shutdown = CancellationToken::new();
     tokio::spawn(stop_on_signal(shutdown.clone()));
     gateway.clone().serve(listener, shutdown).await;
     if let Some(runner) = runner {
@@ -448,10 +474,14 @@ async fn stop_on_signal(shutdown: CancellationToken) {
 
 /// The `message` tool's callback: an `assistant` event `{kind: "message"}` in the run of the
 /// session whose turn sends it.
-fn message_sender(hub: Arc<OnceLock<Weak<Hub>>>) -> SendCallback {
+fn message_sender(
+    hub: Arc<OnceLock<Weak<Hub>>>,
+    channels: Arc<OnceLock<Weak<channels::Channels>>>,
+) -> SendCallback {
     Arc::new(
         move |message: OutboundMessage| -> BoxFuture<'static, Result<(), String>> {
             let hub = hub.get().and_then(Weak::upgrade);
+            let channels = channels.get().and_then(Weak::upgrade);
             Box::pin(async move {
                 let Some(hub) = hub else {
                     return Err("the gateway is not serving yet".to_string());
@@ -459,6 +489,13 @@ fn message_sender(hub: Arc<OnceLock<Weak<Hub>>>) -> SendCallback {
                 let Some(key) = clawcage_agent::current_session_key() else {
                     return Err("no session is running a turn".to_string());
                 };
+                // A channel's session: the person gets it in the chat app (or another
+                // destination the configuration allows).
+                if let Some(channels) = channels {
+                    channels
+                        .deliver_message(&key, &message.channel, &message.content)
+                        .await?;
+                }
                 hub.post_message(&key, &message.channel, &message.content);
                 Ok(())
             })
@@ -500,11 +537,54 @@ fn status(state_dir: &Path) -> Result<(), Error> {
                 field("url"),
                 field("ws")
             );
+            if let Some(report) = channels::read_status(state_dir) {
+                print_channel_status(&report);
+            }
             Ok(())
         }
         Some(_lock) => Err(Error::Failed(format!(
             "no gateway runs on the state directory {}; start one with `clawcage gateway`",
             state_dir.display()
         ))),
+    }
+}
+
+/// The channels' lines of `clawcage gateway status`: each channel's state and the replies that
+/// could not be delivered.
+fn print_channel_status(report: &Value) {
+    if let Some(channels) = report.get("channels").and_then(Value::as_object) {
+        for (name, state) in channels {
+            let what = state.get("state").and_then(Value::as_str).unwrap_or("?");
+            let detail = state
+                .get("error")
+                .or_else(|| state.get("bot"))
+                .and_then(Value::as_str)
+                .map(|detail| format!(" ({detail})"))
+                .unwrap_or_default();
+            println!("channel {name}: {what}{detail}");
+        }
+    }
+    let failed = report
+        .get("failedDeliveries")
+        .and_then(Value::as_u64)
+        .unwrap_or(0);
+    if failed > 0 {
+        println!("{failed} replies could not be delivered; the latest:");
+        for failure in report
+            .get("recentFailures")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .rev()
+            .take(5)
+        {
+            println!(
+                "  {}:{} ({} characters): {}",
+                failure["channel"].as_str().unwrap_or("?"),
+                failure["peer"].as_str().unwrap_or("?"),
+                failure["chars"],
+                failure["error"].as_str().unwrap_or("?")
+            );
+        }
     }
 }

@@ -171,6 +171,15 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
             None => json!({"enabled": false, "runs": []}),
         }),
         "subagents.stop" => subagents_stop(gateway, &params),
+        "pairing.list" | "pairing.approve" => pairing(gateway, &method, &params).await,
+        "exec.approval.list" | "exec.approval.resolve" => match gateway.approvals.get() {
+            Some(approvals) if method == "exec.approval.list" => approvals.list(conn),
+            Some(approvals) => approvals.resolve(conn, &params),
+            None => Err(GatewayError::new(
+                Code::Unavailable,
+                "approvals are off: set [approvals] ask = \"on-miss\" or \"always\" (or exec = \"allowlist\") to use them",
+            )),
+        },
         other => Err(GatewayError::new(
             Code::UnknownMethod,
             format!(
@@ -443,4 +452,30 @@ fn subagents_stop(gateway: &Gateway, params: &Value) -> Result<Value, GatewayErr
         .stop(&stop.id)
         .map(|record| json!({"run": record}))
         .map_err(|why| GatewayError::new(Code::NotFound, why))
+}
+
+#[derive(Deserialize)]
+struct PairingCode {
+    code: String,
+}
+
+/// `pairing.list {}` → `{pending, approved}`; `pairing.approve {code}` → `{approved}`.
+async fn pairing(gateway: &Gateway, method: &str, params: &Value) -> Result<Value, GatewayError> {
+    let store = crate::channels::pairing::PairingStore::new(&gateway.hub.parts.state_dir);
+    let approve = match method {
+        "pairing.approve" => Some(self::params::<PairingCode>(method, params)?.code),
+        _ => None,
+    };
+    let answer = tokio::task::spawn_blocking(move || match approve {
+        Some(code) => store
+            .approve(&code)
+            .map(|approved| json!({"approved": approved})),
+        None => store.list_json(),
+    })
+    .await
+    .map_err(|error| GatewayError::internal("the pairing records failed", error))?;
+    answer.map_err(|error| match error {
+        clawcage_runtime::Error::Usage(why) => GatewayError::new(Code::NotFound, why),
+        other => GatewayError::internal("cannot use the pairing records", other),
+    })
 }

@@ -34,6 +34,10 @@ pub const METHODS: &[&str] = &[
     "cron.remove",
     "subagents.list",
     "subagents.stop",
+    "pairing.list",
+    "pairing.approve",
+    "exec.approval.list",
+    "exec.approval.resolve",
 ];
 
 /// The events, as `hello-ok` lists them.
@@ -45,6 +49,8 @@ pub const EVENTS: &[&str] = &[
     "session.deleted",
     "tick",
     "shutdown",
+    "exec.approval.requested",
+    "exec.approval.resolved",
 ];
 
 /// Why a request failed, as the `error.code` of a response.

@@ -84,6 +84,15 @@ pub struct Config {
     /// `[budget]`: token budgets per session and per day.
     #[serde(default)]
     pub budget: crate::context_config::BudgetSection,
+    /// `[approvals]`: what exec may run and when a person is asked.
+    #[serde(default)]
+    pub approvals: crate::approval_config::ApprovalsSection,
+    /// `[channels]`: Telegram and webhooks, served by the gateway.
+    #[serde(default)]
+    pub channels: crate::channel_config::ChannelsSection,
+    /// `[acp]`: the workspaces editors may open over ACP, and the external ACP agents.
+    #[serde(default)]
+    pub acp: crate::acp_config::AcpSection,
 }
 
 /// The file candidates are read from.

@@ -6,7 +6,10 @@
 //! result, and none of them builds registries, providers or grants itself. It also decides where
 //! grants may come from (`trust`): nothing a tool can write is read as configuration.
 
+pub mod acp_config;
 mod agent;
+pub mod approval_config;
+pub mod channel_config;
 pub mod config;
 pub mod context_config;
 pub mod cron_config;
@@ -21,6 +24,7 @@ pub mod trust;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
+use clawcage_agent::approvals::{ApprovalBroker, ApprovalStore};
 use clawcage_agent::{AuditLog, AuditedRegistry, CronService, MessageBus, ToolRegistry};
 use clawcage_core::redact::Redactor;
 use clawcage_sandbox::{
@@ -261,6 +265,10 @@ pub struct Runtime {
     cron: Option<CronSetup>,
     /// Every secret value the host holds, scrubbed from whatever a tool returns.
     redactor: Redactor,
+    /// `[channels]`, checked, with their secrets from the environment.
+    channels: channel_config::Channels,
+    /// The approvals broker exec asks, and operator front ends answer.
+    approvals: ApprovalBroker,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -280,7 +288,7 @@ impl Runtime {
     pub async fn open(options: Options) -> Result<Runtime, Error> {
         let located = locate(&options)?;
         located.check_trust()?;
-        Self::assemble(located, options.provider, options.progress, None).await
+        Self::assemble(located, options.provider, options.progress, None, None).await
     }
 
     /// The runtime of `clawcage demo`: the default configuration, the workspace `workspace`, no
@@ -309,6 +317,7 @@ impl Runtime {
             provider,
             progress,
             Some(cache_state_dir.join("cache").join("components")),
+            None,
         )
         .await?;
         runtime.audit_path = None;
@@ -320,6 +329,7 @@ impl Runtime {
         provider: ProviderOverrides,
         progress: CompileProgress,
         cache_dir: Option<PathBuf>,
+        shared_sandbox: Option<Arc<Sandbox>>,
     ) -> Result<Runtime, Error> {
         let Located {
             config,
@@ -338,24 +348,37 @@ impl Runtime {
             tools::web_grants(&config, limits)?
         };
         let cache_dir = cache_dir.unwrap_or_else(|| state_dir.join("cache").join("components"));
-        let sandbox = Sandbox::new(SandboxOptions {
-            cache: ArtifactCache::in_dir(cache_dir),
-            progress,
-        })
-        .map_err(failed)?;
-        let tools =
-            tools::bundled_registry(&sandbox, &config, grants.clone(), web_grants.clone()).await?;
+        // Runtimes of one process over different workspaces (ACP sessions) share one engine.
+        let sandbox = match shared_sandbox {
+            Some(sandbox) => sandbox,
+            None => Sandbox::new(SandboxOptions {
+                cache: ArtifactCache::in_dir(cache_dir),
+                progress,
+            })
+            .map_err(failed)?,
+        };
+        let audit_path = match config.audit.enabled {
+            Some(false) => None,
+            _ => Some(
+                config
+                    .audit
+                    .path
+                    .clone()
+                    .unwrap_or_else(|| state_dir.join("audit.jsonl")),
+            ),
+        };
+        let approvals = approvals_broker(&config, &state_dir, audit_path.as_deref(), demo)?;
+        let tools = tools::bundled_registry(
+            &sandbox,
+            &config,
+            grants.clone(),
+            web_grants.clone(),
+            &approvals,
+        )
+        .await?;
         let mut runtime = Runtime {
-            audit_path: match config.audit.enabled {
-                Some(false) => None,
-                _ => Some(
-                    config
-                        .audit
-                        .path
-                        .clone()
-                        .unwrap_or_else(|| state_dir.join("audit.jsonl")),
-                ),
-            },
+            audit_path,
+            approvals,
             config,
             source,
             workspace,
@@ -370,8 +393,23 @@ impl Runtime {
             bus: MessageBus::new(),
             cron: None,
             redactor: Redactor::default(),
+            channels: channel_config::Channels::default(),
         };
         runtime.redactor = secrets_redactor(&runtime.web_grants);
+        if !demo {
+            runtime.channels = runtime
+                .config
+                .channels
+                .resolve(|name| std::env::var(name).ok())
+                .map_err(|error| usage(format!("{error:#}")))?;
+            let channel_secrets = Redactor::new(runtime.channels.secrets());
+            for label in channel_secrets.skipped() {
+                tracing::warn!(
+                    "the value of {label} is shorter than 8 characters, so it cannot be scrubbed from output"
+                );
+            }
+            runtime.redactor = runtime.redactor.merged(&channel_secrets);
+        }
         if !demo {
             runtime.plugins = plugins::load_into(
                 &mut runtime.tools,
@@ -382,6 +420,11 @@ impl Runtime {
             .await;
         }
         Ok(runtime)
+    }
+
+    /// The approvals broker: operator front ends register with it to answer what exec asks.
+    pub fn approvals(&self) -> &ApprovalBroker {
+        &self.approvals
     }
 
     /// Takes the cron capability: locks the state directory's jobs for this process, starts the
@@ -570,6 +613,39 @@ impl Runtime {
         &self.redactor
     }
 
+    /// `[channels]`: the chat apps and webhooks, checked, secrets read from the environment.
+    pub fn channels(&self) -> &channel_config::Channels {
+        &self.channels
+    }
+
+    /// A POST through the host's network policy (`[network]`: the allow-list, one checked
+    /// lookup, no private address unless listed), for channel replies such as a webhook's. The
+    /// caller never sees the policy or the sandbox.
+    pub fn http_post(&self) -> channel_config::HttpPost {
+        let policy = self.web_grants.network.clone();
+        Arc::new(move |url, headers, body| {
+            let policy = policy.clone();
+            Box::pin(async move {
+                let Some(policy) = policy else {
+                    return Err(format!(
+                        "no outbound network is configured; add the host of {url} to [network] allow"
+                    ));
+                };
+                let request = clawcage_sandbox::network::OutboundRequest {
+                    method: "POST".to_string(),
+                    url,
+                    headers,
+                    body: Some(body),
+                };
+                policy
+                    .send(request)
+                    .await
+                    .map(|response| response.status)
+                    .map_err(|error| error.to_string())
+            })
+        })
+    }
+
     /// The per-call limits of every tool.
     pub fn limits(&self) -> Limits {
         self.limits
@@ -597,8 +673,36 @@ impl Runtime {
             &self.config,
             child_grants,
             self.web_grants.clone(),
+            &self.approvals,
         )
         .await
         .map(Some)
     }
+}
+
+/// The approvals broker of `[approvals]`, keeping allow-always decisions in the state directory
+/// and recording requests and decisions in the audit log. The demo keeps nothing.
+fn approvals_broker(
+    config: &Config,
+    state_dir: &Path,
+    audit_path: Option<&Path>,
+    demo: bool,
+) -> Result<ApprovalBroker, Error> {
+    let settings = config
+        .approvals
+        .settings()
+        .map_err(|error| usage(format!("{error:#}")))?;
+    let active = settings.exec.mode != clawcage_core::approval::ExecMode::Full
+        || settings.ask != clawcage_core::approval::AskMode::Off;
+    let audit = match audit_path {
+        Some(path) if active => Some(Arc::new(AuditLog::open(path).map_err(|error| {
+            failed(format!(
+                "cannot open the audit log {}: {error}; check the directory's permissions or set [audit] path",
+                path.display()
+            ))
+        })?)),
+        _ => None,
+    };
+    let store = (!demo).then(|| ApprovalStore::in_state_dir(state_dir));
+    Ok(ApprovalBroker::new(settings, store, audit))
 }

@@ -6,7 +6,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::{CronService, ToolRegistry};
+use clawcage_core::approval::ApprovalGate as _;
 use clawcage_sandbox::{ExecGrant, Grants, Limits, Sandbox, components};
 
 use crate::config::Config;
@@ -32,6 +34,7 @@ pub(crate) async fn bundled_registry(
     config: &Config,
     grants: Grants,
     web_grants: Grants,
+    approvals: &ApprovalBroker,
 ) -> Result<ToolRegistry, Error> {
     let exec_enabled = config.exec.enabled.unwrap_or(true);
     let to_compile = BUNDLED
@@ -48,10 +51,17 @@ pub(crate) async fn bundled_registry(
             Which::Web => web_grants.clone(),
             Which::Exec if exec_enabled => {
                 let exec = ExecGrant {
-                    programs: sandbox.programs_on_demand(config.exec.programs_dir.as_deref()),
                     write_limit_bytes: config
                         .exec_write_limit()
                         .map_err(|error| usage(format!("{error:#}")))?,
+                    ..ExecGrant::new(
+                        sandbox.programs_on_demand(config.exec.programs_dir.as_deref()),
+                    )
+                };
+                let exec = if approvals.active() {
+                    exec.with_approvals(Arc::new(approvals.clone()))
+                } else {
+                    exec
                 };
                 grants.clone().with_exec(exec)
             }

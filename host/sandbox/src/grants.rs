@@ -153,7 +153,22 @@ pub struct ExecGrant {
     /// Bytes all programs of one call may write to files together (redirections and the
     /// programs' own writes); past it a write fails with "no space left on device".
     pub write_limit_bytes: u64,
+    /// The operator's approvals: asked with the call's plan before it runs, and every program the
+    /// call starts is checked against its answer. `None` runs whatever the sandbox allows.
+    pub approvals: Option<ApprovalGateRef>,
 }
+
+/// The gate an exec grant asks. Two grants are equal when they name the same gate.
+#[derive(Debug, Clone)]
+pub struct ApprovalGateRef(pub Arc<dyn clawcage_core::approval::ApprovalGate>);
+
+impl PartialEq for ApprovalGateRef {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for ApprovalGateRef {}
 
 impl ExecGrant {
     /// `programs` with the default write limit (1 GiB per call).
@@ -161,7 +176,14 @@ impl ExecGrant {
         Self {
             programs,
             write_limit_bytes: crate::programs::DEFAULT_WRITE_LIMIT_BYTES,
+            approvals: None,
         }
+    }
+
+    /// This grant with every call decided by `gate` first.
+    pub fn with_approvals(mut self, gate: Arc<dyn clawcage_core::approval::ApprovalGate>) -> Self {
+        self.approvals = Some(ApprovalGateRef(gate));
+        self
     }
 }
 
@@ -291,11 +313,12 @@ impl Grants {
             _ => None,
         };
         // Exec survives only when both allow it; the programs are this side's, the write limit
-        // the smaller one.
+        // the smaller one, and an approvals gate on either side stays.
         let exec = match (&self.exec, &other.exec) {
             (Some(mine), Some(theirs)) => Some(ExecGrant {
                 programs: mine.programs.clone(),
                 write_limit_bytes: mine.write_limit_bytes.min(theirs.write_limit_bytes),
+                approvals: mine.approvals.clone().or_else(|| theirs.approvals.clone()),
             }),
             _ => None,
         };

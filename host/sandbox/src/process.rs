@@ -67,6 +67,8 @@ pub(crate) struct ExecContext {
     memory_bytes: u64,
     deadline: Instant,
     budget: Arc<WriteBudget>,
+    /// What the approvals gate allowed this call to run; `None` when no gate is active.
+    approved: Option<Arc<clawcage_core::approval::ApprovedExec>>,
 }
 
 impl ExecContext {
@@ -81,7 +83,17 @@ impl ExecContext {
             memory_bytes: grants.limits.memory_bytes,
             deadline,
             budget,
+            approved: None,
         })
+    }
+
+    /// This context with every program checked against `approved` before it starts.
+    pub(crate) fn with_approved(
+        mut self,
+        approved: Option<Arc<clawcage_core::approval::ApprovedExec>>,
+    ) -> ExecContext {
+        self.approved = approved;
+        self
     }
 }
 
@@ -110,6 +122,13 @@ impl wit::Host for CallState {
                 "this tool was not granted the exec capability".to_string(),
             ));
         };
+        if let Some(approved) = &exec.approved {
+            for stage in &pipeline.stages {
+                approved
+                    .check(&stage.program, &stage.args)
+                    .map_err(RunError::Invalid)?;
+            }
+        }
         run_pipeline(exec, pipeline).await
     }
 }

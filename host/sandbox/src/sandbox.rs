@@ -608,7 +608,7 @@ impl CompiledComponent {
             component: self.name.clone(),
             reason,
         };
-        let answer = run_in_fresh_instance(self, &Grants::none(), Operation::Specs)
+        let answer = run_in_fresh_instance(self, &Grants::none(), Operation::Specs, None)
             .await
             .map_err(|error: ToolError| bad(error.message().to_string()))?;
         let Answer::Specs(raw) = answer else {

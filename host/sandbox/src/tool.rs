@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
+use clawcage_core::approval::{ApprovedExec, ExecMode, ExecPlan, ExecPolicy, GateAnswer};
 use clawcage_core::{BoxFuture, Tool, ToolError, ToolOutput, ToolSpec};
 use serde_json::Value;
 use wasmtime::{Store, Trap};
@@ -63,11 +64,17 @@ impl WasmTool {
                 ToolError::Failed(format!("the exec programs could not be loaded: {error}"))
             })?;
         }
+        let approved = self.approve(compiled, name, args).await?;
         self.component
             .instantiations
             .fetch_add(1, Ordering::Relaxed);
-        let answer =
-            run_in_fresh_instance(compiled, &self.grants, Operation::Call { name, args }).await?;
+        let answer = run_in_fresh_instance(
+            compiled,
+            &self.grants,
+            Operation::Call { name, args },
+            approved,
+        )
+        .await?;
         match answer {
             Answer::Call(Ok(text)) => Ok(ToolOutput::text(cap_output(
                 text,
@@ -78,9 +85,64 @@ impl WasmTool {
             }
             Answer::Call(Err(GuestToolError::Denied(message))) => Err(ToolError::Denied(message)),
             Answer::Call(Err(GuestToolError::Failed(message))) => Err(ToolError::Failed(message)),
-            Answer::Specs(_) => Err(ToolError::Failed(
+            Answer::Specs(_) | Answer::Plan(_) => Err(ToolError::Failed(
                 "internal error: wrong answer kind".into(),
             )),
+        }
+    }
+
+    /// For a tool granted exec under an active approvals gate: the plan of this call (from the
+    /// component's `planner` export, in a fresh instance that can run nothing), the gate's
+    /// decision on it, and what the call may then run. `None` when no gate is active.
+    async fn approve(
+        &self,
+        compiled: &Arc<CompiledComponent>,
+        name: &str,
+        args: &str,
+    ) -> Result<Option<Arc<ApprovedExec>>, ToolError> {
+        let Some(gate) = self
+            .grants
+            .exec
+            .as_ref()
+            .and_then(|exec| exec.approvals.as_ref())
+            .filter(|gate| gate.0.active())
+        else {
+            return Ok(None);
+        };
+        // The planning instance may list programs but run none.
+        let nothing = Arc::new(ApprovedExec {
+            policy: ExecPolicy {
+                mode: ExecMode::Deny,
+                ..ExecPolicy::default()
+            },
+            approved: Vec::new(),
+        });
+        let plan = match run_in_fresh_instance(
+            compiled,
+            &self.grants,
+            Operation::Plan { name, args },
+            Some(nothing),
+        )
+        .await?
+        {
+            Answer::Plan(None) => None,
+            Answer::Plan(Some(Ok(json))) => {
+                Some(serde_json::from_str::<ExecPlan>(&json).map_err(|error| {
+                    ToolError::Failed(format!(
+                        "the tool `{name}` reported a plan the host cannot read ({error}); nothing was run"
+                    ))
+                })?)
+            }
+            Answer::Plan(Some(Err(message))) => return Err(ToolError::InvalidArgs(message)),
+            _ => {
+                return Err(ToolError::Failed(
+                    "internal error: wrong answer kind".into(),
+                ));
+            }
+        };
+        match gate.0.review(name, plan).await {
+            GateAnswer::Allowed(approved) => Ok(Some(approved)),
+            GateAnswer::Denied(message) => Err(ToolError::Denied(message)),
         }
     }
 }
@@ -114,13 +176,20 @@ pub(crate) enum Operation<'a> {
     Specs,
     /// `call(name, args)`.
     Call { name: &'a str, args: &'a str },
+    /// `planner.plan(name, args)`, when the component exports it.
+    Plan { name: &'a str, args: &'a str },
 }
 
 /// What the instance answered.
 pub(crate) enum Answer {
     Specs(Vec<GuestToolSpec>),
     Call(Result<String, GuestToolError>),
+    /// The plan as JSON or the guest's error; `None` when the component has no planner.
+    Plan(Option<Result<String, String>>),
 }
+
+/// The export the planner lives in.
+const PLANNER_INTERFACE: &str = "clawcage:tool/planner@0.1.0";
 
 /// Build a store from `grants`, instantiate the component in it and run `operation`, within the
 /// grants' time and memory limits. Every failure is a [`ToolError`] written for the model.
@@ -128,6 +197,7 @@ pub(crate) async fn run_in_fresh_instance(
     component: &Arc<CompiledComponent>,
     grants: &Grants,
     operation: Operation<'_>,
+    approved: Option<Arc<ApprovedExec>>,
 ) -> Result<Answer, ToolError> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
     let wasi = wasi_context(grants, stderr.clone())?;
@@ -139,7 +209,8 @@ pub(crate) async fn run_in_fresh_instance(
     store.limiter(|state| &mut state.limiter);
     let timeout = grants.limits.timeout;
     store.data_mut().exec =
-        crate::process::ExecContext::for_call(grants, std::time::Instant::now() + timeout);
+        crate::process::ExecContext::for_call(grants, std::time::Instant::now() + timeout)
+            .map(|context| context.with_approved(approved));
     store.data_mut().scheduler = grants.scheduler().cloned();
     // Yield to the executor at every epoch tick, so the timeout below can stop a guest that
     // never returns, including one inside a host call.
@@ -149,8 +220,12 @@ pub(crate) async fn run_in_fresh_instance(
     let what = match operation {
         Operation::Specs => format!("component `{}`", component.name),
         Operation::Call { name, .. } => format!("the tool `{name}`"),
+        Operation::Plan { name, .. } => format!("the planner of the tool `{name}`"),
     };
     let outcome = tokio::time::timeout(timeout, async {
+        if let Operation::Plan { name, args } = operation {
+            return plan_in(component, &mut store, name, args).await;
+        }
         let tool = component.pre.instantiate_async(&mut store).await?;
         let guest = tool.clawcage_tool_tool();
         match operation {
@@ -159,6 +234,7 @@ pub(crate) async fn run_in_fresh_instance(
                 .call_call(&mut store, name, args)
                 .await
                 .map(Answer::Call),
+            Operation::Plan { .. } => Ok(Answer::Plan(None)),
         }
     })
     .await;
@@ -177,6 +253,30 @@ pub(crate) async fn run_in_fresh_instance(
             &stderr.contents(),
         )),
     }
+}
+
+/// Instantiates the component and calls its `planner.plan` export, if it has one.
+async fn plan_in(
+    component: &Arc<CompiledComponent>,
+    store: &mut Store<CallState>,
+    name: &str,
+    args: &str,
+) -> wasmtime::Result<Answer> {
+    let instance = component
+        .pre
+        .instance_pre()
+        .instantiate_async(&mut *store)
+        .await?;
+    let Some(interface) = instance.get_export_index(&mut *store, None, PLANNER_INTERFACE) else {
+        return Ok(Answer::Plan(None));
+    };
+    let Some(function) = instance.get_export_index(&mut *store, Some(&interface), "plan") else {
+        return Ok(Answer::Plan(None));
+    };
+    let plan = instance
+        .get_typed_func::<(&str, &str), (Result<String, String>,)>(&mut *store, function)?;
+    let (answer,) = plan.call_async(&mut *store, (name, args)).await?;
+    Ok(Answer::Plan(Some(answer)))
 }
 
 /// The WASI context for one call: the workspace preopen (and its path in the environment), the

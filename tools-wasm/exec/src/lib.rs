@@ -8,6 +8,7 @@
 
 pub mod glob;
 pub mod output;
+pub mod plan;
 pub mod shell;
 
 use std::time::Duration;
@@ -146,6 +147,33 @@ impl export::Guest for ExecTool {
             ToolError::Denied(message) => export::ToolError::Denied(message),
             ToolError::Failed(message) => export::ToolError::Failed(message),
         })
+    }
+}
+
+/// The plan of an `exec` call: what its command line would run (see `plan`).
+pub fn plan_call(name: &str, arguments: &str) -> Result<String, String> {
+    if name != "exec" {
+        return Err(format!("no tool named `{name}` here"));
+    }
+    let arguments: Value = serde_json::from_str(arguments)
+        .map_err(|error| format!("the arguments are not JSON: {error}"))?;
+    let command = args::required_str(&arguments, "command").map_err(|error| error.to_string())?;
+    clawcage_tool_sdk::workspace::enter().map_err(|error| error.to_string())?;
+    let programs = wit::programs();
+    let read_script = |path: &str| {
+        let metadata = std::fs::metadata(path).ok()?;
+        // A script longer than this is not read for the plan (its commands are still checked
+        // one by one when they run).
+        (metadata.is_file() && metadata.len() <= 1 << 20)
+            .then(|| std::fs::read_to_string(path).ok())
+            .flatten()
+    };
+    plan::plan(command, &programs, &read_script).map(|plan| plan.to_string())
+}
+
+impl bindings::exports::clawcage::tool::planner::Guest for ExecTool {
+    fn plan(name: String, arguments: String) -> Result<String, String> {
+        plan_call(&name, &arguments)
     }
 }
 

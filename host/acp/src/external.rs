@@ -1,0 +1,566 @@
+//! External ACP agents as sub-agents: `spawn` with `runtime: "acp"` and `agent: NAME` starts the
+//! program configured under `[acp.agents.NAME]` (only when `[acp] allowed_agents` lists it) and
+//! drives it as an ACP client. The process itself is native — it is not inside the WebAssembly
+//! sandbox — so clawcage gives it only what the operator configured: its environment is
+//! `PATH`, `HOME`, `LANG` and the configured variables (no credential of clawcage's), its
+//! working directory is the workspace, and what it asks clawcage to do is sandboxed: its
+//! `fs/read_text_file` and `fs/write_text_file` requests run through the bundled file tools
+//! under the child's grants (read-only unless configured), its `terminal/*` requests through
+//! the sandboxed `exec` tool, and its `session/request_permission` requests are answered by the
+//! configured policy (`deny-all` by default, `approve-reads`, or `ask`, which rejects while no
+//! operator can be asked). Its streamed text goes to the parent's front end; its final text is
+//! the sub-agent's result, announced like any child's. Stopping it (the `subagents` tool, the
+//! time limit) sends `session/cancel`, then kills the process if it has not exited within a
+//! grace period, and always waits for it, so no zombie is left.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use agent_client_protocol::v1::{ConnectionTo, Responder};
+use agent_client_protocol::{Agent, Client, UntypedMessage};
+use clawcage_agent::AuditedRegistry;
+use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, SubagentManager};
+use clawcage_core::BoxFuture;
+use clawcage_runtime::acp_config::{ExternalAgent, PermissionMode};
+use clawcage_runtime::{Error, Runtime};
+use serde_json::{Value, json};
+use tokio::sync::{oneshot, watch};
+
+use crate::lines;
+
+/// How long a stopped agent gets to end on its own before it is killed.
+pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The most bytes of a terminal's output kept (the exec tool cuts its own output too).
+const TERMINAL_OUTPUT_LIMIT: usize = 1 << 20;
+
+/// Gives `manager` the external agents `runtime`'s configuration allows (nothing when none is).
+pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result<(), Error> {
+    let agents = runtime.external_agents()?;
+    if agents.is_empty() {
+        return Ok(());
+    }
+    let read_only = runtime.external_agent_tools(false).await?;
+    let read_write = if agents.values().any(|agent| agent.write) {
+        Some(runtime.external_agent_tools(true).await?)
+    } else {
+        None
+    };
+    manager.set_external(Arc::new(ExternalAgents {
+        agents,
+        workspace: runtime.workspace().path().to_path_buf(),
+        read_only,
+        read_write,
+    }));
+    Ok(())
+}
+
+/// The external agents of one runtime.
+struct ExternalAgents {
+    agents: BTreeMap<String, ExternalAgent>,
+    workspace: PathBuf,
+    read_only: AuditedRegistry,
+    read_write: Option<AuditedRegistry>,
+}
+
+impl ExternalRuntime for ExternalAgents {
+    fn agents(&self) -> Vec<String> {
+        self.agents.keys().cloned().collect()
+    }
+
+    fn run(&self, run: ExternalRun) -> BoxFuture<'static, Result<String, String>> {
+        let Some(agent) = self.agents.get(&run.agent).cloned() else {
+            let name = run.agent.clone();
+            return Box::pin(async move { Err(format!("unknown external agent `{name}`")) });
+        };
+        let tools = match (&self.read_write, agent.write) {
+            (Some(read_write), true) => read_write.clone(),
+            _ => self.read_only.clone(),
+        };
+        let workspace = self.workspace.clone();
+        Box::pin(async move {
+            let (done_tx, done_rx) = oneshot::channel();
+            // Dropping `stop` (this future dropped: stopped or timed out) tells the supervisor.
+            let (stop, stopped) = watch::channel(false);
+            tokio::spawn(supervise(agent, run, tools, workspace, stopped, done_tx));
+            let result = done_rx
+                .await
+                .unwrap_or_else(|_| Err("the external agent's supervisor ended".to_string()));
+            drop(stop);
+            result
+        })
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A terminal: one exec call running in its own task.
+struct TerminalState {
+    result: watch::Receiver<Option<(String, Option<i64>)>>,
+    task: tokio::task::AbortHandle,
+}
+
+/// What one run shares with its request handlers.
+struct RunState {
+    agent: ExternalAgent,
+    tools: AuditedRegistry,
+    /// The session the calls are audited under (`parent/sub-N`).
+    session: String,
+    output: Arc<dyn Fn(&str) + Send + Sync>,
+    text: Mutex<String>,
+    terminals: Mutex<HashMap<String, TerminalState>>,
+    next_terminal: AtomicU64,
+}
+
+/// Starts the agent, drives one prompt, and always reaps the process.
+async fn supervise(
+    agent: ExternalAgent,
+    run: ExternalRun,
+    tools: AuditedRegistry,
+    workspace: PathBuf,
+    mut stopped: watch::Receiver<bool>,
+    done: oneshot::Sender<Result<String, String>>,
+) {
+    let mut command = tokio::process::Command::new(&agent.command);
+    command
+        .args(&agent.args)
+        .env_clear()
+        .envs(agent.env.iter().map(|(name, value)| (name, value)))
+        .current_dir(&workspace)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+    let mut child = match command.spawn() {
+        Ok(child) => child,
+        Err(error) => {
+            let _ = done.send(Err(format!(
+                "cannot start the external agent `{}` ({}): {error}; check [acp.agents.{}] command",
+                agent.name, agent.command, agent.name
+            )));
+            return;
+        }
+    };
+    let pid = child.id().unwrap_or_default();
+    tracing::info!(agent = %agent.name, pid, subagent = %run.id, "external agent started");
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        let _ = done.send(Err("the external agent's pipes could not be opened".to_string()));
+        return;
+    };
+    if let Some(stderr) = child.stderr.take() {
+        let name = agent.name.clone();
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt as _;
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::debug!(agent = %name, "stderr: {line}");
+            }
+        });
+    }
+    let state = Arc::new(RunState {
+        agent: agent.clone(),
+        tools,
+        session: format!("{}/{}", run.parent_session, run.id),
+        output: run.output.clone(),
+        text: Mutex::new(String::new()),
+        terminals: Mutex::new(HashMap::new()),
+        next_terminal: AtomicU64::new(1),
+    });
+    let transport = lines::transport(stdout, stdin, lines::MAX_LINE_BYTES);
+    let workspace_text = workspace.display().to_string();
+    let result = Client
+        .v1()
+        .name("clawcage")
+        .on_receive_request(
+            {
+                let state = state.clone();
+                async move |request: UntypedMessage, responder: Responder<Value>, _connection| {
+                    let state = state.clone();
+                    tokio::spawn(async move {
+                        let (method, params) = request.into_parts();
+                        let result = state.serve(&method, params).await;
+                        if let Err(error) = responder.respond_with_result(result) {
+                            tracing::debug!(%error, "a response to the external agent was not sent");
+                        }
+                    });
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .on_receive_notification(
+            {
+                let state = state.clone();
+                async move |notification: UntypedMessage, _connection| {
+                    let (method, params) = notification.into_parts();
+                    if method == "session/update" {
+                        state.update(&params);
+                    }
+                    Ok(())
+                }
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .connect_with(transport, async |connection: ConnectionTo<Agent>| {
+            drive(&connection, &state, &run, &workspace_text, &mut stopped).await
+        })
+        .await;
+    for terminal in lock(&state.terminals).drain() {
+        terminal.1.task.abort();
+    }
+    // The agent gets a moment to exit on its own, then is killed; either way it is reaped.
+    match tokio::time::timeout(STOP_GRACE, child.wait()).await {
+        Ok(_) => {}
+        Err(_) => {
+            let _ = child.start_kill();
+            let _ = child.wait().await;
+        }
+    }
+    tracing::info!(agent = %agent.name, pid, "external agent ended");
+    let outcome = match result {
+        Ok(Ok(text)) => Ok(text),
+        Ok(Err(message)) => Err(message),
+        Err(error) => Err(format!(
+            "the external agent `{}` broke the protocol or ended early: {error}",
+            agent.name
+        )),
+    };
+    let _ = done.send(outcome);
+}
+
+/// Sends `method` with `params` and waits for the answer, or for the stop.
+async fn request(
+    connection: &ConnectionTo<Agent>,
+    method: &str,
+    params: Value,
+) -> Result<Value, String> {
+    let message = UntypedMessage::new(method, params).map_err(|error| error.to_string())?;
+    connection
+        .send_request(message)
+        .block_task()
+        .await
+        .map_err(|error| format!("{method} failed: {error}"))
+}
+
+/// initialize, session/new in the workspace, one prompt; a stop cancels it.
+async fn drive(
+    connection: &ConnectionTo<Agent>,
+    state: &Arc<RunState>,
+    run: &ExternalRun,
+    workspace: &str,
+    stopped: &mut watch::Receiver<bool>,
+) -> Result<Result<String, String>, agent_client_protocol::Error> {
+    let name = &state.agent.name;
+    let setup = async {
+        request(
+            connection,
+            "initialize",
+            json!({
+                "protocolVersion": 1,
+                "clientCapabilities": {
+                    "fs": {"readTextFile": true, "writeTextFile": true},
+                    "terminal": state.agent.terminal,
+                },
+                "clientInfo": {"name": "clawcage", "version": env!("CARGO_PKG_VERSION")},
+            }),
+        )
+        .await?;
+        let session = request(
+            connection,
+            "session/new",
+            json!({"cwd": workspace, "mcpServers": []}),
+        )
+        .await?;
+        session
+            .get("sessionId")
+            .and_then(Value::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| "session/new returned no sessionId".to_string())
+    };
+    let session_id = tokio::select! {
+        session = setup => match session {
+            Ok(id) => id,
+            Err(error) => return Ok(Err(format!("the external agent `{name}` did not start a session: {error}"))),
+        },
+        _ = stopped.changed() => return Ok(Err("stopped before it started".to_string())),
+    };
+    let prompt = request(
+        connection,
+        "session/prompt",
+        json!({"sessionId": session_id, "prompt": [{"type": "text", "text": run.task}]}),
+    );
+    tokio::pin!(prompt);
+    let limit = state.agent.timeout.unwrap_or(Duration::from_secs(86_400));
+    let answer = tokio::select! {
+        answer = &mut prompt => answer,
+        _ = tokio::time::sleep(limit) => {
+            if let Ok(cancel) = UntypedMessage::new("session/cancel", json!({"sessionId": session_id})) {
+                let _ = connection.send_notification(cancel);
+            }
+            let _ = tokio::time::timeout(STOP_GRACE, &mut prompt).await;
+            return Ok(Err(format!("stopped after its time limit of {} s ([acp.agents.{name}] timeout_secs)", limit.as_secs())));
+        }
+        _ = stopped.changed() => {
+            if let Ok(cancel) = UntypedMessage::new("session/cancel", json!({"sessionId": session_id})) {
+                let _ = connection.send_notification(cancel);
+            }
+            let _ = tokio::time::timeout(STOP_GRACE, &mut prompt).await;
+            return Ok(Err("stopped; session/cancel was sent".to_string()));
+        }
+    };
+    let text = lock(&state.text).trim().to_string();
+    Ok(match answer {
+        Ok(response) => {
+            let stop = response
+                .get("stopReason")
+                .and_then(Value::as_str)
+                .unwrap_or("end_turn")
+                .to_string();
+            match stop.as_str() {
+                "end_turn" if !text.is_empty() => Ok(text),
+                "end_turn" => Ok(format!("`{name}` ended its turn without text")),
+                other => Err(format!("`{name}` stopped ({other}): {text}")),
+            }
+        }
+        Err(error) => Err(format!("`{name}` failed: {error}. Its text so far: {text}")),
+    })
+}
+
+fn refusal(message: impl Into<String>) -> agent_client_protocol::Error {
+    agent_client_protocol::Error::invalid_params().data(json!({"message": message.into()}))
+}
+
+impl RunState {
+    /// A `session/update` from the agent: its text is kept and streamed, tool calls are named.
+    fn update(&self, params: &Value) {
+        let update = &params["update"];
+        match update["sessionUpdate"].as_str() {
+            Some("agent_message_chunk") => {
+                if let Some(text) = update["content"]["text"].as_str() {
+                    lock(&self.text).push_str(text);
+                    (self.output)(text);
+                }
+            }
+            Some("tool_call") => {
+                let title = update["title"].as_str().unwrap_or("a tool");
+                (self.output)(&format!("[tool call: {title}]"));
+            }
+            _ => {}
+        }
+    }
+
+    /// Serves one request of the agent.
+    async fn serve(&self, method: &str, params: Value) -> Result<Value, agent_client_protocol::Error> {
+        match method {
+            "fs/read_text_file" => {
+                let mut args = json!({"path": params["path"]});
+                if let Some(line) = params["line"].as_u64() {
+                    args["offset"] = json!(line.max(1));
+                }
+                if let Some(limit) = params["limit"].as_u64() {
+                    args["limit"] = json!(limit.max(1));
+                }
+                let output = self.call("read_file", &args).await?;
+                Ok(json!({"content": output}))
+            }
+            "fs/write_text_file" => {
+                let args = json!({"path": params["path"], "content": params["content"]});
+                self.call("write_file", &args).await?;
+                Ok(json!({}))
+            }
+            "terminal/create" if self.agent.terminal => self.create_terminal(&params),
+            "terminal/output" => {
+                let (output, exit) = self.terminal_result(&params, false).await?;
+                Ok(terminal_output(&output, exit))
+            }
+            "terminal/wait_for_exit" => {
+                let (_, exit) = self.terminal_result(&params, true).await?;
+                Ok(json!({"exitCode": exit, "signal": Value::Null}))
+            }
+            "terminal/kill" => {
+                if let Some(terminal) = lock(&self.terminals).get(terminal_id(&params)?) {
+                    terminal.task.abort();
+                }
+                Ok(json!({}))
+            }
+            "terminal/release" => {
+                if let Some(terminal) = lock(&self.terminals).remove(terminal_id(&params)?) {
+                    terminal.task.abort();
+                }
+                Ok(json!({}))
+            }
+            "session/request_permission" => Ok(self.permission(&params)),
+            _ => Err(agent_client_protocol::Error::method_not_found().data(json!({
+                "message": format!("clawcage does not serve `{method}` to external agents")
+            }))),
+        }
+    }
+
+    /// One sandboxed tool call; its error is the request's error.
+    async fn call(&self, tool: &str, args: &Value) -> Result<String, agent_client_protocol::Error> {
+        match self.tools.execute_value(&self.session, tool, args).await {
+            Ok(output) => Ok(output.text),
+            Err(error) => Err(refusal(format!("refused by clawcage's sandbox: {error}"))),
+        }
+    }
+
+    fn create_terminal(&self, params: &Value) -> Result<Value, agent_client_protocol::Error> {
+        let command = params["command"]
+            .as_str()
+            .ok_or_else(|| refusal("terminal/create needs `command`"))?;
+        let mut line = shell_quote(command);
+        for arg in params["args"].as_array().into_iter().flatten() {
+            line.push(' ');
+            line.push_str(&shell_quote(arg.as_str().unwrap_or_default()));
+        }
+        if let Some(cwd) = params["cwd"].as_str() {
+            line = format!("cd {} && {line}", shell_quote(cwd));
+        }
+        let id = format!(
+            "term-{}",
+            self.next_terminal.fetch_add(1, Ordering::Relaxed)
+        );
+        let (sender, receiver) = watch::channel(None);
+        let tools = self.tools.clone();
+        let session = self.session.clone();
+        let task = tokio::spawn(async move {
+            let result = tools
+                .execute_value(&session, "exec", &json!({"command": line}))
+                .await;
+            let (text, exit) = match result {
+                Ok(output) => {
+                    let text = output.text;
+                    let exit = exit_status(&text);
+                    (text, exit)
+                }
+                Err(error) => (format!("refused by clawcage's sandbox: {error}"), Some(1)),
+            };
+            let _ = sender.send(Some((text, exit)));
+        });
+        lock(&self.terminals).insert(
+            id.clone(),
+            TerminalState {
+                result: receiver,
+                task: task.abort_handle(),
+            },
+        );
+        Ok(json!({"terminalId": id}))
+    }
+
+    async fn terminal_result(
+        &self,
+        params: &Value,
+        wait: bool,
+    ) -> Result<(String, Option<i64>), agent_client_protocol::Error> {
+        let mut receiver = lock(&self.terminals)
+            .get(terminal_id(params)?)
+            .map(|terminal| terminal.result.clone())
+            .ok_or_else(|| refusal("unknown terminalId"))?;
+        if wait {
+            let _ = receiver.wait_for(Option::is_some).await;
+        }
+        let value = receiver.borrow().clone();
+        Ok(match value {
+            Some((text, exit)) => (text, exit),
+            None => (String::new(), None),
+        })
+    }
+
+    /// The answer to a permission request under the agent's policy.
+    fn permission(&self, params: &Value) -> Value {
+        let kind = params["toolCall"]["kind"].as_str().unwrap_or("other");
+        let allow = match self.agent.permission_mode {
+            PermissionMode::DenyAll => false,
+            PermissionMode::ApproveReads => matches!(kind, "read" | "search" | "fetch" | "think"),
+            // No operator can be asked from here: rejected, and said in the log.
+            PermissionMode::Ask => {
+                tracing::warn!(
+                    agent = %self.agent.name,
+                    "a permission request was rejected: no operator can be asked; set permission_mode or answer from a front end that takes approvals"
+                );
+                false
+            }
+        };
+        let wanted: &[&str] = if allow {
+            &["allow_once"]
+        } else {
+            &["reject_once", "reject_always"]
+        };
+        let chosen = params["options"].as_array().and_then(|options| {
+            wanted.iter().find_map(|kind| {
+                options
+                    .iter()
+                    .find(|option| option["kind"].as_str() == Some(kind))
+                    .and_then(|option| option["optionId"].as_str())
+            })
+        });
+        (self.output)(&format!(
+            "[permission {} for {}: {}]",
+            if allow { "granted once" } else { "rejected" },
+            params["toolCall"]["title"].as_str().unwrap_or(kind),
+            self.agent.permission_mode.as_str()
+        ));
+        match chosen {
+            Some(id) => json!({"outcome": {"outcome": "selected", "optionId": id}}),
+            None => json!({"outcome": {"outcome": "cancelled"}}),
+        }
+    }
+}
+
+fn terminal_id(params: &Value) -> Result<&str, agent_client_protocol::Error> {
+    params["terminalId"]
+        .as_str()
+        .ok_or_else(|| refusal("the request needs `terminalId`"))
+}
+
+fn terminal_output(output: &str, exit: Option<i64>) -> Value {
+    let (cut, truncated) = match output.char_indices().nth(TERMINAL_OUTPUT_LIMIT) {
+        Some((end, _)) => (&output[..end], true),
+        None => (output, false),
+    };
+    let mut value = json!({"output": cut, "truncated": truncated});
+    if let Some(code) = exit {
+        value["exitStatus"] = json!({"exitCode": code, "signal": Value::Null});
+    }
+    value
+}
+
+/// The `[exit status: N]` the exec tool ends its output with.
+fn exit_status(output: &str) -> Option<i64> {
+    let start = output.rfind("[exit status: ")?;
+    let rest = &output[start + "[exit status: ".len()..];
+    rest.split(']').next()?.trim().parse().ok()
+}
+
+/// `word` in single quotes for the sandbox's shell.
+fn shell_quote(word: &str) -> String {
+    if !word.is_empty()
+        && word
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"-_./=:,+@%".contains(&b))
+    {
+        return word.to_string();
+    }
+    format!("'{}'", word.replace('\'', "'\\''"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exit_status_and_quoting() {
+        assert_eq!(exit_status("hi\n[exit status: 3]"), Some(3));
+        assert_eq!(exit_status("no status"), None);
+        assert_eq!(shell_quote("a b'c"), "'a b'\\''c'");
+        assert_eq!(shell_quote("ls"), "ls");
+    }
+}

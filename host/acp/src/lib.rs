@@ -1,0 +1,15 @@
+//! clawcage over the Agent Client Protocol (ACP v1: newline-delimited JSON-RPC over stdio), on
+//! the official Rust SDK. Both sides live here: `clawcage acp` serves clawcage as an agent to
+//! editors (`server`), and `spawn` with `runtime: "acp"` drives an external ACP agent as a
+//! sub-agent (`external`), serving its file and terminal requests through the sandboxed tools.
+//! It is a front end like the gateway: it gets runtimes, agents and tools from
+//! `clawcage-runtime` and renders their events (`updates`); it never depends on the sandbox
+//! crate. Its own crate because only it needs the ACP SDK. See `docs/acp.md`.
+
+pub mod external;
+pub mod lines;
+pub mod server;
+pub mod updates;
+
+pub use external::attach;
+pub use server::run;

@@ -1,0 +1,147 @@
+//! Approvals over the gateway: every connection whose `connect` asked for the scope
+//! `operator.approvals` (or `operator.admin`) is an operator front end of the runtime's approvals
+//! broker while it stays connected. It receives `exec.approval.requested` (the requests waiting
+//! when it connects first) and `exec.approval.resolved`, and may answer with
+//! `exec.approval.resolve {id, decision}`; `exec.approval.list` shows what waits. A connection
+//! without the scope hears none of it and is refused if it tries to answer.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use clawcage_agent::approvals::{
+    ApprovalBroker, ApprovalError, ApprovalRequest, OperatorEvent, OperatorFilter,
+};
+use clawcage_core::approval::ApprovalDecision;
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::task::JoinHandle;
+
+use crate::connection::Conn;
+use crate::hub::Outbox;
+use crate::protocol::{self, Code, GatewayError};
+
+/// The scopes that make a connection an approver.
+pub const APPROVER_SCOPES: &[&str] = &["operator.approvals", "operator.admin"];
+
+/// The gateway's side of the approvals broker: one operator per approver connection.
+pub struct Approvals {
+    broker: ApprovalBroker,
+    forwarders: Mutex<HashMap<u64, JoinHandle<()>>>,
+}
+
+/// A request as the protocol sends it.
+pub fn request_payload(request: &ApprovalRequest) -> Value {
+    json!({
+        "id": request.id,
+        "sessionKey": request.session_key,
+        "tool": request.tool,
+        "plan": request.plan,
+        "summary": request.plan.summary(),
+        "reasons": request.reasons,
+        "expiresAtMs": request.expires_at_ms,
+    })
+}
+
+impl Approvals {
+    /// The gateway's approvals over `broker`.
+    pub fn new(broker: ApprovalBroker) -> Arc<Approvals> {
+        Arc::new(Approvals {
+            broker,
+            forwarders: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// Makes the connection behind `outbox` an operator until [`Approvals::disconnect`].
+    pub fn connect(&self, outbox: Outbox) {
+        let mut operator = self.broker.operator(OperatorFilter::All);
+        let id = outbox.id;
+        let forwarder = tokio::spawn(async move {
+            while let Some(event) = operator.next().await {
+                let frame = match event {
+                    OperatorEvent::Requested(request) => protocol::event(
+                        "exec.approval.requested",
+                        request_payload(&request),
+                        None,
+                    ),
+                    OperatorEvent::Resolved { id, decision, by } => protocol::event(
+                        "exec.approval.resolved",
+                        json!({"id": id, "decision": decision.as_str(), "by": by}),
+                        None,
+                    ),
+                };
+                if !outbox.push(frame) {
+                    break;
+                }
+            }
+        });
+        if let Some(previous) = self.lock().insert(id, forwarder) {
+            previous.abort();
+        }
+    }
+
+    /// The connection `id` is gone: it stops being an operator.
+    pub fn disconnect(&self, id: u64) {
+        if let Some(forwarder) = self.lock().remove(&id) {
+            forwarder.abort();
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, JoinHandle<()>>> {
+        self.forwarders
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// `exec.approval.list`: the requests waiting now.
+    pub fn list(&self, conn: &Conn) -> Result<Value, GatewayError> {
+        require_approver(conn, "exec.approval.list")?;
+        let pending: Vec<Value> = self.broker.pending().iter().map(request_payload).collect();
+        Ok(json!({ "pending": pending }))
+    }
+
+    /// `exec.approval.resolve {id, decision}`.
+    pub fn resolve(&self, conn: &Conn, params: &Value) -> Result<Value, GatewayError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Resolve {
+            id: String,
+            decision: String,
+        }
+        require_approver(conn, "exec.approval.resolve")?;
+        let resolve: Resolve = serde_json::from_value(params.clone()).map_err(|error| {
+            GatewayError::params("exec.approval.resolve", error)
+        })?;
+        let decision = match resolve.decision.as_str() {
+            "allow-once" => ApprovalDecision::AllowOnce,
+            "allow-always" => ApprovalDecision::AllowAlways,
+            "deny" => ApprovalDecision::Deny,
+            _ => {
+                return Err(GatewayError::params(
+                    "exec.approval.resolve",
+                    "decision must be \"allow-once\", \"allow-always\" or \"deny\"",
+                ));
+            }
+        };
+        let by = format!("gateway:{}", conn.client.id);
+        match self.broker.resolve(&resolve.id, decision, &by) {
+            Ok(()) => Ok(json!({"id": resolve.id, "decision": decision.as_str()})),
+            Err(error @ ApprovalError::Unknown(_)) => {
+                Err(GatewayError::new(Code::NotFound, error.to_string()))
+            }
+            Err(error) => Err(GatewayError::new(Code::Internal, error.to_string())),
+        }
+    }
+}
+
+fn require_approver(conn: &Conn, method: &str) -> Result<(), GatewayError> {
+    if conn.client.approver {
+        Ok(())
+    } else {
+        Err(GatewayError::new(
+            Code::Unauthorized,
+            format!(
+                "{method} needs a connection allowed to approve: connect with scopes [\"operator.approvals\"]"
+            ),
+        ))
+    }
+}

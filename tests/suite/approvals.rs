@@ -1,0 +1,226 @@
+//! Approvals of exec commands through the real exec component in the real engine, decided by the
+//! real broker: an allowlist that wrappers, nested shells, substitutions and multicall forms
+//! cannot get around (each bypass must leave the victim file in place), a plan approved by an
+//! operator that binds what runs (a script changed after approval is refused), a timeout that
+//! denies, and a denial the model reads.
+
+use std::fs;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clawcage_agent::ToolRegistry;
+use clawcage_agent::approvals::{
+    ApprovalBroker, ApprovalSettings, OperatorEvent, OperatorFilter,
+};
+use clawcage_core::approval::{AllowEntry, ApprovalDecision, AskMode, ExecMode};
+use clawcage_sandbox::components::bundled;
+use clawcage_sandbox::{ExecGrant, FsMode, Limits};
+use serde_json::json;
+
+fn settings(mode: ExecMode, ask: AskMode, allow: &[&str]) -> ApprovalSettings {
+    let mut settings = ApprovalSettings::default();
+    settings.exec.mode = mode;
+    settings.ask = ask;
+    settings.exec.allow = allow
+        .iter()
+        .map(|entry| AllowEntry::parse(entry).unwrap())
+        .collect();
+    settings
+}
+
+async fn registry(workspace: &Path, broker: &ApprovalBroker) -> ToolRegistry {
+    let grants = clawcage_tests::grants(workspace, FsMode::ReadWrite, Limits::default()).with_exec(
+        ExecGrant::new(clawcage_tests::programs().await).with_approvals(Arc::new(broker.clone())),
+    );
+    clawcage_tests::registry_of(&[("exec", bundled::EXEC)], grants).await
+}
+
+async fn run(registry: &ToolRegistry, command: &str) -> String {
+    match registry
+        .execute_value("exec", &json!({ "command": command }))
+        .await
+    {
+        Ok(output) => output.text,
+        Err(error) => format!("ERROR {}: {}", error.kind(), error.message()),
+    }
+}
+
+fn workspace() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    fs::write(dir.path().join("victim.txt"), "keep me\n").unwrap();
+    fs::write(dir.path().join("list.txt"), "victim.txt\n").unwrap();
+    dir
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allowlist_runs_what_it_covers_and_refuses_the_rest_before_anything_runs() {
+    let dir = workspace();
+    let broker = ApprovalBroker::new(
+        settings(ExecMode::Allowlist, AskMode::Off, &["ls *", "cat *"]),
+        None,
+        None,
+    );
+    let registry = registry(dir.path(), &broker).await;
+    let listed = run(&registry, "ls").await;
+    assert!(listed.contains("victim.txt"), "{listed}");
+    // Safe bins pass while they read standard input only; builtins need no entry.
+    let counted = run(&registry, "cat list.txt | wc -l && echo done").await;
+    assert!(counted.contains('1') && counted.contains("done"), "{counted}");
+    // One command outside the list refuses the whole line: `ls` before it does not run either.
+    let refused = run(&registry, "ls > listing.txt; rm victim.txt").await;
+    assert!(refused.starts_with("ERROR denied"), "{refused}");
+    assert!(refused.contains("`rm victim.txt` is not on the allowlist"), "{refused}");
+    assert!(!dir.path().join("listing.txt").exists(), "ls ran before the decision");
+    // A safe bin naming a file is not safe.
+    let named = run(&registry, "head victim.txt").await;
+    assert!(named.starts_with("ERROR denied"), "{named}");
+    assert!(dir.path().join("victim.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wrappers_shells_and_other_names_do_not_get_around_the_allowlist() {
+    let dir = workspace();
+    // Entries that a bypass would try to ride on: `ls`, `cat`, `find` with any arguments, and
+    // `timeout`/`nice`/`env` themselves.
+    let broker = ApprovalBroker::new(
+        settings(
+            ExecMode::Allowlist,
+            AskMode::Off,
+            &["ls *", "cat *", "find *", "timeout *", "nice *", "nohup *", "env *", "xargs *"],
+        ),
+        None,
+        None,
+    );
+    let registry = registry(dir.path(), &broker).await;
+    // A copy of nothing under the name of an allowed program: `./ls` is still the real `ls`.
+    fs::write(dir.path().join("ls"), "rm victim.txt\n").unwrap();
+    for bypass in [
+        "env bash -c 'rm victim.txt'",
+        "env rm victim.txt",
+        "sh -c 'rm victim.txt'",
+        "bash -c \"rm victim.txt\"",
+        "sh -c 'sh -c \"rm victim.txt\"'",
+        "eval rm victim.txt",
+        "echo $(rm victim.txt)",
+        "echo `rm victim.txt`",
+        "X=$(rm victim.txt) true",
+        "cat list.txt | xargs rm",
+        "xargs rm < list.txt",
+        "find . -name victim.txt -exec rm {} ;",
+        "timeout 5 rm victim.txt",
+        "nice -n 5 rm victim.txt",
+        "nohup rm victim.txt",
+        "coreutils rm victim.txt",
+        "/bin/rm victim.txt",
+        "/usr/bin/coreutils rm victim.txt",
+        "./rm victim.txt",
+        "f() { rm victim.txt; }; f",
+        "alias ls=rm; ls victim.txt",
+        "command rm victim.txt",
+        "builtin rm victim.txt",
+        "exec rm victim.txt",
+        "sh <<EOF\nrm victim.txt\nEOF",
+        "sh ls",
+        "C=rm; $C victim.txt",
+        "for p in rm; do $p victim.txt; done",
+        "mv victim.txt gone.txt",
+    ] {
+        let result = run(&registry, bypass).await;
+        assert!(
+            dir.path().join("victim.txt").exists(),
+            "`{bypass}` removed the victim: {result}"
+        );
+        assert!(!dir.path().join("gone.txt").exists(), "`{bypass}`: {result}");
+    }
+    // `find -exec` is refused as such, naming why.
+    let result = run(&registry, "find . -name victim.txt -exec rm {} ;").await;
+    assert!(result.contains("find -exec"), "{result}");
+    let result = run(&registry, "timeout 5 rm victim.txt").await;
+    assert!(result.contains("`rm victim.txt` is not on the allowlist"), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_binds_the_plan_a_changed_script_is_refused() {
+    let dir = workspace();
+    fs::write(dir.path().join("run.sh"), "ls\n").unwrap();
+    fs::write(dir.path().join("evil.sh"), "rm victim.txt\n").unwrap();
+    let broker = ApprovalBroker::new(
+        settings(ExecMode::Allowlist, AskMode::OnMiss, &[]),
+        None,
+        None,
+    );
+    let registry = registry(dir.path(), &broker).await;
+    let mut operator = broker.operator(OperatorFilter::All);
+    // The operator sees `cp evil.sh run.sh` and the script's `ls`, and approves that.
+    let approver = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        while let Some(event) = operator.next().await {
+            if let OperatorEvent::Requested(request) = event {
+                seen.push(request.plan.summary());
+                operator
+                    .resolve(&request.id, ApprovalDecision::AllowOnce, "test")
+                    .unwrap();
+                return seen;
+            }
+        }
+        seen
+    });
+    let result = run(&registry, "cp evil.sh run.sh && sh run.sh").await;
+    let seen = approver.await.unwrap();
+    assert_eq!(seen, ["cp evil.sh run.sh\nls"]);
+    // What runs after the copy is `rm`, which nobody approved.
+    assert!(
+        result.contains("not part of the command that was approved"),
+        "{result}"
+    );
+    assert!(dir.path().join("victim.txt").exists(), "{result}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unanswered_request_is_denied_at_its_timeout_and_a_denial_is_the_models_result() {
+    let dir = workspace();
+    let mut config = settings(ExecMode::Allowlist, AskMode::OnMiss, &[]);
+    config.timeout = Duration::from_millis(300);
+    let broker = ApprovalBroker::new(config, None, None);
+    let registry = registry(dir.path(), &broker).await;
+    // Connected but silent.
+    let mut operator = broker.operator(OperatorFilter::All);
+    let result = run(&registry, "rm victim.txt").await;
+    assert!(result.starts_with("ERROR denied"), "{result}");
+    assert!(result.contains("nobody approved"), "{result}");
+    assert!(dir.path().join("victim.txt").exists());
+    assert!(matches!(operator.next().await, Some(OperatorEvent::Requested(_))));
+    assert!(matches!(
+        operator.next().await,
+        Some(OperatorEvent::Resolved { by, .. }) if by == "timeout"
+    ));
+
+    // Answered with deny: the model reads that the operator refused.
+    let answering = tokio::spawn(async move {
+        while let Some(event) = operator.next().await {
+            if let OperatorEvent::Requested(request) = event {
+                operator
+                    .resolve(&request.id, ApprovalDecision::Deny, "test")
+                    .unwrap();
+                break;
+            }
+        }
+    });
+    let result = run(&registry, "rm victim.txt").await;
+    answering.await.unwrap();
+    assert!(result.contains("denied by the operator"), "{result}");
+    assert!(dir.path().join("victim.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exec_deny_refuses_every_command_and_full_asks_nothing() {
+    let dir = workspace();
+    let deny = ApprovalBroker::new(settings(ExecMode::Deny, AskMode::Off, &[]), None, None);
+    let registry = registry(dir.path(), &deny).await;
+    let result = run(&registry, "ls").await;
+    assert!(result.contains("exec = \"deny\""), "{result}");
+    let full = ApprovalBroker::new(ApprovalSettings::default(), None, None);
+    let registry = self::registry(dir.path(), &full).await;
+    assert!(run(&registry, "rm victim.txt && echo gone").await.contains("gone"));
+}

@@ -1,0 +1,535 @@
+//! The plan of a command line: every program it may run, with its arguments as written and what
+//! each may become, found by walking the parsed command line without running anything. The host
+//! asks for it before an exec call when the operator's approvals policy needs it, decides (or asks
+//! a person), and then checks every program the call starts against the approved plan, so the plan
+//! is what the operator sees, not what enforces it. It reaches into `&&`, `||`, `;`, pipelines,
+//! conditionals, loops, `sh -c 'literal'`, `sh FILE` (read now) and command substitutions; what is
+//! known only at run time is marked so (a program named by a variable, an argument that expands).
+
+use brush_parser::ast;
+use brush_parser::word::WordPiece;
+use serde_json::{Value, json};
+
+/// Nested `sh -c`, scripts and substitutions followed.
+const MAX_DEPTH: usize = 16;
+/// Commands one plan may list.
+const MAX_COMMANDS: usize = 1000;
+
+/// The builtins of the shell that never start a program.
+const QUIET_BUILTINS: &[&str] = &[
+    ":", "cd", "command", "echo", "env", "exit", "export", "false", "printenv", "pwd", "read",
+    "set", "true", "type", "unset", "which", "[[",
+];
+
+/// Builds the plan of `command` as JSON (`{command, commands: [...]}`). `programs` are the names
+/// the host can run; `read_script` reads a script file named by `sh FILE` (relative to the
+/// workspace's working directory), if it can.
+pub fn plan(
+    command: &str,
+    programs: &[String],
+    read_script: &dyn Fn(&str) -> Option<String>,
+) -> Result<Value, String> {
+    let mut planner = Planner {
+        programs,
+        read_script,
+        commands: Vec::new(),
+        depth: 0,
+    };
+    planner.script(command)?;
+    Ok(json!({ "command": command, "commands": planner.commands }))
+}
+
+struct Planner<'a> {
+    programs: &'a [String],
+    read_script: &'a dyn Fn(&str) -> Option<String>,
+    commands: Vec<Value>,
+    depth: usize,
+}
+
+/// What a word may become.
+enum Shape {
+    Exact(String),
+    Glob(String),
+    Any,
+}
+
+impl Planner<'_> {
+    fn script(&mut self, text: &str) -> Result<(), String> {
+        if self.depth >= MAX_DEPTH {
+            return Err("the command line nests shells or substitutions too deeply".to_string());
+        }
+        let options = brush_parser::ParserOptions::default();
+        let mut parser = brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &options);
+        let program = parser.parse_program().map_err(|error| {
+            format!("syntax error: {error}; check the quoting and the command line")
+        })?;
+        self.depth += 1;
+        for list in &program.complete_commands {
+            self.list(list)?;
+        }
+        self.depth -= 1;
+        Ok(())
+    }
+
+    fn list(&mut self, list: &ast::CompoundList) -> Result<(), String> {
+        for ast::CompoundListItem(and_or, _) in &list.0 {
+            self.pipeline(&and_or.first)?;
+            for next in &and_or.additional {
+                match next {
+                    ast::AndOr::And(pipeline) | ast::AndOr::Or(pipeline) => {
+                        self.pipeline(pipeline)?
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn pipeline(&mut self, pipeline: &ast::Pipeline) -> Result<(), String> {
+        for command in &pipeline.seq {
+            match command {
+                ast::Command::Simple(simple) => self.simple(simple)?,
+                ast::Command::Compound(compound, redirects) => {
+                    self.compound(compound)?;
+                    for redirect in redirects.iter().flat_map(|list| list.0.iter()) {
+                        self.redirect_substitutions(redirect)?;
+                    }
+                }
+                ast::Command::Function(_) | ast::Command::ExtendedTest(..) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn compound(&mut self, compound: &ast::CompoundCommand) -> Result<(), String> {
+        match compound {
+            ast::CompoundCommand::BraceGroup(group) => self.list(&group.list),
+            ast::CompoundCommand::Subshell(subshell) => self.list(&subshell.list),
+            ast::CompoundCommand::IfClause(clause) => {
+                self.list(&clause.condition)?;
+                self.list(&clause.then)?;
+                for branch in clause.elses.iter().flatten() {
+                    if let Some(condition) = &branch.condition {
+                        self.list(condition)?;
+                    }
+                    self.list(&branch.body)?;
+                }
+                Ok(())
+            }
+            ast::CompoundCommand::WhileClause(clause)
+            | ast::CompoundCommand::UntilClause(clause) => {
+                self.list(&clause.0)?;
+                self.list(&clause.1.list)
+            }
+            ast::CompoundCommand::ForClause(clause) => {
+                for word in clause.values.iter().flatten() {
+                    self.word_substitutions(&word.value)?;
+                }
+                self.list(&clause.body.list)
+            }
+            ast::CompoundCommand::CaseClause(clause) => {
+                self.word_substitutions(&clause.value.value)?;
+                for item in &clause.cases {
+                    if let Some(body) = &item.cmd {
+                        self.list(body)?;
+                    }
+                }
+                Ok(())
+            }
+            ast::CompoundCommand::Arithmetic(_)
+            | ast::CompoundCommand::ArithmeticForClause(_)
+            | ast::CompoundCommand::Coprocess(_) => Ok(()),
+        }
+    }
+
+    fn simple(&mut self, simple: &ast::SimpleCommand) -> Result<(), String> {
+        let mut words: Vec<&str> = Vec::new();
+        let mut redirections = Vec::new();
+        for item in simple.prefix.iter().flat_map(|prefix| prefix.0.iter()) {
+            match item {
+                ast::CommandPrefixOrSuffixItem::AssignmentWord(assignment, _) => {
+                    if let ast::AssignmentValue::Scalar(word) = &assignment.value {
+                        self.word_substitutions(&word.value)?;
+                    }
+                }
+                ast::CommandPrefixOrSuffixItem::IoRedirect(redirect) => {
+                    self.redirect_substitutions(redirect)?;
+                    redirections.push(redirect.to_string());
+                }
+                ast::CommandPrefixOrSuffixItem::Word(word) => words.push(&word.value),
+                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(..) => {}
+            }
+        }
+        if let Some(name) = &simple.word_or_name {
+            words.push(&name.value);
+        }
+        for item in simple.suffix.iter().flat_map(|suffix| suffix.0.iter()) {
+            match item {
+                ast::CommandPrefixOrSuffixItem::IoRedirect(redirect) => {
+                    self.redirect_substitutions(redirect)?;
+                    redirections.push(redirect.to_string());
+                }
+                ast::CommandPrefixOrSuffixItem::Word(word)
+                | ast::CommandPrefixOrSuffixItem::AssignmentWord(_, word) => {
+                    words.push(&word.value)
+                }
+                ast::CommandPrefixOrSuffixItem::ProcessSubstitution(..) => {}
+            }
+        }
+        // Substitutions inside the words run before the command itself.
+        for word in &words {
+            self.word_substitutions(word)?;
+        }
+        let Some((first, rest)) = words.split_first() else {
+            return Ok(());
+        };
+        let shapes: Vec<Shape> = rest.iter().map(|word| shape(word)).collect();
+        match shape(first) {
+            Shape::Exact(name) => {
+                if name == "sh" || name == "bash" {
+                    return self.nested_shell(first, rest, &shapes, redirections);
+                }
+                if QUIET_BUILTINS.contains(&name.as_str()) {
+                    return Ok(());
+                }
+                let Some(program) = self.program_name(&name) else {
+                    // Not a program this host can run: it will fail as not found.
+                    return Ok(());
+                };
+                self.push(Some(program), first, rest, &shapes, redirections)
+            }
+            Shape::Glob(_) | Shape::Any => self.push(None, first, rest, &shapes, redirections),
+        }
+    }
+
+    /// `sh -c SCRIPT` and `sh FILE`: the script's own commands, when the script is known now.
+    fn nested_shell(
+        &mut self,
+        written: &str,
+        rest: &[&str],
+        shapes: &[Shape],
+        redirections: Vec<String>,
+    ) -> Result<(), String> {
+        let mut index = 0;
+        while let Some(word) = rest.get(index) {
+            match &shapes[index] {
+                Shape::Exact(text) if text == "-c" => {
+                    return match shapes.get(index + 1) {
+                        Some(Shape::Exact(script)) => self.script(script),
+                        Some(_) => self.push(None, written, rest, shapes, redirections),
+                        None => Ok(()),
+                    };
+                }
+                Shape::Exact(text) if text == "-o" => index += 2,
+                Shape::Exact(text) if text.starts_with('-') => index += 1,
+                Shape::Exact(file) => {
+                    return match (self.read_script)(file) {
+                        Some(script) => self.script(&script),
+                        None => Ok(()),
+                    };
+                }
+                _ => {
+                    let _ = word;
+                    return self.push(None, written, rest, shapes, redirections);
+                }
+            }
+        }
+        // `sh` with no script reads none here (an interactive shell is refused when it runs).
+        Ok(())
+    }
+
+    fn push(
+        &mut self,
+        program: Option<String>,
+        written: &str,
+        rest: &[&str],
+        shapes: &[Shape],
+        redirections: Vec<String>,
+    ) -> Result<(), String> {
+        if self.commands.len() >= MAX_COMMANDS {
+            return Err(format!(
+                "the command line runs more than {MAX_COMMANDS} commands; split it"
+            ));
+        }
+        let args: Vec<Value> = rest
+            .iter()
+            .zip(shapes)
+            .map(|(word, shape)| {
+                let matches = match shape {
+                    Shape::Exact(text) => json!({ "kind": "exact", "value": text }),
+                    Shape::Glob(pattern) => json!({ "kind": "glob", "value": pattern }),
+                    Shape::Any => json!({ "kind": "any" }),
+                };
+                json!({ "written": word, "matches": matches })
+            })
+            .collect();
+        self.commands.push(json!({
+            "program": program,
+            "written": written,
+            "args": args,
+            "redirections": redirections,
+        }));
+        Ok(())
+    }
+
+    /// The program `name` stands for: itself, or the last part of a path such as `/bin/ls`.
+    fn program_name(&self, name: &str) -> Option<String> {
+        if self.programs.iter().any(|program| program == name) {
+            return Some(name.to_string());
+        }
+        let base = name.rsplit('/').next()?;
+        (name.contains('/') && self.programs.iter().any(|program| program == base))
+            .then(|| base.to_string())
+    }
+
+    fn redirect_substitutions(&mut self, redirect: &ast::IoRedirect) -> Result<(), String> {
+        match redirect {
+            ast::IoRedirect::File(_, _, ast::IoFileRedirectTarget::Filename(word))
+            | ast::IoRedirect::File(_, _, ast::IoFileRedirectTarget::Duplicate(word))
+            | ast::IoRedirect::HereString(_, word)
+            | ast::IoRedirect::OutputAndError(word, _) => self.word_substitutions(&word.value),
+            ast::IoRedirect::HereDocument(_, doc) if doc.requires_expansion => {
+                self.text_substitutions(&doc.doc.value)
+            }
+            _ => Ok(()),
+        }
+    }
+
+    /// The command substitutions inside a word, planned as scripts of their own.
+    fn word_substitutions(&mut self, word: &str) -> Result<(), String> {
+        let options = brush_parser::ParserOptions::default();
+        let Ok(pieces) = brush_parser::word::parse(word, &options) else {
+            return Ok(());
+        };
+        for piece in pieces {
+            self.piece_substitutions(&piece.piece)?;
+        }
+        Ok(())
+    }
+
+    /// A here-document's body: only its substitutions matter.
+    fn text_substitutions(&mut self, text: &str) -> Result<(), String> {
+        self.word_substitutions(&format!("\"{}\"", text.replace('"', "\\\"")))
+    }
+
+    fn piece_substitutions(&mut self, piece: &WordPiece) -> Result<(), String> {
+        match piece {
+            WordPiece::CommandSubstitution(script)
+            | WordPiece::BackquotedCommandSubstitution(script) => self.script(script),
+            WordPiece::DoubleQuotedSequence(inner)
+            | WordPiece::GettextDoubleQuotedSequence(inner) => {
+                for piece in inner {
+                    self.piece_substitutions(&piece.piece)?;
+                }
+                Ok(())
+            }
+            WordPiece::ParameterExpansion(_) => {
+                // `${X:-$(cmd)}`: look for substitutions in the expression's text.
+                let text = format!("{piece:?}");
+                if text.contains("$(") || text.contains('`') {
+                    // A substitution inside a parameter expression is planned as a command
+                    // whose program is known only at run time; the host checks what runs.
+                    self.commands.push(json!({
+                        "program": null,
+                        "written": "${...}",
+                        "args": [ { "written": "...", "matches": { "kind": "any" } } ],
+                        "redirections": [],
+                    }));
+                }
+                Ok(())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What `word` may become at run time.
+fn shape(word: &str) -> Shape {
+    let options = brush_parser::ParserOptions::default();
+    let Ok(pieces) = brush_parser::word::parse(word, &options) else {
+        return Shape::Any;
+    };
+    let mut exact = String::new();
+    let mut pattern = String::new();
+    let mut dynamic = false;
+    for piece in &pieces {
+        match collect(&piece.piece, false, &mut exact, &mut pattern) {
+            Kind::Literal => {}
+            Kind::QuotedDynamic => dynamic = true,
+            Kind::Unbounded => return Shape::Any,
+        }
+    }
+    if dynamic {
+        Shape::Glob(pattern)
+    } else {
+        Shape::Exact(exact)
+    }
+}
+
+enum Kind {
+    /// Known text.
+    Literal,
+    /// An expansion inside double quotes: one argument of unknown text.
+    QuotedDynamic,
+    /// An unquoted expansion or glob: any number of arguments.
+    Unbounded,
+}
+
+fn collect(piece: &WordPiece, quoted: bool, exact: &mut String, pattern: &mut String) -> Kind {
+    let mut literal = |text: &str| {
+        exact.push_str(text);
+        for c in text.chars() {
+            if matches!(c, '*' | '?' | '\\') {
+                pattern.push('\\');
+            }
+            pattern.push(c);
+        }
+    };
+    match piece {
+        WordPiece::Text(text) => {
+            if !quoted && text.contains(['*', '?', '[']) {
+                return Kind::Unbounded;
+            }
+            literal(text);
+            Kind::Literal
+        }
+        WordPiece::SingleQuotedText(text) => {
+            literal(text);
+            Kind::Literal
+        }
+        WordPiece::AnsiCQuotedText(_) | WordPiece::TildeExpansion(_) => {
+            if quoted {
+                pattern.push('*');
+                Kind::QuotedDynamic
+            } else {
+                Kind::Unbounded
+            }
+        }
+        WordPiece::EscapeSequence(text) => {
+            let unescaped = text.strip_prefix('\\').unwrap_or(text);
+            if unescaped != "\n" {
+                literal(unescaped);
+            }
+            Kind::Literal
+        }
+        WordPiece::DoubleQuotedSequence(inner) | WordPiece::GettextDoubleQuotedSequence(inner) => {
+            let mut kind = Kind::Literal;
+            for piece in inner {
+                match collect(&piece.piece, true, exact, pattern) {
+                    Kind::Literal => {}
+                    Kind::QuotedDynamic => kind = Kind::QuotedDynamic,
+                    Kind::Unbounded => return Kind::Unbounded,
+                }
+            }
+            kind
+        }
+        WordPiece::ParameterExpansion(_)
+        | WordPiece::CommandSubstitution(_)
+        | WordPiece::BackquotedCommandSubstitution(_)
+        | WordPiece::ArithmeticExpression(_) => {
+            if quoted {
+                pattern.push('*');
+                Kind::QuotedDynamic
+            } else {
+                Kind::Unbounded
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn programs() -> Vec<String> {
+        ["rm", "ls", "grep", "cat", "coreutils", "timeout", "find", "head"]
+            .iter()
+            .map(|name| name.to_string())
+            .collect()
+    }
+
+    fn planned(command: &str) -> Vec<(Option<String>, Vec<Value>)> {
+        let no_scripts = |_: &str| None;
+        let plan = plan(command, &programs(), &no_scripts).expect("plan");
+        plan["commands"]
+            .as_array()
+            .expect("commands")
+            .iter()
+            .map(|command| {
+                (
+                    command["program"].as_str().map(str::to_string),
+                    command["args"]
+                        .as_array()
+                        .expect("args")
+                        .iter()
+                        .map(|arg| arg["matches"].clone())
+                        .collect(),
+                )
+            })
+            .collect()
+    }
+
+    fn names(command: &str) -> Vec<Option<String>> {
+        planned(command).into_iter().map(|(name, _)| name).collect()
+    }
+
+    fn some(names: &[&str]) -> Vec<Option<String>> {
+        names.iter().map(|name| Some(name.to_string())).collect()
+    }
+
+    #[test]
+    fn every_segment_stage_and_nested_script_is_listed() {
+        assert_eq!(
+            names("ls -l | grep x && rm -r build; cat a || head -3 b"),
+            some(&["ls", "grep", "rm", "cat", "head"])
+        );
+        assert_eq!(names("sh -c 'rm -rf x'"), some(&["rm"]));
+        assert_eq!(names("bash -c \"sh -c 'rm y'\""), some(&["rm"]));
+        assert_eq!(names("echo $(rm z) `cat w`"), some(&["rm", "cat"]));
+        assert_eq!(names("if ls; then rm a; else cat b; fi"), some(&["ls", "rm", "cat"]));
+        assert_eq!(names("for f in $(ls); do rm \"$f\"; done"), some(&["ls", "rm"]));
+        assert_eq!(names("X=$(cat f) true"), some(&["cat"]));
+        assert_eq!(names("cat > $(ls)"), some(&["ls", "cat"]));
+        assert_eq!(names("/bin/rm x; ./rm y"), some(&["rm", "rm"]));
+        assert_eq!(names("cd /tmp && echo hi && export A=1"), Vec::<Option<String>>::new());
+        assert_eq!(names("nosuchprogram x"), Vec::<Option<String>>::new());
+    }
+
+    #[test]
+    fn words_known_only_at_run_time_are_marked() {
+        let commands = planned("rm -r \"out-$N\" *.tmp $FILES 'lit*'");
+        let (_, args) = &commands[0];
+        assert_eq!(args[0], json!({"kind": "exact", "value": "-r"}));
+        assert_eq!(args[1], json!({"kind": "glob", "value": "out-*"}));
+        assert_eq!(args[2], json!({"kind": "any"}));
+        assert_eq!(args[3], json!({"kind": "any"}));
+        assert_eq!(args[4], json!({"kind": "exact", "value": "lit*"}));
+        // A program named by a variable is not known now.
+        assert_eq!(names("$CMD -rf x"), vec![None]);
+        // A script built at run time is not known now either.
+        assert_eq!(names("sh -c \"$SCRIPT\""), vec![None]);
+    }
+
+    #[test]
+    fn a_script_named_by_sh_is_read_and_planned() {
+        let read = |path: &str| (path == "run.sh").then(|| "rm -rf build\nls".to_string());
+        let plan = plan("sh run.sh", &programs(), &read).expect("plan");
+        let names: Vec<&str> = plan["commands"]
+            .as_array()
+            .expect("commands")
+            .iter()
+            .filter_map(|command| command["program"].as_str())
+            .collect();
+        assert_eq!(names, ["rm", "ls"]);
+    }
+
+    #[test]
+    fn malformed_and_runaway_command_lines_are_refused() {
+        let none = |_: &str| None;
+        assert!(plan("echo 'unclosed", &programs(), &none).is_err());
+        let deep = format!("echo {}ls{}", "$(ls ".repeat(40), ")".repeat(40));
+        assert!(plan(&deep, &programs(), &none).is_err());
+        let many = vec!["ls"; MAX_COMMANDS + 1].join("; ");
+        assert!(plan(&many, &programs(), &none).is_err());
+    }
+}
