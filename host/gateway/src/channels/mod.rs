@@ -283,7 +283,7 @@ impl Channels {
         };
         let allowed = own.as_deref().is_some_and(|own| {
             own == wanted || own.split(":topic:").next() == Some(wanted.as_str())
-        }) || self.message_targets.iter().any(|entry| *entry == wanted);
+        }) || self.message_targets.contains(&wanted);
         if !allowed {
             return Err(format!(
                 "this session may not send to `{wanted}`: the operator can list it in [channels] message_targets; leave `channel` out to answer the person of this conversation"

@@ -234,6 +234,9 @@ struct Bot {
     username: String,
 }
 
+/// A chat and, in a forum, its topic.
+type Chat = (i64, Option<i64>);
+
 /// One item of a chat's delivery queue.
 struct Job {
     pending: Pending,
@@ -248,7 +251,7 @@ pub struct Telegram {
     file: PathBuf,
     journal: Mutex<Journal>,
     bot: OnceLock<Bot>,
-    chats: Mutex<HashMap<(i64, Option<i64>), mpsc::UnboundedSender<Job>>>,
+    chats: Mutex<HashMap<Chat, mpsc::UnboundedSender<Job>>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
