@@ -742,8 +742,8 @@ async fn approvals_become_permission_requests_the_editor_answers() {
         } else {
             anthropic::stream(
                 &[
-                    anthropic::tool("e1", "exec", json!({"command": "echo first"})),
-                    anthropic::tool("e2", "exec", json!({"command": "echo second"})),
+                    anthropic::tool("e1", "exec", json!({"command": "cat first.txt"})),
+                    anthropic::tool("e2", "exec", json!({"command": "cat second.txt"})),
                 ],
                 40,
             )
@@ -755,6 +755,8 @@ async fn approvals_become_permission_requests_the_editor_answers() {
         "[subagents]\nenabled = false\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n",
     );
     let workspace = setup.workspace();
+    std::fs::write(workspace.join("first.txt"), "content of the first file\n").unwrap();
+    std::fs::write(workspace.join("second.txt"), "content of the second file\n").unwrap();
     let updates: Updates = Arc::default();
     with_client(&setup, updates.clone(), async |cx| {
         cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
@@ -793,6 +795,11 @@ async fn approvals_become_permission_requests_the_editor_answers() {
             .unwrap_or_else(|| panic!("no end of {id}: {seen:#?}"))
     };
     assert_eq!(end("e1")["status"], "completed", "{:#}", end("e1"));
-    assert!(end("e1").to_string().contains("first"));
+    assert!(
+        end("e1")
+            .to_string()
+            .contains("content of the first file")
+    );
     assert_eq!(end("e2")["status"], "failed", "{:#}", end("e2"));
+    assert!(!end("e2").to_string().contains("content of the second file"));
 }
