@@ -152,7 +152,9 @@ async fn supervise(
     let pid = child.id().unwrap_or_default();
     tracing::info!(agent = %agent.name, pid, subagent = %run.id, "external agent started");
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        let _ = done.send(Err("the external agent's pipes could not be opened".to_string()));
+        let _ = done.send(Err(
+            "the external agent's pipes could not be opened".to_string()
+        ));
         return;
     };
     if let Some(stderr) = child.stderr.take() {
@@ -358,7 +360,11 @@ impl RunState {
     }
 
     /// Serves one request of the agent.
-    async fn serve(&self, method: &str, params: Value) -> Result<Value, agent_client_protocol::Error> {
+    async fn serve(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> Result<Value, agent_client_protocol::Error> {
         match method {
             "fs/read_text_file" => {
                 let mut args = json!({"path": params["path"]});
@@ -398,9 +404,11 @@ impl RunState {
                 Ok(json!({}))
             }
             "session/request_permission" => Ok(self.permission(&params)),
-            _ => Err(agent_client_protocol::Error::method_not_found().data(json!({
-                "message": format!("clawcage does not serve `{method}` to external agents")
-            }))),
+            _ => Err(
+                agent_client_protocol::Error::method_not_found().data(json!({
+                    "message": format!("clawcage does not serve `{method}` to external agents")
+                })),
+            ),
         }
     }
 

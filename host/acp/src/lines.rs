@@ -35,13 +35,16 @@ where
     R: AsyncRead + Send + Unpin + 'static,
 {
     let reader = tokio::io::BufReader::with_capacity(64 << 10, reader);
-    Box::pin(futures_util::stream::unfold(reader, move |mut reader| async move {
-        match next_line(&mut reader, max_line).await {
-            Ok(Some(line)) => Some((Ok(line), reader)),
-            Ok(None) => None,
-            Err(error) => Some((Err(error), reader)),
-        }
-    }))
+    Box::pin(futures_util::stream::unfold(
+        reader,
+        move |mut reader| async move {
+            match next_line(&mut reader, max_line).await {
+                Ok(Some(line)) => Some((Ok(line), reader)),
+                Ok(None) => None,
+                Err(error) => Some((Err(error), reader)),
+            }
+        },
+    ))
 }
 
 /// A sink writing each line to `writer` with its newline, flushed.

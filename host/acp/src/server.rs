@@ -25,13 +25,13 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Client, UntypedMessage};
 use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
 use clawcage_agent::events::EventObserver;
-use clawcage_core::approval::ApprovalDecision;
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::{
     AgentError, LaneInput, OutboundMessage, SendCallback, TranscriptStore, TurnEnd,
     current_session_key,
 };
 use clawcage_core::BoxFuture;
+use clawcage_core::approval::ApprovalDecision;
 use clawcage_runtime::acp_config::AcpHost;
 use clawcage_runtime::{Agent as RuntimeAgent, AgentOptions, Error, Options, Runtime};
 use serde_json::{Value, json};
@@ -108,7 +108,10 @@ fn new_session_key() -> String {
     }
     format!(
         "agent:main:acp:{}",
-        bytes.iter().map(|byte| format!("{byte:02x}")).collect::<String>()
+        bytes
+            .iter()
+            .map(|byte| format!("{byte:02x}"))
+            .collect::<String>()
     )
 }
 
@@ -304,7 +307,7 @@ impl Server {
 
     fn initialize(&self, request: &InitializeRequest) -> InitializeResponse {
         let version = if request.protocol_version < ProtocolVersion::V1 {
-            request.protocol_version.clone()
+            request.protocol_version
         } else {
             ProtocolVersion::V1
         };
@@ -570,7 +573,11 @@ pub async fn run(options: Options) -> Result<(), Error> {
         );
     }
     let server = Server::new(host);
-    let transport = lines::transport(tokio::io::stdin(), tokio::io::stdout(), lines::MAX_LINE_BYTES);
+    let transport = lines::transport(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        lines::MAX_LINE_BYTES,
+    );
     let result = agent_client_protocol::Agent
         .v1()
         .name("clawcage")

@@ -107,7 +107,10 @@ pub fn update_of(event: &AgentEvent) -> Option<Value> {
         Stream::Error => str_of("message").map(|message| {
             text_chunk(
                 "agent_thought_chunk",
-                &format!("[provider: {}]", message.chars().take(300).collect::<String>()),
+                &format!(
+                    "[provider: {}]",
+                    message.chars().take(300).collect::<String>()
+                ),
             )
         }),
     }

@@ -72,7 +72,12 @@ impl Setup {
     }
 
     fn workspace(&self) -> PathBuf {
-        self.root.path().join("projects").join("ws").canonicalize().unwrap()
+        self.root
+            .path()
+            .join("projects")
+            .join("ws")
+            .canonicalize()
+            .unwrap()
     }
 
     fn args(&self) -> Vec<String> {
@@ -427,13 +432,17 @@ fn malformed_and_oversized_lines_are_answered_with_errors() {
     let error = next();
     assert_eq!(error["error"]["code"], -32700, "{error}");
 
-    let mut huge = b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{\"pad\":\"".to_vec();
+    let mut huge =
+        b"{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"initialize\",\"params\":{\"pad\":\"".to_vec();
     huge.resize(9 << 20, b'a');
     huge.extend_from_slice(b"\"}}\n");
     stdin.write_all(&huge).unwrap();
     let error = next();
     assert_eq!(error["error"]["code"], -32700, "{error}");
-    assert!(error.to_string().len() < 4096, "the oversized line is not echoed back");
+    assert!(
+        error.to_string().len() < 4096,
+        "the oversized line is not echoed back"
+    );
 
     stdin
         .write_all(b"{\"jsonrpc\":\"2.0\",\"id\":8,\"method\":\"no/such_method\",\"params\":{}}\n")
@@ -499,7 +508,11 @@ async fn typescript_client_prompts_and_sees_the_outside_cwd_refused() {
             answer("It says hello.")
         } else {
             anthropic::stream(
-                &[anthropic::tool("t1", "read_file", json!({"path": "hello.txt"}))],
+                &[anthropic::tool(
+                    "t1",
+                    "read_file",
+                    json!({"path": "hello.txt"}),
+                )],
                 40,
             )
         }
@@ -522,7 +535,10 @@ async fn typescript_client_prompts_and_sees_the_outside_cwd_refused() {
     assert!(output.status.success(), "the TypeScript client failed");
     let report: Value = serde_json::from_slice(&output.stdout).unwrap();
     assert_eq!(report["initialize"]["protocolVersion"], 1, "{report:#}");
-    assert_eq!(report["initialize"]["agentCapabilities"]["loadSession"], true);
+    assert_eq!(
+        report["initialize"]["agentCapabilities"]["loadSession"],
+        true
+    );
     assert_eq!(report["stopReason"], "end_turn", "{report:#}");
     let updates = report["updates"].as_array().unwrap().clone();
     let call = updates_of_kind(&updates, "tool_call");
@@ -604,7 +620,10 @@ async fn an_external_agent_works_only_through_the_sandbox() {
         .unwrap();
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "{stderr}");
-    assert_eq!(String::from_utf8_lossy(&output.stdout).trim(), "All reported.");
+    assert_eq!(
+        String::from_utf8_lossy(&output.stdout).trim(),
+        "All reported."
+    );
     let bodies = server.bodies();
     let announcement = last_user(bodies.last().unwrap()).0;
     let result = |command: &str| -> String {
@@ -626,13 +645,19 @@ async fn an_external_agent_works_only_through_the_sandbox() {
         "read {}",
         setup.root.path().join("outside.txt").display()
     ));
-    assert!(secret.contains("=> error") && !secret.contains("TOP SECRET"), "{secret}");
+    assert!(
+        secret.contains("=> error") && !secret.contains("TOP SECRET"),
+        "{secret}"
+    );
     assert_eq!(
         result("permission edit Edit the files"),
         "permission edit Edit the files => selected no"
     );
     let echo = result("terminal echo sandboxed");
-    assert!(echo.contains("exit 0") && echo.contains("sandboxed"), "{echo}");
+    assert!(
+        echo.contains("exit 0") && echo.contains("sandboxed"),
+        "{echo}"
+    );
     // The sandbox has no /etc: the terminal is the sandboxed exec, not a host shell.
     let host_file = result("terminal cat /etc/hostname");
     assert!(host_file.contains("exit 1"), "{host_file}");
@@ -650,8 +675,7 @@ fn process_exists(pid: u32) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_an_external_agent_cancels_it_and_reaps_its_process() {
-    let Some(sdk) =
-        typescript_sdk("stopping_an_external_agent_cancels_it_and_reaps_its_process")
+    let Some(sdk) = typescript_sdk("stopping_an_external_agent_cancels_it_and_reaps_its_process")
     else {
         return;
     };
@@ -705,7 +729,10 @@ async fn stopping_an_external_agent_cancels_it_and_reaps_its_process() {
             {
                 break pid;
             }
-            assert!(Instant::now() < deadline, "the external agent never started");
+            assert!(
+                Instant::now() < deadline,
+                "the external agent never started"
+            );
             tokio::time::sleep(Duration::from_millis(50)).await;
         };
         assert!(process_exists(pid));
@@ -726,7 +753,10 @@ async fn stopping_an_external_agent_cancels_it_and_reaps_its_process() {
     .await;
     assert!(!process_exists(pid));
     let log = std::fs::read_to_string(logs.path().join("log")).unwrap_or_default();
-    assert!(log.contains("cancelled"), "session/cancel reached the agent: {log:?}");
+    assert!(
+        log.contains("cancelled"),
+        "session/cancel reached the agent: {log:?}"
+    );
     let stop_result = updates_of_kind(&updates.lock().unwrap(), "tool_call_update")
         .iter()
         .find(|update| update["toolCallId"] == "s2")
@@ -778,7 +808,10 @@ async fn approvals_become_permission_requests_the_editor_answers() {
     })
     .await;
     let seen = updates.lock().unwrap().clone();
-    let asked: Vec<&Value> = seen.iter().filter_map(|entry| entry.get("permission")).collect();
+    let asked: Vec<&Value> = seen
+        .iter()
+        .filter_map(|entry| entry.get("permission"))
+        .collect();
     assert_eq!(asked.len(), 2, "{seen:#?}");
     let kinds: Vec<&str> = asked[0]["options"]
         .as_array()
@@ -795,11 +828,7 @@ async fn approvals_become_permission_requests_the_editor_answers() {
             .unwrap_or_else(|| panic!("no end of {id}: {seen:#?}"))
     };
     assert_eq!(end("e1")["status"], "completed", "{:#}", end("e1"));
-    assert!(
-        end("e1")
-            .to_string()
-            .contains("content of the first file")
-    );
+    assert!(end("e1").to_string().contains("content of the first file"));
     assert_eq!(end("e2")["status"], "failed", "{:#}", end("e2"));
     assert!(!end("e2").to_string().contains("content of the second file"));
 }

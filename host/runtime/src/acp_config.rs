@@ -237,7 +237,10 @@ impl AcpHost {
                 )));
             }
         }
-        let base = located.source.as_ref().and_then(|source| source.path.parent());
+        let base = located
+            .source
+            .as_ref()
+            .and_then(|source| source.path.parent());
         let roots = located
             .config
             .acp
