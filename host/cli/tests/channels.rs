@@ -6,7 +6,8 @@
 //! its `retry_after` and an undeliverable reply shows in `gateway status`; a kill -9 mid-turn and
 //! a restart answer every update exactly once; webhooks with a bad, replayed, stale or missing
 //! signature, an oversized or malformed body get refused and start nothing, a signed one is
-//! answered with a signed POST. After each test, the bot token is in no file under the state
+//! answered with a signed POST; an exec approval asked in a chat is answered there with
+//! `/approve` by an approved person only. After each test, the bot token is in no file under the state
 //! directory and in none of the gateway's output.
 #![allow(
     clippy::unwrap_used,
@@ -664,6 +665,101 @@ async fn malformed_updates_are_skipped_and_a_bad_token_is_reported_without_the_t
     };
     assert_eq!(code, 2, "{err}");
     assert!(err.contains(&format!("export {BOT_TOKEN_ENV}=")), "{err}");
+}
+
+/// The tool result blocks the model got in its last message.
+fn tool_results(body: &Value) -> Vec<Value> {
+    body["messages"]
+        .as_array()
+        .and_then(|messages| messages.last())
+        .and_then(|message| message["content"].as_array())
+        .map(|blocks| {
+            blocks
+                .iter()
+                .filter(|block| block["type"] == "tool_result")
+                .cloned()
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool(
+            "call-1",
+            "exec",
+            json!({"command": "basename /tmp/approved-run"}),
+        )]),
+        answer("it printed approved-run"),
+    ])
+    .await;
+    let bot = FakeBotApi::start(BOT_TOKEN).await;
+    let setup = Setup::telegram(
+        server.url(),
+        &bot,
+        "allow_from = [42]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
+    );
+    let gateway = Gateway::start(&setup);
+    bot.private_message(42, "Ada", "run it");
+    bot.wait_delivered(42, 1).await;
+    let request = bot.delivered_texts(42).remove(0);
+    assert!(
+        request.starts_with("Approval needed ("),
+        "{request}; the model got {:?}",
+        server.bodies().get(1).map(tool_results)
+    );
+    assert!(request.contains("basename /tmp/approved-run"), "{request}");
+    let id = request["Approval needed (".len()..]
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    // Only this conversation's requests, only by an approved person.
+    bot.private_message(42, "Ada", "/approve apr-000000000000 allow-once");
+    bot.wait_delivered(42, 2).await;
+    assert!(
+        bot.delivered_texts(42)[1].contains("no approval request apr-000000000000 waits"),
+        "{:?}",
+        bot.delivered_texts(42)
+    );
+    let group = -100_555;
+    bot.group_message(
+        group,
+        66,
+        "Mallory",
+        &format!("/approve@{BOT_USERNAME} {id} allow-always"),
+        json!({}),
+    );
+    bot.wait_delivered(group, 1).await;
+    assert!(
+        bot.delivered_texts(group)[0].contains("for approved people"),
+        "{:?}",
+        bot.delivered_texts(group)
+    );
+    assert_eq!(server.requests().len(), 1, "the turn still waits");
+
+    bot.private_message(
+        42,
+        "Ada",
+        &format!("/approve@{BOT_USERNAME} {id} allow-once"),
+    );
+    bot.wait_delivered(42, 4).await;
+    let texts = bot.delivered_texts(42);
+    assert!(texts.contains(&format!("{id}: allow-once")), "{texts:?}");
+    assert!(
+        texts.contains(&"it printed approved-run".to_string()),
+        "{texts:?}"
+    );
+    let results = tool_results(&server.bodies()[1]);
+    assert_eq!(results.len(), 1, "{results:?}");
+    assert!(
+        results[0].to_string().contains("approved-run"),
+        "{results:?}"
+    );
+    assert_ne!(results[0]["is_error"], true, "{results:?}");
+    let printed = gateway.terminate();
+    setup.assert_secrets_nowhere(&printed);
 }
 
 fn hook_config(receiver: &str, reply_port_allowed: bool) -> String {

@@ -390,6 +390,8 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             gateway.hub.clone(),
             runtime.channels(),
             runtime.http_post(),
+            clawcage_core::approval::ApprovalGate::active(runtime.approvals())
+                .then(|| runtime.approvals().clone()),
             shutdown.clone(),
         )?;
         let _ = channels_cell.set(Arc::downgrade(&started));

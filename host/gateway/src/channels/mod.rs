@@ -17,7 +17,9 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::session::Admission;
+use clawcage_core::approval::ApprovalDecision;
 use clawcage_runtime::Error;
 use clawcage_runtime::channel_config::{self, HttpPost};
 use serde_json::{Value, json};
@@ -132,6 +134,8 @@ pub(crate) struct Shared {
     pub(crate) status: ChannelStatus,
     pub(crate) pairing: pairing::PairingStore,
     pub(crate) shutdown: CancellationToken,
+    /// The runtime's approvals, when its policy may ask a person.
+    pub(crate) approvals: Option<ApprovalBroker>,
 }
 
 /// The running channels of a gateway.
@@ -212,11 +216,14 @@ pub(crate) async fn outcome(hub: &Hub, run_id: &str) -> Outcome {
 
 impl Channels {
     /// Starts the configured channels on `hub`: Telegram's long polling, the webhooks' routes.
-    /// A channel whose secret variable is unset is an error naming the variable.
+    /// A channel whose secret variable is unset is an error naming the variable. With
+    /// `approvals`, a Telegram conversation of approved people hears its sessions' approval
+    /// requests and answers them with `/approve`.
     pub fn start(
         hub: Arc<Hub>,
         config: &channel_config::Channels,
         post: HttpPost,
+        approvals: Option<ApprovalBroker>,
         shutdown: CancellationToken,
     ) -> Result<Arc<Channels>, Error> {
         let state_dir = hub.parts.state_dir.clone();
@@ -225,6 +232,7 @@ impl Channels {
             status: ChannelStatus::new(&state_dir),
             pairing: pairing::PairingStore::new(&state_dir),
             shutdown,
+            approvals,
         });
         let telegram = match &config.telegram {
             Some(settings) => Some(telegram::Telegram::start(shared.clone(), settings)?),
@@ -324,9 +332,54 @@ impl Channels {
     }
 }
 
-/// `/approve ID allow-once|allow-always|deny` from a channel, by an approved person.
-pub(crate) fn approve_command(_shared: &Shared, _key: &str, _line: &str) -> String {
-    "approvals cannot be answered from this channel: this gateway has no approval broker; answer in the web chat".to_string()
+/// Whether an approval request of `session` (a sub-agent's too) belongs to the conversation
+/// `key`.
+fn request_of(key: &str, session: Option<&str>) -> bool {
+    session.is_some_and(|session| {
+        session == key
+            || session
+                .strip_prefix(key)
+                .is_some_and(|rest| rest.starts_with('/'))
+    })
+}
+
+/// `/approve ID allow-once|allow-always|deny` from the conversation `key`, by an approved
+/// person (`by` names them). Only the requests of this conversation's session can be answered.
+pub(crate) fn approve_command(shared: &Shared, key: &str, line: &str, by: &str) -> String {
+    const USAGE: &str = "use /approve ID allow-once|allow-always|deny";
+    let Some(broker) = &shared.approvals else {
+        return "approvals are off in this gateway: nothing waits for an answer".to_string();
+    };
+    let mut words = line.split_whitespace().skip(1);
+    let (Some(id), Some(decision), None) = (words.next(), words.next(), words.next()) else {
+        let waiting: Vec<String> = broker
+            .pending()
+            .into_iter()
+            .filter(|request| request_of(key, request.session_key.as_deref()))
+            .map(|request| format!("{}: {}", request.id, request.describe()))
+            .collect();
+        return if waiting.is_empty() {
+            format!("nothing waits for approval here; {USAGE}")
+        } else {
+            format!("{USAGE}. Waiting:\n{}", waiting.join("\n"))
+        };
+    };
+    let Some(decision) = ApprovalDecision::parse(decision) else {
+        return format!("`{decision}` is not a decision; {USAGE}");
+    };
+    let ours = broker
+        .pending()
+        .into_iter()
+        .any(|request| request.id == id && request_of(key, request.session_key.as_deref()));
+    if !ours {
+        return format!(
+            "no approval request {id} waits in this conversation (it was decided, it timed out, or the id is wrong)"
+        );
+    }
+    match broker.resolve(id, decision, by) {
+        Ok(()) => format!("{id}: {}", decision.as_str()),
+        Err(error) => error.to_string(),
+    }
 }
 
 /// The destination a channel session's key names: `telegram:<chat>[:topic:<thread>]` or

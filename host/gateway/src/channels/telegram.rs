@@ -26,6 +26,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
+
 use super::pairing::CodeRequest;
 use super::{Outcome, Shared, Submitted, outcome, session_key, submit};
 
@@ -252,6 +254,8 @@ pub struct Telegram {
     journal: Mutex<Journal>,
     bot: OnceLock<Bot>,
     chats: Mutex<HashMap<Chat, mpsc::UnboundedSender<Job>>>,
+    /// The sessions whose approval requests are posted to their chat.
+    operators: Mutex<std::collections::HashSet<String>>,
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -307,6 +311,7 @@ impl Telegram {
             journal: Mutex::new(journal),
             bot: OnceLock::new(),
             chats: Mutex::new(HashMap::new()),
+            operators: Mutex::new(std::collections::HashSet::new()),
         });
         tokio::spawn(telegram.clone().poll());
         Ok(telegram)
@@ -501,7 +506,7 @@ impl Telegram {
     }
 
     /// What to do with one update: `None` to ignore it.
-    fn judge(&self, update_id: u64, update: &Value) -> Option<Pending> {
+    fn judge(self: &Arc<Self>, update_id: u64, update: &Value) -> Option<Pending> {
         let message = update.get("message")?;
         let chat = message.get("chat")?;
         let chat_id = chat.get("id").and_then(Value::as_i64)?;
@@ -644,12 +649,20 @@ impl Telegram {
                 return Some(reply(answer));
             }
             "/approve" => {
-                return Some(reply(super::approve_command(&self.shared, &key, trimmed)));
+                return Some(reply(super::approve_command(
+                    &self.shared,
+                    &key,
+                    trimmed,
+                    &format!("telegram:{user}"),
+                )));
             }
             _ => {}
         }
         if trimmed.is_empty() {
             return None;
+        }
+        if known {
+            self.post_approvals(&key, chat_id, thread_id);
         }
         let mut input: String = trimmed.chars().take(MAX_INPUT_CHARS).collect();
         if !private {
@@ -669,6 +682,55 @@ impl Telegram {
             text: Some(input),
             reply: None,
         })
+    }
+
+    /// From now on, the approval requests of `key`'s turns (and its sub-agents') are posted to
+    /// the chat, to be answered with `/approve` by an approved person. Without approvals, or
+    /// once done for `key`, nothing happens.
+    fn post_approvals(self: &Arc<Self>, key: &str, chat: i64, thread: Option<i64>) {
+        let Some(broker) = &self.shared.approvals else {
+            return;
+        };
+        if !lock(&self.operators).insert(key.to_string()) {
+            return;
+        }
+        let mut operator = broker.operator(OperatorFilter::Session(key.to_string()));
+        let telegram = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    event = operator.next() => event,
+                    () = telegram.shared.shutdown.cancelled() => return,
+                };
+                let text = match event {
+                    None => return,
+                    Some(OperatorEvent::Requested(request)) => {
+                        let mut text =
+                            format!("Approval needed ({}):\n{}", request.id, request.describe());
+                        for reason in &request.reasons {
+                            text.push_str(&format!("\n({reason})"));
+                        }
+                        text.push_str(&format!(
+                            "\n\nAnswer with:\n/approve {id} allow-once\n/approve {id} allow-always\n/approve {id} deny",
+                            id = request.id
+                        ));
+                        text
+                    }
+                    Some(OperatorEvent::Resolved { id, decision, by }) if by == "timeout" => {
+                        format!("{id}: nobody answered in time ({})", decision.as_str())
+                    }
+                    Some(OperatorEvent::Resolved { .. }) => continue,
+                };
+                if let Err(error) = telegram.send_text(chat, thread, None, &text).await {
+                    telegram.shared.status.delivery_failed(
+                        "telegram",
+                        &chat.to_string(),
+                        text.chars().count(),
+                        &error,
+                    );
+                }
+            }
+        });
     }
 
     /// Hands a record's text to its lane (in update order) and queues its delivery.
@@ -693,6 +755,13 @@ impl Telegram {
                         return self.enqueue(Job { pending, run: None });
                     }
                 }
+            }
+            // A command's answer or a pairing code goes out at once, not behind a running
+            // turn (which may be waiting for the `/approve` this answers).
+            (Some(reply), None, _) => {
+                let (telegram, reply) = (self.clone(), reply.clone());
+                tokio::spawn(async move { telegram.deliver(&pending, &reply).await });
+                return;
             }
             _ => None,
         };
@@ -739,30 +808,36 @@ impl Telegram {
                 }
                 (None, None) => None,
             };
-            if let Some(reply) = reply {
-                let sent = self
-                    .send_text(
-                        pending.chat_id,
-                        pending.thread_id,
-                        pending.message_id,
-                        &reply,
-                    )
-                    .await;
-                if self.shared.shutdown.is_cancelled() && sent.is_err() {
-                    // Delivered at the next start.
-                    continue;
-                }
-                if let Err(error) = sent {
-                    self.shared.status.delivery_failed(
-                        "telegram",
-                        &pending.chat_id.to_string(),
-                        reply.chars().count(),
-                        &error,
-                    );
-                }
+            match reply {
+                Some(reply) => self.deliver(&pending, &reply).await,
+                None => self.update_pending(pending.update_id, |_| None),
             }
-            self.update_pending(pending.update_id, |_| None);
         }
+    }
+
+    /// Sends `reply` for `pending` and drops its record; a reply that cannot be sent is
+    /// reported, one cut off by a shutdown stays for the next start.
+    async fn deliver(&self, pending: &Pending, reply: &str) {
+        let sent = self
+            .send_text(
+                pending.chat_id,
+                pending.thread_id,
+                pending.message_id,
+                reply,
+            )
+            .await;
+        if self.shared.shutdown.is_cancelled() && sent.is_err() {
+            return;
+        }
+        if let Err(error) = sent {
+            self.shared.status.delivery_failed(
+                "telegram",
+                &pending.chat_id.to_string(),
+                reply.chars().count(),
+                &error,
+            );
+        }
+        self.update_pending(pending.update_id, |_| None);
     }
 
     /// Runs `work` while showing "typing…" in the chat (renewed every 4 s, Telegram shows it 5).
