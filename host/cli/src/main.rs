@@ -390,7 +390,9 @@ fn init_tracing(verbose: u8) {
         "clawcage_acp",
     ];
     let default = match verbose {
-        0 => "warn".to_string(),
+        // The ACP SDK logs every error response it sends (a refused cwd, a malformed line) as a
+        // warning; those are answers to the client, not the operator's concern.
+        0 => "warn,agent_client_protocol=error".to_string(),
         level => {
             let (own, others) = if level == 1 {
                 ("debug", "warn")

@@ -7,8 +7,9 @@
 //   permission KIND TITLE  session/request_permission (allow once / reject once)
 //   terminal CMD ARGS...   terminal/create, wait_for_exit, output, release
 //   env NAME               whether NAME is in its environment
-//   hang                   writes its pid to $FAKE_ACP_PID_FILE and never answers; a
-//                          session/cancel is appended to $FAKE_ACP_LOG_FILE and ignored
+//   hang                   writes its pid to $FAKE_ACP_PID_FILE and never answers, nor exits when
+//                          its stdin closes; a session/cancel is appended to $FAKE_ACP_LOG_FILE
+//                          and ignored
 import { Readable, Writable } from "node:stream";
 import { appendFileSync, writeFileSync } from "node:fs";
 import * as acp from "@agentclientprotocol/sdk";
@@ -74,6 +75,8 @@ async function run(client, sessionId, line) {
       return process.env[rest[0]] === undefined ? "unset" : "set";
     case "hang":
       if (process.env.FAKE_ACP_PID_FILE) writeFileSync(process.env.FAKE_ACP_PID_FILE, String(process.pid));
+      // Alive even after its stdin closes: only a kill ends it.
+      setInterval(() => {}, 1000);
       await new Promise(() => {});
       return "unreachable";
     default:
