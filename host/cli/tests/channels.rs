@@ -7,7 +7,8 @@
 //! a restart answer every update exactly once; webhooks with a bad, replayed, stale or missing
 //! signature, an oversized or malformed body get refused and start nothing, a signed one is
 //! answered with a signed POST; an exec approval asked in a chat is answered there with
-//! `/approve` by an approved person only. After each test, the bot token is in no file under the state
+//! `/approve` by an approved person only, and `/queue` sets the queue mode; the `message` tool
+//! reaches its own chat and only the configured others. After each test, the bot token is in no file under the state
 //! directory and in none of the gateway's output.
 #![allow(
     clippy::unwrap_used,
@@ -329,6 +330,16 @@ async fn a_direct_message_is_answered_and_a_long_reply_is_split_in_order() {
         .count();
     assert!(typing >= 1, "the typing indicator was shown");
     assert_eq!(model_inputs(&server), ["hello <there> & you"]);
+    // `/queue` sets the session's queue mode from the chat, as in the web chat.
+    bot.private_message(42, "Ada", "/queue collect");
+    bot.wait_delivered(42, delivered.len() + 1).await;
+    let answer = bot.delivered_texts(42).pop().unwrap();
+    assert!(answer.contains("collect"), "{answer}");
+    bot.private_message(42, "Ada", "/queue sideways");
+    bot.wait_delivered(42, delivered.len() + 2).await;
+    let answer = bot.delivered_texts(42).pop().unwrap();
+    assert!(answer.contains("steer"), "names the valid modes: {answer}");
+    assert_eq!(server.requests().len(), 1, "commands run no turn");
 
     // The session is the gateway's like any other.
     let mut client = gateway.client().await;
@@ -758,6 +769,57 @@ async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
         "{results:?}"
     );
     assert_ne!(results[0]["is_error"], true, "{results:?}");
+    let printed = gateway.terminate();
+    setup.assert_secrets_nowhere(&printed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_message_tool_reaches_its_own_chat_and_only_the_configured_others() {
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool(
+            "m-1",
+            "message",
+            json!({"content": "working on it"}),
+        )]),
+        anthropic::message(&[anthropic::tool(
+            "m-2",
+            "message",
+            json!({"content": "psst", "channel": "telegram:999"}),
+        )]),
+        anthropic::message(&[anthropic::tool(
+            "m-3",
+            "message",
+            json!({"content": "for the ops chat", "channel": "telegram:43"}),
+        )]),
+        answer("done"),
+    ])
+    .await;
+    let bot = FakeBotApi::start(BOT_TOKEN).await;
+    let setup = Setup::new(
+        server.url(),
+        &format!(
+            "[channels]\nmessage_targets = [\"telegram:43\"]\n\n[channels.telegram]\ntoken_env = \"{BOT_TOKEN_ENV}\"\napi_base = \"{}\"\nallow_from = [42]\n",
+            bot.url()
+        ),
+    );
+    let gateway = Gateway::start(&setup);
+    bot.private_message(42, "Ada", "tell me as you go");
+    bot.wait_delivered(42, 2).await;
+    assert_eq!(bot.delivered_texts(42), ["working on it", "done"]);
+    assert_eq!(bot.delivered_texts(43), ["for the ops chat"]);
+    assert!(
+        bot.delivered(999).is_empty(),
+        "not a configured destination"
+    );
+    let bodies = server.bodies();
+    let refused = tool_results(&bodies[2]);
+    assert_eq!(refused[0]["is_error"], true, "{refused:?}");
+    assert!(
+        refused[0].to_string().contains("message_targets"),
+        "{refused:?}"
+    );
+    assert_ne!(tool_results(&bodies[1])[0]["is_error"], true);
+    assert_ne!(tool_results(&bodies[3])[0]["is_error"], true);
     let printed = gateway.terminate();
     setup.assert_secrets_nowhere(&printed);
 }
