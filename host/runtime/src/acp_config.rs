@@ -398,3 +398,118 @@ impl Runtime {
         Ok(AuditedRegistry::new(registry, self.audit_log()?).with_redactor(self.redactor.clone()))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn section(text: &str) -> AcpSection {
+        let config: Config = toml::from_str(text).unwrap();
+        config.acp
+    }
+
+    fn host_env(name: &str) -> Option<String> {
+        match name {
+            "PATH" => Some("/usr/bin".to_string()),
+            "HOME" => Some("/home/op".to_string()),
+            "ANTHROPIC_API_KEY" => Some("sk-host-secret".to_string()),
+            "AGENT_KEY" => Some("agent-own-key".to_string()),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn an_agent_runs_only_when_configured_and_listed() {
+        let configured_only = section("[acp.agents.x]\ncommand = \"x\"\n");
+        assert!(
+            configured_only
+                .external_agents(host_env)
+                .unwrap()
+                .is_empty()
+        );
+        let listed_only = section("[acp]\nallowed_agents = [\"x\"]\n");
+        let error = listed_only
+            .external_agents(host_env)
+            .unwrap_err()
+            .to_string();
+        assert!(error.contains("[acp.agents.x]"), "{error}");
+        let bad_mode = section(
+            "[acp]\nallowed_agents = [\"x\"]\n[acp.agents.x]\ncommand = \"x\"\npermission_mode = \"yolo\"\n",
+        );
+        let error = bad_mode.external_agents(host_env).unwrap_err().to_string();
+        assert!(error.contains("deny-all"), "{error}");
+    }
+
+    #[test]
+    fn an_agent_gets_the_base_variables_and_only_the_configured_ones() {
+        let agents = section(
+            "[acp]\nallowed_agents = [\"x\"]\n[acp.agents.x]\ncommand = \"x\"\nenv = { MODE = \"fast\", HOME = \"/tmp/agent\" }\npass_env = [\"AGENT_KEY\", \"UNSET_VAR\"]\n",
+        )
+        .external_agents(host_env)
+        .unwrap();
+        let agent = &agents["x"];
+        let mut env = agent.env.clone();
+        env.sort();
+        assert_eq!(
+            env,
+            [
+                ("AGENT_KEY".to_string(), "agent-own-key".to_string()),
+                ("HOME".to_string(), "/tmp/agent".to_string()),
+                ("MODE".to_string(), "fast".to_string()),
+                ("PATH".to_string(), "/usr/bin".to_string()),
+            ]
+        );
+        assert!(!agent.write, "read-only by default");
+        assert_eq!(agent.permission_mode, PermissionMode::DenyAll);
+        assert!(agent.terminal);
+    }
+
+    #[test]
+    fn a_cwd_outside_the_roots_is_refused_whatever_its_spelling() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("projects");
+        std::fs::create_dir_all(root.join("app")).unwrap();
+        std::fs::create_dir_all(dir.path().join("projects-evil")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), root.join("escape")).unwrap();
+        let config = dir.path().join("clawcage.toml");
+        std::fs::write(&config, "[acp]\nallowed_roots = [\"projects\"]\n").unwrap();
+        let host = AcpHost::open(Options {
+            config: Some(config.clone()),
+            state_dir: Some(dir.path().join("state")),
+            ..Options::default()
+        })
+        .unwrap();
+        let root = root.canonicalize().unwrap();
+        assert_eq!(host.roots(), std::slice::from_ref(&root));
+        assert_eq!(host.check_cwd(&root.join("app")).unwrap(), root.join("app"));
+        for refused in [
+            dir.path().join("projects-evil"),
+            root.join("escape"),
+            root.join("app").join("..").join(".."),
+            PathBuf::from("/"),
+        ] {
+            let error = host.check_cwd(&refused).unwrap_err();
+            assert!(
+                error.message().contains("allowed_roots"),
+                "{}: {error}",
+                refused.display()
+            );
+        }
+        assert!(
+            host.check_cwd(Path::new("projects/app")).is_err(),
+            "relative"
+        );
+        std::fs::write(&config, "").unwrap();
+        let nothing = AcpHost::open(Options {
+            config: Some(config),
+            state_dir: Some(dir.path().join("state")),
+            ..Options::default()
+        })
+        .unwrap();
+        let error = nothing.check_cwd(&root.join("app")).unwrap_err();
+        assert!(
+            error.message().contains("no directory may be opened"),
+            "{error}"
+        );
+    }
+}
