@@ -1565,6 +1565,13 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
         .request("agent", send_params("agent:main:web:a", "remove dist", "a0"))
         .await;
     assert_eq!(sent["ok"], true, "{sent}");
+    let first = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let waited = plain
+        .request("agent.wait", json!({"runId": first, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["ok"], true, "{waited}");
+    let text = waited["payload"]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("no operator is connected"), "{waited}");
     assert!(setup.workspace.join("dist").exists());
 
     // An approver: connect with the approvals scope.
@@ -1610,8 +1617,12 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
     assert_eq!(resolved["ok"], true, "{resolved}");
     let done = event_named(&mut approver, "exec.approval.resolved").await;
     assert_eq!(done["decision"], "allow-once");
-    let finished = plain.response(&run).await;
-    assert_eq!(finished["ok"], true, "{finished}");
+    let accepted = plain.response(&run).await;
+    let second = accepted["payload"]["runId"].as_str().unwrap().to_string();
+    let waited = plain
+        .request("agent.wait", json!({"runId": second, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["ok"], true, "{waited}");
     assert!(!setup.workspace.join("build").exists());
     // The same id cannot be answered twice.
     let again = approver
