@@ -624,6 +624,8 @@ async fn an_external_agent_works_only_through_the_sandbox() {
         String::from_utf8_lossy(&output.stdout).trim(),
         "All reported."
     );
+    // Its text streamed to the parent's front end as it came.
+    assert!(stderr.contains("] read hello.txt => ok"), "{stderr}");
     let bodies = server.bodies();
     let announcement = last_user(bodies.last().unwrap()).0;
     let result = |command: &str| -> String {
