@@ -167,8 +167,8 @@ enum Command {
     ///
     /// With [channels.telegram] dm_policy = "pairing" (the default) an unknown sender gets a
     /// one-time code, and nothing of theirs reaches the agent until you approve the code here
-    /// (or in the web chat). Works whether or not the gateway runs; an approval takes effect at
-    /// the sender's next message.
+    /// (or with the gateway's pairing.approve method). Works whether or not the gateway runs;
+    /// an approval takes effect at the sender's next message.
     Pairing(clawcage_gateway::PairingArgs),
     /// The commands the operator allowed for good ("allow-always" answers to approval requests).
     ///

@@ -4,7 +4,7 @@
 //! escaped); an unknown sender is paired and nothing of theirs reaches the model before the
 //! operator approves; groups answer a mention or a reply to the bot only; a 429 is retried after
 //! its `retry_after` and an undeliverable reply shows in `gateway status`; a kill -9 mid-turn and
-//! a restart answer every update exactly once; webhooks with a bad, replayed, stale or missing
+//! a restart (and a SIGTERM mid-turn and a restart) answer every update exactly once; webhooks with a bad, replayed, stale or missing
 //! signature, an oversized or malformed body get refused and start nothing, a signed one is
 //! answered with a signed POST; an exec approval asked in a chat is answered there with
 //! `/approve` by an approved person only, and `/queue` sets the queue mode; the `message` tool
@@ -548,11 +548,14 @@ async fn a_429_is_retried_after_retry_after_and_an_undeliverable_reply_is_report
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_turn_and_a_restart_answer_every_update_exactly_once() {
     let gate = ReplyGate::new();
+    let stopping = ReplyGate::new();
     let server = LlmServer::start(vec![
         answer("first answer"),
         gate.hold(answer("never sent: the gateway is killed first")),
         answer("second answer"),
         answer("third answer"),
+        stopping.hold(answer("never sent: the gateway stops first")),
+        answer("fourth answer"),
     ])
     .await;
     let bot = FakeBotApi::start(BOT_TOKEN).await;
@@ -617,7 +620,19 @@ async fn kill_9_mid_turn_and_a_restart_answer_every_update_exactly_once() {
         ]
     );
     client.close().await;
+
+    // A graceful stop mid-turn: the message is kept and answered once after the restart.
+    let (_, fourth) = bot.private_message(42, "Ada", "fourth");
+    stopping.reached(1).await;
     printed.push_str(&gateway.terminate());
+    assert_eq!(bot.delivered(42).len(), 3);
+    let gateway = Gateway::start(&setup);
+    bot.wait_delivered(42, 4).await;
+    let last = bot.delivered(42).pop().unwrap();
+    assert_eq!(last.body["reply_parameters"]["message_id"], fourth);
+    assert_eq!(bot.delivered_texts(42).pop().unwrap(), "fourth answer");
+    printed.push_str(&gateway.terminate());
+    assert_eq!(bot.delivered(42).len(), 4, "nothing was answered twice");
     setup.assert_secrets_nowhere(&printed);
 }
 

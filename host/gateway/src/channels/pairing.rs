@@ -3,7 +3,7 @@
 //! `clawcage pairing` can change it at the same time). An unknown sender of a direct message gets
 //! a one-time code (8 letters and digits without look-alikes, valid for an hour); nothing of its
 //! messages reaches the agent until the operator approves the code with
-//! `clawcage pairing approve CODE` (or `pairing.approve` from the web chat). An approved sender
+//! `clawcage pairing approve CODE` (or the gateway's `pairing.approve` method). An approved sender
 //! stays approved until revoked. The gateway reads the file each time it judges a sender that is
 //! not on the configured allow-list, so an approval takes effect at once.
 
