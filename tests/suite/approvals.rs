@@ -10,9 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawcage_agent::ToolRegistry;
-use clawcage_agent::approvals::{
-    ApprovalBroker, ApprovalSettings, OperatorEvent, OperatorFilter,
-};
+use clawcage_agent::approvals::{ApprovalBroker, ApprovalSettings, OperatorEvent, OperatorFilter};
 use clawcage_core::approval::{AllowEntry, ApprovalDecision, AskMode, ExecMode};
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{ExecGrant, FsMode, Limits};
@@ -66,12 +64,21 @@ async fn the_allowlist_runs_what_it_covers_and_refuses_the_rest_before_anything_
     assert!(listed.contains("victim.txt"), "{listed}");
     // Safe bins pass while they read standard input only; builtins need no entry.
     let counted = run(&registry, "cat list.txt | wc -l && echo done").await;
-    assert!(counted.contains('1') && counted.contains("done"), "{counted}");
+    assert!(
+        counted.contains('1') && counted.contains("done"),
+        "{counted}"
+    );
     // One command outside the list refuses the whole line: `ls` before it does not run either.
     let refused = run(&registry, "ls > listing.txt; rm victim.txt").await;
     assert!(refused.starts_with("ERROR denied"), "{refused}");
-    assert!(refused.contains("`rm victim.txt` is not on the allowlist"), "{refused}");
-    assert!(!dir.path().join("listing.txt").exists(), "ls ran before the decision");
+    assert!(
+        refused.contains("`rm victim.txt` is not on the allowlist"),
+        "{refused}"
+    );
+    assert!(
+        !dir.path().join("listing.txt").exists(),
+        "ls ran before the decision"
+    );
     // A safe bin naming a file is not safe.
     let named = run(&registry, "head victim.txt").await;
     assert!(named.starts_with("ERROR denied"), "{named}");
@@ -87,7 +94,16 @@ async fn wrappers_shells_and_other_names_do_not_get_around_the_allowlist() {
         settings(
             ExecMode::Allowlist,
             AskMode::Off,
-            &["ls *", "cat *", "find *", "timeout *", "nice *", "nohup *", "env *", "xargs *"],
+            &[
+                "ls *",
+                "cat *",
+                "find *",
+                "timeout *",
+                "nice *",
+                "nohup *",
+                "env *",
+                "xargs *",
+            ],
         ),
         None,
         None,
@@ -131,14 +147,20 @@ async fn wrappers_shells_and_other_names_do_not_get_around_the_allowlist() {
             dir.path().join("victim.txt").exists(),
             "`{bypass}` removed the victim: {result}"
         );
-        assert!(!dir.path().join("gone.txt").exists(), "`{bypass}`: {result}");
+        assert!(
+            !dir.path().join("gone.txt").exists(),
+            "`{bypass}`: {result}"
+        );
     }
     // `find -exec` is refused as such, naming why.
     let result = run(&registry, "find . -name victim.txt -exec rm {} ;").await;
     assert!(result.contains("find -exec"), "{result}");
     // `nice` (a program here) is taken off: what is judged is the `rm` it would run.
     let result = run(&registry, "nice -n 5 rm victim.txt").await;
-    assert!(result.contains("`rm victim.txt` is not on the allowlist"), "{result}");
+    assert!(
+        result.contains("`rm victim.txt` is not on the allowlist"),
+        "{result}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -191,7 +213,10 @@ async fn an_unanswered_request_is_denied_at_its_timeout_and_a_denial_is_the_mode
     assert!(result.starts_with("ERROR denied"), "{result}");
     assert!(result.contains("nobody approved"), "{result}");
     assert!(dir.path().join("victim.txt").exists());
-    assert!(matches!(operator.next().await, Some(OperatorEvent::Requested(_))));
+    assert!(matches!(
+        operator.next().await,
+        Some(OperatorEvent::Requested(_))
+    ));
     assert!(matches!(
         operator.next().await,
         Some(OperatorEvent::Resolved { by, .. }) if by == "timeout"
@@ -223,5 +248,9 @@ async fn exec_deny_refuses_every_command_and_full_asks_nothing() {
     assert!(result.contains("exec = \"deny\""), "{result}");
     let full = ApprovalBroker::new(ApprovalSettings::default(), None, None);
     let registry = self::registry(dir.path(), &full).await;
-    assert!(run(&registry, "rm victim.txt && echo gone").await.contains("gone"));
+    assert!(
+        run(&registry, "rm victim.txt && echo gone")
+            .await
+            .contains("gone")
+    );
 }

@@ -614,8 +614,7 @@ impl AgentLoop {
                                 && error.message().contains("by the operator")
                             {
                                 operator_denials += 1;
-                                if operator_denials >= self.config.repeat_limit && stop.is_none()
-                                {
+                                if operator_denials >= self.config.repeat_limit && stop.is_none() {
                                     nagged = true;
                                     stop = Some(TurnEnd::LoopDetected {
                                         tool: call.name.clone(),

@@ -124,7 +124,10 @@ impl OperatorFilter {
         match (self, session_key) {
             (OperatorFilter::All, _) => true,
             (OperatorFilter::Session(mine), Some(key)) => {
-                key == mine || key.strip_prefix(mine.as_str()).is_some_and(|rest| rest.starts_with('/'))
+                key == mine
+                    || key
+                        .strip_prefix(mine.as_str())
+                        .is_some_and(|rest| rest.starts_with('/'))
             }
             (OperatorFilter::Session(_), None) => false,
         }
@@ -135,7 +138,9 @@ impl OperatorFilter {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApprovalError {
     /// No request with this id waits (it was decided, timed out or never existed).
-    #[error("no approval request `{0}` is waiting (it was already decided, it timed out, or the id is wrong)")]
+    #[error(
+        "no approval request `{0}` is waiting (it was already decided, it timed out, or the id is wrong)"
+    )]
     Unknown(String),
     /// The approvals file could not be read or written.
     #[error("{0}")]
@@ -194,7 +199,11 @@ impl ApprovalStore {
     pub fn add(&self, entries: Vec<StoredApproval>) -> Result<(), ApprovalError> {
         self.change(|file| {
             for entry in entries {
-                if !file.approvals.iter().any(|stored| stored.entry == entry.entry) {
+                if !file
+                    .approvals
+                    .iter()
+                    .any(|stored| stored.entry == entry.entry)
+                {
                     file.approvals.push(entry);
                 }
             }
@@ -421,12 +430,21 @@ impl ApprovalBroker {
         let mut policy = self.inner.settings.exec.clone();
         if let Some(store) = &self.inner.store {
             let stored = store.list().map_err(|error| error.to_string())?;
-            policy.allow.extend(stored.into_iter().map(|stored| stored.entry));
+            policy
+                .allow
+                .extend(stored.into_iter().map(|stored| stored.entry));
         }
         Ok(policy)
     }
 
-    fn audit(&self, session: Option<&str>, tool: &str, plan: &ExecPlan, verdict: &str, waited: Duration) {
+    fn audit(
+        &self,
+        session: Option<&str>,
+        tool: &str,
+        plan: &ExecPlan,
+        verdict: &str,
+        waited: Duration,
+    ) {
         let Some(audit) = &self.inner.audit else {
             return;
         };
@@ -452,7 +470,13 @@ impl ApprovalBroker {
         let plan = plan.unwrap_or_default();
         let started = Instant::now();
         if settings.exec.mode == ExecMode::Deny {
-            self.audit(session.as_deref(), &tool, &plan, "denied-by-policy", Duration::ZERO);
+            self.audit(
+                session.as_deref(),
+                &tool,
+                &plan,
+                "denied-by-policy",
+                Duration::ZERO,
+            );
             return GateAnswer::Denied(
                 "denied by the operator: running commands is disabled here ([approvals] exec = \"deny\"); do the task with the other tools or ask the user".to_string(),
             );
@@ -486,7 +510,13 @@ impl ApprovalBroker {
             return if reasons.is_empty() {
                 allowed(policy, Vec::new())
             } else {
-                self.audit(session.as_deref(), &tool, &plan, "denied-by-policy", Duration::ZERO);
+                self.audit(
+                    session.as_deref(),
+                    &tool,
+                    &plan,
+                    "denied-by-policy",
+                    Duration::ZERO,
+                );
                 GateAnswer::Denied(format!(
                     "denied by the operator's exec policy (allowlist): {}. Use only allowed programs, or ask the user to allow this one",
                     reasons.join("; ")
@@ -497,10 +527,8 @@ impl ApprovalBroker {
             return self.fallback(session.as_deref(), &tool, &plan, policy, reasons);
         }
         let id = format!("apr-{}", random_id());
-        let expires_at_ms = u64::try_from(
-            (chrono::Utc::now() + settings.timeout).timestamp_millis(),
-        )
-        .unwrap_or(0);
+        let expires_at_ms =
+            u64::try_from((chrono::Utc::now() + settings.timeout).timestamp_millis()).unwrap_or(0);
         let request = ApprovalRequest {
             id: id.clone(),
             session_key: session.clone(),
@@ -514,7 +542,13 @@ impl ApprovalBroker {
             let mut state = self.lock();
             if state.pending.len() >= MAX_PENDING {
                 drop(state);
-                self.audit(session.as_deref(), &tool, &plan, "denied-too-many-requests", Duration::ZERO);
+                self.audit(
+                    session.as_deref(),
+                    &tool,
+                    &plan,
+                    "denied-too-many-requests",
+                    Duration::ZERO,
+                );
                 return GateAnswer::Denied(format!(
                     "denied: {MAX_PENDING} approval requests are already waiting for the operator; wait for them to be answered"
                 ));
@@ -527,7 +561,13 @@ impl ApprovalBroker {
                 },
             );
         }
-        self.audit(session.as_deref(), &tool, &plan, "approval-requested", Duration::ZERO);
+        self.audit(
+            session.as_deref(),
+            &tool,
+            &plan,
+            "approval-requested",
+            Duration::ZERO,
+        );
         self.broadcast(session.as_deref(), &OperatorEvent::Requested(request));
         let (decision, by) = match tokio::time::timeout(settings.timeout, receiver).await {
             Ok(Ok(answer)) => answer,
@@ -548,7 +588,13 @@ impl ApprovalBroker {
             (ApprovalDecision::Deny, "timeout") => "approval-timed-out".to_string(),
             (decision, by) => format!("{} by {by}", decision.as_str()),
         };
-        self.audit(session.as_deref(), &tool, &plan, &verdict, started.elapsed());
+        self.audit(
+            session.as_deref(),
+            &tool,
+            &plan,
+            &verdict,
+            started.elapsed(),
+        );
         match decision {
             ApprovalDecision::Deny if by == "timeout" => GateAnswer::Denied(format!(
                 "denied by the operator: nobody approved the command within {} s; do not retry it unless the user asks",
@@ -604,7 +650,13 @@ impl ApprovalBroker {
             ExecMode::Full => true,
         };
         if allow {
-            self.audit(session, tool, plan, &format!("allowed-by-fallback-{name}"), Duration::ZERO);
+            self.audit(
+                session,
+                tool,
+                plan,
+                &format!("allowed-by-fallback-{name}"),
+                Duration::ZERO,
+            );
             let policy = if settings.ask_fallback == ExecMode::Full {
                 ExecPolicy {
                     mode: ExecMode::Full,
@@ -618,7 +670,13 @@ impl ApprovalBroker {
                 approved: Vec::new(),
             }))
         } else {
-            self.audit(session, tool, plan, &format!("denied-by-fallback-{name}"), Duration::ZERO);
+            self.audit(
+                session,
+                tool,
+                plan,
+                &format!("denied-by-fallback-{name}"),
+                Duration::ZERO,
+            );
             GateAnswer::Denied(format!(
                 "denied: this command needs the operator's approval and no operator is connected to give it ([approvals] ask_fallback = \"{name}\"){}",
                 if reasons.is_empty() {
@@ -654,7 +712,9 @@ pub struct OperatorHandle {
 
 impl std::fmt::Debug for OperatorHandle {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("OperatorHandle").field("id", &self.id).finish()
+        f.debug_struct("OperatorHandle")
+            .field("id", &self.id)
+            .finish()
     }
 }
 
@@ -688,7 +748,10 @@ impl OperatorHandle {
 impl Drop for OperatorHandle {
     fn drop(&mut self) {
         let id = self.id;
-        self.broker.lock().operators.retain(|operator| operator.id != id);
+        self.broker
+            .lock()
+            .operators
+            .retain(|operator| operator.id != id);
     }
 }
 
@@ -750,11 +813,26 @@ mod tests {
 
     #[tokio::test]
     async fn the_policy_alone_decides_when_asking_is_off() {
-        let broker = ApprovalBroker::new(settings(ExecMode::Allowlist, AskMode::Off, &["ls"]), None, None);
+        let broker = ApprovalBroker::new(
+            settings(ExecMode::Allowlist, AskMode::Off, &["ls"]),
+            None,
+            None,
+        );
         assert!(broker.active());
-        allowed(broker.review("exec", plan(vec![command("ls", &["-l"])])).await);
-        let message = denied(broker.review("exec", plan(vec![command("rm", &["x"])])).await);
-        assert!(message.contains("`rm x` is not on the allowlist"), "{message}");
+        allowed(
+            broker
+                .review("exec", plan(vec![command("ls", &["-l"])]))
+                .await,
+        );
+        let message = denied(
+            broker
+                .review("exec", plan(vec![command("rm", &["x"])]))
+                .await,
+        );
+        assert!(
+            message.contains("`rm x` is not on the allowlist"),
+            "{message}"
+        );
         let deny = ApprovalBroker::new(settings(ExecMode::Deny, AskMode::Off, &[]), None, None);
         assert!(denied(deny.review("exec", plan(vec![])).await).contains("exec = \"deny\""));
         let full = ApprovalBroker::new(ApprovalSettings::default(), None, None);
@@ -767,7 +845,11 @@ mod tests {
         config.timeout = Duration::from_millis(200);
         let broker = ApprovalBroker::new(config, None, None);
         // Nobody connected: the fallback (deny) decides at once.
-        let message = denied(broker.review("exec", plan(vec![command("rm", &["x"])])).await);
+        let message = denied(
+            broker
+                .review("exec", plan(vec![command("rm", &["x"])]))
+                .await,
+        );
         assert!(message.contains("no operator is connected"), "{message}");
 
         let mut operator = broker.operator(OperatorFilter::All);
@@ -782,12 +864,23 @@ mod tests {
         let approved = allowed(review.await.expect("join"));
         assert!(approved.check("rm", &["x".to_string()]).is_ok());
         assert!(approved.check("rm", &["y".to_string()]).is_err());
-        assert!(matches!(operator.next().await, Some(OperatorEvent::Resolved { .. })));
+        assert!(matches!(
+            operator.next().await,
+            Some(OperatorEvent::Resolved { .. })
+        ));
         // The id cannot be used twice.
-        assert!(operator.resolve(&request.id, ApprovalDecision::AllowOnce, "test").is_err());
+        assert!(
+            operator
+                .resolve(&request.id, ApprovalDecision::AllowOnce, "test")
+                .is_err()
+        );
 
         // Unanswered: denied at the timeout.
-        let message = denied(broker.review("exec", plan(vec![command("rm", &["x"])])).await);
+        let message = denied(
+            broker
+                .review("exec", plan(vec![command("rm", &["x"])]))
+                .await,
+        );
         assert!(message.contains("nobody approved"), "{message}");
         assert!(broker.pending().is_empty());
     }
@@ -802,7 +895,8 @@ mod tests {
             None,
         );
         let mut operator = broker.operator(OperatorFilter::All);
-        let review = tokio::spawn(broker.review("exec", plan(vec![command("rm", &["-r", "build"])])));
+        let review =
+            tokio::spawn(broker.review("exec", plan(vec![command("rm", &["-r", "build"])])));
         let Some(OperatorEvent::Requested(request)) = operator.next().await else {
             panic!("no request");
         };
@@ -816,7 +910,10 @@ mod tests {
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;
-            let mode = std::fs::metadata(store.path()).expect("meta").permissions().mode();
+            let mode = std::fs::metadata(store.path())
+                .expect("meta")
+                .permissions()
+                .mode();
             assert_eq!(mode & 0o777, 0o600);
         }
         // A new broker (a restart) allows it without asking; another command still asks.
@@ -826,10 +923,22 @@ mod tests {
             Some(store.clone()),
             None,
         );
-        allowed(restarted.review("exec", plan(vec![command("rm", &["-r", "build"])])).await);
-        denied(restarted.review("exec", plan(vec![command("rm", &["-r", "src"])])).await);
+        allowed(
+            restarted
+                .review("exec", plan(vec![command("rm", &["-r", "build"])]))
+                .await,
+        );
+        denied(
+            restarted
+                .review("exec", plan(vec![command("rm", &["-r", "src"])]))
+                .await,
+        );
         store.revoke(&stored[0].id).expect("revoke");
-        denied(restarted.review("exec", plan(vec![command("rm", &["-r", "build"])])).await);
+        denied(
+            restarted
+                .review("exec", plan(vec![command("rm", &["-r", "build"])]))
+                .await,
+        );
         assert!(store.revoke("apv-missing").is_err());
     }
 
@@ -850,6 +959,9 @@ mod tests {
         let store = ApprovalStore::in_state_dir(dir.path());
         std::fs::write(store.path(), "{not json").expect("write");
         let error = store.list().expect_err("corrupt");
-        assert!(error.to_string().contains("not a valid approvals file"), "{error}");
+        assert!(
+            error.to_string().contains("not a valid approvals file"),
+            "{error}"
+        );
     }
 }

@@ -14,8 +14,8 @@ use clawcage_agent::approvals::{
     ApprovalBroker, ApprovalRequest, OperatorEvent, OperatorFilter, OperatorHandle,
 };
 use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
-use clawcage_core::approval::ApprovalDecision;
 use clawcage_core::InboundMessage;
+use clawcage_core::approval::ApprovalDecision;
 use clawcage_runtime::{AgentOptions, Runtime};
 
 use crate::Failure;
@@ -176,16 +176,12 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
             }
             command if command.split_whitespace().next() == Some("/approve") => {
                 let words: Vec<&str> = command.split_whitespace().collect();
-                let decision = words
-                    .get(2)
-                    .and_then(|word| ApprovalDecision::parse(word));
+                let decision = words.get(2).and_then(|word| ApprovalDecision::parse(word));
                 match (words.get(1), decision) {
-                    (Some(id), Some(decision)) => {
-                        match approvals.resolve(id, decision, "chat") {
-                            Ok(()) => outln!("  {id}: {}", decision.as_str()),
-                            Err(error) => outln!("  {error}"),
-                        }
-                    }
+                    (Some(id), Some(decision)) => match approvals.resolve(id, decision, "chat") {
+                        Ok(()) => outln!("  {id}: {}", decision.as_str()),
+                        Err(error) => outln!("  {error}"),
+                    },
                     _ => outln!("  usage: /approve ID allow-once|allow-always|deny"),
                 }
             }
@@ -258,7 +254,10 @@ async fn answer_inline(
         outln!("    (why: {reason})");
     }
     let decision = loop {
-        match prompt.ask("  allow? [y] once, [a] always, [n] deny: ").await? {
+        match prompt
+            .ask("  allow? [y] once, [a] always, [n] deny: ")
+            .await?
+        {
             Input::Line(line) => match ApprovalDecision::parse(&line) {
                 Some(decision) => break decision,
                 None => outln!("  answer y, a or n"),

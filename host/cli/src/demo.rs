@@ -13,6 +13,8 @@ use clawcage_runtime::{AgentOptions, Options, Runtime};
 
 use crate::Failure;
 use crate::render::{Console, Shown, Sink, print_messages};
+use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
+use clawcage_core::approval::ApprovalDecision;
 
 /// The recorded session.
 pub const SCRIPT: &str = include_str!("demo_script.json");
@@ -28,6 +30,7 @@ pub fn seed_workspace(dir: &Path) -> std::io::Result<()> {
         dir.join("notes/todo.txt"),
         "water the plants\nanswer the landlord\nback up the photos\n",
     )?;
+    std::fs::write(dir.join("notes/draft.txt"), "an old draft nobody needs\n")?;
     Ok(())
 }
 
@@ -61,6 +64,8 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
     )
     .await?;
     let console = Arc::new(Console::new(Sink::Stdout, true));
+    // The demo's operator: it answers approval requests from the script.
+    let mut operator = runtime.approvals().operator(OperatorFilter::All);
     let runtime = runtime
         .agent(AgentOptions {
             send: print_messages(console.clone()),
@@ -99,11 +104,31 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
         };
         outln!("you> {user}");
         console.begin_turn();
-        let outcome = runtime
+        let turn = runtime
             .sessions
-            .send_user(key, user.clone(), Arc::new(Shown(console.clone())))
-            .await
-            .map_err(|error| Failure::Tool(format!("the demo stopped: {error}")))?;
+            .send_user(key, user.clone(), Arc::new(Shown(console.clone())));
+        tokio::pin!(turn);
+        let mut answers = exchange.approvals.iter();
+        let outcome = loop {
+            tokio::select! {
+                outcome = &mut turn => break outcome,
+                Some(event) = operator.next() => {
+                    if let OperatorEvent::Requested(request) = event {
+                        let decision = answers
+                            .next()
+                            .and_then(|answer| ApprovalDecision::parse(answer))
+                            .unwrap_or(ApprovalDecision::Deny);
+                        console.line(&format!(
+                            "   approval needed: {} → the script answers: {}",
+                            request.plan.summary().replace('\n', "; "),
+                            decision.as_str()
+                        ));
+                        let _ = operator.resolve(&request.id, decision, "demo script");
+                    }
+                }
+            }
+        }
+        .map_err(|error| Failure::Tool(format!("the demo stopped: {error}")))?;
         if outcome.end == TurnEnd::Answered && !console.streamed() {
             console.line(&outcome.text);
         }

@@ -395,6 +395,20 @@ async fn demo_narrates_a_session_without_a_key() {
         stdout.contains("> exec {\"command\":\"wc -l notes/todo.txt\"}  ok"),
         "{stdout}"
     );
+    // The approval step: the whole folder is denied, the single file allowed once.
+    assert!(
+        stdout.contains("approval needed: rm -r notes → the script answers: deny"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("> exec {\"command\":\"rm -r notes\"}  denied: denied by the operator"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("approval needed: rm notes/draft.txt; ls notes → the script answers: allow-once"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("todo.txt"), "{stdout}");
     assert!(!stdout.contains("(skipped"), "{stdout}");
     assert!(
         !stdout.contains("root:"),

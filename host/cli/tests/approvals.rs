@@ -86,7 +86,11 @@ impl Setup {
             "--state-dir".into(),
             self.state.path().display().to_string(),
             "--config".into(),
-            self.config_dir.path().join("clawcage.toml").display().to_string(),
+            self.config_dir
+                .path()
+                .join("clawcage.toml")
+                .display()
+                .to_string(),
         ]
     }
 
@@ -158,12 +162,21 @@ async fn chat_asks_inline_and_runs_only_what_the_operator_allowed() {
         "remove build\ny\nremove dist\nn\nremove cache\nmaybe\n",
     )
     .await;
-    assert!(stdout.contains("approval needed: exec wants to run:"), "{stdout}");
+    assert!(
+        stdout.contains("approval needed: exec wants to run:"),
+        "{stdout}"
+    );
     assert!(stdout.contains("\n    rm -r build\n"), "{stdout}");
-    assert!(stdout.contains("(why: `rm -r build` is not on the allowlist)"), "{stdout}");
+    assert!(
+        stdout.contains("(why: `rm -r build` is not on the allowlist)"),
+        "{stdout}"
+    );
     assert!(!setup.exists("build"), "allowed once, then ran: {stdout}");
     assert!(setup.exists("dist"), "denied, yet ran: {stdout}");
-    assert!(stdout.contains("RESULT: denied: denied by the operator"), "{stdout}");
+    assert!(
+        stdout.contains("RESULT: denied: denied by the operator"),
+        "{stdout}"
+    );
     assert!(stdout.contains("answer y, a or n"), "{stdout}");
     assert!(setup.exists("cache"), "no answer, yet ran: {stdout}");
     // Nothing was kept for good.
@@ -171,10 +184,17 @@ async fn chat_asks_inline_and_runs_only_what_the_operator_allowed() {
     assert!(String::from_utf8_lossy(&listed.stdout).contains("no kept approvals"));
     // Every request and decision is in the audit log, as digests only.
     let audit = std::fs::read_to_string(setup.state().join("audit.jsonl")).unwrap();
-    assert_eq!(audit.matches("\"approval-requested\"").count(), 3, "{audit}");
+    assert_eq!(
+        audit.matches("\"approval-requested\"").count(),
+        3,
+        "{audit}"
+    );
     assert!(audit.contains("\"allow-once by chat\""), "{audit}");
     assert_eq!(audit.matches("\"deny by chat\"").count(), 2, "{audit}");
-    assert!(!audit.contains("rm -r"), "the audit log holds a command: {audit}");
+    assert!(
+        !audit.contains("rm -r"),
+        "the audit log holds a command: {audit}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -203,7 +223,13 @@ async fn allow_always_survives_a_restart_until_it_is_revoked() {
 
     // A new process runs the same command without asking; another one still asks.
     std::fs::create_dir(setup.workspace.path().join("build")).unwrap();
-    let stdout = chat(&setup, &server, "approve-always-2", "remove build\nremove dist\n").await;
+    let stdout = chat(
+        &setup,
+        &server,
+        "approve-always-2",
+        "remove build\nremove dist\n",
+    )
+    .await;
     assert!(!setup.exists("build"), "{stdout}");
     assert_eq!(stdout.matches("approval needed").count(), 1, "{stdout}");
     assert!(stdout.contains("rm -r dist"), "{stdout}");
@@ -211,7 +237,11 @@ async fn allow_always_survives_a_restart_until_it_is_revoked() {
 
     // Revoked: asked again (and, with nobody answering, denied).
     let revoked = approvals_cli(&setup, &["revoke", &id]);
-    assert!(revoked.status.success(), "{}", String::from_utf8_lossy(&revoked.stderr));
+    assert!(
+        revoked.status.success(),
+        "{}",
+        String::from_utf8_lossy(&revoked.stderr)
+    );
     assert!(String::from_utf8_lossy(&revoked.stdout).contains("revoked"));
     std::fs::create_dir(setup.workspace.path().join("build")).unwrap();
     let stdout = chat(&setup, &server, "approve-always-3", "remove build\n").await;
@@ -237,7 +267,11 @@ async fn call_without_an_operator_follows_the_fallback() {
         clawcage(args, "")
     };
     let listed = call("ls");
-    assert!(listed.status.success(), "{}", String::from_utf8_lossy(&listed.stderr));
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
     assert!(String::from_utf8_lossy(&listed.stdout).contains("build"));
     let refused = call("rm -r build");
     assert_eq!(refused.status.code(), Some(1));

@@ -95,9 +95,7 @@ fn args_match(planned: &[PlannedArg], actual: &[String]) -> bool {
     match planned.split_first() {
         None => actual.is_empty(),
         Some((first, rest)) => match &first.matches {
-            ArgMatch::Exact(text) => {
-                actual.first() == Some(text) && args_match(rest, &actual[1..])
-            }
+            ArgMatch::Exact(text) => actual.first() == Some(text) && args_match(rest, &actual[1..]),
             ArgMatch::Glob(pattern) => {
                 actual.first().is_some_and(|arg| glob_match(pattern, arg))
                     && args_match(rest, &actual[1..])
@@ -312,7 +310,10 @@ impl ExecPolicy {
                 {
                     Coverage::SafeBin
                 } else {
-                    Coverage::Miss(format!("`{}` is not on the allowlist", shown(program, args)))
+                    Coverage::Miss(format!(
+                        "`{}` is not on the allowlist",
+                        shown(program, args)
+                    ))
                 }
             }
         }
@@ -344,9 +345,10 @@ impl ExecPolicy {
                 let effective = unwrap_program(program, &[]);
                 let any_args = self.mode == ExecMode::Allowlist
                     && effective.opaque.is_none()
-                    && self.allow.iter().any(|entry| {
-                        entry.program == effective.program && entry.args.is_none()
-                    });
+                    && self
+                        .allow
+                        .iter()
+                        .any(|entry| entry.program == effective.program && entry.args.is_none());
                 if any_args {
                     Coverage::Allowlisted
                 } else {
@@ -391,15 +393,24 @@ pub fn unwrap_program(program: &str, args: &[String]) -> Effective {
     let mut args = args.to_vec();
     for _ in 0..16 {
         let rest: Option<usize> = match program.as_str() {
-            MULTICALL | "command" | "builtin" | "exec" | "nohup" => {
-                skip_options(&args, &[], 0)
-            }
+            MULTICALL | "command" | "builtin" | "exec" | "nohup" => skip_options(&args, &[], 0),
             "timeout" => skip_options(&args, &["-s", "--signal", "-k", "--kill-after"], 1),
             "nice" => skip_options(&args, &["-n", "--adjustment"], 0),
-            "stdbuf" => skip_options(&args, &["-i", "-o", "-e", "--input", "--output", "--error"], 0),
+            "stdbuf" => skip_options(
+                &args,
+                &["-i", "-o", "-e", "--input", "--output", "--error"],
+                0,
+            ),
             "env" => {
-                let after = skip_options(&args, &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"], 0);
-                if args.iter().any(|arg| arg == "-S" || arg.starts_with("--split-string")) {
+                let after = skip_options(
+                    &args,
+                    &["-u", "--unset", "-C", "--chdir", "-S", "--split-string"],
+                    0,
+                );
+                if args
+                    .iter()
+                    .any(|arg| arg == "-S" || arg.starts_with("--split-string"))
+                {
                     return opaque(program, args, "`env -S` splits a string into a command");
                 }
                 after.map(|start| {
@@ -411,26 +422,39 @@ pub fn unwrap_program(program: &str, args: &[String]) -> Effective {
                 })
             }
             "xargs" => {
-                return opaque(program, args, "`xargs` builds the command's arguments from its input");
+                return opaque(
+                    program,
+                    args,
+                    "`xargs` builds the command's arguments from its input",
+                );
             }
             "find" => {
-                if args.iter().any(|arg| {
-                    matches!(arg.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir")
-                }) {
-                    return opaque(program, args, "`find -exec` runs a command for every file it finds");
+                if args
+                    .iter()
+                    .any(|arg| matches!(arg.as_str(), "-exec" | "-execdir" | "-ok" | "-okdir"))
+                {
+                    return opaque(
+                        program,
+                        args,
+                        "`find -exec` runs a command for every file it finds",
+                    );
                 }
                 None
             }
-            "sh" | "bash" | "dash" | "zsh" | "ksh" | "eval" | "source" | "." | "chroot"
-            | "su" | "sudo" | "doas" | "setsid" | "unshare" | "nsenter" | "runcon" | "chrt"
-            | "ionice" | "taskset" | "watch" | "parallel" | "busybox" | "script" => {
+            "sh" | "bash" | "dash" | "zsh" | "ksh" | "eval" | "source" | "." | "chroot" | "su"
+            | "sudo" | "doas" | "setsid" | "unshare" | "nsenter" | "runcon" | "chrt" | "ionice"
+            | "taskset" | "watch" | "parallel" | "busybox" | "script" => {
                 return opaque(program, args, "it runs commands given as text");
             }
             _ => None,
         };
         match rest {
             Some(start) if start < args.len() => {
-                program = args[start].rsplit('/').next().unwrap_or(&args[start]).to_string();
+                program = args[start]
+                    .rsplit('/')
+                    .next()
+                    .unwrap_or(&args[start])
+                    .to_string();
                 args = args[start + 1..].to_vec();
             }
             Some(_) => break,
@@ -445,7 +469,10 @@ pub fn unwrap_program(program: &str, args: &[String]) -> Effective {
 }
 
 fn opaque(program: String, args: Vec<String>, why: &str) -> Effective {
-    let reason = format!("`{}`: {why}, so what runs cannot be checked", shown(&program, &args));
+    let reason = format!(
+        "`{}`: {why}, so what runs cannot be checked",
+        shown(&program, &args)
+    );
     Effective {
         program,
         args,
@@ -476,12 +503,107 @@ fn skip_options(args: &[String], with_value: &[&str], positional: usize) -> Opti
 fn reads_stdin_only(program: &str, args: &[String]) -> bool {
     // Options that take the next word as their value, and flags without one, per program.
     let (with_value, flags): (&[&str], &[&str]) = match program {
-        "head" | "tail" => (&["-n", "-c"], &["-q", "-v", "-z", "-f", "-F", "--quiet", "--silent", "--verbose", "--zero-terminated"]),
-        "wc" => (&[], &["-l", "-w", "-c", "-m", "-L", "--lines", "--words", "--bytes", "--chars", "--max-line-length"]),
-        "cut" => (&["-d", "-f", "-c", "-b", "--output-delimiter"], &["-s", "-n", "-z", "--complement", "--only-delimited", "--zero-terminated"]),
-        "uniq" => (&["-f", "-s", "-w"], &["-c", "-d", "-D", "-u", "-i", "-z", "--count", "--repeated", "--unique", "--ignore-case", "--zero-terminated"]),
-        "tr" => (&[], &["-c", "-C", "-d", "-s", "-t", "--complement", "--delete", "--squeeze-repeats", "--truncate-set1"]),
-        "sort" => (&["-k", "-t", "-S", "--key", "--field-separator", "--buffer-size"], &["-b", "-d", "-f", "-g", "-h", "-i", "-M", "-n", "-r", "-R", "-s", "-u", "-V", "-z", "--reverse", "--unique", "--numeric-sort", "--stable", "--ignore-case"]),
+        "head" | "tail" => (
+            &["-n", "-c"],
+            &[
+                "-q",
+                "-v",
+                "-z",
+                "-f",
+                "-F",
+                "--quiet",
+                "--silent",
+                "--verbose",
+                "--zero-terminated",
+            ],
+        ),
+        "wc" => (
+            &[],
+            &[
+                "-l",
+                "-w",
+                "-c",
+                "-m",
+                "-L",
+                "--lines",
+                "--words",
+                "--bytes",
+                "--chars",
+                "--max-line-length",
+            ],
+        ),
+        "cut" => (
+            &["-d", "-f", "-c", "-b", "--output-delimiter"],
+            &[
+                "-s",
+                "-n",
+                "-z",
+                "--complement",
+                "--only-delimited",
+                "--zero-terminated",
+            ],
+        ),
+        "uniq" => (
+            &["-f", "-s", "-w"],
+            &[
+                "-c",
+                "-d",
+                "-D",
+                "-u",
+                "-i",
+                "-z",
+                "--count",
+                "--repeated",
+                "--unique",
+                "--ignore-case",
+                "--zero-terminated",
+            ],
+        ),
+        "tr" => (
+            &[],
+            &[
+                "-c",
+                "-C",
+                "-d",
+                "-s",
+                "-t",
+                "--complement",
+                "--delete",
+                "--squeeze-repeats",
+                "--truncate-set1",
+            ],
+        ),
+        "sort" => (
+            &[
+                "-k",
+                "-t",
+                "-S",
+                "--key",
+                "--field-separator",
+                "--buffer-size",
+            ],
+            &[
+                "-b",
+                "-d",
+                "-f",
+                "-g",
+                "-h",
+                "-i",
+                "-M",
+                "-n",
+                "-r",
+                "-R",
+                "-s",
+                "-u",
+                "-V",
+                "-z",
+                "--reverse",
+                "--unique",
+                "--numeric-sort",
+                "--stable",
+                "--ignore-case",
+            ],
+        ),
         _ => return false,
     };
     let mut index = 0;
@@ -507,9 +629,9 @@ fn reads_stdin_only(program: &str, args: &[String]) -> bool {
             && arg.len() > 1
             && arg.starts_with('-')
             && !arg.starts_with("--")
-            && arg[1..].chars().all(|c| {
-                flags.contains(&format!("-{c}").as_str())
-            }));
+            && arg[1..]
+                .chars()
+                .all(|c| flags.contains(&format!("-{c}").as_str())));
         // `head -5` and `tail -5` are line counts.
         let count = matches!(program, "head" | "tail")
             && arg.len() > 1
@@ -704,13 +826,28 @@ mod tests {
         };
         assert_eq!(covers(&["ls", "-la"]), Coverage::Allowlisted);
         assert_eq!(covers(&["rm", "-r", "build/x"]), Coverage::Allowlisted);
-        assert_eq!(covers(&["timeout", "3", "rm", "-r", "build/x"]), Coverage::Allowlisted);
+        assert_eq!(
+            covers(&["timeout", "3", "rm", "-r", "build/x"]),
+            Coverage::Allowlisted
+        );
         assert!(matches!(covers(&["rm", "-r", "src"]), Coverage::Miss(_)));
-        assert!(matches!(covers(&["timeout", "3", "rm", "-r", "src"]), Coverage::Miss(_)));
-        assert!(matches!(covers(&["coreutils", "rm", "-r", "src"]), Coverage::Miss(_)));
+        assert!(matches!(
+            covers(&["timeout", "3", "rm", "-r", "src"]),
+            Coverage::Miss(_)
+        ));
+        assert!(matches!(
+            covers(&["coreutils", "rm", "-r", "src"]),
+            Coverage::Miss(_)
+        ));
         assert!(matches!(covers(&["xargs", "ls"]), Coverage::Miss(_)));
-        assert!(matches!(covers(&["find", ".", "-exec", "ls", ";"]), Coverage::Miss(_)));
-        assert!(matches!(covers(&["env", "sh", "-c", "ls"]), Coverage::Miss(_)));
+        assert!(matches!(
+            covers(&["find", ".", "-exec", "ls", ";"]),
+            Coverage::Miss(_)
+        ));
+        assert!(matches!(
+            covers(&["env", "sh", "-c", "ls"]),
+            Coverage::Miss(_)
+        ));
         assert!(matches!(covers(&["cat", "x"]), Coverage::Miss(_)));
     }
 
@@ -781,7 +918,11 @@ mod tests {
             approved: vec![command.clone()],
         };
         assert!(approved.check("rm", &strings(&["-r", "out-2"])).is_ok());
-        assert!(approved.check("coreutils", &strings(&["rm", "-r", "out-2"])).is_ok());
+        assert!(
+            approved
+                .check("coreutils", &strings(&["rm", "-r", "out-2"]))
+                .is_ok()
+        );
         let refused = approved
             .check("rm", &strings(&["-r", "/"]))
             .expect_err("outside the plan");
@@ -802,8 +943,14 @@ mod tests {
         assert!(AllowEntry::parse("/bin/rm").is_err());
         assert!(AllowEntry::parse("r*").is_err());
         assert!(AllowEntry::parse("  ").is_err());
-        assert_eq!(ApprovalDecision::parse("a"), Some(ApprovalDecision::AllowAlways));
-        assert_eq!(ApprovalDecision::parse("allow-once"), Some(ApprovalDecision::AllowOnce));
+        assert_eq!(
+            ApprovalDecision::parse("a"),
+            Some(ApprovalDecision::AllowAlways)
+        );
+        assert_eq!(
+            ApprovalDecision::parse("allow-once"),
+            Some(ApprovalDecision::AllowOnce)
+        );
         assert_eq!(ApprovalDecision::parse("nope"), None);
     }
 }

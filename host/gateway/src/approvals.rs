@@ -58,11 +58,9 @@ impl Approvals {
         let forwarder = tokio::spawn(async move {
             while let Some(event) = operator.next().await {
                 let frame = match event {
-                    OperatorEvent::Requested(request) => protocol::event(
-                        "exec.approval.requested",
-                        request_payload(&request),
-                        None,
-                    ),
+                    OperatorEvent::Requested(request) => {
+                        protocol::event("exec.approval.requested", request_payload(&request), None)
+                    }
                     OperatorEvent::Resolved { id, decision, by } => protocol::event(
                         "exec.approval.resolved",
                         json!({"id": id, "decision": decision.as_str(), "by": by}),
@@ -108,9 +106,8 @@ impl Approvals {
             decision: String,
         }
         require_approver(conn, "exec.approval.resolve")?;
-        let resolve: Resolve = serde_json::from_value(params.clone()).map_err(|error| {
-            GatewayError::params("exec.approval.resolve", error)
-        })?;
+        let resolve: Resolve = serde_json::from_value(params.clone())
+            .map_err(|error| GatewayError::params("exec.approval.resolve", error))?;
         let decision = match resolve.decision.as_str() {
             "allow-once" => ApprovalDecision::AllowOnce,
             "allow-always" => ApprovalDecision::AllowAlways,

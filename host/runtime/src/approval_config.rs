@@ -39,7 +39,9 @@ fn exec_mode(key: &str, value: &str) -> anyhow::Result<ExecMode> {
         "deny" => Ok(ExecMode::Deny),
         "allowlist" => Ok(ExecMode::Allowlist),
         "full" => Ok(ExecMode::Full),
-        _ => bail!("[approvals] {key} = {value:?} is not valid; use \"deny\", \"allowlist\" or \"full\""),
+        _ => bail!(
+            "[approvals] {key} = {value:?} is not valid; use \"deny\", \"allowlist\" or \"full\""
+        ),
     }
 }
 
@@ -71,15 +73,17 @@ impl ApprovalsSection {
             ),
         };
         for entry in &self.allow {
-            settings
-                .exec
-                .allow
-                .push(AllowEntry::parse(entry).map_err(|error| anyhow::anyhow!("[approvals] allow: {error}"))?);
+            settings.exec.allow.push(
+                AllowEntry::parse(entry)
+                    .map_err(|error| anyhow::anyhow!("[approvals] allow: {error}"))?,
+            );
         }
         if let Some(bins) = &self.safe_bins {
             for bin in bins {
                 if bin.is_empty() || bin.contains('/') {
-                    bail!("[approvals] safe_bins: {bin:?} is not a program name; write names such as \"head\"");
+                    bail!(
+                        "[approvals] safe_bins: {bin:?} is not a program name; write names such as \"head\""
+                    );
                 }
             }
             settings.exec.safe_bins = bins.clone();

@@ -301,8 +301,16 @@ impl Runtime {
         script: PathBuf,
         progress: CompileProgress,
     ) -> Result<Runtime, Error> {
+        // The demo shows approvals: programs beyond these ask (the demo answers from its script).
+        let mut config = Config::default();
+        config.approvals.exec = Some("allowlist".to_string());
+        config.approvals.ask = Some("on-miss".to_string());
+        config.approvals.allow = ["ls", "cat", "wc", "grep", "head", "find", "sort"]
+            .iter()
+            .map(|program| program.to_string())
+            .collect();
         let located = Located {
-            config: Config::default(),
+            config,
             source: None,
             workspace: WorkspaceGrant::new(workspace, FsMode::ReadWrite).map_err(failed)?,
             state_dir: state_dir.to_path_buf(),

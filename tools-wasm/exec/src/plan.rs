@@ -442,10 +442,19 @@ mod tests {
     use super::*;
 
     fn programs() -> Vec<String> {
-        ["rm", "ls", "grep", "cat", "coreutils", "timeout", "find", "head"]
-            .iter()
-            .map(|name| name.to_string())
-            .collect()
+        [
+            "rm",
+            "ls",
+            "grep",
+            "cat",
+            "coreutils",
+            "timeout",
+            "find",
+            "head",
+        ]
+        .iter()
+        .map(|name| name.to_string())
+        .collect()
     }
 
     fn planned(command: &str) -> Vec<(Option<String>, Vec<Value>)> {
@@ -486,12 +495,21 @@ mod tests {
         assert_eq!(names("sh -c 'rm -rf x'"), some(&["rm"]));
         assert_eq!(names("bash -c \"sh -c 'rm y'\""), some(&["rm"]));
         assert_eq!(names("echo $(rm z) `cat w`"), some(&["rm", "cat"]));
-        assert_eq!(names("if ls; then rm a; else cat b; fi"), some(&["ls", "rm", "cat"]));
-        assert_eq!(names("for f in $(ls); do rm \"$f\"; done"), some(&["ls", "rm"]));
+        assert_eq!(
+            names("if ls; then rm a; else cat b; fi"),
+            some(&["ls", "rm", "cat"])
+        );
+        assert_eq!(
+            names("for f in $(ls); do rm \"$f\"; done"),
+            some(&["ls", "rm"])
+        );
         assert_eq!(names("X=$(cat f) true"), some(&["cat"]));
         assert_eq!(names("cat > $(ls)"), some(&["ls", "cat"]));
         assert_eq!(names("/bin/rm x; ./rm y"), some(&["rm", "rm"]));
-        assert_eq!(names("cd /tmp && echo hi && export A=1"), Vec::<Option<String>>::new());
+        assert_eq!(
+            names("cd /tmp && echo hi && export A=1"),
+            Vec::<Option<String>>::new()
+        );
         assert_eq!(names("nosuchprogram x"), Vec::<Option<String>>::new());
     }
 

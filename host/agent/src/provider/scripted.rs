@@ -44,6 +44,10 @@ pub struct Exchange {
     /// Tools this exchange calls; without them it is skipped.
     #[serde(default)]
     pub requires_tools: Vec<String>,
+    /// The operator's answers to the approval requests this exchange raises, in order
+    /// (`allow-once`, `allow-always`, `deny`; used by `clawcage demo`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub approvals: Vec<String>,
     /// The model's replies, one per request.
     pub replies: Vec<ScriptedReply>,
 }
