@@ -370,7 +370,11 @@ impl SubagentManager {
         if !agents.iter().any(|known| known == agent) {
             return Err(format!(
                 "unknown external agent `{agent}`; configured: {}",
-                if agents.is_empty() { "none".to_string() } else { agents.join(", ") }
+                if agents.is_empty() {
+                    "none".to_string()
+                } else {
+                    agents.join(", ")
+                }
             ));
         }
         if depth > self.config.max_depth {
