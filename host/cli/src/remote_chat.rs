@@ -19,6 +19,8 @@ use clawcage_gateway::{Client, ClientError};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use clawcage_core::approval::ApprovalDecision;
+
 use crate::Failure;
 use crate::prompt::{Input, Prompt, print_tool_summary};
 use crate::render::{Console, Shown, Sink};
@@ -42,6 +44,8 @@ enum Outcome {
     Admitted { turn: String },
     /// The turn ended.
     Ended(String),
+    /// An exec approval request (the `exec.approval.requested` payload).
+    Approval(Value),
 }
 
 /// What the renderer knows.
@@ -169,7 +173,7 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
             message => {
                 busy.store(true, Ordering::Relaxed);
                 busy_console.begin_turn();
-                let sent = turn(&client, &key, message, &seen, &mut outcome).await;
+                let sent = turn(&client, &key, message, &seen, &mut outcome, &mut prompt).await;
                 busy.store(false, Ordering::Relaxed);
                 if let Err(error) = sent {
                     break Err(error);
@@ -188,6 +192,7 @@ async fn turn(
     message: &str,
     seen: &Mutex<Seen>,
     outcome: &mut mpsc::UnboundedReceiver<Outcome>,
+    prompt: &mut Prompt,
 ) -> Result<(), Failure> {
     let gone = |client: &Client| {
         Failure::Tool(format!(
@@ -224,6 +229,9 @@ async fn turn(
                 return Ok(());
             }
             Some(Outcome::Admitted { turn }) => break turn,
+            Some(Outcome::Approval(request)) => {
+                answer_approval(client, key, &request, prompt).await?
+            }
             Some(Outcome::Ended(_)) => {}
             None => return Err(gone(client)),
         }
@@ -232,6 +240,9 @@ async fn turn(
         tokio::select! {
             ended = outcome.recv() => match ended {
                 Some(Outcome::Ended(run)) if run == turn => return Ok(()),
+                Some(Outcome::Approval(request)) => {
+                    answer_approval(client, key, &request, prompt).await?;
+                }
                 Some(_) => {}
                 None => return Err(gone(client)),
             },
@@ -242,6 +253,48 @@ async fn turn(
             }
         }
     }
+}
+
+/// Shows an approval request of this session (or of its sub-agents) and sends the answer typed
+/// at the terminal: `y` once, `a` always, `n` (or Ctrl-C, or the end of the input) deny. Requests
+/// of other sessions are left to their own front ends.
+async fn answer_approval(
+    client: &Client,
+    key: &str,
+    request: &Value,
+    prompt: &mut Prompt,
+) -> Result<(), Failure> {
+    let session = text(request, "sessionKey");
+    if session != key && !session.starts_with(&format!("{key}/")) {
+        return Ok(());
+    }
+    outln!("  approval needed: {} wants to run:", text(request, "tool"));
+    for line in text(request, "summary").lines() {
+        outln!("    {line}");
+    }
+    let decision = loop {
+        match prompt
+            .ask("  allow? [y] once, [a] always, [n] deny: ")
+            .await?
+        {
+            Input::Line(line) => match ApprovalDecision::parse(&line) {
+                Some(decision) => break decision,
+                None => outln!("  answer y, a or n"),
+            },
+            Input::Interrupted | Input::End => break ApprovalDecision::Deny,
+        }
+    };
+    match client
+        .request(
+            "exec.approval.resolve",
+            json!({"id": text(request, "id"), "decision": decision.as_str()}),
+        )
+        .await
+    {
+        Ok(_) => outln!("  {}", decision.as_str()),
+        Err(error) => outln!("  {error}"),
+    }
+    Ok(())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -314,6 +367,9 @@ fn render(
                 "  note: events {} to {} of this session are no longer kept",
                 frame["payload"]["from"], frame["payload"]["to"]
             ));
+        }
+        Some("exec.approval.requested") => {
+            return tell(Outcome::Approval(frame["payload"].clone()));
         }
         Some("shutdown") => return console.line("  the gateway is shutting down"),
         Some("session.deleted") => return console.line("  this session was deleted"),

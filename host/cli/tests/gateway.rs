@@ -1562,7 +1562,10 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
     // With no approver connected, the fallback (deny) decides at once.
     let mut plain = gateway.client().await;
     let sent = plain
-        .request("agent", send_params("agent:main:web:a", "remove dist", "a0"))
+        .request(
+            "agent",
+            send_params("agent:main:web:a", "remove dist", "a0"),
+        )
         .await;
     assert_eq!(sent["ok"], true, "{sent}");
     let first = sent["payload"]["runId"].as_str().unwrap().to_string();
@@ -1585,7 +1588,10 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
     assert!(features.contains("exec.approval.resolve"), "{features}");
 
     let run = plain
-        .send_request("agent", send_params("agent:main:web:a", "remove build", "a1"))
+        .send_request(
+            "agent",
+            send_params("agent:main:web:a", "remove build", "a1"),
+        )
         .await;
     let request = event_named(&mut approver, "exec.approval.requested").await;
     assert_eq!(request["sessionKey"], "agent:main:web:a", "{request}");
@@ -1603,7 +1609,10 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
         .await;
     assert_eq!(error_code(&refused), "UNAUTHORIZED", "{refused}");
     let bad = approver
-        .request("exec.approval.resolve", json!({"id": id, "decision": "maybe"}))
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "maybe"}),
+        )
         .await;
     assert_eq!(error_code(&bad), "INVALID_PARAMS", "{bad}");
     let listed = approver.request("exec.approval.list", json!({})).await;
@@ -1632,4 +1641,65 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
         )
         .await;
     assert_eq!(error_code(&again), "NOT_FOUND", "{again}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_via_the_gateway_answers_its_sessions_approvals_inline() {
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let is_result = last["content"]
+            .as_array()
+            .is_some_and(|blocks| blocks.iter().any(|block| block["type"] == "tool_result"));
+        if is_result {
+            return answer("RESULT received");
+        }
+        match text_of(&last).strip_prefix("remove ") {
+            Some(dir) => anthropic::stream(
+                &[anthropic::tool(
+                    "t1",
+                    "exec",
+                    json!({"command": format!("rm -r {dir}")}),
+                )],
+                48,
+            ),
+            None => answer("ok"),
+        }
+    })
+    .await;
+    let setup = Setup::new(server.url());
+    let mut config = std::fs::read_to_string(&setup.config).unwrap();
+    config.push_str("\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n");
+    std::fs::write(&setup.config, config).unwrap();
+    std::fs::create_dir(setup.workspace.join("build")).unwrap();
+    let gateway = Gateway::start(&setup, &["--sends-per-minute", "1000"]);
+    let session = "agent:main:cli:approver";
+    let mut chat = RemoteChat::start(&setup.state, gateway.addr, &["--session", session]);
+    // A terminal on another session hears nothing of this one's approvals.
+    let mut other = RemoteChat::start(
+        &setup.state,
+        gateway.addr,
+        &["--session", "agent:main:cli:bystander"],
+    );
+    chat.wait_for("clawcage chat:");
+    other.wait_for("clawcage chat:");
+    chat.say("remove build");
+    chat.wait_for("approval needed: exec wants to run:");
+    chat.wait_for("rm -r build");
+    assert!(setup.workspace.join("build").exists());
+    chat.say("y");
+    chat.wait_for("allow-once");
+    chat.wait_for("RESULT received");
+    assert!(!setup.workspace.join("build").exists());
+    assert!(chat.finish().success());
+    // Whatever the bystander printed by now.
+    std::thread::sleep(Duration::from_millis(300));
+    let bystander: Vec<String> = other.lines.try_iter().collect();
+    assert!(
+        !bystander
+            .iter()
+            .chain(&other.seen)
+            .any(|line| line.contains("approval needed")),
+        "{bystander:#?}"
+    );
+    assert!(other.finish().success());
 }

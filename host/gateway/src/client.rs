@@ -193,6 +193,8 @@ impl Client {
                 "maxProtocol": PROTOCOL_VERSION,
                 "client": {"id": id, "version": env!("CARGO_PKG_VERSION"), "mode": mode},
                 "auth": {"token": token},
+                // A terminal is where its operator is: it answers exec approvals.
+                "scopes": if mode == "cli" { json!(["operator.approvals"]) } else { json!([]) },
             },
         });
         socket
