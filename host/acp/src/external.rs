@@ -23,7 +23,7 @@ use std::time::Duration;
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, UntypedMessage};
 use clawcage_agent::AuditedRegistry;
-use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, SubagentManager};
+use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, PermissionAsker, SubagentManager};
 use clawcage_core::BoxFuture;
 use clawcage_runtime::acp_config::{ExternalAgent, PermissionMode};
 use clawcage_runtime::{Error, Runtime};
@@ -114,6 +114,10 @@ struct RunState {
     tools: AuditedRegistry,
     /// The session the calls are audited under (`parent/sub-N`).
     session: String,
+    /// The parent's session, where permission requests are asked.
+    parent_session: String,
+    /// Asks the person at the parent's front end (`permission_mode = "ask"`).
+    ask: Option<PermissionAsker>,
     output: Arc<dyn Fn(&str) + Send + Sync>,
     text: Mutex<String>,
     terminals: Mutex<HashMap<String, TerminalState>>,
@@ -171,6 +175,8 @@ async fn supervise(
         agent: agent.clone(),
         tools,
         session: format!("{}/{}", run.parent_session, run.id),
+        parent_session: run.parent_session.clone(),
+        ask: run.ask.clone(),
         output: run.output.clone(),
         text: Mutex::new(String::new()),
         terminals: Mutex::new(HashMap::new()),
@@ -403,7 +409,7 @@ impl RunState {
                 }
                 Ok(json!({}))
             }
-            "session/request_permission" => Ok(self.permission(&params)),
+            "session/request_permission" => Ok(self.permission(&params).await),
             _ => Err(
                 agent_client_protocol::Error::method_not_found().data(json!({
                     "message": format!("clawcage does not serve `{method}` to external agents")
@@ -483,16 +489,38 @@ impl RunState {
     }
 
     /// The answer to a permission request under the agent's policy.
-    fn permission(&self, params: &Value) -> Value {
+    async fn permission(&self, params: &Value) -> Value {
         let kind = params["toolCall"]["kind"].as_str().unwrap_or("other");
+        let title = params["toolCall"]["title"].as_str().unwrap_or(kind);
+        if self.agent.permission_mode == PermissionMode::Ask
+            && let Some(ask) = &self.ask
+        {
+            let chosen = ask(&self.parent_session, params.clone()).await;
+            // Only an option the agent offered counts.
+            let offered = chosen.filter(|id| {
+                params["options"].as_array().is_some_and(|options| {
+                    options
+                        .iter()
+                        .any(|option| option["optionId"].as_str() == Some(id))
+                })
+            });
+            (self.output)(&format!(
+                "[permission for {title}: {} by the operator]",
+                offered.as_deref().unwrap_or("nothing chosen")
+            ));
+            return match offered {
+                Some(id) => json!({"outcome": {"outcome": "selected", "optionId": id}}),
+                None => json!({"outcome": {"outcome": "cancelled"}}),
+            };
+        }
         let allow = match self.agent.permission_mode {
             PermissionMode::DenyAll => false,
             PermissionMode::ApproveReads => matches!(kind, "read" | "search" | "fetch" | "think"),
-            // No operator can be asked from here: rejected, and said in the log.
+            // Nobody can be asked from this front end: rejected, and said in the log.
             PermissionMode::Ask => {
                 tracing::warn!(
                     agent = %self.agent.name,
-                    "a permission request was rejected: no operator can be asked; set permission_mode or answer from a front end that takes approvals"
+                    "a permission request was rejected: no operator can be asked from this front end; use clawcage acp, or set permission_mode"
                 );
                 false
             }
@@ -511,9 +539,8 @@ impl RunState {
             })
         });
         (self.output)(&format!(
-            "[permission {} for {}: {}]",
+            "[permission {} for {title}: {}]",
             if allow { "granted once" } else { "rejected" },
-            params["toolCall"]["title"].as_str().unwrap_or(kind),
             self.agent.permission_mode.as_str()
         ));
         match chosen {

@@ -25,7 +25,7 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Client, UntypedMessage};
 use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
 use clawcage_agent::events::EventObserver;
-use clawcage_agent::subagent::SYSTEM_CHANNEL;
+use clawcage_agent::subagent::{PermissionAsker, SYSTEM_CHANNEL};
 use clawcage_agent::{
     AgentError, LaneInput, OutboundMessage, SendCallback, TranscriptStore, TurnEnd,
     current_session_key,
@@ -229,6 +229,7 @@ impl Server {
                     );
                 }
             }));
+            manager.set_asker(self.permission_asker());
             let manager = manager.clone();
             tokio::spawn(async move {
                 manager.recover().await;
@@ -279,6 +280,38 @@ impl Server {
                 });
             }
         });
+    }
+
+    /// An external sub-agent's permission request (`permission_mode = "ask"`) goes to the editor
+    /// of its parent's session as a `session/request_permission` with the agent's own options;
+    /// the option chosen there is the answer.
+    fn permission_asker(&self) -> PermissionAsker {
+        let this = self.this.clone();
+        Arc::new(
+            move |parent: &str, request: Value| -> BoxFuture<'static, Option<String>> {
+                let connection = this
+                    .upgrade()
+                    .and_then(|server| server.connection.get().cloned());
+                let mut tool_call = request["toolCall"].clone();
+                let title = tool_call["title"]
+                    .as_str()
+                    .unwrap_or("a tool call")
+                    .to_string();
+                tool_call["title"] = json!(format!("external agent: {title}"));
+                let params = json!({
+                    "sessionId": parent,
+                    "toolCall": tool_call,
+                    "options": request["options"],
+                });
+                Box::pin(async move {
+                    let message = UntypedMessage::new("session/request_permission", params).ok()?;
+                    let answer = connection?.send_request(message).block_task().await.ok()?;
+                    (answer["outcome"]["outcome"] == "selected")
+                        .then(|| answer["outcome"]["optionId"].as_str().map(str::to_string))
+                        .flatten()
+                })
+            },
+        )
     }
 
     /// The `message` tool's callback: its text goes to the session whose turn sends it, as

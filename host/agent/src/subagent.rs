@@ -208,6 +208,8 @@ pub struct SubagentManager {
     external: OnceLock<Arc<dyn ExternalRuntime>>,
     /// Hears what external children stream, when a front end shows it.
     output: OnceLock<SubagentOutput>,
+    /// Asks the person at the parent's front end what an external child asks permission for.
+    asker: OnceLock<PermissionAsker>,
 }
 
 /// A runtime outside clawcage that `spawn` can hand a task to (`runtime: "acp"`: an external
@@ -233,7 +235,14 @@ pub struct ExternalRun {
     pub parent_session: String,
     /// Hears the agent's text as it streams.
     pub output: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Asks the person at the parent's front end, when one can be asked.
+    pub ask: Option<PermissionAsker>,
 }
+
+/// Asks a person about an external child's `session/request_permission`: (parent session, the
+/// request's params) to the option id chosen, `None` when nobody chose one.
+pub type PermissionAsker =
+    Arc<dyn Fn(&str, Value) -> BoxFuture<'static, Option<String>> + Send + Sync>;
 
 /// Hears an external child's streamed text: (parent session, child id, text).
 pub type SubagentOutput = Arc<dyn Fn(&str, &str, &str) + Send + Sync>;
@@ -316,6 +325,7 @@ impl SubagentManager {
             this: this.clone(),
             external: OnceLock::new(),
             output: OnceLock::new(),
+            asker: OnceLock::new(),
         }))
     }
 
@@ -350,6 +360,12 @@ impl SubagentManager {
     /// Let `output` hear what external children stream. Only the first call has an effect.
     pub fn set_output(&self, output: SubagentOutput) {
         let _ = self.output.set(output);
+    }
+
+    /// Let `asker` put external children's permission requests to a person (their
+    /// `permission_mode = "ask"`). Only the first call has an effect.
+    pub fn set_asker(&self, asker: PermissionAsker) {
+        let _ = self.asker.set(asker);
     }
 
     /// Start an external agent on `task` for `parent_session`, at `depth`, under the same
@@ -421,6 +437,7 @@ impl SubagentManager {
                     Some(listener) => listener(&parent, &child, text),
                     None => tracing::debug!(subagent = %child, "{text}"),
                 }),
+                ask: self.asker.get().cloned(),
             };
             let manager = self.this.clone();
             let timeout = self.config.timeout;

@@ -834,3 +834,104 @@ async fn approvals_become_permission_requests_the_editor_answers() {
     assert_eq!(end("e2")["status"], "failed", "{:#}", end("e2"));
     assert!(!end("e2").to_string().contains("content of the second file"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_agent_asks_the_editor_of_its_parent_session_under_ask() {
+    let Some(sdk) =
+        typescript_sdk("an_external_agent_asks_the_editor_of_its_parent_session_under_ask")
+    else {
+        return;
+    };
+    let logs = tempfile::tempdir().unwrap();
+    let server = LlmServer::start_routed(|body| {
+        let (text, results) = last_user(body);
+        if text.contains("[notification") {
+            answer("Reported.")
+        } else if results {
+            answer("Started.")
+        } else {
+            anthropic::stream(
+                &[anthropic::tool(
+                    "s1",
+                    "spawn",
+                    json!({
+                        "task": "permission edit Edit first files\npermission edit Edit second files",
+                        "runtime": "acp",
+                        "agent": "fake",
+                    }),
+                )],
+                40,
+            )
+        }
+    })
+    .await;
+    let setup = Setup::new(
+        server.url(),
+        &format!(
+            "{}permission_mode = \"ask\"\n",
+            fake_agent_section(&sdk, logs.path())
+        ),
+    );
+    let workspace = setup.workspace();
+    let updates: Updates = Arc::default();
+    let session_id = with_client(&setup, updates.clone(), async |cx| {
+        cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+            .block_task()
+            .await?;
+        let session = cx
+            .send_request(NewSessionRequest::new(workspace.clone()))
+            .block_task()
+            .await?;
+        cx.send_request(PromptRequest::new(
+            session.session_id.clone(),
+            text("ask the agent"),
+        ))
+        .block_task()
+        .await?;
+        // The child's result comes back as a notification turn of this session.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while !server
+            .bodies()
+            .iter()
+            .any(|body| last_user(body).0.contains("[notification"))
+        {
+            assert!(
+                Instant::now() < deadline,
+                "the external agent never reported"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        Ok(session.session_id.0.to_string())
+    })
+    .await;
+    let seen = updates.lock().unwrap().clone();
+    let asked: Vec<&Value> = seen
+        .iter()
+        .filter_map(|entry| entry.get("permission"))
+        .collect();
+    assert_eq!(asked.len(), 2, "{seen:#?}");
+    for request in &asked {
+        assert_eq!(request["sessionId"], session_id.as_str());
+        assert!(
+            request["toolCall"]["title"]
+                .as_str()
+                .unwrap()
+                .starts_with("external agent: Edit"),
+            "{request}"
+        );
+    }
+    let announcement = server
+        .bodies()
+        .iter()
+        .map(|body| last_user(body).0)
+        .find(|text| text.contains("[notification"))
+        .unwrap();
+    assert!(
+        announcement.contains("permission edit Edit first files => selected yes"),
+        "{announcement}"
+    );
+    assert!(
+        announcement.contains("permission edit Edit second files => selected no"),
+        "{announcement}"
+    );
+}
