@@ -7,8 +7,8 @@
 //! `fs/read_text_file` and `fs/write_text_file` requests run through the bundled file tools
 //! under the child's grants (read-only unless configured), its `terminal/*` requests through
 //! the sandboxed `exec` tool, and its `session/request_permission` requests are answered by the
-//! configured policy (`deny-all` by default, `approve-reads`, or `ask`, which rejects while no
-//! operator can be asked). Its streamed text goes to the parent's front end; its final text is
+//! configured policy (`deny-all` by default, `approve-reads`, or `ask`: the person at the
+//! parent's front end chooses, and where nobody can be asked it is rejected). Its streamed text goes to the parent's front end; its final text is
 //! the sub-agent's result, announced like any child's. Stopping it (the `subagents` tool, the
 //! time limit) sends `session/cancel`, then kills the process if it has not exited within a
 //! grace period, and always waits for it, so no zombie is left.

@@ -69,7 +69,8 @@ pub enum PermissionMode {
     /// Requests for reading (`kind` `read`, `search`, `fetch`, `think`) are allowed once; the
     /// rest rejected.
     ApproveReads,
-    /// The operator decides through the approvals broker; rejected when nobody can be asked.
+    /// The person at the parent's front end decides (the editor of the parent ACP session);
+    /// rejected where nobody can be asked.
     Ask,
 }
 
