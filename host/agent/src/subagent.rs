@@ -380,7 +380,7 @@ impl SubagentManager {
         label: Option<String>,
     ) -> Result<Spawned, String> {
         let Some(external) = self.external.get().cloned() else {
-            return Err("no external agents are configured: the operator lists them under [acp] allowed_agents with an [acp.agents.NAME] section; use the default runtime instead".to_string());
+            return Err("no external agents are available here: `clawcage run` and `clawcage acp` offer the ones the operator lists under [acp] allowed_agents, each with an [acp.agents.NAME] section; use the default runtime instead".to_string());
         };
         let agents = external.agents();
         if !agents.iter().any(|known| known == agent) {
