@@ -254,3 +254,91 @@ async fn exec_deny_refuses_every_command_and_full_asks_nothing() {
             .contains("gone")
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_off_the_allow_list_is_asked_and_an_approval_allows_exactly_that_host() {
+    use clawcage_agent::approvals::ApprovalStore;
+    use clawcage_sandbox::{AllowList, Grants, NetworkPolicy};
+    use clawcage_tests::web::{Reply, TestResolver, WebServer};
+
+    let server = WebServer::start(|_| Reply::html("<p>reached</p>"));
+    let resolver = TestResolver::new()
+        .map("docs.test", &["127.0.0.1"])
+        .map("other.test", &["127.0.0.1"]);
+    let state = tempfile::tempdir().unwrap();
+    let mut config = ApprovalSettings::default();
+    config.network_ask = true;
+    let broker = ApprovalBroker::new(
+        config,
+        Some(ApprovalStore::in_state_dir(state.path())),
+        None,
+    );
+    let policy = NetworkPolicy::new(AllowList::parse(["allowed.test"]).unwrap())
+        .with_resolver(resolver)
+        .with_approvals(Arc::new(broker.clone()));
+    let registry = clawcage_tests::registry_of(
+        &[("web", bundled::WEB)],
+        Grants::none().with_network(policy),
+    )
+    .await;
+    let port = server.port();
+    let fetch = |host: &str| {
+        let registry = registry.clone();
+        let url = format!("http://{host}:{port}/x");
+        async move {
+            match registry
+                .execute_value("web_fetch", &json!({ "url": url }))
+                .await
+            {
+                Ok(output) => output.text,
+                Err(error) => format!("ERROR {}: {}", error.kind(), error.message()),
+            }
+        }
+    };
+
+    // Nobody to ask: refused, and nothing reached the server.
+    let refused = fetch("docs.test").await;
+    assert!(refused.contains("no operator is connected"), "{refused}");
+    assert!(server.requests().is_empty());
+
+    let mut operator = broker.operator(OperatorFilter::All);
+    let answers = tokio::spawn(async move {
+        let mut asked = Vec::new();
+        for decision in [
+            ApprovalDecision::AllowOnce,
+            ApprovalDecision::Deny,
+            ApprovalDecision::AllowAlways,
+        ] {
+            loop {
+                match operator.next().await {
+                    Some(OperatorEvent::Requested(request)) => {
+                        asked.push((request.tool.clone(), request.plan.command.clone()));
+                        operator.resolve(&request.id, decision, "test").unwrap();
+                        break;
+                    }
+                    Some(_) => continue,
+                    None => return asked,
+                }
+            }
+        }
+        asked
+    });
+    assert!(fetch("docs.test").await.ends_with("reached"));
+    let denied = fetch("docs.test").await;
+    assert!(denied.contains("denied by the operator"), "{denied}");
+    assert!(fetch("docs.test").await.ends_with("reached"));
+    let asked = answers.await.unwrap();
+    let entry = format!("http://docs.test:{port}");
+    assert_eq!(asked, vec![("network".to_string(), entry.clone()); 3]);
+    // Kept: asked no more (the operator is gone, so a question would be refused).
+    assert!(fetch("docs.test").await.ends_with("reached"));
+    let kept = ApprovalStore::in_state_dir(state.path()).list().unwrap();
+    assert_eq!(kept.len(), 1);
+    assert_eq!(kept[0].kind, "network");
+    assert_eq!(kept[0].entry.program, entry);
+    // Exactly that host: another one is still refused.
+    let other = fetch("other.test").await;
+    assert!(other.contains("other.test"), "{other}");
+    assert!(other.starts_with("ERROR"), "{other}");
+    assert_eq!(server.requests().len(), 3);
+}

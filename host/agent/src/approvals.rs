@@ -22,6 +22,13 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::audit::{AuditLog, AuditRecord, args_digest};
 
+/// The `tool` of a request about a host off the network allow-list.
+pub const NETWORK_TOOL: &str = "network";
+/// The `kind` of a kept allow-always decision about a command.
+const EXEC_KIND: &str = "exec";
+/// The `kind` of a kept allow-always decision about a host.
+const NETWORK_KIND: &str = "network";
+
 /// The default time an operator has to answer: 30 minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
 /// Requests waiting at once; more are denied at once (a flood cannot queue work for a person).
@@ -40,6 +47,8 @@ pub struct ApprovalSettings {
     pub ask_fallback: ExecMode,
     /// How long a request waits; then it is denied.
     pub timeout: Duration,
+    /// Whether a web request to a host off the network allow-list is asked instead of refused.
+    pub network_ask: bool,
 }
 
 impl Default for ApprovalSettings {
@@ -56,6 +65,7 @@ impl Default for ApprovalSettings {
             ask: AskMode::Off,
             ask_fallback: ExecMode::Deny,
             timeout: DEFAULT_TIMEOUT,
+            network_ask: false,
         }
     }
 }
@@ -81,6 +91,9 @@ pub struct ApprovalRequest {
 impl ApprovalRequest {
     /// The request as lines for a terminal or a chat message.
     pub fn describe(&self) -> String {
+        if self.tool == NETWORK_TOOL {
+            return format!("{} wants to reach:\n  {}", self.tool, self.plan.command);
+        }
         let mut text = format!("{} wants to run:", self.tool);
         for command in &self.plan.commands {
             text.push_str("\n  ");
@@ -430,9 +443,12 @@ impl ApprovalBroker {
         let mut policy = self.inner.settings.exec.clone();
         if let Some(store) = &self.inner.store {
             let stored = store.list().map_err(|error| error.to_string())?;
-            policy
-                .allow
-                .extend(stored.into_iter().map(|stored| stored.entry));
+            policy.allow.extend(
+                stored
+                    .into_iter()
+                    .filter(|stored| stored.kind == EXEC_KIND)
+                    .map(|stored| stored.entry),
+            );
         }
         Ok(policy)
     }
@@ -468,7 +484,6 @@ impl ApprovalBroker {
         let settings = &self.inner.settings;
         let session = crate::session::current_session_key();
         let plan = plan.unwrap_or_default();
-        let started = Instant::now();
         if settings.exec.mode == ExecMode::Deny {
             self.audit(
                 session.as_deref(),
@@ -526,75 +541,13 @@ impl ApprovalBroker {
         if !self.has_operator(session.as_deref()) {
             return self.fallback(session.as_deref(), &tool, &plan, policy, reasons);
         }
-        let id = format!("apr-{}", random_id());
-        let expires_at_ms =
-            u64::try_from((chrono::Utc::now() + settings.timeout).timestamp_millis()).unwrap_or(0);
-        let request = ApprovalRequest {
-            id: id.clone(),
-            session_key: session.clone(),
-            tool: tool.clone(),
-            plan: plan.clone(),
-            reasons: reasons.clone(),
-            expires_at_ms,
-        };
-        let (sender, receiver) = oneshot::channel();
+        let (decision, by) = match self
+            .ask_operator(session.clone(), &tool, plan.clone(), reasons.clone())
+            .await
         {
-            let mut state = self.lock();
-            if state.pending.len() >= MAX_PENDING {
-                drop(state);
-                self.audit(
-                    session.as_deref(),
-                    &tool,
-                    &plan,
-                    "denied-too-many-requests",
-                    Duration::ZERO,
-                );
-                return GateAnswer::Denied(format!(
-                    "denied: {MAX_PENDING} approval requests are already waiting for the operator; wait for them to be answered"
-                ));
-            }
-            state.pending.insert(
-                id.clone(),
-                Pending {
-                    request: request.clone(),
-                    answer: sender,
-                },
-            );
-        }
-        self.audit(
-            session.as_deref(),
-            &tool,
-            &plan,
-            "approval-requested",
-            Duration::ZERO,
-        );
-        self.broadcast(session.as_deref(), &OperatorEvent::Requested(request));
-        let (decision, by) = match tokio::time::timeout(settings.timeout, receiver).await {
-            Ok(Ok(answer)) => answer,
-            _ => {
-                self.lock().pending.remove(&id);
-                (ApprovalDecision::Deny, "timeout".to_string())
-            }
+            Ok(answer) => answer,
+            Err(message) => return GateAnswer::Denied(message),
         };
-        self.broadcast(
-            session.as_deref(),
-            &OperatorEvent::Resolved {
-                id: id.clone(),
-                decision,
-                by: by.clone(),
-            },
-        );
-        let verdict = match (decision, by.as_str()) {
-            (ApprovalDecision::Deny, "timeout") => "approval-timed-out".to_string(),
-            (decision, by) => format!("{} by {by}", decision.as_str()),
-        };
-        self.audit(
-            session.as_deref(),
-            &tool,
-            &plan,
-            &verdict,
-            started.elapsed(),
-        );
         match decision {
             ApprovalDecision::Deny if by == "timeout" => GateAnswer::Denied(format!(
                 "denied by the operator: nobody approved the command within {} s; do not retry it unless the user asks",
@@ -615,7 +568,7 @@ impl ApprovalBroker {
                         .filter_map(AllowEntry::exactly)
                         .map(|entry| StoredApproval {
                             id: format!("apv-{}", random_id()),
-                            kind: "exec".to_string(),
+                            kind: EXEC_KIND.to_string(),
                             entry,
                             created: created.clone(),
                             session: session.clone(),
@@ -628,6 +581,84 @@ impl ApprovalBroker {
                 allowed(policy, plan.commands)
             }
         }
+    }
+
+    /// Sends a request to the operators that follow `session` and waits for the first decision
+    /// or the timeout (a denial by `timeout`); records both in the audit log.
+    async fn ask_operator(
+        &self,
+        session: Option<String>,
+        tool: &str,
+        plan: ExecPlan,
+        reasons: Vec<String>,
+    ) -> Result<(ApprovalDecision, String), String> {
+        let started = Instant::now();
+        let id = format!("apr-{}", random_id());
+        let expires_at_ms =
+            u64::try_from((chrono::Utc::now() + self.inner.settings.timeout).timestamp_millis())
+                .unwrap_or(0);
+        let request = ApprovalRequest {
+            id: id.clone(),
+            session_key: session.clone(),
+            tool: tool.to_string(),
+            plan: plan.clone(),
+            reasons: reasons.clone(),
+            expires_at_ms,
+        };
+        let (sender, receiver) = oneshot::channel();
+        {
+            let mut state = self.lock();
+            if state.pending.len() >= MAX_PENDING {
+                drop(state);
+                self.audit(
+                    session.as_deref(),
+                    tool,
+                    &plan,
+                    "denied-too-many-requests",
+                    Duration::ZERO,
+                );
+                return Err(format!(
+                    "denied: {MAX_PENDING} approval requests are already waiting for the operator; wait for them to be answered"
+                ));
+            }
+            state.pending.insert(
+                id.clone(),
+                Pending {
+                    request: request.clone(),
+                    answer: sender,
+                },
+            );
+        }
+        self.audit(
+            session.as_deref(),
+            tool,
+            &plan,
+            "approval-requested",
+            Duration::ZERO,
+        );
+        self.broadcast(session.as_deref(), &OperatorEvent::Requested(request));
+        let (decision, by) = match tokio::time::timeout(self.inner.settings.timeout, receiver).await
+        {
+            Ok(Ok(answer)) => answer,
+            _ => {
+                self.lock().pending.remove(&id);
+                (ApprovalDecision::Deny, "timeout".to_string())
+            }
+        };
+        self.broadcast(
+            session.as_deref(),
+            &OperatorEvent::Resolved {
+                id: id.clone(),
+                decision,
+                by: by.clone(),
+            },
+        );
+        let verdict = match (decision, by.as_str()) {
+            (ApprovalDecision::Deny, "timeout") => "approval-timed-out".to_string(),
+            (decision, by) => format!("{} by {by}", decision.as_str()),
+        };
+        self.audit(session.as_deref(), tool, &plan, &verdict, started.elapsed());
+        Ok((decision, by))
     }
 
     fn fallback(
@@ -689,10 +720,94 @@ impl ApprovalBroker {
     }
 }
 
+impl ApprovalBroker {
+    /// The decision on one request to the host `entry` names, off the network allow-list.
+    async fn decide_network(&self, entry: String) -> Result<(), String> {
+        let session = crate::session::current_session_key();
+        let plan = ExecPlan {
+            command: entry.clone(),
+            commands: Vec::new(),
+        };
+        if let Some(store) = &self.inner.store {
+            let stored = store.list().map_err(|error| error.to_string())?;
+            if stored
+                .iter()
+                .any(|kept| kept.kind == NETWORK_KIND && kept.entry.program == entry)
+            {
+                return Ok(());
+            }
+        }
+        if !self.has_operator(session.as_deref()) {
+            if self.inner.settings.ask_fallback == ExecMode::Full {
+                self.audit(
+                    session.as_deref(),
+                    NETWORK_TOOL,
+                    &plan,
+                    "allowed-by-fallback-full",
+                    Duration::ZERO,
+                );
+                return Ok(());
+            }
+            self.audit(
+                session.as_deref(),
+                NETWORK_TOOL,
+                &plan,
+                "denied-by-fallback",
+                Duration::ZERO,
+            );
+            return Err(format!(
+                "requests to {entry} need the operator's approval and no operator is connected to give it; to allow it for good, add \"{entry}\" to [network] allow"
+            ));
+        }
+        let (decision, by) = self
+            .ask_operator(session.clone(), NETWORK_TOOL, plan, Vec::new())
+            .await?;
+        match decision {
+            ApprovalDecision::Deny if by == "timeout" => Err(format!(
+                "denied by the operator: nobody approved the request to {entry} within {} s",
+                self.inner.settings.timeout.as_secs()
+            )),
+            ApprovalDecision::Deny => Err(format!(
+                "denied by the operator: the user refused the request to {entry}; do not retry it"
+            )),
+            ApprovalDecision::AllowOnce => Ok(()),
+            ApprovalDecision::AllowAlways => {
+                if let Some(store) = &self.inner.store {
+                    let kept = StoredApproval {
+                        id: format!("apv-{}", random_id()),
+                        kind: NETWORK_KIND.to_string(),
+                        entry: AllowEntry {
+                            program: entry.clone(),
+                            args: None,
+                        },
+                        created: chrono::Utc::now()
+                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+                        session,
+                    };
+                    if let Err(error) = store.add(vec![kept]) {
+                        tracing::warn!("the allow-always decision was not kept: {error}");
+                    }
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
 impl ApprovalGate for ApprovalBroker {
     fn active(&self) -> bool {
         let settings = &self.inner.settings;
         settings.exec.mode != ExecMode::Full || settings.ask != AskMode::Off
+    }
+
+    fn asks_network(&self) -> bool {
+        self.inner.settings.network_ask
+    }
+
+    fn review_network(&self, entry: &str) -> clawcage_core::approval::NetworkGateFuture {
+        let broker = self.clone();
+        let entry = entry.to_string();
+        Box::pin(async move { broker.decide_network(entry).await })
     }
 
     fn review(&self, tool: &str, plan: Option<ExecPlan>) -> GateFuture {

@@ -739,7 +739,22 @@ pub trait ApprovalGate: Send + Sync + fmt::Debug {
     /// Decide on the plan of one exec call. `None` when the component could not report a plan:
     /// then only what the policy covers may run.
     fn review(&self, tool: &str, plan: Option<ExecPlan>) -> GateFuture;
+    /// Whether a request to a host off the network allow-list is asked instead of refused
+    /// (`[approvals] network = "ask"`).
+    fn asks_network(&self) -> bool {
+        false
+    }
+    /// Decides on one request to the host `entry` names (the allow-list entry that names exactly
+    /// its host, port and scheme). `Ok` allows this request; the error is the sentence for the
+    /// model. Allow-always answers are kept by the gate, which then allows later requests itself.
+    fn review_network(&self, entry: &str) -> NetworkGateFuture {
+        let entry = entry.to_string();
+        Box::pin(async move { Err(format!("requests to {entry} are not allowed")) })
+    }
 }
+
+/// A future the gate returns for a network request.
+pub type NetworkGateFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
 
 #[cfg(test)]
 mod tests {

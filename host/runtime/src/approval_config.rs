@@ -26,6 +26,8 @@ pub struct ApprovalsSection {
     pub ask_fallback: Option<String>,
     /// Seconds a request waits for a decision (default 1800); then it is denied.
     pub timeout_secs: Option<u64>,
+    /// `deny` (default) or `ask`: a web request to a host off `[network] allow`.
+    pub network: Option<String>,
     /// Allowlist entries: `"ls"`, `"git status *"`, `"rm -r build/*"`.
     #[serde(default)]
     pub allow: Vec<String>,
@@ -70,6 +72,13 @@ impl ApprovalsSection {
             Some(secs) if (1..=MAX_TIMEOUT_SECS).contains(&secs) => Duration::from_secs(secs),
             Some(secs) => bail!(
                 "[approvals] timeout_secs = {secs} is out of range; use 1 to {MAX_TIMEOUT_SECS}"
+            ),
+        };
+        settings.network_ask = match self.network.as_deref() {
+            None | Some("deny") => false,
+            Some("ask") => true,
+            Some(other) => bail!(
+                "[approvals] network = {other:?} is not valid; use \"deny\" (refuse hosts off [network] allow) or \"ask\""
             ),
         };
         for entry in &self.allow {
@@ -137,6 +146,7 @@ mod tests {
             ("ask = \"sometimes\"", "[approvals] ask"),
             ("ask_fallback = \"ask\"", "[approvals] ask_fallback"),
             ("timeout_secs = 0", "timeout_secs"),
+            ("network = \"allow\"", "[approvals] network"),
             ("allow = [\"/bin/rm\"]", "bare name"),
             ("safe_bins = [\"/bin/head\"]", "safe_bins"),
             ("exec = \"deny\"\nask = \"always\"", "never be used"),

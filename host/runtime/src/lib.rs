@@ -350,21 +350,6 @@ impl Runtime {
             .limits()
             .map_err(|error| usage(format!("{error:#}")))?;
         let grants = Grants::workspace(workspace.clone()).with_limits(limits);
-        let web_grants = if demo {
-            tools::no_network(limits)
-        } else {
-            tools::web_grants(&config, limits)?
-        };
-        let cache_dir = cache_dir.unwrap_or_else(|| state_dir.join("cache").join("components"));
-        // Runtimes of one process over different workspaces (ACP sessions) share one engine.
-        let sandbox = match shared_sandbox {
-            Some(sandbox) => sandbox,
-            None => Sandbox::new(SandboxOptions {
-                cache: ArtifactCache::in_dir(cache_dir),
-                progress,
-            })
-            .map_err(failed)?,
-        };
         let audit_path = match config.audit.enabled {
             Some(false) => None,
             _ => Some(
@@ -376,6 +361,21 @@ impl Runtime {
             ),
         };
         let approvals = approvals_broker(&config, &state_dir, audit_path.as_deref(), demo)?;
+        let web_grants = if demo {
+            tools::no_network(limits)
+        } else {
+            tools::web_grants(&config, limits, &approvals)?
+        };
+        let cache_dir = cache_dir.unwrap_or_else(|| state_dir.join("cache").join("components"));
+        // Runtimes of one process over different workspaces (ACP sessions) share one engine.
+        let sandbox = match shared_sandbox {
+            Some(sandbox) => sandbox,
+            None => Sandbox::new(SandboxOptions {
+                cache: ArtifactCache::in_dir(cache_dir),
+                progress,
+            })
+            .map_err(failed)?,
+        };
         let tools = tools::bundled_registry(
             &sandbox,
             &config,
@@ -701,7 +701,8 @@ fn approvals_broker(
         .settings()
         .map_err(|error| usage(format!("{error:#}")))?;
     let active = settings.exec.mode != clawcage_core::approval::ExecMode::Full
-        || settings.ask != clawcage_core::approval::AskMode::Off;
+        || settings.ask != clawcage_core::approval::AskMode::Off
+        || settings.network_ask;
     let audit = match audit_path {
         Some(path) if active => Some(Arc::new(AuditLog::open(path).map_err(|error| {
             failed(format!(

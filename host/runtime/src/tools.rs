@@ -92,11 +92,16 @@ async fn register(
 
 /// The web component's grants: no files, the network the config allows (nothing without
 /// `[network] allow`), the secrets read from the environment here, and the search endpoint.
-pub(crate) fn web_grants(config: &Config, limits: Limits) -> Result<Grants, Error> {
+pub(crate) fn web_grants(
+    config: &Config,
+    limits: Limits,
+    approvals: &ApprovalBroker,
+) -> Result<Grants, Error> {
     let policy = config
         .network
         .policy(|name| std::env::var(name).ok())
-        .map_err(|error| usage(format!("{error:#}")))?;
+        .map_err(|error| usage(format!("{error:#}")))?
+        .with_approvals(Arc::new(approvals.clone()));
     let mut grants = Grants::none().with_limits(limits).with_network(policy);
     if let Some(endpoint) = config
         .web

@@ -21,7 +21,7 @@ use tokio::time::Instant;
 use url::Url;
 
 use super::error::{NetworkError, NetworkErrorKind};
-use super::policy::{AllowList, Target, check_addresses, check_target, parse_url};
+use super::policy::{AllowList, Target, check_addresses, check_target, exact_entry, parse_url};
 use super::resolve::{NameResolver, SystemResolver};
 use super::secrets::{Secret, redactor_for, scrub_headers};
 
@@ -151,6 +151,8 @@ pub struct NetworkPolicy {
     /// The configuration key a refusal tells the operator to change, when it is not
     /// `[network] allow` (a plugin's policy names its own grant).
     grant_key: Option<Arc<str>>,
+    /// Asked about a host off the allow-list (`[approvals] network = "ask"`) instead of refusing.
+    approvals: Option<Arc<dyn clawcage_core::approval::ApprovalGate>>,
 }
 
 impl PartialEq for NetworkPolicy {
@@ -174,7 +176,16 @@ impl NetworkPolicy {
             limits: NetworkLimits::default(),
             resolver: Arc::new(SystemResolver),
             grant_key: None,
+            approvals: None,
         }
+    }
+
+    /// This policy asking `gate` about a host off the allow-list instead of refusing the
+    /// request, when the gate asks about the network. An approval adds exactly that host (its
+    /// port and scheme) for the one request, or for good when the gate keeps it.
+    pub fn with_approvals(mut self, gate: Arc<dyn clawcage_core::approval::ApprovalGate>) -> Self {
+        self.approvals = gate.asks_network().then_some(gate);
+        self
     }
 
     /// This policy with refusals naming `key` (e.g. `[plugins.grants.NAME] network in
@@ -257,6 +268,11 @@ impl NetworkPolicy {
             limits: self.limits.narrowed_by(&other.limits),
             resolver: self.resolver.clone(),
             grant_key: self.grant_key.clone().or_else(|| other.grant_key.clone()),
+            // Asking instead of refusing survives only when both sides ask.
+            approvals: match (&self.approvals, &other.approvals) {
+                (Some(mine), Some(_)) => Some(mine.clone()),
+                _ => None,
+            },
         }
     }
 
@@ -408,9 +424,40 @@ impl NetworkPolicy {
         request: &CheckedRequest,
         deadline: Instant,
     ) -> Result<reqwest::Response, NetworkError> {
-        let target = check_target(&self.lists, request.url.clone())?;
+        let approved;
+        let (target, lists) = match check_target(&self.lists, request.url.clone()) {
+            Ok(target) => (target, &self.lists),
+            Err(refused) if refused.kind() == NetworkErrorKind::HostNotAllowed => {
+                let (Some(gate), Some(entry)) = (&self.approvals, exact_entry(&request.url)) else {
+                    return Err(refused);
+                };
+                gate.review_network(&entry)
+                    .await
+                    .map_err(|why| NetworkError::new(NetworkErrorKind::HostNotAllowed, why))?;
+                // Exactly the approved host, added to every list for this request.
+                approved = self
+                    .lists
+                    .iter()
+                    .map(|list| {
+                        AllowList::parse(
+                            list.entries()
+                                .iter()
+                                .map(ToString::to_string)
+                                .chain(std::iter::once(entry.clone())),
+                        )
+                    })
+                    .collect::<Result<Vec<AllowList>, _>>()
+                    .map_err(|error| {
+                        NetworkError::invalid(format!(
+                            "the approved host {entry} cannot be added to the allow-list: {error}"
+                        ))
+                    })?;
+                (check_target(&approved, request.url.clone())?, &approved)
+            }
+            Err(refused) => return Err(refused),
+        };
         let addresses = self.addresses_of(&target, deadline).await?;
-        check_addresses(&self.lists, &target, &addresses)?;
+        check_addresses(lists, &target, &addresses)?;
 
         let remaining = deadline.saturating_duration_since(Instant::now());
         let mut builder = reqwest::Client::builder()

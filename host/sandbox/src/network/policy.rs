@@ -374,6 +374,29 @@ impl Target {
     }
 }
 
+/// The allow-list entry that names exactly the host of `url` (with its port when it is not the
+/// scheme's default, and `http://` for plain http to a host that is not loopback): what an
+/// operator's approval of one request to it allows.
+pub fn exact_entry(url: &Url) -> Option<String> {
+    let host = match url.host()? {
+        Host::Domain(domain) => TargetHost::Name(normalize_name(domain)),
+        Host::Ipv4(ip) => TargetHost::Ip(IpAddr::V4(ip)),
+        Host::Ipv6(ip) => TargetHost::Ip(address::canonical(IpAddr::V6(ip))),
+    };
+    let port = url
+        .port_or_known_default()
+        .unwrap_or_else(|| default_port(url.scheme()));
+    let target = Target {
+        url: url.clone(),
+        host,
+        port,
+        named_exactly: true,
+        plain_http_allowed: false,
+    };
+    let plain = target.is_plain_http() && !is_loopback_host(&target.host);
+    Some(target.suggestion(&target.host.to_string(), plain))
+}
+
 /// Parse a URL a component sent: absolute, `http` or `https`, with a host.
 pub fn parse_url(text: &str) -> Result<Url, NetworkError> {
     let url = Url::parse(text.trim()).map_err(|error| {
