@@ -905,6 +905,15 @@ async fn an_external_agent_asks_the_editor_of_its_parent_session_under_ask() {
     })
     .await;
     let seen = updates.lock().unwrap().clone();
+    // The child's text streamed to the editor as it came, named by the child.
+    let streamed: String = updates_of_kind(&seen, "agent_thought_chunk")
+        .iter()
+        .filter_map(|update| update["content"]["text"].as_str())
+        .collect();
+    assert!(
+        streamed.contains("] permission edit Edit first files => selected yes"),
+        "{streamed}"
+    );
     let asked: Vec<&Value> = seen
         .iter()
         .filter_map(|entry| entry.get("permission"))
