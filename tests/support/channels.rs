@@ -122,6 +122,8 @@ struct BotState {
     calls: Vec<Call>,
     /// Answers to the next `sendMessage` calls, before the normal ones: `(status, body)`.
     send_script: VecDeque<(u16, Value)>,
+    /// Answers to the next `getUpdates` calls, before the normal ones.
+    updates_script: VecDeque<(u16, Value)>,
 }
 
 /// A fake Telegram Bot API on 127.0.0.1; stops when dropped.
@@ -183,6 +185,7 @@ impl FakeBotApi {
             next_message_id: 100,
             calls: Vec::new(),
             send_script: VecDeque::new(),
+            updates_script: VecDeque::new(),
         }));
         let (changed, _) = watch::channel(0u64);
         let (shared, notify) = (state.clone(), changed.clone());
@@ -287,6 +290,11 @@ impl FakeBotApi {
     /// The next `sendMessage` calls get these answers first.
     pub fn script_send(&self, answers: Vec<(u16, Value)>) {
         self.lock().send_script.extend(answers);
+    }
+
+    /// The next `getUpdates` calls get these answers first (e.g. a 502, a 429).
+    pub fn script_updates(&self, answers: Vec<(u16, Value)>) {
+        self.lock().updates_script.extend(answers);
     }
 
     /// Every call so far.
@@ -410,6 +418,21 @@ async fn bot_answer(
             200,
             json!({"ok": true, "result": {"id": BOT_ID, "is_bot": true, "first_name": "Test bot", "username": BOT_USERNAME}}),
         ),
+        "getUpdates"
+            if state
+                .lock()
+                .expect("bot state")
+                .updates_script
+                .front()
+                .is_some() =>
+        {
+            state
+                .lock()
+                .expect("bot state")
+                .updates_script
+                .pop_front()
+                .unwrap_or_else(|| bot_error(500, "the script ran out"))
+        }
         "getUpdates" => {
             let offset = body["offset"].as_u64().unwrap_or(0);
             let timeout = body["timeout"].as_u64().unwrap_or(0).min(50);

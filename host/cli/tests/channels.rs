@@ -3,7 +3,8 @@
 //! real formats. A direct message gets a turn and its reply (a long one split in order, HTML
 //! escaped); an unknown sender is paired and nothing of theirs reaches the model before the
 //! operator approves; groups answer a mention or a reply to the bot only; a 429 is retried after
-//! its `retry_after` and an undeliverable reply shows in `gateway status`; a kill -9 mid-turn and
+//! its `retry_after` and an undeliverable reply shows in `gateway status`; polling backs off
+//! after errors and waits out a 429; a kill -9 mid-turn and
 //! a restart (and a SIGTERM mid-turn and a restart) answer every update exactly once; webhooks with a bad, replayed, stale or missing
 //! signature, an oversized or malformed body get refused and start nothing, a signed one is
 //! answered with a signed POST; an exec approval asked in a chat is answered there with
@@ -112,6 +113,22 @@ impl Setup {
             String::from_utf8_lossy(&output.stdout).into_owned(),
             String::from_utf8_lossy(&output.stderr).into_owned(),
         )
+    }
+
+    /// Waits until the Telegram journal holds no update (every one answered and recorded so).
+    async fn wait_journal_empty(&self) {
+        let file = self.state.join("channels").join("telegram.json");
+        for _ in 0..2000 {
+            let pending = std::fs::read(&file)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok())
+                .map(|journal| journal["pending"].as_array().map_or(0, Vec::len));
+            if pending == Some(0) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("the Telegram journal {} kept its records", file.display());
     }
 
     /// The bot token and the webhook secret are in no file under the state directory (the
@@ -546,6 +563,43 @@ async fn a_429_is_retried_after_retry_after_and_an_undeliverable_reply_is_report
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn polling_backs_off_after_errors_and_waits_out_a_429() {
+    let server = LlmServer::start(vec![answer("made it")]).await;
+    let bot = FakeBotApi::start(BOT_TOKEN).await;
+    bot.script_updates(vec![
+        (502, json!({"ok": false, "error_code": 502, "description": "Bad Gateway"})),
+        (502, json!({"ok": false, "error_code": 502, "description": "Bad Gateway"})),
+        (
+            429,
+            json!({"ok": false, "error_code": 429, "description": "Too Many Requests: retry after 1", "parameters": {"retry_after": 1}}),
+        ),
+    ]);
+    let setup = Setup::telegram(server.url(), &bot, "allow_from = [42]");
+    let gateway = Gateway::start(&setup);
+    bot.private_message(42, "Ada", "are you there?");
+    bot.wait_delivered(42, 1).await;
+    assert_eq!(bot.delivered_texts(42), ["made it"]);
+    let polls: Vec<_> = bot
+        .calls()
+        .into_iter()
+        .filter(|call| call.method == "getUpdates")
+        .collect();
+    let statuses: Vec<u16> = polls.iter().take(4).map(|call| call.status).collect();
+    assert_eq!(statuses, [502, 502, 429, 200]);
+    // Waits of at least 1 s, then 2 s (backoff), then the 429's retry_after of 1 s.
+    for (index, least) in [(1, 1), (2, 2), (3, 1)] {
+        let waited = polls[index].at.duration_since(polls[index - 1].at);
+        assert!(
+            waited >= Duration::from_secs(least),
+            "poll {index} came {waited:?} after the one before"
+        );
+    }
+    let printed = gateway.terminate();
+    assert!(printed.contains("getUpdates failed"), "the log says so");
+    setup.assert_secrets_nowhere(&printed);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_mid_turn_and_a_restart_answer_every_update_exactly_once() {
     let gate = ReplyGate::new();
     let stopping = ReplyGate::new();
@@ -563,6 +617,9 @@ async fn kill_9_mid_turn_and_a_restart_answer_every_update_exactly_once() {
     let gateway = Gateway::start(&setup);
     let (_, first) = bot.private_message(42, "Ada", "first");
     bot.wait_delivered(42, 1).await;
+    // Done means recorded as done: a kill between the send and the record would send the
+    // reply again (no Bot API call can tell whether a message was sent).
+    setup.wait_journal_empty().await;
     let (second_update, second) = bot.private_message(42, "Ada", "second");
     gate.reached(1).await;
     let mut printed = gateway.kill();
@@ -622,6 +679,7 @@ async fn kill_9_mid_turn_and_a_restart_answer_every_update_exactly_once() {
     client.close().await;
 
     // A graceful stop mid-turn: the message is kept and answered once after the restart.
+    setup.wait_journal_empty().await;
     let (_, fourth) = bot.private_message(42, "Ada", "fourth");
     stopping.reached(1).await;
     printed.push_str(&gateway.terminate());

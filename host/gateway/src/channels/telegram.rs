@@ -393,7 +393,7 @@ impl Telegram {
                         json!({"state": "retrying", "error": error.to_string()}),
                     );
                     attempt += 1;
-                    backoff(attempt)
+                    backoff(attempt - 1)
                 }
             };
             if !self.sleep(wait).await {
@@ -445,7 +445,7 @@ impl Telegram {
                 Ok(_) => {
                     tracing::warn!("Telegram getUpdates answered something other than a list");
                     attempt += 1;
-                    backoff(attempt)
+                    backoff(attempt - 1)
                 }
                 Err(ApiError::RetryAfter(seconds)) => {
                     Duration::from_secs(seconds.min(MAX_RETRY_AFTER))
@@ -457,7 +457,7 @@ impl Telegram {
                         "telegram",
                         json!({"state": "retrying", "error": error.to_string()}),
                     );
-                    backoff(attempt)
+                    backoff(attempt - 1)
                 }
             };
             if !self.sleep(wait).await {
