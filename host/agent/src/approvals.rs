@@ -637,6 +637,14 @@ impl ApprovalBroker {
             Duration::ZERO,
         );
         self.broadcast(session.as_deref(), &OperatorEvent::Requested(request));
+        // If the call is dropped while it waits (the turn interrupted, the client gone), the
+        // request is withdrawn: no front end keeps showing it, nobody can answer it.
+        let mut withdraw = Withdraw {
+            broker: self.clone(),
+            id: id.clone(),
+            session: session.clone(),
+            armed: true,
+        };
         let (decision, by) = match tokio::time::timeout(self.inner.settings.timeout, receiver).await
         {
             Ok(Ok(answer)) => answer,
@@ -645,6 +653,7 @@ impl ApprovalBroker {
                 (ApprovalDecision::Deny, "timeout".to_string())
             }
         };
+        withdraw.armed = false;
         self.broadcast(
             session.as_deref(),
             &OperatorEvent::Resolved {
@@ -814,6 +823,29 @@ impl ApprovalGate for ApprovalBroker {
         let broker = self.clone();
         let tool = tool.to_string();
         Box::pin(async move { broker.decide(tool, plan).await })
+    }
+}
+
+/// Withdraws a waiting request when the call waiting for it is dropped.
+struct Withdraw {
+    broker: ApprovalBroker,
+    id: String,
+    session: Option<String>,
+    armed: bool,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if self.armed && self.broker.lock().pending.remove(&self.id).is_some() {
+            self.broker.broadcast(
+                self.session.as_deref(),
+                &OperatorEvent::Resolved {
+                    id: self.id.clone(),
+                    decision: ApprovalDecision::Deny,
+                    by: "withdrawn".to_string(),
+                },
+            );
+        }
     }
 }
 
@@ -1055,6 +1087,32 @@ mod tests {
                 .await,
         );
         assert!(store.revoke("apv-missing").is_err());
+    }
+
+    #[tokio::test]
+    async fn a_request_whose_call_is_dropped_is_withdrawn() {
+        let broker = ApprovalBroker::new(
+            settings(ExecMode::Allowlist, AskMode::OnMiss, &[]),
+            None,
+            None,
+        );
+        let mut operator = broker.operator(OperatorFilter::All);
+        let review = tokio::spawn(broker.review("exec", plan(vec![command("rm", &["x"])])));
+        let Some(OperatorEvent::Requested(request)) = operator.next().await else {
+            panic!("no request");
+        };
+        review.abort();
+        assert!(review.await.is_err());
+        assert!(matches!(
+            operator.next().await,
+            Some(OperatorEvent::Resolved { id, by, .. }) if id == request.id && by == "withdrawn"
+        ));
+        assert!(broker.pending().is_empty());
+        assert!(
+            operator
+                .resolve(&request.id, ApprovalDecision::AllowOnce, "late")
+                .is_err()
+        );
     }
 
     #[tokio::test]

@@ -516,7 +516,8 @@ async fn open(options: Options) -> Result<Runtime, Failure> {
 fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
     let store = clawcage_agent::ApprovalStore::in_state_dir(&state_dir);
-    let failure = |error: clawcage_agent::ApprovalError| Failure::Tool(format!("clawcage: {error}"));
+    let failure =
+        |error: clawcage_agent::ApprovalError| Failure::Tool(format!("clawcage: {error}"));
     match command {
         ApprovalsCommand::List { json } => {
             let stored = store.list().map_err(failure)?;
@@ -818,7 +819,8 @@ async fn serve_mcp(runtime: &Runtime, http: Option<String>) -> Result<(), Failur
     );
     let Some(address) = http else {
         let server = McpServer::new(registry, &instructions, "mcp-stdio")
-            .with_call_time_limit(runtime.limits().timeout);
+            .with_call_time_limit(runtime.limits().timeout)
+            .with_approvals(runtime.approvals().clone());
         tracing::info!(tools = tool_count, "serving MCP over stdio");
         return server
             .serve_stdio()
@@ -826,7 +828,8 @@ async fn serve_mcp(runtime: &Runtime, http: Option<String>) -> Result<(), Failur
             .map_err(|error| Failure::Tool(error.to_string()));
     };
     let server = McpServer::new(registry, &instructions, "mcp-http")
-        .with_call_time_limit(runtime.limits().timeout);
+        .with_call_time_limit(runtime.limits().timeout)
+        .with_approvals(runtime.approvals().clone());
     let address = loopback_address(&address).await?;
     let listener = tokio::net::TcpListener::bind(address)
         .await

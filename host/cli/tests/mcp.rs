@@ -81,14 +81,28 @@ impl Fixture {
 
 /// Runs the Python MCP client with `calls` over `transport` and returns its report.
 fn run_client(python: &Path, calls: &Value, transport: &[String]) -> Value {
+    run_client_answering(python, calls, transport, None)
+}
+
+/// [`run_client`], the client declaring elicitation and answering with `answers` when given.
+fn run_client_answering(
+    python: &Path,
+    calls: &Value,
+    transport: &[String],
+    answers: Option<&[&str]>,
+) -> Value {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/mcp_client.py");
-    let output = Command::new(python)
+    let mut command = Command::new(python);
+    command
         .arg(&script)
         .arg(calls.to_string())
         .args(transport)
         .env_remove("RUST_LOG")
-        .output()
-        .expect("the MCP client runs");
+        .env_remove("MCP_ELICIT_ANSWERS");
+    if let Some(answers) = answers {
+        command.env("MCP_ELICIT_ANSWERS", json!(answers).to_string());
+    }
+    let output = command.output().expect("the MCP client runs");
     assert!(
         output.status.success(),
         "the MCP client failed ({}):\n{}",
@@ -684,4 +698,65 @@ fn a_call_ends_at_its_limit_and_its_programs_stop_using_cpu() {
             "{command}: the server used {used} ticks of CPU in the second after the call ended"
         );
     }
+}
+
+#[test]
+fn exec_approvals_are_asked_through_elicitation_and_without_it_the_fallback_decides() {
+    let python = match python_with_mcp() {
+        Ok(python) => python,
+        Err(reason) => return skip("mcp elicitation", &reason),
+    };
+    let fixture =
+        Fixture::new("[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nallow = [\"ls *\"]\n");
+    for dir in ["build", "dist"] {
+        std::fs::create_dir(fixture.workspace().join(dir)).unwrap();
+    }
+    let mut transport = vec![
+        "stdio".to_string(),
+        env!("CARGO_BIN_EXE_clawcage").to_string(),
+    ];
+    transport.extend(fixture.server_args(&[]));
+    let exec = |command: &str| json!({"name": "exec", "arguments": {"command": command}});
+    let calls = json!([exec("rm -r build"), exec("rm -r dist"), exec("ls")]);
+    let report = run_client_answering(&python, &calls, &transport, Some(&["allow-once", "deny"]));
+    let results = report["calls"].as_array().unwrap();
+    assert_eq!(results[0]["is_error"], false, "{report:#}");
+    assert!(!fixture.workspace().join("build").exists());
+    assert_eq!(results[1]["is_error"], true, "{report:#}");
+    assert!(
+        results[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains("denied by the operator"),
+        "{report:#}"
+    );
+    assert!(fixture.workspace().join("dist").exists());
+    // `ls` is on the allowlist: nobody is asked.
+    assert_eq!(results[2]["is_error"], false, "{report:#}");
+    let asked = report["elicitations"].as_array().unwrap();
+    assert_eq!(asked.len(), 2, "{report:#}");
+    assert!(
+        asked[0]["message"]
+            .as_str()
+            .unwrap()
+            .contains("rm -r build"),
+        "{report:#}"
+    );
+    assert_eq!(
+        asked[0]["schema"]["properties"]["decision"]["enum"],
+        json!(["allow-once", "allow-always", "deny"])
+    );
+
+    // A client without elicitation: nobody can be asked, the fallback (deny) decides.
+    let report = run_client(&python, &json!([exec("rm -r dist")]), &transport);
+    let result = &report["calls"][0];
+    assert_eq!(result["is_error"], true, "{report:#}");
+    assert!(
+        result["text"]
+            .as_str()
+            .unwrap()
+            .contains("no operator is connected"),
+        "{report:#}"
+    );
+    assert!(fixture.workspace().join("dist").exists());
 }

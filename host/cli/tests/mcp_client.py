@@ -8,6 +8,10 @@ prints one JSON object on stdout with what the server answered; the Rust tests a
 
 CALLS_JSON is a JSON list of {"name": TOOL, "arguments": {...}}. A call naming a tool the server
 does not list is skipped and reported as {"skipped": true}.
+
+With MCP_ELICIT_ANSWERS set to a JSON list of decisions ("allow-once", "allow-always", "deny",
+or "decline"), the client declares elicitation and answers the server's elicitation requests with
+them in order (the messages are reported under "elicitations").
 """
 
 import asyncio
@@ -16,7 +20,7 @@ import os
 import sys
 from datetime import timedelta
 
-from mcp import ClientSession, StdioServerParameters
+from mcp import ClientSession, StdioServerParameters, types
 from mcp.client.stdio import stdio_client
 from mcp.client.streamable_http import streamablehttp_client
 
@@ -57,22 +61,43 @@ async def exercise(session: ClientSession, calls: list) -> dict:
     }
 
 
+ELICITATIONS: list = []
+
+
+def elicitation_callback():
+    answers = os.environ.get("MCP_ELICIT_ANSWERS")
+    if answers is None:
+        return None
+    queue = json.loads(answers)
+
+    async def answer(_context, params):
+        ELICITATIONS.append({"message": params.message, "schema": params.requestedSchema})
+        decision = queue.pop(0) if queue else "decline"
+        if decision == "decline":
+            return types.ElicitResult(action="decline")
+        return types.ElicitResult(action="accept", content={"decision": decision})
+
+    return answer
+
+
 async def main() -> None:
     calls = json.loads(sys.argv[1])
+    callback = elicitation_callback()
     transport = sys.argv[2]
     if transport == "stdio":
         parameters = StdioServerParameters(
             command=sys.argv[3], args=sys.argv[4:], env=dict(os.environ)
         )
         async with stdio_client(parameters) as (read, write):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, elicitation_callback=callback) as session:
                 report = await exercise(session, calls)
     elif transport == "http":
         async with streamablehttp_client(sys.argv[3]) as (read, write, _session_id):
-            async with ClientSession(read, write) as session:
+            async with ClientSession(read, write, elicitation_callback=callback) as session:
                 report = await exercise(session, calls)
     else:
         raise SystemExit(f"unknown transport {transport!r}; use stdio or http")
+    report["elicitations"] = ELICITATIONS
     print(json.dumps(report))
 
 

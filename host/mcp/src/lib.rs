@@ -18,13 +18,17 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawcage_agent::AuditedRegistry;
+use clawcage_agent::approvals::{ApprovalBroker, OperatorEvent, OperatorFilter, OperatorHandle};
 use clawcage_agent::audit::new_session_id;
+use clawcage_agent::session::with_session_key;
+use clawcage_core::approval::ApprovalDecision;
 use clawcage_core::{ToolError, ToolOutput};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
 };
-use rmcp::service::RequestContext;
+use rmcp::model::{ElicitRequestParams, ElicitationAction, ElicitationSchema};
+use rmcp::service::{Peer, RequestContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
@@ -74,6 +78,9 @@ pub struct McpServer {
     time_limit: Duration,
     /// [`CALL_TIME_MARGIN`] (shorter in tests).
     margin: Duration,
+    /// The approvals broker: a call's approval requests are asked through MCP elicitation when
+    /// the client supports it (else `ask_fallback` decides).
+    approvals: Option<ApprovalBroker>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -120,7 +127,15 @@ impl McpServer {
             session: new_session_id(session_prefix),
             time_limit: DEFAULT_CALL_TIME_LIMIT,
             margin: CALL_TIME_MARGIN,
+            approvals: None,
         }
+    }
+
+    /// The same server asking the client's user, through MCP elicitation, about the approval
+    /// requests of its calls (clients without elicitation get `ask_fallback`).
+    pub fn with_approvals(mut self, approvals: ApprovalBroker) -> Self {
+        self.approvals = Some(approvals);
+        self
     }
 
     /// The same server for tools that stop themselves after `limit` (the run's `[limits]
@@ -173,7 +188,12 @@ impl McpServer {
     /// cannot stall other requests, and the deadline below still fires. When the deadline
     /// passes or this future is dropped (the client cancelled), the call is dropped at its next
     /// yield and the audit log records it as cancelled.
-    async fn call(&self, session: &str, request: CallToolRequestParams) -> CallToolResult {
+    async fn call(
+        &self,
+        session: &str,
+        request: CallToolRequestParams,
+        elicit: Option<Peer<RoleServer>>,
+    ) -> CallToolResult {
         let name = request.name.to_string();
         let args = Value::Object(request.arguments.unwrap_or_default());
         // The transports refuse deeper messages before parsing them; this bound holds for any
@@ -186,6 +206,18 @@ impl McpServer {
         }
         let registry = self.registry.clone();
         let session = session.to_string();
+        // The call runs as the MCP session's work, so its approval requests name that session
+        // and only this client's user is asked.
+        let asker = match (&self.approvals, elicit) {
+            (Some(approvals), Some(peer)) => {
+                Some(AbortOnDrop(tokio::spawn(ask_through_elicitation(
+                    approvals.operator(OperatorFilter::Session(session.clone())),
+                    peer,
+                ))))
+            }
+            _ => None,
+        };
+        let waits_for_people = asker.is_some();
         let stop = CancellationToken::new();
         let _stop_when_done = stop.clone().drop_guard();
         let runtime = tokio::runtime::Handle::current();
@@ -194,15 +226,20 @@ impl McpServer {
         let running = tokio::task::spawn_blocking(move || {
             runtime.block_on(
                 async move {
+                    let key = session.clone();
                     tokio::select! {
-                        result = registry.execute_value(&session, &tool, &args) => Some(result),
+                        result = with_session_key(key, registry.execute_value(&session, &tool, &args)) => Some(result),
                         () = stop.cancelled() => None,
                     }
                 }
                 .instrument(span),
             )
         });
-        let deadline = self.time_limit.saturating_add(self.margin);
+        let mut deadline = self.time_limit.saturating_add(self.margin);
+        if waits_for_people && let Some(approvals) = &self.approvals {
+            // A person may take up to the approvals timeout to answer before the call starts.
+            deadline = deadline.saturating_add(approvals.settings().timeout);
+        }
         match tokio::time::timeout(deadline, running).await {
             Ok(Ok(Some(result))) => tool_result(result),
             Ok(Ok(None)) => error_result(&ToolError::Failed(format!(
@@ -223,6 +260,67 @@ impl McpServer {
                 )))
             }
         }
+    }
+}
+
+/// Aborts its task when dropped (when the call ends, however it ends).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// Asks the client's user about each approval request of the call, through MCP elicitation: a
+/// form with one choice, `allow-once`, `allow-always` or `deny`. Declined, cancelled, an invalid
+/// answer or a failed elicitation deny.
+async fn ask_through_elicitation(mut operator: OperatorHandle, peer: Peer<RoleServer>) {
+    let schema = serde_json::json!({
+        "type": "object",
+        "properties": {
+            "decision": {
+                "type": "string",
+                "title": "Decision",
+                "enum": ["allow-once", "allow-always", "deny"],
+            }
+        },
+        "required": ["decision"],
+    });
+    let Ok(schema) = serde_json::from_value::<ElicitationSchema>(schema) else {
+        tracing::error!("the approval form cannot be built; approvals fall back to deny");
+        return;
+    };
+    while let Some(event) = operator.next().await {
+        let OperatorEvent::Requested(request) = event else {
+            continue;
+        };
+        let message = format!(
+            "{}\nAllow it? allow-once runs it this time, allow-always keeps allowing it, deny refuses it.",
+            request.describe()
+        );
+        let answer = peer
+            .create_elicitation(ElicitRequestParams::FormElicitationParams {
+                meta: None,
+                message,
+                requested_schema: schema.clone(),
+            })
+            .await;
+        let decision = match answer {
+            Ok(result) if result.action == ElicitationAction::Accept => result
+                .content
+                .as_ref()
+                .and_then(|content| content.get("decision"))
+                .and_then(Value::as_str)
+                .and_then(ApprovalDecision::parse)
+                .unwrap_or(ApprovalDecision::Deny),
+            Ok(_) => ApprovalDecision::Deny,
+            Err(error) => {
+                tracing::warn!("the approval could not be asked through elicitation: {error}");
+                ApprovalDecision::Deny
+            }
+        };
+        let _ = operator.resolve(&request.id, decision, "mcp-elicitation");
     }
 }
 
@@ -271,10 +369,15 @@ impl ServerHandler for McpServer {
             .and_then(|value| value.to_str().ok())
             .map(|id| format!("mcp-http-{id}"))
             .unwrap_or_else(|| self.session.clone());
+        let elicit = context
+            .peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.elicitation.is_some())
+            .then(|| context.peer.clone());
         // A cancelled request drops the call: the instance is dropped with it and the audit log
         // records the call as cancelled.
         tokio::select! {
-            result = self.call(&session, request) => Ok(result.into()),
+            result = self.call(&session, request, elicit) => Ok(result.into()),
             () = context.ct.cancelled() => Err(ErrorData::internal_error("the request was cancelled", None)),
         }
     }
@@ -351,15 +454,17 @@ mod tests {
     #[tokio::test]
     async fn a_tool_error_is_a_tool_result_with_is_error_and_its_text() {
         let server = server();
-        let result = server.call("s", upper(json!({"text": "abc"}))).await;
+        let result = server.call("s", upper(json!({"text": "abc"})), None).await;
         assert_eq!(result.is_error, Some(false));
         assert_eq!(text(&result), "ABC");
 
-        let result = server.call("s", upper(json!({"text": ""}))).await;
+        let result = server.call("s", upper(json!({"text": ""})), None).await;
         assert_eq!(result.is_error, Some(true));
         assert_eq!(text(&result), "denied: empty text is not allowed");
 
-        let schema_fail = server.call("s", CallToolRequestParams::new("upper")).await;
+        let schema_fail = server
+            .call("s", CallToolRequestParams::new("upper"), None)
+            .await;
         assert_eq!(schema_fail.is_error, Some(true));
         assert!(
             text(&schema_fail).starts_with("invalid arguments:"),
@@ -367,7 +472,9 @@ mod tests {
             text(&schema_fail)
         );
 
-        let unknown = server.call("s", CallToolRequestParams::new("nope")).await;
+        let unknown = server
+            .call("s", CallToolRequestParams::new("nope"), None)
+            .await;
         assert_eq!(unknown.is_error, Some(true));
         assert!(text(&unknown).contains("unknown tool `nope`"));
     }
@@ -379,7 +486,7 @@ mod tests {
             deep = json!([deep]);
         }
         let result = server()
-            .call("s", upper(json!({"text": "x", "deep": deep})))
+            .call("s", upper(json!({"text": "x", "deep": deep})), None)
             .await;
         assert_eq!(result.is_error, Some(true));
         assert!(
@@ -395,7 +502,7 @@ mod tests {
     async fn a_call_past_its_deadline_is_answered_and_abandoned() {
         let mut server = server().with_call_time_limit(Duration::from_millis(50));
         server.margin = Duration::from_millis(50);
-        let result = server.call("s", upper(json!({"text": "hang"}))).await;
+        let result = server.call("s", upper(json!({"text": "hang"})), None).await;
         assert_eq!(result.is_error, Some(true));
         assert!(
             text(&result).contains("did not finish within its time limit of 0.05 s"),
@@ -403,13 +510,15 @@ mod tests {
             text(&result)
         );
         // The server still serves.
-        let result = server.call("s", upper(json!({"text": "ok"}))).await;
+        let result = server.call("s", upper(json!({"text": "ok"})), None).await;
         assert_eq!(text(&result), "OK");
     }
 
     #[tokio::test]
     async fn a_tool_that_panics_is_answered_with_an_error() {
-        let result = server().call("s", upper(json!({"text": "panic"}))).await;
+        let result = server()
+            .call("s", upper(json!({"text": "panic"})), None)
+            .await;
         assert_eq!(result.is_error, Some(true));
         assert!(
             text(&result).contains("stopped unexpectedly"),
