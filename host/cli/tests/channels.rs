@@ -911,7 +911,15 @@ fn hook_config(receiver: &str, reply_port_allowed: bool) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_replayed_stale_or_oversized_webhooks_are_refused_and_a_signed_one_is_answered() {
-    let server = LlmServer::start(vec![answer("all green")]).await;
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool(
+            "m-1",
+            "message",
+            json!({"content": "checking the deploy"}),
+        )]),
+        answer("all green"),
+    ])
+    .await;
     let receiver = HookReceiver::start().await;
     let setup = Setup::new(server.url(), &hook_config(receiver.url(), true));
     let gateway = Gateway::start(&setup);
@@ -982,8 +990,13 @@ async fn bad_replayed_stale_or_oversized_webhooks_are_refused_and_a_signed_one_i
     let (status, text) = post(&url, &signed, body.clone()).await;
     assert_eq!(status, 401);
     assert!(text.contains("replay"), "{text}");
-    let received = receiver.wait_for(1).await;
-    let reply = &received[0];
+    let received = receiver.wait_for(2).await;
+    // The message tool's text first (during the turn), then the reply.
+    let progress: Value = serde_json::from_slice(&received[0].body).unwrap();
+    assert_eq!(progress["kind"], "message");
+    assert_eq!(progress["text"], "checking the deploy");
+    assert_eq!(progress["peer"], "ada");
+    let reply = &received[1];
     assert_eq!(reply.path, "/reply");
     let payload: Value = serde_json::from_slice(&reply.body).unwrap();
     assert_eq!(payload["text"], "all green");
@@ -1001,7 +1014,8 @@ async fn bad_replayed_stale_or_oversized_webhooks_are_refused_and_a_signed_one_i
             hex::encode(hmac_sha256(HOOK_SECRET.as_bytes(), &signed_message))
         )
     );
-    assert_eq!(model_inputs(&server), ["deploy status?"]);
+    assert_eq!(model_inputs(&server)[0], "deploy status?");
+    assert_eq!(server.requests().len(), 2);
     let sessions = client.request("sessions.list", json!({})).await;
     let keys: Vec<&str> = sessions["payload"]["sessions"]
         .as_array()
