@@ -1025,7 +1025,14 @@ async fn bad_replayed_stale_or_oversized_webhooks_are_refused_and_a_signed_one_i
         .collect();
     assert_eq!(keys, ["agent:main:webhook:ops:ada"]);
     client.close().await;
-    let printed = gateway.terminate();
+    let mut printed = gateway.terminate();
+    // The replay cache survives a restart: the same request inside its window is still refused.
+    let gateway = Gateway::start(&setup);
+    let (status, text) = post(&gateway.hook_url("ops"), &signed, body.clone()).await;
+    assert_eq!(status, 401, "{text}");
+    assert!(text.contains("replay"), "{text}");
+    assert_eq!(server.requests().len(), 2, "nothing new reached the model");
+    printed.push_str(&gateway.terminate());
     setup.assert_secrets_nowhere(&printed);
 }
 

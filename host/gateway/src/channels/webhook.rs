@@ -7,7 +7,7 @@
 //! with the hook's secret, of the timestamp, a `.`, and the body's bytes. An inbound request is
 //! accepted only with a valid signature (checked in constant time), a timestamp inside the
 //! replay window (default 5 minutes either way) and a signature not seen before within that
-//! window; anything else is 401 and nothing enters a session. The body (at most 64 KiB) is
+//! window (the cache survives a restart); anything else is 401 and nothing enters a session. The body (at most 64 KiB) is
 //! `{"message": "...", "peer"?: "...", "id"?: "..."}`; the answer is 202 with the run's id.
 
 use std::collections::HashMap;
@@ -96,7 +96,98 @@ pub struct Webhooks {
     hooks: HashMap<String, Hook>,
     post: HttpPost,
     /// Signatures accepted within their window: `(hook, signature)` → when they expire.
-    seen: Mutex<HashMap<(String, Vec<u8>), u64>>,
+    seen: Mutex<Seen>,
+}
+
+/// The replay cache, kept across restarts in `<state-dir>/channels/webhooks-seen.log`: one line
+/// `<hook> <signature hex> <expires>` appended (and synced) per accepted request before it is
+/// handled, the file rewritten with the live entries at the start and whenever the dead ones
+/// outnumber them.
+struct Seen {
+    entries: HashMap<(String, Vec<u8>), u64>,
+    file: std::path::PathBuf,
+    /// Lines in the file.
+    lines: usize,
+}
+
+impl Seen {
+    fn load(file: std::path::PathBuf, now: u64) -> Seen {
+        let mut entries = HashMap::new();
+        if let Ok(bytes) = clawcage_core::files::read_regular_file(
+            &file,
+            64 << 20,
+            clawcage_core::files::Symlinks::Refuse,
+        ) {
+            for line in String::from_utf8_lossy(&bytes).lines() {
+                let mut words = line.split(' ');
+                if let (Some(hook), Some(Ok(signature)), Some(Ok(expires))) = (
+                    words.next(),
+                    words.next().map(hex::decode),
+                    words.next().map(str::parse::<u64>),
+                ) && expires >= now
+                {
+                    entries.insert((hook.to_string(), signature), expires);
+                }
+            }
+        }
+        let mut seen = Seen {
+            entries,
+            file,
+            lines: 0,
+        };
+        seen.compact();
+        seen
+    }
+
+    fn compact(&mut self) {
+        if let Err(error) = self.rewrite() {
+            tracing::warn!(%error, file = %self.file.display(), "cannot rewrite the webhooks' replay cache");
+        }
+    }
+
+    fn rewrite(&mut self) -> std::io::Result<()> {
+        let text: String = self
+            .entries
+            .iter()
+            .map(|((hook, signature), expires)| {
+                format!("{hook} {} {expires}\n", hex::encode(signature))
+            })
+            .collect();
+        clawcage_core::files::write_atomically(&self.file, text.as_bytes(), true)?;
+        self.lines = self.entries.len();
+        Ok(())
+    }
+
+    fn append(&mut self, line: &str) -> std::io::Result<()> {
+        use std::io::Write as _;
+        let mut options = std::fs::OpenOptions::new();
+        options.create(true).append(true);
+        #[cfg(unix)]
+        {
+            use std::os::unix::fs::OpenOptionsExt as _;
+            options.mode(0o600);
+        }
+        let mut file = options.open(&self.file)?;
+        file.write_all(line.as_bytes())?;
+        file.sync_data()?;
+        self.lines += 1;
+        Ok(())
+    }
+
+    /// Records an accepted signature durably; on an error it is not recorded at all.
+    fn record(&mut self, hook: &str, signature: &[u8], expires: u64) -> std::io::Result<()> {
+        let key = (hook.to_string(), signature.to_vec());
+        self.entries.insert(key.clone(), expires);
+        let written = if self.lines > 1000 && self.lines > 2 * self.entries.len() {
+            self.rewrite()
+        } else {
+            self.append(&format!("{hook} {} {expires}\n", hex::encode(signature)))
+        };
+        if written.is_err() {
+            self.entries.remove(&key);
+        }
+        written
+    }
 }
 
 fn peer_ok(peer: &str) -> bool {
@@ -134,11 +225,20 @@ impl Webhooks {
             "webhooks",
             json!({"state": "listening", "hooks": hooks.len()}),
         );
+        let seen = Seen::load(
+            shared
+                .hub
+                .parts
+                .state_dir
+                .join("channels")
+                .join("webhooks-seen.log"),
+            now_secs(),
+        );
         Ok(Arc::new(Webhooks {
             shared,
             hooks,
             post,
-            seen: Mutex::new(HashMap::new()),
+            seen: Mutex::new(seen),
         }))
     }
 
@@ -225,18 +325,24 @@ impl Webhooks {
                 .seen
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            seen.retain(|_, expires| *expires >= now);
+            seen.entries.retain(|_, expires| *expires >= now);
             let entry = (name.to_string(), signature.clone());
-            if seen.contains_key(&entry) {
+            if seen.entries.contains_key(&entry) {
                 return unauthorized("this signed request was seen before (a replay)");
             }
-            if seen.len() >= MAX_SEEN {
+            if seen.entries.len() >= MAX_SEEN {
                 return refuse(
                     http::StatusCode::SERVICE_UNAVAILABLE,
                     "too many requests within the replay window; retry later",
                 );
             }
-            seen.insert(entry, sent_at + hook.window + 1);
+            if let Err(error) = seen.record(name, &signature, sent_at + hook.window + 1) {
+                tracing::error!(%error, "cannot record a webhook signature in the replay cache");
+                return refuse(
+                    http::StatusCode::SERVICE_UNAVAILABLE,
+                    "the gateway cannot record the request against replays; retry later",
+                );
+            }
         }
         let payload: Value = match serde_json::from_slice(&body) {
             Ok(payload @ Value::Object(_)) => payload,
@@ -419,6 +525,33 @@ mod tests {
             hex::encode(mac.finalize().into_bytes()),
             "5bdcc146bf60754e6a042426089575c75a003f089d2739839dec58b964ec3843"
         );
+    }
+
+    #[test]
+    fn the_replay_cache_survives_a_reload_and_forgets_expired_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("seen.log");
+        std::fs::write(&file, "ops 00ff 50\nops zz 500\ngarbage\nops 0a0b 90\n").unwrap();
+        let mut seen = Seen::load(file.clone(), 60);
+        assert_eq!(
+            seen.entries.len(),
+            1,
+            "the expired and broken lines are dropped"
+        );
+        assert!(
+            seen.entries
+                .contains_key(&("ops".to_string(), vec![0x0a, 0x0b]))
+        );
+        seen.record("ops", &[1, 2, 3], 120).unwrap();
+        let reloaded = Seen::load(file.clone(), 100);
+        assert_eq!(reloaded.entries.len(), 1, "0a0b expired at 90");
+        assert_eq!(
+            reloaded.entries.get(&("ops".to_string(), vec![1, 2, 3])),
+            Some(&120)
+        );
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = std::fs::metadata(&file).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
     }
 
     #[test]
