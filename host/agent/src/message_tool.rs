@@ -61,7 +61,7 @@ impl MessageTool {
                         "type": "string",
                         "minLength": 1,
                         "maxLength": 100,
-                        "description": "Where to send it; leave out for the current conversation."
+                        "description": "Where to send it; leave out for the current conversation (in a chat app, the same chat). Another destination, such as telegram:<chatId> or webhook:<name>, works only where the operator allows it."
                     }
                 },
                 "required": ["content"],
