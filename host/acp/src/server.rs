@@ -433,7 +433,8 @@ impl Server {
                 let OperatorEvent::Requested(request) = event else {
                     continue;
                 };
-                let Some(connection) = this.upgrade().and_then(|server| server.connection.get().cloned())
+                let server = this.upgrade();
+                let Some(connection) = server.and_then(|server| server.connection.get().cloned())
                 else {
                     continue;
                 };
@@ -442,13 +443,13 @@ impl Server {
                     "toolCall": {
                         "toolCallId": request.id,
                         "title": request.describe(),
-                        "kind": "execute",
+                        "kind": updates::tool_kind(&request.tool),
                         "status": "pending",
                         "rawInput": {"command": request.plan.command, "reasons": request.reasons},
                     },
                     "options": [
                         {"optionId": "allow-once", "name": "Allow once", "kind": "allow_once"},
-                        {"optionId": "allow-always", "name": "Always allow this command", "kind": "allow_always"},
+                        {"optionId": "allow-always", "name": "Always allow", "kind": "allow_always"},
                         {"optionId": "reject", "name": "Reject", "kind": "reject_once"},
                     ],
                 });

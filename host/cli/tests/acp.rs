@@ -822,6 +822,13 @@ async fn approvals_become_permission_requests_the_editor_answers() {
         .filter_map(|option| option["kind"].as_str())
         .collect();
     assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
+    assert_eq!(asked[0]["toolCall"]["kind"], "execute");
+    assert!(
+        asked[0]["toolCall"]["title"]
+            .as_str()
+            .unwrap()
+            .contains("cat first.txt")
+    );
     let end = |id: &str| {
         updates_of_kind(&seen, "tool_call_update")
             .into_iter()
