@@ -699,6 +699,13 @@ async fn malformed_updates_are_skipped_and_a_bad_token_is_reported_without_the_t
     let server = LlmServer::start(vec![answer("still here")]).await;
     let bot = FakeBotApi::start(BOT_TOKEN).await;
     let setup = Setup::telegram(server.url(), &bot, "dm_policy = \"open\"");
+    // A flood of an answer is cut off, not read whole.
+    let flood = "x".repeat(17 << 20);
+    bot.script_updates(vec![(
+        200,
+        json!({"ok": true, "result": [{"update_id": 1, "message": {"from": {"id": 43, "is_bot": false, "first_name": "Eve"}, "chat": {"id": 43, "type": "private"}, "text": flood}}]}),
+    )]);
+    drop(flood);
     let gateway = Gateway::start(&setup);
     bot.push_raw(json!({"message": "not an object"}));
     bot.push_raw(json!({"message": {"chat": {"id": "x"}, "text": 5}}));
@@ -708,6 +715,10 @@ async fn malformed_updates_are_skipped_and_a_bad_token_is_reported_without_the_t
     bot.wait_delivered(43, 1).await;
     assert_eq!(model_inputs(&server), ["open door"]);
     let printed = gateway.terminate();
+    assert!(
+        printed.contains("larger than 16 MiB"),
+        "the flood was refused"
+    );
     setup.assert_secrets_nowhere(&printed);
 
     // A token the Bot API refuses: said in the status and the log, the token never shown.

@@ -40,6 +40,9 @@ const SEND_ATTEMPTS: u32 = 6;
 /// The longest `retry_after` honoured by waiting (longer ones count as a failed attempt).
 const MAX_RETRY_AFTER: u64 = 300;
 
+/// The largest Bot API answer read (a full `getUpdates` batch is far smaller).
+const MAX_ANSWER_BYTES: usize = 16 << 20;
+
 /// The longest text handed to the agent, in characters.
 const MAX_INPUT_CHARS: usize = 20_000;
 
@@ -156,10 +159,21 @@ impl Api {
             // The URL holds the token: errors never carry it.
             .map_err(|error| ApiError::Network(error.without_url().to_string()))?;
         let status = response.status().as_u16();
-        let bytes = response
-            .bytes()
+        let mut response = response;
+        let mut bytes = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
             .await
-            .map_err(|error| ApiError::Network(error.without_url().to_string()))?;
+            .map_err(|error| ApiError::Network(error.without_url().to_string()))?
+        {
+            if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
+                return Err(ApiError::Network(format!(
+                    "the answer to {method} is larger than {} MiB",
+                    MAX_ANSWER_BYTES >> 20
+                )));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
         let answer: Value = match serde_json::from_slice(&bytes) {
             Ok(answer) => answer,
             Err(_) if status >= 500 || status == 429 => {
