@@ -491,8 +491,16 @@ fn typescript_sdk(test: &str) -> Option<PathBuf> {
     let modules = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim().to_string());
     let dir = modules.parent().unwrap().to_path_buf();
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
+    // Replaced by a rename, so a node of a concurrent test reads the old file or the new one,
+    // never a half-written one.
     for script in ["acp_client.mjs", "acp_fake_agent.mjs"] {
-        std::fs::copy(tests.join(script), dir.join(script)).unwrap();
+        let staging = dir.join(format!(
+            ".{script}.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
+        std::fs::copy(tests.join(script), &staging).unwrap();
+        std::fs::rename(&staging, dir.join(script)).unwrap();
     }
     Some(dir)
 }
