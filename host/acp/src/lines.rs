@@ -47,18 +47,34 @@ where
     ))
 }
 
-/// A sink writing each line to `writer` with its newline, flushed.
+/// A sink writing each line to `writer` with its newline, flushed. Once the reader has gone
+/// (a broken pipe: the editor closed its end while an update was on its way), later lines are
+/// dropped instead of failing the connection: nobody is left to read them, and the end of the
+/// input then ends the session cleanly.
 pub fn outgoing<W>(writer: W) -> Outgoing
 where
     W: AsyncWrite + Send + Unpin + 'static,
 {
     Box::pin(futures_util::sink::unfold(
-        writer,
-        |mut writer, line: String| async move {
-            writer.write_all(line.as_bytes()).await?;
-            writer.write_all(b"\n").await?;
-            writer.flush().await?;
-            Ok::<_, io::Error>(writer)
+        (writer, false),
+        |(mut writer, gone), line: String| async move {
+            if gone {
+                return Ok::<_, io::Error>((writer, true));
+            }
+            let written = async {
+                writer.write_all(line.as_bytes()).await?;
+                writer.write_all(b"\n").await?;
+                writer.flush().await
+            }
+            .await;
+            match written {
+                Ok(()) => Ok((writer, false)),
+                Err(error) if error.kind() == io::ErrorKind::BrokenPipe => {
+                    tracing::debug!("the client closed its input; dropping what is left to send");
+                    Ok((writer, true))
+                }
+                Err(error) => Err(error),
+            }
         },
     ))
 }
@@ -141,6 +157,18 @@ mod tests {
         assert!(lines[0].contains("17 bytes was discarded"), "{}", lines[0]);
         assert!(serde_json::from_str::<serde_json::Value>(&lines[0]).is_err());
         assert_eq!(lines[1], "{\"ok\":true}");
+    }
+
+    #[tokio::test]
+    async fn lines_to_a_reader_that_has_gone_are_dropped_not_an_error() {
+        use futures_util::SinkExt as _;
+        let (writer, reader) = tokio::io::duplex(64);
+        let mut sink = outgoing(writer);
+        sink.send("first".to_string()).await.unwrap();
+        drop(reader);
+        // The pipe is broken now: sending goes on quietly.
+        sink.send("second".to_string()).await.unwrap();
+        sink.send("third".to_string()).await.unwrap();
     }
 
     #[tokio::test]
