@@ -353,7 +353,11 @@ async fn repeated_operator_denials_end_the_turn_instead_of_asking_again() {
         outcome.text
     );
     assert_eq!(run.calls(), 3);
-    assert_eq!(server.requests().len(), 3, "no model call after the third denial");
+    assert_eq!(
+        server.requests().len(),
+        3,
+        "no model call after the third denial"
+    );
 }
 
 #[tokio::test]

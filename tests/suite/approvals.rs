@@ -266,8 +266,10 @@ async fn a_host_off_the_allow_list_is_asked_and_an_approval_allows_exactly_that_
         .map("docs.test", &["127.0.0.1"])
         .map("other.test", &["127.0.0.1"]);
     let state = tempfile::tempdir().unwrap();
-    let mut config = ApprovalSettings::default();
-    config.network_ask = true;
+    let config = ApprovalSettings {
+        network_ask: true,
+        ..ApprovalSettings::default()
+    };
     let broker = ApprovalBroker::new(
         config,
         Some(ApprovalStore::in_state_dir(state.path())),

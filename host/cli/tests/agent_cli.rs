@@ -405,7 +405,9 @@ async fn demo_narrates_a_session_without_a_key() {
         "{stdout}"
     );
     assert!(
-        stdout.contains("approval needed: rm notes/draft.txt; ls notes → the script answers: allow-once"),
+        stdout.contains(
+            "approval needed: rm notes/draft.txt; ls notes → the script answers: allow-once"
+        ),
         "{stdout}"
     );
     assert!(stdout.contains("todo.txt"), "{stdout}");
