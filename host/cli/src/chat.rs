@@ -253,18 +253,7 @@ async fn answer_inline(
     for reason in &request.reasons {
         outln!("    (why: {reason})");
     }
-    let decision = loop {
-        match prompt
-            .ask("  allow? [y] once, [a] always, [n] deny: ")
-            .await?
-        {
-            Input::Line(line) => match ApprovalDecision::parse(&line) {
-                Some(decision) => break decision,
-                None => outln!("  answer y, a or n"),
-            },
-            Input::Interrupted | Input::End => break ApprovalDecision::Deny,
-        }
-    };
+    let decision = crate::prompt::ask_decision(prompt).await?;
     match approvals.resolve(&request.id, decision, "chat") {
         Ok(()) => outln!("  {}", decision.as_str()),
         Err(error) => outln!("  {error}"),

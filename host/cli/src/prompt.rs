@@ -121,3 +121,23 @@ pub fn print_tool_summary(name: &str, description: &str, grants: &str) {
     outln!("  {}  — {}", name, summary.trim_end_matches('.'));
     outln!("      reaches: {grants}");
 }
+
+/// Asks for a decision on an approval request until one is given: `y` once, `a` always, `n`
+/// deny; Ctrl-C or the end of the input deny.
+pub async fn ask_decision(
+    prompt: &mut Prompt,
+) -> Result<clawcage_core::approval::ApprovalDecision, Failure> {
+    use clawcage_core::approval::ApprovalDecision;
+    loop {
+        match prompt
+            .ask("  allow? [y] once, [a] always, [n] deny: ")
+            .await?
+        {
+            Input::Line(line) => match ApprovalDecision::parse(&line) {
+                Some(decision) => return Ok(decision),
+                None => outln!("  answer y, a or n"),
+            },
+            Input::Interrupted | Input::End => return Ok(ApprovalDecision::Deny),
+        }
+    }
+}

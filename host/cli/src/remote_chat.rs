@@ -19,8 +19,6 @@ use clawcage_gateway::{Client, ClientError};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use clawcage_core::approval::ApprovalDecision;
-
 use crate::Failure;
 use crate::prompt::{Input, Prompt, print_tool_summary};
 use crate::render::{Console, Shown, Sink};
@@ -272,18 +270,7 @@ async fn answer_approval(
     for line in text(request, "summary").lines() {
         outln!("    {line}");
     }
-    let decision = loop {
-        match prompt
-            .ask("  allow? [y] once, [a] always, [n] deny: ")
-            .await?
-        {
-            Input::Line(line) => match ApprovalDecision::parse(&line) {
-                Some(decision) => break decision,
-                None => outln!("  answer y, a or n"),
-            },
-            Input::Interrupted | Input::End => break ApprovalDecision::Deny,
-        }
-    };
+    let decision = crate::prompt::ask_decision(prompt).await?;
     match client
         .request(
             "exec.approval.resolve",

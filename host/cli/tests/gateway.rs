@@ -1524,36 +1524,46 @@ async fn event_named(client: &mut GatewayClient, name: &str) -> Value {
     }
 }
 
+/// A model that runs `rm -r DIR` for "remove DIR" and then repeats the tool's result.
+fn remove_on_request(body: &Value) -> Reply {
+    let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+    let result = last["content"].as_array().and_then(|blocks| {
+        blocks
+            .iter()
+            .find(|block| block["type"] == "tool_result")
+            .map(|block| block["content"].to_string())
+    });
+    if let Some(result) = result {
+        return answer(&format!("RESULT: {result}"));
+    }
+    match text_of(&last).strip_prefix("remove ") {
+        Some(dir) => anthropic::stream(
+            &[anthropic::tool(
+                "t1",
+                "exec",
+                json!({"command": format!("rm -r {dir}")}),
+            )],
+            48,
+        ),
+        None => answer("ok"),
+    }
+}
+
+impl Setup {
+    /// [`Setup::new`] with exec under an allowlist that asks on a miss.
+    fn with_approvals(llm: &str) -> Setup {
+        let setup = Setup::new(llm);
+        let mut config = std::fs::read_to_string(&setup.config).unwrap();
+        config.push_str("\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n");
+        std::fs::write(&setup.config, config).unwrap();
+        setup
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approvals_reach_approver_connections_and_only_they_may_answer() {
-    let server = LlmServer::start_routed(|body| {
-        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        let result = last["content"].as_array().and_then(|blocks| {
-            blocks
-                .iter()
-                .find(|block| block["type"] == "tool_result")
-                .map(|block| block["content"].to_string())
-        });
-        if let Some(result) = result {
-            return answer(&format!("RESULT: {result}"));
-        }
-        match text_of(&last).strip_prefix("remove ") {
-            Some(dir) => anthropic::stream(
-                &[anthropic::tool(
-                    "t1",
-                    "exec",
-                    json!({"command": format!("rm -r {dir}")}),
-                )],
-                48,
-            ),
-            None => answer("ok"),
-        }
-    })
-    .await;
-    let setup = Setup::new(server.url());
-    let mut config = std::fs::read_to_string(&setup.config).unwrap();
-    config.push_str("\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n");
-    std::fs::write(&setup.config, config).unwrap();
+    let server = LlmServer::start_routed(remove_on_request).await;
+    let setup = Setup::with_approvals(server.url());
     for dir in ["build", "dist"] {
         std::fs::create_dir(setup.workspace.join(dir)).unwrap();
     }
@@ -1645,31 +1655,8 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_via_the_gateway_answers_its_sessions_approvals_inline() {
-    let server = LlmServer::start_routed(|body| {
-        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        let is_result = last["content"]
-            .as_array()
-            .is_some_and(|blocks| blocks.iter().any(|block| block["type"] == "tool_result"));
-        if is_result {
-            return answer("RESULT received");
-        }
-        match text_of(&last).strip_prefix("remove ") {
-            Some(dir) => anthropic::stream(
-                &[anthropic::tool(
-                    "t1",
-                    "exec",
-                    json!({"command": format!("rm -r {dir}")}),
-                )],
-                48,
-            ),
-            None => answer("ok"),
-        }
-    })
-    .await;
-    let setup = Setup::new(server.url());
-    let mut config = std::fs::read_to_string(&setup.config).unwrap();
-    config.push_str("\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n");
-    std::fs::write(&setup.config, config).unwrap();
+    let server = LlmServer::start_routed(remove_on_request).await;
+    let setup = Setup::with_approvals(server.url());
     std::fs::create_dir(setup.workspace.join("build")).unwrap();
     let gateway = Gateway::start(&setup, &["--sends-per-minute", "1000"]);
     let session = "agent:main:cli:approver";
@@ -1688,7 +1675,7 @@ async fn chat_via_the_gateway_answers_its_sessions_approvals_inline() {
     assert!(setup.workspace.join("build").exists());
     chat.say("y");
     chat.wait_for("allow-once");
-    chat.wait_for("RESULT received");
+    chat.wait_for("RESULT: ");
     assert!(!setup.workspace.join("build").exists());
     assert!(chat.finish().success());
     // Whatever the bystander printed by now.
