@@ -58,6 +58,16 @@ fn find(program: &str, candidates: &[&str]) -> Option<PathBuf> {
 }
 
 fn start_gateway(root: &Path, llm: &str) -> (Process, SocketAddr) {
+    start_gateway_with(root, llm, "", &[])
+}
+
+/// [`start_gateway`] with `extra` configuration and environment variables.
+fn start_gateway_with(
+    root: &Path,
+    llm: &str,
+    extra: &str,
+    env: &[(&str, &str)],
+) -> (Process, SocketAddr) {
     let state = root.join("state");
     let workspace = root.join("ws");
     let cache = clawcage_tests::cli_state::shared_state_dir().join("cache");
@@ -72,7 +82,7 @@ fn start_gateway(root: &Path, llm: &str) -> (Process, SocketAddr) {
     std::fs::write(
         &config,
         format!(
-            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{llm}\"\nmax_retries = 0\n\n[subagents]\nenabled = false\n"
+            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{llm}\"\nmax_retries = 0\n\n[subagents]\nenabled = false\n{extra}"
         ),
     )
     .unwrap();
@@ -86,6 +96,7 @@ fn start_gateway(root: &Path, llm: &str) -> (Process, SocketAddr) {
         .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
         .env_remove("RUST_LOG")
         .env("ANTHROPIC_API_KEY", "sk-browser-test")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()
@@ -124,6 +135,49 @@ async fn wait_for(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A headless Chromium driven through a chromedriver of its own; both end with the test.
+async fn open_browser(
+    chromium: &Path,
+    driver: &Path,
+) -> (Process, tempfile::TempDir, fantoccini::Client) {
+    let port = free_port();
+    let _driver = Process(
+        Command::new(&driver)
+            .arg(format!("--port={port}"))
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    for _ in 0..100 {
+        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let profile = tempfile::tempdir().unwrap();
+    let mut capabilities = serde_json::Map::new();
+    capabilities.insert(
+        "goog:chromeOptions".to_string(),
+        json!({
+            "binary": chromium,
+            "args": [
+                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                "--disable-background-networking", "--disable-component-update", "--disable-sync",
+                "--disable-dev-shm-usage", "--window-size=1280,860",
+                format!("--user-data-dir={}", profile.path().display()),
+            ],
+        }),
+    );
+    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
+    let browser = ClientBuilder::new(connector)
+        .capabilities(capabilities)
+        .connect(&format!("http://127.0.0.1:{port}"))
+        .await
+        .expect("chromedriver starts a headless Chromium");
+    (_driver, profile, browser)
 }
 
 /// What the page shows, as JSON.
@@ -197,41 +251,7 @@ async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_
     let root = tempfile::tempdir().unwrap();
     let (_gateway, addr) = start_gateway(root.path(), server.url());
 
-    let port = free_port();
-    let _driver = Process(
-        Command::new(&driver)
-            .arg(format!("--port={port}"))
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap(),
-    );
-    for _ in 0..100 {
-        if std::net::TcpStream::connect(("127.0.0.1", port)).is_ok() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let profile = tempfile::tempdir().unwrap();
-    let mut capabilities = serde_json::Map::new();
-    capabilities.insert(
-        "goog:chromeOptions".to_string(),
-        json!({
-            "binary": chromium,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,860",
-                format!("--user-data-dir={}", profile.path().display()),
-            ],
-        }),
-    );
-    let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    let browser = ClientBuilder::new(connector)
-        .capabilities(capabilities)
-        .connect(&format!("http://127.0.0.1:{port}"))
-        .await
-        .expect("chromedriver starts a headless Chromium");
+    let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
 
     browser
         .goto(&format!("http://{addr}/#token={TOKEN}"))
@@ -355,5 +375,159 @@ async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_
         screenshot,
     )
     .unwrap();
+    browser.close().await.unwrap();
+}
+
+/// The operator panel, as JSON: the approvals and pairings waiting.
+const OPERATOR: &str = r##"
+return {
+  shown: !document.getElementById("operator").hidden,
+  approvals: Array.from(document.querySelectorAll("#approvals li"), (e) => e.textContent),
+  pairings: Array.from(document.querySelectorAll("#pairings li"), (e) => e.textContent),
+  assistant: Array.from(document.querySelectorAll(".msg.assistant"), (e) => e.firstChild ? e.firstChild.textContent : ""),
+};
+"##;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
+    use clawcage_tests::channels::FakeBotApi;
+    let chromium = find(
+        "chromium",
+        &["/usr/bin/chromium", "/usr/bin/chromium-browser"],
+    );
+    let driver = find("chromedriver", &["/usr/bin/chromedriver"]);
+    let (Some(chromium), Some(driver)) = (chromium, driver) else {
+        clawcage_tests::toolchains::skip(
+            "the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender",
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)",
+        );
+        return;
+    };
+    // "remove DIR" runs `rm -r DIR`; anything else is answered in words.
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let is_result = last["content"]
+            .as_array()
+            .is_some_and(|blocks| blocks.iter().any(|block| block["type"] == "tool_result"));
+        match clawcage_tests::llm_server::text_of(&last).strip_prefix("remove ") {
+            Some(dir) if !is_result => anthropic::stream(
+                &[anthropic::tool(
+                    "t1",
+                    "exec",
+                    json!({"command": format!("rm -r {dir}")}),
+                )],
+                32,
+            ),
+            _ if is_result => anthropic::stream(&[anthropic::text("Removed it.")], 16),
+            _ => anthropic::stream(&[anthropic::text("Hello from the agent.")], 16),
+        }
+    })
+    .await;
+    let bot_token = "123456:browser-test-bot-token";
+    let bot = FakeBotApi::start(bot_token).await;
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("ws/build")).unwrap();
+    let extra = format!(
+        "\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n\n[channels.telegram]\ntoken_env = \"BROWSER_TEST_BOT_TOKEN\"\napi_base = \"{}\"\npoll_timeout_secs = 2\n",
+        bot.url()
+    );
+    let (_gateway, addr) = start_gateway_with(
+        root.path(),
+        server.url(),
+        &extra,
+        &[("BROWSER_TEST_BOT_TOKEN", bot_token)],
+    );
+    let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
+    browser
+        .goto(&format!("http://{addr}/#token={TOKEN}"))
+        .await
+        .unwrap();
+    wait_for(&browser, "the page to connect", 30, PAGE, |page| {
+        page["status"] == "connected"
+    })
+    .await;
+
+    // An exec command the allowlist does not cover waits for this page.
+    send(&browser, "remove build").await;
+    let panel = wait_for(&browser, "the approval request", 60, OPERATOR, |panel| {
+        panel["approvals"]
+            .as_array()
+            .is_some_and(|list| !list.is_empty())
+    })
+    .await;
+    assert_eq!(panel["shown"], true, "{panel:#}");
+    assert!(
+        panel["approvals"][0]
+            .as_str()
+            .unwrap()
+            .contains("exec wants to run:rm -r build"),
+        "{panel:#}"
+    );
+    assert!(root.path().join("ws/build").exists(), "ran before approval");
+    browser
+        .find(Locator::Css(
+            "#approvals button[data-decision=\"allow-once\"]",
+        ))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &browser,
+        "the answer after approval",
+        60,
+        OPERATOR,
+        |panel| {
+            count(&panel["assistant"], "Removed it.") == 1
+                && panel["approvals"].as_array().is_some_and(Vec::is_empty)
+        },
+    )
+    .await;
+    assert!(!root.path().join("ws/build").exists());
+
+    // An unknown Telegram sender gets a code; the page shows it and approves it.
+    bot.private_message(77, "Grace", "hi");
+    bot.wait_delivered(77, 1).await;
+    let panel = wait_for(&browser, "the pairing request", 30, OPERATOR, |panel| {
+        panel["pairings"]
+            .as_array()
+            .is_some_and(|list| !list.is_empty())
+    })
+    .await;
+    assert!(
+        panel["pairings"][0].as_str().unwrap().contains("Grace"),
+        "{panel:#}"
+    );
+    assert_eq!(
+        server.requests().len(),
+        2,
+        "the unpaired message reached the model"
+    );
+    browser
+        .find(Locator::Css("#pairings button"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(
+        &browser,
+        "the pairing to be approved",
+        30,
+        OPERATOR,
+        |panel| panel["pairings"].as_array().is_some_and(Vec::is_empty) && panel["shown"] == false,
+    )
+    .await;
+    // Approved: the next message reaches the agent and is answered in the chat.
+    bot.private_message(77, "Grace", "hello again");
+    bot.wait_delivered(77, 2).await;
+    assert!(
+        bot.delivered_texts(77)
+            .iter()
+            .any(|text| text.contains("Hello from the agent.")),
+        "{:?}",
+        bot.delivered_texts(77)
+    );
     browser.close().await.unwrap();
 }

@@ -1,7 +1,9 @@
 // The clawcage web chat: one WebSocket to the gateway (protocol in docs/gateway-protocol.md).
 // It shows a session's history, streams the assistant's text, shows each tool call as a card
 // with its verdict, and after a reload or a dropped connection resumes from the last event it
-// saw (sessions.subscribe with since), so no text is lost or repeated.
+// saw (sessions.subscribe with since), so no text is lost or repeated. The page is an operator:
+// exec approval requests and channel senders waiting to be paired are shown in the sidebar with
+// their buttons.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -9,6 +11,7 @@ const ui = {
   status: $("status"), sessions: $("sessions"), messages: $("messages"), input: $("input"),
   send: $("send"), stop: $("stop"), key: $("session-key"), note: $("session-note"),
   model: $("model"), composer: $("composer"), tokenPrompt: $("token-prompt"),
+  operator: $("operator"), approvals: $("approvals"), pairings: $("pairings"),
 };
 
 function randomId(bytes) {
@@ -106,7 +109,15 @@ function onEvent(name, payload) {
         minProtocol: 1, maxProtocol: 1,
         client: { id: `webchat-${clientId}`, version: "1", mode: "webchat" },
         auth: { token: state.token },
+        // The person at this page is an operator: exec approvals come here too.
+        scopes: ["operator.approvals"],
       }).then(onHello, () => {});
+      break;
+    case "exec.approval.requested":
+      showApproval(payload);
+      break;
+    case "exec.approval.resolved":
+      dropApproval(payload.id);
       break;
     case "agent":
       if (payload.sessionKey === state.session) onAgentEvent(payload);
@@ -141,9 +152,84 @@ async function onHello(hello) {
   ui.note.textContent = "";
   request("status", {}).then((status) => { ui.model.textContent = status.model; }, () => {});
   refreshSessions();
+  refreshOperator();
   await openSession(state.session, { resume: state.loaded });
   return hello;
 }
+
+// ---- what waits for the operator: exec approvals (events) and channel pairings (polled) ----
+
+function updateOperatorPanel() {
+  ui.operator.hidden = ui.approvals.children.length === 0 && ui.pairings.children.length === 0;
+}
+
+function showApproval(ask) {
+  if (ui.approvals.querySelector(`[data-id="${CSS.escape(ask.id)}"]`)) return;
+  const item = document.createElement("li");
+  item.dataset.id = ask.id;
+  const what = document.createElement("div");
+  what.textContent = ask.tool === "network" ? "A web request to:" : `${ask.tool} wants to run:`;
+  const plan = document.createElement("pre");
+  plan.textContent = ask.summary || ask.plan.command;
+  const where = document.createElement("div");
+  where.className = "where";
+  where.textContent = ask.sessionKey || "";
+  item.append(what, plan, where);
+  for (const [label, decision] of [["Allow once", "allow-once"], ["Always", "allow-always"], ["Deny", "deny"]]) {
+    const button = document.createElement("button");
+    button.type = "button";
+    button.textContent = label;
+    button.dataset.decision = decision;
+    button.onclick = () => {
+      request("exec.approval.resolve", { id: ask.id, decision })
+        .then(() => dropApproval(ask.id), (error) => { addNote(error.message); dropApproval(ask.id); });
+    };
+    item.append(button);
+  }
+  ui.approvals.append(item);
+  updateOperatorPanel();
+}
+
+function dropApproval(id) {
+  const item = ui.approvals.querySelector(`[data-id="${CSS.escape(id)}"]`);
+  if (item) item.remove();
+  updateOperatorPanel();
+}
+
+async function refreshOperator() {
+  try {
+    const waiting = await request("exec.approval.list", {});
+    for (const pending of waiting.pending) showApproval(pending);
+  } catch { /* approvals are off on this gateway */ }
+  await refreshPairings();
+}
+
+async function refreshPairings() {
+  let listed;
+  try { listed = await request("pairing.list", {}); } catch { return; }
+  ui.pairings.replaceChildren(...listed.pending.map((pending) => {
+    const item = document.createElement("li");
+    item.dataset.code = pending.code;
+    const who = document.createElement("div");
+    who.textContent = `${pending.name || pending.peer} wants to talk (code ${pending.code})`;
+    const where = document.createElement("div");
+    where.className = "where";
+    where.textContent = `${pending.channel}:${pending.peer}`;
+    const approve = document.createElement("button");
+    approve.type = "button";
+    approve.textContent = "Approve";
+    approve.onclick = () => {
+      request("pairing.approve", { code: pending.code })
+        .then(() => { item.remove(); updateOperatorPanel(); }, (error) => addNote(error.message));
+    };
+    item.append(who, where, approve);
+    return item;
+  }));
+  updateOperatorPanel();
+}
+
+// Pairings have no event: look again every few seconds while connected.
+setInterval(() => { if (state.connected) refreshPairings(); }, 3000);
 
 async function refreshSessions() {
   let listed;
