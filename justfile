@@ -41,6 +41,7 @@ components:
 examples-setup:
     bash examples/build.sh setup-python
     bash examples/build.sh setup-js
+    bash examples/build.sh setup-acp
 
 # Build the Python example tool (componentize-py) into target/examples/plugins/py-text-stats/.
 example-python:
