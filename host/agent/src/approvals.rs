@@ -70,6 +70,55 @@ impl Default for ApprovalSettings {
     }
 }
 
+/// A session's own exec mode and ask mode, over the configuration's (`/approvals` in chat,
+/// `exec.approval.policy` over the gateway). Its sub-agents (`KEY/sub-N`) follow it too.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionPolicy {
+    /// The session's exec mode; the configuration's when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exec: Option<ExecMode>,
+    /// The session's ask mode; the configuration's when `None`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ask: Option<AskMode>,
+}
+
+impl SessionPolicy {
+    /// Reads `exec deny|allowlist|full` and `ask off|on-miss|always` pairs (either or both, in
+    /// any order), as `/approvals` takes them.
+    pub fn parse(words: &[&str]) -> Result<SessionPolicy, String> {
+        let usage =
+            "use: exec deny|allowlist|full, ask off|on-miss|always (either or both), or reset";
+        let mut policy = SessionPolicy::default();
+        let mut rest = words;
+        while let [key, value, tail @ ..] = rest {
+            match *key {
+                "exec" => {
+                    policy.exec = Some(match *value {
+                        "deny" => ExecMode::Deny,
+                        "allowlist" => ExecMode::Allowlist,
+                        "full" => ExecMode::Full,
+                        other => return Err(format!("exec {other:?} is not a mode; {usage}")),
+                    })
+                }
+                "ask" => {
+                    policy.ask = Some(match *value {
+                        "off" => AskMode::Off,
+                        "on-miss" => AskMode::OnMiss,
+                        "always" => AskMode::Always,
+                        other => return Err(format!("ask {other:?} is not a mode; {usage}")),
+                    })
+                }
+                other => return Err(format!("{other:?} is not a setting; {usage}")),
+            }
+            rest = tail;
+        }
+        if !rest.is_empty() || policy == SessionPolicy::default() {
+            return Err(usage.to_string());
+        }
+        Ok(policy)
+    }
+}
+
 /// One request to the operator.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]
@@ -317,9 +366,19 @@ struct State {
 
 struct Inner {
     settings: ApprovalSettings,
+    /// Sessions' own modes, by session key.
+    sessions: Mutex<HashMap<String, SessionPolicy>>,
     store: Option<ApprovalStore>,
-    audit: Option<Arc<AuditLog>>,
+    audit: Mutex<AuditSink>,
     state: Mutex<State>,
+}
+
+/// Where requests and decisions are recorded: an open log, a log opened at the first record (so
+/// a process that never asks creates no file), or nowhere.
+enum AuditSink {
+    Open(Arc<AuditLog>),
+    Later(PathBuf),
+    Nowhere,
 }
 
 /// The approvals broker; cheap to clone (one shared state).
@@ -347,16 +406,90 @@ impl ApprovalBroker {
         ApprovalBroker {
             inner: Arc::new(Inner {
                 settings,
+                sessions: Mutex::new(HashMap::new()),
                 store,
-                audit,
+                audit: Mutex::new(match audit {
+                    Some(log) => AuditSink::Open(log),
+                    None => AuditSink::Nowhere,
+                }),
                 state: Mutex::new(State::default()),
             }),
         }
     }
 
+    /// This broker recording in the audit log at `path`, opened at the first record (when it
+    /// records nowhere yet).
+    pub fn with_audit_path(self, path: PathBuf) -> ApprovalBroker {
+        let mut sink = self
+            .inner
+            .audit
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if matches!(*sink, AuditSink::Nowhere) {
+            *sink = AuditSink::Later(path);
+        }
+        drop(sink);
+        self
+    }
+
     /// The settings.
     pub fn settings(&self) -> &ApprovalSettings {
         &self.inner.settings
+    }
+
+    /// Sets session `key`'s own modes (and its sub-agents'); `None` goes back to the
+    /// configuration's. Recorded in the audit log.
+    pub fn set_session_policy(&self, key: &str, policy: Option<SessionPolicy>) {
+        let mut sessions = self
+            .inner
+            .sessions
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        match policy {
+            Some(policy) => sessions.insert(key.to_string(), policy),
+            None => sessions.remove(key),
+        };
+        drop(sessions);
+        let plan = ExecPlan {
+            command: serde_json::to_string(&policy).unwrap_or_default(),
+            commands: Vec::new(),
+        };
+        self.audit(
+            Some(key),
+            "approvals",
+            &plan,
+            "session-policy-set",
+            Duration::ZERO,
+        );
+    }
+
+    /// The exec mode and ask mode that apply to session `key` (its own, else its parent's for a
+    /// sub-agent, else the configuration's), and whether they are the session's own.
+    pub fn effective(&self, key: Option<&str>) -> (ExecMode, AskMode, bool) {
+        let settings = &self.inner.settings;
+        let own = key.and_then(|key| {
+            let sessions = self
+                .inner
+                .sessions
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut candidate = Some(key);
+            while let Some(current) = candidate {
+                if let Some(policy) = sessions.get(current) {
+                    return Some(*policy);
+                }
+                candidate = current.rsplit_once('/').map(|(parent, _)| parent);
+            }
+            None
+        });
+        match own {
+            Some(own) => (
+                own.exec.unwrap_or(settings.exec.mode),
+                own.ask.unwrap_or(settings.ask),
+                true,
+            ),
+            None => (settings.exec.mode, settings.ask, false),
+        }
     }
 
     /// The allow-always store, if any.
@@ -461,8 +594,28 @@ impl ApprovalBroker {
         verdict: &str,
         waited: Duration,
     ) {
-        let Some(audit) = &self.inner.audit else {
-            return;
+        let audit = {
+            let mut sink = self
+                .inner
+                .audit
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let AuditSink::Later(path) = &*sink {
+                *sink = match AuditLog::open(path) {
+                    Ok(log) => AuditSink::Open(Arc::new(log)),
+                    Err(error) => {
+                        tracing::warn!(
+                            "cannot open the audit log {} for approvals: {error}",
+                            path.display()
+                        );
+                        AuditSink::Nowhere
+                    }
+                };
+            }
+            match &*sink {
+                AuditSink::Open(log) => log.clone(),
+                _ => return,
+            }
         };
         let record = AuditRecord {
             time: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true),
@@ -481,10 +634,10 @@ impl ApprovalBroker {
 
     /// The decision on one exec plan.
     async fn decide(&self, tool: String, plan: Option<ExecPlan>) -> GateAnswer {
-        let settings = &self.inner.settings;
         let session = crate::session::current_session_key();
+        let (mode, ask_mode, _) = self.effective(session.as_deref());
         let plan = plan.unwrap_or_default();
-        if settings.exec.mode == ExecMode::Deny {
+        if mode == ExecMode::Deny {
             self.audit(
                 session.as_deref(),
                 &tool,
@@ -496,7 +649,7 @@ impl ApprovalBroker {
                 "denied by the operator: running commands is disabled here ([approvals] exec = \"deny\"); do the task with the other tools or ask the user".to_string(),
             );
         }
-        let policy = match self.policy() {
+        let policy = match self.policy().map(|policy| ExecPolicy { mode, ..policy }) {
             Ok(policy) => policy,
             Err(error) => {
                 tracing::warn!("{error}");
@@ -513,7 +666,7 @@ impl ApprovalBroker {
                 _ => None,
             })
             .collect();
-        let ask = match settings.ask {
+        let ask = match ask_mode {
             AskMode::Off => false,
             AskMode::OnMiss => !reasons.is_empty(),
             AskMode::Always => true,
@@ -551,7 +704,7 @@ impl ApprovalBroker {
         match decision {
             ApprovalDecision::Deny if by == "timeout" => GateAnswer::Denied(format!(
                 "denied by the operator: nobody approved the command within {} s; do not retry it unless the user asks",
-                settings.timeout.as_secs()
+                self.inner.settings.timeout.as_secs()
             )),
             ApprovalDecision::Deny => GateAnswer::Denied(
                 "denied by the operator: the user refused this command; do not run it again, ask the user what to do instead".to_string(),
@@ -805,8 +958,8 @@ impl ApprovalBroker {
 
 impl ApprovalGate for ApprovalBroker {
     fn active(&self) -> bool {
-        let settings = &self.inner.settings;
-        settings.exec.mode != ExecMode::Full || settings.ask != AskMode::Off
+        let (mode, ask, _) = self.effective(crate::session::current_session_key().as_deref());
+        mode != ExecMode::Full || ask != AskMode::Off
     }
 
     fn asks_network(&self) -> bool {
@@ -1112,6 +1265,46 @@ mod tests {
             operator
                 .resolve(&request.id, ApprovalDecision::AllowOnce, "late")
                 .is_err()
+        );
+    }
+
+    #[tokio::test]
+    async fn a_session_policy_applies_to_that_session_and_its_sub_agents_only() {
+        let broker = ApprovalBroker::new(ApprovalSettings::default(), None, None);
+        let strict = SessionPolicy::parse(&["exec", "deny"]).expect("valid");
+        broker.set_session_policy("agent:main:cli:a", Some(strict));
+        let review = |key: &'static str| {
+            let broker = broker.clone();
+            crate::session::with_session_key(key.to_string(), async move {
+                (
+                    broker.active(),
+                    broker.review("exec", plan(vec![command("ls", &[])])).await,
+                )
+            })
+        };
+        let (active, answer) = review("agent:main:cli:a").await;
+        assert!(active);
+        assert!(denied(answer).contains("disabled"));
+        let (active, answer) = review("agent:main:cli:a/sub-1").await;
+        assert!(active);
+        denied(answer);
+        let (active, answer) = review("agent:main:cli:b").await;
+        assert!(
+            !active,
+            "another session keeps the configuration's (full, no asking)"
+        );
+        allowed(answer);
+        broker.set_session_policy("agent:main:cli:a", None);
+        assert!(!review("agent:main:cli:a").await.0);
+        for bad in [&["exec"][..], &["ask", "sometimes"], &["mode", "full"], &[]] {
+            assert!(SessionPolicy::parse(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            SessionPolicy::parse(&["ask", "always", "exec", "allowlist"]),
+            Ok(SessionPolicy {
+                exec: Some(ExecMode::Allowlist),
+                ask: Some(AskMode::Always)
+            })
         );
     }
 

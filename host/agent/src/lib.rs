@@ -29,7 +29,7 @@ pub use agent_loop::{
 };
 pub use approvals::{
     ApprovalBroker, ApprovalError, ApprovalRequest, ApprovalSettings, ApprovalStore, OperatorEvent,
-    OperatorFilter, OperatorHandle,
+    OperatorFilter, OperatorHandle, SessionPolicy,
 };
 pub use audit::{AuditLog, AuditRecord, AuditedRegistry};
 pub use budget::{Budget, BudgetConfig};

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clawcage_agent::approvals::{
-    ApprovalBroker, ApprovalRequest, OperatorEvent, OperatorFilter, OperatorHandle,
+    ApprovalBroker, ApprovalRequest, OperatorEvent, OperatorFilter, OperatorHandle, SessionPolicy,
 };
 use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
@@ -32,6 +32,8 @@ const HELP: &str = "Type a request and press Enter. Commands:
            [debounce:2s] [cap:25] [drop:old|new|summarize]; /queue reset; /queue alone shows it
   /approve ID allow-once|allow-always|deny   answer an approval request shown while the prompt
            waited (during a turn the question is asked inline: y once, a always, n deny)
+  /approvals what exec may run in this session without asking: /approvals exec deny|allowlist|full
+           ask off|on-miss|always (either or both); /approvals reset; /approvals alone shows it
   /exit    leave (Ctrl-D works too)
 Ctrl-C while the agent works stops that turn; what it did so far is kept.";
 
@@ -108,8 +110,7 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
     // Approvals for this session (and its sub-agents): asked inline during a turn; while the
     // prompt waits, shown above it and answered with /approve.
     let approvals = runtime.approvals().clone();
-    let mut operator = clawcage_core::approval::ApprovalGate::active(&approvals)
-        .then(|| approvals.operator(OperatorFilter::Session(key.clone())));
+    let mut operator = Some(approvals.operator(OperatorFilter::Session(key.clone())));
     let in_turn = Arc::new(AtomicBool::new(false));
     let idle_approvals = operator.is_some().then(|| {
         let mut watcher = approvals.operator(OperatorFilter::Session(key.clone()));
@@ -174,6 +175,18 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                     Err(error) => outln!("  {error}"),
                 }
             }
+            command if command.split_whitespace().next() == Some("/approvals") => {
+                let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+                match words.as_slice() {
+                    [] => {}
+                    ["reset"] => approvals.set_session_policy(&key, None),
+                    words => match SessionPolicy::parse(words) {
+                        Ok(policy) => approvals.set_session_policy(&key, Some(policy)),
+                        Err(error) => outln!("  {error}"),
+                    },
+                }
+                outln!("  {}", describe_policy(&approvals, &key));
+            }
             command if command.split_whitespace().next() == Some("/approve") => {
                 let words: Vec<&str> = command.split_whitespace().collect();
                 let decision = words.get(2).and_then(|word| ApprovalDecision::parse(word));
@@ -226,6 +239,22 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
     }
     prompt.save_history(&history_file);
     Ok(())
+}
+
+/// What `/approvals` shows: the modes that apply to session `key` and where they come from.
+fn describe_policy(approvals: &ApprovalBroker, key: &str) -> String {
+    let (exec, ask, own) = approvals.effective(Some(key));
+    let name = |value: serde_json::Value| value.as_str().unwrap_or_default().to_string();
+    format!(
+        "approvals for this session: exec {}, ask {} ({})",
+        name(serde_json::json!(exec)),
+        name(serde_json::json!(ask)),
+        if own {
+            "this session's own; /approvals reset goes back to the configuration's"
+        } else {
+            "the configuration's [approvals]"
+        }
+    )
 }
 
 /// The next approval event, or never when approvals are off.

@@ -60,13 +60,18 @@ struct Setup {
 
 impl Setup {
     fn new() -> Setup {
+        Self::with_config(CONFIG)
+    }
+
+    /// A workspace with `build/`, `dist/`, `cache/`, and `config` as the configuration file.
+    fn with_config(config: &str) -> Setup {
         let workspace = tempfile::tempdir().unwrap();
         for dir in ["build", "dist", "cache"] {
             std::fs::create_dir(workspace.path().join(dir)).unwrap();
             std::fs::write(workspace.path().join(dir).join("file"), "x").unwrap();
         }
         let config_dir = tempfile::tempdir().unwrap();
-        std::fs::write(config_dir.path().join("clawcage.toml"), CONFIG).unwrap();
+        std::fs::write(config_dir.path().join("clawcage.toml"), config).unwrap();
         let state = private_state_dir();
         Setup {
             workspace,
@@ -287,4 +292,49 @@ async fn call_without_an_operator_follows_the_fallback() {
     let bad = call("ls");
     assert_eq!(bad.status.code(), Some(2));
     assert!(String::from_utf8_lossy(&bad.stderr).contains("[approvals] exec"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_sets_its_own_approvals_with_the_approvals_command() {
+    warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+    // The configuration asks nothing: exec runs whatever the sandbox allows.
+    let setup = Setup::with_config("");
+    let server = model().await;
+    let stdout = chat(
+        &setup,
+        &server,
+        "own-approvals",
+        "/approvals\n/approvals exec allowlist ask on-miss\nremove build\nn\n/approvals exec sometimes\n/approvals reset\nremove dist\n",
+    )
+    .await;
+    assert!(
+        stdout.contains(
+            "approvals for this session: exec full, ask off (the configuration's [approvals])"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "approvals for this session: exec allowlist, ask on-miss (this session's own"
+        ),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("approval needed: exec wants to run:"),
+        "{stdout}"
+    );
+    assert!(setup.exists("build"), "denied, yet ran: {stdout}");
+    assert!(
+        stdout.contains("exec \"sometimes\" is not a mode"),
+        "{stdout}"
+    );
+    // Back to the configuration's: `rm -r dist` runs without a question.
+    assert_eq!(stdout.matches("approval needed").count(), 1, "{stdout}");
+    assert!(!setup.exists("dist"), "{stdout}");
+    let audit = std::fs::read_to_string(setup.state().join("audit.jsonl")).unwrap();
+    assert_eq!(
+        audit.matches("\"session-policy-set\"").count(),
+        2,
+        "{audit}"
+    );
 }

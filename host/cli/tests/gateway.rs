@@ -1651,6 +1651,49 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
         )
         .await;
     assert_eq!(error_code(&again), "NOT_FOUND", "{again}");
+    // A session's own modes: only an approver may set them; `exec full` runs without asking.
+    let refused = plain
+        .request(
+            "exec.approval.policy",
+            json!({"sessionKey": "agent:main:web:a", "exec": "full"}),
+        )
+        .await;
+    assert_eq!(error_code(&refused), "UNAUTHORIZED", "{refused}");
+    let bad = approver
+        .request(
+            "exec.approval.policy",
+            json!({"sessionKey": "agent:main:web:a", "exec": "sometimes"}),
+        )
+        .await;
+    assert_eq!(error_code(&bad), "INVALID_PARAMS", "{bad}");
+    let set = approver
+        .request(
+            "exec.approval.policy",
+            json!({"sessionKey": "agent:main:web:a", "exec": "full", "ask": "off"}),
+        )
+        .await;
+    assert_eq!(set["payload"]["exec"], "full", "{set}");
+    assert_eq!(set["payload"]["own"], true, "{set}");
+    let sent = plain
+        .request(
+            "agent",
+            send_params("agent:main:web:a", "remove dist", "a2"),
+        )
+        .await;
+    let third = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let waited = plain
+        .request("agent.wait", json!({"runId": third, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["ok"], true, "{waited}");
+    assert!(!setup.workspace.join("dist").exists(), "{waited}");
+    let reset = approver
+        .request(
+            "exec.approval.policy",
+            json!({"sessionKey": "agent:main:web:a", "reset": true}),
+        )
+        .await;
+    assert_eq!(reset["payload"]["own"], false, "{reset}");
+    assert_eq!(reset["payload"]["exec"], "allowlist", "{reset}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -143,8 +143,8 @@ async fn open_browser(
     driver: &Path,
 ) -> (Process, tempfile::TempDir, fantoccini::Client) {
     let port = free_port();
-    let _driver = Process(
-        Command::new(&driver)
+    let chromedriver = Process(
+        Command::new(driver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -177,7 +177,7 @@ async fn open_browser(
         .connect(&format!("http://127.0.0.1:{port}"))
         .await
         .expect("chromedriver starts a headless Chromium");
-    (_driver, profile, browser)
+    (chromedriver, profile, browser)
 }
 
 /// What the page shows, as JSON.

@@ -2,14 +2,15 @@
 //! `operator.approvals` (or `operator.admin`) is an operator front end of the runtime's approvals
 //! broker while it stays connected. It receives `exec.approval.requested` (the requests waiting
 //! when it connects first) and `exec.approval.resolved`, and may answer with
-//! `exec.approval.resolve {id, decision}`; `exec.approval.list` shows what waits. A connection
+//! `exec.approval.resolve {id, decision}`; `exec.approval.list` shows what waits;
+//! `exec.approval.policy` sets a session's own exec and ask modes. A connection
 //! without the scope hears none of it and is refused if it tries to answer.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use clawcage_agent::approvals::{
-    ApprovalBroker, ApprovalError, ApprovalRequest, OperatorEvent, OperatorFilter,
+    ApprovalBroker, ApprovalError, ApprovalRequest, OperatorEvent, OperatorFilter, SessionPolicy,
 };
 use clawcage_core::approval::ApprovalDecision;
 use serde::Deserialize;
@@ -127,6 +128,52 @@ impl Approvals {
             }
             Err(error) => Err(GatewayError::new(Code::Internal, error.to_string())),
         }
+    }
+}
+
+impl Approvals {
+    /// `exec.approval.policy {sessionKey, exec?, ask?, reset?}`: sets (or, with `reset`, drops)
+    /// a session's own exec and ask modes, and answers the modes that now apply.
+    pub fn policy(&self, conn: &Conn, params: &Value) -> Result<Value, GatewayError> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields, rename_all = "camelCase")]
+        struct Policy {
+            session_key: String,
+            exec: Option<String>,
+            ask: Option<String>,
+            #[serde(default)]
+            reset: bool,
+        }
+        const METHOD: &str = "exec.approval.policy";
+        require_approver(conn, METHOD)?;
+        let policy: Policy = serde_json::from_value(params.clone())
+            .map_err(|error| GatewayError::params(METHOD, error))?;
+        crate::keys::check_key(&policy.session_key)?;
+        let mut words = Vec::new();
+        if let Some(exec) = &policy.exec {
+            words.extend(["exec", exec.as_str()]);
+        }
+        if let Some(ask) = &policy.ask {
+            words.extend(["ask", ask.as_str()]);
+        }
+        match (policy.reset, words.is_empty()) {
+            (true, true) => self.broker.set_session_policy(&policy.session_key, None),
+            (true, false) => {
+                return Err(GatewayError::params(
+                    METHOD,
+                    "reset goes back to the configuration's modes; give it alone",
+                ));
+            }
+            (false, true) => {}
+            (false, false) => {
+                let own = SessionPolicy::parse(&words)
+                    .map_err(|error| GatewayError::params(METHOD, error))?;
+                self.broker
+                    .set_session_policy(&policy.session_key, Some(own));
+            }
+        }
+        let (exec, ask, own) = self.broker.effective(Some(&policy.session_key));
+        Ok(json!({"sessionKey": policy.session_key, "exec": exec, "ask": ask, "own": own}))
     }
 }
 

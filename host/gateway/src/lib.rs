@@ -379,19 +379,17 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     settings.sends_per_minute = args.sends_per_minute.max(1);
     let gateway = Gateway::new(parts, settings);
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
-    if clawcage_core::approval::ApprovalGate::active(runtime.approvals()) {
-        let _ = gateway
-            .approvals
-            .set(approvals::Approvals::new(runtime.approvals().clone()));
-    }
+    // Always: even with the configuration's policy off, a session may set its own.
+    let _ = gateway
+        .approvals
+        .set(approvals::Approvals::new(runtime.approvals().clone()));
     let shutdown = CancellationToken::new();
     if runtime.channels().any() {
         let started = channels::Channels::start(
             gateway.hub.clone(),
             runtime.channels(),
             runtime.http_post(),
-            clawcage_core::approval::ApprovalGate::active(runtime.approvals())
-                .then(|| runtime.approvals().clone()),
+            Some(runtime.approvals().clone()),
             shutdown.clone(),
         )?;
         let _ = channels_cell.set(Arc::downgrade(&started));

@@ -172,8 +172,12 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
         }),
         "subagents.stop" => subagents_stop(gateway, &params),
         "pairing.list" | "pairing.approve" => pairing(gateway, &method, &params).await,
-        "exec.approval.list" | "exec.approval.resolve" => match gateway.approvals.get() {
+        "exec.approval.list" | "exec.approval.resolve" | "exec.approval.policy" => match gateway
+            .approvals
+            .get()
+        {
             Some(approvals) if method == "exec.approval.list" => approvals.list(conn),
+            Some(approvals) if method == "exec.approval.policy" => approvals.policy(conn, &params),
             Some(approvals) => approvals.resolve(conn, &params),
             None => Err(GatewayError::new(
                 Code::Unavailable,

@@ -38,6 +38,7 @@ pub const METHODS: &[&str] = &[
     "pairing.approve",
     "exec.approval.list",
     "exec.approval.resolve",
+    "exec.approval.policy",
 ];
 
 /// The events, as `hello-ok` lists them.

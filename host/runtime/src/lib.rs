@@ -700,18 +700,11 @@ fn approvals_broker(
         .approvals
         .settings()
         .map_err(|error| usage(format!("{error:#}")))?;
-    let active = settings.exec.mode != clawcage_core::approval::ExecMode::Full
-        || settings.ask != clawcage_core::approval::AskMode::Off
-        || settings.network_ask;
-    let audit = match audit_path {
-        Some(path) if active => Some(Arc::new(AuditLog::open(path).map_err(|error| {
-            failed(format!(
-                "cannot open the audit log {}: {error}; check the directory's permissions or set [audit] path",
-                path.display()
-            ))
-        })?)),
-        _ => None,
-    };
     let store = (!demo).then(|| ApprovalStore::in_state_dir(state_dir));
-    Ok(ApprovalBroker::new(settings, store, audit))
+    let broker = ApprovalBroker::new(settings, store, None);
+    // Opened at the first request or decision: a process that never asks creates no log.
+    Ok(match audit_path {
+        Some(path) => broker.with_audit_path(path.to_path_buf()),
+        None => broker,
+    })
 }

@@ -8,7 +8,6 @@ use std::sync::Arc;
 
 use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::{CronService, ToolRegistry};
-use clawcage_core::approval::ApprovalGate as _;
 use clawcage_sandbox::{ExecGrant, Grants, Limits, Sandbox, components};
 
 use crate::config::Config;
@@ -58,11 +57,9 @@ pub(crate) async fn bundled_registry(
                         sandbox.programs_on_demand(config.exec.programs_dir.as_deref()),
                     )
                 };
-                let exec = if approvals.active() {
-                    exec.with_approvals(Arc::new(approvals.clone()))
-                } else {
-                    exec
-                };
+                // Always attached: a session may set its own policy later (`/approvals`); the
+                // gate is asked only while it is active for the calling session.
+                let exec = exec.with_approvals(Arc::new(approvals.clone()));
                 grants.clone().with_exec(exec)
             }
             Which::Exec => continue,
