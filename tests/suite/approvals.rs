@@ -338,6 +338,7 @@ async fn a_host_off_the_allow_list_is_asked_and_an_approval_allows_exactly_that_
     assert_eq!(kept.len(), 1);
     assert_eq!(kept[0].kind, "network");
     assert_eq!(kept[0].entry.program, entry);
+    assert_eq!(kept[0].rule(), entry, "listed as the host entry alone");
     // Exactly that host: another one is still refused.
     let other = fetch("other.test").await;
     assert!(other.contains("other.test"), "{other}");

@@ -226,6 +226,18 @@ pub struct StoredApproval {
     pub session: Option<String>,
 }
 
+impl StoredApproval {
+    /// What it allows, as listings show it: `rm -r build` for a command, the allow-list entry
+    /// (`docs.example:8443`) for a host.
+    pub fn rule(&self) -> String {
+        if self.kind == NETWORK_KIND {
+            self.entry.program.clone()
+        } else {
+            self.entry.to_string()
+        }
+    }
+}
+
 #[derive(Debug, Default, Serialize, Deserialize)]
 struct StoreFile {
     version: u32,
@@ -1207,6 +1219,7 @@ mod tests {
         let stored = store.list().expect("list");
         assert_eq!(stored.len(), 1);
         assert_eq!(stored[0].entry.to_string(), "rm -r build");
+        assert_eq!(stored[0].rule(), "rm -r build");
         #[cfg(unix)]
         {
             use std::os::unix::fs::PermissionsExt as _;

@@ -534,7 +534,7 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
                         "{}  {}  {}  {}",
                         approval.id,
                         approval.kind,
-                        approval.entry,
+                        approval.rule(),
                         approval.created
                     );
                 }
@@ -543,7 +543,12 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
         }
         ApprovalsCommand::Revoke { id } => {
             let removed = store.revoke(&id).map_err(failure)?;
-            outln!("revoked {}: {} {}", removed.id, removed.kind, removed.entry);
+            outln!(
+                "revoked {}: {} {}",
+                removed.id,
+                removed.kind,
+                removed.rule()
+            );
             Ok(())
         }
     }
