@@ -42,16 +42,22 @@ setup_python() {
         || cannot_install Python "pip could not install $COMPONENTIZE_PY and $MCP_CLIENT from PyPI"
 }
 
+# npm_install WHAT PREFIX PACKAGE: installs PACKAGE from npm into PREFIX, or exits 3 saying why.
+npm_install() {
+    local what=$1 prefix=$2 package=$3
+    command -v node >/dev/null || cannot_install "$what" "node is not installed (on Debian: apt-get install nodejs npm)"
+    command -v npm >/dev/null || cannot_install "$what" "npm is not installed (on Debian: apt-get install npm)"
+    say "installing $package into $prefix"
+    mkdir -p "$prefix"
+    npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "$package" >&2 \
+        || cannot_install "$what" "npm could not install $package"
+}
+
 setup_js() {
     if [[ -f $COMPONENTIZE_JS_MODULE ]]; then
         return
     fi
-    command -v node >/dev/null || cannot_install JavaScript "node is not installed (on Debian: apt-get install nodejs npm)"
-    command -v npm >/dev/null || cannot_install JavaScript "npm is not installed (on Debian: apt-get install npm)"
-    say "installing $COMPONENTIZE_JS into $NODE_PREFIX"
-    mkdir -p "$NODE_PREFIX"
-    npm install --prefix "$NODE_PREFIX" --no-audit --no-fund --loglevel=error "$COMPONENTIZE_JS" >&2 \
-        || cannot_install JavaScript "npm could not install $COMPONENTIZE_JS"
+    npm_install JavaScript "$NODE_PREFIX" "$COMPONENTIZE_JS"
     [[ -f $COMPONENTIZE_JS_MODULE ]] || cannot_install JavaScript "$COMPONENTIZE_JS installed without $COMPONENTIZE_JS_MODULE"
 }
 
@@ -60,12 +66,7 @@ setup_acp() {
     local prefix=$TOOLCHAINS/acp
     if [[ ! -f $prefix/node_modules/@agentclientprotocol/sdk/package.json ]] \
         || ! grep -q '"version": "2.4.0"' "$prefix/node_modules/@agentclientprotocol/sdk/package.json"; then
-        command -v node >/dev/null || cannot_install ACP "node is not installed (on Debian: apt-get install nodejs npm)"
-        command -v npm >/dev/null || cannot_install ACP "npm is not installed (on Debian: apt-get install npm)"
-        say "installing $ACP_SDK into $prefix"
-        mkdir -p "$prefix"
-        npm install --prefix "$prefix" --no-audit --no-fund --loglevel=error "$ACP_SDK" >&2 \
-            || cannot_install ACP "npm could not install $ACP_SDK"
+        npm_install ACP "$prefix" "$ACP_SDK"
     fi
     echo "$prefix/node_modules"
 }

@@ -93,20 +93,18 @@ impl SessionPolicy {
         while let [key, value, tail @ ..] = rest {
             match *key {
                 "exec" => {
-                    policy.exec = Some(match *value {
-                        "deny" => ExecMode::Deny,
-                        "allowlist" => ExecMode::Allowlist,
-                        "full" => ExecMode::Full,
-                        other => return Err(format!("exec {other:?} is not a mode; {usage}")),
-                    })
+                    policy.exec = Some(
+                        value
+                            .parse()
+                            .map_err(|valid| format!("exec {value:?} is not a mode; {valid}"))?,
+                    )
                 }
                 "ask" => {
-                    policy.ask = Some(match *value {
-                        "off" => AskMode::Off,
-                        "on-miss" => AskMode::OnMiss,
-                        "always" => AskMode::Always,
-                        other => return Err(format!("ask {other:?} is not a mode; {usage}")),
-                    })
+                    policy.ask = Some(
+                        value
+                            .parse()
+                            .map_err(|valid| format!("ask {value:?} is not a mode; {valid}"))?,
+                    )
                 }
                 other => return Err(format!("{other:?} is not a setting; {usage}")),
             }
@@ -844,11 +842,7 @@ impl ApprovalBroker {
         reasons: Vec<String>,
     ) -> GateAnswer {
         let settings = &self.inner.settings;
-        let name = match settings.ask_fallback {
-            ExecMode::Deny => "deny",
-            ExecMode::Allowlist => "allowlist",
-            ExecMode::Full => "full",
-        };
+        let name = settings.ask_fallback.as_str();
         let allow = match settings.ask_fallback {
             ExecMode::Deny => false,
             ExecMode::Allowlist => reasons.is_empty(),

@@ -244,11 +244,10 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
 /// What `/approvals` shows: the modes that apply to session `key` and where they come from.
 fn describe_policy(approvals: &ApprovalBroker, key: &str) -> String {
     let (exec, ask, own) = approvals.effective(Some(key));
-    let name = |value: serde_json::Value| value.as_str().unwrap_or_default().to_string();
     format!(
         "approvals for this session: exec {}, ask {} ({})",
-        name(serde_json::json!(exec)),
-        name(serde_json::json!(ask)),
+        exec.as_str(),
+        ask.as_str(),
         if own {
             "this session's own; /approvals reset goes back to the configuration's"
         } else {

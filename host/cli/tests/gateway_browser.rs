@@ -137,6 +137,23 @@ async fn wait_for(
     }
 }
 
+/// Chromium and chromedriver, or `None` after [`skip`](clawcage_tests::toolchains::skip) (which
+/// fails the test under CI) when either is missing.
+fn browser_programs(test: &str) -> Option<(PathBuf, PathBuf)> {
+    let chromium = find(
+        "chromium",
+        &["/usr/bin/chromium", "/usr/bin/chromium-browser"],
+    );
+    let driver = find("chromedriver", &["/usr/bin/chromedriver"]);
+    if chromium.is_none() || driver.is_none() {
+        clawcage_tests::toolchains::skip(
+            test,
+            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)",
+        );
+    }
+    chromium.zip(driver)
+}
+
 /// A headless Chromium driven through a chromedriver of its own; both end with the test.
 async fn open_browser(
     chromium: &Path,
@@ -221,16 +238,9 @@ fn count(list: &Value, needle: &str) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_a_reload() {
-    let chromium = find(
-        "chromium",
-        &["/usr/bin/chromium", "/usr/bin/chromium-browser"],
-    );
-    let driver = find("chromedriver", &["/usr/bin/chromedriver"]);
-    let (Some(chromium), Some(driver)) = (chromium, driver) else {
-        clawcage_tests::toolchains::skip(
-            "the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_a_reload",
-            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)",
-        );
+    let Some((chromium, driver)) = browser_programs(
+        "the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_a_reload",
+    ) else {
         return;
     };
     let refusal =
@@ -391,16 +401,9 @@ return {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
     use clawcage_tests::channels::FakeBotApi;
-    let chromium = find(
-        "chromium",
-        &["/usr/bin/chromium", "/usr/bin/chromium-browser"],
-    );
-    let driver = find("chromedriver", &["/usr/bin/chromedriver"]);
-    let (Some(chromium), Some(driver)) = (chromium, driver) else {
-        clawcage_tests::toolchains::skip(
-            "the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender",
-            "chromium and chromedriver are not installed (apt-get install chromium chromium-driver)",
-        );
+    let Some((chromium, driver)) =
+        browser_programs("the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender")
+    else {
         return;
     };
     // "remove DIR" runs `rm -r DIR`; anything else is answered in words.

@@ -186,6 +186,77 @@ pub enum AskMode {
     Always,
 }
 
+impl ExecMode {
+    /// Every mode, in the order they are listed to the operator.
+    pub const ALL: [ExecMode; 3] = [ExecMode::Deny, ExecMode::Allowlist, ExecMode::Full];
+
+    /// `deny`, `allowlist` or `full`: the name in the configuration and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ExecMode::Deny => "deny",
+            ExecMode::Allowlist => "allowlist",
+            ExecMode::Full => "full",
+        }
+    }
+}
+
+impl AskMode {
+    /// Every mode, in the order they are listed to the operator.
+    pub const ALL: [AskMode; 3] = [AskMode::Off, AskMode::OnMiss, AskMode::Always];
+
+    /// `off`, `on-miss` or `always`: the name in the configuration and on the wire.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AskMode::Off => "off",
+            AskMode::OnMiss => "on-miss",
+            AskMode::Always => "always",
+        }
+    }
+}
+
+/// The valid names of `modes`, quoted and joined for an error message.
+fn valid_names(names: impl Iterator<Item = &'static str>) -> String {
+    let quoted: Vec<String> = names.map(|name| format!("\"{name}\"")).collect();
+    match quoted.split_last() {
+        Some((last, rest)) if !rest.is_empty() => format!("{} or {last}", rest.join(", ")),
+        _ => quoted.join(""),
+    }
+}
+
+impl std::str::FromStr for ExecMode {
+    type Err = String;
+
+    /// Reads a mode's name; the error lists the valid ones.
+    fn from_str(text: &str) -> Result<ExecMode, String> {
+        ExecMode::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| {
+                format!(
+                    "use {}",
+                    valid_names(ExecMode::ALL.iter().map(|m| m.as_str()))
+                )
+            })
+    }
+}
+
+impl std::str::FromStr for AskMode {
+    type Err = String;
+
+    /// Reads a mode's name; the error lists the valid ones.
+    fn from_str(text: &str) -> Result<AskMode, String> {
+        AskMode::ALL
+            .into_iter()
+            .find(|mode| mode.as_str() == text)
+            .ok_or_else(|| {
+                format!(
+                    "use {}",
+                    valid_names(AskMode::ALL.iter().map(|m| m.as_str()))
+                )
+            })
+    }
+}
+
 /// The programs that pass without an allowlist entry when they read standard input only.
 pub const DEFAULT_SAFE_BINS: &[&str] = &["head", "tail", "wc", "cut", "uniq", "tr", "sort"];
 
@@ -967,5 +1038,17 @@ mod tests {
             Some(ApprovalDecision::AllowOnce)
         );
         assert_eq!(ApprovalDecision::parse("nope"), None);
+        for mode in ExecMode::ALL {
+            assert_eq!(mode.as_str().parse::<ExecMode>(), Ok(mode));
+            assert_eq!(serde_json::to_value(mode).expect("json"), mode.as_str());
+        }
+        for mode in AskMode::ALL {
+            assert_eq!(mode.as_str().parse::<AskMode>(), Ok(mode));
+            assert_eq!(serde_json::to_value(mode).expect("json"), mode.as_str());
+        }
+        assert_eq!(
+            "some".parse::<ExecMode>(),
+            Err("use \"deny\", \"allowlist\" or \"full\"".to_string())
+        );
     }
 }

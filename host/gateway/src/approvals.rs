@@ -12,10 +12,10 @@ use std::sync::{Arc, Mutex};
 use clawcage_agent::approvals::{
     ApprovalBroker, ApprovalError, ApprovalRequest, OperatorEvent, OperatorFilter, SessionPolicy,
 };
-use clawcage_core::approval::ApprovalDecision;
+use clawcage_core::approval::{ApprovalDecision, AskMode, ExecMode};
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
+use tokio_util::task::AbortOnDropHandle;
 
 use crate::connection::Conn;
 use crate::hub::Outbox;
@@ -27,7 +27,8 @@ pub const APPROVER_SCOPES: &[&str] = &["operator.approvals", "operator.admin"];
 /// The gateway's side of the approvals broker: one operator per approver connection.
 pub struct Approvals {
     broker: ApprovalBroker,
-    forwarders: Mutex<HashMap<u64, JoinHandle<()>>>,
+    /// Each approver connection's forwarder, stopped when it is removed.
+    forwarders: Mutex<HashMap<u64, AbortOnDropHandle<()>>>,
 }
 
 /// A request as the protocol sends it.
@@ -56,7 +57,7 @@ impl Approvals {
     pub fn connect(&self, outbox: Outbox) {
         let mut operator = self.broker.operator(OperatorFilter::All);
         let id = outbox.id;
-        let forwarder = tokio::spawn(async move {
+        let forwarder = AbortOnDropHandle::new(tokio::spawn(async move {
             while let Some(event) = operator.next().await {
                 let frame = match event {
                     OperatorEvent::Requested(request) => {
@@ -72,20 +73,17 @@ impl Approvals {
                     break;
                 }
             }
-        });
-        if let Some(previous) = self.lock().insert(id, forwarder) {
-            previous.abort();
-        }
+        }));
+        // A previous forwarder of the same id is dropped, so stopped.
+        self.lock().insert(id, forwarder);
     }
 
     /// The connection `id` is gone: it stops being an operator.
     pub fn disconnect(&self, id: u64) {
-        if let Some(forwarder) = self.lock().remove(&id) {
-            forwarder.abort();
-        }
+        self.lock().remove(&id);
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, JoinHandle<()>>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, AbortOnDropHandle<()>>> {
         self.forwarders
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -104,22 +102,13 @@ impl Approvals {
         #[serde(deny_unknown_fields)]
         struct Resolve {
             id: String,
-            decision: String,
+            /// `allow-once`, `allow-always` or `deny`.
+            decision: ApprovalDecision,
         }
         require_approver(conn, "exec.approval.resolve")?;
         let resolve: Resolve = serde_json::from_value(params.clone())
             .map_err(|error| GatewayError::params("exec.approval.resolve", error))?;
-        let decision = match resolve.decision.as_str() {
-            "allow-once" => ApprovalDecision::AllowOnce,
-            "allow-always" => ApprovalDecision::AllowAlways,
-            "deny" => ApprovalDecision::Deny,
-            _ => {
-                return Err(GatewayError::params(
-                    "exec.approval.resolve",
-                    "decision must be \"allow-once\", \"allow-always\" or \"deny\"",
-                ));
-            }
-        };
+        let decision = resolve.decision;
         let by = format!("gateway:{}", conn.client.id);
         match self.broker.resolve(&resolve.id, decision, &by) {
             Ok(()) => Ok(json!({"id": resolve.id, "decision": decision.as_str()})),
@@ -139,8 +128,8 @@ impl Approvals {
         #[serde(deny_unknown_fields, rename_all = "camelCase")]
         struct Policy {
             session_key: String,
-            exec: Option<String>,
-            ask: Option<String>,
+            exec: Option<ExecMode>,
+            ask: Option<AskMode>,
             #[serde(default)]
             reset: bool,
         }
@@ -149,14 +138,11 @@ impl Approvals {
         let policy: Policy = serde_json::from_value(params.clone())
             .map_err(|error| GatewayError::params(METHOD, error))?;
         crate::keys::check_key(&policy.session_key)?;
-        let mut words = Vec::new();
-        if let Some(exec) = &policy.exec {
-            words.extend(["exec", exec.as_str()]);
-        }
-        if let Some(ask) = &policy.ask {
-            words.extend(["ask", ask.as_str()]);
-        }
-        match (policy.reset, words.is_empty()) {
+        let own = SessionPolicy {
+            exec: policy.exec,
+            ask: policy.ask,
+        };
+        match (policy.reset, own == SessionPolicy::default()) {
             (true, true) => self.broker.set_session_policy(&policy.session_key, None),
             (true, false) => {
                 return Err(GatewayError::params(
@@ -165,12 +151,9 @@ impl Approvals {
                 ));
             }
             (false, true) => {}
-            (false, false) => {
-                let own = SessionPolicy::parse(&words)
-                    .map_err(|error| GatewayError::params(METHOD, error))?;
-                self.broker
-                    .set_session_policy(&policy.session_key, Some(own));
-            }
+            (false, false) => self
+                .broker
+                .set_session_policy(&policy.session_key, Some(own)),
         }
         let (exec, ask, own) = self.broker.effective(Some(&policy.session_key));
         Ok(json!({"sessionKey": policy.session_key, "exec": exec, "ask": ask, "own": own}))

@@ -33,6 +33,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt as _};
 use serde_json::Value;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::AbortOnDropHandle;
 use tracing::Instrument as _;
 
 pub use inbound::{MAX_ARGUMENT_DEPTH, MAX_MESSAGE_BYTES, MAX_MESSAGE_DEPTH, nesting_depth};
@@ -209,12 +210,12 @@ impl McpServer {
         // The call runs as the MCP session's work, so its approval requests name that session
         // and only this client's user is asked.
         let asker = match (&self.approvals, elicit) {
-            (Some(approvals), Some(peer)) => {
-                Some(AbortOnDrop(tokio::spawn(ask_through_elicitation(
+            (Some(approvals), Some(peer)) => Some(AbortOnDropHandle::new(tokio::spawn(
+                ask_through_elicitation(
                     approvals.operator(OperatorFilter::Session(session.clone())),
                     peer,
-                ))))
-            }
+                ),
+            ))),
             _ => None,
         };
         let waits_for_people = asker.is_some();
@@ -260,15 +261,6 @@ impl McpServer {
                 )))
             }
         }
-    }
-}
-
-/// Aborts its task when dropped (when the call ends, however it ends).
-struct AbortOnDrop(tokio::task::JoinHandle<()>);
-
-impl Drop for AbortOnDrop {
-    fn drop(&mut self) {
-        self.0.abort();
     }
 }
 

@@ -36,15 +36,10 @@ pub struct ApprovalsSection {
     pub safe_bins: Option<Vec<String>>,
 }
 
-fn exec_mode(key: &str, value: &str) -> anyhow::Result<ExecMode> {
-    match value {
-        "deny" => Ok(ExecMode::Deny),
-        "allowlist" => Ok(ExecMode::Allowlist),
-        "full" => Ok(ExecMode::Full),
-        _ => bail!(
-            "[approvals] {key} = {value:?} is not valid; use \"deny\", \"allowlist\" or \"full\""
-        ),
-    }
+fn mode<M: std::str::FromStr<Err = String>>(key: &str, value: &str) -> anyhow::Result<M> {
+    value
+        .parse()
+        .map_err(|valid| anyhow::anyhow!("[approvals] {key} = {value:?} is not valid; {valid}"))
 }
 
 impl ApprovalsSection {
@@ -52,20 +47,13 @@ impl ApprovalsSection {
     pub fn settings(&self) -> anyhow::Result<ApprovalSettings> {
         let mut settings = ApprovalSettings::default();
         if let Some(value) = &self.exec {
-            settings.exec.mode = exec_mode("exec", value)?;
+            settings.exec.mode = mode("exec", value)?;
         }
         if let Some(value) = &self.ask {
-            settings.ask = match value.as_str() {
-                "off" => AskMode::Off,
-                "on-miss" => AskMode::OnMiss,
-                "always" => AskMode::Always,
-                _ => bail!(
-                    "[approvals] ask = {value:?} is not valid; use \"off\", \"on-miss\" or \"always\""
-                ),
-            };
+            settings.ask = mode("ask", value)?;
         }
         if let Some(value) = &self.ask_fallback {
-            settings.ask_fallback = exec_mode("ask_fallback", value)?;
+            settings.ask_fallback = mode("ask_fallback", value)?;
         }
         settings.timeout = match self.timeout_secs {
             None => DEFAULT_TIMEOUT,
