@@ -33,6 +33,8 @@ struct Fixture {
 
 impl Fixture {
     fn new(plugins_section: &str) -> Fixture {
+        // Components compiled before any call's deadline (the server's and the client's) starts.
+        clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
         let root = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(root.path().join("workspace")).unwrap();
         std::fs::write(
