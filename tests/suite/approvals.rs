@@ -303,28 +303,14 @@ async fn a_host_off_the_allow_list_is_asked_and_an_approval_allows_exactly_that_
     assert!(refused.contains("no operator is connected"), "{refused}");
     assert!(server.requests().is_empty());
 
-    let mut operator = broker.operator(OperatorFilter::All);
-    let answers = tokio::spawn(async move {
-        let mut asked = Vec::new();
-        for decision in [
+    let answers = clawcage_tests::answer_in_order(
+        &broker,
+        vec![
             ApprovalDecision::AllowOnce,
             ApprovalDecision::Deny,
             ApprovalDecision::AllowAlways,
-        ] {
-            loop {
-                match operator.next().await {
-                    Some(OperatorEvent::Requested(request)) => {
-                        asked.push((request.tool.clone(), request.plan.command.clone()));
-                        operator.resolve(&request.id, decision, "test").unwrap();
-                        break;
-                    }
-                    Some(_) => continue,
-                    None => return asked,
-                }
-            }
-        }
-        asked
-    });
+        ],
+    );
     assert!(fetch("docs.test").await.ends_with("reached"));
     let denied = fetch("docs.test").await;
     assert!(denied.contains("denied by the operator"), "{denied}");

@@ -29,3 +29,4 @@ mod subagents;
 mod wasi_http;
 mod web;
 mod web_attacks;
+mod write_approvals;

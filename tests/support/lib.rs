@@ -138,3 +138,33 @@ impl SecretLayout {
         }
     }
 }
+
+/// An operator that answers the next requests of `broker` with `decisions`, in order, and
+/// returns what each request was (its tool and its plan's command line). Ends early, with what
+/// it saw, when the broker is gone.
+pub fn answer_in_order(
+    broker: &clawcage_agent::approvals::ApprovalBroker,
+    decisions: Vec<clawcage_core::approval::ApprovalDecision>,
+) -> tokio::task::JoinHandle<Vec<(String, String)>> {
+    use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
+    let mut operator = broker.operator(OperatorFilter::All);
+    tokio::spawn(async move {
+        let mut asked = Vec::new();
+        for decision in decisions {
+            loop {
+                match operator.next().await {
+                    Some(OperatorEvent::Requested(request)) => {
+                        asked.push((request.tool.clone(), request.plan.command.clone()));
+                        operator
+                            .resolve(&request.id, decision, "test")
+                            .expect("the request waits");
+                        break;
+                    }
+                    Some(_) => continue,
+                    None => return asked,
+                }
+            }
+        }
+        asked
+    })
+}

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clawcage_core::approval::{
     AllowEntry, ApprovalDecision, ApprovalGate, ApprovedExec, AskMode, Coverage, ExecMode,
-    ExecPlan, ExecPolicy, GateAnswer, GateFuture,
+    ExecPlan, ExecPolicy, GateAnswer, GateFuture, WriteRequest,
 };
 use serde::{Deserialize, Serialize};
 use tokio::sync::{mpsc, oneshot};
@@ -28,6 +28,10 @@ pub const NETWORK_TOOL: &str = "network";
 const EXEC_KIND: &str = "exec";
 /// The `kind` of a kept allow-always decision about a host.
 const NETWORK_KIND: &str = "network";
+/// The `tool` of a request to change something under a read-only workspace.
+pub const WRITE_TOOL: &str = "write";
+/// The `kind` of a kept allow-always decision about a path (written under a read-only workspace).
+const WRITE_KIND: &str = "write";
 
 /// The default time an operator has to answer: 30 minutes.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(1800);
@@ -49,6 +53,8 @@ pub struct ApprovalSettings {
     pub timeout: Duration,
     /// Whether a web request to a host off the network allow-list is asked instead of refused.
     pub network_ask: bool,
+    /// Whether a change under a read-only workspace is asked instead of refused.
+    pub write_ask: bool,
 }
 
 impl Default for ApprovalSettings {
@@ -66,6 +72,7 @@ impl Default for ApprovalSettings {
             ask_fallback: ExecMode::Deny,
             timeout: DEFAULT_TIMEOUT,
             network_ask: false,
+            write_ask: false,
         }
     }
 }
@@ -140,6 +147,12 @@ impl ApprovalRequest {
     pub fn describe(&self) -> String {
         if self.tool == NETWORK_TOOL {
             return format!("{} wants to reach:\n  {}", self.tool, self.plan.command);
+        }
+        if self.tool == WRITE_TOOL {
+            return format!(
+                "a tool wants to write in the read-only workspace:\n  {}",
+                self.plan.command
+            );
         }
         let mut text = format!("{} wants to run:", self.tool);
         for command in &self.plan.commands {
@@ -228,7 +241,7 @@ impl StoredApproval {
     /// What it allows, as listings show it: `rm -r build` for a command, the allow-list entry
     /// (`docs.example:8443`) for a host.
     pub fn rule(&self) -> String {
-        if self.kind == NETWORK_KIND {
+        if self.kind == NETWORK_KIND || self.kind == WRITE_KIND {
             self.entry.program.clone()
         } else {
             self.entry.to_string()
@@ -892,15 +905,71 @@ impl ApprovalBroker {
     /// The decision on one request to the host `entry` names, off the network allow-list.
     async fn decide_network(&self, entry: String) -> Result<(), String> {
         let session = crate::session::current_session_key();
-        let plan = ExecPlan {
+        let refused = format!(
+            "requests to {entry} need the operator's approval and no operator is connected to give it; to allow it for good, add \"{entry}\" to [network] allow"
+        );
+        let what = format!("the request to {entry}");
+        let request = BeyondGrants {
+            tool: NETWORK_TOOL,
+            kind: NETWORK_KIND,
             command: entry.clone(),
+            keys: vec![entry],
+            refused,
+            what,
+        };
+        self.decide_request(session, request).await
+    }
+
+    /// The decision on one change under a read-only workspace, for `session`.
+    async fn decide_write(
+        &self,
+        session: Option<String>,
+        request: WriteRequest,
+    ) -> Result<(), String> {
+        let described = request.describe();
+        let refused = format!(
+            "the workspace is read-only: {described} needs the operator's approval and no operator is connected to give it"
+        );
+        let what = format!("the write ({described})");
+        let request = BeyondGrants {
+            tool: WRITE_TOOL,
+            kind: WRITE_KIND,
+            command: described,
+            keys: request.paths,
+            refused,
+            what,
+        };
+        self.decide_request(session, request).await
+    }
+
+    /// One request beyond the grants: allowed at once when every one of its keys is kept in
+    /// `approvals.json`; otherwise asked of an operator, or decided by the fallback. An
+    /// allow-always answer keeps each key.
+    async fn decide_request(
+        &self,
+        session: Option<String>,
+        request: BeyondGrants,
+    ) -> Result<(), String> {
+        let BeyondGrants {
+            tool,
+            kind,
+            command,
+            keys,
+            refused,
+            what,
+        } = request;
+        let plan = ExecPlan {
+            command,
             commands: Vec::new(),
         };
         if let Some(store) = &self.inner.store {
             let stored = store.list().map_err(|error| error.to_string())?;
-            if stored
-                .iter()
-                .any(|kept| kept.kind == NETWORK_KIND && kept.entry.program == entry)
+            if !keys.is_empty()
+                && keys.iter().all(|key| {
+                    stored
+                        .iter()
+                        .any(|kept| kept.kind == kind && &kept.entry.program == key)
+                })
             {
                 return Ok(());
             }
@@ -909,7 +978,7 @@ impl ApprovalBroker {
             if self.inner.settings.ask_fallback == ExecMode::Full {
                 self.audit(
                     session.as_deref(),
-                    NETWORK_TOOL,
+                    tool,
                     &plan,
                     "allowed-by-fallback-full",
                     Duration::ZERO,
@@ -918,41 +987,43 @@ impl ApprovalBroker {
             }
             self.audit(
                 session.as_deref(),
-                NETWORK_TOOL,
+                tool,
                 &plan,
                 "denied-by-fallback",
                 Duration::ZERO,
             );
-            return Err(format!(
-                "requests to {entry} need the operator's approval and no operator is connected to give it; to allow it for good, add \"{entry}\" to [network] allow"
-            ));
+            return Err(refused);
         }
         let (decision, by) = self
-            .ask_operator(session.clone(), NETWORK_TOOL, plan, Vec::new())
+            .ask_operator(session.clone(), tool, plan, Vec::new())
             .await?;
         match decision {
             ApprovalDecision::Deny if by == "timeout" => Err(format!(
-                "denied by the operator: nobody approved the request to {entry} within {} s",
+                "denied by the operator: nobody approved {what} within {} s",
                 self.inner.settings.timeout.as_secs()
             )),
             ApprovalDecision::Deny => Err(format!(
-                "denied by the operator: the user refused the request to {entry}; do not retry it"
+                "denied by the operator: the user refused {what}; do not retry it"
             )),
             ApprovalDecision::AllowOnce => Ok(()),
             ApprovalDecision::AllowAlways => {
                 if let Some(store) = &self.inner.store {
-                    let kept = StoredApproval {
-                        id: format!("apv-{}", random_id()),
-                        kind: NETWORK_KIND.to_string(),
-                        entry: AllowEntry {
-                            program: entry.clone(),
-                            args: None,
-                        },
-                        created: chrono::Utc::now()
-                            .to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
-                        session,
-                    };
-                    if let Err(error) = store.add(vec![kept]) {
+                    let created =
+                        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+                    let kept = keys
+                        .into_iter()
+                        .map(|key| StoredApproval {
+                            id: format!("apv-{}", random_id()),
+                            kind: kind.to_string(),
+                            entry: AllowEntry {
+                                program: key,
+                                args: None,
+                            },
+                            created: created.clone(),
+                            session: session.clone(),
+                        })
+                        .collect();
+                    if let Err(error) = store.add(kept) {
                         tracing::warn!("the allow-always decision was not kept: {error}");
                     }
                 }
@@ -972,10 +1043,23 @@ impl ApprovalGate for ApprovalBroker {
         self.inner.settings.network_ask
     }
 
-    fn review_network(&self, entry: &str) -> clawcage_core::approval::NetworkGateFuture {
+    fn review_network(&self, entry: &str) -> clawcage_core::approval::RequestGateFuture {
         let broker = self.clone();
         let entry = entry.to_string();
         Box::pin(async move { broker.decide_network(entry).await })
+    }
+
+    fn write_reviewer(&self) -> Option<clawcage_core::approval::WriteReviewer> {
+        if !self.inner.settings.write_ask {
+            return None;
+        }
+        let broker = self.clone();
+        let session = crate::session::current_session_key();
+        Some(Arc::new(move |request: WriteRequest| {
+            let broker = broker.clone();
+            let session = session.clone();
+            Box::pin(async move { broker.decide_write(session, request).await })
+        }))
     }
 
     fn review(&self, tool: &str, plan: Option<ExecPlan>) -> GateFuture {
@@ -983,6 +1067,22 @@ impl ApprovalGate for ApprovalBroker {
         let tool = tool.to_string();
         Box::pin(async move { broker.decide(tool, plan).await })
     }
+}
+
+/// A request beyond the grants (a host off the allow-list, a write under a read-only workspace).
+struct BeyondGrants {
+    /// The request's `tool`: `network` or `write`.
+    tool: &'static str,
+    /// The `kind` its allow-always decisions are kept under.
+    kind: &'static str,
+    /// What the operator is shown.
+    command: String,
+    /// What an allow-always answer keeps (hosts, paths); all kept means allowed.
+    keys: Vec<String>,
+    /// The sentence for the model when nobody can be asked.
+    refused: String,
+    /// The request in a denial's words ("the request to docs.example").
+    what: String,
 }
 
 /// Withdraws a waiting request when the call waiting for it is dropped.

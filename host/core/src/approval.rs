@@ -818,14 +818,83 @@ pub trait ApprovalGate: Send + Sync + fmt::Debug {
     /// Decides on one request to the host `entry` names (the allow-list entry that names exactly
     /// its host, port and scheme). `Ok` allows this request; the error is the sentence for the
     /// model. Allow-always answers are kept by the gate, which then allows later requests itself.
-    fn review_network(&self, entry: &str) -> NetworkGateFuture {
+    fn review_network(&self, entry: &str) -> RequestGateFuture {
         let entry = entry.to_string();
         Box::pin(async move { Err(format!("requests to {entry} are not allowed")) })
     }
+    /// Whether a change under a read-only workspace is asked instead of refused
+    /// (`[approvals] write = "ask"`): the reviewer that asks, bound to the calling session (taken
+    /// when this is called, so that programs running on other tasks ask for the same session),
+    /// or `None` when such writes are refused.
+    fn write_reviewer(&self) -> Option<WriteReviewer> {
+        None
+    }
 }
 
-/// A future the gate returns for a network request.
-pub type NetworkGateFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+/// A future the gate returns for one request beyond the grants (a host, a write): `Ok` allows
+/// exactly that request; the error is the sentence for the model.
+pub type RequestGateFuture = Pin<Box<dyn Future<Output = Result<(), String>> + Send>>;
+
+/// Decides on one write under a read-only workspace, for the session it was bound to.
+pub type WriteReviewer = Arc<dyn Fn(WriteRequest) -> RequestGateFuture + Send + Sync>;
+
+/// What a write under a read-only workspace would change, as the sandbox saw it: the operation
+/// and the absolute paths it touches (lexically normalised, inside the workspace).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WriteRequest {
+    /// What would be done.
+    pub operation: WriteOperation,
+    /// The path changed; for a rename or a hard link, the source then the new name.
+    pub paths: Vec<String>,
+    /// For a symbolic link: the text it would point to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub link_target: Option<String>,
+}
+
+/// The operations a write approval can allow, one per mutating `wasi:filesystem` function (and
+/// the shell's output redirection).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum WriteOperation {
+    /// Open a file for writing: create it, empty it or change it.
+    Write,
+    /// Create a directory.
+    CreateDirectory,
+    /// Remove an empty directory.
+    RemoveDirectory,
+    /// Remove a file or a symbolic link.
+    Remove,
+    /// Rename or move.
+    Rename,
+    /// Create a symbolic link.
+    Symlink,
+    /// Create a hard link.
+    HardLink,
+    /// Change a file's access or modification time.
+    SetTimes,
+}
+
+impl WriteRequest {
+    /// One line for the operator and the model: `create or change /ws/a.txt`,
+    /// `rename /ws/a to /ws/b`.
+    pub fn describe(&self) -> String {
+        let first = self.paths.first().map(String::as_str).unwrap_or("?");
+        let second = self.paths.get(1).map(String::as_str).unwrap_or("?");
+        match self.operation {
+            WriteOperation::Write => format!("create or change {first}"),
+            WriteOperation::CreateDirectory => format!("create the directory {first}"),
+            WriteOperation::RemoveDirectory => format!("remove the directory {first}"),
+            WriteOperation::Remove => format!("remove {first}"),
+            WriteOperation::Rename => format!("rename {first} to {second}"),
+            WriteOperation::Symlink => format!(
+                "create the symbolic link {first} -> {}",
+                self.link_target.as_deref().unwrap_or("?")
+            ),
+            WriteOperation::HardLink => format!("create the hard link {second} to {first}"),
+            WriteOperation::SetTimes => format!("change the times of {first}"),
+        }
+    }
+}
 
 #[cfg(test)]
 mod tests {

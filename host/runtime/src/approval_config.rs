@@ -1,7 +1,8 @@
 //! `[approvals]` in the config: what exec may run (`exec` = "deny" / "allowlist" / "full"), when
 //! a person is asked (`ask` = "off" / "on-miss" / "always"), what decides when nobody can be asked
 //! (`ask_fallback`), how long a request waits (`timeout_secs`), the allowlist (`allow`, entries
-//! `PROGRAM [ARGS-GLOB]`) and the safe bins (`safe_bins`). Checked here, so a bad value is a
+//! `PROGRAM [ARGS-GLOB]`), the safe bins (`safe_bins`), and whether a host off the network
+//! allow-list (`network`) or a write under a read-only workspace (`write`) is asked. Checked here, so a bad value is a
 //! configuration error at start-up that names the key and the valid values.
 
 use std::time::Duration;
@@ -28,6 +29,8 @@ pub struct ApprovalsSection {
     pub timeout_secs: Option<u64>,
     /// `deny` (default) or `ask`: a web request to a host off `[network] allow`.
     pub network: Option<String>,
+    /// `deny` (default) or `ask`: a change under a read-only workspace.
+    pub write: Option<String>,
     /// Allowlist entries: `"ls"`, `"git status *"`, `"rm -r build/*"`.
     #[serde(default)]
     pub allow: Vec<String>,
@@ -67,6 +70,13 @@ impl ApprovalsSection {
             Some("ask") => true,
             Some(other) => bail!(
                 "[approvals] network = {other:?} is not valid; use \"deny\" (refuse hosts off [network] allow) or \"ask\""
+            ),
+        };
+        settings.write_ask = match self.write.as_deref() {
+            None | Some("deny") => false,
+            Some("ask") => true,
+            Some(other) => bail!(
+                "[approvals] write = {other:?} is not valid; use \"deny\" (a read-only workspace stays read-only) or \"ask\" (each write under it is asked)"
             ),
         };
         for entry in &self.allow {
@@ -125,6 +135,8 @@ mod tests {
         assert_eq!(settings.exec.allow.len(), 2);
         assert_eq!(settings.exec.safe_bins, ["head"]);
         assert_eq!(settings.timeout, Duration::from_secs(60));
+        assert!(!settings.write_ask);
+        assert!(parse("write = \"ask\"").expect("valid").write_ask);
     }
 
     #[test]
@@ -135,6 +147,7 @@ mod tests {
             ("ask_fallback = \"ask\"", "[approvals] ask_fallback"),
             ("timeout_secs = 0", "timeout_secs"),
             ("network = \"allow\"", "[approvals] network"),
+            ("write = \"allow\"", "[approvals] write"),
             ("allow = [\"/bin/rm\"]", "bare name"),
             ("safe_bins = [\"/bin/head\"]", "safe_bins"),
             ("exec = \"deny\"\nask = \"always\"", "never be used"),

@@ -349,7 +349,6 @@ impl Runtime {
         let limits = config
             .limits()
             .map_err(|error| usage(format!("{error:#}")))?;
-        let grants = Grants::workspace(workspace.clone()).with_limits(limits);
         let audit_path = match config.audit.enabled {
             Some(false) => None,
             _ => Some(
@@ -361,6 +360,15 @@ impl Runtime {
             ),
         };
         let approvals = approvals_broker(&config, &state_dir, audit_path.as_deref(), demo)?;
+        // `[approvals] write = "ask"`: a change under a read-only workspace is asked.
+        let tools_workspace = if approvals.settings().write_ask {
+            workspace
+                .clone()
+                .with_write_approvals(Arc::new(approvals.clone()))
+        } else {
+            workspace.clone()
+        };
+        let grants = Grants::workspace(tools_workspace).with_limits(limits);
         let web_grants = if demo {
             tools::no_network(limits)
         } else {

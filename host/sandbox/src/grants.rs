@@ -44,6 +44,8 @@ impl FsMode {
 pub struct WorkspaceGrant {
     path: PathBuf,
     mode: FsMode,
+    /// Read-only only: the gate asked before a change (`[approvals] write = "ask"`).
+    write_approvals: Option<ApprovalGateRef>,
 }
 
 /// Why a grant could not be made.
@@ -91,7 +93,28 @@ impl WorkspaceGrant {
         Ok(Self {
             path: canonical,
             mode,
+            write_approvals: None,
         })
+    }
+
+    /// This grant, when read-only, with each change under it asked of `gate` first (the gate
+    /// decides at each call whether it asks or refuses). A read-write grant is unchanged.
+    pub fn with_write_approvals(
+        mut self,
+        gate: Arc<dyn clawcage_core::approval::ApprovalGate>,
+    ) -> Self {
+        if self.mode == FsMode::ReadOnly {
+            self.write_approvals = Some(ApprovalGateRef(gate));
+        }
+        self
+    }
+
+    /// The gate asked before a change under this read-only workspace, if any.
+    pub fn write_approvals(&self) -> Option<&Arc<dyn clawcage_core::approval::ApprovalGate>> {
+        match self.mode {
+            FsMode::ReadOnly => self.write_approvals.as_ref().map(|gate| &gate.0),
+            FsMode::ReadWrite => None,
+        }
     }
 
     /// The canonical host path of the directory.
@@ -291,6 +314,11 @@ impl Grants {
     pub fn read_only(&self) -> Grants {
         let mut narrowed = self.clone();
         if let Some(workspace) = &mut narrowed.workspace {
+            // Made read-only here: nothing under it is asked (asking stays with a workspace the
+            // operator made read-only).
+            if workspace.mode == FsMode::ReadWrite {
+                workspace.write_approvals = None;
+            }
             workspace.mode = FsMode::ReadOnly;
         }
         narrowed
@@ -304,6 +332,11 @@ impl Grants {
             (Some(mine), Some(theirs)) if mine.path == theirs.path => Some(WorkspaceGrant {
                 path: mine.path.clone(),
                 mode: mine.mode.min(theirs.mode),
+                // Writes are asked only when both sides ask them.
+                write_approvals: match (mine.write_approvals(), theirs.write_approvals()) {
+                    (Some(_), Some(_)) => mine.write_approvals.clone(),
+                    _ => None,
+                },
             }),
             _ => None,
         };
@@ -340,10 +373,13 @@ impl Grants {
 
     /// The grants as structured fields (see `clawcage_core::Tool::grants_json`).
     pub fn to_json(&self) -> serde_json::Value {
-        let workspace = self
-            .workspace
-            .as_ref()
-            .map(|grant| serde_json::json!({"path": grant.path, "mode": grant.mode.as_str()}));
+        let workspace = self.workspace.as_ref().map(|grant| {
+            serde_json::json!({
+                "path": grant.path,
+                "mode": grant.mode.as_str(),
+                "writes_asked": grant.write_approvals().is_some(),
+            })
+        });
         let network = self.network.as_ref().map(|policy| {
             let allow: Vec<Vec<String>> = policy
                 .allow_lists()
@@ -389,9 +425,14 @@ impl Grants {
     pub fn describe(&self) -> String {
         let workspace = match &self.workspace {
             Some(grant) => format!(
-                "workspace {} ({})",
+                "workspace {} ({}{})",
                 grant.path.display(),
-                grant.mode.as_str()
+                grant.mode.as_str(),
+                if grant.write_approvals().is_some() {
+                    ", writes asked"
+                } else {
+                    ""
+                }
             ),
             None => "no files".to_string(),
         };

@@ -9,6 +9,7 @@ use wasmtime::ResourceLimiter;
 use wasmtime::component::ResourceTable;
 use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
+use crate::asked_writes::{AsksWrites, WriteAsker};
 use crate::bindings::log;
 use crate::network::NetworkPolicy;
 use crate::network::wasi_http::PolicyHooks;
@@ -36,6 +37,8 @@ pub(crate) struct CallState {
     pub(crate) exec: Option<crate::process::ExecContext>,
     /// The scheduler the `scheduler` import calls, when the tool was granted cron.
     pub(crate) scheduler: Option<Arc<dyn clawcage_core::Scheduler>>,
+    /// Asks the operator before a write under a read-only workspace, when configured.
+    pub(crate) writes: Option<Arc<WriteAsker>>,
 }
 
 impl CallState {
@@ -51,6 +54,7 @@ impl CallState {
             http_hooks: PolicyHooks::new(None, component),
             exec: None,
             scheduler: None,
+            writes: None,
         }
     }
 
@@ -68,6 +72,12 @@ impl WasiView for CallState {
             ctx: &mut self.wasi,
             table: &mut self.table,
         }
+    }
+}
+
+impl AsksWrites for CallState {
+    fn write_asker(&self) -> Option<Arc<WriteAsker>> {
+        self.writes.clone()
     }
 }
 

@@ -6,8 +6,10 @@
 //! Third-party [`plugin`]s are verified and granted here too, so every grant decision lives in
 //! this crate.
 
+mod asked_writes;
 mod bindings;
 pub mod cache;
+mod clock;
 pub mod env;
 pub mod grants;
 mod host;

@@ -24,6 +24,8 @@ use wasmtime_wasi::cli::{
 use wasmtime_wasi::p2::pipe::{ClosedInputStream, MemoryInputPipe, SinkOutputStream};
 use wasmtime_wasi::p2::{OutputStream, Pollable, StreamError, StreamResult};
 
+use crate::asked_writes::WriteAsker;
+use crate::clock::CallClock;
 use crate::grants::{ExecGrant, FsMode, Grants, WorkspaceGrant};
 use crate::host::CallState;
 use crate::programs::{ProgramState, WriteBudget, budget_error, exit_code};
@@ -69,12 +71,21 @@ pub(crate) struct ExecContext {
     budget: Arc<WriteBudget>,
     /// What the approvals gate allowed this call to run; `None` when no gate is active.
     approved: Option<Arc<clawcage_core::approval::ApprovedExec>>,
+    /// The call's clock (paused while a write is asked) and its mark when `deadline` was set.
+    clock: CallClock,
+    clock_mark: Duration,
+    /// Asks before a write under a read-only workspace, when configured.
+    writes: Option<Arc<WriteAsker>>,
 }
 
 impl ExecContext {
     /// The context of one call under `grants` (None when exec is not granted), which ends at
     /// `deadline`.
-    pub(crate) fn for_call(grants: &Grants, deadline: Instant) -> Option<ExecContext> {
+    pub(crate) fn for_call(
+        grants: &Grants,
+        deadline: Instant,
+        clock: &CallClock,
+    ) -> Option<ExecContext> {
         let grant = grants.exec.clone()?;
         let budget = Arc::new(WriteBudget::new(grant.write_limit_bytes));
         Some(ExecContext {
@@ -84,7 +95,21 @@ impl ExecContext {
             deadline,
             budget,
             approved: None,
+            clock: clock.clone(),
+            clock_mark: clock.mark(),
+            writes: None,
         })
+    }
+
+    /// This context with writes under a read-only workspace asked through `writes`.
+    pub(crate) fn with_writes(mut self, writes: Option<Arc<WriteAsker>>) -> ExecContext {
+        self.writes = writes;
+        self
+    }
+
+    /// The call's deadline, moved by the time the call waited for an operator so far.
+    fn deadline(&self) -> Instant {
+        self.deadline + self.clock.moved_since(self.clock_mark)
     }
 
     /// This context with every program checked against `approved` before it starts.
@@ -410,6 +435,7 @@ fn open_redirect(
     directory: Option<&std::fs::File>,
     request: &FileOpen,
     budget: &Arc<WriteBudget>,
+    write_approved: bool,
 ) -> Result<Opened, String> {
     let shown = &request.path;
     let (Some(workspace), Some(directory)) = (workspace, directory) else {
@@ -430,7 +456,7 @@ fn open_redirect(
         relative
     };
     let writing = request.mode != OpenMode::Read;
-    if writing && workspace.mode() == FsMode::ReadOnly {
+    if writing && workspace.mode() == FsMode::ReadOnly && !write_approved {
         return Err(format!(
             "{shown}: the workspace is read-only for this tool; nothing can be written"
         ));
@@ -477,6 +503,43 @@ fn open_redirect(
     } else {
         Opened::Read(file)
     })
+}
+
+/// For a redirection that writes under a read-only workspace whose writes are asked: the
+/// operator's decision (`Ok(true)` approved). `Ok(false)` when nothing needs asking (reading,
+/// a writable workspace, or no asker: then `open_redirect` refuses as before).
+async fn ask_to_redirect(exec: &ExecContext, request: &FileOpen) -> Result<bool, String> {
+    let (Some(writes), Some(workspace)) = (&exec.writes, &exec.workspace) else {
+        return Ok(false);
+    };
+    if request.mode == OpenMode::Read || workspace.mode() == FsMode::ReadWrite {
+        return Ok(false);
+    }
+    let shown = &request.path;
+    let Some(target) = crate::asked_writes::target_path(
+        writes.root(),
+        Path::new(workspace.guest_path()),
+        Path::new(shown)
+            .strip_prefix(workspace.guest_path())
+            .ok()
+            .and_then(Path::to_str)
+            .unwrap_or(shown),
+    ) else {
+        return Err(format!(
+            "{shown}: outside the workspace ({}); only files inside it can be written",
+            workspace.guest_path()
+        ));
+    };
+    let request = clawcage_core::approval::WriteRequest {
+        operation: clawcage_core::approval::WriteOperation::Write,
+        paths: vec![target],
+        link_target: None,
+    };
+    writes
+        .ask(request)
+        .await
+        .map(|()| true)
+        .map_err(|reason| format!("{shown}: {reason}"))
 }
 
 /// What a file that is neither a regular file nor a directory is ("a FIFO"), or `None`.
@@ -617,12 +680,16 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
     };
     let mut files = Vec::with_capacity(pipeline.files.len());
     for request in &pipeline.files {
+        let write_approved = ask_to_redirect(exec, request)
+            .await
+            .map_err(RunError::Redirect)?;
         files.push(
             open_redirect(
                 exec.workspace.as_ref(),
                 directory.as_ref(),
                 request,
                 &exec.budget,
+                write_approved,
             )
             .map_err(RunError::Redirect)?,
         );
@@ -648,7 +715,7 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
 
     let now = Instant::now();
     let latest = exec
-        .deadline
+        .deadline()
         .checked_sub(DEADLINE_MARGIN)
         .unwrap_or(now)
         .max(now);
@@ -695,7 +762,12 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
         // This stage holds the only remaining handles of its pipe's writing end.
         pipe_writers[position] = None;
         let wasi = program_context(exec, &stage, stdin, stdout, stderr)?;
-        let state = ProgramState::new(wasi, exec.memory_bytes, exec.budget.clone());
+        let state = ProgramState::new(
+            wasi,
+            exec.memory_bytes,
+            exec.budget.clone(),
+            exec.writes.clone(),
+        );
         let engine = program.engine.clone();
         let pre = program.pre.clone();
         let name = stage.program.clone();
@@ -740,13 +812,15 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
-    let finished = tokio::time::timeout_at(deadline.into(), async {
-        tokio::select! {
-            () = all_ended => true,
-            () = budget_spent => false,
-        }
-    })
-    .await;
+    let finished = exec
+        .clock
+        .run(deadline, async {
+            tokio::select! {
+                () = all_ended => true,
+                () = budget_spent => false,
+            }
+        })
+        .await;
     drop(handles);
     let timed_out = finished.is_err();
     let reason = if timed_out {
@@ -785,6 +859,9 @@ fn program_context(
     stderr: Box<dyn StdoutStream>,
 ) -> Result<wasmtime_wasi::WasiCtx, RunError> {
     let mut builder = crate::wasi_context::denied();
+    if exec.writes.is_some() {
+        builder.monotonic_clock(exec.clock.guest_clock());
+    }
     let mut argv = Vec::with_capacity(stage.args.len() + 1);
     argv.push(stage.program.as_str());
     argv.extend(stage.args.iter().map(String::as_str));

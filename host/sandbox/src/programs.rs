@@ -25,6 +25,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use tokio::sync::OnceCell;
 
+use crate::asked_writes::{AsksWrites, WriteAsker};
 use crate::components;
 use crate::host::MemoryLimiter;
 use crate::sandbox::{Code, LoadError, Sandbox};
@@ -42,16 +43,30 @@ pub(crate) struct ProgramState {
     table: ResourceTable,
     pub(crate) limiter: MemoryLimiter,
     budget: Arc<WriteBudget>,
+    /// The calling tool's asker of writes under a read-only workspace, if any.
+    writes: Option<Arc<WriteAsker>>,
 }
 
 impl ProgramState {
-    pub(crate) fn new(wasi: WasiCtx, memory_bytes: u64, budget: Arc<WriteBudget>) -> Self {
+    pub(crate) fn new(
+        wasi: WasiCtx,
+        memory_bytes: u64,
+        budget: Arc<WriteBudget>,
+        writes: Option<Arc<WriteAsker>>,
+    ) -> Self {
         Self {
             wasi,
             table: ResourceTable::new(),
             limiter: MemoryLimiter::new(memory_bytes),
             budget,
+            writes,
         }
+    }
+}
+
+impl AsksWrites for ProgramState {
+    fn write_asker(&self) -> Option<Arc<WriteAsker>> {
+        self.writes.clone()
     }
 }
 
@@ -156,6 +171,7 @@ pub(crate) fn program_linker(engine: &Engine) -> wasmtime::Result<Linker<Program
     let mut linker = Linker::new(engine);
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     crate::special_files::refuse_special_files(&mut linker)?;
+    crate::asked_writes::ask_before_writes(&mut linker)?;
     linker.allow_shadowing(true);
     let mut types = linker.instance(FILESYSTEM_TYPES)?;
     types.func_wrap_async(
@@ -533,7 +549,10 @@ impl Sandbox {
             .stderr(stderr.clone())
             .build();
         let budget = Arc::new(WriteBudget::new(0));
-        let mut store = Store::new(self.engine(), ProgramState::new(wasi, 256 << 20, budget));
+        let mut store = Store::new(
+            self.engine(),
+            ProgramState::new(wasi, 256 << 20, budget, None),
+        );
         store.limiter(|state| &mut state.limiter);
         store.set_epoch_deadline(1);
         store.epoch_deadline_async_yield_and_update(1);

@@ -409,6 +409,7 @@ impl Sandbox {
         let mut linker = Linker::new(&self.engine);
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::special_files::refuse_special_files(&mut linker)?;
+        crate::asked_writes::ask_before_writes(&mut linker)?;
         bindings::log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
         if imports.network {
             bindings::http::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| {

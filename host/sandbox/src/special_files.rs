@@ -15,12 +15,15 @@
 //! with write access could then race a rename or a symlink swap onto the path it opens, and that
 //! one open would block as before. Closing that gap needs a non-blocking open inside
 //! wasmtime-wasi.
+//!
+//! The same shadow asks before an open for writing under a read-only workspace, when the call
+//! may ask (`asked_writes`).
 
 use std::future::Future;
 
+use clawcage_core::approval::WriteOperation;
 use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource};
-use wasmtime_wasi::WasiView;
 use wasmtime_wasi::filesystem::WasiFilesystemView as _;
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     Descriptor, DescriptorFlags, DescriptorType, ErrorCode, Host as _, HostDescriptor as _,
@@ -48,11 +51,16 @@ type OpenAtParams = (
 /// What `open-at` returns.
 type OpenAtResult = (Result<Resource<Descriptor>, ErrorCode>,);
 
+use crate::asked_writes::{
+    AsksWrites, Cleared, Expect, clear, cleared_or_refused, never_a_writable_directory, one,
+    opens_for_writing, release,
+};
+
 /// Replaces `open-at` in `linker`, to which WASI p2 must already have been added, by one that
 /// refuses special files (see the module documentation). Fails when `linker` has no `open-at`
 /// of [`FILESYSTEM_TYPES`] to replace (a wasmtime-wasi with another WASI version: update the
 /// constant), so the guard can never silently be absent. Leaves name shadowing disallowed.
-pub(crate) fn refuse_special_files<T: WasiView + 'static>(
+pub(crate) fn refuse_special_files<T: AsksWrites + 'static>(
     linker: &mut Linker<T>,
 ) -> wasmtime::Result<()> {
     linker.allow_shadowing(false);
@@ -87,9 +95,10 @@ fn is_special(kind: DescriptorType) -> bool {
     }
 }
 
-/// `open-at`, after a `stat-at` of the same path with the same path flags. A symbolic link is
-/// only seen when the guest asked not to follow links, and then the real open refuses it itself.
-fn open_at<T: WasiView + 'static>(
+/// `open-at`, after a `stat-at` of the same path with the same path flags (a symbolic link is
+/// only seen when the guest asked not to follow links, and then the real open refuses it
+/// itself), and for writing under a read-only directory, after the operator's approval.
+fn open_at<T: AsksWrites + 'static>(
     mut store: StoreContextMut<'_, T>,
     (fd, path_flags, path, open_flags, flags): OpenAtParams,
 ) -> Box<dyn Future<Output = wasmtime::Result<OpenAtResult>> + Send + '_> {
@@ -103,9 +112,36 @@ fn open_at<T: WasiView + 'static>(
             tracing::debug!(path = %path, kind = ?stat.type_, "a guest's open of a special file refused");
             return Ok((Err(SPECIAL_FILE_ERROR),));
         }
-        match view.open_at(fd, path_flags, path, open_flags, flags).await {
-            Ok(opened) => Ok((Ok(opened),)),
-            Err(error) => Ok((Err(view.convert_error_code(error)?),)),
+        let cleared = if opens_for_writing(open_flags, flags) {
+            let expect = if !open_flags.contains(OpenFlags::CREATE) {
+                Expect::Exists
+            } else if open_flags.contains(OpenFlags::EXCLUSIVE) {
+                Expect::Absent
+            } else {
+                Expect::Any
+            };
+            cleared_or_refused!(store, &[(&fd, &path)], expect, one(WriteOperation::Write))
+        } else {
+            Cleared::own(&fd)
+        };
+        let elevated = cleared.elevated();
+        let opened = store
+            .data_mut()
+            .filesystem()
+            .open_at(cleared.fd(0), path_flags, path, open_flags, flags)
+            .await;
+        release(store.data_mut(), cleared);
+        match opened {
+            Ok(opened) => {
+                if elevated {
+                    never_a_writable_directory(store.data_mut(), &opened)?;
+                }
+                Ok((Ok(opened),))
+            }
+            Err(error) => Ok((Err(store
+                .data_mut()
+                .filesystem()
+                .convert_error_code(error)?),)),
         }
     })
 }
@@ -115,7 +151,7 @@ mod tests {
     use super::*;
     use wasmtime::Engine;
     use wasmtime::component::ResourceTable;
-    use wasmtime_wasi::{WasiCtx, WasiCtxView};
+    use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
     struct State {
         wasi: WasiCtx,
@@ -128,6 +164,12 @@ mod tests {
                 ctx: &mut self.wasi,
                 table: &mut self.table,
             }
+        }
+    }
+
+    impl AsksWrites for State {
+        fn write_asker(&self) -> Option<std::sync::Arc<crate::asked_writes::WriteAsker>> {
+            None
         }
     }
 

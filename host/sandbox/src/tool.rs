@@ -12,7 +12,9 @@ use serde_json::Value;
 use wasmtime::{Store, Trap};
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 
+use crate::asked_writes::WriteAsker;
 use crate::bindings::{GuestToolError, exports::clawcage::tool::tool::ToolSpec as GuestToolSpec};
+use crate::clock::CallClock;
 use crate::grants::Grants;
 use crate::host::CallState;
 use crate::sandbox::{CompiledComponent, LazyComponent};
@@ -188,6 +190,10 @@ pub(crate) enum Answer {
     Plan(Option<Result<String, String>>),
 }
 
+/// `CLAWCAGE_WORKSPACE_MODE` of a read-only workspace whose writes are asked: a tool tries the
+/// write (the host asks) instead of refusing it up front.
+const ASK_MODE: &str = "ro-ask";
+
 /// The export the planner lives in.
 const PLANNER_INTERFACE: &str = "clawcage:tool/planner@0.1.0";
 
@@ -200,7 +206,16 @@ pub(crate) async fn run_in_fresh_instance(
     approved: Option<Arc<ApprovedExec>>,
 ) -> Result<Answer, ToolError> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
-    let wasi = wasi_context(grants, stderr.clone())?;
+    let clock = CallClock::default();
+    // Bound here, in the caller's task, so that programs on other tasks ask for its session.
+    let writes = match (&grants.workspace, operation) {
+        (Some(workspace), Operation::Call { .. }) => workspace
+            .write_approvals()
+            .and_then(|gate| gate.write_reviewer())
+            .map(|reviewer| Arc::new(WriteAsker::new(reviewer, workspace.path(), clock.clone()))),
+        _ => None,
+    };
+    let wasi = wasi_context(grants, stderr.clone(), writes.is_some().then_some(&clock))?;
     let mut store = Store::new(
         &component.engine,
         CallState::new(wasi, grants.limits.memory_bytes, &component.name)
@@ -208,10 +223,11 @@ pub(crate) async fn run_in_fresh_instance(
     );
     store.limiter(|state| &mut state.limiter);
     let timeout = grants.limits.timeout;
-    store.data_mut().exec =
-        crate::process::ExecContext::for_call(grants, std::time::Instant::now() + timeout)
-            .map(|context| context.with_approved(approved));
+    let deadline = std::time::Instant::now() + timeout;
+    store.data_mut().exec = crate::process::ExecContext::for_call(grants, deadline, &clock)
+        .map(|context| context.with_approved(approved).with_writes(writes.clone()));
     store.data_mut().scheduler = grants.scheduler().cloned();
+    store.data_mut().writes = writes.clone();
     // Yield to the executor at every epoch tick, so the timeout below can stop a guest that
     // never returns, including one inside a host call.
     store.set_epoch_deadline(1);
@@ -222,24 +238,26 @@ pub(crate) async fn run_in_fresh_instance(
         Operation::Call { name, .. } => format!("the tool `{name}`"),
         Operation::Plan { name, .. } => format!("the planner of the tool `{name}`"),
     };
-    let outcome = tokio::time::timeout(timeout, async {
-        if let Operation::Plan { name, args } = operation {
-            return plan_in(component, &mut store, name, args).await;
-        }
-        let tool = component.pre.instantiate_async(&mut store).await?;
-        let guest = tool.clawcage_tool_tool();
-        match operation {
-            Operation::Specs => guest.call_specs(&mut store).await.map(Answer::Specs),
-            Operation::Call { name, args } => guest
-                .call_call(&mut store, name, args)
-                .await
-                .map(Answer::Call),
-            Operation::Plan { .. } => Ok(Answer::Plan(None)),
-        }
-    })
-    .await;
+    let outcome = clock
+        .run(deadline, async {
+            if let Operation::Plan { name, args } = operation {
+                return plan_in(component, &mut store, name, args).await;
+            }
+            let tool = component.pre.instantiate_async(&mut store).await?;
+            let guest = tool.clawcage_tool_tool();
+            match operation {
+                Operation::Specs => guest.call_specs(&mut store).await.map(Answer::Specs),
+                Operation::Call { name, args } => guest
+                    .call_call(&mut store, name, args)
+                    .await
+                    .map(Answer::Call),
+                Operation::Plan { .. } => Ok(Answer::Plan(None)),
+            }
+        })
+        .await;
 
-    match outcome {
+    let denials = writes.map(|asker| asker.denials()).unwrap_or_default();
+    let answer = match outcome {
         Ok(Ok(answer)) => Ok(answer),
         Err(_elapsed) => Err(ToolError::Failed(format!(
             "{what} was stopped after its time limit of {}; it may be stuck in a loop or the task is too large for one call",
@@ -252,6 +270,27 @@ pub(crate) async fn run_in_fresh_instance(
             grants.limits.memory_bytes,
             &stderr.contents(),
         )),
+    };
+    Ok(with_write_denials(answer?, &denials))
+}
+
+/// A call's answer with the reasons its writes were refused, so the model knows why a write
+/// failed (and an operator's "no" ends in the words the agent loop counts).
+fn with_write_denials(answer: Answer, denials: &[String]) -> Answer {
+    if denials.is_empty() {
+        return answer;
+    }
+    let reasons = denials.join("\n");
+    match answer {
+        Answer::Call(Ok(text)) => Answer::Call(Ok(format!(
+            "{text}\n[writes refused in the read-only workspace: {reasons}]"
+        ))),
+        Answer::Call(Err(
+            GuestToolError::Denied(message)
+            | GuestToolError::Failed(message)
+            | GuestToolError::InvalidArgs(message),
+        )) => Answer::Call(Err(GuestToolError::Denied(format!("{message}: {reasons}")))),
+        other => other,
     }
 }
 
@@ -286,8 +325,12 @@ async fn plan_in(
 fn wasi_context(
     grants: &Grants,
     stderr: MemoryOutputPipe,
+    asking_clock: Option<&CallClock>,
 ) -> Result<wasmtime_wasi::WasiCtx, ToolError> {
     let mut builder = crate::wasi_context::denied();
+    if let Some(clock) = asking_clock {
+        builder.monotonic_clock(clock.guest_clock());
+    }
     builder
         .stdout(MemoryOutputPipe::new(STDOUT_CAPACITY))
         .stderr(stderr);
@@ -300,7 +343,14 @@ fn wasi_context(
         })?;
         builder
             .env("CLAWCAGE_WORKSPACE", workspace.guest_path())
-            .env("CLAWCAGE_WORKSPACE_MODE", workspace.mode().as_str())
+            .env(
+                "CLAWCAGE_WORKSPACE_MODE",
+                if asking_clock.is_some() {
+                    ASK_MODE
+                } else {
+                    workspace.mode().as_str()
+                },
+            )
             .env("PWD", workspace.guest_path());
     }
     builder.env(

@@ -6,7 +6,7 @@ use clawcage_tool_sdk::ToolError;
 use clawcage_tool_sdk::workspace::Access;
 
 use crate::text::{count_byte, find_all, human_size, plural};
-use crate::write::{atomic_write, follow_links};
+use crate::write::{follow_links, replace_contents};
 use crate::{Ctx, refuse_special};
 
 /// Largest file `edit_file` loads (the guest's memory is capped).
@@ -60,7 +60,7 @@ pub(crate) fn edit_file(
                 &data[at + old_text.len()..],
             ];
             let target = follow_links(ctx, abs.clone(), path)?;
-            atomic_write(&target, &parts).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
+            replace_contents(ctx, &target, &parts).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
             let size = data.len() - old_text.len() + new_text.len();
             let line = count_byte(&data[..at], b'\n') + 1;
             Ok(format!(

@@ -48,7 +48,7 @@ impl Ctx {
     /// Refuse a write up front when the workspace is read-only.
     pub fn ensure_writable(&self, path: &str) -> Result<(), ToolError> {
         match self.mode {
-            Mode::ReadWrite => Ok(()),
+            Mode::ReadWrite | Mode::AskToWrite => Ok(()),
             Mode::ReadOnly => Err(ToolError::Denied(format!(
                 "the workspace is read-only for this tool: cannot write {path}"
             ))),

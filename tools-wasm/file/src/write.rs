@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clawcage_tool_sdk::ToolError;
-use clawcage_tool_sdk::workspace::{self, Access};
+use clawcage_tool_sdk::workspace::{self, Access, Mode};
 
 use crate::text::plural;
 use crate::{Ctx, refuse_special};
@@ -70,6 +70,25 @@ pub(crate) fn atomic_write(target: &Path, parts: &[&[u8]]) -> io::Result<()> {
     written
 }
 
+/// Writes `parts` as the whole content of `target`: atomically (a temporary file renamed over
+/// it), except where each write is asked of the operator (`ro-ask`): there the file is written
+/// in place, so the operator is asked once, about the file itself, not about a temporary name
+/// and a rename.
+pub(crate) fn replace_contents(ctx: &Ctx, target: &Path, parts: &[&[u8]]) -> io::Result<()> {
+    if ctx.mode != Mode::AskToWrite {
+        return atomic_write(target, parts);
+    }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(target)?;
+    for part in parts {
+        file.write_all(part)?;
+    }
+    file.flush()
+}
+
 /// Most symbolic links followed in a row before giving up.
 const MAX_LINK_HOPS: u32 = 40;
 
@@ -124,7 +143,7 @@ pub(crate) fn write_file(ctx: &Ctx, path: &str, content: &str) -> Result<String,
     if let Some(parent) = abs.parent() {
         fs::create_dir_all(parent).map_err(|e| parent_error(ctx, &e, parent, path))?;
     }
-    atomic_write(&abs, &[content.as_bytes()]).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
+    replace_contents(ctx, &abs, &[content.as_bytes()]).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
     let bytes = content.len() as u64;
     let what = match previous {
         None => "new file".to_string(),
@@ -192,6 +211,18 @@ mod tests {
         );
         assert_eq!(ws.read("notes/deep/a.txt"), b"x");
         assert!(leftovers(&ws.path("notes/deep")).is_empty());
+    }
+
+    #[test]
+    fn where_writes_are_asked_the_file_is_written_in_place() {
+        let ws = Scratch::new(Mode::AskToWrite);
+        ws.write("a.txt", b"old content");
+        assert_eq!(
+            write_file(&ws.ctx, "a.txt", "new"),
+            Ok("wrote 3 bytes to a.txt (replaced the previous 11 bytes)".to_string())
+        );
+        assert_eq!(ws.read("a.txt"), b"new");
+        assert!(leftovers(&ws.path(".")).is_empty());
     }
 
     #[test]

@@ -20,7 +20,8 @@ use crate::ToolError;
 /// Environment variable holding the workspace's absolute path.
 pub const WORKSPACE_ENV: &str = "CLAWCAGE_WORKSPACE";
 
-/// Environment variable holding the workspace's mode: `rw` or `ro`.
+/// Environment variable holding the workspace's mode: `rw`, `ro`, or `ro-ask` (read-only, each
+/// write asked of the operator by the host).
 pub const MODE_ENV: &str = "CLAWCAGE_WORKSPACE_MODE";
 
 /// wasi-libc's errno values (`libc` crate, `src/wasi/mod.rs`; they differ from
@@ -44,6 +45,9 @@ pub enum Mode {
     ReadWrite,
     /// Files may only be read.
     ReadOnly,
+    /// Read-only, but the host asks the operator about each write: a tool tries the write and
+    /// the host answers it (refused unless approved).
+    AskToWrite,
 }
 
 /// What a file operation was trying to do, for error messages.
@@ -64,12 +68,13 @@ pub fn root() -> Option<PathBuf> {
 }
 
 /// The workspace's mode from [`MODE_ENV`]: `rw` is read-write, absent means
-/// read-write (the sandbox enforces the real permission anyway), and any
-/// other value is read-only.
+/// read-write (the sandbox enforces the real permission anyway), `ro-ask` is
+/// read-only with writes asked, and any other value is read-only.
 pub fn mode() -> Mode {
     match std::env::var(MODE_ENV) {
         Err(std::env::VarError::NotPresent) => Mode::ReadWrite,
         Ok(v) if v.trim().eq_ignore_ascii_case("rw") => Mode::ReadWrite,
+        Ok(v) if v.trim().eq_ignore_ascii_case("ro-ask") => Mode::AskToWrite,
         _ => Mode::ReadOnly,
     }
 }
@@ -161,7 +166,7 @@ pub fn normalize(path: &Path) -> PathBuf {
 /// [`io_error`] would give after the sandbox refused it.
 pub fn ensure_writable(path: &str) -> Result<(), ToolError> {
     match mode() {
-        Mode::ReadWrite => Ok(()),
+        Mode::ReadWrite | Mode::AskToWrite => Ok(()),
         Mode::ReadOnly => Err(read_only(path)),
     }
 }
@@ -222,6 +227,10 @@ fn classify(
             || (access == Access::Write && mode == Mode::ReadOnly)
         {
             read_only(path)
+        } else if access == Access::Write && mode == Mode::AskToWrite {
+            ToolError::Denied(format!(
+                "the workspace is read-only for this tool and writing {path} was not approved"
+            ))
         } else if wasi_errno == Some(errno::EACCES) {
             ToolError::Denied(format!(
                 "permission denied: the host's file permissions do not allow this on {path}"
@@ -332,6 +341,21 @@ mod tests {
             classify(K::PermissionDenied, Some(errno::EPERM), "", "a.txt", w, ro),
             ToolError::Denied(
                 "the workspace is read-only for this tool: cannot write a.txt".to_string()
+            )
+        );
+        // Asked and refused: the host adds the operator's reason.
+        assert_eq!(
+            classify(
+                K::PermissionDenied,
+                Some(errno::EPERM),
+                "",
+                "a.txt",
+                w,
+                Mode::AskToWrite
+            ),
+            ToolError::Denied(
+                "the workspace is read-only for this tool and writing a.txt was not approved"
+                    .to_string()
             )
         );
         assert_eq!(
