@@ -1,7 +1,8 @@
 //! Approvals as an operator meets them: `clawcage chat` asking inline before a command the
 //! allowlist does not cover (answered through standard input: y, a, n), an allow-always answer
 //! kept across a restart and removed with `clawcage approvals revoke`, `clawcage call` with no
-//! operator to ask (the fallback decides), and every request and decision in the audit log.
+//! operator to ask (the fallback decides), every request and decision in the audit log, and a
+//! read-only workspace whose writes are asked (`[approvals] write = "ask"`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -337,4 +338,80 @@ async fn a_session_sets_its_own_approvals_with_the_approvals_command() {
         2,
         "{audit}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_asks_before_each_write_in_a_read_only_workspace() {
+    warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+    let setup = Setup::with_config("[workspace]\nmode = \"ro\"\n\n[approvals]\nwrite = \"ask\"\n");
+    // "save NAME" writes NAME with write_file; the tool's result is repeated.
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if let Some(result) = tool_result(&last) {
+            return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
+        }
+        match text_of(&last).strip_prefix("save ") {
+            Some(name) => anthropic::message(&[anthropic::tool(
+                "t1",
+                "write_file",
+                json!({"path": name, "content": "saved\n"}),
+            )]),
+            None => anthropic::message(&[anthropic::text("ok")]),
+        }
+    })
+    .await;
+    let workspace = setup.workspace.path().canonicalize().unwrap();
+    let stdout = chat(
+        &setup,
+        &server,
+        "write-ask",
+        "save a.txt\ny\nsave b.txt\nn\nsave c.txt\na\n",
+    )
+    .await;
+    assert!(
+        stdout.contains("approval needed: a tool wants to write in the read-only workspace:"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("create or change {}/a.txt", workspace.display())),
+        "{stdout}"
+    );
+    assert!(setup.exists("a.txt") && setup.exists("c.txt"), "{stdout}");
+    assert!(!setup.exists("b.txt"), "denied, yet written: {stdout}");
+    assert!(stdout.contains("RESULT: denied:"), "{stdout}");
+    assert!(stdout.contains("denied by the operator"), "{stdout}");
+    // Allow-always keeps that path, listed as the path alone.
+    let listed = approvals_cli(&setup, &["list", "--json"]);
+    let kept: Vec<Value> = serde_json::from_slice(&listed.stdout).unwrap();
+    assert_eq!(kept.len(), 1, "{kept:?}");
+    assert_eq!(kept[0]["kind"], "write");
+    assert_eq!(kept[0]["program"], format!("{}/c.txt", workspace.display()));
+    // A new process writes that path without asking; another path is still asked.
+    let stdout = chat(
+        &setup,
+        &server,
+        "write-ask-2",
+        "save c.txt\nsave d.txt\nn\n",
+    )
+    .await;
+    assert_eq!(stdout.matches("approval needed").count(), 1, "{stdout}");
+    assert!(stdout.contains("d.txt"), "{stdout}");
+    assert!(!setup.exists("d.txt"));
+    // Without an operator (`call`), the fallback refuses.
+    let mut args: Vec<String> = vec![
+        "call".into(),
+        "write_file".into(),
+        json!({"path": "e.txt", "content": "x"}).to_string(),
+    ];
+    args.extend(setup.common());
+    let refused = clawcage(args, "");
+    assert_eq!(refused.status.code(), Some(1));
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(stderr.contains("no operator is connected"), "{stderr}");
+    assert!(!setup.exists("e.txt"));
+    // `tools` says so.
+    let mut args: Vec<String> = vec!["tools".into()];
+    args.extend(setup.common());
+    let tools = String::from_utf8_lossy(&clawcage(args, "").stdout).into_owned();
+    assert!(tools.contains("(ro, writes asked)"), "{tools}");
 }
