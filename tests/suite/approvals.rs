@@ -331,3 +331,52 @@ async fn a_host_off_the_allow_list_is_asked_and_an_approval_allows_exactly_that_
     assert!(other.starts_with("ERROR"), "{other}");
     assert_eq!(server.requests().len(), 3);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_answer_about_a_host_does_not_use_up_the_calls_time() {
+    use clawcage_sandbox::{AllowList, Grants, NetworkPolicy};
+    use clawcage_tests::web::{Reply, TestResolver, WebServer};
+
+    let server = WebServer::start(|_| Reply::html("<p>reached</p>"));
+    let broker = ApprovalBroker::new(
+        ApprovalSettings {
+            network_ask: true,
+            ..ApprovalSettings::default()
+        },
+        None,
+        None,
+    );
+    let policy = NetworkPolicy::new(AllowList::parse(["allowed.test"]).unwrap())
+        .with_resolver(TestResolver::new().map("docs.test", &["127.0.0.1"]))
+        .with_approvals(Arc::new(broker.clone()));
+    // The call may run 1 s; the person takes 1.5 s to say yes.
+    let limits = Limits {
+        timeout: Duration::from_secs(1),
+        ..Limits::default()
+    };
+    let registry = clawcage_tests::registry_of(
+        &[("web", bundled::WEB)],
+        Grants::none().with_network(policy).with_limits(limits),
+    )
+    .await;
+    let mut operator = broker.operator(OperatorFilter::All);
+    let answering = tokio::spawn(async move {
+        while let Some(event) = operator.next().await {
+            if let OperatorEvent::Requested(request) = event {
+                tokio::time::sleep(Duration::from_millis(1_500)).await;
+                operator
+                    .resolve(&request.id, ApprovalDecision::AllowOnce, "test")
+                    .unwrap();
+                return;
+            }
+        }
+    });
+    let url = format!("http://docs.test:{}/x", server.port());
+    let fetched = registry
+        .execute_value("web_fetch", &json!({ "url": url }))
+        .await
+        .map(|output| output.text)
+        .unwrap_or_else(|error| format!("ERROR {error}"));
+    answering.await.unwrap();
+    assert!(fetched.ends_with("reached"), "{fetched}");
+}

@@ -4,7 +4,9 @@
 //! open. [`CallClock::run`] bounds a future by a deadline that moves by every pause, and
 //! [`GuestMonotonicClock`] shows the same paused time to the guest, so a program that measures
 //! its own budget (the exec shell gives each pipeline what is left of the call) sees a clock
-//! that stood still while the question was open.
+//! that stood still while the question was open. The clock of the call running in a task is
+//! also reachable from there ([`pause_current_call`]), for questions asked deep inside a host
+//! function (a host off the network allow-list).
 
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -36,6 +38,16 @@ impl Pauses {
     fn paused_until(&self, now: Instant) -> Duration {
         self.total + self.since.map_or(Duration::ZERO, |since| now - since)
     }
+}
+
+tokio::task_local! {
+    /// The clock of the tool call this task runs.
+    static CURRENT: CallClock;
+}
+
+/// Stops the clock of the tool call running in this task, if any, while the guard lives.
+pub(crate) fn pause_current_call() -> Option<Paused> {
+    CURRENT.try_with(CallClock::pause).ok()
 }
 
 /// Stops the clock until dropped.
@@ -133,6 +145,11 @@ impl CallClock {
         }
     }
 
+    /// `future` run as this call's work: [`pause_current_call`] inside it pauses this clock.
+    pub(crate) async fn scope<F: Future>(&self, future: F) -> F::Output {
+        CURRENT.scope(self.clone(), future).await
+    }
+
     /// The monotonic clock a guest of this call sees.
     pub(crate) fn guest_clock(&self) -> GuestMonotonicClock {
         GuestMonotonicClock {
@@ -202,6 +219,20 @@ mod tests {
         assert!(outcome.is_err(), "the rest of the limit still holds");
         assert!(started.elapsed() >= Duration::from_millis(290));
         answer.await.expect("joined");
+    }
+
+    #[tokio::test]
+    async fn a_question_deep_in_a_call_pauses_that_calls_clock_only() {
+        let clock = CallClock::default();
+        assert!(pause_current_call().is_none(), "no call runs here");
+        let inside = clock
+            .scope(async {
+                let _question = pause_current_call().expect("the call's clock");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            })
+            .await;
+        let () = inside;
+        assert!(clock.mark() >= Duration::from_millis(50));
     }
 
     #[test]

@@ -239,21 +239,24 @@ pub(crate) async fn run_in_fresh_instance(
         Operation::Plan { name, .. } => format!("the planner of the tool `{name}`"),
     };
     let outcome = clock
-        .run(deadline, async {
-            if let Operation::Plan { name, args } = operation {
-                return plan_in(component, &mut store, name, args).await;
-            }
-            let tool = component.pre.instantiate_async(&mut store).await?;
-            let guest = tool.clawcage_tool_tool();
-            match operation {
-                Operation::Specs => guest.call_specs(&mut store).await.map(Answer::Specs),
-                Operation::Call { name, args } => guest
-                    .call_call(&mut store, name, args)
-                    .await
-                    .map(Answer::Call),
-                Operation::Plan { .. } => Ok(Answer::Plan(None)),
-            }
-        })
+        .run(
+            deadline,
+            clock.scope(async {
+                if let Operation::Plan { name, args } = operation {
+                    return plan_in(component, &mut store, name, args).await;
+                }
+                let tool = component.pre.instantiate_async(&mut store).await?;
+                let guest = tool.clawcage_tool_tool();
+                match operation {
+                    Operation::Specs => guest.call_specs(&mut store).await.map(Answer::Specs),
+                    Operation::Call { name, args } => guest
+                        .call_call(&mut store, name, args)
+                        .await
+                        .map(Answer::Call),
+                    Operation::Plan { .. } => Ok(Answer::Plan(None)),
+                }
+            }),
+        )
         .await;
 
     let denials = writes.map(|asker| asker.denials()).unwrap_or_default();

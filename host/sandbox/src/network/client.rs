@@ -304,13 +304,13 @@ impl NetworkPolicy {
     }
 
     async fn follow(&self, request: OutboundRequest) -> Result<OutboundResponse, NetworkError> {
-        let deadline = Instant::now() + self.limits.total_timeout;
+        let mut deadline = Instant::now() + self.limits.total_timeout;
         let mut request = self.check_request(request)?;
         let mut redirected_from: Option<Url> = None;
         let mut redirects = 0;
         loop {
             let response = self
-                .hop(&request, deadline)
+                .hop(&request, &mut deadline)
                 .await
                 .map_err(|error| after_redirect(error, redirected_from.as_ref()))?;
             let status = response.status();
@@ -418,11 +418,12 @@ impl NetworkPolicy {
     }
 
     /// One exchange without following redirects: check the URL, resolve once, check the
-    /// addresses, connect to them and send. Returns the response with its body unread.
+    /// addresses, connect to them and send. Returns the response with its body unread. Time an
+    /// operator took to approve the host moves `deadline` on.
     pub(crate) async fn hop(
         &self,
         request: &CheckedRequest,
-        deadline: Instant,
+        deadline: &mut Instant,
     ) -> Result<reqwest::Response, NetworkError> {
         let approved;
         let (target, lists) = match check_target(&self.lists, request.url.clone()) {
@@ -431,9 +432,15 @@ impl NetworkPolicy {
                 let (Some(gate), Some(entry)) = (&self.approvals, exact_entry(&request.url)) else {
                     return Err(refused);
                 };
-                gate.review_network(&entry)
-                    .await
-                    .map_err(|why| NetworkError::new(NetworkErrorKind::HostNotAllowed, why))?;
+                // While a person decides, neither the call's time limit nor this request's
+                // deadline runs.
+                let asked = Instant::now();
+                {
+                    let _paused = crate::clock::pause_current_call();
+                    gate.review_network(&entry).await
+                }
+                .map_err(|why| NetworkError::new(NetworkErrorKind::HostNotAllowed, why))?;
+                *deadline += asked.elapsed();
                 // Exactly the approved host, added to every list for this request.
                 approved = self
                     .lists
@@ -456,6 +463,7 @@ impl NetworkPolicy {
             }
             Err(refused) => return Err(refused),
         };
+        let deadline = *deadline;
         let addresses = self.addresses_of(&target, deadline).await?;
         check_addresses(lists, &target, &addresses)?;
 

@@ -157,7 +157,7 @@ async fn send(
         }
         _ => policy,
     };
-    let response = policy.hop(&checked, deadline).await?;
+    let response = policy.hop(&checked, &mut deadline).await?;
     let redactor = policy.redactor().clone();
     let url = redactor.redact(checked.url.as_str());
     let (mut parts, body) = http::Response::from(response).into_parts();
