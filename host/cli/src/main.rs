@@ -21,6 +21,7 @@ mod prompt;
 mod remote_chat;
 mod render;
 
+use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -412,6 +413,9 @@ fn init_tracing(verbose: u8) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
         .with_ansi(std::io::stderr().is_terminal())
+        // A failed write to a closed stderr is dropped, not reported on stderr (which panics
+        // the task that logged, e.g. a server's request handler).
+        .log_internal_errors(false)
         .init();
 }
 
@@ -429,7 +433,11 @@ fn runtime_options(cli: &Cli) -> Options {
         workspace: cli.common.workspace.clone(),
         read_only: cli.common.read_only,
         provider: provider.overrides(&cli.early_provider),
-        progress: CompileProgress::to(|line| eprintln!("clawcage: {line}")),
+        // Written from whichever task compiles (a tool call's, in a server): a closed stderr
+        // must not fail that task, so the write's error is dropped.
+        progress: CompileProgress::to(|line| {
+            let _ = writeln!(std::io::stderr(), "clawcage: {line}");
+        }),
     }
 }
 

@@ -2,9 +2,11 @@
 //! `mcp_client.py` — over stdio and over streamable HTTP: the client lists the tools with their
 //! schemas, calls `read_file` and `exec`, and sees escapes refused as
 //! tool errors; the audit log records each call by digest. The example plugins written in Python
-//! and JavaScript are called through MCP too. Tests skip with a printed reason only when the
-//! Python toolchain cannot be installed. One test needs no Python: it writes raw JSON-RPC lines
-//! to the binary's stdin, as a hostile client would, and every request is answered.
+//! and JavaScript are called through MCP too; over HTTP an exec approval request is asked, through
+//! MCP elicitation, of the client whose session raised it and of no other. Tests skip with a
+//! printed reason only when the Python toolchain cannot be installed. One test needs no Python:
+//! it writes raw JSON-RPC lines to the binary's stdin, as a hostile client would, and every
+//! request is answered.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -281,19 +283,34 @@ struct HttpServer {
 
 impl HttpServer {
     fn start(fixture: &Fixture) -> HttpServer {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        Self::launch(fixture, None, true)
+    }
+
+    /// A server that logs every call (`RUST_LOG=debug`) into a stderr closed as soon as the
+    /// address is read.
+    fn start_with_stderr_closed(fixture: &Fixture) -> HttpServer {
+        Self::launch(fixture, Some("debug"), false)
+    }
+
+    fn launch(fixture: &Fixture, rust_log: Option<&str>, keep_reading: bool) -> HttpServer {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+        command
             .args(fixture.server_args(&["--http", "127.0.0.1:0"]))
             .env_remove("RUST_LOG")
             .stdin(Stdio::null())
             .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("clawcage mcp --http starts");
+            .stderr(Stdio::piped());
+        if let Some(filter) = rust_log {
+            command.env("RUST_LOG", filter);
+        }
+        let mut child = command.spawn().expect("clawcage mcp --http starts");
         let stderr = child.stderr.take().unwrap();
         let (lines, received) = mpsc::channel();
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
+                let address = line.contains("http://");
+                // Read on once the address is found, unless the test closes stderr on purpose.
+                if lines.send(line).is_err() || (address && !keep_reading) {
                     break;
                 }
             }
@@ -761,4 +778,253 @@ fn exec_approvals_are_asked_through_elicitation_and_without_it_the_fallback_deci
         "{report:#}"
     );
     assert!(fixture.workspace().join("dist").exists());
+}
+
+/// `[approvals]` for the per-session tests: exec runs allowlisted programs only and asks about
+/// the rest (`rm` is never on the list); the waiting client's loop is on it.
+const PER_SESSION_APPROVALS: &str = concat!(
+    "[limits]\ntimeout_secs = 300\n",
+    "[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\ntimeout_secs = 30\n",
+    "allow = [\"touch *\", \"test *\", \"sleep *\"]\n",
+);
+
+/// Runs the MCP client on a thread of its own, declaring elicitation and answering with
+/// `answers`.
+fn spawn_client(
+    python: &Path,
+    calls: Value,
+    transport: &[String],
+    answers: &'static [&'static str],
+) -> std::thread::JoinHandle<Value> {
+    let python = python.to_path_buf();
+    let transport = transport.to_vec();
+    std::thread::spawn(move || run_client_answering(&python, &calls, &transport, Some(answers)))
+}
+
+/// Waits until `path` exists; fails if `client` ends first or it takes too long.
+fn wait_for_file(
+    path: &Path,
+    client: std::thread::JoinHandle<Value>,
+) -> std::thread::JoinHandle<Value> {
+    // Generous: the machine may be loaded.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while !path.exists() {
+        if client.is_finished() {
+            let report = client.join().expect("the MCP client thread ends normally");
+            panic!(
+                "the client ended before {} appeared: {report:#}",
+                path.display()
+            );
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{} did not appear within 300 s",
+            path.display()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    client
+}
+
+/// One round: the asking client runs two commands off the allowlist (answering allow-once, then
+/// deny) while the waiting client, also declaring elicitation, has a call running the whole time
+/// (so its session has an operator registered with the approvals broker). With `asker_first`
+/// the asking client connects first, else the waiting one does.
+fn asking_round(
+    python: &Path,
+    fixture: &Fixture,
+    transport: &[String],
+    round: u32,
+    asker_first: bool,
+) {
+    let once = format!("asked-{round}-once");
+    let denied = format!("asked-{round}-denied");
+    for dir in [&once, &denied] {
+        std::fs::create_dir(fixture.workspace().join(dir)).unwrap();
+    }
+    let waiting = format!("waiting-{round}");
+    let release = format!("release-{round}");
+    let asker_ready = format!("asker-ready-{round}");
+    let exec = |command: String| json!({"name": "exec", "arguments": {"command": command, "timeout_secs": 300}});
+    let asker_calls = json!([
+        exec(format!(
+            "touch {asker_ready}; until test -e {waiting}; do sleep 0.2; done"
+        )),
+        exec(format!("rm -r {once} && echo removed {once}")),
+        exec(format!("rm -r {denied}")),
+        exec(format!("test -e {denied} && echo {denied} is still there")),
+    ]);
+    let waiter_calls = json!([exec(format!(
+        "touch {waiting}; until test -e {release}; do sleep 0.2; done; echo released {round}"
+    ))]);
+    let workspace = fixture.workspace();
+    let (asker, waiter) = if asker_first {
+        let asker = spawn_client(python, asker_calls, transport, &["allow-once", "deny"]);
+        let asker = wait_for_file(&workspace.join(&asker_ready), asker);
+        let waiter = spawn_client(python, waiter_calls, transport, &[]);
+        (asker, waiter)
+    } else {
+        let waiter = spawn_client(python, waiter_calls, transport, &[]);
+        let waiter = wait_for_file(&workspace.join(&waiting), waiter);
+        let asker = spawn_client(python, asker_calls, transport, &["allow-once", "deny"]);
+        (asker, waiter)
+    };
+    // The waiter's call runs until the asker is done: its session follows the broker throughout.
+    let asker = asker.join().expect("the asking client ends normally");
+    assert!(
+        !waiter.is_finished(),
+        "round {round}: the waiting client ended before the asking client was done"
+    );
+    std::fs::write(workspace.join(&release), "").unwrap();
+    let waiter = waiter.join().expect("the waiting client ends normally");
+
+    // The asking client was asked about its own two commands, and only about them.
+    let asked = asker["elicitations"].as_array().unwrap();
+    assert_eq!(asked.len(), 2, "round {round}: {asker:#}");
+    for (question, dir) in asked.iter().zip([&once, &denied]) {
+        let message = question["message"].as_str().unwrap();
+        assert!(
+            message.contains(&format!("rm -r {dir}")),
+            "round {round}: {asker:#}"
+        );
+    }
+    let results = asker["calls"].as_array().unwrap();
+    assert_eq!(results.len(), 4, "round {round}: {asker:#}");
+    assert_eq!(results[1]["is_error"], false, "round {round}: {asker:#}");
+    assert!(
+        results[1]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("removed {once}")),
+        "round {round}: {asker:#}"
+    );
+    assert!(!workspace.join(&once).exists());
+    assert_eq!(results[2]["is_error"], true, "round {round}: {asker:#}");
+    assert!(
+        results[2]["text"]
+            .as_str()
+            .unwrap()
+            .contains("denied by the operator"),
+        "round {round}: {asker:#}"
+    );
+    assert!(workspace.join(&denied).exists());
+    assert!(
+        results[3]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("{denied} is still there")),
+        "round {round}: {asker:#}"
+    );
+
+    // The waiting client, connected with elicitation and mid-call all along, was asked nothing.
+    assert_eq!(
+        waiter["elicitations"],
+        json!([]),
+        "round {round}: the other session's client was asked: {waiter:#}"
+    );
+    assert_eq!(
+        waiter["calls"][0]["is_error"], false,
+        "round {round}: {waiter:#}"
+    );
+    assert!(
+        waiter["calls"][0]["text"]
+            .as_str()
+            .unwrap()
+            .contains(&format!("released {round}")),
+        "round {round}: {waiter:#}"
+    );
+}
+
+/// Two clients on one `clawcage mcp --http` server, both declaring elicitation: an exec approval
+/// request raised by one session's call is asked of that session's client only, never of the
+/// other's, even while the other has a call running (an idle session has no operator registered
+/// with the broker, so only a session mid-call could wrongly be asked). The audit log holds each
+/// request and decision under the asking session.
+#[test]
+fn over_http_an_exec_approval_is_asked_only_of_the_client_whose_call_raised_it() {
+    let python = match python_with_mcp() {
+        Ok(python) => python,
+        Err(reason) => return skip("mcp elicitation per http session", &reason),
+    };
+    let fixture = Fixture::new(PER_SESSION_APPROVALS);
+    let server = HttpServer::start(&fixture);
+    let transport = vec!["http".to_string(), server.url.clone()];
+    // First the waiting client connects before the asking one, then the other way round: a
+    // question sent to every session, to the first one or to the latest one fails a round.
+    asking_round(&python, &fixture, &transport, 1, false);
+    asking_round(&python, &fixture, &transport, 2, true);
+
+    // The audit log: each asking session has its two requests, decided through elicitation;
+    // the waiting sessions have their one call and no approval at all.
+    let (text, records) = fixture.audit();
+    let mut sessions: Vec<&str> = records
+        .iter()
+        .map(|record| record.session.as_str())
+        .collect();
+    sessions.sort_unstable();
+    sessions.dedup();
+    assert_eq!(sessions.len(), 4, "two clients a round: {text}");
+    let mut asking = 0;
+    for session in sessions {
+        assert!(session.starts_with("mcp-http-"), "{session}");
+        let verdicts: Vec<&str> = records
+            .iter()
+            .filter(|record| record.session == session)
+            .map(|record| record.verdict.as_str())
+            .collect();
+        if verdicts.contains(&"approval-requested") {
+            asking += 1;
+            let mut sorted = verdicts.clone();
+            sorted.sort_unstable();
+            // Its four calls (the wait, the allowed `rm`, the denied one, the check) and the two
+            // requests with their decisions.
+            assert_eq!(
+                sorted,
+                [
+                    "allow-once by mcp-elicitation",
+                    "approval-requested",
+                    "approval-requested",
+                    "denied",
+                    "deny by mcp-elicitation",
+                    "ok",
+                    "ok",
+                    "ok",
+                ],
+                "{session}: {text}"
+            );
+        } else {
+            assert_eq!(verdicts, ["ok"], "{session}: {text}");
+        }
+    }
+    assert_eq!(asking, 2, "{text}");
+    assert!(
+        !text.contains("rm -r"),
+        "the audit log holds a command: {text}"
+    );
+}
+
+#[test]
+fn a_server_whose_stderr_is_closed_goes_on_answering() {
+    let python = match python_with_mcp() {
+        Ok(python) => python,
+        Err(reason) => return skip("mcp over http, stderr closed", &reason),
+    };
+    let fixture = Fixture::new("");
+    // Every call logs into the closed pipe; a failed log write must not fail the call.
+    let server = HttpServer::start_with_stderr_closed(&fixture);
+    let transport = vec!["http".to_string(), server.url.clone()];
+    let calls = json!([
+        {"name": "read_file", "arguments": {"path": "hello.txt"}},
+        {"name": "exec", "arguments": {"command": "echo still here"}},
+    ]);
+    let (done, report) = mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(run_client(&python, &calls, &transport));
+    });
+    let report = report
+        .recv_timeout(Duration::from_secs(240))
+        .expect("the server answered within 240 s");
+    assert_eq!(report["calls"][0]["is_error"], false, "{report}");
+    assert_eq!(report["calls"][1]["is_error"], false, "{report}");
+    assert!(report.to_string().contains("still here"), "{report}");
 }
