@@ -56,6 +56,16 @@ fn main() {
         for _ in 0..200 {
             registry.execute("read_file", args).await.unwrap();
         }
+        // For a profiler: `CLAWCAGE_BENCH_PROFILE_CALLS=N` makes N calls and stops.
+        if let Some(calls) = std::env::var("CLAWCAGE_BENCH_PROFILE_CALLS")
+            .ok()
+            .and_then(|calls| calls.parse::<usize>().ok())
+        {
+            for _ in 0..calls {
+                std::hint::black_box(registry.execute("read_file", args).await.unwrap());
+            }
+            return;
+        }
         let path = workspace.path().join("bench.txt");
         let mut native = Vec::with_capacity(CALLS);
         let mut sandboxed = Vec::with_capacity(CALLS);

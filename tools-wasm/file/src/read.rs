@@ -86,7 +86,8 @@ pub(crate) fn read_file(
         if let Some(err) = binary(&data[..data.len().min(SNIFF_BYTES)]) {
             return Err(err);
         }
-        scan(Cursor::new(data), offset, limit, MAX_CHARS)
+        let size = data.len();
+        scan(Cursor::new(data), offset, limit, MAX_CHARS, size)
     } else {
         let mut head = Vec::with_capacity(SNIFF_BYTES);
         (&mut file)
@@ -97,7 +98,7 @@ pub(crate) fn read_file(
             return Err(err);
         }
         let reader = BufReader::with_capacity(BUFFER_BYTES, Cursor::new(head).chain(file));
-        scan(reader, offset, limit, MAX_CHARS)
+        scan(reader, offset, limit, MAX_CHARS, BUFFER_BYTES)
     }
     .map_err(read_err)?;
     render(excerpt, path, total_bytes, offset, MAX_CHARS)
@@ -236,20 +237,22 @@ impl Collector {
 /// Stream `reader` once: collect lines `offset..offset+limit` (1-based) up to
 /// `max_chars` characters, and count all lines. Memory stays bounded by the
 /// reader's buffer plus the collected text, whatever the file's size or its
-/// lines' lengths.
+/// lines' lengths. `size_hint` (the bytes expected) sizes the text buffer once.
 pub(crate) fn scan<R: BufRead>(
     mut reader: R,
     offset: u64,
     limit: u64,
     max_chars: usize,
+    size_hint: usize,
 ) -> io::Result<Excerpt> {
+    let byte_budget = max_chars.saturating_mul(4).saturating_add(4);
     let mut c = Collector {
         offset,
         last_wanted: offset.saturating_add(limit.saturating_sub(1)),
         max_chars,
-        byte_budget: max_chars.saturating_mul(4).saturating_add(4),
+        byte_budget,
         collecting: true,
-        out: Vec::new(),
+        out: Vec::with_capacity(size_hint.min(byte_budget)),
         line_start: 0,
         line_overflow: false,
         chars: 0,
@@ -271,7 +274,7 @@ pub(crate) fn scan<R: BufRead>(
         let len = chunk.len();
         let mut rest = chunk;
         while c.collecting && !rest.is_empty() {
-            match rest.iter().position(|&b| b == b'\n') {
+            match memchr::memchr(b'\n', rest) {
                 Some(i) => {
                     if c.wants(line_no) {
                         c.push(&rest[..=i]);
@@ -369,7 +372,7 @@ mod tests {
     fn scan_str(s: &str, offset: u64, limit: u64, max_chars: usize) -> Excerpt {
         // A tiny buffer so lines straddle chunk boundaries.
         let reader = BufReader::with_capacity(3, s.as_bytes());
-        scan(reader, offset, limit, max_chars).unwrap()
+        scan(reader, offset, limit, max_chars, 0).unwrap()
     }
 
     #[test]
@@ -426,11 +429,11 @@ mod tests {
         assert_eq!(e.last_shown, Some(3));
         // Invalid bytes count as one replacement character each.
         let reader = BufReader::with_capacity(2, &b"\xff\xfe\n\xfd\n"[..]);
-        let e = scan(reader, 1, 100, 5).unwrap();
+        let e = scan(reader, 1, 100, 5, 0).unwrap();
         assert_eq!(e.text, "\u{fffd}\u{fffd}\n\u{fffd}\n");
         assert!(!e.char_capped);
         let reader = BufReader::with_capacity(2, &b"\xff\xfe\n\xfd\n"[..]);
-        let e = scan(reader, 1, 100, 4).unwrap();
+        let e = scan(reader, 1, 100, 4, 0).unwrap();
         assert_eq!(e.text, "\u{fffd}\u{fffd}\n");
         assert!(e.char_capped);
     }
@@ -448,7 +451,7 @@ mod tests {
     #[test]
     fn invalid_utf8_is_lossy() {
         let reader = BufReader::new(&b"ok \xff\xfe end\n"[..]);
-        let e = scan(reader, 1, 10, 100).unwrap();
+        let e = scan(reader, 1, 10, 100, 0).unwrap();
         assert_eq!(e.text, "ok \u{fffd}\u{fffd} end\n");
     }
 
