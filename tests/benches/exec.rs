@@ -120,6 +120,15 @@ fn main() {
             .collect();
         std::fs::write(root.join("lines.txt"), lines).unwrap();
 
+        // For a profiler: `CLAWCAGE_BENCH_PROFILE_COMMAND=...` runs that command line 200 times
+        // and stops.
+        if let Ok(command) = std::env::var("CLAWCAGE_BENCH_PROFILE_COMMAND") {
+            let registry = clawcage_tests::exec_registry(&root, FsMode::ReadWrite).await;
+            for _ in 0..200 {
+                std::hint::black_box(sandboxed(&registry, &command).await);
+            }
+            return;
+        }
         println!("== start-up of the bundled programs (new engine, Sandbox::programs)");
         let cold_cache = tempfile::tempdir().unwrap();
         let started = Instant::now();
