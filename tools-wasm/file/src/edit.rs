@@ -60,7 +60,8 @@ pub(crate) fn edit_file(
                 &data[at + old_text.len()..],
             ];
             let target = follow_links(ctx, abs.clone(), path)?;
-            replace_contents(ctx, &target, &parts).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
+            replace_contents(ctx, &target, &parts)
+                .map_err(|e| ctx.io_error(&e, path, Access::Write))?;
             let size = data.len() - old_text.len() + new_text.len();
             let line = count_byte(&data[..at], b'\n') + 1;
             Ok(format!(

@@ -143,7 +143,8 @@ pub(crate) fn write_file(ctx: &Ctx, path: &str, content: &str) -> Result<String,
     if let Some(parent) = abs.parent() {
         fs::create_dir_all(parent).map_err(|e| parent_error(ctx, &e, parent, path))?;
     }
-    replace_contents(ctx, &abs, &[content.as_bytes()]).map_err(|e| ctx.io_error(&e, path, Access::Write))?;
+    replace_contents(ctx, &abs, &[content.as_bytes()])
+        .map_err(|e| ctx.io_error(&e, path, Access::Write))?;
     let bytes = content.len() as u64;
     let what = match previous {
         None => "new file".to_string(),
