@@ -266,9 +266,11 @@ async fn answer_approval(
     if session != key && !session.starts_with(&format!("{key}/")) {
         return Ok(());
     }
-    outln!("  approval needed: {} wants to run:", text(request, "tool"));
-    for line in text(request, "summary").lines() {
-        outln!("    {line}");
+    let description = text(request, "description");
+    let mut lines = description.lines();
+    outln!("  approval needed: {}", lines.next().unwrap_or_default());
+    for line in lines {
+        outln!("  {line}");
     }
     let decision = crate::prompt::ask_decision(prompt).await?;
     match client

@@ -534,3 +534,134 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
     );
     browser.close().await.unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
+    let Some((chromium, driver)) =
+        browser_programs("the_web_chat_asks_before_a_write_in_a_read_only_workspace")
+    else {
+        return;
+    };
+    // "save NAME" writes NAME with write_file; a tool result is answered with what it said.
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let result = last["content"].as_array().and_then(|blocks| {
+            blocks
+                .iter()
+                .find(|block| block["type"] == "tool_result")
+                .map(|block| block["content"].to_string())
+        });
+        if let Some(result) = result {
+            let verdict = if result.contains("denied by the operator") {
+                "Not saved."
+            } else {
+                "Saved."
+            };
+            return anthropic::stream(&[anthropic::text(verdict)], 16);
+        }
+        match clawcage_tests::llm_server::text_of(&last).strip_prefix("save ") {
+            Some(name) => anthropic::stream(
+                &[anthropic::tool(
+                    "t1",
+                    "write_file",
+                    json!({"path": name, "content": "kept\n"}),
+                )],
+                32,
+            ),
+            None => anthropic::stream(&[anthropic::text("Hello.")], 16),
+        }
+    })
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let extra = "\n[workspace]\nmode = \"ro\"\n\n[approvals]\nwrite = \"ask\"\n";
+    let (_gateway, addr) = start_gateway_with(root.path(), server.url(), extra, &[]);
+    let workspace = root.path().join("ws").canonicalize().unwrap();
+    let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
+    browser
+        .goto(&format!("http://{addr}/#token={TOKEN}"))
+        .await
+        .unwrap();
+    wait_for(&browser, "the page to connect", 30, PAGE, |page| {
+        page["status"] == "connected"
+    })
+    .await;
+
+    let answer = |decision: &'static str| {
+        let browser = browser.clone();
+        async move {
+            browser
+                .find(Locator::Css(&format!(
+                    "#approvals button[data-decision=\"{decision}\"]"
+                )))
+                .await
+                .unwrap()
+                .click()
+                .await
+                .unwrap();
+        }
+    };
+    // Denied: nothing written, the model reads the operator's no.
+    send(&browser, "save denied.txt").await;
+    let panel = wait_for(&browser, "the write request", 60, OPERATOR, |panel| {
+        panel["approvals"]
+            .as_array()
+            .is_some_and(|list| !list.is_empty())
+    })
+    .await;
+    let shown = panel["approvals"][0].as_str().unwrap().to_string();
+    assert!(
+        shown.contains(&format!(
+            "A change in the read-only workspace:create or change {}/denied.txt",
+            workspace.display()
+        )),
+        "{panel:#}"
+    );
+    answer("deny").await;
+    wait_for(
+        &browser,
+        "the answer after the denial",
+        60,
+        OPERATOR,
+        |panel| {
+            count(&panel["assistant"], "Not saved.") == 1
+                && panel["approvals"].as_array().is_some_and(Vec::is_empty)
+        },
+    )
+    .await;
+    assert!(!workspace.join("denied.txt").exists());
+
+    // Always: written, and kept for that path.
+    send(&browser, "save kept.txt").await;
+    wait_for(
+        &browser,
+        "the second write request",
+        60,
+        OPERATOR,
+        |panel| {
+            panel["approvals"]
+                .as_array()
+                .is_some_and(|list| !list.is_empty())
+        },
+    )
+    .await;
+    answer("allow-always").await;
+    wait_for(
+        &browser,
+        "the answer after the approval",
+        60,
+        OPERATOR,
+        |panel| count(&panel["assistant"], "Saved.") == 1,
+    )
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
+        "kept\n"
+    );
+    let kept = std::fs::read_to_string(root.path().join("state/approvals.json")).unwrap();
+    assert!(kept.contains("\"write\""), "{kept}");
+    assert!(
+        kept.contains(&format!("{}/kept.txt", workspace.display())),
+        "{kept}"
+    );
+    browser.close().await.unwrap();
+}

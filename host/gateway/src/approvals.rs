@@ -39,6 +39,7 @@ pub fn request_payload(request: &ApprovalRequest) -> Value {
         "tool": request.tool,
         "plan": request.plan,
         "summary": request.plan.summary(),
+        "description": request.describe(),
         "reasons": request.reasons,
         "expiresAtMs": request.expires_at_ms,
     })
@@ -170,5 +171,33 @@ fn require_approver(conn: &Conn, method: &str) -> Result<(), GatewayError> {
                 "{method} needs a connection allowed to approve: connect with scopes [\"operator.approvals\"]"
             ),
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clawcage_core::approval::ExecPlan;
+
+    #[test]
+    fn a_write_request_carries_its_description_for_people() {
+        let request = ApprovalRequest {
+            id: "apr-1".into(),
+            session_key: Some("agent:main:web:x".into()),
+            tool: "write".into(),
+            plan: ExecPlan {
+                command: "create or change /ws/a.txt".into(),
+                commands: Vec::new(),
+            },
+            reasons: Vec::new(),
+            expires_at_ms: 0,
+        };
+        let payload = request_payload(&request);
+        assert_eq!(payload["tool"], "write");
+        assert_eq!(payload["summary"], "");
+        assert_eq!(
+            payload["description"],
+            "a tool wants to write in the read-only workspace:\n  create or change /ws/a.txt"
+        );
     }
 }

@@ -168,7 +168,10 @@ function showApproval(ask) {
   const item = document.createElement("li");
   item.dataset.id = ask.id;
   const what = document.createElement("div");
-  what.textContent = ask.tool === "network" ? "A web request to:" : `${ask.tool} wants to run:`;
+  what.textContent =
+    ask.tool === "network" ? "A web request to:"
+    : ask.tool === "write" ? "A change in the read-only workspace:"
+    : `${ask.tool} wants to run:`;
   const plan = document.createElement("pre");
   plan.textContent = ask.summary || ask.plan.command;
   const where = document.createElement("div");
