@@ -440,12 +440,10 @@ impl Grants {
             Some(policy) => policy.describe(),
             None => "no network".to_string(),
         };
+        // The same words before and after the program catalog is loaded (on the first exec
+        // call), so that the audit log describes one grant one way; `to_json` lists the names
+        // once they are known.
         let exec = match &self.exec {
-            Some(exec) if exec.programs.is_found() => format!(
-                ", exec ({} programs, write limit {} MiB)",
-                exec.programs.len(),
-                exec.write_limit_bytes >> 20
-            ),
             Some(exec) => format!(
                 ", exec (the bundled programs and any operator programs, write limit {} MiB)",
                 exec.write_limit_bytes >> 20
