@@ -99,6 +99,42 @@ async fn sed_edits_in_place() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mv_renames_and_moves_inside_the_workspace() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(
+        &registry,
+        "mv -v f.txt g.txt && mkdir out && mv g.txt src/c.txt out && mv out done && cd src && mv nested ../moved",
+    )
+    .await;
+    assert!(text.ends_with("[exit status: 0]"), "{text}");
+    assert!(text.starts_with("renamed 'f.txt' -> 'g.txt'\n"), "{text}");
+    let root = dir.path();
+    assert_eq!(
+        fs::read_to_string(root.join("done/g.txt")).unwrap(),
+        "banana\nalpha\n"
+    );
+    assert!(root.join("done/c.txt").exists() && root.join("moved/b.rs").exists());
+    assert!(!root.join("f.txt").exists() && !root.join("src/nested").exists());
+    // Refusals in GNU's words, nothing moved.
+    let text = exec(
+        &registry,
+        "mv missing x; mv done done/inner; mv src/a.rs ../../x",
+    )
+    .await;
+    assert!(
+        text.contains("mv: cannot stat 'missing': No such file or directory"),
+        "{text}"
+    );
+    assert!(text.contains("to a subdirectory of itself"), "{text}");
+    assert!(
+        text.contains("mv: cannot move 'src/a.rs' to '../../x'"),
+        "{text}"
+    );
+    assert!(root.join("src/a.rs").exists() && root.join("done").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cd_changes_the_working_directory_of_programs() {
     let dir = workspace();
     let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;

@@ -458,7 +458,7 @@ async fn exec_programs_and_redirections_ask_for_each_write() {
     let ws = layout.ws.display().to_string();
 
     let script = "echo hi > out.txt; echo more >> keep.txt; cp keep.txt copy.txt; mkdir made; \
-                  touch -c keep.txt; rm keep.txt; ln -s keep.txt alias; \
+                  touch -c keep.txt; mv keep.txt moved.txt; rm keep.txt; ln -s keep.txt alias; \
                   ls";
     // Every write refused: nothing changed, and each program said so.
     let before = snapshot(&layout.ws);
@@ -475,6 +475,7 @@ async fn exec_programs_and_redirections_ask_for_each_write() {
         format!("create or change {ws}/copy.txt"),
         format!("create the directory {ws}/made"),
         format!("change the times of {ws}/keep.txt"),
+        format!("rename {ws}/keep.txt to {ws}/moved.txt"),
         format!("remove {ws}/keep.txt"),
         format!("create the symbolic link {ws}/alias -> keep.txt"),
     ] {

@@ -1,0 +1,354 @@
+//! `mv` as the sandbox can run it. uutils' `mv` first makes sure that source and target are not
+//! the same file by canonicalizing both from the root, `lstat`ing every ancestor of the workspace
+//! (`/`, `/tmp`, ...), which the sandbox does not show, so every rename failed with "No such file
+//! or directory". This `mv` handles the common forms itself — `mv [-fnvT] SOURCE TARGET`,
+//! `mv [-fnv] SOURCE... DIRECTORY`, `mv [-fnv] -t DIRECTORY SOURCE...` — with one rename each and
+//! GNU's messages; anything else (`-i`, `-b`, `-u`, `--backup`, ...) goes to uutils' `mv` as
+//! before. Paths are compared lexically (`..` resolved by name), which is what the sandbox itself
+//! resolves, and the rename is made by the host inside the workspace, so nothing here can reach
+//! further than the program could before.
+
+use std::ffi::OsString;
+use std::io;
+use std::path::{Component, Path, PathBuf};
+
+/// What the command line asks.
+#[derive(Debug, Default, PartialEq)]
+struct Request {
+    no_clobber: bool,
+    verbose: bool,
+    no_target_directory: bool,
+    target_directory: Option<PathBuf>,
+    operands: Vec<PathBuf>,
+}
+
+/// Runs `mv` with `args` (`args[0]` is the name) when this implementation covers the options;
+/// `None` hands the call to uutils' `mv`.
+pub fn run(args: &[OsString]) -> Option<i32> {
+    let request = parse(args.get(1..).unwrap_or_default())?;
+    let mut stderr = io::stderr().lock();
+    let mut stdout = io::stdout().lock();
+    Some(execute(&request, &mut stdout, &mut stderr))
+}
+
+/// The request `args` make, or `None` for an option this `mv` leaves to uutils.
+fn parse(args: &[OsString]) -> Option<Request> {
+    let mut request = Request::default();
+    let mut options_done = false;
+    let mut iter = args.iter();
+    while let Some(arg) = iter.next() {
+        let text = arg.to_str()?;
+        if options_done || !text.starts_with('-') || text == "-" {
+            request.operands.push(PathBuf::from(arg));
+            continue;
+        }
+        match text {
+            "--" => options_done = true,
+            "--force" => request.no_clobber = false,
+            "--no-clobber" => request.no_clobber = true,
+            "--verbose" => request.verbose = true,
+            "--no-target-directory" => request.no_target_directory = true,
+            "--target-directory" => request.target_directory = Some(PathBuf::from(iter.next()?)),
+            long if long.starts_with("--target-directory=") => {
+                request.target_directory =
+                    Some(PathBuf::from(&long["--target-directory=".len()..]));
+            }
+            long if long.starts_with("--") => return None,
+            short => {
+                let flags: Vec<char> = short[1..].chars().collect();
+                for (index, flag) in flags.iter().enumerate() {
+                    match flag {
+                        'f' => request.no_clobber = false,
+                        'n' => request.no_clobber = true,
+                        'v' => request.verbose = true,
+                        'T' => request.no_target_directory = true,
+                        't' => {
+                            let rest: String = flags[index + 1..].iter().collect();
+                            request.target_directory = Some(if rest.is_empty() {
+                                PathBuf::from(iter.next()?)
+                            } else {
+                                PathBuf::from(rest)
+                            });
+                            break;
+                        }
+                        _ => return None,
+                    }
+                }
+            }
+        }
+    }
+    Some(request)
+}
+
+/// Carries out `request`; the exit status (0, or 1 when any move failed).
+fn execute(request: &Request, stdout: &mut impl io::Write, stderr: &mut impl io::Write) -> i32 {
+    let mut fail = |message: String| {
+        let _ = writeln!(stderr, "mv: {message}");
+        1
+    };
+    let (sources, directory) = match (&request.target_directory, request.operands.as_slice()) {
+        (Some(_), _) if request.no_target_directory => {
+            return fail(
+                "cannot combine --target-directory (-t) and --no-target-directory (-T)".into(),
+            );
+        }
+        (Some(directory), []) => {
+            return fail(format!(
+                "missing file operand after '{}'",
+                directory.display()
+            ));
+        }
+        (Some(directory), sources) => (sources, Some(directory.clone())),
+        (None, []) => return fail("missing file operand".into()),
+        (None, [only]) => {
+            return fail(format!(
+                "missing destination file operand after '{}'",
+                only.display()
+            ));
+        }
+        (None, [source, target]) if request.no_target_directory || !target.is_dir() => {
+            return move_one(request, source, target, stdout, &mut fail);
+        }
+        (None, _) if request.no_target_directory => {
+            let extra = &request.operands[2];
+            return fail(format!("extra operand '{}'", extra.display()));
+        }
+        (None, [sources @ .., target]) => (sources, Some(target.clone())),
+    };
+    let Some(directory) = directory else {
+        return 0;
+    };
+    if !directory.is_dir() {
+        return fail(format!(
+            "target '{}' is not a directory",
+            directory.display()
+        ));
+    }
+    let mut status = 0;
+    for source in sources {
+        let Some(name) = lexical(source).file_name().map(ToOwned::to_owned) else {
+            status = fail(format!(
+                "cannot move '{}' to a subdirectory of itself, '{}'",
+                source.display(),
+                directory.display()
+            ));
+            continue;
+        };
+        let target = directory.join(name);
+        if move_one(request, source, &target, stdout, &mut fail) != 0 {
+            status = 1;
+        }
+    }
+    status
+}
+
+/// Moves `source` to exactly `target`; 0, or 1 after `fail` reported why not.
+fn move_one(
+    request: &Request,
+    source: &Path,
+    target: &Path,
+    stdout: &mut impl io::Write,
+    fail: &mut impl FnMut(String) -> i32,
+) -> i32 {
+    let (shown_source, shown_target) = (source.display(), target.display());
+    let Ok(source_kind) = std::fs::symlink_metadata(source) else {
+        return fail(format!(
+            "cannot stat '{shown_source}': No such file or directory"
+        ));
+    };
+    let (from, to) = (lexical(source), lexical(target));
+    if from == to {
+        return fail(format!(
+            "'{shown_source}' and '{shown_target}' are the same file"
+        ));
+    }
+    if source_kind.is_dir() && to.starts_with(&from) {
+        return fail(format!(
+            "cannot move '{shown_source}' to a subdirectory of itself, '{shown_target}'"
+        ));
+    }
+    if let Ok(existing) = std::fs::symlink_metadata(target) {
+        if request.no_clobber {
+            return 0;
+        }
+        if existing.is_dir() && !source_kind.is_dir() {
+            return fail(format!(
+                "cannot overwrite directory '{shown_target}' with non-directory"
+            ));
+        }
+        if !existing.is_dir() && source_kind.is_dir() {
+            return fail(format!(
+                "cannot overwrite non-directory '{shown_target}' with directory '{shown_source}'"
+            ));
+        }
+    }
+    if let Err(error) = std::fs::rename(source, target) {
+        return fail(format!(
+            "cannot move '{shown_source}' to '{shown_target}': {}",
+            describe(&error)
+        ));
+    }
+    if request.verbose {
+        let _ = writeln!(stdout, "renamed '{shown_source}' -> '{shown_target}'");
+    }
+    0
+}
+
+/// `path` made absolute against the working directory, with `.` and `..` resolved by name.
+fn lexical(path: &Path) -> PathBuf {
+    let absolute = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .unwrap_or_else(|_| PathBuf::from("/"))
+            .join(path)
+    };
+    let mut out = PathBuf::from("/");
+    for component in absolute.components() {
+        match component {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::Normal(name) => out.push(name),
+            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
+        }
+    }
+    out
+}
+
+/// An I/O error in GNU's words.
+fn describe(error: &io::Error) -> String {
+    match error.kind() {
+        io::ErrorKind::NotFound => "No such file or directory".to_string(),
+        io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
+        io::ErrorKind::DirectoryNotEmpty => "Directory not empty".to_string(),
+        io::ErrorKind::ReadOnlyFilesystem => "Read-only file system".to_string(),
+        _ => {
+            // std's words carry "(os error N)", whose number is not the host's: drop it.
+            let text = error.to_string();
+            match text.rfind(" (os error") {
+                Some(cut) => text[..cut].to_string(),
+                None => text,
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::fs;
+
+    fn args(words: &[&str]) -> Vec<OsString> {
+        words.iter().map(OsString::from).collect()
+    }
+
+    /// A fresh directory with `a.txt` ("a") and `dir/`.
+    fn scratch(test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("clawcage-mv-{test}-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(dir.join("dir")).unwrap();
+        fs::write(dir.join("a.txt"), "a").unwrap();
+        dir
+    }
+
+    /// Runs `mv` with `words` (paths relative to `dir`), returning status, stdout and stderr.
+    fn mv(dir: &Path, words: &[&str]) -> (i32, String, String) {
+        let absolute: Vec<String> = words
+            .iter()
+            .map(|word| {
+                if word.starts_with('-') {
+                    word.to_string()
+                } else {
+                    dir.join(word).display().to_string()
+                }
+            })
+            .collect();
+        let words: Vec<&str> = absolute.iter().map(String::as_str).collect();
+        let request = parse(&args(&words)).expect("a form this mv covers");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let status = execute(&request, &mut out, &mut err);
+        let text = |bytes: Vec<u8>| {
+            String::from_utf8(bytes)
+                .unwrap()
+                .replace(&format!("{}/", dir.display()), "")
+        };
+        (status, text(out), text(err))
+    }
+
+    #[test]
+    fn options_it_does_not_cover_go_to_uutils() {
+        assert!(parse(&args(&["-i", "a", "b"])).is_none());
+        assert!(parse(&args(&["--backup=numbered", "a", "b"])).is_none());
+        assert!(parse(&args(&["-u", "a", "b"])).is_none());
+        let request = parse(&args(&["-fv", "-t", "d", "--", "-x", "y"])).unwrap();
+        assert!(request.verbose && !request.no_clobber);
+        assert_eq!(request.target_directory, Some(PathBuf::from("d")));
+        assert_eq!(request.operands, [PathBuf::from("-x"), PathBuf::from("y")]);
+        assert_eq!(
+            parse(&args(&["-tdir", "a"])).unwrap().target_directory,
+            Some(PathBuf::from("dir"))
+        );
+    }
+
+    #[test]
+    fn renames_moves_into_a_directory_and_says_so() {
+        let dir = scratch("renames");
+        assert_eq!(
+            mv(&dir, &["-v", "a.txt", "b.txt"]),
+            (0, "renamed 'a.txt' -> 'b.txt'\n".into(), String::new())
+        );
+        assert_eq!(mv(&dir, &["b.txt", "dir"]).0, 0);
+        assert_eq!(fs::read_to_string(dir.join("dir/b.txt")).unwrap(), "a");
+        fs::write(dir.join("c.txt"), "c").unwrap();
+        fs::write(dir.join("d.txt"), "d").unwrap();
+        assert_eq!(mv(&dir, &["c.txt", "d.txt", "dir"]).0, 0);
+        assert!(dir.join("dir/c.txt").exists() && dir.join("dir/d.txt").exists());
+        assert_eq!(mv(&dir, &["dir", "moved"]).0, 0);
+        assert!(dir.join("moved/c.txt").exists());
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn refusals_use_gnu_words_and_change_nothing() {
+        let dir = scratch("refusals");
+        let (status, _, err) = mv(&dir, &["missing", "b"]);
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "mv: cannot stat 'missing': No such file or directory\n")
+        );
+        let (status, _, err) = mv(&dir, &["a.txt", "a.txt"]);
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "mv: 'a.txt' and 'a.txt' are the same file\n")
+        );
+        let (status, _, err) = mv(&dir, &["dir", "dir/inner"]);
+        assert_eq!(status, 1);
+        assert!(err.contains("to a subdirectory of itself"), "{err}");
+        let (status, _, err) = mv(&dir, &["-T", "a.txt", "dir"]);
+        assert_eq!(
+            (status, err.as_str()),
+            (
+                1,
+                "mv: cannot overwrite directory 'dir' with non-directory\n"
+            )
+        );
+        fs::write(dir.join("b.txt"), "b").unwrap();
+        let (status, _, err) = mv(&dir, &["a.txt", "b.txt", "c.txt"]);
+        assert_eq!(
+            (status, err.as_str()),
+            (1, "mv: target 'c.txt' is not a directory\n")
+        );
+        // -n keeps what is there.
+        assert_eq!(mv(&dir, &["-n", "a.txt", "b.txt"]).0, 0);
+        assert_eq!(fs::read_to_string(dir.join("a.txt")).unwrap(), "a");
+        assert_eq!(fs::read_to_string(dir.join("b.txt")).unwrap(), "b");
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn paths_compare_by_name() {
+        assert_eq!(lexical(Path::new("/w/a/../b/./c")), PathBuf::from("/w/b/c"));
+        assert_eq!(lexical(Path::new("/../x")), PathBuf::from("/x"));
+    }
+}
