@@ -2,6 +2,7 @@
 //! in a real engine, on real files in a temporary workspace.
 
 use std::fs;
+use std::path::Path;
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
@@ -132,6 +133,39 @@ async fn mv_renames_and_moves_inside_the_workspace() {
         "{text}"
     );
     assert!(root.join("src/a.rs").exists() && root.join("done").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cp_r_copies_a_tree_inside_the_workspace() {
+    let dir = workspace();
+    std::os::unix::fs::symlink("a.rs", dir.path().join("src/link.rs")).unwrap();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let text = exec(
+        &registry,
+        "cp -r src copy && mkdir into && cp -R src f.txt into && cp -rv src into",
+    )
+    .await;
+    assert!(text.ends_with("[exit status: 0]"), "{text}");
+    let root = dir.path();
+    assert_eq!(
+        fs::read_to_string(root.join("copy/nested/b.rs")).unwrap(),
+        "// TODO: two\n// todo lower\n"
+    );
+    assert_eq!(
+        fs::read_link(root.join("copy/link.rs")).unwrap(),
+        Path::new("a.rs")
+    );
+    assert!(root.join("into/src/a.rs").exists() && root.join("into/f.txt").exists());
+    assert!(text.contains("'src/a.rs' -> 'into/src/a.rs'"), "{text}");
+    // Into itself, and out of the workspace: refused, nothing copied there.
+    let text = exec(
+        &registry,
+        "cp -r src src/nested/again; cp -r src ../../outside",
+    )
+    .await;
+    assert!(text.contains("into itself"), "{text}");
+    assert!(!text.ends_with("[exit status: 0]"), "{text}");
+    assert!(!root.join("src/nested/again").exists());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,6 +7,7 @@
 use std::ffi::OsString;
 use std::io::Write as _;
 
+mod cp;
 mod mv;
 
 /// Declares every utility once: the table of names and the dispatch to each crate's `uumain`.
@@ -138,6 +139,12 @@ fn main() {
     // above the workspace (see mv.rs).
     if name == "mv"
         && let Some(code) = mv::run(&args)
+    {
+        std::process::exit(code);
+    }
+    // So does `cp -r` (see cp.rs).
+    if name == "cp"
+        && let Some(code) = cp::run(&args)
     {
         std::process::exit(code);
     }

@@ -195,7 +195,7 @@ fn move_one(
 }
 
 /// `path` made absolute against the working directory, with `.` and `..` resolved by name.
-fn lexical(path: &Path) -> PathBuf {
+pub(crate) fn lexical(path: &Path) -> PathBuf {
     let absolute = if path.is_absolute() {
         path.to_path_buf()
     } else {
@@ -217,7 +217,7 @@ fn lexical(path: &Path) -> PathBuf {
 }
 
 /// An I/O error in GNU's words.
-fn describe(error: &io::Error) -> String {
+pub(crate) fn describe(error: &io::Error) -> String {
     match error.kind() {
         io::ErrorKind::NotFound => "No such file or directory".to_string(),
         io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
