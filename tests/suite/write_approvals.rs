@@ -608,3 +608,77 @@ async fn the_broker_asks_an_operator_and_keeps_allow_always_by_path() {
     assert_eq!(kept[0].kind, "write");
     assert_eq!(kept[0].rule(), format!("{ws}/a.txt"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_question_names_the_real_file_and_a_link_cannot_redirect_the_answer() {
+    let layout = layout();
+    let ws = &layout.ws;
+    fs::create_dir(ws.join("real")).unwrap();
+    symlink("real", ws.join("docs")).unwrap();
+    symlink("keep.txt", ws.join("alias")).unwrap();
+    let gate = ScriptedGate::allowing_everything();
+    let registry = hostile(ws, gate.clone(), Limits::default()).await;
+    let lines = ops(
+        &registry,
+        &[
+            // Through a linked directory: the question names where the file really goes.
+            &["write", "docs/x.txt", "through the link"],
+            // A last link would be followed: refused without a question.
+            &["write", "alias", "through a final link"],
+            &["open-write", "alias"],
+            // The link itself may be removed (that names no other file).
+            &["unlink", "alias"],
+        ],
+    )
+    .await;
+    assert!(lines[0].ends_with(": ok"), "{lines:#?}");
+    assert!(
+        lines[1].contains(": error:") && lines[2].contains(": error:"),
+        "{lines:#?}"
+    );
+    assert!(lines[3].ends_with(": ok"), "{lines:#?}");
+    assert_eq!(
+        fs::read_to_string(ws.join("real/x.txt")).unwrap(),
+        "through the link"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("keep.txt")).unwrap(),
+        "keep me\n"
+    );
+    let shown = ws.display();
+    assert_eq!(
+        gate.asked(),
+        [
+            format!("create or change {shown}/real/x.txt"),
+            format!("remove {shown}/alias"),
+        ]
+    );
+    // The same for exec's redirections and programs.
+    symlink("keep.txt", ws.join("alias")).unwrap();
+    let gate = ScriptedGate::allowing_everything();
+    let exec = exec_registry(ws, gate.clone(), Limits::default()).await;
+    let output = call(
+        &exec,
+        "exec",
+        json!({ "command": "echo y > docs/y.txt; echo z > alias; cp keep.txt docs/copy.txt" }),
+    )
+    .await;
+    assert_eq!(fs::read_to_string(ws.join("real/y.txt")).unwrap(), "y\n");
+    assert_eq!(
+        fs::read_to_string(ws.join("real/copy.txt")).unwrap(),
+        "keep me\n"
+    );
+    assert_eq!(
+        fs::read_to_string(ws.join("keep.txt")).unwrap(),
+        "keep me\n",
+        "{output}"
+    );
+    assert!(output.contains("alias: a symbolic link"), "{output}");
+    assert_eq!(
+        gate.asked(),
+        [
+            format!("create or change {shown}/real/y.txt"),
+            format!("create or change {shown}/real/copy.txt"),
+        ]
+    );
+}

@@ -10,7 +10,7 @@
 //! that file alone; a directory never comes back writable. Denials are kept to tell the model
 //! why its write failed.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 use clawcage_core::approval::{WriteOperation, WriteRequest, WriteReviewer};
@@ -18,7 +18,7 @@ use wasmtime::StoreContextMut;
 use wasmtime::component::{Linker, Resource, ResourceTable};
 use wasmtime_wasi::WasiView;
 use wasmtime_wasi::filesystem::{
-    Descriptor as HostDescriptorValue, FsPerms, WasiFilesystemView as _,
+    Descriptor as HostDescriptorValue, Dir as HostDir, FsPerms, OpenMode, WasiFilesystemView as _,
 };
 use wasmtime_wasi::p2::bindings::filesystem::types::{
     Descriptor, DescriptorFlags, ErrorCode, Host as _, HostDescriptor as _, NewTimestamp,
@@ -97,25 +97,46 @@ pub(crate) trait AsksWrites: WasiView {
     fn write_asker(&self) -> Option<Arc<WriteAsker>>;
 }
 
-/// What to do with a change under `fd`.
+/// What to do with a change under read-only directories.
 enum Route {
     /// Run the function as wasmtime-wasi defines it (a writable directory, a file, no asker).
     AsDefined,
     /// Ask about these paths first.
     Ask {
         asker: Arc<WriteAsker>,
-        paths: Vec<String>,
+        targets: Vec<Bound>,
     },
-    /// Refuse without asking (a path outside the workspace, which would be refused anyway).
-    Refuse,
+    /// Refuse without asking, with the error the operation would have met (or "not
+    /// permitted" for a path outside the workspace).
+    Refuse(ErrorCode),
 }
 
-/// A read-only directory descriptor's host path, when `fd` is one.
-fn read_only_directory(table: &ResourceTable, fd: &Resource<Descriptor>) -> Option<PathBuf> {
+/// One path of an asked change, bound to what it names now: the directory it is in, opened
+/// beneath the guest's directory (symbolic links on the way followed, as the kernel would),
+/// and its last component. The person is shown the directory's real path, and an approved
+/// operation runs on that open directory and that name, so a link re-pointed after the
+/// question cannot send the change anywhere else.
+struct Bound {
+    parent: std::fs::File,
+    name: String,
+    shown: String,
+}
+
+/// Why a path could not be bound.
+enum Unbound {
+    /// The path is the directory itself (`.`): there is nothing to name in it.
+    NoName,
+    /// The operation would fail with this error anyway.
+    Error(ErrorCode),
+}
+
+/// A read-only directory descriptor's open directory, when `fd` is one.
+fn read_only_directory(
+    table: &ResourceTable,
+    fd: &Resource<Descriptor>,
+) -> Option<Arc<std::fs::File>> {
     match table.get(fd).ok()? {
-        HostDescriptorValue::Dir(dir) if dir.perms.write_not_permitted() => {
-            Some(descriptor_path(&dir.dir).unwrap_or_default())
-        }
+        HostDescriptorValue::Dir(dir) if dir.perms.write_not_permitted() => Some(dir.dir.clone()),
         _ => None,
     }
 }
@@ -133,60 +154,169 @@ fn descriptor_path(_file: &std::fs::File) -> Option<PathBuf> {
     None
 }
 
-/// `path` (as the guest gave it, relative to `directory`) as an absolute, lexically normalised
-/// path inside `root`; `None` when it leaves `root` or cannot be named.
-pub(crate) fn target_path(root: &Path, directory: &Path, path: &str) -> Option<String> {
-    if directory.as_os_str().is_empty() || Path::new(path).is_absolute() {
-        return None;
-    }
-    let mut target = PathBuf::new();
-    for component in directory.join(path).components() {
+/// The names of `path` (relative, as the guest gave it) with `.` and `..` resolved by name;
+/// `None` when it is absolute or climbs above its directory (which the sandbox refuses anyway).
+fn lexical_names(path: &str) -> Option<Vec<String>> {
+    let mut names: Vec<String> = Vec::new();
+    for component in Path::new(path).components() {
         match component {
-            std::path::Component::ParentDir => {
-                target.pop();
+            Component::Normal(name) => names.push(name.to_str()?.to_string()),
+            Component::CurDir => {}
+            Component::ParentDir => {
+                names.pop()?;
             }
-            std::path::Component::CurDir => {}
-            other => target.push(other.as_os_str()),
+            Component::RootDir | Component::Prefix(_) => return None,
         }
     }
-    (target.starts_with(root) && target != root)
-        .then(|| target.to_str().map(str::to_string))
-        .flatten()
+    Some(names)
 }
 
-/// How a change of `paths` (each relative to the directory of the same index in `fds`) is routed.
-fn route<T: AsksWrites>(state: &mut T, under: &[(&Resource<Descriptor>, &str)]) -> Route {
+/// Binds `path` under `directory` (see [`Bound`]); the parent must lie inside `root`.
+fn bind(root: &Path, directory: &std::fs::File, path: &str) -> Result<Bound, Unbound> {
+    let refused = Unbound::Error(ErrorCode::NotPermitted);
+    let mut names = lexical_names(path).ok_or(Unbound::Error(ErrorCode::NotPermitted))?;
+    let name = names.pop().ok_or(Unbound::NoName)?;
+    let parent_path: PathBuf = if names.is_empty() {
+        PathBuf::from(".")
+    } else {
+        names.iter().collect()
+    };
+    let mut options = cap_primitives::fs::OpenOptions::new();
+    options.read(true);
+    let parent = cap_primitives::fs::open(directory, &parent_path, &options).map_err(|error| {
+        Unbound::Error(match error.kind() {
+            std::io::ErrorKind::NotFound => ErrorCode::NoEntry,
+            std::io::ErrorKind::NotADirectory => ErrorCode::NotDirectory,
+            _ => ErrorCode::NotPermitted,
+        })
+    })?;
+    if !parent.metadata().is_ok_and(|metadata| metadata.is_dir()) {
+        return Err(Unbound::Error(ErrorCode::NotDirectory));
+    }
+    let real = descriptor_path(&parent).ok_or(Unbound::Error(ErrorCode::NotPermitted))?;
+    if !real.starts_with(root) {
+        return Err(refused);
+    }
+    let shown = real
+        .join(&name)
+        .to_str()
+        .map(str::to_string)
+        .ok_or(Unbound::Error(ErrorCode::IllegalByteSequence))?;
+    Ok(Bound {
+        parent,
+        name,
+        shown,
+    })
+}
+
+/// A path bound for a change made outside `wasi:filesystem` (an exec redirection): the open
+/// directory it is in, its last component and the path a person is shown; the error is the
+/// sentence for the program. A last component that is a symbolic link is refused (a
+/// redirection follows it, so the person would be asked about the link's name).
+pub(crate) fn bind_for_change(
+    root: &Path,
+    directory: &std::fs::File,
+    path: &str,
+) -> Result<(std::fs::File, String, String), String> {
+    let bound = match bind(root, directory, path) {
+        Ok(bound) => bound,
+        Err(Unbound::NoName) => return Err("Is a directory".to_string()),
+        Err(Unbound::Error(ErrorCode::NoEntry)) => {
+            return Err("No such file or directory".to_string());
+        }
+        Err(Unbound::Error(_)) => {
+            return Err("refused (it leads outside the workspace, or cannot be named)".to_string());
+        }
+    };
+    let last = cap_primitives::fs::stat(
+        &bound.parent,
+        Path::new(&bound.name),
+        cap_primitives::fs::FollowSymlinks::No,
+    );
+    if last.is_ok_and(|metadata| metadata.file_type().is_symlink()) {
+        return Err(
+            "a symbolic link; under a read-only workspace write the file it points to".to_string(),
+        );
+    }
+    Ok((bound.parent, bound.name, bound.shown))
+}
+
+/// What an asked change needs of its paths before a person is troubled.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Needs {
+    /// What the first path must be.
+    pub(crate) expect: Expect,
+    /// Whether the operation follows a symbolic link in the last component of the first path:
+    /// such a change is refused under a read-only workspace (the person would be asked about
+    /// the link's name, not the file it reaches).
+    pub(crate) follows_last: bool,
+}
+
+impl Needs {
+    /// A change that does not follow a last symbolic link.
+    pub(crate) fn expecting(expect: Expect) -> Needs {
+        Needs {
+            expect,
+            follows_last: false,
+        }
+    }
+}
+
+/// How a change of `under` (each path relative to its directory descriptor) is routed.
+fn route<T: AsksWrites>(
+    state: &mut T,
+    under: &[(&Resource<Descriptor>, &str)],
+    needs: Needs,
+) -> Route {
     let Some(asker) = state.write_asker() else {
         return Route::AsDefined;
     };
     let table = &*state.ctx().table;
-    let mut paths = Vec::with_capacity(under.len());
-    let mut any_read_only = false;
-    for (fd, path) in under {
-        let Some(directory) = read_only_directory(table, fd) else {
-            continue;
-        };
-        any_read_only = true;
-        match target_path(asker.root(), &directory, path) {
-            Some(target) => paths.push(target),
-            None => return Route::Refuse,
+    let directories: Vec<Arc<std::fs::File>> = under
+        .iter()
+        .filter_map(|(fd, _)| read_only_directory(table, fd))
+        .collect();
+    if directories.len() != under.len() {
+        // Nothing read-only (wasmtime-wasi decides), or one side writable and one not
+        // (wasmtime-wasi refuses that pair itself).
+        return Route::AsDefined;
+    }
+    let mut targets = Vec::with_capacity(under.len());
+    for (directory, (_, path)) in directories.iter().zip(under) {
+        match bind(asker.root(), directory, path) {
+            Ok(bound) => targets.push(bound),
+            Err(Unbound::NoName) if matches!(needs.expect, Expect::Absent) => {
+                return Route::Refuse(ErrorCode::Exist);
+            }
+            Err(Unbound::NoName) => return Route::Refuse(ErrorCode::NotPermitted),
+            Err(Unbound::Error(code)) => return Route::Refuse(code),
         }
     }
-    if !any_read_only {
-        return Route::AsDefined;
+    if let Some(first) = targets.first() {
+        let found = cap_primitives::fs::stat(
+            &first.parent,
+            Path::new(&first.name),
+            cap_primitives::fs::FollowSymlinks::No,
+        );
+        match (&found, needs.expect) {
+            (Ok(_), Expect::Absent) => return Route::Refuse(ErrorCode::Exist),
+            (Err(_), Expect::Exists) => return Route::Refuse(ErrorCode::NoEntry),
+            _ => {}
+        }
+        if needs.follows_last && found.is_ok_and(|metadata| metadata.file_type().is_symlink()) {
+            return Route::Refuse(ErrorCode::NotPermitted);
+        }
     }
-    if paths.len() != under.len() {
-        // One side writable and one not: wasmtime-wasi refuses that pair itself.
-        return Route::AsDefined;
-    }
-    Route::Ask { asker, paths }
+    Route::Ask { asker, targets }
 }
 
-/// The descriptors one change runs on: the guest's own, or read-write copies pushed for this
-/// one operation after an approval (then [`release`] removes them).
+/// The descriptors one change runs on, with the paths under them: the guest's own, or, after
+/// an approval, read-write descriptors of the bound directories pushed for this one operation
+/// (then [`release`] removes them) with the bound names.
 pub(crate) struct Cleared {
     pub(crate) fds: Vec<Resource<Descriptor>>,
-    elevated: bool,
+    /// The bound names, when the descriptors are the bound directories.
+    names: Option<Vec<String>>,
 }
 
 impl Cleared {
@@ -194,18 +324,37 @@ impl Cleared {
     pub(crate) fn own(fd: &Resource<Descriptor>) -> Cleared {
         Cleared {
             fds: vec![Resource::new_borrow(fd.rep())],
-            elevated: false,
+            names: None,
         }
     }
 
-    /// Whether the descriptors are read-write copies made after an approval.
+    /// Whether the descriptors are read-write ones made after an approval.
     pub(crate) fn elevated(&self) -> bool {
-        self.elevated
+        self.names.is_some()
     }
 
     /// The descriptor at `index`, as a borrow for one call.
     pub(crate) fn fd(&self, index: usize) -> Resource<Descriptor> {
         Resource::new_borrow(self.fds[index].rep())
+    }
+
+    /// The path at `index` under [`Cleared::fd`]: the bound name after an approval, else the
+    /// guest's own `path`.
+    pub(crate) fn path(&self, index: usize, path: &str) -> String {
+        match &self.names {
+            Some(names) => names[index].clone(),
+            None => path.to_string(),
+        }
+    }
+
+    /// The path flags for the operation: after an approval a last symbolic link is never
+    /// followed (it was not one when asked; if it became one, the operation fails).
+    pub(crate) fn path_flags(&self, flags: PathFlags) -> PathFlags {
+        if self.elevated() {
+            flags & !PathFlags::SYMLINK_FOLLOW
+        } else {
+            flags
+        }
     }
 }
 
@@ -225,76 +374,56 @@ pub(crate) enum Expect {
 
 /// Decides whether a change of `under` (each path relative to its directory descriptor) may
 /// run: as wasmtime-wasi defines it when nothing read-only is involved or no asker is set, else
-/// after the operator approved the request `describe` makes of the absolute paths. `Err` is the
-/// guest's error (not permitted).
+/// after the operator approved the request `describe` makes of the bound paths. `Err` is the
+/// guest's error.
 pub(crate) async fn clear<T: AsksWrites>(
     state: &mut T,
     under: &[(&Resource<Descriptor>, &str)],
-    expect: Expect,
+    needs: Needs,
     describe: impl FnOnce(Vec<String>) -> WriteRequest,
 ) -> wasmtime::Result<Result<Cleared, ErrorCode>> {
-    let own = |fds: &[(&Resource<Descriptor>, &str)]| Cleared {
-        fds: fds
-            .iter()
-            .map(|(fd, _)| Resource::new_borrow(fd.rep()))
-            .collect(),
-        elevated: false,
-    };
-    let asking = match route(state, under) {
-        Route::AsDefined => return Ok(Ok(own(under))),
-        Route::Refuse => None,
-        Route::Ask { asker, paths } => Some((asker, paths)),
-    };
-    // Before a refusal too: `mkdir` of the workspace itself must say "exists", as the kernel
-    // would (`create_dir_all` relies on it).
-    if let (Some((fd, path)), false) = (under.first(), expect == Expect::Any) {
-        let mut view = state.filesystem();
-        let found = view
-            .stat_at(
-                Resource::new_borrow(fd.rep()),
-                PathFlags::empty(),
-                (*path).to_string(),
-            )
-            .await;
-        match (expect, found) {
-            (Expect::Absent, Ok(_)) => return Ok(Err(ErrorCode::Exist)),
-            (Expect::Exists, Err(error)) => return Ok(Err(view.convert_error_code(error)?)),
-            _ => {}
+    let (asker, targets) = match route(state, under, needs) {
+        Route::AsDefined => {
+            return Ok(Ok(Cleared {
+                fds: under
+                    .iter()
+                    .map(|(fd, _)| Resource::new_borrow(fd.rep()))
+                    .collect(),
+                names: None,
+            }));
         }
-    }
-    let Some((asker, paths)) = asking else {
-        return Ok(Err(ErrorCode::NotPermitted));
+        Route::Refuse(code) => return Ok(Err(code)),
+        Route::Ask { asker, targets } => (asker, targets),
     };
-    if asker.ask(describe(paths)).await.is_err() {
+    let shown = targets.iter().map(|target| target.shown.clone()).collect();
+    if asker.ask(describe(shown)).await.is_err() {
         return Ok(Err(ErrorCode::NotPermitted));
     }
     let table = state.ctx().table;
-    let mut fds = Vec::with_capacity(under.len());
-    for (fd, _) in under {
-        let HostDescriptorValue::Dir(dir) = table.get(*fd)? else {
-            wasmtime::bail!("an approved write's descriptor is no longer a directory");
-        };
-        let mut writable = dir.clone();
-        writable.perms = FsPerms::ReadWrite;
-        let copy = table.push(HostDescriptorValue::Dir(writable))?;
-        fds.push(Resource::new_own(copy.rep()));
+    let mut fds = Vec::with_capacity(targets.len());
+    let mut names = Vec::with_capacity(targets.len());
+    for target in targets {
+        let writable = HostDir::new(target.parent, FsPerms::ReadWrite, OpenMode::READ, true);
+        let pushed = table.push(HostDescriptorValue::Dir(writable))?;
+        fds.push(Resource::new_own(pushed.rep()));
+        names.push(target.name);
     }
     Ok(Ok(Cleared {
         fds,
-        elevated: true,
+        names: Some(names),
     }))
 }
 
-/// Removes the read-write copies of `cleared`, if any. (A call stopped before this leaves them
-/// in a store that is dropped with the call; the guest never holds a handle to them.)
+/// Removes the read-write descriptors of `cleared`, if any. (A call stopped before this leaves
+/// them in a store that is dropped with the call; the guest never holds a handle to them.)
 pub(crate) fn release<T: WasiView>(state: &mut T, cleared: Cleared) {
-    if !cleared.elevated {
+    if !cleared.elevated() {
         return;
     }
     let table = state.ctx().table;
-    for copy in cleared.fds {
-        if let Err(error) = table.delete(copy) {
-            tracing::warn!("an approved write's descriptor copy could not be removed: {error}");
+    for descriptor in cleared.fds {
+        if let Err(error) = table.delete(descriptor) {
+            tracing::warn!("an approved write's descriptor could not be removed: {error}");
         }
     }
 }
@@ -331,8 +460,8 @@ macro_rules! guest_result {
 /// The descriptors a change may run on, or the guest's error returned from the enclosing
 /// shadow (see [`clear`]).
 macro_rules! cleared_or_refused {
-    ($store:expr, $under:expr, $expect:expr, $describe:expr) => {
-        match clear($store.data_mut(), $under, $expect, $describe).await? {
+    ($store:expr, $under:expr, $needs:expr, $describe:expr) => {
+        match clear($store.data_mut(), $under, $needs, $describe).await? {
             Ok(cleared) => cleared,
             Err(code) => return Ok((Err(code),)),
         }
@@ -348,12 +477,16 @@ macro_rules! one_path_change {
             $name,
             |mut store: StoreContextMut<'_, $state>, (fd, path): (Resource<Descriptor>, String)| {
                 Box::new(async move {
-                    let cleared =
-                        cleared_or_refused!(store, &[(&fd, &path)], $expect, one($operation));
+                    let cleared = cleared_or_refused!(
+                        store,
+                        &[(&fd, &path)],
+                        Needs::expecting($expect),
+                        one($operation)
+                    );
                     let done = store
                         .data_mut()
                         .filesystem()
-                        .$method(cleared.fd(0), path)
+                        .$method(cleared.fd(0), cleared.path(0, &path))
                         .await;
                     release(store.data_mut(), cleared);
                     Ok((guest_result!(store, done),))
@@ -415,11 +548,16 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
                     paths,
                     link_target: Some(link_target),
                 };
-                let cleared = cleared_or_refused!(store, &[(&fd, &path)], Expect::Absent, describe);
+                let cleared = cleared_or_refused!(
+                    store,
+                    &[(&fd, &path)],
+                    Needs::expecting(Expect::Absent),
+                    describe
+                );
                 let done = store
                     .data_mut()
                     .filesystem()
-                    .symlink_at(cleared.fd(0), target, path)
+                    .symlink_at(cleared.fd(0), target, cleared.path(0, &path))
                     .await;
                 release(store.data_mut(), cleared);
                 Ok((guest_result!(store, done),))
@@ -437,16 +575,21 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
             NewTimestamp,
         )| {
             Box::new(async move {
+                let needs = Needs {
+                    expect: Expect::Exists,
+                    follows_last: path_flags.contains(PathFlags::SYMLINK_FOLLOW),
+                };
                 let cleared = cleared_or_refused!(
                     store,
                     &[(&fd, &path)],
-                    Expect::Exists,
+                    needs,
                     one(WriteOperation::SetTimes)
                 );
+                let (flags, path) = (cleared.path_flags(path_flags), cleared.path(0, &path));
                 let done = store
                     .data_mut()
                     .filesystem()
-                    .set_times_at(cleared.fd(0), path_flags, path, accessed, modified)
+                    .set_times_at(cleared.fd(0), flags, path, accessed, modified)
                     .await;
                 release(store.data_mut(), cleared);
                 Ok((guest_result!(store, done),))
@@ -464,12 +607,17 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
         )| {
             Box::new(async move {
                 let under = [(&fd, old_path.as_str()), (&new_fd, new_path.as_str())];
-                let cleared =
-                    cleared_or_refused!(store, &under, Expect::Exists, one(WriteOperation::Rename));
+                let cleared = cleared_or_refused!(
+                    store,
+                    &under,
+                    Needs::expecting(Expect::Exists),
+                    one(WriteOperation::Rename)
+                );
+                let (from, to) = (cleared.path(0, &old_path), cleared.path(1, &new_path));
                 let done = store
                     .data_mut()
                     .filesystem()
-                    .rename_at(cleared.fd(0), old_path, cleared.fd(1), new_path)
+                    .rename_at(cleared.fd(0), from, cleared.fd(1), to)
                     .await;
                 release(store.data_mut(), cleared);
                 Ok((guest_result!(store, done),))
@@ -491,13 +639,14 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
                 let cleared = cleared_or_refused!(
                     store,
                     &under,
-                    Expect::Exists,
+                    Needs::expecting(Expect::Exists),
                     one(WriteOperation::HardLink)
                 );
+                let (from, to) = (cleared.path(0, &old_path), cleared.path(1, &new_path));
                 let done = store
                     .data_mut()
                     .filesystem()
-                    .link_at(cleared.fd(0), old_flags, old_path, cleared.fd(1), new_path)
+                    .link_at(cleared.fd(0), old_flags, from, cleared.fd(1), to)
                     .await;
                 release(store.data_mut(), cleared);
                 Ok((guest_result!(store, done),))
@@ -513,24 +662,17 @@ mod tests {
     use super::*;
 
     #[test]
-    fn targets_are_absolute_inside_the_workspace_or_refused() {
-        let root = Path::new("/ws");
+    fn paths_are_named_by_their_components_and_may_not_climb_out() {
+        let names = |path: &str| lexical_names(path);
+        assert_eq!(names("a.txt"), Some(vec!["a.txt".to_string()]));
         assert_eq!(
-            target_path(root, Path::new("/ws"), "a.txt").as_deref(),
-            Some("/ws/a.txt")
+            names("./x/../sub/b"),
+            Some(vec!["sub".to_string(), "b".to_string()])
         );
-        assert_eq!(
-            target_path(root, Path::new("/ws/sub"), "./x/../b").as_deref(),
-            Some("/ws/sub/b")
-        );
-        // Leaving the workspace, naming the workspace itself, an unknown directory, an
-        // absolute path: never asked.
-        assert_eq!(target_path(root, Path::new("/ws"), "../etc/passwd"), None);
-        assert_eq!(target_path(root, Path::new("/ws/sub"), ".."), None);
-        assert_eq!(target_path(root, Path::new("/ws"), "."), None);
-        assert_eq!(target_path(root, Path::new(""), "a"), None);
-        assert_eq!(target_path(root, Path::new("/ws"), "/ws/a"), None);
-        assert_eq!(target_path(root, Path::new("/wsx"), "a"), None);
+        assert_eq!(names("."), Some(Vec::new()));
+        assert_eq!(names(".."), None);
+        assert_eq!(names("a/../../b"), None);
+        assert_eq!(names("/ws/a"), None);
     }
 
     #[test]

@@ -435,7 +435,7 @@ fn open_redirect(
     directory: Option<&std::fs::File>,
     request: &FileOpen,
     budget: &Arc<WriteBudget>,
-    write_approved: bool,
+    approved: Option<&(std::fs::File, String)>,
 ) -> Result<Opened, String> {
     let shown = &request.path;
     let (Some(workspace), Some(directory)) = (workspace, directory) else {
@@ -455,8 +455,13 @@ fn open_redirect(
     } else {
         relative
     };
+    // An approved write opens exactly the file asked about: its bound directory and name.
+    let (directory, relative) = match approved {
+        Some((parent, name)) => (parent, Path::new(name.as_str())),
+        None => (directory, relative),
+    };
     let writing = request.mode != OpenMode::Read;
-    if writing && workspace.mode() == FsMode::ReadOnly && !write_approved {
+    if writing && workspace.mode() == FsMode::ReadOnly && approved.is_none() {
         return Err(format!(
             "{shown}: the workspace is read-only for this tool; nothing can be written"
         ));
@@ -472,6 +477,9 @@ fn open_redirect(
     // For a regular file the flag changes nothing. (`_cap_fs_ext_nonblock` is how cap-fs-ext's
     // `nonblock` sets O_NONBLOCK; cap-primitives has no other setter and this crate no libc.)
     options._cap_fs_ext_nonblock(true);
+    if approved.is_some() {
+        options._cap_fs_ext_follow(cap_primitives::fs::FollowSymlinks::No);
+    }
     let not_regular = |kind: &str| {
         format!("{shown}: not a regular file ({kind}); redirections work with regular files only")
     };
@@ -506,30 +514,37 @@ fn open_redirect(
 }
 
 /// For a redirection that writes under a read-only workspace whose writes are asked: the
-/// operator's decision (`Ok(true)` approved). `Ok(false)` when nothing needs asking (reading,
-/// a writable workspace, or no asker: then `open_redirect` refuses as before).
-async fn ask_to_redirect(exec: &ExecContext, request: &FileOpen) -> Result<bool, String> {
-    let (Some(writes), Some(workspace)) = (&exec.writes, &exec.workspace) else {
-        return Ok(false);
+/// operator's decision, and on a yes the file's directory (opened beneath `directory`) and
+/// name, which the redirection then opens without following a last link, so what is written is
+/// what was asked about. `None` when nothing needs asking (reading, a writable workspace, or no
+/// asker: then `open_redirect` refuses as before).
+async fn ask_to_redirect(
+    exec: &ExecContext,
+    directory: Option<&std::fs::File>,
+    request: &FileOpen,
+) -> Result<Option<(std::fs::File, String)>, String> {
+    let (Some(writes), Some(workspace), Some(directory)) =
+        (&exec.writes, &exec.workspace, directory)
+    else {
+        return Ok(None);
     };
     if request.mode == OpenMode::Read || workspace.mode() == FsMode::ReadWrite {
-        return Ok(false);
+        return Ok(None);
     }
     let shown = &request.path;
-    let Some(target) = crate::asked_writes::target_path(
-        writes.root(),
-        Path::new(workspace.guest_path()),
-        Path::new(shown)
-            .strip_prefix(workspace.guest_path())
-            .ok()
-            .and_then(Path::to_str)
-            .unwrap_or(shown),
-    ) else {
+    let Some(relative) = Path::new(shown)
+        .strip_prefix(workspace.guest_path())
+        .ok()
+        .and_then(Path::to_str)
+    else {
         return Err(format!(
             "{shown}: outside the workspace ({}); only files inside it can be written",
             workspace.guest_path()
         ));
     };
+    let (parent, name, target) =
+        crate::asked_writes::bind_for_change(writes.root(), directory, relative)
+            .map_err(|why| format!("{shown}: {why}"))?;
     let request = clawcage_core::approval::WriteRequest {
         operation: clawcage_core::approval::WriteOperation::Write,
         paths: vec![target],
@@ -538,7 +553,7 @@ async fn ask_to_redirect(exec: &ExecContext, request: &FileOpen) -> Result<bool,
     writes
         .ask(request)
         .await
-        .map(|()| true)
+        .map(|()| Some((parent, name)))
         .map_err(|reason| format!("{shown}: {reason}"))
 }
 
@@ -680,7 +695,7 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
     };
     let mut files = Vec::with_capacity(pipeline.files.len());
     for request in &pipeline.files {
-        let write_approved = ask_to_redirect(exec, request)
+        let approved = ask_to_redirect(exec, directory.as_ref(), request)
             .await
             .map_err(RunError::Redirect)?;
         files.push(
@@ -689,7 +704,7 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
                 directory.as_ref(),
                 request,
                 &exec.budget,
-                write_approved,
+                approved.as_ref(),
             )
             .map_err(RunError::Redirect)?,
         );

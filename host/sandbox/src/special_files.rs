@@ -56,7 +56,7 @@ type OpenAtParams = (
 type OpenAtResult = (Result<Resource<Descriptor>, ErrorCode>,);
 
 use crate::asked_writes::{
-    AsksWrites, Cleared, Expect, clear, cleared_or_refused, never_a_writable_directory, one,
+    AsksWrites, Cleared, Expect, Needs, clear, cleared_or_refused, never_a_writable_directory, one,
     opens_for_writing, release,
 };
 
@@ -127,11 +127,17 @@ fn open_at<T: AsksWrites + 'static>(
             } else {
                 Expect::Any
             };
-            cleared_or_refused!(store, &[(&fd, &path)], expect, one(WriteOperation::Write))
+            let needs = Needs {
+                expect,
+                follows_last: path_flags.contains(PathFlags::SYMLINK_FOLLOW),
+            };
+            cleared_or_refused!(store, &[(&fd, &path)], needs, one(WriteOperation::Write))
         } else {
             Cleared::own(&fd)
         };
         let elevated = cleared.elevated();
+        // After an approval: the bound directory and name, a last link not followed.
+        let (path, path_flags) = (cleared.path(0, &path), cleared.path_flags(path_flags));
         let request = OpenRequest {
             path_flags,
             path: &path,
