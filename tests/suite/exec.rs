@@ -169,6 +169,34 @@ async fn cp_r_copies_a_tree_inside_the_workspace() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn realpath_and_readlink_f_resolve_inside_the_workspace() {
+    let dir = workspace();
+    std::os::unix::fs::symlink("src/nested", dir.path().join("deep")).unwrap();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let root = dir.path().canonicalize().unwrap();
+    let text = exec(
+        &registry,
+        "realpath deep/b.rs f.txt && cd src && readlink -f ../deep && realpath -m ../new/file",
+    )
+    .await;
+    let shown = root.display();
+    assert_eq!(
+        text,
+        format!(
+            "{shown}/src/nested/b.rs\n{shown}/f.txt\n{shown}/src/nested\n{shown}/new/file\n[exit status: 0]"
+        )
+    );
+    // Outside the workspace nothing exists, and a missing middle fails.
+    let text = exec(&registry, "realpath /etc/passwd; realpath missing/x").await;
+    assert!(
+        text.contains("realpath: /etc/passwd: No such file or directory"),
+        "{text}"
+    );
+    assert!(text.contains("realpath: missing/x:"), "{text}");
+    assert!(!text.ends_with("[exit status: 0]"), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cd_changes_the_working_directory_of_programs() {
     let dir = workspace();
     let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;

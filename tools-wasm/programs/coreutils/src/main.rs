@@ -9,6 +9,7 @@ use std::io::Write as _;
 
 mod cp;
 mod mv;
+mod resolve;
 
 /// Declares every utility once: the table of names and the dispatch to each crate's `uumain`.
 macro_rules! utilities {
@@ -145,6 +146,12 @@ fn main() {
     // So does `cp -r` (see cp.rs).
     if name == "cp"
         && let Some(code) = cp::run(&args)
+    {
+        std::process::exit(code);
+    }
+    // And `realpath` and `readlink -f` (see resolve.rs).
+    if (name == "realpath" || name == "readlink")
+        && let Some(code) = resolve::run(name == "readlink", &args)
     {
         std::process::exit(code);
     }
