@@ -10,79 +10,18 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
-use crate::mv::lexical;
-
-/// What the command line asks.
-#[derive(Debug, Default, PartialEq)]
-struct Request {
-    no_clobber: bool,
-    verbose: bool,
-    no_target_directory: bool,
-    target_directory: Option<PathBuf>,
-    operands: Vec<PathBuf>,
-}
+use crate::operands::{Plan, Request, describe, lexical, parse, plan};
 
 /// Runs `cp` with `args` (`args[0]` is the name) when it asks for a recursive copy with options
 /// this implementation covers; `None` hands the call to uutils' `cp`.
 pub fn run(args: &[OsString]) -> Option<i32> {
-    let request = parse(args.get(1..).unwrap_or_default())?;
+    let request =
+        parse(args.get(1..).unwrap_or_default(), true).filter(|request| request.recursive)?;
     let mut stderr = io::stderr().lock();
     let mut stdout = io::stdout().lock();
     Some(execute(&request, &mut stdout, &mut stderr))
-}
-
-/// The request `args` make, or `None` when they are not a recursive copy this `cp` covers.
-fn parse(args: &[OsString]) -> Option<Request> {
-    let mut request = Request::default();
-    let mut recursive = false;
-    let mut options_done = false;
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        let text = arg.to_str()?;
-        if options_done || !text.starts_with('-') || text == "-" {
-            request.operands.push(PathBuf::from(arg));
-            continue;
-        }
-        match text {
-            "--" => options_done = true,
-            "--recursive" => recursive = true,
-            "--force" => request.no_clobber = false,
-            "--no-clobber" => request.no_clobber = true,
-            "--verbose" => request.verbose = true,
-            "--no-target-directory" => request.no_target_directory = true,
-            "--target-directory" => request.target_directory = Some(PathBuf::from(iter.next()?)),
-            long if long.starts_with("--target-directory=") => {
-                request.target_directory =
-                    Some(PathBuf::from(&long["--target-directory=".len()..]));
-            }
-            long if long.starts_with("--") => return None,
-            short => {
-                let flags: Vec<char> = short[1..].chars().collect();
-                for (index, flag) in flags.iter().enumerate() {
-                    match flag {
-                        'r' | 'R' => recursive = true,
-                        'f' => request.no_clobber = false,
-                        'n' => request.no_clobber = true,
-                        'v' => request.verbose = true,
-                        'T' => request.no_target_directory = true,
-                        't' => {
-                            let rest: String = flags[index + 1..].iter().collect();
-                            request.target_directory = Some(if rest.is_empty() {
-                                PathBuf::from(iter.next()?)
-                            } else {
-                                PathBuf::from(rest)
-                            });
-                            break;
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-        }
-    }
-    recursive.then_some(request)
 }
 
 /// Carries out `request`; the exit status (0, or 1 when anything failed).
@@ -93,57 +32,20 @@ fn execute(request: &Request, stdout: &mut impl io::Write, stderr: &mut impl io:
         stderr,
         status: 0,
     };
-    let (sources, directory) = match (&request.target_directory, request.operands.as_slice()) {
-        (Some(_), _) if request.no_target_directory => {
-            copier.fail(
-                "cannot combine --target-directory (-t) and --no-target-directory (-T)".into(),
-            );
-            return 1;
-        }
-        (Some(directory), []) => {
-            copier.fail(format!(
-                "missing file operand after '{}'",
-                directory.display()
-            ));
-            return 1;
-        }
-        (Some(directory), sources) => (sources, directory.clone()),
-        (None, []) => {
-            copier.fail("missing file operand".into());
-            return 1;
-        }
-        (None, [only]) => {
-            copier.fail(format!(
-                "missing destination file operand after '{}'",
-                only.display()
-            ));
-            return 1;
-        }
-        (None, [source, target]) if request.no_target_directory || !target.is_dir() => {
-            copier.copy_top(source, target);
-            return copier.status;
-        }
-        (None, _) if request.no_target_directory => {
-            copier.fail(format!("extra operand '{}'", request.operands[2].display()));
-            return 1;
-        }
-        (None, [sources @ .., target]) => (sources, target.clone()),
-    };
-    if !directory.is_dir() {
-        copier.fail(format!(
-            "target '{}' is not a directory",
-            directory.display()
-        ));
-        return 1;
-    }
-    for source in sources {
-        match lexical(source).file_name() {
-            Some(name) => copier.copy_top(source, &directory.join(name)),
-            None => copier.fail(format!(
-                "cannot copy a directory, '{}', into itself, '{}'",
-                source.display(),
-                directory.display()
-            )),
+    match plan(request) {
+        Plan::Wrong(message) => copier.fail(message),
+        Plan::One(source, target) => copier.copy_top(source, target),
+        Plan::Into(sources, directory) => {
+            for source in sources {
+                match lexical(source).file_name() {
+                    Some(name) => copier.copy_top(source, &directory.join(name)),
+                    None => copier.fail(format!(
+                        "cannot copy a directory, '{}', into itself, '{}'",
+                        source.display(),
+                        directory.display()
+                    )),
+                }
+            }
         }
     }
     copier.status
@@ -309,15 +211,11 @@ fn symlink(target: &Path, path: &Path) -> io::Result<()> {
     std::os::unix::fs::symlink(target, path)
 }
 
-/// An I/O error in GNU's words.
-fn describe(error: &io::Error) -> String {
-    crate::mv::describe(error)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
+    use std::path::PathBuf;
 
     fn args(words: &[&str]) -> Vec<OsString> {
         words.iter().map(OsString::from).collect()
@@ -347,7 +245,9 @@ mod tests {
             })
             .collect();
         let words: Vec<&str> = absolute.iter().map(String::as_str).collect();
-        let request = parse(&args(&words)).expect("a form this cp covers");
+        let request = parse(&args(&words), true)
+            .filter(|request| request.recursive)
+            .expect("a form this cp covers");
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let status = execute(&request, &mut out, &mut err);
         let text = |bytes: Vec<u8>| {
@@ -360,13 +260,13 @@ mod tests {
 
     #[test]
     fn only_recursive_copies_with_known_options_are_taken() {
-        assert!(parse(&args(&["a", "b"])).is_none());
-        assert!(parse(&args(&["-a", "a", "b"])).is_none());
-        assert!(parse(&args(&["-rp", "a", "b"])).is_none());
-        assert!(parse(&args(&["-rL", "a", "b"])).is_none());
-        let request = parse(&args(&["-Rv", "-t", "d", "a"])).unwrap();
-        assert!(request.verbose);
-        assert_eq!(request.target_directory, Some(PathBuf::from("d")));
+        let taken =
+            |words: &[&str]| parse(&args(words), true).is_some_and(|request| request.recursive);
+        assert!(!taken(&["a", "b"]));
+        assert!(!taken(&["-a", "a", "b"]));
+        assert!(!taken(&["-rp", "a", "b"]));
+        assert!(!taken(&["-rL", "a", "b"]));
+        assert!(taken(&["-Rv", "-t", "d", "a"]));
     }
 
     #[test]

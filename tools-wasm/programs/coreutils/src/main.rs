@@ -9,6 +9,7 @@ use std::io::Write as _;
 
 mod cp;
 mod mv;
+mod operands;
 mod resolve;
 
 /// Declares every utility once: the table of names and the dispatch to each crate's `uumain`.

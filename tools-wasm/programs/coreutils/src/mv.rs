@@ -10,74 +10,17 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::path::{Component, Path, PathBuf};
+use std::path::Path;
 
-/// What the command line asks.
-#[derive(Debug, Default, PartialEq)]
-struct Request {
-    no_clobber: bool,
-    verbose: bool,
-    no_target_directory: bool,
-    target_directory: Option<PathBuf>,
-    operands: Vec<PathBuf>,
-}
+use crate::operands::{Plan, Request, describe, lexical, parse, plan};
 
 /// Runs `mv` with `args` (`args[0]` is the name) when this implementation covers the options;
 /// `None` hands the call to uutils' `mv`.
 pub fn run(args: &[OsString]) -> Option<i32> {
-    let request = parse(args.get(1..).unwrap_or_default())?;
+    let request = parse(args.get(1..).unwrap_or_default(), false)?;
     let mut stderr = io::stderr().lock();
     let mut stdout = io::stdout().lock();
     Some(execute(&request, &mut stdout, &mut stderr))
-}
-
-/// The request `args` make, or `None` for an option this `mv` leaves to uutils.
-fn parse(args: &[OsString]) -> Option<Request> {
-    let mut request = Request::default();
-    let mut options_done = false;
-    let mut iter = args.iter();
-    while let Some(arg) = iter.next() {
-        let text = arg.to_str()?;
-        if options_done || !text.starts_with('-') || text == "-" {
-            request.operands.push(PathBuf::from(arg));
-            continue;
-        }
-        match text {
-            "--" => options_done = true,
-            "--force" => request.no_clobber = false,
-            "--no-clobber" => request.no_clobber = true,
-            "--verbose" => request.verbose = true,
-            "--no-target-directory" => request.no_target_directory = true,
-            "--target-directory" => request.target_directory = Some(PathBuf::from(iter.next()?)),
-            long if long.starts_with("--target-directory=") => {
-                request.target_directory =
-                    Some(PathBuf::from(&long["--target-directory=".len()..]));
-            }
-            long if long.starts_with("--") => return None,
-            short => {
-                let flags: Vec<char> = short[1..].chars().collect();
-                for (index, flag) in flags.iter().enumerate() {
-                    match flag {
-                        'f' => request.no_clobber = false,
-                        'n' => request.no_clobber = true,
-                        'v' => request.verbose = true,
-                        'T' => request.no_target_directory = true,
-                        't' => {
-                            let rest: String = flags[index + 1..].iter().collect();
-                            request.target_directory = Some(if rest.is_empty() {
-                                PathBuf::from(iter.next()?)
-                            } else {
-                                PathBuf::from(rest)
-                            });
-                            break;
-                        }
-                        _ => return None,
-                    }
-                }
-            }
-        }
-    }
-    Some(request)
 }
 
 /// Carries out `request`; the exit status (0, or 1 when any move failed).
@@ -86,60 +29,27 @@ fn execute(request: &Request, stdout: &mut impl io::Write, stderr: &mut impl io:
         let _ = writeln!(stderr, "mv: {message}");
         1
     };
-    let (sources, directory) = match (&request.target_directory, request.operands.as_slice()) {
-        (Some(_), _) if request.no_target_directory => {
-            return fail(
-                "cannot combine --target-directory (-t) and --no-target-directory (-T)".into(),
-            );
-        }
-        (Some(directory), []) => {
-            return fail(format!(
-                "missing file operand after '{}'",
-                directory.display()
-            ));
-        }
-        (Some(directory), sources) => (sources, Some(directory.clone())),
-        (None, []) => return fail("missing file operand".into()),
-        (None, [only]) => {
-            return fail(format!(
-                "missing destination file operand after '{}'",
-                only.display()
-            ));
-        }
-        (None, [source, target]) if request.no_target_directory || !target.is_dir() => {
-            return move_one(request, source, target, stdout, &mut fail);
-        }
-        (None, _) if request.no_target_directory => {
-            let extra = &request.operands[2];
-            return fail(format!("extra operand '{}'", extra.display()));
-        }
-        (None, [sources @ .., target]) => (sources, Some(target.clone())),
-    };
-    let Some(directory) = directory else {
-        return 0;
-    };
-    if !directory.is_dir() {
-        return fail(format!(
-            "target '{}' is not a directory",
-            directory.display()
-        ));
-    }
-    let mut status = 0;
-    for source in sources {
-        let Some(name) = lexical(source).file_name().map(ToOwned::to_owned) else {
-            status = fail(format!(
-                "cannot move '{}' to a subdirectory of itself, '{}'",
-                source.display(),
-                directory.display()
-            ));
-            continue;
-        };
-        let target = directory.join(name);
-        if move_one(request, source, &target, stdout, &mut fail) != 0 {
-            status = 1;
+    match plan(request) {
+        Plan::Wrong(message) => fail(message),
+        Plan::One(source, target) => move_one(request, source, target, stdout, &mut fail),
+        Plan::Into(sources, directory) => {
+            let mut status = 0;
+            for source in sources {
+                let Some(name) = lexical(source).file_name().map(ToOwned::to_owned) else {
+                    status = fail(format!(
+                        "cannot move '{}' to a subdirectory of itself, '{}'",
+                        source.display(),
+                        directory.display()
+                    ));
+                    continue;
+                };
+                if move_one(request, source, &directory.join(name), stdout, &mut fail) != 0 {
+                    status = 1;
+                }
+            }
+            status
         }
     }
-    status
 }
 
 /// Moves `source` to exactly `target`; 0, or 1 after `fail` reported why not.
@@ -194,50 +104,11 @@ fn move_one(
     0
 }
 
-/// `path` made absolute against the working directory, with `.` and `..` resolved by name.
-pub(crate) fn lexical(path: &Path) -> PathBuf {
-    let absolute = if path.is_absolute() {
-        path.to_path_buf()
-    } else {
-        std::env::current_dir()
-            .unwrap_or_else(|_| PathBuf::from("/"))
-            .join(path)
-    };
-    let mut out = PathBuf::from("/");
-    for component in absolute.components() {
-        match component {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::Normal(name) => out.push(name),
-            Component::CurDir | Component::RootDir | Component::Prefix(_) => {}
-        }
-    }
-    out
-}
-
-/// An I/O error in GNU's words.
-pub(crate) fn describe(error: &io::Error) -> String {
-    match error.kind() {
-        io::ErrorKind::NotFound => "No such file or directory".to_string(),
-        io::ErrorKind::PermissionDenied => "Permission denied".to_string(),
-        io::ErrorKind::DirectoryNotEmpty => "Directory not empty".to_string(),
-        io::ErrorKind::ReadOnlyFilesystem => "Read-only file system".to_string(),
-        _ => {
-            // std's words carry "(os error N)", whose number is not the host's: drop it.
-            let text = error.to_string();
-            match text.rfind(" (os error") {
-                Some(cut) => text[..cut].to_string(),
-                None => text,
-            }
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use std::fs;
+    use std::path::PathBuf;
 
     fn args(words: &[&str]) -> Vec<OsString> {
         words.iter().map(OsString::from).collect()
@@ -265,7 +136,7 @@ mod tests {
             })
             .collect();
         let words: Vec<&str> = absolute.iter().map(String::as_str).collect();
-        let request = parse(&args(&words)).expect("a form this mv covers");
+        let request = parse(&args(&words), false).expect("a form this mv covers");
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let status = execute(&request, &mut out, &mut err);
         let text = |bytes: Vec<u8>| {
@@ -274,21 +145,6 @@ mod tests {
                 .replace(&format!("{}/", dir.display()), "")
         };
         (status, text(out), text(err))
-    }
-
-    #[test]
-    fn options_it_does_not_cover_go_to_uutils() {
-        assert!(parse(&args(&["-i", "a", "b"])).is_none());
-        assert!(parse(&args(&["--backup=numbered", "a", "b"])).is_none());
-        assert!(parse(&args(&["-u", "a", "b"])).is_none());
-        let request = parse(&args(&["-fv", "-t", "d", "--", "-x", "y"])).unwrap();
-        assert!(request.verbose && !request.no_clobber);
-        assert_eq!(request.target_directory, Some(PathBuf::from("d")));
-        assert_eq!(request.operands, [PathBuf::from("-x"), PathBuf::from("y")]);
-        assert_eq!(
-            parse(&args(&["-tdir", "a"])).unwrap().target_directory,
-            Some(PathBuf::from("dir"))
-        );
     }
 
     #[test]
@@ -344,11 +200,5 @@ mod tests {
         assert_eq!(fs::read_to_string(dir.join("a.txt")).unwrap(), "a");
         assert_eq!(fs::read_to_string(dir.join("b.txt")).unwrap(), "b");
         fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn paths_compare_by_name() {
-        assert_eq!(lexical(Path::new("/w/a/../b/./c")), PathBuf::from("/w/b/c"));
-        assert_eq!(lexical(Path::new("/../x")), PathBuf::from("/x"));
     }
 }

@@ -145,7 +145,7 @@ fn execute(
                         stderr,
                         "{name}: {}: {}",
                         file.display(),
-                        crate::mv::describe(&error)
+                        crate::operands::describe(&error)
                     );
                 }
             }
@@ -168,7 +168,7 @@ fn resolve(path: &Path, cwd: &Path, request: &Request) -> io::Result<PathBuf> {
         cwd.join(path)
     };
     if request.lexical {
-        return Ok(crate::mv::lexical(&absolute));
+        return Ok(crate::operands::lexical(&absolute));
     }
     // The components still to walk, first one last.
     let mut pending: Vec<OsString> = names(&absolute).into_iter().rev().collect();
