@@ -216,6 +216,41 @@ return {
 };
 "#;
 
+/// Opens the web chat with the operator's token and waits until it is connected.
+async fn connect_page(browser: &fantoccini::Client, addr: SocketAddr) {
+    browser
+        .goto(&format!("http://{addr}/#token={TOKEN}"))
+        .await
+        .unwrap();
+    wait_for(browser, "the page to connect", 30, PAGE, |page| {
+        page["status"] == "connected"
+    })
+    .await;
+}
+
+/// Waits until the sidebar shows an approval request; the operator panel then.
+async fn wait_for_approval(browser: &fantoccini::Client, what: &str) -> Value {
+    wait_for(browser, what, 60, OPERATOR, |panel| {
+        panel["approvals"]
+            .as_array()
+            .is_some_and(|list| !list.is_empty())
+    })
+    .await
+}
+
+/// Clicks `decision` (`allow-once`, `allow-always`, `deny`) on the request shown.
+async fn answer_approval(browser: &fantoccini::Client, decision: &str) {
+    browser
+        .find(Locator::Css(&format!(
+            "#approvals button[data-decision=\"{decision}\"]"
+        )))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
 async fn send(browser: &fantoccini::Client, text: &str) {
     let input = browser.find(Locator::Id("input")).await.unwrap();
     input.send_keys(text).await.unwrap();
@@ -263,14 +298,7 @@ async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_
 
     let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
 
-    browser
-        .goto(&format!("http://{addr}/#token={TOKEN}"))
-        .await
-        .unwrap();
-    wait_for(&browser, "the page to connect", 30, PAGE, |page| {
-        page["status"] == "connected"
-    })
-    .await;
+    connect_page(&browser, addr).await;
     send(&browser, "Please read /etc/passwd").await;
     let page = wait_for(
         &browser,
@@ -441,23 +469,11 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
         &[("BROWSER_TEST_BOT_TOKEN", bot_token)],
     );
     let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
-    browser
-        .goto(&format!("http://{addr}/#token={TOKEN}"))
-        .await
-        .unwrap();
-    wait_for(&browser, "the page to connect", 30, PAGE, |page| {
-        page["status"] == "connected"
-    })
-    .await;
+    connect_page(&browser, addr).await;
 
     // An exec command the allowlist does not cover waits for this page.
     send(&browser, "remove build").await;
-    let panel = wait_for(&browser, "the approval request", 60, OPERATOR, |panel| {
-        panel["approvals"]
-            .as_array()
-            .is_some_and(|list| !list.is_empty())
-    })
-    .await;
+    let panel = wait_for_approval(&browser, "the approval request").await;
     assert_eq!(panel["shown"], true, "{panel:#}");
     assert!(
         panel["approvals"][0]
@@ -467,15 +483,7 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
         "{panel:#}"
     );
     assert!(root.path().join("ws/build").exists(), "ran before approval");
-    browser
-        .find(Locator::Css(
-            "#approvals button[data-decision=\"allow-once\"]",
-        ))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    answer_approval(&browser, "allow-once").await;
     wait_for(
         &browser,
         "the answer after approval",
@@ -577,37 +585,11 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
     let (_gateway, addr) = start_gateway_with(root.path(), server.url(), extra, &[]);
     let workspace = root.path().join("ws").canonicalize().unwrap();
     let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
-    browser
-        .goto(&format!("http://{addr}/#token={TOKEN}"))
-        .await
-        .unwrap();
-    wait_for(&browser, "the page to connect", 30, PAGE, |page| {
-        page["status"] == "connected"
-    })
-    .await;
+    connect_page(&browser, addr).await;
 
-    let answer = |decision: &'static str| {
-        let browser = browser.clone();
-        async move {
-            browser
-                .find(Locator::Css(&format!(
-                    "#approvals button[data-decision=\"{decision}\"]"
-                )))
-                .await
-                .unwrap()
-                .click()
-                .await
-                .unwrap();
-        }
-    };
     // Denied: nothing written, the model reads the operator's no.
     send(&browser, "save denied.txt").await;
-    let panel = wait_for(&browser, "the write request", 60, OPERATOR, |panel| {
-        panel["approvals"]
-            .as_array()
-            .is_some_and(|list| !list.is_empty())
-    })
-    .await;
+    let panel = wait_for_approval(&browser, "the write request").await;
     let shown = panel["approvals"][0].as_str().unwrap().to_string();
     assert!(
         shown.contains(&format!(
@@ -616,7 +598,7 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
         )),
         "{panel:#}"
     );
-    answer("deny").await;
+    answer_approval(&browser, "deny").await;
     wait_for(
         &browser,
         "the answer after the denial",
@@ -632,19 +614,8 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
 
     // Always: written, and kept for that path.
     send(&browser, "save kept.txt").await;
-    wait_for(
-        &browser,
-        "the second write request",
-        60,
-        OPERATOR,
-        |panel| {
-            panel["approvals"]
-                .as_array()
-                .is_some_and(|list| !list.is_empty())
-        },
-    )
-    .await;
-    answer("allow-always").await;
+    wait_for_approval(&browser, "the second write request").await;
+    answer_approval(&browser, "allow-always").await;
     wait_for(
         &browser,
         "the answer after the approval",

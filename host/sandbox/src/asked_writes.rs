@@ -340,10 +340,19 @@ impl Cleared {
 
     /// The path at `index` under [`Cleared::fd`]: the bound name after an approval, else the
     /// guest's own `path`.
-    pub(crate) fn path(&self, index: usize, path: &str) -> String {
+    pub(crate) fn path<'a>(&'a self, index: usize, path: &'a str) -> &'a str {
+        match &self.names {
+            Some(names) => &names[index],
+            None => path,
+        }
+    }
+
+    /// [`Cleared::path`] for a function that takes the path by value: the guest's own is moved,
+    /// not copied.
+    pub(crate) fn take_path(&self, index: usize, path: String) -> String {
         match &self.names {
             Some(names) => names[index].clone(),
-            None => path.to_string(),
+            None => path,
         }
     }
 
@@ -486,7 +495,7 @@ macro_rules! one_path_change {
                     let done = store
                         .data_mut()
                         .filesystem()
-                        .$method(cleared.fd(0), cleared.path(0, &path))
+                        .$method(cleared.fd(0), cleared.take_path(0, path))
                         .await;
                     release(store.data_mut(), cleared);
                     Ok((guest_result!(store, done),))
@@ -557,7 +566,7 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
                 let done = store
                     .data_mut()
                     .filesystem()
-                    .symlink_at(cleared.fd(0), target, cleared.path(0, &path))
+                    .symlink_at(cleared.fd(0), target, cleared.take_path(0, path))
                     .await;
                 release(store.data_mut(), cleared);
                 Ok((guest_result!(store, done),))
@@ -585,7 +594,7 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
                     needs,
                     one(WriteOperation::SetTimes)
                 );
-                let (flags, path) = (cleared.path_flags(path_flags), cleared.path(0, &path));
+                let (flags, path) = (cleared.path_flags(path_flags), cleared.take_path(0, path));
                 let done = store
                     .data_mut()
                     .filesystem()
@@ -613,7 +622,10 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
                     Needs::expecting(Expect::Exists),
                     one(WriteOperation::Rename)
                 );
-                let (from, to) = (cleared.path(0, &old_path), cleared.path(1, &new_path));
+                let (from, to) = (
+                    cleared.take_path(0, old_path),
+                    cleared.take_path(1, new_path),
+                );
                 let done = store
                     .data_mut()
                     .filesystem()
@@ -642,7 +654,10 @@ pub(crate) fn ask_before_writes<T: AsksWrites + 'static>(
                     Needs::expecting(Expect::Exists),
                     one(WriteOperation::HardLink)
                 );
-                let (from, to) = (cleared.path(0, &old_path), cleared.path(1, &new_path));
+                let (from, to) = (
+                    cleared.take_path(0, old_path),
+                    cleared.take_path(1, new_path),
+                );
                 let done = store
                     .data_mut()
                     .filesystem()

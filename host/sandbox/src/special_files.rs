@@ -137,10 +137,9 @@ fn open_at<T: AsksWrites + 'static>(
         };
         let elevated = cleared.elevated();
         // After an approval: the bound directory and name, a last link not followed.
-        let (path, path_flags) = (cleared.path(0, &path), cleared.path_flags(path_flags));
         let request = OpenRequest {
-            path_flags,
-            path: &path,
+            path_flags: cleared.path_flags(path_flags),
+            path: cleared.path(0, &path),
             open_flags,
             flags,
         };
@@ -152,14 +151,21 @@ fn open_at<T: AsksWrites + 'static>(
                 return Ok((Err(code),));
             }
             Fast::Failed => {
-                if refuse_if_special(&mut store, &cleared.fd(0), path_flags, &path).await {
+                let (path_flags, path) = (request.path_flags, request.path);
+                if refuse_if_special(&mut store, &cleared.fd(0), path_flags, path).await {
                     release(store.data_mut(), cleared);
                     return Ok((Err(SPECIAL_FILE_ERROR),));
                 }
                 store
                     .data_mut()
                     .filesystem()
-                    .open_at(cleared.fd(0), path_flags, path.clone(), open_flags, flags)
+                    .open_at(
+                        cleared.fd(0),
+                        path_flags,
+                        path.to_string(),
+                        open_flags,
+                        flags,
+                    )
                     .await
             }
         };
