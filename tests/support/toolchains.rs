@@ -52,6 +52,12 @@ fn build_script(target: &'static str) -> Result<String, String> {
     result
 }
 
+/// The ACP TypeScript SDK's `node_modules` directory (`examples/build.sh setup-acp`), installed
+/// once per process.
+pub fn acp_sdk() -> Result<PathBuf, String> {
+    build_script("setup-acp").map(PathBuf::from)
+}
+
 /// The directory of the example plugin of `language` (`python` or `js`), built if needed.
 pub fn example_plugin(language: &'static str) -> Result<PathBuf, String> {
     build_script(language).map(PathBuf::from)

@@ -472,23 +472,15 @@ fn malformed_and_oversized_lines_are_answered_with_errors() {
 /// The ACP TypeScript SDK's `node_modules`, with the test scripts copied beside it (so that
 /// their `import` finds the SDK); `None` when the toolchain is missing outside CI.
 fn typescript_sdk(test: &str) -> Option<PathBuf> {
-    let output = Command::new("bash")
-        .arg(repo_root().join("examples").join("build.sh"))
-        .arg("setup-acp")
-        .output()
-        .expect("examples/build.sh runs");
-    match output.status.code() {
-        Some(0) => {}
-        Some(3) => {
-            skip(test, String::from_utf8_lossy(&output.stderr).trim());
+    // Installed once per process, so that concurrent tests never run two npm installs into
+    // one directory.
+    let modules = match clawcage_tests::toolchains::acp_sdk() {
+        Ok(modules) => modules,
+        Err(reason) => {
+            skip(test, &reason);
             return None;
         }
-        _ => panic!(
-            "examples/build.sh setup-acp failed: {}",
-            String::from_utf8_lossy(&output.stderr)
-        ),
-    }
-    let modules = PathBuf::from(String::from_utf8_lossy(&output.stdout).trim().to_string());
+    };
     let dir = modules.parent().unwrap().to_path_buf();
     let tests = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests");
     // Replaced by a rename, so a node of a concurrent test reads the old file or the new one,
