@@ -321,6 +321,14 @@ async fn rust_client_sees_tool_calls_a_refused_read_and_loads_the_session_after_
             .block_task()
             .await;
         assert!(unknown.is_err(), "an unknown session cannot be loaded");
+        // Loading names a cwd too, and it is checked like a new session's.
+        let outside_cwd = cx
+            .send_request(LoadSessionRequest::new(id.clone(), elsewhere.clone()))
+            .block_task()
+            .await
+            .expect_err("a cwd outside [acp] allowed_roots is refused on load as well");
+        let refusal = format!("{outside_cwd} {outside_cwd:?}");
+        assert!(refusal.contains("allowed_roots"), "{refusal}");
         cx.send_request(LoadSessionRequest::new(id.clone(), workspace.clone()))
             .block_task()
             .await?;
@@ -605,6 +613,11 @@ async fn an_external_agent_works_only_through_the_sandbox() {
         "permission edit Edit the files".to_string(),
         "terminal echo sandboxed".to_string(),
         "terminal cat /etc/hostname".to_string(),
+        format!(
+            "terminal cat {}",
+            setup.root.path().join("outside.txt").display()
+        ),
+        "terminal touch made.txt".to_string(),
         "env ANTHROPIC_API_KEY".to_string(),
         "env FAKE_VISIBLE".to_string(),
     ]
@@ -663,6 +676,19 @@ async fn an_external_agent_works_only_through_the_sandbox() {
     // The sandbox has no /etc: the terminal is the sandboxed exec, not a host shell.
     let host_file = result("terminal cat /etc/hostname");
     assert!(host_file.contains("exit 1"), "{host_file}");
+    // A file beside the workspace is not there for the terminal either, and the workspace is
+    // read-only for it as for the file requests.
+    let beside = result(&format!(
+        "terminal cat {}",
+        setup.root.path().join("outside.txt").display()
+    ));
+    assert!(
+        beside.contains("exit 1") && !beside.contains("TOP SECRET"),
+        "{beside}"
+    );
+    let made = result("terminal touch made.txt");
+    assert!(made.contains("exit 1"), "{made}");
+    assert!(!setup.workspace().join("made.txt").exists(), "{made}");
     assert_eq!(
         result("env ANTHROPIC_API_KEY"),
         "env ANTHROPIC_API_KEY => unset"

@@ -137,7 +137,8 @@ impl Setup {
         for secret in [BOT_TOKEN, HOOK_SECRET] {
             assert!(!output.contains(secret), "a secret was printed: {output}");
             let mut files = 0;
-            let mut stack = vec![self.state.clone()];
+            // The state directory, and the workspace the sandbox writes into.
+            let mut stack = vec![self.state.clone(), self.workspace.clone()];
             while let Some(dir) = stack.pop() {
                 for entry in std::fs::read_dir(&dir).unwrap().flatten() {
                     let kind = entry.file_type().unwrap();
@@ -793,7 +794,7 @@ async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
     let setup = Setup::telegram(
         server.url(),
         &bot,
-        "allow_from = [42]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
+        "allow_from = [42, 43]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
     );
     let gateway = Gateway::start(&setup);
     bot.private_message(42, "Ada", "run it");
@@ -818,6 +819,17 @@ async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
         "{:?}",
         bot.delivered_texts(42)
     );
+    // The real id, from another approved person's own conversation: not theirs to answer.
+    bot.private_message(43, "Eve", &format!("/approve {id} allow-once"));
+    bot.wait_delivered(43, 1).await;
+    assert!(
+        bot.delivered_texts(43)[0].contains(&format!(
+            "no approval request {id} waits in this conversation"
+        )),
+        "{:?}",
+        bot.delivered_texts(43)
+    );
+    assert_eq!(server.requests().len(), 1, "the turn still waits");
     let group = -100_555;
     bot.group_message(
         group,

@@ -1643,6 +1643,17 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
         .await;
     assert_eq!(waited["ok"], true, "{waited}");
     assert!(!setup.workspace.join("build").exists());
+    // The connection without the scope heard nothing of it and may not list what waits.
+    let mut heard = Vec::new();
+    while let Some(event) = plain.next_event(Duration::from_millis(300)).await {
+        heard.push(event["event"].as_str().unwrap_or_default().to_string());
+    }
+    assert!(
+        !heard.iter().any(|name| name.starts_with("exec.approval")),
+        "{heard:?}"
+    );
+    let listed = plain.request("exec.approval.list", json!({})).await;
+    assert_eq!(error_code(&listed), "UNAUTHORIZED", "{listed}");
     // The same id cannot be answered twice.
     let again = approver
         .request(
