@@ -513,41 +513,49 @@ impl RunState {
                 None => json!({"outcome": {"outcome": "cancelled"}}),
             };
         }
-        let allow = match self.agent.permission_mode {
-            PermissionMode::DenyAll => false,
-            PermissionMode::ApproveReads => matches!(kind, "read" | "search" | "fetch" | "think"),
+        if self.agent.permission_mode == PermissionMode::Ask {
             // Nobody can be asked from this front end: rejected, and said in the log.
-            PermissionMode::Ask => {
-                tracing::warn!(
-                    agent = %self.agent.name,
-                    "a permission request was rejected: no operator can be asked from this front end; use clawcage acp, or set permission_mode"
-                );
-                false
-            }
-        };
-        let wanted: &[&str] = if allow {
-            &["allow_once"]
-        } else {
-            &["reject_once", "reject_always"]
-        };
-        let chosen = params["options"].as_array().and_then(|options| {
-            wanted.iter().find_map(|kind| {
-                options
-                    .iter()
-                    .find(|option| option["kind"].as_str() == Some(kind))
-                    .and_then(|option| option["optionId"].as_str())
-            })
-        });
+            tracing::warn!(
+                agent = %self.agent.name,
+                "a permission request was rejected: no operator can be asked from this front end; use clawcage acp, or set permission_mode"
+            );
+        }
+        let (allow, outcome) = policy_answer(self.agent.permission_mode, kind, params);
         (self.output)(&format!(
             "[permission {} for {title}: {}]",
             if allow { "granted once" } else { "rejected" },
             self.agent.permission_mode.as_str()
         ));
-        match chosen {
-            Some(id) => json!({"outcome": {"outcome": "selected", "optionId": id}}),
-            None => json!({"outcome": {"outcome": "cancelled"}}),
-        }
+        outcome
     }
+}
+
+/// What `mode` answers a permission request of `kind` without asking anyone: whether it allows,
+/// and the outcome (an option the agent offered of the kind chosen, else cancelled).
+/// `approve-reads` allows reading kinds once; everything else is rejected.
+fn policy_answer(mode: PermissionMode, kind: &str, params: &Value) -> (bool, Value) {
+    let allow = match mode {
+        PermissionMode::DenyAll | PermissionMode::Ask => false,
+        PermissionMode::ApproveReads => matches!(kind, "read" | "search" | "fetch" | "think"),
+    };
+    let wanted: &[&str] = if allow {
+        &["allow_once"]
+    } else {
+        &["reject_once", "reject_always"]
+    };
+    let chosen = params["options"].as_array().and_then(|options| {
+        wanted.iter().find_map(|kind| {
+            options
+                .iter()
+                .find(|option| option["kind"].as_str() == Some(kind))
+                .and_then(|option| option["optionId"].as_str())
+        })
+    });
+    let outcome = match chosen {
+        Some(id) => json!({"outcome": {"outcome": "selected", "optionId": id}}),
+        None => json!({"outcome": {"outcome": "cancelled"}}),
+    };
+    (allow, outcome)
 }
 
 fn terminal_id(params: &Value) -> Result<&str, agent_client_protocol::Error> {
@@ -589,6 +597,49 @@ fn shell_quote(word: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn permission_modes_answer_without_asking_and_only_reads_pass_approve_reads() {
+        let request = |kind: &str| {
+            json!({
+                "toolCall": {"kind": kind, "title": "t"},
+                "options": [
+                    {"optionId": "yes", "kind": "allow_once"},
+                    {"optionId": "always", "kind": "allow_always"},
+                    {"optionId": "no", "kind": "reject_once"},
+                ],
+            })
+        };
+        let chosen = |mode, kind: &str| {
+            let (allow, outcome) = policy_answer(mode, kind, &request(kind));
+            (allow, outcome["outcome"]["optionId"].clone())
+        };
+        assert_eq!(
+            chosen(PermissionMode::ApproveReads, "read"),
+            (true, json!("yes"))
+        );
+        assert_eq!(
+            chosen(PermissionMode::ApproveReads, "search"),
+            (true, json!("yes"))
+        );
+        for kind in ["edit", "delete", "move", "execute", "other"] {
+            assert_eq!(
+                chosen(PermissionMode::ApproveReads, kind),
+                (false, json!("no")),
+                "{kind}"
+            );
+        }
+        assert_eq!(
+            chosen(PermissionMode::DenyAll, "read"),
+            (false, json!("no"))
+        );
+        assert_eq!(chosen(PermissionMode::Ask, "read"), (false, json!("no")));
+        // Never "allow always", and with no option of the kind wanted: cancelled, not allowed.
+        let only_allow = json!({"options": [{"optionId": "yes", "kind": "allow_once"}]});
+        let (_, outcome) = policy_answer(PermissionMode::DenyAll, "edit", &only_allow);
+        assert_eq!(outcome, json!({"outcome": {"outcome": "cancelled"}}));
+    }
+
     use super::*;
 
     #[test]
