@@ -108,6 +108,9 @@ struct Seen {
     file: std::path::PathBuf,
     /// Lines in the file.
     lines: usize,
+    /// The second expired entries were last dropped (the clock has whole seconds, so once per
+    /// second is all there is to drop).
+    pruned_at: u64,
 }
 
 impl Seen {
@@ -134,6 +137,7 @@ impl Seen {
             entries,
             file,
             lines: 0,
+            pruned_at: 0,
         };
         seen.compact();
         seen
@@ -325,7 +329,10 @@ impl Webhooks {
                 .seen
                 .lock()
                 .unwrap_or_else(|poisoned| poisoned.into_inner());
-            seen.entries.retain(|_, expires| *expires >= now);
+            if seen.pruned_at != now {
+                seen.entries.retain(|_, expires| *expires >= now);
+                seen.pruned_at = now;
+            }
             let entry = (name.to_string(), signature.clone());
             if seen.entries.contains_key(&entry) {
                 return unauthorized("this signed request was seen before (a replay)");
