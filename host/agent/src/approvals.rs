@@ -287,7 +287,7 @@ impl ApprovalStore {
                 if !file
                     .approvals
                     .iter()
-                    .any(|stored| stored.entry == entry.entry)
+                    .any(|stored| stored.kind == entry.kind && stored.entry == entry.entry)
                 {
                     file.approvals.push(entry);
                 }
