@@ -31,7 +31,7 @@ use agent_client_protocol::v1::schema::{
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
 use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of};
-use clawcage_tests::toolchains::{repo_root, skip};
+use clawcage_tests::toolchains::skip;
 use serde_json::{Value, json};
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
 
