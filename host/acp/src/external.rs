@@ -4,8 +4,10 @@
 //! sandbox — so clawcage gives it only what the operator configured: its environment is
 //! `PATH`, `HOME`, `LANG` and the configured variables (no credential of clawcage's), its
 //! working directory is the workspace, and what it asks clawcage to do is sandboxed: its
-//! `fs/read_text_file` and `fs/write_text_file` requests run through the bundled file tools
-//! under the child's grants (read-only unless configured), its `terminal/*` requests through
+//! `fs/write_text_file` requests run through the bundled `write_file` tool under the child's
+//! grants (read-only unless configured), its `fs/read_text_file` requests read the exact text
+//! beneath the workspace on the host when those grants include `read_file` (the tool's answer
+//! is cut and noted for a model; a file written back from it would be cut), its `terminal/*` requests through
 //! the sandboxed `exec` tool, and its `session/request_permission` requests are answered by the
 //! configured policy (`deny-all` by default, `approve-reads`, or `ask`: the person at the
 //! parent's front end chooses, and where nobody can be asked it is rejected). Its streamed text goes to the parent's front end; its final text is
@@ -14,7 +16,6 @@
 //! grace period, and always waits for it, so no zombie is left.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -24,9 +25,10 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, UntypedMessage};
 use clawcage_agent::AuditedRegistry;
 use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, PermissionAsker, SubagentManager};
-use clawcage_core::BoxFuture;
+use clawcage_core::{BoxFuture, ToolError, ToolOutput};
 use clawcage_runtime::acp_config::{ExternalAgent, PermissionMode};
 use clawcage_runtime::{Error, Runtime};
+use clawcage_sandbox::{LineRange, WorkspaceGrant, WorkspaceTextError};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 
@@ -34,6 +36,10 @@ use crate::lines;
 
 /// How long a stopped agent gets to end on its own before it is killed.
 pub const STOP_GRACE: Duration = Duration::from_secs(2);
+
+/// The most bytes of a file `fs/read_text_file` returns in one answer: JSON-escaped, it stays
+/// well inside a message line a reader bounds at 8 MiB, as clawcage's own reader does.
+const READ_TEXT_LIMIT: usize = 4 << 20;
 
 /// The most bytes of a terminal's output kept (the exec tool cuts its own output too).
 const TERMINAL_OUTPUT_LIMIT: usize = 1 << 20;
@@ -52,7 +58,7 @@ pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result
     };
     manager.set_external(Arc::new(ExternalAgents {
         agents,
-        workspace: runtime.workspace().path().to_path_buf(),
+        workspace: runtime.workspace().clone(),
         read_only,
         read_write,
     }));
@@ -62,7 +68,7 @@ pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result
 /// The external agents of one runtime.
 struct ExternalAgents {
     agents: BTreeMap<String, ExternalAgent>,
-    workspace: PathBuf,
+    workspace: WorkspaceGrant,
     read_only: AuditedRegistry,
     read_write: Option<AuditedRegistry>,
 }
@@ -122,6 +128,8 @@ struct RunState {
     text: Mutex<String>,
     terminals: Mutex<HashMap<String, TerminalState>>,
     next_terminal: AtomicU64,
+    /// The workspace `fs/read_text_file` reads from, when the child's grants read files.
+    workspace: WorkspaceGrant,
 }
 
 /// Starts the agent, drives one prompt, and always reaps the process.
@@ -129,7 +137,7 @@ async fn supervise(
     agent: ExternalAgent,
     run: ExternalRun,
     tools: AuditedRegistry,
-    workspace: PathBuf,
+    workspace: WorkspaceGrant,
     mut stopped: watch::Receiver<bool>,
     done: oneshot::Sender<Result<String, String>>,
 ) {
@@ -138,7 +146,7 @@ async fn supervise(
         .args(&agent.args)
         .env_clear()
         .envs(agent.env.iter().map(|(name, value)| (name, value)))
-        .current_dir(&workspace)
+        .current_dir(workspace.path())
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -181,9 +189,10 @@ async fn supervise(
         text: Mutex::new(String::new()),
         terminals: Mutex::new(HashMap::new()),
         next_terminal: AtomicU64::new(1),
+        workspace: workspace.clone(),
     });
     let transport = lines::transport(stdout, stdin, lines::MAX_LINE_BYTES);
-    let workspace_text = workspace.display().to_string();
+    let workspace_text = workspace.path().display().to_string();
     let result = Client
         .v1()
         .name("clawcage")
@@ -372,17 +381,7 @@ impl RunState {
         params: Value,
     ) -> Result<Value, agent_client_protocol::Error> {
         match method {
-            "fs/read_text_file" => {
-                let mut args = json!({"path": params["path"]});
-                if let Some(line) = params["line"].as_u64() {
-                    args["offset"] = json!(line.max(1));
-                }
-                if let Some(limit) = params["limit"].as_u64() {
-                    args["limit"] = json!(limit.max(1));
-                }
-                let output = self.call("read_file", &args).await?;
-                Ok(json!({"content": output}))
-            }
+            "fs/read_text_file" => self.read_text_file(&params),
             "fs/write_text_file" => {
                 let args = json!({"path": params["path"], "content": params["content"]});
                 self.call("write_file", &args).await?;
@@ -416,6 +415,40 @@ impl RunState {
                 })),
             ),
         }
+    }
+
+    /// `fs/read_text_file`: the file's exact text, which the agent may write back whole. The
+    /// `read_file` tool's answer is written for a model (cut at a bound, with a note, invalid
+    /// UTF-8 replaced), so the text is read on the host beneath the workspace instead, only
+    /// when the child's grants include `read_file`, and recorded in the audit log as that
+    /// method; a file too large for one answer is refused whole, never cut.
+    fn read_text_file(&self, params: &Value) -> Result<Value, agent_client_protocol::Error> {
+        let path = params["path"]
+            .as_str()
+            .ok_or_else(|| refusal("fs/read_text_file needs `path`"))?;
+        if self.tools.registry().get("read_file").is_none() {
+            return Err(refusal(
+                "refused by clawcage's sandbox: this agent's grants do not include reading files",
+            ));
+        }
+        let lines = LineRange {
+            first_line: params["line"].as_u64().unwrap_or(1),
+            limit: params["limit"].as_u64(),
+        };
+        let output = self
+            .tools
+            .record_host_call(&self.session, "fs/read_text_file", params, || {
+                self.workspace
+                    .read_text(path, lines, READ_TEXT_LIMIT)
+                    .map(ToolOutput::text)
+                    .map_err(|error| match error {
+                        WorkspaceTextError::Outside { .. } => ToolError::Denied(error.to_string()),
+                        WorkspaceTextError::Invalid(_) => ToolError::InvalidArgs(error.to_string()),
+                        _ => ToolError::Failed(error.to_string()),
+                    })
+            })
+            .map_err(|error| refusal(format!("refused by clawcage's sandbox: {error}")))?;
+        Ok(json!({"content": output.text}))
     }
 
     /// One sandboxed tool call; its error is the request's error.

@@ -172,6 +172,32 @@ impl AuditedRegistry {
         self.redactor.redact_result(result)
     }
 
+    /// Records as a call of `name` what the host itself does for a client in place of a tool
+    /// (an external agent's exact file read), and returns its result scrubbed. A result that a
+    /// scrub would change is refused instead, since scrubbed text handed back as a file's
+    /// content would be written back changed.
+    pub fn record_host_call(
+        &self,
+        session: &str,
+        name: &str,
+        args: &Value,
+        run: impl FnOnce() -> Result<ToolOutput, ToolError>,
+    ) -> Result<ToolOutput, ToolError> {
+        let pending = self.pending(session, name, args_digest(args));
+        let result = run().and_then(|output| {
+            if self.redactor.redact(&output.text) == output.text {
+                Ok(output)
+            } else {
+                Err(ToolError::Denied(
+                    "the text holds a credential of clawcage's, which is not handed out"
+                        .to_string(),
+                ))
+            }
+        });
+        pending.finish(&result);
+        self.redactor.redact_result(result)
+    }
+
     fn pending(&self, session: &str, name: &str, args_sha256: String) -> Pending {
         let tool = self.registry.get(name);
         Pending {

@@ -576,14 +576,17 @@ fn fake_agent_section(sdk: &Path, logs: &Path) -> String {
     )
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_external_agent_works_only_through_the_sandbox() {
-    let Some(sdk) = typescript_sdk("an_external_agent_works_only_through_the_sandbox") else {
-        return;
-    };
+/// Runs `clawcage run` whose model spawns the fake external agent (its section ending with
+/// `extra`) with the script `script` writes, which may make files in the setup first; returns
+/// the setup, the run's stderr and the agent's results as announced to the model.
+async fn run_fake_agent(
+    sdk: &Path,
+    extra: &str,
+    script: impl FnOnce(&Setup) -> Vec<String>,
+) -> (Setup, String, String) {
     let logs = tempfile::tempdir().unwrap();
-    let script = Arc::new(Mutex::new(String::new()));
-    let task = script.clone();
+    let task = Arc::new(Mutex::new(String::new()));
+    let shared = task.clone();
     let server = LlmServer::start_routed(move |body| {
         let (text, results) = last_user(body);
         if text.contains("[notification") {
@@ -595,33 +598,18 @@ async fn an_external_agent_works_only_through_the_sandbox() {
                 &[anthropic::tool(
                     "s1",
                     "spawn",
-                    json!({"task": task.lock().unwrap().clone(), "runtime": "acp", "agent": "fake"}),
+                    json!({"task": shared.lock().unwrap().clone(), "runtime": "acp", "agent": "fake"}),
                 )],
                 40,
             )
         }
     })
     .await;
-    let setup = Setup::new(server.url(), &fake_agent_section(&sdk, logs.path()));
-    let outside = setup.root.path().join("projects").join("escape.txt");
-    *script.lock().unwrap() = [
-        "write ../escape.txt pwned".to_string(),
-        format!("write {} pwned", outside.display()),
-        "write inside.txt changed".to_string(),
-        "read hello.txt".to_string(),
-        format!("read {}", setup.root.path().join("outside.txt").display()),
-        "permission edit Edit the files".to_string(),
-        "terminal echo sandboxed".to_string(),
-        "terminal cat /etc/hostname".to_string(),
-        format!(
-            "terminal cat {}",
-            setup.root.path().join("outside.txt").display()
-        ),
-        "terminal touch made.txt".to_string(),
-        "env ANTHROPIC_API_KEY".to_string(),
-        "env FAKE_VISIBLE".to_string(),
-    ]
-    .join("\n");
+    let setup = Setup::new(
+        server.url(),
+        &format!("{}{extra}", fake_agent_section(sdk, logs.path())),
+    );
+    *task.lock().unwrap() = script(&setup).join("\n");
     let output = tokio::process::Command::new(binary())
         .args(setup.args())
         .args(["run", "delegate this", "--workspace"])
@@ -631,24 +619,57 @@ async fn an_external_agent_works_only_through_the_sandbox() {
         .output()
         .await
         .unwrap();
-    let stderr = String::from_utf8_lossy(&output.stderr);
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
     assert!(output.status.success(), "{stderr}");
     assert_eq!(
         String::from_utf8_lossy(&output.stdout).trim(),
         "All reported."
     );
-    // Its text streamed to the parent's front end as it came.
-    assert!(stderr.contains("] read hello.txt => ok"), "{stderr}");
     let bodies = server.bodies();
     let announcement = last_user(bodies.last().unwrap()).0;
-    let result = |command: &str| -> String {
-        announcement
-            .lines()
-            .find(|line| line.starts_with(&format!("{command} =>")))
-            .unwrap_or_else(|| panic!("no result for `{command}` in {announcement}"))
-            .to_string()
-    };
     assert!(announcement.contains("completed"), "{announcement}");
+    (setup, stderr, announcement)
+}
+
+/// The line of `announcement` that reports `command`.
+fn result_of(announcement: &str, command: &str) -> String {
+    announcement
+        .lines()
+        .find(|line| line.starts_with(&format!("{command} =>")))
+        .unwrap_or_else(|| panic!("no result for `{command}` in {announcement}"))
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_agent_works_only_through_the_sandbox() {
+    let Some(sdk) = typescript_sdk("an_external_agent_works_only_through_the_sandbox") else {
+        return;
+    };
+    let (setup, stderr, announcement) = run_fake_agent(&sdk, "", |setup| {
+        let outside = setup.root.path().join("projects").join("escape.txt");
+        vec![
+            "write ../escape.txt pwned".to_string(),
+            format!("write {} pwned", outside.display()),
+            "write inside.txt changed".to_string(),
+            "read hello.txt".to_string(),
+            format!("read {}", setup.root.path().join("outside.txt").display()),
+            "permission edit Edit the files".to_string(),
+            "terminal echo sandboxed".to_string(),
+            "terminal cat /etc/hostname".to_string(),
+            format!(
+                "terminal cat {}",
+                setup.root.path().join("outside.txt").display()
+            ),
+            "terminal touch made.txt".to_string(),
+            "env ANTHROPIC_API_KEY".to_string(),
+            "env FAKE_VISIBLE".to_string(),
+        ]
+    })
+    .await;
+    let outside = setup.root.path().join("projects").join("escape.txt");
+    // Its text streamed to the parent's front end as it came.
+    assert!(stderr.contains("] read hello.txt => ok"), "{stderr}");
+    let result = |command: &str| result_of(&announcement, command);
     assert!(result("write ../escape.txt pwned").contains("=> error"));
     assert!(result(&format!("write {} pwned", outside.display())).contains("=> error"));
     assert!(!outside.exists(), "the write outside the grant was refused");
@@ -694,6 +715,104 @@ async fn an_external_agent_works_only_through_the_sandbox() {
         "env ANTHROPIC_API_KEY => unset"
     );
     assert_eq!(result("env FAKE_VISIBLE"), "env FAKE_VISIBLE => set");
+}
+
+/// An agent that reads a file and writes it back gets its exact text: not `read_file`'s answer
+/// for a model, which is cut at 2,000 lines or 50,000 characters with a note, says "empty" of an
+/// empty file and replaces what is not UTF-8 (a copy made from that would be cut or changed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_external_agent_reads_a_file_exactly_and_writes_it_back_whole() {
+    let Some(sdk) =
+        typescript_sdk("an_external_agent_reads_a_file_exactly_and_writes_it_back_whole")
+    else {
+        return;
+    };
+    let big: String = (1..=3000)
+        .map(|line| format!("line {line}: {}\n", "x".repeat(40)))
+        .collect();
+    let (setup, _stderr, announcement) = run_fake_agent(&sdk, "workspace = \"rw\"\n", |setup| {
+        let workspace = setup.workspace();
+        std::fs::write(workspace.join("big.txt"), &big).unwrap();
+        std::fs::write(workspace.join("empty.txt"), "").unwrap();
+        std::fs::write(workspace.join("no-end.txt"), "last line without end").unwrap();
+        std::fs::write(workspace.join("latin1.txt"), b"caf\xe9\n").unwrap();
+        std::fs::write(
+            workspace.join("key.txt"),
+            "ANTHROPIC_API_KEY=sk-acp-test-secret-value\n",
+        )
+        .unwrap();
+        std::os::unix::fs::symlink(
+            setup.root.path().join("outside.txt"),
+            workspace.join("out-link.txt"),
+        )
+        .unwrap();
+        vec![
+            "copy big.txt big-copy.txt".to_string(),
+            "copy empty.txt empty-copy.txt".to_string(),
+            "copy no-end.txt no-end-copy.txt".to_string(),
+            "lines big.txt 2999 5".to_string(),
+            "lines big.txt 2 1".to_string(),
+            "read latin1.txt".to_string(),
+            "read key.txt".to_string(),
+            "read out-link.txt".to_string(),
+            "read .".to_string(),
+        ]
+    })
+    .await;
+    let result = |command: &str| result_of(&announcement, command);
+    let workspace = setup.workspace();
+    assert_eq!(
+        result("copy big.txt big-copy.txt"),
+        format!("copy big.txt big-copy.txt => ok {} characters", big.len())
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("big-copy.txt")).unwrap(),
+        big
+    );
+    assert!(result("copy empty.txt empty-copy.txt").ends_with("=> ok 0 characters"));
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("empty-copy.txt")).unwrap(),
+        ""
+    );
+    assert_eq!(
+        std::fs::read_to_string(workspace.join("no-end-copy.txt")).unwrap(),
+        "last line without end"
+    );
+    let tail = format!("line 2999: {x}\nline 3000: {x}\n", x = "x".repeat(40));
+    assert_eq!(
+        result("lines big.txt 2999 5"),
+        format!("lines big.txt 2999 5 => ok {}", json!(tail))
+    );
+    assert_eq!(
+        result("lines big.txt 2 1"),
+        format!(
+            "lines big.txt 2 1 => ok {}",
+            json!(format!("line 2: {}\n", "x".repeat(40)))
+        )
+    );
+    // Refused, never changed: text that is not UTF-8, a credential of clawcage's, a link out
+    // of the workspace, a directory.
+    for (command, why) in [
+        ("read latin1.txt", "not UTF-8"),
+        ("read key.txt", "credential"),
+        ("read out-link.txt", "outside the workspace"),
+        ("read .", "not a regular file"),
+    ] {
+        let line = result(command);
+        assert!(line.contains("=> error") && line.contains(why), "{line}");
+    }
+    assert!(!announcement.contains("TOP SECRET"), "{announcement}");
+    assert!(
+        !announcement.contains("sk-acp-test-secret-value"),
+        "{announcement}"
+    );
+    // Each read is in the audit log under the child's session, as the method it was.
+    let audit = std::fs::read_to_string(setup.state.path().join("audit.jsonl")).unwrap();
+    let reads = audit
+        .lines()
+        .filter(|line| line.contains("\"tool\":\"fs/read_text_file\""))
+        .count();
+    assert_eq!(reads, 9, "{audit}");
 }
 
 /// Whether process `pid` still exists (a zombie counts: it has not been reaped).

@@ -4,6 +4,8 @@
 //
 //   write PATH TEXT        fs/write_text_file
 //   read PATH              fs/read_text_file
+//   lines PATH LINE LIMIT  fs/read_text_file of LIMIT lines from LINE
+//   copy FROM TO           fs/read_text_file of FROM, then fs/write_text_file of that text to TO
 //   permission KIND TITLE  session/request_permission (allow once / reject once)
 //   terminal CMD ARGS...   terminal/create, wait_for_exit, output, release
 //   env NAME               whether NAME is in its environment
@@ -42,6 +44,30 @@ async function run(client, sessionId, line) {
       try {
         const { content } = await client.request(acp.methods.client.fs.readTextFile, { sessionId, path: rest[0] });
         return `ok ${JSON.stringify(content)}`;
+      } catch (error) {
+        return failure(error);
+      }
+    }
+    case "lines": {
+      const [path, line, limit] = rest;
+      try {
+        const { content } = await client.request(acp.methods.client.fs.readTextFile, {
+          sessionId,
+          path,
+          line: Number(line),
+          limit: Number(limit),
+        });
+        return `ok ${JSON.stringify(content)}`;
+      } catch (error) {
+        return failure(error);
+      }
+    }
+    case "copy": {
+      const [from, to] = rest;
+      try {
+        const { content } = await client.request(acp.methods.client.fs.readTextFile, { sessionId, path: from });
+        await client.request(acp.methods.client.fs.writeTextFile, { sessionId, path: to, content });
+        return `ok ${content.length} characters`;
       } catch (error) {
         return failure(error);
       }

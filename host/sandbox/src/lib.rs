@@ -23,6 +23,7 @@ mod scheduler;
 mod special_files;
 mod tool;
 mod wasi_context;
+mod workspace_text;
 
 pub use cache::{ArtifactCache, CacheOutcome};
 pub use env::{EnvError, EnvGrant};
@@ -35,6 +36,7 @@ pub use programs::ProgramCatalog;
 pub use progress::CompileProgress;
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;
+pub use workspace_text::{LineRange, WorkspaceTextError};
 
 /// The components built from `tools-wasm/` by this crate's build script.
 pub mod components {
