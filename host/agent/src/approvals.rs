@@ -193,7 +193,8 @@ pub enum OperatorFilter {
 }
 
 impl OperatorFilter {
-    fn accepts(&self, session_key: Option<&str>) -> bool {
+    /// Whether a request of `session_key` (`None`: of no session) is one this operator wants.
+    pub fn accepts(&self, session_key: Option<&str>) -> bool {
         match (self, session_key) {
             (OperatorFilter::All, _) => true,
             (OperatorFilter::Session(mine), Some(key)) => {

@@ -62,7 +62,7 @@ struct Seen {
 pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
     clawcage_gateway::check_key(&key).map_err(|error| Failure::Usage(error.message))?;
     let client_id = format!("clawcage-chat-{}", std::process::id());
-    let (mut client, _hello) = Client::connect(url, token, &client_id, "cli")
+    let (mut client, _hello) = Client::connect(url, token, &client_id, "cli", Some(&key))
         .await
         .map_err(|error| match error {
             ClientError::Url(why) => Failure::Usage(why),

@@ -1627,6 +1627,38 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
     assert_eq!(error_code(&bad), "INVALID_PARAMS", "{bad}");
     let listed = approver.request("exec.approval.list", json!({})).await;
     assert_eq!(listed["payload"]["pending"][0]["id"], id, "{listed}");
+    // An approver of one session neither hears, lists nor answers another session's request.
+    let (mut narrow, _) = GatewayClient::open(gateway.addr, None).await.unwrap();
+    let mut params = clawcage_tests::gateway_client::connect_params(TOKEN);
+    params["scopes"] = json!(["operator.approvals"]);
+    params["approvalSession"] = json!("agent:main:cli:elsewhere");
+    let hello = narrow.request("connect", params).await;
+    assert_eq!(hello["ok"], true, "{hello}");
+    let listed = narrow.request("exec.approval.list", json!({})).await;
+    assert_eq!(listed["payload"]["pending"], json!([]), "{listed}");
+    let refused = narrow
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(error_code(&refused), "UNAUTHORIZED", "{refused}");
+    assert!(setup.workspace.join("build").exists());
+    let mut heard = Vec::new();
+    while let Some(event) = narrow.next_event(Duration::from_millis(300)).await {
+        heard.push(event["event"].as_str().unwrap_or_default().to_string());
+    }
+    assert!(
+        !heard.iter().any(|name| name.starts_with("exec.approval")),
+        "{heard:?}"
+    );
+    // A malformed approvalSession is refused at connect.
+    let (mut malformed, _) = GatewayClient::open(gateway.addr, None).await.unwrap();
+    let mut params = clawcage_tests::gateway_client::connect_params(TOKEN);
+    params["scopes"] = json!(["operator.approvals"]);
+    params["approvalSession"] = json!("not a key");
+    let hello = malformed.request("connect", params).await;
+    assert_eq!(error_code(&hello), "INVALID_PARAMS", "{hello}");
     let resolved = approver
         .request(
             "exec.approval.resolve",
@@ -1723,6 +1755,25 @@ async fn chat_via_the_gateway_answers_its_sessions_approvals_inline() {
     );
     chat.wait_for("clawcage chat:");
     other.wait_for("clawcage chat:");
+    // A request of a session no terminal is attached to is not held for the terminals: with no
+    // other approver connected, its fallback (deny) decides at once, long before the
+    // request's time limit.
+    let token = std::fs::read_to_string(setup.state.join("gateway").join("token")).unwrap();
+    let (mut web, _) = GatewayClient::connect(gateway.addr, token.trim()).await;
+    let sent = web
+        .request(
+            "agent",
+            send_params("agent:main:web:a", "remove build", "w1"),
+        )
+        .await;
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let waited = web
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 30000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let text = waited["payload"]["text"].as_str().unwrap_or_default();
+    assert!(text.contains("no operator is connected"), "{waited}");
+    assert!(setup.workspace.join("build").exists());
     chat.say("remove build");
     chat.wait_for("approval needed: exec wants to run:");
     chat.wait_for("rm -r build");

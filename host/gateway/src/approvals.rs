@@ -54,9 +54,10 @@ impl Approvals {
         })
     }
 
-    /// Makes the connection behind `outbox` an operator until [`Approvals::disconnect`].
-    pub fn connect(&self, outbox: Outbox) {
-        let mut operator = self.broker.operator(OperatorFilter::All);
+    /// Makes the connection behind `outbox` an operator until [`Approvals::disconnect`]: of
+    /// `session`'s requests (and its sub-agents') when it names one, else of every request.
+    pub fn connect(&self, outbox: Outbox, session: Option<String>) {
+        let mut operator = self.broker.operator(filter(session));
         let id = outbox.id;
         let forwarder = AbortOnDropHandle::new(tokio::spawn(async move {
             while let Some(event) = operator.next().await {
@@ -90,10 +91,17 @@ impl Approvals {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// `exec.approval.list`: the requests waiting now.
+    /// `exec.approval.list`: the requests waiting now that the connection may answer.
     pub fn list(&self, conn: &Conn) -> Result<Value, GatewayError> {
         require_approver(conn, "exec.approval.list")?;
-        let pending: Vec<Value> = self.broker.pending().iter().map(request_payload).collect();
+        let mine = filter(conn.client.approval_session.clone());
+        let pending: Vec<Value> = self
+            .broker
+            .pending()
+            .iter()
+            .filter(|request| mine.accepts(request.session_key.as_deref()))
+            .map(request_payload)
+            .collect();
         Ok(json!({ "pending": pending }))
     }
 
@@ -110,6 +118,22 @@ impl Approvals {
         let resolve: Resolve = serde_json::from_value(params.clone())
             .map_err(|error| GatewayError::params("exec.approval.resolve", error))?;
         let decision = resolve.decision;
+        let mine = filter(conn.client.approval_session.clone());
+        let theirs = self
+            .broker
+            .pending()
+            .into_iter()
+            .find(|request| request.id == resolve.id)
+            .is_some_and(|request| !mine.accepts(request.session_key.as_deref()));
+        if theirs {
+            return Err(GatewayError::new(
+                Code::Unauthorized,
+                format!(
+                    "unauthorized: request `{}` is not of this connection's approvalSession; answer it from a front end of its own session",
+                    resolve.id
+                ),
+            ));
+        }
         let by = format!("gateway:{}", conn.client.id);
         match self.broker.resolve(&resolve.id, decision, &by) {
             Ok(()) => Ok(json!({"id": resolve.id, "decision": decision.as_str()})),
@@ -159,6 +183,11 @@ impl Approvals {
         let (exec, ask, own) = self.broker.effective(Some(&policy.session_key));
         Ok(json!({"sessionKey": policy.session_key, "exec": exec, "ask": ask, "own": own}))
     }
+}
+
+/// What an approver connection approves: one session (and its sub-agents) or every request.
+fn filter(session: Option<String>) -> OperatorFilter {
+    session.map_or(OperatorFilter::All, OperatorFilter::Session)
 }
 
 fn require_approver(conn: &Conn, method: &str) -> Result<(), GatewayError> {

@@ -125,14 +125,16 @@ fn parse_url(url: &str) -> Result<(String, String), ClientError> {
 
 impl Client {
     /// Connects to `url` with `token`, as a client named `id` in `mode` (e.g. `cli`); returns
-    /// the client and the `hello-ok` payload.
+    /// the client and the `hello-ok` payload. A `cli` client is an approver of `session`'s
+    /// requests (and its sub-agents'), the terminal being where that session's operator is.
     pub async fn connect(
         url: &str,
         token: &str,
         id: &str,
         mode: &str,
+        session: Option<&str>,
     ) -> Result<(Client, Value), ClientError> {
-        tokio::time::timeout(CLIENT_TIMEOUT, Self::open(url, token, id, mode))
+        tokio::time::timeout(CLIENT_TIMEOUT, Self::open(url, token, id, mode, session))
             .await
             .unwrap_or_else(|_| {
                 Err(ClientError::Unreachable(format!(
@@ -147,6 +149,7 @@ impl Client {
         token: &str,
         id: &str,
         mode: &str,
+        session: Option<&str>,
     ) -> Result<(Client, Value), ClientError> {
         let (address, url) = parse_url(url)?;
         let stream = TcpStream::connect(&address).await.map_err(|error| {
@@ -184,7 +187,7 @@ impl Client {
                 "{url} did not send the gateway's challenge; is it a clawcage gateway?"
             )));
         }
-        let connect = json!({
+        let mut connect = json!({
             "type": "req",
             "id": "connect",
             "method": "connect",
@@ -193,10 +196,16 @@ impl Client {
                 "maxProtocol": PROTOCOL_VERSION,
                 "client": {"id": id, "version": env!("CARGO_PKG_VERSION"), "mode": mode},
                 "auth": {"token": token},
-                // A terminal is where its operator is: it answers exec approvals.
-                "scopes": if mode == "cli" { json!(["operator.approvals"]) } else { json!([]) },
             },
         });
+        // A terminal is where its operator is: it answers its session's approvals, and only
+        // those, so another session's request is not held for a terminal that ignores it.
+        if mode == "cli"
+            && let Some(session) = session
+        {
+            connect["params"]["scopes"] = json!(["operator.approvals"]);
+            connect["params"]["approvalSession"] = json!(session);
+        }
         socket
             .send(Message::Text(connect.to_string().into()))
             .await

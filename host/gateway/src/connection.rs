@@ -47,6 +47,11 @@ pub struct ClientInfo {
     /// Whether `scopes` names `operator.approvals` (or `operator.admin`): the connection hears
     /// and may answer approval requests.
     pub approver: bool,
+    /// `approvalSession`: an approver that hears, lists and answers only this session's
+    /// requests (and its sub-agents'), as a terminal attached to one session does. Requests of
+    /// other sessions are then not held for it: where nobody else can answer, their fallback
+    /// decides at once.
+    pub approval_session: Option<String>,
 }
 
 /// A token bucket: `capacity` sends at once, refilled at `capacity` per minute.
@@ -222,7 +227,21 @@ fn check_connect(gateway: &Gateway, request: &Request) -> Result<ClientInfo, Gat
             .take(64)
             .collect::<String>()
     };
+    let approval_session = match params.get("approvalSession") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(key)) => {
+            crate::check_key(key)?;
+            Some(key.clone())
+        }
+        Some(_) => {
+            return Err(GatewayError::params(
+                "connect",
+                "approvalSession must be a session key",
+            ));
+        }
+    };
     Ok(ClientInfo {
+        approval_session,
         id: text("/client/id"),
         version: text("/client/version"),
         mode: text("/client/mode"),
@@ -327,7 +346,7 @@ where
     if conn.client.approver
         && let Some(approvals) = gateway.approvals.get()
     {
-        approvals.connect(outbox.clone());
+        approvals.connect(outbox.clone(), conn.client.approval_session.clone());
     }
 
     let mut tick = tokio::time::interval(gateway.settings.tick_interval);
