@@ -766,6 +766,31 @@ fn exec_approvals_are_asked_through_elicitation_and_without_it_the_fallback_deci
         json!(["allow-once", "allow-always", "deny"])
     );
 
+    // Two calls of one session running at once, each asking: each request is asked once (one
+    // asker per session, not one per call hearing the other's requests too).
+    for dir in ["one", "two"] {
+        std::fs::create_dir(fixture.workspace().join(dir)).unwrap();
+    }
+    let together = json!([[exec("rm -r one"), exec("rm -r two")]]);
+    let report = run_client_answering(
+        &python,
+        &together,
+        &transport,
+        Some(&["allow-once", "allow-once"]),
+    );
+    let asked = report["elicitations"].as_array().unwrap();
+    assert_eq!(asked.len(), 2, "{report:#}");
+    let messages = format!("{}{}", asked[0]["message"], asked[1]["message"]);
+    assert!(
+        messages.contains("rm -r one") && messages.contains("rm -r two"),
+        "{report:#}"
+    );
+    for result in report["calls"].as_array().unwrap() {
+        assert_eq!(result["is_error"], false, "{report:#}");
+    }
+    assert!(!fixture.workspace().join("one").exists());
+    assert!(!fixture.workspace().join("two").exists());
+
     // A client without elicitation: nobody can be asked, the fallback (deny) decides.
     let report = run_client(&python, &json!([exec("rm -r dist")]), &transport);
     let result = &report["calls"][0];

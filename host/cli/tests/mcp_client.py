@@ -6,8 +6,9 @@ prints one JSON object on stdout with what the server answered; the Rust tests a
     python mcp_client.py CALLS_JSON stdio COMMAND [ARG...]
     python mcp_client.py CALLS_JSON http URL
 
-CALLS_JSON is a JSON list of {"name": TOOL, "arguments": {...}}. A call naming a tool the server
-does not list is skipped and reported as {"skipped": true}.
+CALLS_JSON is a JSON list of {"name": TOOL, "arguments": {...}}, or of lists of them: the calls
+of a list are made concurrently, in one session. A call naming a tool the server does not list
+is skipped and reported as {"skipped": true}.
 
 With MCP_ELICIT_ANSWERS set to a JSON list of decisions ("allow-once", "allow-always", "deny",
 or "decline"), the client declares elicitation and answers the server's elicitation requests with
@@ -32,23 +33,27 @@ async def exercise(session: ClientSession, calls: list) -> dict:
         tool.name: {"description": tool.description, "input_schema": tool.inputSchema}
         for tool in listed.tools
     }
-    results = []
-    for call in calls:
+
+    async def one(call: dict) -> dict:
         if call["name"] not in tools:
-            results.append({"name": call["name"], "skipped": True})
-            continue
+            return {"name": call["name"], "skipped": True}
         result = await session.call_tool(
             call["name"], call.get("arguments", {}), read_timeout_seconds=timedelta(seconds=120)
         )
-        results.append(
-            {
-                "name": call["name"],
-                "is_error": bool(result.isError),
-                "text": "\n".join(
-                    block.text for block in result.content if getattr(block, "type", "") == "text"
-                ),
-            }
-        )
+        return {
+            "name": call["name"],
+            "is_error": bool(result.isError),
+            "text": "\n".join(
+                block.text for block in result.content if getattr(block, "type", "") == "text"
+            ),
+        }
+
+    results = []
+    for call in calls:
+        if isinstance(call, list):
+            results.extend(await asyncio.gather(*(one(each) for each in call)))
+        else:
+            results.append(await one(call))
     return {
         "server": {
             "name": initialized.serverInfo.name,

@@ -13,8 +13,9 @@ mod http_endpoint;
 mod inbound;
 mod lines;
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use clawcage_agent::AuditedRegistry;
@@ -82,6 +83,10 @@ pub struct McpServer {
     /// The approvals broker: a call's approval requests are asked through MCP elicitation when
     /// the client supports it (else `ask_fallback` decides).
     approvals: Option<ApprovalBroker>,
+    /// Each MCP session's elicitation asker, shared by its calls in flight and stopped with the
+    /// last of them: one operator per session, so a request is asked once however many of the
+    /// session's calls are running.
+    askers: Arc<Mutex<HashMap<String, Weak<AbortOnDropHandle<()>>>>>,
 }
 
 impl std::fmt::Debug for McpServer {
@@ -129,6 +134,7 @@ impl McpServer {
             time_limit: DEFAULT_CALL_TIME_LIMIT,
             margin: CALL_TIME_MARGIN,
             approvals: None,
+            askers: Arc::default(),
         }
     }
 
@@ -210,12 +216,7 @@ impl McpServer {
         // The call runs as the MCP session's work, so its approval requests name that session
         // and only this client's user is asked.
         let asker = match (&self.approvals, elicit) {
-            (Some(approvals), Some(peer)) => Some(AbortOnDropHandle::new(tokio::spawn(
-                ask_through_elicitation(
-                    approvals.operator(OperatorFilter::Session(session.clone())),
-                    peer,
-                ),
-            ))),
+            (Some(approvals), Some(peer)) => Some(self.session_asker(&session, approvals, peer)),
             _ => None,
         };
         let waits_for_people = asker.is_some();
@@ -261,6 +262,31 @@ impl McpServer {
                 )))
             }
         }
+    }
+}
+
+impl McpServer {
+    /// The elicitation asker of `session`: the one its running calls share, or a new one.
+    fn session_asker(
+        &self,
+        session: &str,
+        approvals: &ApprovalBroker,
+        peer: Peer<RoleServer>,
+    ) -> Arc<AbortOnDropHandle<()>> {
+        let mut askers = self
+            .askers
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(asker) = askers.get(session).and_then(Weak::upgrade) {
+            return asker;
+        }
+        askers.retain(|_, asker| asker.strong_count() > 0);
+        let operator = approvals.operator(OperatorFilter::Session(session.to_string()));
+        let asker = Arc::new(AbortOnDropHandle::new(tokio::spawn(
+            ask_through_elicitation(operator, peer),
+        )));
+        askers.insert(session.to_string(), Arc::downgrade(&asker));
+        asker
     }
 }
 
