@@ -85,6 +85,39 @@ async fn the_allowlist_runs_what_it_covers_and_refuses_the_rest_before_anything_
     assert!(dir.path().join("victim.txt").exists());
 }
 
+/// An entry's word covers one argument inside what it names: `rm -r build/*` removes what is
+/// under `build` and nothing more, however the extra is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowlist_entry_for_one_directory_removes_nothing_beside_it() {
+    let dir = workspace();
+    for name in ["a", "b"] {
+        fs::create_dir_all(dir.path().join("build").join(name)).unwrap();
+    }
+    let broker = ApprovalBroker::new(
+        settings(ExecMode::Allowlist, AskMode::Off, &["rm -r build/*"]),
+        None,
+        None,
+    );
+    let registry = registry(dir.path(), &broker).await;
+    for bypass in [
+        "rm -r build/a victim.txt",
+        "rm -r build/a 'victim.txt'",
+        "rm -r build/../victim.txt",
+        "rm -r build/a/../../victim.txt",
+        "rm -r build/a build/b",
+    ] {
+        let refused = run(&registry, bypass).await;
+        assert!(refused.starts_with("ERROR denied"), "{bypass}: {refused}");
+        assert!(dir.path().join("victim.txt").exists(), "{bypass}");
+        assert!(dir.path().join("build").join("a").exists(), "{bypass}");
+    }
+    let removed = run(&registry, "rm -r build/a").await;
+    assert!(!removed.starts_with("ERROR"), "{removed}");
+    assert!(!dir.path().join("build").join("a").exists());
+    assert!(dir.path().join("build").join("b").exists());
+    assert!(dir.path().join("victim.txt").exists());
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wrappers_shells_and_other_names_do_not_get_around_the_allowlist() {
     let dir = workspace();

@@ -92,23 +92,31 @@ impl ExecPlan {
 }
 
 /// Whether the arguments a program really got fit the planned ones: each `Exact` or `Glob` is one
-/// argument, each `Any` zero or more. The same star loop as [`glob_match`], over arguments
-/// instead of characters: linear in practice, no backtracking blow-up (this runs on the host for
-/// every program a call starts, whatever the guest planned).
+/// argument, each `Any` zero or more.
 fn args_match(planned: &[PlannedArg], actual: &[String]) -> bool {
-    let one = |planned: &PlannedArg, actual: &String| match &planned.matches {
+    let planned: Vec<&ArgMatch> = planned.iter().map(|arg| &arg.matches).collect();
+    words_match(&planned, actual, glob_match)
+}
+
+/// Whether `actual` fits `planned`: each `Exact` is that one argument, each `Glob` one argument
+/// `glob` accepts, each `Any` zero or more arguments. The same star loop as [`glob_match`], over
+/// arguments instead of characters: linear in practice, no backtracking blow-up (this runs on
+/// the host for every program a call starts, whatever the guest planned).
+fn words_match(
+    planned: &[&ArgMatch],
+    actual: &[String],
+    glob: impl Fn(&str, &str) -> bool,
+) -> bool {
+    let one = |planned: &ArgMatch, actual: &String| match planned {
         ArgMatch::Exact(text) => text == actual,
-        ArgMatch::Glob(pattern) => glob_match(pattern, actual),
+        ArgMatch::Glob(pattern) => glob(pattern, actual),
         ArgMatch::Any => false,
     };
     let (mut p, mut a) = (0usize, 0usize);
     let mut any: Option<(usize, usize)> = None;
     while a < actual.len() {
         match planned.get(p) {
-            Some(PlannedArg {
-                matches: ArgMatch::Any,
-                ..
-            }) => {
+            Some(ArgMatch::Any) => {
                 any = Some((p, a));
                 p += 1;
                 continue;
@@ -131,7 +139,7 @@ fn args_match(planned: &[PlannedArg], actual: &[String]) -> bool {
     }
     planned[p..]
         .iter()
-        .all(|rest| matches!(rest.matches, ArgMatch::Any))
+        .all(|rest| matches!(rest, ArgMatch::Any))
 }
 
 /// Matches `text` against a glob: `*` any text (spaces and slashes included), `?` one character,
@@ -177,16 +185,79 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     pattern[p..].iter().all(|c| *c == '*')
 }
 
-/// `text` as a glob that matches exactly it.
+/// `text` as a glob that matches exactly it, and stays one word of an allowlist entry (its
+/// white space escaped too).
 pub fn glob_escape(text: &str) -> String {
     let mut escaped = String::with_capacity(text.len());
     for c in text.chars() {
-        if matches!(c, '*' | '?' | '\\') {
+        if matches!(c, '*' | '?' | '\\') || c.is_whitespace() {
             escaped.push('\\');
         }
         escaped.push(c);
     }
     escaped
+}
+
+/// `pattern` (a one-argument glob) with its white space escaped, so it stays one word of an
+/// allowlist entry; what is escaped already stays as it is.
+fn escape_white_space(pattern: &str) -> String {
+    let mut escaped = String::with_capacity(pattern.len());
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c == '\\' {
+            escaped.push(c);
+            if let Some(next) = chars.next() {
+                escaped.push(next);
+            }
+            continue;
+        }
+        if c.is_whitespace() {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// The words of an allowlist entry's argument pattern, split at white space not escaped: a word
+/// that is `*` alone stands for any number of arguments (none included), every other word for
+/// one argument that matches it as a glob.
+fn entry_words(pattern: &str) -> Vec<ArgMatch> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = pattern.chars();
+    while let Some(c) = chars.next() {
+        if c.is_whitespace() {
+            words.extend(word.take());
+            continue;
+        }
+        let current = word.get_or_insert_with(String::new);
+        current.push(c);
+        if c == '\\'
+            && let Some(next) = chars.next()
+        {
+            current.push(next);
+        }
+    }
+    words.extend(word);
+    words
+        .into_iter()
+        .map(|word| {
+            if word == "*" {
+                ArgMatch::Any
+            } else {
+                ArgMatch::Glob(word)
+            }
+        })
+        .collect()
+}
+
+/// One argument against one word of an allowlist entry: the glob must match, and an argument
+/// that climbs out of a directory (a `..` between slashes or after `=`) matches only a word
+/// that writes `..` itself, so `build/*` never covers `build/../src`.
+fn entry_word_matches(word: &str, argument: &str) -> bool {
+    glob_match(word, argument)
+        && (word.contains("..") || !argument.split(['/', '=']).any(|part| part == ".."))
 }
 
 /// What exec may run at all: `[approvals] exec`.
@@ -294,7 +365,9 @@ pub const DEFAULT_SAFE_BINS: &[&str] = &["head", "tail", "wc", "cut", "uniq", "t
 pub struct AllowEntry {
     /// The program's name (`rm`, `grep`); never a path.
     pub program: String,
-    /// A glob over the arguments joined by single spaces; `None` allows any arguments.
+    /// The arguments' pattern, one word per argument (white space in a word escaped with `\`):
+    /// a word is a glob over one argument (`*` any text within it, `?` one character), and a
+    /// word that is `*` alone any number of arguments. `None` allows any arguments.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub args: Option<String>,
 }
@@ -321,12 +394,18 @@ impl AllowEntry {
         })
     }
 
-    /// Whether `program args` is allowed by this entry.
+    /// Whether `program args` is allowed by this entry: each word of the pattern covers one
+    /// argument, never a run of them (`rm -r build/*` allows `rm -r build/x`, not
+    /// `rm -r build/x src`), except a lone `*`, which covers any number.
     pub fn allows(&self, program: &str, args: &[String]) -> bool {
         self.program == program
             && match &self.args {
                 None => true,
-                Some(pattern) => glob_match(pattern, &args.join(" ")),
+                Some(pattern) => {
+                    let words = entry_words(pattern);
+                    let words: Vec<&ArgMatch> = words.iter().collect();
+                    words_match(&words, args, entry_word_matches)
+                }
             }
     }
 
@@ -339,7 +418,7 @@ impl AllowEntry {
             .iter()
             .map(|arg| match &arg.matches {
                 ArgMatch::Exact(text) => glob_escape(text),
-                ArgMatch::Glob(pattern) => pattern.clone(),
+                ArgMatch::Glob(pattern) => escape_white_space(pattern),
                 ArgMatch::Any => "*".to_string(),
             })
             .collect::<Vec<_>>()
@@ -1063,6 +1142,74 @@ mod tests {
             Coverage::Miss(_)
         ));
         assert!(matches!(covers(&["cat", "x"]), Coverage::Miss(_)));
+    }
+
+    #[test]
+    fn an_allowlist_word_covers_one_argument_and_never_climbs_out() {
+        let policy = allowlist(&[
+            "rm -r build/*",
+            "ls *",
+            "git status *",
+            r"cp a\ b.txt dest/",
+            "tar -cf out.tar *",
+            "make --directory=*",
+        ]);
+        let covers = |words: &[&str]| {
+            let words = strings(words);
+            policy.covers(&words[0], &words[1..])
+        };
+        for allowed in [
+            &["rm", "-r", "build/x"][..],
+            &["rm", "-r", "build/a b"],
+            &["rm", "-r", "build/a/b"],
+            &["ls"],
+            &["ls", "-la", "a", "b"],
+            &["git", "status"],
+            &["git", "status", "--short"],
+            &["cp", "a b.txt", "dest/"],
+            &["tar", "-cf", "out.tar", "x", "y"],
+            &["make", "--directory=sub"],
+        ] {
+            assert_eq!(covers(allowed), Coverage::Allowlisted, "{allowed:?}");
+        }
+        for refused in [
+            // One word is one argument: `build/*` does not run on into a second one.
+            &["rm", "-r", "build/x", "victim.txt"][..],
+            &["rm", "-r", "build/x", "build/y"],
+            &["rm", "-r"],
+            // Nor does it climb out of the directory it names.
+            &["rm", "-r", "build/../src"],
+            &["rm", "-r", "build/a/../../src"],
+            &["rm", "-r", "build/.."],
+            &["make", "--directory=../elsewhere"],
+            &["cp", "a", "b.txt", "dest/"],
+            &["git", "stash"],
+        ] {
+            assert!(matches!(covers(refused), Coverage::Miss(_)), "{refused:?}");
+        }
+        // An entry kept from an approved plan: an argument with a space stays one word, and a
+        // quoted expansion's glob stays one argument.
+        let command = PlannedCommand {
+            program: Some("rm".into()),
+            written: "rm".into(),
+            args: vec![
+                PlannedArg {
+                    written: "'my file.txt'".into(),
+                    matches: ArgMatch::Exact("my file.txt".into()),
+                },
+                PlannedArg {
+                    written: "\"out $N\"".into(),
+                    matches: ArgMatch::Glob("out *".into()),
+                },
+            ],
+            redirections: Vec::new(),
+        };
+        let entry = AllowEntry::exactly(&command).expect("named program");
+        assert_eq!(entry.to_string(), r"rm my\ file.txt out\ *");
+        let kept = AllowEntry::parse(&entry.to_string()).expect("parses back");
+        assert!(kept.allows("rm", &strings(&["my file.txt", "out 3"])));
+        assert!(!kept.allows("rm", &strings(&["my", "file.txt", "out 3"])));
+        assert!(!kept.allows("rm", &strings(&["my file.txt", "out", "3"])));
     }
 
     #[test]
