@@ -23,8 +23,12 @@ use std::sync::Arc;
 const CALLS: usize = 3_000;
 
 async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
+    registry_of(sandbox, bundled::FILE, grants).await
+}
+
+async fn registry_of(sandbox: &Arc<Sandbox>, component: &[u8], grants: Grants) -> ToolRegistry {
     let loaded = sandbox
-        .load("file", "bundled:file", bundled::FILE, grants)
+        .load("file", "bundled:file", component, grants)
         .await
         .unwrap();
     let mut registry = ToolRegistry::new();
@@ -56,16 +60,48 @@ fn main() {
         for _ in 0..200 {
             registry.execute("read_file", args).await.unwrap();
         }
-        // For a profiler: `CLAWCAGE_BENCH_PROFILE_CALLS=N` makes N calls and stops.
+        // The same path with a tool that does no file work: where the time of a bare fresh
+        // instance goes.
+        let echo_bytes = std::fs::read(clawcage_sandbox::components::fixtures::ECHO).unwrap();
+        let echo = sandbox
+            .load("echo", "test:echo", &echo_bytes, grants.clone())
+            .await
+            .unwrap();
+        let mut echo_registry = ToolRegistry::new();
+        for tool in echo.into_tools() {
+            echo_registry.register(Arc::new(tool)).unwrap();
+        }
+        let echo_args = r#"{"text":"x"}"#;
+        // For a profiler: `CLAWCAGE_BENCH_PROFILE_CALLS=N` makes N calls of `read_file` (of
+        // `echo` with `CLAWCAGE_BENCH_PROFILE_TOOL=echo`) and stops.
         if let Some(calls) = std::env::var("CLAWCAGE_BENCH_PROFILE_CALLS")
             .ok()
             .and_then(|calls| calls.parse::<usize>().ok())
         {
+            let (registry, tool, args) =
+                match std::env::var("CLAWCAGE_BENCH_PROFILE_TOOL").as_deref() {
+                    Ok("echo") => (&echo_registry, "echo", echo_args),
+                    _ => (&registry, "read_file", args),
+                };
             for _ in 0..calls {
-                std::hint::black_box(registry.execute("read_file", args).await.unwrap());
+                std::hint::black_box(registry.execute(tool, args).await.unwrap());
             }
             return;
         }
+        // `CLAWCAGE_BENCH_BASELINE_FILE=PATH`: another build of the file component (e.g. the
+        // one before a change), measured interleaved with this one.
+        let baseline = match std::env::var_os("CLAWCAGE_BENCH_BASELINE_FILE") {
+            Some(path) => {
+                let bytes = std::fs::read(&path).unwrap();
+                let baseline = registry_of(&sandbox, &bytes, grants.clone()).await;
+                for _ in 0..200 {
+                    baseline.execute("read_file", args).await.unwrap();
+                }
+                Some(baseline)
+            }
+            None => None,
+        };
+        let mut baseline_samples = Vec::with_capacity(CALLS);
         let path = workspace.path().join("bench.txt");
         let mut native = Vec::with_capacity(CALLS);
         let mut sandboxed = Vec::with_capacity(CALLS);
@@ -79,6 +115,12 @@ fn main() {
             let started = Instant::now();
             std::hint::black_box(registry.execute("read_file", args).await.unwrap());
             sandboxed.push(started.elapsed());
+
+            if let Some(baseline) = &baseline {
+                let started = Instant::now();
+                std::hint::black_box(baseline.execute("read_file", args).await.unwrap());
+                baseline_samples.push(started.elapsed());
+            }
         }
         let native_p50 = report("native std::fs::read", native);
         let sandboxed_p50 = report(
@@ -89,18 +131,17 @@ fn main() {
             "ratio sandboxed / native at p50: {:.1}x",
             sandboxed_p50.as_secs_f64() / native_p50.as_secs_f64()
         );
-
-        // Where the time goes: the same path with a tool that does no file work.
-        let echo_bytes = std::fs::read(clawcage_sandbox::components::fixtures::ECHO).unwrap();
-        let echo = sandbox
-            .load("echo", "test:echo", &echo_bytes, grants.clone())
-            .await
-            .unwrap();
-        let mut echo_registry = ToolRegistry::new();
-        for tool in echo.into_tools() {
-            echo_registry.register(Arc::new(tool)).unwrap();
+        if baseline.is_some() {
+            let baseline_p50 = report(
+                "registry.execute(\"read_file\"), baseline component",
+                baseline_samples,
+            );
+            println!(
+                "ratio this / baseline component at p50: {:.2}x",
+                sandboxed_p50.as_secs_f64() / baseline_p50.as_secs_f64()
+            );
         }
-        let echo_args = r#"{"text":"x"}"#;
+
         let mut echo_samples = Vec::with_capacity(CALLS);
         for _ in 0..CALLS {
             let started = Instant::now();

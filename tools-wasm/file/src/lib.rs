@@ -7,7 +7,7 @@
 use std::path::PathBuf;
 
 use clawcage_tool_sdk::workspace::{self, Mode};
-use clawcage_tool_sdk::{Spec, ToolError, Tools, Value, args, json, log};
+use clawcage_tool_sdk::{Spec, ToolError, Tools, Value, args, json};
 
 mod edit;
 mod list;
@@ -79,9 +79,14 @@ pub(crate) fn refuse_special(
     if meta.is_file() || meta.is_dir() {
         return Ok(());
     }
-    Err(ToolError::Failed(format!(
+    Err(special_file(path, works_on))
+}
+
+/// The refusal of a FIFO, socket or device at `path`.
+pub(crate) fn special_file(path: &str, works_on: &str) -> ToolError {
+    ToolError::Failed(format!(
         "{path} is a FIFO (named pipe), socket or device, not a regular file; {works_on}"
-    )))
+    ))
 }
 
 /// The component's tools.
@@ -193,11 +198,6 @@ impl Tools for FileTools {
         if !matches!(name, "read_file" | "write_file" | "edit_file" | "list_dir") {
             return Err(ToolError::unknown_tool(name));
         }
-        let path = args::optional_str(&args, "path")
-            .ok()
-            .flatten()
-            .unwrap_or(".");
-        log::debug(&format!("{name} path={path:?}"));
         let ctx = Ctx::from_env()?;
         run(&ctx, name, &args)
     }

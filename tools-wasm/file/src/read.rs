@@ -3,12 +3,13 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader, Cursor, Read};
+use std::path::Path;
 
 use clawcage_tool_sdk::ToolError;
 use clawcage_tool_sdk::workspace::Access;
 
 use crate::text::{count_byte, human_size, plural};
-use crate::{Ctx, refuse_special};
+use crate::{Ctx, refuse_special, special_file};
 
 /// Lines returned when the call gives no `limit`.
 pub(crate) const DEFAULT_LIMIT: u64 = 2000;
@@ -49,22 +50,20 @@ pub(crate) fn read_file(
             "{path} is a directory; use list_dir to see its entries"
         ))
     };
-    // Checked before opening: opening a FIFO waits for a writer.
-    if let Ok(meta) = std::fs::metadata(&abs) {
-        refuse_special(&meta, path, "read_file reads regular files only")?;
-    }
-    let mut file = File::open(&abs).map_err(|e| match e.kind() {
+    // No look before opening: the open itself does not wait (see `open_without_waiting`), and
+    // what it opened is judged by the `stat` the read needs anyway.
+    let io_failure = |e: io::Error| match e.kind() {
         io::ErrorKind::IsADirectory => is_dir(),
+        io::ErrorKind::Unsupported => special_file(path, "read_file reads regular files only"),
         _ => ctx.io_error(&e, path, Access::Read),
-    })?;
-    let meta = file
-        .metadata()
-        .map_err(|e| ctx.io_error(&e, path, Access::Read))?;
+    };
+    let mut file = open_without_waiting(&abs).map_err(io_failure)?;
+    let meta = file.metadata().map_err(io_failure)?;
     if meta.is_dir() {
         return Err(is_dir());
     }
+    refuse_special(&meta, path, "read_file reads regular files only")?;
     let total_bytes = meta.len();
-    let read_err = |e: io::Error| ctx.io_error(&e, path, Access::Read);
     let binary = |head: &[u8]| {
         head.contains(&0).then(|| {
             ToolError::Failed(format!(
@@ -73,16 +72,14 @@ pub(crate) fn read_file(
             ))
         })
     };
-
     let excerpt = if total_bytes <= WHOLE_FILE_BYTES {
-        // The common case: one read of exactly the size `stat` gave (no
-        // extra read to see the end; a file growing meanwhile is read as it
-        // was).
+        // The common case: one read of exactly the size `stat` gave (no extra read to see the
+        // end; a file growing meanwhile is read as it was).
         let mut data = Vec::with_capacity(total_bytes as usize);
         (&mut file)
             .take(total_bytes)
             .read_to_end(&mut data)
-            .map_err(read_err)?;
+            .map_err(io_failure)?;
         if let Some(err) = binary(&data[..data.len().min(SNIFF_BYTES)]) {
             return Err(err);
         }
@@ -93,15 +90,31 @@ pub(crate) fn read_file(
         (&mut file)
             .take(SNIFF_BYTES as u64)
             .read_to_end(&mut head)
-            .map_err(read_err)?;
+            .map_err(io_failure)?;
         if let Some(err) = binary(&head) {
             return Err(err);
         }
         let reader = BufReader::with_capacity(BUFFER_BYTES, Cursor::new(head).chain(file));
         scan(reader, offset, limit, MAX_CHARS, BUFFER_BYTES)
     }
-    .map_err(read_err)?;
+    .map_err(io_failure)?;
     render(excerpt, path, total_bytes, offset, MAX_CHARS)
+}
+
+/// Opens `abs` for reading without waiting for a writer if it is a FIFO. Inside clawcage the
+/// host opens every file so, and refuses a FIFO, socket or device at the open (`Unsupported`);
+/// a native build (the unit tests) asks for `O_NONBLOCK` itself.
+fn open_without_waiting(abs: &Path) -> io::Result<File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(target_os = "linux")]
+    {
+        use std::os::unix::fs::OpenOptionsExt as _;
+        /// `O_NONBLOCK` on Linux.
+        const O_NONBLOCK: i32 = 0o4000;
+        options.custom_flags(O_NONBLOCK);
+    }
+    options.open(abs)
 }
 
 /// What [`scan`] found.
