@@ -96,32 +96,7 @@ pub struct WebhookSection {
 }
 
 /// A secret read from the environment: prints as `[redacted]`, never serialized.
-#[derive(Clone, PartialEq, Eq)]
-pub struct ChannelSecret(String);
-
-impl ChannelSecret {
-    /// Wraps `value`.
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The value, for the one place that uses it (a request's URL or a signature).
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for ChannelSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
-
-impl std::fmt::Display for ChannelSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("[redacted]")
-    }
-}
+pub type ChannelSecret = clawcage_sandbox::SecretValue;
 
 /// Who may talk to the bot in a direct message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -209,32 +184,16 @@ fn env_name_ok(name: &str) -> bool {
             .all(|b| b.is_ascii_uppercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// Whether `host` names the loopback interface.
-fn loopback_host(host: &str) -> bool {
-    host == "localhost"
-        || host == "[::1]"
-        || host
-            .parse::<std::net::Ipv4Addr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
-
-/// The host part of an `http(s)://host[:port]/...` URL, lowercased, and whether it is https.
-fn url_host(url: &str) -> Option<(bool, String)> {
-    let (https, rest) = if let Some(rest) = url.strip_prefix("https://") {
-        (true, rest)
-    } else {
-        (false, url.strip_prefix("http://")?)
-    };
-    let authority = rest.split(['/', '?', '#']).next()?;
-    if authority.is_empty() || authority.contains('@') {
+/// `url` as the network policy reads it (the parser its requests use, so no second reading of
+/// the host can differ): `None` when it is not an http(s) URL with a host, or carries a user
+/// name or password; else whether a secret may travel to it (https, or plain http to the
+/// loopback interface).
+fn secret_may_travel(url: &str) -> Option<bool> {
+    let parsed = clawcage_sandbox::network::parse_url(url).ok()?;
+    if !parsed.username().is_empty() || parsed.password().is_some() {
         return None;
     }
-    let host = if authority.starts_with('[') {
-        authority.split_inclusive(']').next()?.to_string()
-    } else {
-        authority.split(':').next()?.to_string()
-    };
-    Some((https, host.to_ascii_lowercase()))
+    Some(parsed.scheme() == "https" || clawcage_sandbox::network::is_loopback_url(&parsed))
 }
 
 fn id_text(key: &str, value: &IdValue) -> anyhow::Result<String> {
@@ -285,14 +244,13 @@ impl ChannelsSection {
                     .unwrap_or_else(|| TELEGRAM_API.to_string())
                     .trim_end_matches('/')
                     .to_string();
-                match url_host(&api_base) {
-                    Some((true, _)) => {}
-                    Some((false, host)) if loopback_host(&host) => {}
-                    Some((false, _)) => bail!(
+                match secret_may_travel(&api_base) {
+                    Some(true) => {}
+                    Some(false) => bail!(
                         "[channels.telegram] api_base = {api_base:?} would send the bot token over plain http; use https:// (plain http only to 127.0.0.1 or localhost)"
                     ),
                     None => bail!(
-                        "[channels.telegram] api_base = {api_base:?} is not an http(s) URL; write e.g. \"{TELEGRAM_API}\""
+                        "[channels.telegram] api_base = {api_base:?} is not an http(s) URL without a user name or password; write e.g. \"{TELEGRAM_API}\""
                     ),
                 }
                 let dm_policy = match section.dm_policy.as_deref() {
@@ -356,10 +314,10 @@ impl ChannelsSection {
                 );
             }
             if let Some(url) = &section.reply_url
-                && url_host(url).is_none()
+                && secret_may_travel(url).is_none()
             {
                 bail!(
-                    "[channels.webhooks.{name}] reply_url = {url:?} is not an http(s) URL; write e.g. \"https://hooks.example.org/clawcage\" and add its host to [network] allow"
+                    "[channels.webhooks.{name}] reply_url = {url:?} is not an http(s) URL without a user name or password; write e.g. \"https://hooks.example.org/clawcage\" and add its host to [network] allow"
                 );
             }
             let window = section.replay_window_secs.unwrap_or(300);
@@ -512,5 +470,23 @@ mod tests {
         )
         .unwrap();
         assert_eq!(local.telegram.unwrap().api_base, "http://127.0.0.1:8081");
+        // The host as the request will read it: plain http only where that is loopback.
+        for (api_base, allowed) in [
+            ("http://[::1]:8081", true),
+            ("http://LOCALHOST:8081", true),
+            ("http://0x7f.1:8081", true),
+            ("https://api.example.org", true),
+            ("http://127.0.0.1.example.org", false),
+            ("http://localhost.example.org", false),
+            ("http://api.example.org\\@127.0.0.1", false),
+            ("http://user:pw@127.0.0.1", false),
+            ("http://127.0.0.1:8081@api.example.org", false),
+            ("http:127.0.0.1", true),
+            ("file:///etc/passwd", false),
+            ("http://", false),
+        ] {
+            let text = format!("[telegram]\ntoken_env = \"T\"\napi_base = {api_base:?}");
+            assert_eq!(parse(&text, &[]).is_ok(), allowed, "{api_base}");
+        }
     }
 }

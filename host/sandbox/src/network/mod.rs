@@ -17,7 +17,8 @@ pub use address::{SpecialRange, canonical, special_range};
 pub use client::{MAX_REDIRECTS, NetworkLimits, NetworkPolicy, OutboundRequest, OutboundResponse};
 pub use error::{NetworkError, NetworkErrorFamily, NetworkErrorKind};
 pub use policy::{
-    AllowEntry, AllowEntryError, AllowList, check_addresses, check_target, parse_url,
+    AllowEntry, AllowEntryError, AllowList, check_addresses, check_target, is_loopback_url,
+    parse_url,
 };
 pub use resolve::{NameResolver, SystemResolver};
 pub use secrets::{Secret, SecretError, SecretValue};

@@ -424,14 +424,26 @@ pub fn check_scheme(url: &Url) -> Result<(), NetworkError> {
     Ok(())
 }
 
+/// The host of `url` as the policy judges it; `None` when it names none.
+fn target_host(url: &Url) -> Option<TargetHost> {
+    Some(match url.host()? {
+        Host::Domain(domain) => TargetHost::Name(normalize_name(domain)),
+        Host::Ipv4(ip) => TargetHost::Ip(IpAddr::V4(ip)),
+        Host::Ipv6(ip) => TargetHost::Ip(address::canonical(IpAddr::V6(ip))),
+    })
+}
+
+/// Whether `url` names the loopback interface as the policy judges it (where plain http may
+/// carry a secret).
+pub fn is_loopback_url(url: &Url) -> bool {
+    target_host(url).is_some_and(|host| is_loopback_host(&host))
+}
+
 /// Check a parsed URL against every list. The host must be allowed (with its port) by each.
 pub fn check_target(lists: &[AllowList], url: Url) -> Result<Target, NetworkError> {
     check_scheme(&url)?;
-    let host = match url.host() {
-        Some(Host::Domain(domain)) => TargetHost::Name(normalize_name(domain)),
-        Some(Host::Ipv4(ip)) => TargetHost::Ip(IpAddr::V4(ip)),
-        Some(Host::Ipv6(ip)) => TargetHost::Ip(address::canonical(IpAddr::V6(ip))),
-        None => return Err(NetworkError::invalid(format!("{url} names no host"))),
+    let Some(host) = target_host(&url) else {
+        return Err(NetworkError::invalid(format!("{url} names no host")));
     };
     let port = url
         .port_or_known_default()

@@ -23,6 +23,11 @@ impl SecretValue {
     pub fn new(value: impl Into<String>) -> Self {
         Self(value.into())
     }
+
+    /// The value, for the one place that uses it (a header, a request's URL, a signature).
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
 }
 
 impl fmt::Debug for SecretValue {
