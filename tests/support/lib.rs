@@ -3,8 +3,8 @@
 //! from the real bundled and fixture components, a scripted LLM server ([`llm_server`]) speaking
 //! the Anthropic and OpenAI wire formats on 127.0.0.1, (in [`web`]) a scripted HTTP server on
 //! loopback, a test name resolver and a capture of the tracing output, and the other languages'
-//! [`toolchains`], a WebSocket client of the gateway protocol ([`gateway_client`]), and the
-//! state the command-line tests share ([`cli_state`]).
+//! [`toolchains`], a WebSocket client of the gateway protocol ([`gateway_client`]), a gateway
+//! process ([`gateway_process`]), and the state the command-line tests share ([`cli_state`]).
 
 #![allow(
     clippy::expect_used,
@@ -15,6 +15,7 @@ pub mod bench;
 pub mod channels;
 pub mod cli_state;
 pub mod gateway_client;
+pub mod gateway_process;
 pub mod host_tools;
 pub mod llm_server;
 pub mod toolchains;

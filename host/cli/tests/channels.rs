@@ -17,11 +17,8 @@
     reason = "tests fail by panicking"
 )]
 
-use std::io::{BufRead, BufReader, Read};
-use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, mpsc};
+use std::process::Command;
 use std::time::Duration;
 
 use clawcage_tests::channels::{
@@ -29,6 +26,7 @@ use clawcage_tests::channels::{
     signed_headers, unix_now,
 };
 use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of};
 use serde_json::{Value, json};
 
@@ -165,110 +163,32 @@ impl Setup {
     }
 }
 
-/// A running `clawcage gateway`; killed when dropped. Its stdout and stderr are collected.
-struct Gateway {
-    child: Child,
-    addr: SocketAddr,
-    output: Arc<Mutex<String>>,
-    _stdout: mpsc::Receiver<String>,
-}
+/// A running `clawcage gateway` of a test's own setup; killed when dropped.
+struct Gateway(GatewayProcess);
 
 impl Gateway {
     fn start(setup: &Setup) -> Gateway {
-        let mut child = setup
-            .clawcage()
-            .args(["-v", "gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .expect("clawcage starts");
-        let output = Arc::new(Mutex::new(String::new()));
-        let (lines, stdout) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        let collected = output.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                collected.lock().unwrap().push_str(&format!("{line}\n"));
-                let _ = lines.send(line);
-            }
-        });
-        let mut err = child.stderr.take().unwrap();
-        let collected = output.clone();
-        std::thread::spawn(move || {
-            let mut buffer = [0u8; 4096];
-            while let Ok(read) = err.read(&mut buffer) {
-                if read == 0 {
-                    return;
-                }
-                let text = String::from_utf8_lossy(&buffer[..read]).into_owned();
-                eprint!("{text}");
-                collected.lock().unwrap().push_str(&text);
-            }
-        });
-        let mut seen = Vec::new();
-        let addr = loop {
-            let line = stdout
-                .recv_timeout(Duration::from_secs(180))
-                .unwrap_or_else(|_| panic!("the gateway did not start; it printed {seen:?}"));
-            if let Some(rest) = line.strip_prefix("WebSocket: ws://") {
-                break rest.split('/').next().unwrap().parse().unwrap();
-            }
-            seen.push(line);
-        };
-        Gateway {
-            child,
-            addr,
-            output,
-            _stdout: stdout,
-        }
-    }
-
-    fn output(&self) -> String {
-        self.output.lock().unwrap().clone()
+        let mut command = setup.clawcage();
+        command.args(["-v", "gateway", "--bind", "127.0.0.1:0", "--token", TOKEN]);
+        Gateway(GatewayProcess::start(command))
     }
 
     async fn client(&self) -> GatewayClient {
-        GatewayClient::connect(self.addr, TOKEN).await.0
+        GatewayClient::connect(self.0.addr, TOKEN).await.0
     }
 
     fn hook_url(&self, name: &str) -> String {
-        format!("http://{}/hooks/{name}", self.addr)
+        format!("http://{}/hooks/{name}", self.0.addr)
     }
 
     /// kill -9; returns what it printed.
-    fn kill(mut self) -> String {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-        self.output()
+    fn kill(self) -> String {
+        self.0.kill()
     }
 
     /// SIGTERM, waits for the exit; returns what it printed.
-    fn terminate(mut self) -> String {
-        let pid = self.child.id().to_string();
-        assert!(
-            Command::new("kill")
-                .args(["-TERM", &pid])
-                .status()
-                .unwrap()
-                .success()
-        );
-        for _ in 0..300 {
-            if self.child.try_wait().unwrap().is_some() {
-                // The readers finish with the pipes.
-                std::thread::sleep(Duration::from_millis(100));
-                return self.output();
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the gateway did not exit within 15 s of SIGTERM");
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn terminate(self) -> String {
+        self.0.terminate().1
     }
 }
 

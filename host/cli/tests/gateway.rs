@@ -16,6 +16,7 @@ use std::sync::mpsc;
 use std::time::Duration;
 
 use clawcage_tests::gateway_client::{GatewayClient, WAIT, connect_params};
+use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of};
 use serde_json::{Value, json};
 
@@ -65,10 +66,8 @@ impl Setup {
 
 /// A running `clawcage gateway`; killed when dropped.
 struct Gateway {
-    child: Child,
+    process: GatewayProcess,
     addr: SocketAddr,
-    /// Kept open so the gateway can always write to its stdout.
-    _stdout: mpsc::Receiver<String>,
 }
 
 impl Gateway {
@@ -86,35 +85,10 @@ impl Gateway {
             .env_remove("RUST_LOG")
             .env_remove("OPENAI_API_KEY")
             .env_remove("CLAWCAGE_GATEWAY_TOKEN")
-            .env("ANTHROPIC_API_KEY", "sk-gateway-test")
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit());
-        let mut child = command.spawn().expect("clawcage starts");
-        let (lines, stdout) = mpsc::channel();
-        let out = child.stdout.take().unwrap();
-        std::thread::spawn(move || {
-            for line in BufReader::new(out).lines().map_while(Result::ok) {
-                if lines.send(line).is_err() {
-                    return;
-                }
-            }
-        });
-        let mut seen = Vec::new();
-        let addr = loop {
-            let line = stdout
-                .recv_timeout(Duration::from_secs(180))
-                .unwrap_or_else(|_| panic!("the gateway did not start; it printed {seen:?}"));
-            if let Some(rest) = line.strip_prefix("WebSocket: ws://") {
-                break rest.split('/').next().unwrap().parse().unwrap();
-            }
-            seen.push(line);
-        };
-        Gateway {
-            child,
-            addr,
-            _stdout: stdout,
-        }
+            .env("ANTHROPIC_API_KEY", "sk-gateway-test");
+        let process = GatewayProcess::start(command);
+        let addr = process.addr;
+        Gateway { process, addr }
     }
 
     fn with_token(setup: &Setup) -> Gateway {
@@ -126,30 +100,13 @@ impl Gateway {
     }
 
     /// Sends SIGTERM and waits for the exit status.
-    fn terminate(mut self) -> std::process::ExitStatus {
-        let pid = self.child.id().to_string();
-        let sent = Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        assert!(sent.success());
-        for _ in 0..300 {
-            if let Some(status) = self.child.try_wait().unwrap() {
-                return status;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("the gateway did not exit within 15 s of SIGTERM");
+    fn terminate(self) -> std::process::ExitStatus {
+        self.process.terminate().0
     }
 
     /// kill -9.
-    fn kill(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Gateway {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+    fn kill(self) {
+        self.process.kill();
     }
 }
 

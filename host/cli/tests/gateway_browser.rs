@@ -9,13 +9,13 @@
     reason = "tests fail by panicking"
 )]
 
-use std::io::{BufRead, BufReader};
 use std::net::{SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::{Value, json};
@@ -57,7 +57,7 @@ fn find(program: &str, candidates: &[&str]) -> Option<PathBuf> {
         })
 }
 
-fn start_gateway(root: &Path, llm: &str) -> (Process, SocketAddr) {
+fn start_gateway(root: &Path, llm: &str) -> (GatewayProcess, SocketAddr) {
     start_gateway_with(root, llm, "", &[])
 }
 
@@ -67,7 +67,7 @@ fn start_gateway_with(
     llm: &str,
     extra: &str,
     env: &[(&str, &str)],
-) -> (Process, SocketAddr) {
+) -> (GatewayProcess, SocketAddr) {
     let state = root.join("state");
     let workspace = root.join("ws");
     let cache = clawcage_tests::cli_state::shared_state_dir().join("cache");
@@ -86,7 +86,8 @@ fn start_gateway_with(
         ),
     )
     .unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+    let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+    command
         .arg("--config")
         .arg(&config)
         .arg("--state-dir")
@@ -96,24 +97,10 @@ fn start_gateway_with(
         .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
         .env_remove("RUST_LOG")
         .env("ANTHROPIC_API_KEY", "sk-browser-test")
-        .envs(env.iter().copied())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let addr = loop {
-        let line = lines
-            .next()
-            .expect("the gateway prints its address")
-            .unwrap();
-        if let Some(rest) = line.strip_prefix("WebSocket: ws://") {
-            break rest.split('/').next().unwrap().parse().unwrap();
-        }
-    };
-    // Keep reading so the gateway can always write.
-    std::thread::spawn(move || for _ in lines {});
-    (Process(child), addr)
+        .envs(env.iter().copied());
+    let gateway = GatewayProcess::start(command);
+    let addr = gateway.addr;
+    (gateway, addr)
 }
 
 /// Polls `script` (a function body returning JSON) until `ready` holds, at most `seconds`.
