@@ -201,6 +201,12 @@ impl Tools for FileTools {
         let ctx = Ctx::from_env()?;
         run(&ctx, name, &args)
     }
+
+    /// Every path is resolved to an absolute one with `Ctx::resolve`: no call needs the
+    /// workspace as its current directory.
+    fn enters_workspace() -> bool {
+        false
+    }
 }
 
 /// Run one tool in `ctx`.

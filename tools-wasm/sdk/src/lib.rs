@@ -155,9 +155,19 @@ pub trait Tools {
     /// offer must return [`ToolError::unknown_tool`].
     ///
     /// When the host granted a workspace, the current directory is already
-    /// the workspace; resolve paths with [`workspace::resolve`] all the same,
-    /// so a path outside it gets a clear message.
+    /// the workspace (unless [`Tools::enters_workspace`] says otherwise);
+    /// resolve paths with [`workspace::resolve`] all the same, so a path
+    /// outside it gets a clear message.
     fn call(name: &str, args: Value) -> Result<String, ToolError>;
+
+    /// Whether the SDK makes the workspace the current directory before each
+    /// call (the default), so that relative paths resolve inside it. A
+    /// component that resolves every path with [`workspace::resolve`]
+    /// (absolute paths) may answer `false` and spare every call the `chdir`,
+    /// which wasi-libc checks with a `stat` of the workspace: two host calls.
+    fn enters_workspace() -> bool {
+        true
+    }
 }
 
 /// Export a type implementing [`Tools`] as this component's
@@ -221,7 +231,9 @@ pub mod __private {
 
     fn dispatch<T: Tools>(name: &str, args: &str) -> Result<String, ToolError> {
         let args = crate::args::parse(args)?;
-        workspace::enter()?;
+        if T::enters_workspace() {
+            workspace::enter()?;
+        }
         T::call(name, args)
     }
 }
