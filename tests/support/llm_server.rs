@@ -262,6 +262,14 @@ pub fn text_of(message: &Value) -> String {
     }
 }
 
+/// The text of the tool result `message` carries, if any: its content when that is a string,
+/// else its text parts joined.
+pub fn tool_result_of(message: &Value) -> Option<String> {
+    let blocks = message["content"].as_array()?;
+    let block = blocks.iter().find(|block| block["type"] == "tool_result")?;
+    Some(text_of(block))
+}
+
 /// The text of each message of a request body, in order.
 pub fn message_texts(body: &Value) -> Vec<String> {
     body["messages"]

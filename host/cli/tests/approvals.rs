@@ -14,30 +14,16 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 use clawcage_tests::cli_state::{private_state_dir, warm_components};
-use clawcage_tests::llm_server::{LlmServer, anthropic, text_of};
+use clawcage_tests::llm_server::{LlmServer, anthropic, text_of, tool_result_of};
 use serde_json::{Value, json};
 
 const CONFIG: &str = "[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nallow = [\"ls *\"]\n";
-
-/// The text of the tool result in `message`, if it carries one.
-fn tool_result(message: &Value) -> Option<String> {
-    let blocks = message["content"].as_array()?;
-    let block = blocks.iter().find(|block| block["type"] == "tool_result")?;
-    Some(match &block["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(parts) => parts
-            .iter()
-            .filter_map(|part| part["text"].as_str())
-            .collect(),
-        _ => String::new(),
-    })
-}
 
 /// A model that runs `rm -r <dir>` for "remove <dir>" and then repeats the tool's result.
 async fn model() -> LlmServer {
     LlmServer::start_routed(|body| {
         let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        if let Some(result) = tool_result(&last) {
+        if let Some(result) = tool_result_of(&last) {
             return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
         }
         let text = text_of(&last);
@@ -347,7 +333,7 @@ async fn chat_asks_before_each_write_in_a_read_only_workspace() {
     // "save NAME" writes NAME with write_file; the tool's result is repeated.
     let server = LlmServer::start_routed(|body| {
         let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        if let Some(result) = tool_result(&last) {
+        if let Some(result) = tool_result_of(&last) {
             return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
         }
         match text_of(&last).strip_prefix("save ") {

@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clawcage_tests::gateway_client::{GatewayClient, WAIT, connect_params};
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of};
+use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of, tool_result_of};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "gateway-test-token-0123456789";
@@ -1484,13 +1484,7 @@ async fn event_named(client: &mut GatewayClient, name: &str) -> Value {
 /// A model that runs `rm -r DIR` for "remove DIR" and then repeats the tool's result.
 fn remove_on_request(body: &Value) -> Reply {
     let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-    let result = last["content"].as_array().and_then(|blocks| {
-        blocks
-            .iter()
-            .find(|block| block["type"] == "tool_result")
-            .map(|block| block["content"].to_string())
-    });
-    if let Some(result) = result {
+    if let Some(result) = tool_result_of(&last) {
         return answer(&format!("RESULT: {result}"));
     }
     match text_of(&last).strip_prefix("remove ") {

@@ -16,7 +16,7 @@ use std::time::Duration;
 
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, tool_result_of};
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::{Value, json};
 
@@ -540,13 +540,7 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
     // "save NAME" writes NAME with write_file; a tool result is answered with what it said.
     let server = LlmServer::start_routed(|body| {
         let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        let result = last["content"].as_array().and_then(|blocks| {
-            blocks
-                .iter()
-                .find(|block| block["type"] == "tool_result")
-                .map(|block| block["content"].to_string())
-        });
-        if let Some(result) = result {
+        if let Some(result) = tool_result_of(&last) {
             let verdict = if result.contains("denied by the operator") {
                 "Not saved."
             } else {

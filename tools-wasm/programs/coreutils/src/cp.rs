@@ -214,17 +214,13 @@ fn symlink(target: &Path, path: &Path) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operands::testing::{self, args};
     use std::fs;
     use std::path::PathBuf;
 
-    fn args(words: &[&str]) -> Vec<OsString> {
-        words.iter().map(OsString::from).collect()
-    }
-
     /// A fresh directory with `src/{a.txt, sub/b.txt, link -> a.txt}` and `dir/`.
     fn scratch(test: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("clawcage-cp-{test}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = testing::scratch("cp", test);
         fs::create_dir_all(dir.join("src/sub")).unwrap();
         fs::create_dir_all(dir.join("dir")).unwrap();
         fs::write(dir.join("src/a.txt"), "a").unwrap();
@@ -234,28 +230,12 @@ mod tests {
     }
 
     fn cp(dir: &Path, words: &[&str]) -> (i32, String, String) {
-        let absolute: Vec<String> = words
-            .iter()
-            .map(|word| {
-                if word.starts_with('-') {
-                    word.to_string()
-                } else {
-                    dir.join(word).display().to_string()
-                }
-            })
-            .collect();
-        let words: Vec<&str> = absolute.iter().map(String::as_str).collect();
-        let request = parse(&args(&words), true)
-            .filter(|request| request.recursive)
-            .expect("a form this cp covers");
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let status = execute(&request, &mut out, &mut err);
-        let text = |bytes: Vec<u8>| {
-            String::from_utf8(bytes)
-                .unwrap()
-                .replace(&format!("{}/", dir.display()), "")
-        };
-        (status, text(out), text(err))
+        testing::run(
+            dir,
+            words,
+            |args| parse(args, true).filter(|request| request.recursive),
+            |request, out, err| execute(request, out, err),
+        )
     }
 
     #[test]

@@ -107,17 +107,13 @@ fn move_one(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::operands::testing;
     use std::fs;
     use std::path::PathBuf;
 
-    fn args(words: &[&str]) -> Vec<OsString> {
-        words.iter().map(OsString::from).collect()
-    }
-
     /// A fresh directory with `a.txt` ("a") and `dir/`.
     fn scratch(test: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!("clawcage-mv-{test}-{}", std::process::id()));
-        let _ = fs::remove_dir_all(&dir);
+        let dir = testing::scratch("mv", test);
         fs::create_dir_all(dir.join("dir")).unwrap();
         fs::write(dir.join("a.txt"), "a").unwrap();
         dir
@@ -125,26 +121,12 @@ mod tests {
 
     /// Runs `mv` with `words` (paths relative to `dir`), returning status, stdout and stderr.
     fn mv(dir: &Path, words: &[&str]) -> (i32, String, String) {
-        let absolute: Vec<String> = words
-            .iter()
-            .map(|word| {
-                if word.starts_with('-') {
-                    word.to_string()
-                } else {
-                    dir.join(word).display().to_string()
-                }
-            })
-            .collect();
-        let words: Vec<&str> = absolute.iter().map(String::as_str).collect();
-        let request = parse(&args(&words), false).expect("a form this mv covers");
-        let (mut out, mut err) = (Vec::new(), Vec::new());
-        let status = execute(&request, &mut out, &mut err);
-        let text = |bytes: Vec<u8>| {
-            String::from_utf8(bytes)
-                .unwrap()
-                .replace(&format!("{}/", dir.display()), "")
-        };
-        (status, text(out), text(err))
+        testing::run(
+            dir,
+            words,
+            |args| parse(args, false),
+            |request, out, err| execute(request, out, err),
+        )
     }
 
     #[test]

@@ -160,13 +160,63 @@ pub(crate) fn describe(error: &io::Error) -> String {
     }
 }
 
+/// What the unit tests of `cp` and `mv` share: arguments from words, a fresh scratch
+/// directory, and one run of a program on paths inside it.
 #[cfg(test)]
-mod tests {
-    use super::*;
+pub(crate) mod testing {
+    use super::Request;
+    use std::ffi::OsString;
+    use std::path::{Path, PathBuf};
 
-    fn args(words: &[&str]) -> Vec<OsString> {
+    pub(crate) fn args(words: &[&str]) -> Vec<OsString> {
         words.iter().map(OsString::from).collect()
     }
+
+    /// An empty directory of its own for `program`'s `test`.
+    pub(crate) fn scratch(program: &str, test: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!(
+            "clawcage-{program}-{test}-{}",
+            std::process::id()
+        ));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Runs `execute` on what `parse` makes of `words` (paths relative to `dir`, options as
+    /// they are); returns the status, stdout and stderr with `dir/` taken out.
+    pub(crate) fn run(
+        dir: &Path,
+        words: &[&str],
+        parse: impl FnOnce(&[OsString]) -> Option<Request>,
+        execute: impl FnOnce(&Request, &mut Vec<u8>, &mut Vec<u8>) -> i32,
+    ) -> (i32, String, String) {
+        let absolute: Vec<OsString> = words
+            .iter()
+            .map(|word| {
+                if word.starts_with('-') {
+                    OsString::from(word)
+                } else {
+                    dir.join(word).into_os_string()
+                }
+            })
+            .collect();
+        let request = parse(&absolute).expect("a form this program covers");
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let status = execute(&request, &mut out, &mut err);
+        let text = |bytes: Vec<u8>| {
+            String::from_utf8(bytes)
+                .unwrap()
+                .replace(&format!("{}/", dir.display()), "")
+        };
+        (status, text(out), text(err))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::testing::args;
+    use super::*;
 
     #[test]
     fn options_outside_the_shared_set_are_left_to_uutils() {
