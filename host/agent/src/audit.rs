@@ -185,17 +185,21 @@ impl AuditedRegistry {
     ) -> Result<ToolOutput, ToolError> {
         let pending = self.pending(session, name, args_digest(args));
         let result = run().and_then(|output| {
-            if self.redactor.redact(&output.text) == output.text {
-                Ok(output)
-            } else {
+            if self.redactor.contains(output.text.as_bytes()) {
                 Err(ToolError::Denied(
                     "the text holds a credential of clawcage's, which is not handed out"
                         .to_string(),
                 ))
+            } else {
+                Ok(output)
             }
         });
         pending.finish(&result);
-        self.redactor.redact_result(result)
+        match result {
+            // Checked above: nothing to scrub.
+            Ok(output) => Ok(output),
+            Err(error) => self.redactor.redact_result(Err(error)),
+        }
     }
 
     fn pending(&self, session: &str, name: &str, args_sha256: String) -> Pending {

@@ -156,7 +156,7 @@ fn descriptor_path(_file: &std::fs::File) -> Option<PathBuf> {
 
 /// The names of `path` (relative, as the guest gave it) with `.` and `..` resolved by name;
 /// `None` when it is absolute or climbs above its directory (which the sandbox refuses anyway).
-fn lexical_names(path: &str) -> Option<Vec<String>> {
+pub(crate) fn lexical_names(path: &str) -> Option<Vec<String>> {
     let mut names: Vec<String> = Vec::new();
     for component in Path::new(path).components() {
         match component {

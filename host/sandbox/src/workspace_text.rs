@@ -7,8 +7,9 @@
 
 use std::fs::File;
 use std::io::{self, BufRead, BufReader};
-use std::path::{Component, Path, PathBuf};
+use std::path::PathBuf;
 
+use crate::asked_writes::lexical_names;
 use crate::grants::WorkspaceGrant;
 
 /// Which lines to read: from `first_line` (counted from 1), at most `limit` of them (all when
@@ -121,7 +122,7 @@ impl WorkspaceGrant {
         String::from_utf8(bytes).map_err(|_| WorkspaceTextError::NotText(path.to_string()))
     }
 
-    /// `path` relative to the workspace, `.` and `..` taken by name; refused when it leaves.
+    /// `path` relative to the workspace; refused when it leaves.
     fn relative(&self, path: &str) -> Result<PathBuf, WorkspaceTextError> {
         if path.is_empty() || path.contains('\0') {
             return Err(WorkspaceTextError::Invalid(format!(
@@ -132,42 +133,24 @@ impl WorkspaceGrant {
             path: path.to_string(),
             workspace: self.path().to_path_buf(),
         };
-        let given = Path::new(path);
-        let rest = if given.is_absolute() {
-            let mut normal = PathBuf::new();
-            for component in given.components() {
-                match component {
-                    Component::ParentDir => {
-                        normal.pop();
-                    }
-                    Component::CurDir => {}
-                    other => normal.push(other),
+        // `.` and `..` taken by name, as an asked write's path is; an absolute path must then
+        // begin with the workspace's own names.
+        let names = match path.strip_prefix('/') {
+            Some(from_root) => {
+                let names = lexical_names(from_root).ok_or_else(outside)?;
+                let workspace =
+                    lexical_names(self.guest_path().trim_start_matches('/')).ok_or_else(outside)?;
+                if !names.starts_with(&workspace) {
+                    return Err(outside());
                 }
+                names[workspace.len()..].to_vec()
             }
-            normal
-                .strip_prefix(self.path())
-                .map_err(|_| outside())?
-                .to_path_buf()
-        } else {
-            given.to_path_buf()
+            None => lexical_names(path).ok_or_else(outside)?,
         };
-        let mut relative = PathBuf::new();
-        for component in rest.components() {
-            match component {
-                Component::Normal(name) => relative.push(name),
-                Component::CurDir => {}
-                Component::ParentDir => {
-                    if !relative.pop() {
-                        return Err(outside());
-                    }
-                }
-                Component::RootDir | Component::Prefix(_) => return Err(outside()),
-            }
-        }
-        if relative.as_os_str().is_empty() {
+        if names.is_empty() {
             return Err(WorkspaceTextError::NotAFile(path.to_string()));
         }
-        Ok(relative)
+        Ok(names.iter().collect())
     }
 }
 
