@@ -8,8 +8,10 @@ use std::process::Command;
 
 use clawcage_tests::toolchains::repo_root;
 
-/// The guest crates that have unit tests (the fixtures have none; coreutils is upstream's).
+/// The guest crates that have unit tests (the fixtures have none). coreutils is upstream's
+/// uutils, but its `mv`, `cp -r`, `realpath` and `readlink -f` are clawcage's own, with tests.
 const GUEST_CRATES: &[&str] = &[
+    "clawcage-coreutils",
     "clawcage-tool-sdk",
     "clawcage-file",
     "clawcage-web",
