@@ -234,7 +234,7 @@ mod tests {
             dir,
             words,
             |args| parse(args, true).filter(|request| request.recursive),
-            |request, out, err| execute(request, out, err),
+            execute,
         )
     }
 

@@ -121,12 +121,7 @@ mod tests {
 
     /// Runs `mv` with `words` (paths relative to `dir`), returning status, stdout and stderr.
     fn mv(dir: &Path, words: &[&str]) -> (i32, String, String) {
-        testing::run(
-            dir,
-            words,
-            |args| parse(args, false),
-            |request, out, err| execute(request, out, err),
-        )
+        testing::run(dir, words, |args| parse(args, false), execute)
     }
 
     #[test]

@@ -174,10 +174,8 @@ pub(crate) mod testing {
 
     /// An empty directory of its own for `program`'s `test`.
     pub(crate) fn scratch(program: &str, test: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "clawcage-{program}-{test}-{}",
-            std::process::id()
-        ));
+        let dir =
+            std::env::temp_dir().join(format!("clawcage-{program}-{test}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         dir
