@@ -413,3 +413,276 @@ async fn a_slow_answer_about_a_host_does_not_use_up_the_calls_time() {
     answering.await.unwrap();
     assert!(fetched.ends_with("reached"), "{fetched}");
 }
+
+/// A file whose content and modification time a refused write must leave as they were.
+struct Kept {
+    path: std::path::PathBuf,
+    text: &'static str,
+    modified: std::time::SystemTime,
+}
+
+impl Kept {
+    fn new(dir: &Path, name: &str, text: &'static str) -> Kept {
+        let path = dir.join(name);
+        fs::write(&path, text).unwrap();
+        let modified = std::time::UNIX_EPOCH + Duration::from_secs(1_000_000_000);
+        fs::File::options()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_modified(modified)
+            .unwrap();
+        Kept {
+            path,
+            text,
+            modified,
+        }
+    }
+
+    fn assert_unchanged(&self, command: &str, result: &str) {
+        assert_eq!(
+            fs::read_to_string(&self.path).unwrap(),
+            self.text,
+            "`{command}` changed {}: {result}",
+            self.path.display()
+        );
+        assert_eq!(
+            fs::metadata(&self.path).unwrap().modified().unwrap(),
+            self.modified,
+            "`{command}` touched {}: {result}",
+            self.path.display()
+        );
+    }
+}
+
+/// The reason a write by redirection is refused under an allowlist, naming the redirection.
+fn write_refused(redirection: &str) -> String {
+    format!("`{redirection}` writes a file, and writes by redirection are not on the allowlist")
+}
+
+/// An allowlist entry allows running a program, never writing a file through the shell: every
+/// redirection that writes is refused before anything runs, for the write and in its own words,
+/// while reading by redirection stays allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allowlist_refuses_every_write_by_redirection_and_names_it() {
+    let dir = workspace();
+    let notes = Kept::new(dir.path(), "notes.txt", "b\na\n");
+    let a = Kept::new(dir.path(), "a", "line a\n");
+    let only_ls = ApprovalBroker::new(
+        settings(ExecMode::Allowlist, AskMode::Off, &["ls *"]),
+        None,
+        None,
+    );
+    let registry = registry(dir.path(), &only_ls).await;
+    for (command, redirection) in [
+        ("sort < notes.txt > copy.txt", "> copy.txt"),
+        ("head -n 1 < a > notes.txt", "> notes.txt"),
+        ("echo x > f", "> f"),
+        ("ls > listing.txt", "> listing.txt"),
+    ] {
+        let result = run(&registry, command).await;
+        assert!(result.starts_with("ERROR denied"), "{command}: {result}");
+        assert!(
+            result.contains(&write_refused(redirection)),
+            "{command}: {result}"
+        );
+        // The reason is the write, never a program the shell would use for it.
+        assert!(!result.contains("`cat"), "{command}: {result}");
+        assert!(!result.contains("`sort"), "{command}: {result}");
+        notes.assert_unchanged(command, &result);
+        a.assert_unchanged(command, &result);
+        for created in ["copy.txt", "f", "listing.txt"] {
+            assert!(!dir.path().join(created).exists(), "{command}: {result}");
+        }
+    }
+    // `sort -o` is still refused as the option that writes it is.
+    let result = run(&registry, "sort -o copy.txt notes.txt").await;
+    assert!(result.starts_with("ERROR denied"), "{result}");
+    assert!(!dir.path().join("copy.txt").exists());
+    // Reading by redirection is a read: the safe bin passes, and `ls` still runs.
+    let sorted = run(&registry, "sort < notes.txt").await;
+    assert!(sorted.contains("a\nb"), "{sorted}");
+    let first = run(&registry, "head -n 1 < a").await;
+    assert!(first.contains("line a"), "{first}");
+    assert!(run(&registry, "ls").await.contains("notes.txt"));
+    // Copies of descriptors and /dev/null write no file.
+    let quiet = run(
+        &registry,
+        "ls 2>&1 && ls > /dev/null 2>/dev/null && echo done",
+    )
+    .await;
+    assert!(quiet.contains("done"), "{quiet}");
+    notes.assert_unchanged("sort < notes.txt", &sorted);
+
+    // With `cat *` allowed: its writes through the shell are refused all the same, however they
+    // are written.
+    let with_cat = ApprovalBroker::new(
+        settings(ExecMode::Allowlist, AskMode::Off, &["cat *", "ls *"]),
+        None,
+        None,
+    );
+    let registry = self::registry(dir.path(), &with_cat).await;
+    for (command, redirection) in [
+        (": > notes.txt", "> notes.txt"),
+        ("echo x > notes.txt", "> notes.txt"),
+        ("cat a > notes.txt", "> notes.txt"),
+        ("> notes.txt", "> notes.txt"),
+        ("cat a >> notes.txt", ">> notes.txt"),
+        ("cat a >| notes.txt", ">| notes.txt"),
+        ("cat a 1<> notes.txt", "1<> notes.txt"),
+        ("cat a &> notes.txt", "&> notes.txt"),
+        ("cat a >& notes.txt", ">& notes.txt"),
+        ("cat nothing 2> notes.txt", "2> notes.txt"),
+        ("cat <<EOF > notes.txt\nx\nEOF", "> notes.txt"),
+        ("echo x | cat > notes.txt", "> notes.txt"),
+        ("{ cat a; echo x; } > notes.txt", "> notes.txt"),
+        ("for i in 1; do echo $i; done > notes.txt", "> notes.txt"),
+        ("sh -c 'cat a > notes.txt'", "> notes.txt"),
+        ("echo $(echo x > notes.txt)", "> notes.txt"),
+        ("ls; cat a > notes.txt", "> notes.txt"),
+    ] {
+        let result = run(&registry, command).await;
+        assert!(result.starts_with("ERROR denied"), "{command}: {result}");
+        assert!(
+            result.contains(&write_refused(redirection)),
+            "{command}: {result}"
+        );
+        assert!(
+            !result.contains("is not on the allowlist;") && !result.contains("`cat` is not"),
+            "{command}: {result}"
+        );
+        notes.assert_unchanged(command, &result);
+        a.assert_unchanged(command, &result);
+    }
+    let shown = run(&registry, "cat a").await;
+    assert!(shown.contains("line a"), "{shown}");
+}
+
+/// Asked on a miss, a write by redirection is shown to the operator as a write; an approval lets
+/// exactly that write happen, a denial leaves the file as it was, and under `full` nothing is
+/// asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_write_by_redirection_is_asked_and_the_answer_decides_it() {
+    let dir = workspace();
+    let notes = Kept::new(dir.path(), "notes.txt", "b\na\n");
+    let broker = ApprovalBroker::new(
+        settings(ExecMode::Allowlist, AskMode::OnMiss, &["ls *"]),
+        None,
+        None,
+    );
+    let registry = registry(dir.path(), &broker).await;
+    let mut operator = broker.operator(OperatorFilter::All);
+    let approver = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for decision in [ApprovalDecision::Deny, ApprovalDecision::AllowOnce] {
+            while let Some(event) = operator.next().await {
+                if let OperatorEvent::Requested(request) = event {
+                    seen.push((request.plan.summary(), request.reasons.clone()));
+                    operator.resolve(&request.id, decision, "test").unwrap();
+                    break;
+                }
+            }
+        }
+        seen
+    });
+    let denied = run(&registry, "echo x > notes.txt").await;
+    assert!(denied.contains("denied by the operator"), "{denied}");
+    notes.assert_unchanged("echo x > notes.txt", &denied);
+    let copied = run(&registry, "sort < notes.txt > copy.txt").await;
+    assert!(!copied.starts_with("ERROR"), "{copied}");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("copy.txt")).unwrap(),
+        "a\nb\n"
+    );
+    notes.assert_unchanged("sort < notes.txt > copy.txt", &copied);
+    let seen = approver.await.unwrap();
+    assert_eq!(
+        seen,
+        [
+            (
+                "writes a file: > notes.txt".to_string(),
+                vec![write_refused("> notes.txt")]
+            ),
+            (
+                "sort < notes.txt > copy.txt\nwrites a file: > copy.txt".to_string(),
+                vec![write_refused("> copy.txt")]
+            ),
+        ]
+    );
+
+    // Under `full` a redirection writes without a question, builtins' output included.
+    let full = ApprovalBroker::new(ApprovalSettings::default(), None, None);
+    let registry = self::registry(dir.path(), &full).await;
+    let written = run(&registry, "echo x > f && : > empty && cat notes.txt > g").await;
+    assert!(!written.starts_with("ERROR"), "{written}");
+    assert_eq!(fs::read_to_string(dir.path().join("f")).unwrap(), "x\n");
+    assert_eq!(fs::read_to_string(dir.path().join("empty")).unwrap(), "");
+    assert_eq!(fs::read_to_string(dir.path().join("g")).unwrap(), "b\na\n");
+}
+
+/// The plan is what the operator sees, not what enforces the decision: a write the plan did not
+/// show — a script rewritten after the plan, a script built at run time — is refused by the host
+/// before the file is opened, even when every program it runs is allowed, and an approved write
+/// allows only the file it named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_host_refuses_a_write_by_redirection_the_plan_did_not_show() {
+    let dir = workspace();
+    let notes = Kept::new(dir.path(), "notes.txt", "keep\n");
+    fs::write(dir.path().join("a"), "line a\n").unwrap();
+    fs::write(dir.path().join("run.sh"), "ls\n").unwrap();
+    fs::write(
+        dir.path().join("evil.sh"),
+        "cat a > notes.txt\necho pwned >> notes.txt\n: > notes.txt\n",
+    )
+    .unwrap();
+    let broker = ApprovalBroker::new(
+        settings(ExecMode::Allowlist, AskMode::OnMiss, &["ls *", "cat *"]),
+        None,
+        None,
+    );
+    let registry = registry(dir.path(), &broker).await;
+    let answers = clawcage_tests::answer_in_order(&broker, vec![ApprovalDecision::AllowOnce; 3]);
+
+    // The operator approves `cp evil.sh run.sh` and the script's `ls`; what runs after the copy
+    // writes notes.txt three ways, none of which was approved.
+    let result = run(&registry, "cp evil.sh run.sh && sh run.sh").await;
+    assert!(
+        result.contains("writes by redirection are not on the allowlist"),
+        "{result}"
+    );
+    assert!(
+        result.contains("is not part of the command that was approved"),
+        "{result}"
+    );
+    assert!(!result.contains("`cat"), "{result}");
+    notes.assert_unchanged("sh run.sh (rewritten)", &result);
+
+    // A script known only at run time: the operator approves `sh -c "$S"` as shown; the write
+    // inside it was never shown, so it is refused, with `cat` allowed and the builtins too.
+    for script in ["cat a > notes.txt", "echo pwned > notes.txt"] {
+        let command = format!("S='{script}'; sh -c \"$S\"");
+        let result = run(&registry, &command).await;
+        assert!(
+            result.contains("writes by redirection are not on the allowlist"),
+            "{command}: {result}"
+        );
+        notes.assert_unchanged(&command, &result);
+    }
+    let asked = answers.await.unwrap();
+    assert_eq!(asked.len(), 3, "{asked:?}");
+
+    // An approved write allows the file it named, and no other.
+    let answers = clawcage_tests::answer_in_order(&broker, vec![ApprovalDecision::AllowOnce]);
+    let command = "echo ok > copy.txt; S='echo pwned > notes.txt'; sh -c \"$S\"";
+    let result = run(&registry, command).await;
+    answers.await.unwrap();
+    assert_eq!(
+        fs::read_to_string(dir.path().join("copy.txt")).unwrap(),
+        "ok\n"
+    );
+    assert!(
+        result.contains("writes by redirection are not on the allowlist"),
+        "{result}"
+    );
+    notes.assert_unchanged(command, &result);
+}

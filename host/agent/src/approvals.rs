@@ -163,6 +163,10 @@ impl ApprovalRequest {
             text.push_str("\n  ");
             text.push_str(&self.plan.command);
         }
+        for write in &self.plan.writes {
+            text.push_str("\n  ");
+            text.push_str(&write.display());
+        }
         text
     }
 }
@@ -476,7 +480,7 @@ impl ApprovalBroker {
         drop(sessions);
         let plan = ExecPlan {
             command: serde_json::to_string(&policy).unwrap_or_default(),
-            commands: Vec::new(),
+            ..ExecPlan::default()
         };
         self.audit(
             Some(key),
@@ -682,25 +686,26 @@ impl ApprovalBroker {
                 ));
             }
         };
-        let reasons: Vec<String> = plan
-            .commands
-            .iter()
-            .filter_map(|command| match policy.covers_planned(command) {
-                Coverage::Miss(reason) => Some(reason),
-                _ => None,
-            })
-            .collect();
+        // Every program and every write by redirection: an allowlist entry covers running a
+        // program, never a file written through the shell.
+        let reasons = policy.misses(&plan);
         let ask = match ask_mode {
             AskMode::Off => false,
             AskMode::OnMiss => !reasons.is_empty(),
             AskMode::Always => true,
         };
-        let allowed = |policy: ExecPolicy, approved| {
-            GateAnswer::Allowed(Arc::new(ApprovedExec { policy, approved }))
+        // What an answer allows: the plan's commands, and its writes by redirection for this
+        // call only (an allowlist has no entry for them, so they are never kept).
+        let allowed = |policy: ExecPolicy, plan: Option<&ExecPlan>| {
+            GateAnswer::Allowed(Arc::new(ApprovedExec {
+                policy,
+                approved: plan.map(|plan| plan.commands.clone()).unwrap_or_default(),
+                approved_writes: plan.map(|plan| plan.writes.clone()).unwrap_or_default(),
+            }))
         };
         if !ask {
             return if reasons.is_empty() {
-                allowed(policy, Vec::new())
+                allowed(policy, None)
             } else {
                 self.audit(
                     session.as_deref(),
@@ -709,8 +714,13 @@ impl ApprovalBroker {
                     "denied-by-policy",
                     Duration::ZERO,
                 );
+                let instead = if plan.writes.is_empty() {
+                    "Use only allowed programs"
+                } else {
+                    "Use only allowed programs and read their output instead of redirecting it into a file"
+                };
                 GateAnswer::Denied(format!(
-                    "denied by the operator's exec policy (allowlist): {}. Use only allowed programs, or ask the user to allow this one",
+                    "denied by the operator's exec policy (allowlist): {}. {instead}, or ask the user to allow this one",
                     reasons.join("; ")
                 ))
             };
@@ -733,7 +743,7 @@ impl ApprovalBroker {
             ApprovalDecision::Deny => GateAnswer::Denied(
                 "denied by the operator: the user refused this command; do not run it again, ask the user what to do instead".to_string(),
             ),
-            ApprovalDecision::AllowOnce => allowed(policy, plan.commands),
+            ApprovalDecision::AllowOnce => allowed(policy, Some(&plan)),
             ApprovalDecision::AllowAlways => {
                 if let Some(store) = &self.inner.store {
                     let created =
@@ -755,7 +765,7 @@ impl ApprovalBroker {
                         tracing::warn!("the allow-always decision was not kept: {error}");
                     }
                 }
-                allowed(policy, plan.commands)
+                allowed(policy, Some(&plan))
             }
         }
     }
@@ -881,6 +891,7 @@ impl ApprovalBroker {
             GateAnswer::Allowed(Arc::new(ApprovedExec {
                 policy,
                 approved: Vec::new(),
+                approved_writes: Vec::new(),
             }))
         } else {
             self.audit(
@@ -961,7 +972,7 @@ impl ApprovalBroker {
         } = request;
         let plan = ExecPlan {
             command,
-            commands: Vec::new(),
+            ..ExecPlan::default()
         };
         if let Some(store) = &self.inner.store {
             let stored = store.list().map_err(|error| error.to_string())?;
@@ -1190,6 +1201,7 @@ mod tests {
         Some(ExecPlan {
             command: "test".to_string(),
             commands,
+            writes: Vec::new(),
         })
     }
 
@@ -1290,6 +1302,94 @@ mod tests {
         );
         assert!(message.contains("nobody approved"), "{message}");
         assert!(broker.pending().is_empty());
+    }
+
+    /// `sort < notes.txt > copy.txt`: a safe bin and one write by redirection.
+    fn sort_into_copy() -> Option<ExecPlan> {
+        let mut sort = command("sort", &[]);
+        sort.redirections = vec!["< notes.txt".into(), "> copy.txt".into()];
+        Some(ExecPlan {
+            command: "sort < notes.txt > copy.txt".to_string(),
+            commands: vec![sort],
+            writes: vec![clawcage_core::approval::PlannedWrite {
+                redirection: "> copy.txt".into(),
+                target: ArgMatch::Exact("copy.txt".into()),
+            }],
+        })
+    }
+
+    #[tokio::test]
+    async fn a_write_by_redirection_is_refused_or_asked_and_approved_for_that_call_only() {
+        // Refused by an allowlist without asking, for the write and not for a program.
+        let broker = ApprovalBroker::new(
+            settings(ExecMode::Allowlist, AskMode::Off, &["ls *", "cat *"]),
+            None,
+            None,
+        );
+        let message = denied(broker.review("exec", sort_into_copy()).await);
+        assert!(
+            message.contains(
+                "`> copy.txt` writes a file, and writes by redirection are not on the allowlist"
+            ),
+            "{message}"
+        );
+        assert!(
+            !message.contains("`cat`") && !message.contains("`sort"),
+            "{message}"
+        );
+        // `sort < notes.txt` alone writes nothing: the safe bin passes.
+        let read_only = sort_into_copy().map(|plan| ExecPlan {
+            writes: Vec::new(),
+            ..plan
+        });
+        let approved = allowed(broker.review("exec", read_only).await);
+        assert!(approved.check_write("/ws/copy.txt", false).is_err());
+        // Under `full` nothing changes (here decided by the fallback `full`).
+        let mut config = settings(ExecMode::Full, AskMode::Always, &[]);
+        config.ask_fallback = ExecMode::Full;
+        let full_fallback = ApprovalBroker::new(config, None, None);
+        let approved = allowed(full_fallback.review("exec", sort_into_copy()).await);
+        assert!(approved.check_write("/ws/copy.txt", false).is_ok());
+        // With nobody to ask and ask_fallback = "allowlist", the write is still refused.
+        let mut config = settings(ExecMode::Allowlist, AskMode::OnMiss, &[]);
+        config.ask_fallback = ExecMode::Allowlist;
+        let fallback = ApprovalBroker::new(config, None, None);
+        let message = denied(fallback.review("exec", sort_into_copy()).await);
+        assert!(message.contains("`> copy.txt` writes a file"), "{message}");
+
+        // Asked on a miss; allow-always approves the write for this call and keeps nothing
+        // (the safe bin needed no entry, and a write by redirection has none).
+        let dir = tempfile::tempdir().expect("tempdir");
+        let store = ApprovalStore::in_state_dir(dir.path());
+        let broker = ApprovalBroker::new(
+            settings(ExecMode::Allowlist, AskMode::OnMiss, &[]),
+            Some(store.clone()),
+            None,
+        );
+        let mut operator = broker.operator(OperatorFilter::All);
+        let review = tokio::spawn(broker.review("exec", sort_into_copy()));
+        let Some(OperatorEvent::Requested(request)) = operator.next().await else {
+            panic!("no request");
+        };
+        assert_eq!(
+            request.reasons,
+            ["`> copy.txt` writes a file, and writes by redirection are not on the allowlist"]
+        );
+        assert!(
+            request.describe().ends_with("writes a file: > copy.txt"),
+            "{}",
+            request.describe()
+        );
+        operator
+            .resolve(&request.id, ApprovalDecision::AllowAlways, "test")
+            .expect("resolve");
+        let approved = allowed(review.await.expect("join"));
+        assert!(approved.check_write("/ws/copy.txt", false).is_ok());
+        assert!(approved.check_write("/ws/notes.txt", false).is_err());
+        assert!(store.list().expect("list").is_empty());
+        drop(operator);
+        let message = denied(broker.review("exec", sort_into_copy()).await);
+        assert!(message.contains("no operator is connected"), "{message}");
     }
 
     #[tokio::test]

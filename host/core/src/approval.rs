@@ -21,6 +21,38 @@ pub struct ExecPlan {
     /// Every program of every pipeline stage of every `&&`, `||` and `;` segment, including those
     /// inside `sh -c`, command substitutions, loops and conditionals, in source order.
     pub commands: Vec<PlannedCommand>,
+    /// Every file the command line opens for writing by redirection (`> f`, `>> f`, `>| f`,
+    /// `<> f`, `&> f`, `>& f`), a program's or a builtin's (`echo x > f`, `: > f`) or a group's
+    /// (`{ ...; } > f`), in source order. `2>&1` and `> /dev/null` write no file.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub writes: Vec<PlannedWrite>,
+}
+
+/// One file a command line writes by redirection.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PlannedWrite {
+    /// The redirection as written (`> copy.txt`, `2>> "$LOG"`).
+    pub redirection: String,
+    /// What the file's name may become at run time.
+    pub target: ArgMatch,
+}
+
+impl PlannedWrite {
+    /// Whether a file the shell opens for writing at `path` (absolute: the shell joins a relative
+    /// name to its working directory) is this write. A relative target matches by its last
+    /// components, whatever the working directory (`cd` is not followed by the plan); a target
+    /// known only at run time (`> "$F"`, `> $F`) matches any path of its shape.
+    pub fn matches_path(&self, path: &str) -> bool {
+        match &self.target {
+            ArgMatch::Exact(name) if name.starts_with('/') => path == name,
+            ArgMatch::Exact(name) => path
+                .strip_suffix(name.as_str())
+                .is_some_and(|parent| parent.ends_with('/')),
+            ArgMatch::Glob(pattern) if pattern.starts_with('/') => glob_match(pattern, path),
+            ArgMatch::Glob(pattern) => glob_match(&format!("*/{pattern}"), path),
+            ArgMatch::Any => true,
+        }
+    }
 }
 
 /// One program the command line may run.
@@ -81,13 +113,22 @@ impl PlannedCommand {
 }
 
 impl ExecPlan {
-    /// The plan as one line per command, for the operator.
+    /// The plan as one line per command, then one line per write by redirection, for the
+    /// operator.
     pub fn summary(&self) -> String {
         self.commands
             .iter()
             .map(PlannedCommand::display)
+            .chain(self.writes.iter().map(PlannedWrite::display))
             .collect::<Vec<_>>()
             .join("\n")
+    }
+}
+
+impl PlannedWrite {
+    /// The write as the operator reads it: `writes a file: > copy.txt`.
+    pub fn display(&self) -> String {
+        format!("writes a file: {}", self.redirection)
     }
 }
 
@@ -541,6 +582,39 @@ impl ExecPolicy {
     }
 }
 
+impl ExecPolicy {
+    /// Whether a write by redirection is covered. An allowlist entry allows running a program,
+    /// never writing a file through the shell, so under `allowlist` no such write is covered: it
+    /// is refused or asked like a program the list misses.
+    pub fn covers_write(&self, write: &PlannedWrite) -> Coverage {
+        match self.mode {
+            ExecMode::Full => Coverage::Full,
+            ExecMode::Deny => Coverage::Miss("exec is disabled by the operator".to_string()),
+            ExecMode::Allowlist => Coverage::Miss(format!(
+                "`{}` writes a file, and writes by redirection are not on the allowlist",
+                write.redirection
+            )),
+        }
+    }
+
+    /// Why the plan is not covered, one reason per command or write the policy misses (none:
+    /// covered).
+    pub fn misses(&self, plan: &ExecPlan) -> Vec<String> {
+        let commands = plan
+            .commands
+            .iter()
+            .map(|command| self.covers_planned(command));
+        let writes = plan.writes.iter().map(|write| self.covers_write(write));
+        commands
+            .chain(writes)
+            .filter_map(|coverage| match coverage {
+                Coverage::Miss(reason) => Some(reason),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
 fn shown(program: &str, args: &[String]) -> String {
     if args.is_empty() {
         program.to_string()
@@ -866,6 +940,9 @@ pub struct ApprovedExec {
     pub policy: ExecPolicy,
     /// The commands the operator approved for this call (empty when nobody was asked).
     pub approved: Vec<PlannedCommand>,
+    /// The writes by redirection the operator approved for this call (empty when nobody was
+    /// asked). Under `full` every write passes; otherwise only these.
+    pub approved_writes: Vec<PlannedWrite>,
 }
 
 impl ApprovedExec {
@@ -894,6 +971,34 @@ impl ApprovedExec {
             }
             _ => Ok(()),
         }
+    }
+}
+
+impl ApprovedExec {
+    /// Checks one file the shell is about to open for writing by redirection (`path` absolute,
+    /// `append` for `>>`); the error is a sentence for the model. Under `full` every write passes;
+    /// otherwise only a write the operator approved in this call's plan, so a write the plan did
+    /// not show (a script rewritten after the plan, `sh -c "$X"`) is refused before the file is
+    /// opened.
+    pub fn check_write(&self, path: &str, append: bool) -> Result<(), String> {
+        if self.policy.mode == ExecMode::Full
+            || self
+                .approved_writes
+                .iter()
+                .any(|write| write.matches_path(path))
+        {
+            return Ok(());
+        }
+        let redirection = format!("{} {path}", if append { ">>" } else { ">" });
+        let why = match self.policy.mode {
+            ExecMode::Deny => "exec is disabled by the operator".to_string(),
+            _ => format!(
+                "`{redirection}` writes a file, and writes by redirection are not on the allowlist"
+            ),
+        };
+        Err(format!(
+            "denied by the operator's exec policy: {why}, and `{redirection}` is not part of the command that was approved; a different command needs its own approval"
+        ))
     }
 }
 
@@ -1277,6 +1382,7 @@ mod tests {
         let approved = ApprovedExec {
             policy: allowlist(&[]),
             approved: vec![command.clone()],
+            approved_writes: Vec::new(),
         };
         assert!(approved.check("rm", &strings(&["-r", "out-2"])).is_ok());
         assert!(
@@ -1290,6 +1396,125 @@ mod tests {
         assert!(refused.contains("needs its own approval"), "{refused}");
         let entry = AllowEntry::exactly(&command).expect("named program");
         assert_eq!(entry.to_string(), "rm -r out-* *");
+    }
+
+    fn write(redirection: &str, target: ArgMatch) -> PlannedWrite {
+        PlannedWrite {
+            redirection: redirection.to_string(),
+            target,
+        }
+    }
+
+    #[test]
+    fn a_write_by_redirection_is_never_covered_by_an_allowlist_entry() {
+        let policy = allowlist(&["ls *", "cat *"]);
+        let notes = write("> notes.txt", ArgMatch::Exact("notes.txt".into()));
+        assert_eq!(
+            policy.covers_write(&notes),
+            Coverage::Miss(
+                "`> notes.txt` writes a file, and writes by redirection are not on the allowlist"
+                    .to_string()
+            )
+        );
+        let full = ExecPolicy {
+            mode: ExecMode::Full,
+            ..policy.clone()
+        };
+        assert_eq!(full.covers_write(&notes), Coverage::Full);
+        // `sort < a > b`: the safe bin is covered, its write is not, and the reason names the
+        // redirection, not a program.
+        let plan = ExecPlan {
+            command: "sort < a > copy.txt".into(),
+            commands: vec![PlannedCommand {
+                program: Some("sort".into()),
+                written: "sort".into(),
+                args: Vec::new(),
+                redirections: vec!["< a".into(), "> copy.txt".into()],
+            }],
+            writes: vec![write("> copy.txt", ArgMatch::Exact("copy.txt".into()))],
+        };
+        assert_eq!(
+            policy.misses(&plan),
+            ["`> copy.txt` writes a file, and writes by redirection are not on the allowlist"]
+        );
+        assert!(full.misses(&plan).is_empty());
+        assert_eq!(
+            plan.summary(),
+            "sort < a > copy.txt\nwrites a file: > copy.txt"
+        );
+        // A plan without writes (an older component's) still reads; one with writes round-trips.
+        let old: ExecPlan =
+            serde_json::from_str(r#"{"command":"ls","commands":[]}"#).expect("old plan");
+        assert!(old.writes.is_empty());
+        let json = serde_json::to_string(&plan).expect("json");
+        assert_eq!(serde_json::from_str::<ExecPlan>(&json).expect("back"), plan);
+    }
+
+    #[test]
+    fn the_host_refuses_a_write_by_redirection_the_decision_did_not_approve() {
+        let nothing = ApprovedExec {
+            policy: allowlist(&["cat *"]),
+            approved: Vec::new(),
+            approved_writes: Vec::new(),
+        };
+        let refused = nothing
+            .check_write("/ws/notes.txt", false)
+            .expect_err("not approved");
+        assert!(
+            refused.contains("`> /ws/notes.txt` writes a file, and writes by redirection are not on the allowlist"),
+            "{refused}"
+        );
+        assert!(!refused.contains("cat"), "{refused}");
+        let refused = nothing
+            .check_write("/ws/log", true)
+            .expect_err("not approved");
+        assert!(refused.contains("`>> /ws/log`"), "{refused}");
+        // Approved writes pass, and only at the paths they name.
+        let approved = ApprovedExec {
+            approved_writes: vec![
+                write("> copy.txt", ArgMatch::Exact("copy.txt".into())),
+                write("> /ws/abs.txt", ArgMatch::Exact("/ws/abs.txt".into())),
+                write("> \"out-$N\"", ArgMatch::Glob("out-*".into())),
+            ],
+            ..nothing.clone()
+        };
+        for ok in [
+            "/ws/copy.txt",
+            "/ws/sub/copy.txt",
+            "/ws/abs.txt",
+            "/ws/out-1",
+        ] {
+            assert!(approved.check_write(ok, false).is_ok(), "{ok}");
+        }
+        for refused in [
+            "/ws/notes.txt",
+            "/ws/xcopy.txt",
+            "/ws/copy.txt.bak",
+            "/ws/sub/abs.txt",
+            "/ws/in-1",
+        ] {
+            assert!(approved.check_write(refused, false).is_err(), "{refused}");
+        }
+        // A target known only at run time was shown as such and matches any path.
+        let any = ApprovedExec {
+            approved_writes: vec![write("> $F", ArgMatch::Any)],
+            ..nothing.clone()
+        };
+        assert!(any.check_write("/ws/anything", false).is_ok());
+        // Under `full` every write passes; the planning instance (`deny`) writes nothing.
+        let full = ApprovedExec {
+            policy: ExecPolicy::default(),
+            ..nothing.clone()
+        };
+        assert!(full.check_write("/ws/notes.txt", false).is_ok());
+        let deny = ApprovedExec {
+            policy: ExecPolicy {
+                mode: ExecMode::Deny,
+                ..ExecPolicy::default()
+            },
+            ..approved.clone()
+        };
+        assert!(deny.check_write("/ws/notes.txt", false).is_err());
     }
 
     #[test]

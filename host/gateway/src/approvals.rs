@@ -217,6 +217,7 @@ mod tests {
             plan: ExecPlan {
                 command: "create or change /ws/a.txt".into(),
                 commands: Vec::new(),
+                writes: Vec::new(),
             },
             reasons: Vec::new(),
             expires_at_ms: 0,

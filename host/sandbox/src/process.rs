@@ -148,10 +148,22 @@ impl wit::Host for CallState {
             ));
         };
         if let Some(approved) = &exec.approved {
-            for stage in &pipeline.stages {
-                approved
-                    .check(&stage.program, &stage.args)
-                    .map_err(RunError::Invalid)?;
+            // Every file the pipeline would open for writing, before any is opened (an approved
+            // one would otherwise be emptied before a refused one stops the pipeline).
+            for file in &pipeline.files {
+                if file.mode != OpenMode::Read {
+                    approved
+                        .check_write(&file.path, file.mode == OpenMode::Append)
+                        .map_err(RunError::Redirect)?;
+                }
+            }
+            // The shell's own output into a file starts no program (the host writes it).
+            if shell_output(&pipeline).is_none() {
+                for stage in &pipeline.stages {
+                    approved
+                        .check(&stage.program, &stage.args)
+                        .map_err(RunError::Invalid)?;
+                }
             }
         }
         run_pipeline(exec, pipeline).await
@@ -589,6 +601,26 @@ fn describe_open_error(shown: &str, error: &std::io::Error) -> String {
     }
 }
 
+/// The bytes of a pipeline that only puts given bytes into one file: the shell's way of sending
+/// a builtin's or a group's output into a redirection (`echo x > f`, `: > f`, `{ ...; } > f`),
+/// written as one `cat` without arguments whose input is those bytes and whose output is the
+/// file. The host writes such bytes itself instead of starting `cat`, so the write is judged as
+/// the write it is (against the approved writes), and no program runs that the decision did not
+/// cover (an operator's own `cat.wasm` included).
+fn shell_output(pipeline: &Pipeline) -> Option<&[u8]> {
+    let ([stage], [file]) = (pipeline.stages.as_slice(), pipeline.files.as_slice()) else {
+        return None;
+    };
+    match (&stage.stdin, &stage.stdout, &stage.stderr) {
+        (Input::Bytes(bytes), Output::File(0), Output::Output | Output::Discard)
+            if stage.program == "cat" && stage.args.is_empty() && file.mode != OpenMode::Read =>
+        {
+            Some(bytes.as_slice())
+        }
+        _ => None,
+    }
+}
+
 /// Aborts the stage tasks when dropped (the caller timed out or went away).
 struct Stages(Vec<Option<JoinHandle<StageEnd>>>);
 
@@ -669,7 +701,11 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
         .await
         .map_err(RunError::Invalid)?;
     let mut programs = Vec::with_capacity(pipeline.stages.len());
-    for stage in &pipeline.stages {
+    let stages_to_start = match shell_output(&pipeline) {
+        Some(_) => &[][..],
+        None => pipeline.stages.as_slice(),
+    };
+    for stage in stages_to_start {
         match catalog.get(&stage.program) {
             Some(program) => {
                 programs.push(program.ready().await.map_err(RunError::Invalid)?.clone())
@@ -708,6 +744,28 @@ async fn run_pipeline(exec: &ExecContext, pipeline: Pipeline) -> Result<RunResul
             )
             .map_err(RunError::Redirect)?,
         );
+    }
+
+    if let (Some(bytes), [Opened::Write(file)]) = (shell_output(&pipeline), files.as_slice()) {
+        let (end, message) = match file.write_bytes(bytes) {
+            Ok(()) => (StageEnd::Exited(0), Vec::new()),
+            Err(error) => (
+                StageEnd::Exited(1),
+                format!("{}: {error}\n", pipeline.files[0].path).into_bytes(),
+            ),
+        };
+        return Ok(RunResult {
+            ends: vec![end],
+            output: CutOutput {
+                head: message,
+                omitted: 0,
+                tail: Vec::new(),
+            },
+            captured: Vec::new(),
+            captured_truncated: false,
+            timed_out: false,
+            write_limit_reached: exec.budget.exceeded(),
+        });
     }
 
     let output_limit = pipeline.output_limit.min(MAX_OUTPUT_LIMIT) as usize;

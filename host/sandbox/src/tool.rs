@@ -118,6 +118,7 @@ impl WasmTool {
                 ..ExecPolicy::default()
             },
             approved: Vec::new(),
+            approved_writes: Vec::new(),
         });
         let plan = match run_in_fresh_instance(
             compiled,

@@ -5,6 +5,9 @@
 //! is what the operator sees, not what enforces it. It reaches into `&&`, `||`, `;`, pipelines,
 //! conditionals, loops, `sh -c 'literal'`, `sh FILE` (read now) and command substitutions; what is
 //! known only at run time is marked so (a program named by a variable, an argument that expands).
+//! Every redirection that opens a file for writing (`>`, `>>`, `>|`, `<>`, `&>`, `>& FILE`) is
+//! listed too, a program's, a builtin's (`echo x > f`, `: > f`) or a group's (`{ ...; } > f`):
+//! a write through the shell is a write of the plan, judged as one.
 
 use brush_parser::ast;
 use brush_parser::word::WordPiece;
@@ -21,7 +24,7 @@ const QUIET_BUILTINS: &[&str] = &[
     "set", "true", "type", "unset", "which", "[[",
 ];
 
-/// Builds the plan of `command` as JSON (`{command, commands: [...]}`). `programs` are the names
+/// Builds the plan of `command` as JSON (`{command, commands: [...], writes: [...]}`). `programs` are the names
 /// the host can run; `read_script` reads a script file named by `sh FILE` (relative to the
 /// workspace's working directory), if it can.
 pub fn plan(
@@ -33,16 +36,23 @@ pub fn plan(
         programs,
         read_script,
         commands: Vec::new(),
+        writes: Vec::new(),
         depth: 0,
     };
     planner.script(command)?;
-    Ok(json!({ "command": command, "commands": planner.commands }))
+    Ok(json!({
+        "command": command,
+        "commands": planner.commands,
+        "writes": planner.writes,
+    }))
 }
 
 struct Planner<'a> {
     programs: &'a [String],
     read_script: &'a dyn Fn(&str) -> Option<String>,
     commands: Vec<Value>,
+    /// The redirections that write a file: `{redirection, target}`.
+    writes: Vec<Value>,
     depth: usize,
 }
 
@@ -93,6 +103,7 @@ impl Planner<'_> {
                     self.compound(compound)?;
                     for redirect in redirects.iter().flat_map(|list| list.0.iter()) {
                         self.redirect_substitutions(redirect)?;
+                        self.redirect_write(redirect)?;
                     }
                 }
                 ast::Command::Function(_) | ast::Command::ExtendedTest(..) => {}
@@ -154,6 +165,7 @@ impl Planner<'_> {
                 }
                 ast::CommandPrefixOrSuffixItem::IoRedirect(redirect) => {
                     self.redirect_substitutions(redirect)?;
+                    self.redirect_write(redirect)?;
                     redirections.push(redirect.to_string());
                 }
                 ast::CommandPrefixOrSuffixItem::Word(word) => words.push(&word.value),
@@ -167,6 +179,7 @@ impl Planner<'_> {
             match item {
                 ast::CommandPrefixOrSuffixItem::IoRedirect(redirect) => {
                     self.redirect_substitutions(redirect)?;
+                    self.redirect_write(redirect)?;
                     redirections.push(redirect.to_string());
                 }
                 ast::CommandPrefixOrSuffixItem::Word(word)
@@ -282,6 +295,29 @@ impl Planner<'_> {
             .then(|| base.to_string())
     }
 
+    /// Lists `redirect` among the plan's writes when it opens a file for writing, whatever
+    /// command it belongs to (a program, a builtin, a group, or none: `> f` alone).
+    fn redirect_write(&mut self, redirect: &ast::IoRedirect) -> Result<(), String> {
+        let Some(word) = written_file(redirect) else {
+            return Ok(());
+        };
+        if self.writes.len() >= MAX_COMMANDS {
+            return Err(format!(
+                "the command line writes more than {MAX_COMMANDS} files by redirection; split it"
+            ));
+        }
+        let target = match shape(&word.value) {
+            Shape::Exact(text) => json!({ "kind": "exact", "value": text }),
+            Shape::Glob(pattern) => json!({ "kind": "glob", "value": pattern }),
+            Shape::Any => json!({ "kind": "any" }),
+        };
+        self.writes.push(json!({
+            "redirection": redirect.to_string(),
+            "target": target,
+        }));
+        Ok(())
+    }
+
     fn redirect_substitutions(&mut self, redirect: &ast::IoRedirect) -> Result<(), String> {
         match redirect {
             ast::IoRedirect::File(_, _, ast::IoFileRedirectTarget::Filename(word))
@@ -340,6 +376,35 @@ impl Planner<'_> {
             }
             _ => Ok(()),
         }
+    }
+}
+
+/// The file `redirect` opens for writing, as written, or `None` when it writes none: a read
+/// (`<`, here-documents, here-strings), a copy of a descriptor (`2>&1`, `>&-`), or a device the
+/// shell handles itself (`> /dev/null`, `> /dev/stderr`). What is known only at run time is a
+/// write (`>&$X` may name a file).
+fn written_file(redirect: &ast::IoRedirect) -> Option<&ast::Word> {
+    let exact = |word: &ast::Word| match shape(&word.value) {
+        Shape::Exact(text) => Some(text),
+        _ => None,
+    };
+    match redirect {
+        ast::IoRedirect::File(_, kind, ast::IoFileRedirectTarget::Filename(word)) => {
+            let device = exact(word).is_some_and(|text| {
+                matches!(text.as_str(), "/dev/null" | "/dev/stdout" | "/dev/stderr")
+            });
+            (!matches!(kind, ast::IoFileRedirectKind::Read) && !device).then_some(word)
+        }
+        ast::IoRedirect::File(_, _, ast::IoFileRedirectTarget::Duplicate(word)) => {
+            let descriptor = exact(word).is_some_and(|text| {
+                text == "-" || (!text.is_empty() && text.chars().all(|c| c.is_ascii_digit()))
+            });
+            (!descriptor).then_some(word)
+        }
+        ast::IoRedirect::OutputAndError(word, _) => {
+            (exact(word).as_deref() != Some("/dev/null")).then_some(word)
+        }
+        _ => None,
     }
 }
 
@@ -451,6 +516,8 @@ mod tests {
             "timeout",
             "find",
             "head",
+            "sort",
+            "printf",
         ]
         .iter()
         .map(|name| name.to_string())
@@ -541,6 +608,100 @@ mod tests {
         assert_eq!(names, ["rm", "ls"]);
     }
 
+    /// The writes of `command`'s plan: each redirection as written and its target's shape.
+    fn writes(command: &str) -> Vec<(String, Value)> {
+        let read = |path: &str| (path == "run.sh").then(|| "echo x >> log.txt".to_string());
+        let plan = plan(command, &programs(), &read).expect("plan");
+        plan["writes"]
+            .as_array()
+            .expect("writes")
+            .iter()
+            .map(|write| {
+                (
+                    write["redirection"].as_str().expect("text").to_string(),
+                    write["target"].clone(),
+                )
+            })
+            .collect()
+    }
+
+    fn written(command: &str) -> Vec<String> {
+        writes(command).into_iter().map(|(text, _)| text).collect()
+    }
+
+    #[test]
+    fn every_redirection_that_writes_a_file_is_a_write_of_the_plan() {
+        // The cases: a safe bin, a builtin, `:`, an allowed program, no command at all.
+        for (command, write) in [
+            ("sort < notes.txt > copy.txt", "> copy.txt"),
+            ("head -n 1 < a > notes.txt", "> notes.txt"),
+            (": > notes.txt", "> notes.txt"),
+            ("echo x > notes.txt", "> notes.txt"),
+            ("cat a > notes.txt", "> notes.txt"),
+            ("> notes.txt", "> notes.txt"),
+            ("printf '%s' x > f", "> f"),
+            ("pwd > f", "> f"),
+            ("cat <<EOF > f\nhi\nEOF\n", "> f"),
+            // Every operator that opens a file for writing.
+            ("ls >> log", ">> log"),
+            ("ls >| f", ">| f"),
+            ("ls <> f", "<> f"),
+            ("ls 2> err", "2> err"),
+            ("ls &> all", "&> all"),
+            ("ls &>> all", "&>> all"),
+            ("ls >& all", ">& all"),
+            // Groups, loops and conditionals with a redirection of their own.
+            ("{ ls; echo x; } > f", "> f"),
+            ("(echo x) > f", "> f"),
+            ("for i in 1 2; do echo $i; done > f", "> f"),
+            ("if true; then echo x; fi >> f", ">> f"),
+            // Nested shells and substitutions.
+            ("sh -c 'echo x > f'", "> f"),
+            ("echo $(echo x > f)", "> f"),
+            ("X=`: > f` true", "> f"),
+            ("sh run.sh", ">> log.txt"),
+        ] {
+            assert_eq!(written(command), [write], "{command}");
+        }
+        assert_eq!(written("sort < a > b 2> c"), ["> b", "2> c"]);
+        // Reads, copies of descriptors and the shell's devices write no file.
+        for command in [
+            "sort < notes.txt",
+            "ls 2>&1",
+            "ls >&2",
+            "ls 2>&-",
+            "ls > /dev/null",
+            "ls 2>/dev/null",
+            "ls &> /dev/null",
+            "echo x > /dev/stderr",
+            "cat <<EOF\nx\nEOF\n",
+            "cat <<< hi",
+            "while read l; do echo $l; done < list",
+        ] {
+            assert_eq!(written(command), Vec::<String>::new(), "{command}");
+        }
+        // A builtin's write is listed though the builtin itself is not a program to plan.
+        assert_eq!(names("echo x > notes.txt"), Vec::<Option<String>>::new());
+    }
+
+    #[test]
+    fn a_write_target_known_only_at_run_time_is_marked() {
+        let targets: Vec<Value> = writes("ls > copy.txt > \"out-$N.txt\" > $F > *.log >&\"$X\"")
+            .into_iter()
+            .map(|(_, target)| target)
+            .collect();
+        assert_eq!(
+            targets,
+            [
+                json!({"kind": "exact", "value": "copy.txt"}),
+                json!({"kind": "glob", "value": "out-*.txt"}),
+                json!({"kind": "any"}),
+                json!({"kind": "any"}),
+                json!({"kind": "glob", "value": "*"}),
+            ]
+        );
+    }
+
     #[test]
     fn malformed_and_runaway_command_lines_are_refused() {
         let none = |_: &str| None;
@@ -548,6 +709,8 @@ mod tests {
         let deep = format!("echo {}ls{}", "$(ls ".repeat(40), ")".repeat(40));
         assert!(plan(&deep, &programs(), &none).is_err());
         let many = vec!["ls"; MAX_COMMANDS + 1].join("; ");
+        assert!(plan(&many, &programs(), &none).is_err());
+        let many = vec![": > f"; MAX_COMMANDS + 1].join("; ");
         assert!(plan(&many, &programs(), &none).is_err());
     }
 }

@@ -1016,7 +1016,9 @@ impl<'a> Shell<'a> {
     }
 
     /// Sends `bytes` a builtin wrote to `dest`: the model's output, a capture, or a file (through
-    /// the host, so the write is checked and counted like a program's).
+    /// the host, so the write is checked and counted like a program's). The host takes a lone
+    /// `cat` without arguments from given bytes into one file as this, the shell's own output:
+    /// it writes the bytes itself and judges the redirection's write, never `cat` as a program.
     fn deliver(&mut self, resolved: &Redirected, dest: &Dest, bytes: &[u8], io: &Io) -> Flow<bool> {
         match dest {
             Dest::Sink(sink) => self.write(*sink, bytes),
