@@ -1,6 +1,9 @@
 //! One WebSocket connection. The gateway speaks first (`connect.challenge` with a nonce); the
 //! client's first frame must be a `connect` request with a protocol range that includes ours
-//! and the token, within the handshake time, or the socket is closed with a reason. After
+//! and the token, within the unauthenticated timeout, or the socket is closed with a reason;
+//! until then the connection holds its place among the unauthenticated ones and is closed at
+//! once when it is evicted from there ([`crate::limits`]). The token moves it to the
+//! authenticated ones, where no timeout of the handshake applies any more. After
 //! `hello-ok`, one task serves the socket: it reads requests (each handled in a task of its
 //! own, at most [`MAX_REQUESTS_IN_FLIGHT`] at once) and writes what the connection's
 //! [`Outbox`] holds — responses and the events of the sessions it subscribed to — in order. A
@@ -24,10 +27,8 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
 use crate::Gateway;
 use crate::hub::Outbox;
+use crate::limits::PendingSlot;
 use crate::protocol::{self, Code, GatewayError, PROTOCOL_VERSION, Request};
-
-/// How long a client has to send `connect` after the challenge.
-pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// How long one frame may take to write before the client counts as gone.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -258,12 +259,14 @@ fn check_connect(gateway: &Gateway, request: &Request) -> Result<ClientInfo, Gat
     })
 }
 
-/// Serves one upgraded connection until it ends.
-pub async fn serve<S>(gateway: Arc<Gateway>, mut socket: WebSocketStream<S>)
+/// Serves one upgraded connection, unauthenticated in `slot`, until it ends.
+pub async fn serve<S>(gateway: Arc<Gateway>, mut socket: WebSocketStream<S>, slot: PendingSlot)
 where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let max_frame = gateway.settings.max_frame_bytes;
+    let timeout = gateway.settings.limits.unauthenticated_timeout;
+    let evicted = slot.evicted();
     let Ok(nonce) = crate::auth::random_hex(16) else {
         close(
             &mut socket,
@@ -278,16 +281,29 @@ where
         json!({"nonce": nonce, "ts": clawcage_agent::transcript::now_ms()}),
         None,
     );
-    if socket.send(Message::Text(challenge)).await.is_err() {
+    // An evicted connection is dropped at once, without a close handshake: its place has been
+    // given to a newer one, and its descriptor must not linger.
+    let deadline = tokio::time::Instant::now() + timeout;
+    let sent = tokio::select! {
+        sent = tokio::time::timeout_at(deadline, socket.send(Message::Text(challenge))) => sent,
+        () = evicted.cancelled() => return,
+    };
+    if !matches!(sent, Ok(Ok(()))) {
         return;
     }
-    let first = tokio::time::timeout(HANDSHAKE_TIMEOUT, socket.next()).await;
+    let first = tokio::select! {
+        first = tokio::time::timeout_at(deadline, socket.next()) => first,
+        () = evicted.cancelled() => return,
+    };
     let text = match first {
         Err(_) => {
             close(
                 &mut socket,
                 CloseCode::Policy,
-                "handshake timeout: send connect within 10 s",
+                &format!(
+                    "handshake timeout: send connect within {} s",
+                    timeout.as_secs()
+                ),
             )
             .await;
             return;
@@ -326,6 +342,25 @@ where
     let client = match check_connect(&gateway, &request) {
         Ok(client) => client,
         Err(error) => {
+            refuse(&mut socket, &request.id, error).await;
+            return;
+        }
+    };
+    // The token is proven: the connection leaves the unauthenticated ones (and their timeouts)
+    // for the authenticated ones, which have a cap of their own.
+    let _admitted = match slot.promote() {
+        Ok(admitted) => admitted,
+        Err(full) => {
+            if evicted.is_cancelled() {
+                return;
+            }
+            let error = GatewayError::new(
+                Code::Unavailable,
+                format!(
+                    "too many connections: this gateway serves {} authenticated connections at once (--max-connections less --max-unauthenticated); close one and reconnect",
+                    full.cap
+                ),
+            );
             refuse(&mut socket, &request.id, error).await;
             return;
         }

@@ -2,22 +2,24 @@
 //! `/style.css`, embedded in the binary), `/healthz`, the webhooks (`POST /hooks/<name>`,
 //! authenticated by their signatures), and upgrades `GET /ws` to a WebSocket after checking the
 //! `Host` and `Origin` headers. The upgraded connection is handed to
-//! [`connection::serve`](crate::connection::serve).
+//! [`connection::serve`](crate::connection::serve). Every connection is counted and timed as
+//! unauthenticated ([`crate::limits`]) until that WebSocket's `connect` proves the token.
 
 use std::convert::Infallible;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper_util::rt::TokioIo;
-use tokio::net::TcpListener;
+use hyper_util::rt::{TokioIo, TokioTimer};
+use tokio::net::{TcpListener, TcpStream};
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 
 use crate::Gateway;
+use crate::limits::PendingSlot;
 
 /// The WebSocket path.
 pub const WS_PATH: &str = "/ws";
@@ -31,7 +33,9 @@ const STYLE_CSS: &str = include_str!("web/style.css");
 
 type Response = http::Response<Full<Bytes>>;
 
-/// Accepts connections on `listener` until `stop` is cancelled.
+/// Accepts connections on `listener` until `stop` is cancelled. Each one is admitted as
+/// unauthenticated ([`Admissions::admit`](crate::limits::Admissions::admit), which may evict
+/// the oldest such connection) and served by [`serve_http`].
 pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken) {
     loop {
         let (stream, peer) = tokio::select! {
@@ -47,28 +51,59 @@ pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: Can
             () = stop.cancelled() => return,
         };
         let _ = stream.set_nodelay(true);
+        let slot = gateway.admissions.admit(peer);
+        tokio::spawn(serve_http(gateway.clone(), stream, slot));
+    }
+}
+
+/// Serves one connection's HTTP requests until it ends, upgrades, is evicted (closed at once),
+/// or has lived [`Limits::unauthenticated_lifetime`](crate::limits::Limits) (then shut down
+/// gracefully: the request in flight is answered within one more timeout). hyper closes it when
+/// a request's headers take longer than the timeout, counted from the connection's start or
+/// from the previous response: a silent client, one that sends a byte now and then, and an
+/// idle keep-alive connection alike. An upgrade to a WebSocket takes the slot along.
+async fn serve_http(gateway: Arc<Gateway>, stream: TcpStream, slot: PendingSlot) {
+    let timeout = gateway.settings.limits.unauthenticated_timeout;
+    let lifetime_ends = slot.admitted() + gateway.settings.limits.unauthenticated_lifetime();
+    let evicted = slot.evicted();
+    let peer = slot.peer();
+    let slot = Arc::new(Mutex::new(Some(slot)));
+    let service = hyper::service::service_fn(move |request| {
         let gateway = gateway.clone();
-        tokio::spawn(async move {
-            let service = hyper::service::service_fn(move |request| {
-                let gateway = gateway.clone();
-                async move {
-                    // Webhooks are authenticated by their signature, not by Host or Origin.
-                    if let Some(name) = request.uri().path().strip_prefix(HOOKS_PREFIX) {
-                        let name = name.to_string();
-                        return Ok::<_, Infallible>(hook(gateway, &name, request).await);
-                    }
-                    Ok::<_, Infallible>(route(gateway, request))
-                }
-            });
-            let served = hyper::server::conn::http1::Builder::new()
-                .max_buf_size(64 << 10)
-                .serve_connection(TokioIo::new(stream), service)
-                .with_upgrades()
-                .await;
-            if let Err(error) = served {
-                tracing::debug!(%peer, "HTTP connection ended: {error}");
+        let slot = slot.clone();
+        async move {
+            // Webhooks are authenticated by their signature, not by Host or Origin.
+            if let Some(name) = request.uri().path().strip_prefix(HOOKS_PREFIX) {
+                let name = name.to_string();
+                return Ok::<_, Infallible>(hook(gateway, &name, request).await);
             }
-        });
+            Ok::<_, Infallible>(route(gateway, request, &slot))
+        }
+    });
+    let connection = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        .header_read_timeout(timeout)
+        .max_buf_size(64 << 10)
+        .serve_connection(TokioIo::new(stream), service)
+        .with_upgrades();
+    tokio::pin!(connection);
+    let served = tokio::select! {
+        served = connection.as_mut() => served,
+        () = evicted.cancelled() => return,
+        () = tokio::time::sleep_until(lifetime_ends) => {
+            tracing::debug!(%peer, "an unauthenticated connection lived its time: shutting it down");
+            connection.as_mut().graceful_shutdown();
+            tokio::select! {
+                served = tokio::time::timeout(timeout, connection.as_mut()) => match served {
+                    Ok(served) => served,
+                    Err(_) => return,
+                },
+                () = evicted.cancelled() => return,
+            }
+        }
+    };
+    if let Err(error) = served {
+        tracing::debug!(%peer, "HTTP connection ended: {error}");
     }
 }
 
@@ -117,10 +152,14 @@ fn header(request: &http::Request<Incoming>, name: http::HeaderName) -> Option<&
         .and_then(|value| value.to_str().ok())
 }
 
-fn route(gateway: Arc<Gateway>, mut request: http::Request<Incoming>) -> Response {
+fn route(
+    gateway: Arc<Gateway>,
+    mut request: http::Request<Incoming>,
+    slot: &Mutex<Option<PendingSlot>>,
+) -> Response {
     let path = request.uri().path();
     if path == WS_PATH {
-        return upgrade(gateway, &mut request);
+        return upgrade(gateway, &mut request, slot);
     }
     if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
         return plain(
@@ -163,7 +202,11 @@ async fn hook(gateway: Arc<Gateway>, name: &str, request: http::Request<Incoming
     }
 }
 
-fn upgrade(gateway: Arc<Gateway>, request: &mut http::Request<Incoming>) -> Response {
+fn upgrade(
+    gateway: Arc<Gateway>,
+    request: &mut http::Request<Incoming>,
+    slot: &Mutex<Option<PendingSlot>>,
+) -> Response {
     let upgrade_requested = header(request, http::header::UPGRADE)
         .is_some_and(|value| value.eq_ignore_ascii_case("websocket"));
     let version_ok = header(request, http::header::SEC_WEBSOCKET_VERSION) == Some("13");
@@ -188,6 +231,18 @@ fn upgrade(gateway: Arc<Gateway>, request: &mut http::Request<Incoming>) -> Resp
         tracing::info!("refused a WebSocket upgrade: {why}");
         return plain(http::StatusCode::FORBIDDEN, format!("{why}\n"));
     }
+    // The WebSocket keeps the connection's place among the unauthenticated ones until its
+    // `connect` proves the token.
+    let Some(slot) = slot
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .take()
+    else {
+        return plain(
+            http::StatusCode::BAD_REQUEST,
+            "this connection has already been upgraded\n",
+        );
+    };
     let on_upgrade = hyper::upgrade::on(request);
     let config = WebSocketConfig::default()
         .read_buffer_size(4 << 10)
@@ -196,7 +251,12 @@ fn upgrade(gateway: Arc<Gateway>, request: &mut http::Request<Incoming>) -> Resp
         .max_message_size(Some(gateway.settings.max_frame_bytes))
         .max_frame_size(Some(gateway.settings.max_frame_bytes));
     tokio::spawn(async move {
-        match on_upgrade.await {
+        let evicted = slot.evicted();
+        let upgraded = tokio::select! {
+            upgraded = on_upgrade => upgraded,
+            () = evicted.cancelled() => return,
+        };
+        match upgraded {
             Ok(upgraded) => {
                 let socket = WebSocketStream::from_raw_socket(
                     TokioIo::new(upgraded),
@@ -204,7 +264,7 @@ fn upgrade(gateway: Arc<Gateway>, request: &mut http::Request<Incoming>) -> Resp
                     Some(config),
                 )
                 .await;
-                crate::connection::serve(gateway, socket).await;
+                crate::connection::serve(gateway, socket, slot).await;
             }
             Err(error) => tracing::debug!("the WebSocket upgrade failed: {error}"),
         }

@@ -13,6 +13,7 @@ mod connection;
 mod http;
 pub mod hub;
 mod keys;
+pub mod limits;
 mod methods;
 pub mod protocol;
 
@@ -65,6 +66,8 @@ pub struct Settings {
     pub send_queue: usize,
     /// How often `tick` events go out.
     pub tick_interval: Duration,
+    /// How many connections are held, and how long one may stay without the token.
+    pub limits: limits::Limits,
 }
 
 impl Settings {
@@ -78,6 +81,7 @@ impl Settings {
             max_frame_bytes: MAX_FRAME_BYTES,
             send_queue: SEND_QUEUE_FRAMES,
             tick_interval: Duration::from_secs(30),
+            limits: limits::Limits::for_this_process(),
         }
     }
 }
@@ -92,6 +96,8 @@ pub struct Gateway {
     pub channels: OnceLock<Arc<channels::Channels>>,
     /// Approvals, when the runtime's policy may ask: approver connections are its operators.
     pub approvals: OnceLock<Arc<approvals::Approvals>>,
+    /// The connections, counted against `settings.limits`.
+    pub admissions: Arc<limits::Admissions>,
 }
 
 impl Gateway {
@@ -99,6 +105,7 @@ impl Gateway {
     pub fn new(parts: GatewayParts, settings: Settings) -> Arc<Self> {
         Arc::new(Self {
             hub: Hub::new(parts),
+            admissions: limits::Admissions::new(settings.limits.clone(), settings.loopback),
             settings,
             channels: OnceLock::new(),
             approvals: OnceLock::new(),
@@ -224,6 +231,59 @@ pub struct GatewayArgs {
     /// chat.send and agent requests per minute on one connection.
     #[arg(long, value_name = "N", default_value_t = 30)]
     pub sends_per_minute: u32,
+    /// Connections at once in all, authenticated or not. Default: what the open-file limit
+    /// allows beside the gateway's own files, at most 8192.
+    #[arg(long, value_name = "N")]
+    pub max_connections: Option<usize>,
+    /// Of those, connections that have not presented the token yet; when they are all taken,
+    /// the oldest is closed for a new one. Default: a quarter of --max-connections (8 to 1024).
+    #[arg(long, value_name = "N")]
+    pub max_unauthenticated: Option<usize>,
+    /// Seconds a connection without the token may take for each request's headers (and idle
+    /// between requests) and for the WebSocket's connect; it lives three times this at most.
+    #[arg(long, value_name = "SECONDS", default_value_t = limits::UNAUTHENTICATED_TIMEOUT.as_secs())]
+    pub unauthenticated_timeout: u64,
+}
+
+/// The connection caps and timeout for `args`, sized from the open-file limit, which is raised
+/// first as far as the hard limit allows; what could not be had is logged.
+fn connection_limits(args: &GatewayArgs) -> Result<limits::Limits, Error> {
+    let open_files = match limits::raise_open_file_limit() {
+        Ok((soft, hard)) => {
+            tracing::info!(soft, hard, "open-file limit");
+            Some(soft)
+        }
+        Err(why) => {
+            tracing::warn!("{why}; the connection caps are sized from the limit as it is");
+            limits::open_file_limit().map(|(soft, _)| soft)
+        }
+    };
+    let sized = limits::Limits::for_open_files(open_files.unwrap_or(1024));
+    let max_connections = args.max_connections.unwrap_or(sized.max_connections);
+    let limits = limits::Limits {
+        max_connections,
+        max_unauthenticated: args
+            .max_unauthenticated
+            .unwrap_or_else(|| (max_connections / 4).clamp(1, sized.max_unauthenticated)),
+        unauthenticated_timeout: Duration::from_secs(args.unauthenticated_timeout),
+    };
+    limits.check(open_files).map_err(Error::Usage)?;
+    if let Some(open_files) = open_files
+        && open_files < 4096
+    {
+        tracing::warn!(
+            "the open-file limit is {open_files}, and no more could be had: the gateway holds {} connections at most ({} unauthenticated); raise it with `ulimit -Hn` (as root) or LimitNOFILE= in a systemd unit",
+            limits.max_connections,
+            limits.max_unauthenticated
+        );
+    }
+    tracing::info!(
+        max_connections = limits.max_connections,
+        max_unauthenticated = limits.max_unauthenticated,
+        timeout_s = limits.unauthenticated_timeout.as_secs(),
+        "connection caps"
+    );
+    Ok(limits)
 }
 
 /// `clawcage gateway ...` subcommands.
@@ -310,6 +370,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         )));
     };
     let token = auth::resolve_token(args.token.as_deref(), args.bind, &state_dir)?;
+    let connection_limits = connection_limits(&args)?;
 
     let mut runtime = Runtime::open(options).await?;
     for refused in &runtime.plugins().refused {
@@ -377,6 +438,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     settings.allowed_origins = args.allow_origins.clone();
     settings.loopback = bound.ip().is_loopback();
     settings.sends_per_minute = args.sends_per_minute.max(1);
+    settings.limits = connection_limits;
     let gateway = Gateway::new(parts, settings);
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
     // Always: even with the configuration's policy off, a session may set its own.
