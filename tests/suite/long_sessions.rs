@@ -15,8 +15,8 @@ use clawcage_agent::compaction::{SUMMARY_HEADER, SUMMARY_SYSTEM_PROMPT};
 use clawcage_agent::memory::MemoryTool;
 use clawcage_agent::provider::{self, NoEvents, ProviderConfig, ProviderEvents};
 use clawcage_agent::{
-    AgentConfig, AgentError, AgentLoop, Budget, BudgetConfig, Compaction, ContextPolicy, Provider,
-    Sessions, ToolRegistry, TranscriptStore,
+    AgentConfig, AgentError, AgentLoop, Budget, BudgetConfig, Compaction, ContextPolicy, Metered,
+    Provider, Sessions, ToolRegistry, TranscriptStore,
 };
 use clawcage_core::{ChatMessage, Tool, ToolOutput, Usage};
 use clawcage_sandbox::FsMode;
@@ -536,10 +536,14 @@ async fn openai_compatible_cached_tokens_are_recorded() {
     assert!((outcome.usage.cache_hit_ratio() - 0.768).abs() < 1e-9);
 }
 
+/// Sessions held to `budget` as the runtime holds them: the provider metered by the budget, and
+/// the sessions counting against it.
 fn budget_sessions(server: &LlmServer, tools: ToolRegistry, budget: BudgetConfig) -> Sessions {
-    let agent = AgentLoop::new(anthropic_provider(server), tools, config());
+    let budget = Arc::new(Budget::new(budget, None));
+    let provider = Arc::new(Metered::new(anthropic_provider(server), budget.clone()));
+    let agent = AgentLoop::new(provider, tools, config());
     let sessions = Sessions::new(agent, None, 200);
-    assert!(sessions.set_budget(Arc::new(Budget::new(budget, None))));
+    assert!(sessions.set_budget(budget));
     sessions
 }
 
@@ -583,7 +587,7 @@ async fn a_budget_gives_notice_at_80_percent_and_stops_at_100() {
     let report = sessions.usage_report("s");
     assert_eq!(
         report,
-        "tokens since the last reset: 300 in, 60 out; cache: 0 read, 0 written (0% of the input read from the cache)\nsession budget: 360 of 300 tokens (120%)"
+        "tokens since the last reset: 300 in, 60 out; cache: 0 read, 0 written (0% of the input read from the cache)\nsession budget: 360 of 300 tokens (120%), its sub-agents included"
     );
     // A reset starts the session's budget afresh.
     sessions.reset("s").await.unwrap();
@@ -591,7 +595,7 @@ async fn a_budget_gives_notice_at_80_percent_and_stops_at_100() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_turn_stops_inside_when_its_allowance_is_spent() {
+async fn a_turn_stops_inside_when_the_budget_is_spent() {
     let server = LlmServer::start(vec![
         anthropic::message(&[anthropic::tool("t1", "read", json!({"n": 1}))]),
         anthropic::message(&[anthropic::text("never asked")]),

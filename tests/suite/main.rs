@@ -26,6 +26,7 @@ mod queue_modes;
 mod sandbox_escape;
 mod sessions;
 mod subagents;
+mod truncation;
 mod wasi_http;
 mod web;
 mod web_attacks;

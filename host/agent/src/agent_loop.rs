@@ -10,7 +10,9 @@
 //! call it estimates the request, compacts the history once it passes the threshold, cuts a
 //! single oversized tool result for the request, and refuses with a clear message what still
 //! does not fit; a provider that refuses a request as too long gets exactly one compaction and
-//! one retry. A turn given an [`Allowance`] stops when its tokens are spent.
+//! one retry. A model call refused because a token budget is spent ([`crate::budget::Metered`])
+//! ends the turn with [`AgentError::Budget`]. A reply cut at the output-token limit never has
+//! its tool calls run: each is answered with [`CUT_AT_OUTPUT_LIMIT`] and the model is asked again.
 
 use std::sync::Arc;
 
@@ -25,7 +27,9 @@ use crate::compaction::{
 use crate::context::{
     BYTES_PER_TOKEN, ContextPolicy, TokenEstimator, raw_request_tokens, trim_oversized_results,
 };
-use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents};
+use crate::provider::{
+    ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents, StopReason,
+};
 use crate::session::current_session_key;
 use crate::transcript::push_message;
 use clawcage_core::redact::Redactor;
@@ -135,14 +139,10 @@ impl Steering for NoSteering {
 /// The result of a tool call skipped because a message arrived.
 pub const SKIPPED_FOR_NEW_MESSAGE: &str = "not run: skipped because a new message from the user arrived before this call started; the message follows these results, so decide again with it in mind";
 
-/// The tokens a turn may use before it stops (what is left of a budget).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Allowance {
-    /// Tokens (prompt and output) the turn may use.
-    pub tokens: u64,
-    /// What the turn says when it stops for them.
-    pub exhausted: String,
-}
+/// The result of a tool call from a reply the model did not finish: the provider stopped it at
+/// the output-token limit, so the call's arguments may be cut (a server may even re-serialise a
+/// cut call into complete-looking JSON), and the call is never run.
+pub const CUT_AT_OUTPUT_LIMIT: &str = "not run: your reply was cut at the output-token limit (max_tokens) before it ended, so this call's arguments may be incomplete. Call it again with shorter arguments (write a long file in parts), or ask the operator to raise [provider] max_tokens";
 
 /// Why a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -178,7 +178,7 @@ pub struct TurnOutcome {
 pub enum AgentError {
     /// The provider (and every fail-over) failed.
     #[error(transparent)]
-    Provider(#[from] ProviderError),
+    Provider(ProviderError),
     /// The history does not end with something the model can answer.
     #[error("{0}")]
     History(String),
@@ -208,6 +208,17 @@ pub enum AgentError {
         /// What the OS said.
         message: String,
     },
+}
+
+impl From<ProviderError> for AgentError {
+    /// A refusal for a spent budget ends the turn as a budget error; every other provider
+    /// failure stays one.
+    fn from(error: ProviderError) -> Self {
+        match error {
+            ProviderError::Budget(message) => AgentError::Budget(message),
+            other => AgentError::Provider(other),
+        }
+    }
 }
 
 /// An agent: a provider, the tools it may call, and how it behaves.
@@ -488,20 +499,18 @@ impl AgentLoop {
         observer: &dyn TurnObserver,
         steering: &dyn Steering,
     ) -> Result<TurnOutcome, AgentError> {
-        self.run_turn_journaled(history, observer, steering, &mut Vec::new(), None)
+        self.run_turn_journaled(history, observer, steering, &mut Vec::new())
             .await
     }
 
     /// [`AgentLoop::run_turn_steered`], recording in `journal` every message appended and every
-    /// compaction, in order (what a transcript writes), and stopping with
-    /// [`AgentError::Budget`] before a model call once `allowance` is spent.
+    /// compaction, in order (what a transcript writes).
     pub async fn run_turn_journaled(
         &self,
         history: &mut Vec<ChatMessage>,
         observer: &dyn TurnObserver,
         steering: &dyn Steering,
         journal: &mut Vec<Journaled>,
-        allowance: Option<Allowance>,
     ) -> Result<TurnOutcome, AgentError> {
         match history.last() {
             Some(message) if message.role == Role::User => {}
@@ -520,11 +529,6 @@ impl AgentLoop {
         let max_iterations = self.config.max_iterations.max(1);
         let mut futile = false;
         for iteration in 1..=max_iterations {
-            if let Some(allowance) = &allowance
-                && usage.total() >= allowance.tokens
-            {
-                return Err(AgentError::Budget(allowance.exhausted.clone()));
-            }
             let response = self
                 .complete(history, observer, journal, &mut usage, &mut futile)
                 .await?;
@@ -546,9 +550,17 @@ impl AgentLoop {
                 })
                 .collect();
             let text = assistant.text();
+            // A reply stopped at the output-token limit is unfinished: its tool calls are not
+            // run, and a text answer is said to be cut.
+            let cut = response.stop_reason == StopReason::MaxTokens;
             journal.push(Journaled::Message(assistant.clone()));
             history.push(assistant);
             if calls.is_empty() {
+                if cut {
+                    observer.note(
+                        "the model's reply was cut at its output-token limit ([provider] max_tokens): it may end mid-sentence",
+                    );
+                }
                 return Ok(TurnOutcome {
                     text,
                     end: TurnEnd::Answered,
@@ -586,6 +598,11 @@ impl AgentLoop {
                         "not run: the turn was stopped before this call".to_string()
                     };
                     (Verdict::NotRun(why.clone()), why)
+                } else if cut {
+                    (
+                        Verdict::NotRun(CUT_AT_OUTPUT_LIMIT.to_string()),
+                        CUT_AT_OUTPUT_LIMIT.to_string(),
+                    )
                 } else if let Some(problem) = malformed {
                     (
                         Verdict::Invalid(problem.message.clone()),

@@ -1,18 +1,26 @@
 //! Token budgets: `[budget] session_tokens` bounds what one session may use since its last
 //! reset, `daily_tokens` what the agent's sessions may use together in one UTC day. Tokens are
-//! counted as the providers report them, prompt (cached or not) and output together. A turn
-//! learns what it may still use ([`Budget::allowance`]) and stops when that is spent; a turn
-//! that would start on a spent budget is refused with a message saying which budget and what to
-//! do; crossing 80 % or 100 % of either is said once ([`Budget::record`]). The day's count is
-//! kept in the state directory (`usage/daily.json`, written atomically), so a restart does not
-//! start the day afresh.
+//! counted as the providers report them, prompt (cached or not) and output together, for every
+//! model call made on a session's behalf: its own turns, its compactions, its sub-agents (nested
+//! ones too) and the usage its external agents report. The count is kept here, per call, by
+//! [`Metered`], the provider wrapper the runtime puts around the whole provider chain: before a
+//! call it refuses when a budget is spent ([`ProviderError::Budget`], a message saying which
+//! budget and what to do), after it charges the call to the session the work belongs to (the
+//! budget account, a task-local set by the session's lane and carried into its children by the
+//! sub-agent manager: [`charged_to`], [`budget_account`]). Crossing 80 % or 100 % of either is
+//! said once ([`Budget::take_notices`]). The day's count is kept in the state directory
+//! (`usage/daily.json`, written atomically), so a restart does not start the day afresh; a
+//! session's count is rebuilt at load from its transcript ([`Budget::seed`]).
 
+use std::collections::HashMap;
+use std::fmt;
 use std::path::PathBuf;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, MutexGuard};
 
+use clawcage_core::{BoxFuture, Usage};
 use serde::{Deserialize, Serialize};
 
-use crate::agent_loop::Allowance;
+use crate::provider::{ChatRequest, ChatResponse, Provider, ProviderError, ProviderEvents};
 
 /// The share of a budget at which the user is told.
 pub const NOTICE_SHARE: f64 = 0.8;
@@ -35,12 +43,38 @@ struct Daily {
     tokens: u64,
 }
 
-/// An agent's budgets and the day's count.
+/// What is counted in memory: the day's tokens, each session's since its reset, and the notices
+/// not yet shown per session.
+#[derive(Debug, Default)]
+struct Ledger {
+    daily: Daily,
+    sessions: HashMap<String, u64>,
+    notices: HashMap<String, Vec<String>>,
+}
+
+/// An agent's budgets and the counts they are judged on.
 #[derive(Debug)]
 pub struct Budget {
     config: BudgetConfig,
     file: Option<PathBuf>,
-    daily: Mutex<Daily>,
+    ledger: Mutex<Ledger>,
+}
+
+tokio::task_local! {
+    /// The session whose budget the model calls of the current task are charged to.
+    static ACCOUNT: String;
+}
+
+/// The session the current task's model calls are charged to, if any.
+pub fn budget_account() -> Option<String> {
+    ACCOUNT.try_with(Clone::clone).ok()
+}
+
+/// Run `future` with its model calls charged to session `account`'s budget (and the day's).
+/// A session's lane wraps its turns and compactions in it; the sub-agent manager wraps a child's
+/// run in its parent's account, so a child (and its children) spend the parent session's budget.
+pub async fn charged_to<F: std::future::Future>(account: String, future: F) -> F::Output {
+    ACCOUNT.scope(account, future).await
 }
 
 fn today() -> String {
@@ -61,7 +95,10 @@ impl Budget {
         Self {
             config,
             file,
-            daily: Mutex::new(daily),
+            ledger: Mutex::new(Ledger {
+                daily,
+                ..Ledger::default()
+            }),
         }
     }
 
@@ -70,15 +107,38 @@ impl Budget {
         self.config
     }
 
-    /// Tokens used today by every session (0 on a new day).
-    pub fn used_today(&self) -> u64 {
-        let mut daily = self.lock();
-        self.refresh(&mut daily);
-        daily.tokens
+    /// Whether any limit is set.
+    pub fn is_limited(&self) -> bool {
+        self.config.session_tokens.is_some() || self.config.daily_tokens.is_some()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Daily> {
-        self.daily
+    /// Tokens used today by every session (0 on a new day).
+    pub fn used_today(&self) -> u64 {
+        let mut ledger = self.lock();
+        self.refresh(&mut ledger.daily);
+        ledger.daily.tokens
+    }
+
+    /// Tokens session `account` has used since its reset, its children's included.
+    pub fn session_used(&self, account: &str) -> u64 {
+        self.lock().sessions.get(account).copied().unwrap_or(0)
+    }
+
+    /// Take in what session `account` used before it was loaded (from its transcript): the
+    /// count becomes at least `tokens`.
+    pub fn seed(&self, account: &str, tokens: u64) {
+        let mut ledger = self.lock();
+        let used = ledger.sessions.entry(account.to_string()).or_default();
+        *used = (*used).max(tokens);
+    }
+
+    /// Session `account` was reset: its count starts afresh (the day's does not).
+    pub fn reset(&self, account: &str) {
+        self.lock().sessions.insert(account.to_string(), 0);
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Ledger> {
+        self.ledger
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
@@ -98,101 +158,168 @@ impl Budget {
         }
     }
 
-    /// What a turn of a session that has used `session_used` tokens may use: `Ok(None)`
-    /// without limits, the smaller remainder otherwise, and an error saying which budget is
-    /// spent when one is.
-    pub fn allowance(&self, session_used: u64) -> Result<Option<Allowance>, String> {
-        let mut remaining: Option<Allowance> = None;
-        if let Some(limit) = self.config.session_tokens {
-            let message = format!(
-                "this session has used its budget of {limit} tokens ([budget] session_tokens, counted since its last reset): /reset starts it afresh, or raise the budget"
-            );
-            if session_used >= limit {
-                return Err(message);
-            }
-            remaining = Some(Allowance {
-                tokens: limit - session_used,
-                exhausted: message,
-            });
+    /// Whether a model call for session `account` (none: work of no session) may be made: an
+    /// error saying which budget is spent and what to do when one is.
+    pub fn check(&self, account: Option<&str>) -> Result<(), String> {
+        if let Some(limit) = self.config.session_tokens
+            && let Some(account) = account
+            && self.session_used(account) >= limit
+        {
+            return Err(format!(
+                "this session has used its budget of {limit} tokens ([budget] session_tokens, counted since its last reset, its sub-agents included): /reset starts it afresh, or raise the budget"
+            ));
         }
-        if let Some(limit) = self.config.daily_tokens {
-            let used = self.used_today();
-            let message = format!(
+        if let Some(limit) = self.config.daily_tokens
+            && self.used_today() >= limit
+        {
+            return Err(format!(
                 "today's budget of {limit} tokens is spent ([budget] daily_tokens, counted from 00:00 UTC): it renews at 00:00 UTC, or raise the budget"
-            );
-            if used >= limit {
-                return Err(message);
-            }
-            if remaining
-                .as_ref()
-                .is_none_or(|allowance| limit - used < allowance.tokens)
-            {
-                remaining = Some(Allowance {
-                    tokens: limit - used,
-                    exhausted: message,
-                });
-            }
+            ));
         }
-        Ok(remaining)
+        Ok(())
     }
 
-    /// Count `tokens` a turn used in a session that had used `session_before`; returns the
-    /// notices to show: each budget whose 80 % or 100 % mark this crossed.
-    pub fn record(&self, session_before: u64, tokens: u64) -> Vec<String> {
-        let mut notices = Vec::new();
+    /// Count `tokens` used on behalf of session `account` (none: work of no session) against the
+    /// session's budget and the day's; each budget whose 80 % or 100 % mark this crossed leaves a
+    /// notice for the session ([`Budget::take_notices`]).
+    pub fn charge(&self, account: Option<&str>, tokens: u64) {
         if tokens == 0 {
-            return notices;
+            return;
         }
-        let daily_before = {
-            let mut daily = self.lock();
-            self.refresh(&mut daily);
-            let before = daily.tokens;
-            daily.tokens = daily.tokens.saturating_add(tokens);
-            if let Some(path) = &self.file {
-                let written = serde_json::to_vec(&*daily)
-                    .map_err(std::io::Error::other)
-                    .and_then(|bytes| {
-                        if let Some(parent) = path.parent() {
-                            std::fs::create_dir_all(parent)?;
-                        }
-                        clawcage_core::files::write_atomically(path, &bytes, true)
-                    });
-                if let Err(error) = written {
-                    tracing::warn!(path = %path.display(), "cannot record the day's token use: {error}");
-                }
+        let mut ledger = self.lock();
+        let ledger = &mut *ledger;
+        self.refresh(&mut ledger.daily);
+        let daily_before = ledger.daily.tokens;
+        ledger.daily.tokens = ledger.daily.tokens.saturating_add(tokens);
+        if let Some(path) = &self.file {
+            let written = serde_json::to_vec(&ledger.daily)
+                .map_err(std::io::Error::other)
+                .and_then(|bytes| {
+                    if let Some(parent) = path.parent() {
+                        std::fs::create_dir_all(parent)?;
+                    }
+                    clawcage_core::files::write_atomically(path, &bytes, true)
+                });
+            if let Err(error) = written {
+                tracing::warn!(path = %path.display(), "cannot record the day's token use: {error}");
             }
-            before
-        };
-        let mut check = |what: &str, key: &str, limit: Option<u64>, before: u64| {
-            let Some(limit) = limit else {
-                return;
-            };
-            let after = before.saturating_add(tokens);
-            let notice_at = (limit as f64 * NOTICE_SHARE) as u64;
-            if before < limit && after >= limit {
-                notices.push(format!(
-                    "{what} has used all of its {limit} tokens ([budget] {key}); the next message will be refused"
-                ));
-            } else if before < notice_at && after >= notice_at {
-                notices.push(format!(
-                    "{what} has used {}% of its {limit} tokens ([budget] {key})",
-                    percent(after, limit)
-                ));
-            }
-        };
-        check(
-            "this session",
-            "session_tokens",
-            self.config.session_tokens,
-            session_before,
-        );
-        check(
+        }
+        let mut notices = Vec::new();
+        if let Some(account) = account {
+            let used = ledger.sessions.entry(account.to_string()).or_default();
+            let session_before = *used;
+            *used = used.saturating_add(tokens);
+            crossed(
+                &mut notices,
+                "this session",
+                "session_tokens",
+                self.config.session_tokens,
+                session_before,
+                tokens,
+            );
+        }
+        crossed(
+            &mut notices,
             "today's budget",
             "daily_tokens",
             self.config.daily_tokens,
             daily_before,
+            tokens,
         );
-        notices
+        if !notices.is_empty() {
+            ledger
+                .notices
+                .entry(account.unwrap_or_default().to_string())
+                .or_default()
+                .extend(notices);
+        }
+    }
+
+    /// The notices left for session `account` since it last took them, oldest first.
+    pub fn take_notices(&self, account: &str) -> Vec<String> {
+        self.lock().notices.remove(account).unwrap_or_default()
+    }
+}
+
+/// Adds the notice for a budget whose 80 % or 100 % mark `tokens` crossed from `before`.
+fn crossed(
+    notices: &mut Vec<String>,
+    what: &str,
+    key: &str,
+    limit: Option<u64>,
+    before: u64,
+    tokens: u64,
+) {
+    let Some(limit) = limit else {
+        return;
+    };
+    let after = before.saturating_add(tokens);
+    let notice_at = (limit as f64 * NOTICE_SHARE) as u64;
+    if before < limit && after >= limit {
+        notices.push(format!(
+            "{what} has used all of its {limit} tokens ([budget] {key}); the next model call will be refused"
+        ));
+    } else if before < notice_at && after >= notice_at {
+        notices.push(format!(
+            "{what} has used {}% of its {limit} tokens ([budget] {key})",
+            percent(after, limit)
+        ));
+    }
+}
+
+/// A provider held to a [`Budget`]: each call is refused while a budget of the session it is
+/// made for is spent, and charged to it when it returns. The runtime puts it around the whole
+/// provider chain (so a fail-over never hides a refusal), once, and hands the same provider to
+/// sessions, compaction and sub-agents, so no model call escapes the count.
+pub struct Metered {
+    inner: Arc<dyn Provider>,
+    budget: Arc<Budget>,
+}
+
+impl Metered {
+    /// `inner` held to `budget`.
+    pub fn new(inner: Arc<dyn Provider>, budget: Arc<Budget>) -> Self {
+        Self { inner, budget }
+    }
+}
+
+impl fmt::Debug for Metered {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Metered")
+            .field("inner", &self.inner)
+            .field("budget", &self.budget.config())
+            .finish()
+    }
+}
+
+impl Provider for Metered {
+    fn label(&self) -> String {
+        self.inner.label()
+    }
+
+    fn complete<'a>(
+        &'a self,
+        request: ChatRequest<'a>,
+        events: &'a dyn ProviderEvents,
+    ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+        Box::pin(async move {
+            let account = budget_account();
+            self.budget
+                .check(account.as_deref())
+                .map_err(ProviderError::Budget)?;
+            let response = self.inner.complete(request, events).await?;
+            self.budget
+                .charge(account.as_deref(), response.usage.total());
+            Ok(response)
+        })
+    }
+}
+
+/// Charge usage reported by something that is not a [`Provider`] (an external ACP agent's own
+/// model calls) to the current budget account, when a budget is in force.
+pub fn charge_reported(budget: Option<&Budget>, usage: Usage) {
+    if let Some(budget) = budget {
+        budget.charge(budget_account().as_deref(), usage.total());
     }
 }
 
@@ -207,45 +334,64 @@ fn read_daily(path: &std::path::Path) -> Option<Daily> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn a_turn_may_use_the_smaller_remainder_and_a_spent_budget_refuses() {
-        let budget = Budget::new(
+    fn limits(session: Option<u64>, daily: Option<u64>) -> Budget {
+        Budget::new(
             BudgetConfig {
-                session_tokens: Some(1000),
-                daily_tokens: Some(5000),
+                session_tokens: session,
+                daily_tokens: daily,
             },
             None,
-        );
-        let allowance = budget.allowance(300).ok().flatten();
-        assert_eq!(allowance.map(|a| a.tokens), Some(700));
-        assert!(
-            budget
-                .record(0, 4500)
-                .iter()
-                .any(|n| n.contains("today's budget has used 90%"))
-        );
-        let allowance = budget.allowance(300).ok().flatten();
-        assert_eq!(allowance.map(|a| a.tokens), Some(500));
-        let spent = budget.allowance(1000).err().unwrap_or_default();
+        )
+    }
+
+    #[test]
+    fn a_spent_session_or_day_refuses_and_says_which() {
+        let budget = limits(Some(1000), Some(5000));
+        budget.seed("a", 300);
+        assert!(budget.check(Some("a")).is_ok());
+        budget.charge(Some("a"), 700);
+        let spent = budget.check(Some("a")).err().unwrap_or_default();
         assert!(spent.contains("[budget] session_tokens"), "{spent}");
+        // Another session still has its own budget, until the day is spent.
+        assert!(budget.check(Some("b")).is_ok());
+        // Work of no session (a cron job's) spends the day.
+        budget.charge(None, 4300);
+        let spent = budget.check(Some("b")).err().unwrap_or_default();
+        assert!(spent.contains("[budget] daily_tokens"), "{spent}");
+        // Work of no session is held to the day's budget only.
+        assert!(budget.check(None).is_err());
+        assert!(limits(Some(10), None).check(None).is_ok());
+    }
+
+    #[test]
+    fn a_reset_starts_the_session_afresh_but_not_the_day() {
+        let budget = limits(Some(100), Some(1000));
+        budget.charge(Some("a"), 150);
+        assert!(budget.check(Some("a")).is_err());
+        budget.reset("a");
+        assert!(budget.check(Some("a")).is_ok());
+        assert_eq!(budget.used_today(), 150);
+        // Seeding from a transcript never lowers what was counted.
+        budget.charge(Some("a"), 40);
+        budget.seed("a", 10);
+        assert_eq!(budget.session_used("a"), 40);
     }
 
     #[test]
     fn notices_come_once_at_80_and_100_percent() {
-        let budget = Budget::new(
-            BudgetConfig {
-                session_tokens: Some(1000),
-                daily_tokens: None,
-            },
-            None,
-        );
-        assert!(budget.record(0, 500).is_empty());
+        let budget = limits(Some(1000), None);
+        budget.charge(Some("a"), 500);
+        assert!(budget.take_notices("a").is_empty());
+        budget.charge(Some("a"), 300);
         assert_eq!(
-            budget.record(500, 300),
+            budget.take_notices("a"),
             ["this session has used 80% of its 1000 tokens ([budget] session_tokens)"]
         );
-        assert!(budget.record(800, 100).is_empty());
-        assert!(budget.record(900, 200)[0].contains("the next message will be refused"));
+        assert!(budget.take_notices("a").is_empty());
+        budget.charge(Some("a"), 100);
+        assert!(budget.take_notices("a").is_empty());
+        budget.charge(Some("a"), 200);
+        assert!(budget.take_notices("a")[0].contains("the next model call will be refused"));
     }
 
     #[test]
@@ -256,7 +402,67 @@ mod tests {
             session_tokens: None,
             daily_tokens: Some(100),
         };
-        Budget::new(config, Some(file.clone())).record(0, 60);
+        Budget::new(config, Some(file.clone())).charge(None, 60);
         assert_eq!(Budget::new(config, Some(file)).used_today(), 60);
+    }
+
+    /// A provider whose every answer costs 60 tokens.
+    #[derive(Debug)]
+    struct Costly;
+
+    impl Provider for Costly {
+        fn label(&self) -> String {
+            "test/costly".to_string()
+        }
+
+        fn complete<'a>(
+            &'a self,
+            _request: ChatRequest<'a>,
+            _events: &'a dyn ProviderEvents,
+        ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+            Box::pin(async move {
+                Ok(ChatResponse {
+                    content: vec![clawcage_core::ContentBlock::text("ok")],
+                    stop_reason: crate::provider::StopReason::EndTurn,
+                    usage: Usage {
+                        input_tokens: 40,
+                        output_tokens: 20,
+                        ..Usage::default()
+                    },
+                    answered_by: self.label(),
+                    malformed: Vec::new(),
+                    repairs: Vec::new(),
+                })
+            })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_metered_provider_charges_the_account_and_refuses_when_spent() {
+        let budget = Arc::new(limits(Some(100), None));
+        let provider = Metered::new(Arc::new(Costly), budget.clone());
+        let tools = crate::ToolRegistry::new();
+        let messages = [clawcage_core::ChatMessage::user("hi")];
+        let request = ChatRequest {
+            system: "",
+            messages: &messages,
+            tools: &tools,
+            stream: false,
+        };
+        let events = crate::provider::NoEvents;
+        // Calls of a child, charged to its parent's account.
+        for _ in 0..2 {
+            let answered = charged_to("parent".into(), provider.complete(request, &events)).await;
+            assert!(answered.is_ok(), "{answered:?}");
+        }
+        assert_eq!(budget.session_used("parent"), 120);
+        assert_eq!(budget.used_today(), 120);
+        let refused = charged_to("parent".into(), provider.complete(request, &events)).await;
+        assert!(
+            matches!(&refused, Err(ProviderError::Budget(message)) if message.contains("session_tokens")),
+            "{refused:?}"
+        );
+        // 60 then 120 of 100: the crossing of the whole budget is said, once.
+        assert_eq!(budget.take_notices("parent").len(), 1);
     }
 }

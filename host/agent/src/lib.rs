@@ -25,14 +25,14 @@ pub mod subagent;
 pub mod transcript;
 
 pub use agent_loop::{
-    AgentConfig, AgentError, AgentLoop, Allowance, TurnEnd, TurnObserver, TurnOutcome, Verdict,
+    AgentConfig, AgentError, AgentLoop, TurnEnd, TurnObserver, TurnOutcome, Verdict,
 };
 pub use approvals::{
     ApprovalBroker, ApprovalError, ApprovalRequest, ApprovalSettings, ApprovalStore, OperatorEvent,
     OperatorFilter, OperatorHandle, SessionPolicy,
 };
 pub use audit::{AuditLog, AuditRecord, AuditedRegistry};
-pub use budget::{Budget, BudgetConfig};
+pub use budget::{Budget, BudgetConfig, Metered, budget_account, charged_to};
 pub use bus::{BusError, Delivery, MessageBus, Subscription};
 pub use compaction::{Compaction, CompactionReason, Journaled};
 pub use context::{ContextPolicy, TokenEstimator, context_window};

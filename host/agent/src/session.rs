@@ -21,7 +21,7 @@ use clawcage_core::{ChatMessage, InboundMessage, Usage};
 use tokio::sync::{oneshot, watch};
 
 use crate::agent_loop::{AgentError, AgentLoop, Steering, TurnEnd, TurnObserver, TurnOutcome};
-use crate::budget::Budget;
+use crate::budget::{Budget, charged_to};
 use crate::bus::Subscription;
 use crate::compaction::Journaled;
 use crate::transcript::{Entry, TranscriptStore, now_ms, push_message, trim_history};
@@ -504,10 +504,10 @@ impl Sessions {
         if let Some(budget) = self.budget() {
             let limits = budget.config();
             if let Some(limit) = limits.session_tokens {
+                let used = budget.session_used(key);
                 lines.push(format!(
-                    "session budget: {} of {limit} tokens ({:.0}%)",
-                    usage.total(),
-                    usage.total() as f64 * 100.0 / limit as f64
+                    "session budget: {used} of {limit} tokens ({:.0}%), its sub-agents included",
+                    used as f64 * 100.0 / limit as f64
                 ));
             }
             if let Some(limit) = limits.daily_tokens {
@@ -595,6 +595,9 @@ async fn load_history(shared: &Shared, key: &str) -> Vec<ChatMessage> {
     let (load_key, limit) = (key.to_string(), shared.history_limit);
     match tokio::task::spawn_blocking(move || store.load(&load_key, limit)).await {
         Ok(Ok(loaded)) => {
+            if let Some(budget) = shared.budget.get() {
+                budget.seed(key, loaded.usage.total());
+            }
             lock(&shared.usage).insert(key.to_string(), loaded.usage);
             loaded.messages
         }
@@ -622,6 +625,9 @@ async fn run_job(shared: &Shared, key: &str, history: &mut Vec<ChatMessage>, job
         LaneWork::Reset => {
             history.clear();
             lock(&shared.usage).insert(key.to_string(), Usage::default());
+            if let Some(budget) = shared.budget.get() {
+                budget.reset(key);
+            }
             persist(shared, key, vec![Entry::Reset { at_ms: now_ms() }])
                 .await
                 .map(|()| None)
@@ -693,9 +699,14 @@ async fn compact_now(
     let compacted = CURRENT_SESSION
         .scope(
             key.to_string(),
-            shared.agent.compact(history, observer, &mut journal),
+            charged_to(
+                key.to_string(),
+                shared.agent.compact(history, observer, &mut journal),
+            ),
         )
-        .await?;
+        .await;
+    tell_budget_notices(shared, key, observer);
+    let compacted = compacted?;
     let Some(compaction) = compacted else {
         return Ok(Some(TurnOutcome {
             text: "nothing to compact: the history is too short".to_string(),
@@ -705,16 +716,10 @@ async fn compact_now(
             answered_by: String::new(),
         }));
     };
-    let before = session_usage(shared, key);
     lock(&shared.usage)
         .entry(key.to_string())
         .or_default()
         .add(compaction.usage);
-    if let Some(budget) = shared.budget.get() {
-        for notice in budget.record(before, compaction.usage.total()) {
-            observer.note(&notice);
-        }
-    }
     persist(
         shared,
         key,
@@ -730,10 +735,14 @@ async fn compact_now(
     }))
 }
 
-fn session_usage(shared: &Shared, key: &str) -> u64 {
-    lock(&shared.usage)
-        .get(key)
-        .map_or(0, |usage| usage.total())
+/// Says the budget notices session `key`'s work (its children's included) left since the last
+/// time.
+fn tell_budget_notices(shared: &Shared, key: &str, observer: &dyn TurnObserver) {
+    if let Some(budget) = shared.budget.get() {
+        for notice in budget.take_notices(key) {
+            observer.note(&notice);
+        }
+    }
 }
 
 async fn run_one(
@@ -744,21 +753,21 @@ async fn run_one(
     observer: &dyn TurnObserver,
     steering: &dyn Steering,
 ) -> LaneReply {
-    let before = session_usage(shared, key);
-    let allowance = match shared.budget.get().map(|budget| budget.allowance(before)) {
-        Some(Err(spent)) => return Err(AgentError::Budget(spent)),
-        Some(Ok(allowance)) => allowance,
-        None => None,
-    };
+    if let Some(budget) = shared.budget.get() {
+        budget.check(Some(key)).map_err(AgentError::Budget)?;
+    }
     let input = ChatMessage::user(text);
     push_message(history, input.clone());
     let mut journal = Vec::new();
     let (result, stopped) = {
         let turn = CURRENT_SESSION.scope(
             key.to_string(),
-            shared
-                .agent
-                .run_turn_journaled(history, observer, steering, &mut journal, allowance),
+            charged_to(
+                key.to_string(),
+                shared
+                    .agent
+                    .run_turn_journaled(history, observer, steering, &mut journal),
+            ),
         );
         tokio::select! {
             result = turn => (result, None),
@@ -801,11 +810,7 @@ async fn run_one(
         .entry(key.to_string())
         .or_default()
         .add(usage);
-    if let Some(budget) = shared.budget.get() {
-        for notice in budget.record(before, usage.total()) {
-            observer.note(&notice);
-        }
-    }
+    tell_budget_notices(shared, key, observer);
     trim_history(history, shared.history_limit);
 
     persist(shared, key, entries).await?;

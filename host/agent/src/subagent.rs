@@ -21,6 +21,7 @@ use serde_json::{Value, json};
 
 use crate::agent_loop::{AgentConfig, AgentLoop, TurnEnd};
 use crate::audit::AuditLog;
+use crate::budget::{Budget, budget_account, charged_to};
 use crate::bus::MessageBus;
 use crate::provider::{NoEvents, Provider};
 use crate::registry::ToolRegistry;
@@ -210,6 +211,9 @@ pub struct SubagentManager {
     output: OnceLock<SubagentOutput>,
     /// Asks the person at the parent's front end what an external child asks permission for.
     asker: OnceLock<PermissionAsker>,
+    /// The token budgets external children's reported usage counts against (children of the
+    /// default runtime are held to them by the provider they share with their parent).
+    budget: OnceLock<Arc<Budget>>,
 }
 
 /// A runtime outside clawcage that `spawn` can hand a task to (`runtime: "acp"`: an external
@@ -237,6 +241,28 @@ pub struct ExternalRun {
     pub output: Arc<dyn Fn(&str) + Send + Sync>,
     /// Asks the person at the parent's front end, when one can be asked.
     pub ask: Option<PermissionAsker>,
+    /// The budget the agent's reported usage counts against, when one is in force.
+    pub budget: Option<Arc<Budget>>,
+    /// The session that budget is charged to (the one that started the chain of children).
+    pub account: String,
+}
+
+impl ExternalRun {
+    /// Whether the agent may be asked for more work: an error naming the spent budget when not.
+    pub fn check_budget(&self) -> Result<(), String> {
+        match &self.budget {
+            Some(budget) => budget.check(Some(&self.account)),
+            None => Ok(()),
+        }
+    }
+
+    /// Count `tokens` the agent reported using against the parent session's budget and the
+    /// day's.
+    pub fn charge(&self, tokens: u64) {
+        if let Some(budget) = &self.budget {
+            budget.charge(Some(&self.account), tokens);
+        }
+    }
 }
 
 /// Asks a person about an external child's `session/request_permission`: (parent session, the
@@ -326,6 +352,7 @@ impl SubagentManager {
             external: OnceLock::new(),
             output: OnceLock::new(),
             asker: OnceLock::new(),
+            budget: OnceLock::new(),
         }))
     }
 
@@ -366,6 +393,12 @@ impl SubagentManager {
     /// `permission_mode = "ask"`). Only the first call has an effect.
     pub fn set_asker(&self, asker: PermissionAsker) {
         let _ = self.asker.set(asker);
+    }
+
+    /// Hold external children to `budget`: what they report using counts against their parent
+    /// session's budget and the day's. Only the first call has an effect.
+    pub fn set_budget(&self, budget: Arc<Budget>) {
+        let _ = self.budget.set(budget);
     }
 
     /// Start an external agent on `task` for `parent_session`, at `depth`, under the same
@@ -438,15 +471,26 @@ impl SubagentManager {
                     None => tracing::debug!(subagent = %child, "{text}"),
                 }),
                 ask: self.asker.get().cloned(),
+                budget: self.budget.get().cloned(),
+                account: budget_account().unwrap_or_else(|| parent_session.to_string()),
             };
             let manager = self.this.clone();
             let timeout = self.config.timeout;
             let session_key = format!("{parent_session}/{id}");
             let handle = tokio::spawn(async move {
                 let started = Instant::now();
-                let outcome =
-                    tokio::time::timeout(timeout, with_session_key(session_key, external.run(run)))
-                        .await;
+                // A spent budget refuses the agent before it starts; what it reports using
+                // while it runs is charged by the runtime that drives it.
+                let outcome = match run.check_budget() {
+                    Err(spent) => Ok(Err(spent)),
+                    Ok(()) => {
+                        tokio::time::timeout(
+                            timeout,
+                            with_session_key(session_key, external.run(run)),
+                        )
+                        .await
+                    }
+                };
                 let (status, result) = match outcome {
                     Ok(Ok(text)) => (RunStatus::Completed, text),
                     Ok(Err(error)) => (RunStatus::Failed, error),
@@ -592,15 +636,18 @@ impl SubagentManager {
         };
         let manager = self.this.clone();
         let timeout = self.config.timeout;
-        // The child's work counts as `parent/sub-N` (e.g. in the audit log).
+        // The child's work counts as `parent/sub-N` (e.g. in the audit log); its tokens count
+        // against the budget of the session that started the chain.
         let session_key = format!("{parent_session}/{id}");
+        let account = budget_account().unwrap_or_else(|| parent_session.to_string());
         let task_text = task.to_string();
         // The lock is held until the handle is stored, so the child cannot finish first.
         let handle = tokio::spawn(async move {
             let started = Instant::now();
             let mut history = vec![ChatMessage::user(task_text)];
             let run = agent.run_turn(&mut history, &NoEvents);
-            let outcome = tokio::time::timeout(timeout, with_session_key(session_key, run)).await;
+            let run = charged_to(account, with_session_key(session_key, run));
+            let outcome = tokio::time::timeout(timeout, run).await;
             let tool_calls = count_tool_calls(&history);
             let (status, result, turns) = match outcome {
                 Ok(Ok(outcome)) if outcome.end == TurnEnd::Answered => {

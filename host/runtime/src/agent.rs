@@ -12,7 +12,7 @@ use std::time::Duration;
 use clawcage_agent::memory::{MEMORY_FILE, MemoryTool, memory_prompt};
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::{
-    AgentError, AgentLoop, Budget, LaneInput, MessageBus, MessageTool, OutboundMessage,
+    AgentError, AgentLoop, Budget, LaneInput, MessageBus, MessageTool, Metered, OutboundMessage,
     SendCallback, Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnObserver,
     TurnOutcome,
 };
@@ -126,8 +126,26 @@ impl Runtime {
         )
         .map_err(|error| usage(format!("{error:#}")))?;
         let label = chosen.provider.label();
+        let budget = config
+            .budget
+            .config()
+            .map_err(|error| usage(format!("{error:#}")))?;
+        // One budget, held by the provider every model call goes through (turns, compaction,
+        // sub-agents), by the sessions (their counts and notices) and by the sub-agent manager
+        // (external agents' reported usage).
+        let budget = (budget.session_tokens.is_some() || budget.daily_tokens.is_some()).then(|| {
+            let file = self.state_dir().join("usage").join("daily.json");
+            Arc::new(Budget::new(budget, Some(file)))
+        });
+        let provider: Arc<dyn clawcage_agent::Provider> = match &budget {
+            Some(budget) => Arc::new(Metered::new(chosen.provider, budget.clone())),
+            None => chosen.provider,
+        };
         if let Some(manager) = &subagents {
-            manager.set_provider(chosen.provider.clone());
+            manager.set_provider(provider.clone());
+            if let Some(budget) = &budget {
+                manager.set_budget(budget.clone());
+            }
             manager.set_redactor(self.redactor().clone());
             if let Some(log) = &audit {
                 manager.set_audit(log.clone());
@@ -140,11 +158,7 @@ impl Runtime {
             &config.context,
         )
         .map_err(|error| usage(format!("{error:#}")))?;
-        let budget = config
-            .budget
-            .config()
-            .map_err(|error| usage(format!("{error:#}")))?;
-        let mut agent = AgentLoop::new(chosen.provider, tools.clone(), agent_config)
+        let mut agent = AgentLoop::new(provider, tools.clone(), agent_config)
             .with_audit(audit)
             .with_redactor(self.redactor().clone());
         if let Some(policy) = context {
@@ -165,9 +179,8 @@ impl Runtime {
                 .config()
                 .map_err(|error| usage(format!("{error:#}")))?,
         );
-        if budget.session_tokens.is_some() || budget.daily_tokens.is_some() {
-            let file = self.state_dir().join("usage").join("daily.json");
-            sessions.set_budget(Arc::new(Budget::new(budget, Some(file))));
+        if let Some(budget) = budget {
+            sessions.set_budget(budget);
         }
         Ok(Agent {
             sessions,

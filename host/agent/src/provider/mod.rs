@@ -155,6 +155,9 @@ pub enum ProviderError {
     /// Every provider of a fail-over chain failed; each failure, in order.
     #[error("every provider in the chain failed: {0}")]
     AllFailed(String),
+    /// A token budget of the session the call was for is spent; the call was not made.
+    #[error("{0}")]
+    Budget(String),
     /// The scripted provider has no reply left.
     #[error(
         "the script has no reply left (it had {0}); the scripted provider cannot answer more requests"
@@ -178,6 +181,7 @@ impl ProviderError {
             ProviderError::Protocol { .. } => false,
             ProviderError::Config(_) => false,
             ProviderError::AllFailed(_) => false,
+            ProviderError::Budget(_) => false,
             ProviderError::ScriptExhausted(_) => false,
         }
     }
@@ -197,6 +201,7 @@ impl ProviderError {
             | ProviderError::Connect { .. }
             | ProviderError::Protocol { .. }
             | ProviderError::Config(_)
+            | ProviderError::Budget(_)
             | ProviderError::ScriptExhausted(_) => false,
         }
     }
