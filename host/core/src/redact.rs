@@ -384,8 +384,31 @@ impl Redactor {
                 _ => at += 1,
             }
         }
+        // Past the limit, an open text is released up to the first position where a value may
+        // still begin (some form matches up to the end of the text): ordinary text is held back
+        // a few bytes, not the longest form's length.
+        if end == End::Open {
+            while at < input.len()
+                && (!inner.starts[usize::from(input[at])] || !self.may_begin_at(input, at))
+            {
+                at += 1;
+            }
+        }
         out.extend_from_slice(&input[copied..at]);
         at
+    }
+
+    /// Whether a value may begin at `at` in an open text: some form matches there, or matches
+    /// up to the end of the text. No match at all is final whatever follows.
+    fn may_begin_at(&self, input: &[u8], at: usize) -> bool {
+        let mut scratch = Scratch::default();
+        self.inner.patterns.iter().any(|pattern| {
+            let outcome = match &pattern.form {
+                Form::Encoded(value) => match_encoded(value, input, at, &mut scratch),
+                Form::Literal(literal) => match_literal(literal, input, at),
+            };
+            outcome != Outcome::None
+        })
     }
 
     /// The longest whole match at `at` over every pattern, or at a cut end a long enough
@@ -895,6 +918,23 @@ mod tests {
                 assert_eq!(out, whole, "split at {split}");
             }
         }
+    }
+
+    #[test]
+    fn ordinary_text_is_held_back_only_where_a_value_may_begin() {
+        let r = tricky_redactor();
+        let mut stream = r.stream();
+        let out = stream.push(b"a plain sentence with no value in it, ");
+        assert_eq!(stream.held(), 0, "{}", String::from_utf8_lossy(&out));
+        // The start of a value (or of an escape) is held until it is decided.
+        let out = stream.push(b"then k3y/\"wi");
+        assert_eq!(out, b"then ");
+        assert_eq!(stream.held(), "k3y/\"wi".len());
+        // `s` may begin `second-value`, `\u` an escape.
+        let out = stream.push(b"tness\\u");
+        assert_eq!(out, b"k3y/\"witnes");
+        assert_eq!(stream.held(), 3);
+        assert_eq!(stream.finish(), b"s\\u");
     }
 
     #[test]
