@@ -7,15 +7,22 @@
 //! loses at most that line) with a warning. A `compaction` line records a summary that replaced
 //! the older messages: loading replays it the same way, so a resumed session gets the summary
 //! and the recent messages, while the file keeps every message.
+//!
+//! A store given the runtime's redactor ([`TranscriptStore::with_redactor`]) writes every text of
+//! every line with the secret values replaced: model output arrives scrubbed already (the
+//! provider chain is wrapped in [`Redacting`](crate::provider::Redacting)), so this catches what
+//! a person typed or pasted, and anything else that would put a value on the disk.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 
+use clawcage_core::redact::Redactor;
 use clawcage_core::{ChatMessage, Role, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::compaction::{Compaction, CompactionReason, apply_compaction};
+use crate::provider::redacting::redact_message;
 
 /// One line of a transcript.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -81,6 +88,41 @@ impl Entry {
             },
         }
     }
+
+    /// This line with every value `redactor` knows replaced in its texts.
+    fn redacted(&self, redactor: &Redactor) -> Entry {
+        match self {
+            Entry::Message { at_ms, message } => Entry::Message {
+                at_ms: *at_ms,
+                message: redact_message(redactor, message),
+            },
+            Entry::Turn {
+                at_ms,
+                usage,
+                outcome,
+            } => Entry::Turn {
+                at_ms: *at_ms,
+                usage: *usage,
+                outcome: redactor.redact(outcome),
+            },
+            Entry::Reset { at_ms } => Entry::Reset { at_ms: *at_ms },
+            Entry::Compaction {
+                at_ms,
+                reason,
+                summary,
+                summarised,
+                kept,
+                usage,
+            } => Entry::Compaction {
+                at_ms: *at_ms,
+                reason: *reason,
+                summary: redactor.redact(summary),
+                summarised: *summarised,
+                kept: *kept,
+                usage: *usage,
+            },
+        }
+    }
 }
 
 /// A loaded session.
@@ -98,6 +140,7 @@ pub struct Loaded {
 #[derive(Debug, Clone)]
 pub struct TranscriptStore {
     dir: PathBuf,
+    redactor: Redactor,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -110,7 +153,16 @@ pub fn now_ms() -> u64 {
 impl TranscriptStore {
     /// Transcripts in `dir` (created on the first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
-        Self { dir: dir.into() }
+        Self {
+            dir: dir.into(),
+            redactor: Redactor::default(),
+        }
+    }
+
+    /// This store writing every line with the values `redactor` knows replaced.
+    pub fn with_redactor(mut self, redactor: Redactor) -> Self {
+        self.redactor = redactor;
+        self
     }
 
     /// The directory.
@@ -185,7 +237,12 @@ impl TranscriptStore {
         std::fs::create_dir_all(&self.dir)?;
         let mut text = String::new();
         for entry in entries {
-            text.push_str(&serde_json::to_string(entry).map_err(std::io::Error::other)?);
+            let line = if self.redactor.is_empty() {
+                serde_json::to_string(entry)
+            } else {
+                serde_json::to_string(&entry.redacted(&self.redactor))
+            };
+            text.push_str(&line.map_err(std::io::Error::other)?);
             text.push('\n');
         }
         let mut options = OpenOptions::new();
@@ -371,6 +428,63 @@ mod tests {
         }
         assert_eq!(key_from_file_stem("a.old"), None);
         assert_eq!(key_from_file_stem("a%2f"), None);
+    }
+
+    #[test]
+    fn a_store_with_a_redactor_writes_no_secret_value() {
+        let secret = "hook-secret-0123456789abcdef";
+        let dir = tempfile::tempdir().unwrap();
+        let store = TranscriptStore::new(dir.path())
+            .with_redactor(Redactor::new([("CLAWCAGE_HOOK_SECRET", secret)]));
+        let tool_call = ChatMessage {
+            role: Role::Assistant,
+            content: vec![ContentBlock::ToolUse {
+                id: "c1".into(),
+                name: "message".into(),
+                input: serde_json::json!({"text": format!("say {secret}")}),
+            }],
+        };
+        store
+            .append(
+                "k",
+                &[
+                    Entry::Message {
+                        at_ms: 1,
+                        message: ChatMessage::user(format!("pasted: {secret}")),
+                    },
+                    Entry::Message {
+                        at_ms: 2,
+                        message: tool_call,
+                    },
+                    Entry::Turn {
+                        at_ms: 3,
+                        usage: Usage::default(),
+                        outcome: format!("error: {secret}"),
+                    },
+                    Entry::Compaction {
+                        at_ms: 4,
+                        reason: CompactionReason::Requested,
+                        summary: format!("the user pasted {secret}"),
+                        summarised: 1,
+                        kept: 1,
+                        usage: Usage::default(),
+                    },
+                ],
+            )
+            .unwrap();
+        let written = std::fs::read_to_string(store.path("k")).unwrap();
+        assert!(!written.contains(secret), "{written}");
+        assert_eq!(
+            written.matches("[redacted: CLAWCAGE_HOOK_SECRET]").count(),
+            4
+        );
+        let loaded = store.load("k", 100).unwrap();
+        assert_eq!(loaded.skipped_lines, 0);
+        let messages = serde_json::to_string(&loaded.messages).unwrap();
+        assert!(
+            !messages.contains(secret) && messages.contains("[redacted:"),
+            "{messages}"
+        );
     }
 
     #[test]

@@ -464,6 +464,9 @@ impl Hub {
                 "the gateway is shutting down; send again once it is back",
             ));
         }
+        // A secret value a person pasted is scrubbed like the model's output: the queue events,
+        // the event log, the lane, the transcript and the model all get the scrubbed text.
+        let text = self.parts.sessions.agent().redactor().redact(&text);
         let run_id = {
             let mut runs = lock(&self.runs);
             if let Some(idempotency) = idempotency

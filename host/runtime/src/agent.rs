@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawcage_agent::memory::{MEMORY_FILE, MemoryTool, memory_prompt};
+use clawcage_agent::provider::Redacting;
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::{
     AgentError, AgentLoop, Budget, LaneInput, MessageBus, MessageTool, Metered, OutboundMessage,
@@ -115,7 +116,7 @@ impl Runtime {
             agent_config.system_prompt.push_str("\n\n");
             agent_config.system_prompt.push_str(&section);
         }
-        let chosen = choose_provider(
+        let mut chosen = choose_provider(
             &self.provider,
             &config.provider,
             self.config_source()
@@ -125,6 +126,9 @@ impl Runtime {
             &tools,
         )
         .map_err(|error| usage(format!("{error:#}")))?;
+        // Every consumer of the model's output (the loop, events, transcripts, channels,
+        // compaction, sub-agents) sees it scrubbed: the whole chain is wrapped once, here.
+        chosen.provider = Redacting::wrap(chosen.provider, self.redactor());
         let label = chosen.provider.label();
         let budget = config
             .budget
@@ -169,7 +173,10 @@ impl Runtime {
         }
         let sessions = Sessions::with_queue(
             agent,
-            Some(TranscriptStore::new(self.state_dir().join("sessions"))),
+            Some(
+                TranscriptStore::new(self.state_dir().join("sessions"))
+                    .with_redactor(self.redactor().clone()),
+            ),
             config
                 .agent
                 .history_limit()

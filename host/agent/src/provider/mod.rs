@@ -3,11 +3,13 @@
 //! (OpenAI, Ollama, vLLM, llama.cpp, OpenRouter), [`scripted`] plays a recorded script. The wire
 //! format is the schema: each provider builds and parses its JSON by hand, next to the request it
 //! sends, so what goes over the wire can be read in one place. [`retry`] wraps a provider with
-//! backoff and chains providers for fail-over; [`repair`] fixes tool-call JSON only where the fix
+//! backoff and chains providers for fail-over; [`redacting`] scrubs every secret value out of
+//! what goes to and comes from the whole chain; [`repair`] fixes tool-call JSON only where the fix
 //! is unambiguous; [`sse`] parses server-sent events for streaming.
 
 pub mod anthropic;
 pub mod openai;
+pub mod redacting;
 pub mod repair;
 pub mod retry;
 pub mod scripted;
@@ -22,6 +24,7 @@ use clawcage_core::{BoxFuture, ContentBlock, Usage};
 
 use crate::ToolRegistry;
 
+pub use redacting::Redacting;
 pub use retry::{FailoverChain, RetryPolicy, Retrying};
 pub use scripted::{Script, ScriptedProvider};
 

@@ -181,8 +181,22 @@ pub(crate) enum Outcome {
     Retry,
 }
 
-/// Waits for `run_id` and says what to reply.
+/// `text` with every secret value the runtime holds replaced (the redactor the lanes use). A
+/// reply comes from the model's output, already scrubbed at the provider; a channel scrubs what
+/// it sends and stores once more, since it also sends texts of its own (errors, notes).
+pub(crate) fn scrub(hub: &Hub, text: &str) -> String {
+    hub.parts.sessions.agent().redactor().redact(text)
+}
+
+/// Waits for `run_id` and says what to reply (scrubbed).
 pub(crate) async fn outcome(hub: &Hub, run_id: &str) -> Outcome {
+    match raw_outcome(hub, run_id).await {
+        Outcome::Reply(text) => Outcome::Reply(scrub(hub, &text)),
+        other => other,
+    }
+}
+
+async fn raw_outcome(hub: &Hub, run_id: &str) -> Outcome {
     let result = hub.wait_run(run_id, crate::methods::MAX_WAIT).await;
     let Some(Some(RunResult { status, payload })) = result else {
         return if hub.shutting_down() {

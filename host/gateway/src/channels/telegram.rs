@@ -693,7 +693,8 @@ impl Telegram {
             thread_id,
             message_id,
             session_key: Some(key),
-            text: Some(input),
+            // The journal on disk holds what the lane gets: the text with secret values replaced.
+            text: Some(super::scrub(&self.shared.hub, &input)),
             reply: None,
         })
     }
@@ -885,7 +886,8 @@ impl Telegram {
         reply_to: Option<i64>,
         text: &str,
     ) -> Result<(), String> {
-        for (index, piece) in split_message(text, MAX_MESSAGE_UNITS).iter().enumerate() {
+        let text = super::scrub(&self.shared.hub, text);
+        for (index, piece) in split_message(&text, MAX_MESSAGE_UNITS).iter().enumerate() {
             if piece.trim().is_empty() {
                 continue;
             }

@@ -15,6 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bytes::Bytes;
+use clawcage_agent::provider::redacting::redact_json;
 use clawcage_runtime::Error;
 use clawcage_runtime::channel_config::{ChannelSecret, HttpPost, Webhook};
 use hmac::{Hmac, Mac};
@@ -462,7 +463,9 @@ impl Webhooks {
                 "[channels.webhooks.{name}] has no reply_url, so the reply has nowhere to go; set one"
             ));
         };
-        let body = payload.to_string().into_bytes();
+        // Every string of the payload scrubbed of secret values before it is signed and sent.
+        let redactor = self.shared.hub.parts.sessions.agent().redactor();
+        let body = redact_json(redactor, payload).to_string().into_bytes();
         let mut last = String::new();
         for attempt in 0..POST_ATTEMPTS {
             if attempt > 0 {
