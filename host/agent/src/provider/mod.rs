@@ -603,20 +603,17 @@ fn tool_input(
 ) -> serde_json::Value {
     match repair::parse_tool_arguments(raw) {
         Ok(repair::Parsed::Clean(value)) => value,
+        // The log lines carry nothing the model wrote (a tool name, a piece of the arguments):
+        // the log is not scrubbed, the `repairs` and `malformed` notes are (`redacting`).
         Ok(repair::Parsed::Repaired(value, what)) => {
-            tracing::warn!(
-                provider = label,
-                tool = name,
-                "repaired tool-call arguments: {what}"
-            );
+            tracing::warn!(provider = label, "repaired tool-call arguments: {what}");
             repairs.push(format!("{name}: {what}"));
             value
         }
         Err(problem) => {
             tracing::warn!(
                 provider = label,
-                tool = name,
-                "unreadable tool-call arguments: {problem}"
+                "unreadable tool-call arguments; the call is not run and the model is told why"
             );
             malformed.push(MalformedToolCall {
                 tool_use_id: id.to_string(),

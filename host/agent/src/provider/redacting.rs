@@ -301,13 +301,41 @@ pub fn redact_json(redactor: &Redactor, value: &Value) -> Value {
     }
 }
 
+/// The blocks of a reply, scrubbed. Its text blocks are read as one text, as they were
+/// streamed and as [`ChatMessage::text`] joins them: when a value runs across the boundary of
+/// two text blocks, the scrubbed whole takes the place of the first and the others are left
+/// out (an empty text block is refused by providers), so neither half survives.
+fn redact_content(redactor: &Redactor, content: &[ContentBlock]) -> Vec<ContentBlock> {
+    let separately: Vec<ContentBlock> = content
+        .iter()
+        .map(|block| redact_block(redactor, block))
+        .collect();
+    let texts = |blocks: &[ContentBlock]| -> String {
+        blocks
+            .iter()
+            .filter_map(|block| match block {
+                ContentBlock::Text { text } => Some(text.as_str()),
+                _ => None,
+            })
+            .collect()
+    };
+    let whole = redactor.redact(&texts(content));
+    if whole == texts(&separately) {
+        return separately;
+    }
+    let mut whole = Some(whole);
+    separately
+        .into_iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { .. } => whole.take().map(|text| ContentBlock::Text { text }),
+            other => Some(other),
+        })
+        .collect()
+}
+
 fn redact_response(redactor: &Redactor, response: ChatResponse) -> ChatResponse {
     ChatResponse {
-        content: response
-            .content
-            .iter()
-            .map(|block| redact_block(redactor, block))
-            .collect(),
+        content: redact_content(redactor, &response.content),
         stop_reason: match response.stop_reason {
             StopReason::Other(reason) => StopReason::Other(redactor.redact(&reason)),
             other => other,
@@ -620,6 +648,67 @@ mod tests {
         assert!(
             all.ends_with(text.as_str()),
             "the retry's deltas add up to its text"
+        );
+    }
+
+    /// A provider answering with the token cut across two text blocks with a tool call between.
+    #[derive(Debug)]
+    struct Blocks;
+
+    impl Provider for Blocks {
+        fn label(&self) -> String {
+            "fake/blocks".into()
+        }
+
+        fn complete<'a>(
+            &'a self,
+            _request: ChatRequest<'a>,
+            events: &'a dyn ProviderEvents,
+        ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+            Box::pin(async move {
+                let (head, tail) = TOKEN.split_at(12);
+                let (first, second) = (format!("one {head}"), format!("{tail} two"));
+                events.text_delta(&first);
+                events.text_delta(&second);
+                Ok(ChatResponse {
+                    content: vec![
+                        ContentBlock::text(first),
+                        ContentBlock::ToolUse {
+                            id: "c".into(),
+                            name: "n".into(),
+                            input: json!({}),
+                        },
+                        ContentBlock::text(second),
+                    ],
+                    stop_reason: StopReason::ToolUse,
+                    usage: Usage::default(),
+                    answered_by: self.label(),
+                    malformed: Vec::new(),
+                    repairs: Vec::new(),
+                })
+            })
+        }
+    }
+
+    #[test]
+    fn a_value_cut_across_two_text_blocks_is_scrubbed_as_the_joined_text() {
+        let seen = Seen::default();
+        let response = ask(&Redacting::new(Arc::new(Blocks), redactor()), &seen).unwrap();
+        let message = ChatMessage {
+            role: clawcage_core::Role::Assistant,
+            content: response.content.clone(),
+        };
+        assert_eq!(
+            message.text(),
+            "one [redacted: CLAWCAGE_TELEGRAM_TOKEN] two"
+        );
+        assert_eq!(message.text(), seen.deltas.lock().unwrap().concat());
+        assert_eq!(response.content.len(), 2, "{response:?}");
+        assert!(matches!(response.content[1], ContentBlock::ToolUse { .. }));
+        let whole = format!("{response:?}");
+        assert!(
+            !whole.contains(&TOKEN[..12]) && !whole.contains(&TOKEN[12..]),
+            "{whole}"
         );
     }
 
