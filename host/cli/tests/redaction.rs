@@ -368,3 +368,150 @@ async fn secrets_in_the_models_text_reach_no_output_and_no_file() {
     assert_clean("the gateway's output", &printed);
     setup.assert_files_clean();
 }
+
+/// An OpenAI chat-completions stream whose content deltas are exactly `pieces`, then (if any)
+/// one tool call, sent in 5-byte network chunks.
+fn openai_deltas(pieces: &[String], call: Option<(&str, &str, &str)>) -> Reply {
+    let mut events = Vec::new();
+    let mut push = |data: Value| events.push(format!("data: {data}\n\n"));
+    push(
+        json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}, "finish_reason": null}]}),
+    );
+    for piece in pieces {
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]}),
+        );
+    }
+    if let Some((id, name, arguments)) = call {
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": id, "type": "function", "function": {"name": name, "arguments": arguments}}]}, "finish_reason": null}]}),
+        );
+    }
+    push(
+        json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": if call.is_some() { "tool_calls" } else { "stop" }}]}),
+    );
+    push(
+        json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}),
+    );
+    events.push("data: [DONE]\n\n".to_string());
+    Reply::Sse {
+        text: events.concat(),
+        chunk: 5,
+    }
+}
+
+/// `clawcage run` over the OpenAI wire format: the provider key and the Brave key (a credential
+/// the process holds) repeated by the model, cut across deltas and inside a tool call, reach
+/// neither stdout, stderr, the transcript, the audit log nor the workspace.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_over_the_openai_format_prints_and_stores_no_secret() {
+    const OPENAI_KEY: &str = "sk-openai-redaction-key-31415926535";
+    const BRAVE_KEY: &str = "BSA-brave-redaction-key-2718281828";
+    let cut = |secret: &str| {
+        let (head, tail) = secret.split_at(secret.len() / 2);
+        (head.to_string(), tail.to_string())
+    };
+    let (key_head, key_tail) = cut(OPENAI_KEY);
+    let (brave_head, brave_tail) = cut(BRAVE_KEY);
+    let arguments =
+        json!({"path": "keys.txt", "content": format!("{OPENAI_KEY} {BRAVE_KEY}")}).to_string();
+    let server = LlmServer::start(vec![
+        openai_deltas(
+            &[format!("Writing {key_head}"), format!("{key_tail} down. ")],
+            Some(("call_1", "write_file", &arguments)),
+        ),
+        openai_deltas(
+            &[
+                format!("Done: {brave_head}"),
+                format!("{brave_tail} and {key_head}"),
+                key_tail.clone(),
+            ],
+            None,
+        ),
+    ])
+    .await;
+    let state = clawcage_tests::cli_state::private_state_dir();
+    let workspace = tempfile::tempdir().unwrap();
+    let output = tokio::task::spawn_blocking({
+        let (url, state, workspace) = (
+            server.url().to_string(),
+            state.path().to_path_buf(),
+            workspace.path().to_path_buf(),
+        );
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_clawcage"))
+                .args([
+                    "run",
+                    &format!("remember {BRAVE_KEY}"),
+                    "--provider",
+                    "openai",
+                ])
+                .args([
+                    "--model",
+                    "gpt-test",
+                    "--base-url",
+                    &url,
+                    "--session",
+                    "redaction",
+                ])
+                .arg("--workspace")
+                .arg(&workspace)
+                .arg("--state-dir")
+                .arg(&state)
+                .env_remove("RUST_LOG")
+                .env_remove("ANTHROPIC_API_KEY")
+                .env("OPENAI_API_KEY", OPENAI_KEY)
+                .env("BRAVE_API_KEY", BRAVE_KEY)
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    );
+    assert!(output.status.success(), "{stderr}");
+    let secrets = [OPENAI_KEY, BRAVE_KEY];
+    let clean = |what: &str, text: &str| {
+        for secret in secrets {
+            let (head, tail) = secret.split_at(secret.len() / 2);
+            assert!(
+                !text.contains(head) && !text.contains(tail),
+                "{what} holds (part of) {secret}: {text}"
+            );
+        }
+    };
+    assert_eq!(
+        stdout,
+        "Done: [redacted: BRAVE_API_KEY] and [redacted: OPENAI_API_KEY]\n"
+    );
+    clean("stderr", &stderr);
+    for body in server.bodies() {
+        clean("a request to the model", &body.to_string());
+    }
+    let keys = std::fs::read_to_string(workspace.path().join("keys.txt")).unwrap();
+    assert_eq!(keys, "[redacted: OPENAI_API_KEY] [redacted: BRAVE_API_KEY]");
+    let mut files = 0;
+    let mut stack = vec![state.path().to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
+            let kind = entry.file_type().unwrap();
+            if kind.is_symlink() {
+                continue;
+            }
+            if kind.is_dir() {
+                stack.push(entry.path());
+                continue;
+            }
+            files += 1;
+            let bytes = std::fs::read(entry.path()).unwrap();
+            clean(
+                &entry.path().display().to_string(),
+                &String::from_utf8_lossy(&bytes),
+            );
+        }
+    }
+    assert!(files >= 2, "a transcript and an audit log to search");
+}
