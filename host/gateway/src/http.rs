@@ -37,13 +37,19 @@ type Response = http::Response<Full<Bytes>>;
 /// unauthenticated ([`Admissions::admit`](crate::limits::Admissions::admit), which may evict
 /// the oldest such connection) and served by [`serve_http`].
 pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken) {
+    let mut warned: Option<tokio::time::Instant> = None;
     loop {
         let (stream, peer) = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
                 Err(error) => {
-                    // Out of descriptors and the like: wait a little rather than spin.
-                    tracing::warn!(%error, "cannot accept a connection");
+                    // Out of descriptors and the like (the caps leave room for the gateway's own
+                    // files, but other things may take them): wait a little rather than spin,
+                    // and say so once a minute.
+                    if warned.is_none_or(|at| at.elapsed() >= std::time::Duration::from_secs(60)) {
+                        tracing::warn!(%error, "cannot accept a connection (logged once a minute)");
+                        warned = Some(tokio::time::Instant::now());
+                    }
                     tokio::time::sleep(std::time::Duration::from_millis(100)).await;
                     continue;
                 }
