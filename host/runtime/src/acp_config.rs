@@ -277,8 +277,10 @@ impl AcpHost {
         &self.roots
     }
 
-    /// `cwd`, canonical, when it lies inside an allowed root; else a refusal saying what to
-    /// configure.
+    /// `cwd`, canonical, when it lies inside an allowed root and clear of every protected
+    /// directory (the state directory, the plugins directory, clawcage's configuration
+    /// directory: `crate::protected_dirs`); else a refusal saying what to configure. Checked
+    /// before any runtime is built, for `session/new` and `session/load` alike.
     pub fn check_cwd(&self, cwd: &Path) -> Result<PathBuf, Error> {
         if !cwd.is_absolute() {
             return Err(usage(format!(
@@ -297,6 +299,9 @@ impl AcpHost {
             .iter()
             .any(|root| trust::is_inside(&canonical, root))
         {
+            // An allowed root such as `~` holds the state directory too: a session on its
+            // `channels/` could approve a sender, one on `sessions/` forge a transcript.
+            crate::check_workspace(&canonical, &self.config, &self.state_dir, None)?;
             return Ok(canonical);
         }
         Err(usage(if self.roots.is_empty() {
@@ -369,6 +374,12 @@ impl AcpHost {
 }
 
 impl Runtime {
+    /// Refuses `path` as a directory tools or an external agent of this runtime work in when it
+    /// contains, is or lies inside a protected directory (`crate::protected_dirs`).
+    pub fn check_workspace(&self, path: &Path) -> Result<(), Error> {
+        crate::check_workspace(path, self.config(), &self.state_dir, None)
+    }
+
     /// The external ACP agents this configuration allows, checked.
     pub fn external_agents(&self) -> Result<BTreeMap<String, ExternalAgent>, Error> {
         self.config()
@@ -463,6 +474,42 @@ mod tests {
         assert!(!agent.write, "read-only by default");
         assert_eq!(agent.permission_mode, PermissionMode::DenyAll);
         assert!(agent.terminal);
+    }
+
+    #[test]
+    fn a_cwd_in_or_around_the_state_directory_is_refused_inside_an_allowed_root() {
+        let dir = tempfile::tempdir().unwrap();
+        let state = dir.path().join("state");
+        std::fs::create_dir_all(state.join("channels")).unwrap();
+        std::fs::create_dir_all(dir.path().join("projects/app")).unwrap();
+        std::os::unix::fs::symlink(state.join("channels"), dir.path().join("projects/link"))
+            .unwrap();
+        let config = dir.path().join("clawcage.toml");
+        std::fs::write(&config, "[acp]\nallowed_roots = [\".\"]\n").unwrap();
+        let host = AcpHost::open(Options {
+            config: Some(config),
+            state_dir: Some(state.clone()),
+            ..Options::default()
+        })
+        .unwrap();
+        let root = dir.path().canonicalize().unwrap();
+        assert_eq!(
+            host.check_cwd(&root.join("projects/app")).unwrap(),
+            root.join("projects/app")
+        );
+        for (cwd, overlap) in [
+            (state.join("channels"), "lies inside"),
+            (dir.path().join("projects/link"), "lies inside"),
+            (state.clone(), "is the state directory"),
+            (dir.path().to_path_buf(), "contains the state directory"),
+        ] {
+            let error = host.check_cwd(&cwd).unwrap_err();
+            assert!(
+                error.message().contains(overlap) && error.message().contains("state directory"),
+                "{}: {error}",
+                cwd.display()
+            );
+        }
     }
 
     #[test]

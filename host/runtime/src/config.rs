@@ -178,9 +178,9 @@ impl Config {
                     // A tool may have planted a link to a host file here.
                     symlinks: Symlinks::Refuse,
                 }];
-                if let Some(dir) = dirs::config_dir() {
+                if let Some(dir) = user_config_dir() {
                     found.push(Candidate {
-                        path: dir.join("clawcage").join("config.toml"),
+                        path: dir.join("config.toml"),
                         explicit: false,
                         symlinks: Symlinks::Follow,
                     });
@@ -274,6 +274,12 @@ impl Config {
             max_output_chars,
         })
     }
+}
+
+/// clawcage's user configuration directory (`$XDG_CONFIG_HOME/clawcage`), whose `config.toml`
+/// every run without `--config` reads when the workspace has no `clawcage.toml`.
+pub fn user_config_dir() -> Option<PathBuf> {
+    dirs::config_dir().map(|dir| dir.join("clawcage"))
 }
 
 /// `path` with its directory resolved to a canonical path (the file itself is not followed).

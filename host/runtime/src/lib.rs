@@ -149,28 +149,68 @@ pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf, Error> {
         .ok_or_else(|| usage("cannot find a user state directory; pass --state-dir DIR"))
 }
 
+/// The directories no workspace of a run over `config` and `state_dir` may contain, be or lie
+/// inside ([`trust::check_workspace`]): the state directory, the compiled-component cache
+/// (`cache_dir`, by default the state directory's, which may be a link elsewhere), the plugins
+/// directory and clawcage's user configuration directory. A configuration file given with
+/// `--config` or found in the workspace is guarded by its digest instead (`check_trust`).
+pub fn protected_dirs(
+    config: &Config,
+    state_dir: &Path,
+    cache_dir: Option<&Path>,
+) -> Vec<trust::Protected> {
+    let mut protected = vec![
+        trust::Protected {
+            name: "the state directory",
+            path: state_dir.to_path_buf(),
+            holds: "the compiled-code cache, the trusted configurations, the kept approvals, the channels' approved senders (pairing.json), the cron jobs, the session transcripts and the audit log",
+            fix: "pass --state-dir DIR (or set CLAWCAGE_STATE_DIR) outside it",
+        },
+        trust::Protected {
+            name: "the compiled-component cache",
+            path: cache_dir
+                .map(Path::to_path_buf)
+                .unwrap_or_else(|| state_dir.join("cache").join("components")),
+            holds: "native code compiled from the tools, which runs without a further check",
+            fix: "pass --state-dir DIR whose cache lies outside it",
+        },
+    ];
+    if let Some(dir) = &config.plugins.dir {
+        protected.push(trust::Protected {
+            name: "the plugins directory",
+            path: dir.clone(),
+            holds: "the plugins' components and manifests, which the configuration grants",
+            fix: "move the plugins elsewhere and fix [plugins] dir",
+        });
+    }
+    if let Some(dir) = config::user_config_dir() {
+        protected.push(trust::Protected {
+            name: "clawcage's configuration directory",
+            path: dir,
+            holds: "the configuration every run without --config reads, with no digest checked",
+            fix: "set XDG_CONFIG_HOME to a directory outside the workspace",
+        });
+    }
+    protected
+}
+
+/// [`trust::check_workspace`] of `workspace` against [`protected_dirs`], as a usage error.
+fn check_workspace(
+    workspace: &Path,
+    config: &Config,
+    state_dir: &Path,
+    cache_dir: Option<&Path>,
+) -> Result<(), Error> {
+    trust::check_workspace(workspace, &protected_dirs(config, state_dir, cache_dir)).map_err(usage)
+}
+
 impl Located {
-    /// Refuses a layout in which a tool could change what the next run grants: the state
-    /// directory or the plugins directory inside the workspace, or a configuration file inside
-    /// it that the operator has not trusted as it is now.
+    /// Refuses a layout in which a tool could change what the next run grants: a workspace that
+    /// contains, is or lies inside a protected directory ([`protected_dirs`]), or a
+    /// configuration file inside it that the operator has not trusted as it is now.
     pub fn check_trust(&self) -> Result<(), Error> {
         let workspace = self.workspace.path();
-        if trust::is_inside(&self.state_dir, workspace) {
-            return Err(usage(format!(
-                "the state directory {} lies inside the workspace {}, where tools can write: a tool could change the compiled-code cache, the trusted configurations, the cron jobs or the audit log. Pass --state-dir DIR outside the workspace (or set CLAWCAGE_STATE_DIR)",
-                self.state_dir.display(),
-                workspace.display()
-            )));
-        }
-        if let Some(dir) = &self.config.plugins.dir
-            && trust::is_inside(dir, workspace)
-        {
-            return Err(usage(format!(
-                "the plugins directory {} lies inside the workspace {}, where tools can write: a tool could replace a plugin and its manifest. Move it outside the workspace and fix [plugins] dir",
-                dir.display(),
-                workspace.display()
-            )));
-        }
+        check_workspace(workspace, &self.config, &self.state_dir, None)?;
         if let Some(source) = &self.source
             && trust::is_inside(&source.path, workspace)
         {
@@ -345,6 +385,9 @@ impl Runtime {
             workspace,
             state_dir,
         } = located;
+        // Whichever front end chose it, no runtime is built over a workspace from which a tool
+        // could change the state, the cache, the plugins or the configuration.
+        check_workspace(workspace.path(), &config, &state_dir, cache_dir.as_deref())?;
         let demo = cache_dir.is_some();
         let limits = config
             .limits()
