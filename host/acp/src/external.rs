@@ -11,9 +11,12 @@
 //! the sandboxed `exec` tool, and its `session/request_permission` requests are answered by the
 //! configured policy (`deny-all` by default, `approve-reads`, or `ask`: the person at the
 //! parent's front end chooses, and where nobody can be asked it is rejected). Its streamed text goes to the parent's front end; its final text is
-//! the sub-agent's result, announced like any child's. Stopping it (the `subagents` tool, the
-//! time limit) sends `session/cancel`, then kills the process if it has not exited within a
-//! grace period, and always waits for it, so no zombie is left.
+//! the sub-agent's result, announced like any child's. Its own time limit (`timeout_secs`)
+//! counts from its start, so `initialize` and `session/new` must be answered within it too; one
+//! that is not ends the run naming the unanswered method. Stopping it (the `subagents` tool, a
+//! time limit) sends `session/cancel`; an agent that no longer answers is killed at once, one
+//! that does gets a grace period to exit, and the process is always waited for before its
+//! result is reported, so no zombie and no hung agent is left.
 
 use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
@@ -31,6 +34,7 @@ use clawcage_runtime::{Error, Runtime};
 use clawcage_sandbox::{LineRange, WorkspaceGrant, WorkspaceTextError};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use crate::lines;
 
@@ -50,6 +54,9 @@ pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result
     if agents.is_empty() {
         return Ok(());
     }
+    // The agent's directory is the runtime's workspace, already clear of the state, plugins and
+    // configuration directories; checked again here, where a native process is given it.
+    runtime.check_workspace(runtime.workspace().path())?;
     let read_only = runtime.external_agent_tools(false).await?;
     let read_write = if agents.values().any(|agent| agent.write) {
         Some(runtime.external_agent_tools(true).await?)
@@ -193,7 +200,10 @@ async fn supervise(
     });
     let transport = lines::transport(stdout, stdin, lines::MAX_LINE_BYTES);
     let workspace_text = workspace.path().display().to_string();
-    let result = Client
+    // Its own time limit counts from its start: `initialize` and `session/new` spend it too.
+    let deadline = agent.timeout.map(|limit| Instant::now() + limit);
+    let backstop = backstop(deadline, stopped.clone());
+    let connection = Client
         .v1()
         .name("clawcage")
         .on_receive_request(
@@ -227,33 +237,89 @@ async fn supervise(
             agent_client_protocol::on_receive_notification!(),
         )
         .connect_with(transport, async |connection: ConnectionTo<Agent>| {
-            drive(&connection, &state, &run, &workspace_text, &mut stopped).await
-        })
-        .await;
+            drive(
+                &connection,
+                &state,
+                &run,
+                &workspace_text,
+                &mut stopped,
+                deadline,
+            )
+            .await
+        });
+    // Whatever the protocol layer still waits for once the run is over (a write the agent never
+    // reads), the connection is given up a grace period after the deadline or the stop.
+    let ended = tokio::select! {
+        ended = connection => ended,
+        () = backstop => Ok(Ended {
+            result: Err(format!(
+                "the external agent `{}` stopped answering and was killed",
+                agent.name
+            )),
+            answering: false,
+        }),
+    };
     for terminal in lock(&state.terminals).drain() {
         terminal.1.task.abort();
     }
-    // The agent gets a moment to exit on its own, then is killed; either way it is reaped.
-    match tokio::time::timeout(STOP_GRACE, child.wait()).await {
-        Ok(_) => {}
-        Err(_) => {
-            let _ = child.start_kill();
-            let _ = child.wait().await;
-        }
+    let (outcome, answering) = match ended {
+        Ok(Ended { result, answering }) => (result, answering),
+        Err(error) => (
+            Err(format!(
+                "the external agent `{}` broke the protocol or ended early: {error}",
+                agent.name
+            )),
+            true,
+        ),
+    };
+    // An agent that still answers gets a moment to exit on its own (its stdin is closed); one
+    // that stopped answering is killed at once. Either way it is reaped before the result is
+    // reported, so no process outlives its run.
+    let exited = answering && tokio::time::timeout(STOP_GRACE, child.wait()).await.is_ok();
+    if !exited {
+        let _ = child.start_kill();
+        let _ = child.wait().await;
     }
     tracing::info!(agent = %agent.name, pid, "external agent ended");
-    let outcome = match result {
-        Ok(Ok(text)) => Ok(text),
-        Ok(Err(message)) => Err(message),
-        Err(error) => Err(format!(
-            "the external agent `{}` broke the protocol or ended early: {error}",
-            agent.name
-        )),
-    };
     let _ = done.send(outcome);
 }
 
-/// Sends `method` with `params` and waits for the answer, or for the stop.
+/// How a run ended: its result, and whether the agent was still answering (else it is killed
+/// without a grace period).
+struct Ended {
+    result: Result<String, String>,
+    answering: bool,
+}
+
+/// Resolves a grace period after `deadline` or after the run is stopped (its stop handle
+/// dropped), whichever comes first; never without either.
+async fn backstop(deadline: Option<Instant>, mut stopped: watch::Receiver<bool>) {
+    let grace = STOP_GRACE * 2;
+    let at_deadline = async {
+        match deadline {
+            Some(deadline) => tokio::time::sleep_until(deadline + grace).await,
+            None => std::future::pending().await,
+        }
+    };
+    let after_stop = async {
+        let _ = stopped.changed().await;
+        tokio::time::sleep(grace).await;
+    };
+    tokio::select! {
+        () = at_deadline => {}
+        () = after_stop => {}
+    }
+}
+
+/// `future`'s output, or `None` once `deadline` has passed.
+async fn before<T>(deadline: Option<Instant>, future: impl Future<Output = T>) -> Option<T> {
+    match deadline {
+        Some(deadline) => tokio::time::timeout_at(deadline, future).await.ok(),
+        None => Some(future.await),
+    }
+}
+
+/// Sends `method` with `params` and waits for the answer.
 async fn request(
     connection: &ConnectionTo<Agent>,
     method: &str,
@@ -267,18 +333,50 @@ async fn request(
         .map_err(|error| format!("{method} failed: {error}"))
 }
 
-/// initialize, session/new in the workspace, one prompt; a stop cancels it.
+/// Sends `session/cancel` and gives `prompt` the grace period to end: whether it did.
+async fn cancel<F: Future>(
+    connection: &ConnectionTo<Agent>,
+    session_id: &str,
+    prompt: std::pin::Pin<&mut F>,
+) -> bool {
+    if let Ok(cancel) = UntypedMessage::new("session/cancel", json!({"sessionId": session_id})) {
+        let _ = connection.send_notification(cancel);
+    }
+    tokio::time::timeout(STOP_GRACE, prompt).await.is_ok()
+}
+
+/// Why the session could not be started.
+enum SetupError {
+    /// The agent answered with an error, or with no session.
+    Failed(String),
+    /// The time limit ran out waiting for the answer to this method.
+    Unanswered(&'static str),
+}
+
+/// initialize, session/new in the workspace, one prompt, each within the agent's time limit
+/// (`deadline`); a stop or the limit cancels the prompt.
 async fn drive(
     connection: &ConnectionTo<Agent>,
     state: &Arc<RunState>,
     run: &ExternalRun,
     workspace: &str,
     stopped: &mut watch::Receiver<bool>,
-) -> Result<Result<String, String>, agent_client_protocol::Error> {
+    deadline: Option<Instant>,
+) -> Result<Ended, agent_client_protocol::Error> {
     let name = &state.agent.name;
+    let limit = state.agent.timeout.unwrap_or_default().as_secs();
+    let ended = |result, answering| Ok(Ended { result, answering });
     let setup = async {
-        request(
-            connection,
+        let ask = async |method: &'static str, params: Value| match before(
+            deadline,
+            request(connection, method, params),
+        )
+        .await
+        {
+            Some(answer) => answer.map_err(SetupError::Failed),
+            None => Err(SetupError::Unanswered(method)),
+        };
+        ask(
             "initialize",
             json!({
                 "protocolVersion": 1,
@@ -290,24 +388,20 @@ async fn drive(
             }),
         )
         .await?;
-        let session = request(
-            connection,
-            "session/new",
-            json!({"cwd": workspace, "mcpServers": []}),
-        )
-        .await?;
+        let session = ask("session/new", json!({"cwd": workspace, "mcpServers": []})).await?;
         session
             .get("sessionId")
             .and_then(Value::as_str)
             .map(str::to_string)
-            .ok_or_else(|| "session/new returned no sessionId".to_string())
+            .ok_or_else(|| SetupError::Failed("session/new returned no sessionId".to_string()))
     };
     let session_id = tokio::select! {
         session = setup => match session {
             Ok(id) => id,
-            Err(error) => return Ok(Err(format!("the external agent `{name}` did not start a session: {error}"))),
+            Err(SetupError::Failed(error)) => return ended(Err(format!("the external agent `{name}` did not start a session: {error}")), true),
+            Err(SetupError::Unanswered(method)) => return ended(Err(format!("the external agent `{name}` did not answer `{method}` within its time limit of {limit} s ([acp.agents.{name}] timeout_secs); it was killed")), false),
         },
-        _ = stopped.changed() => return Ok(Err("stopped before it started".to_string())),
+        _ = stopped.changed() => return ended(Err("stopped before it started".to_string()), true),
     };
     let prompt = request(
         connection,
@@ -315,26 +409,29 @@ async fn drive(
         json!({"sessionId": session_id, "prompt": [{"type": "text", "text": run.task}]}),
     );
     tokio::pin!(prompt);
-    let limit = state.agent.timeout.unwrap_or(Duration::from_secs(86_400));
     let answer = tokio::select! {
         answer = &mut prompt => answer,
-        _ = tokio::time::sleep(limit) => {
-            if let Ok(cancel) = UntypedMessage::new("session/cancel", json!({"sessionId": session_id})) {
-                let _ = connection.send_notification(cancel);
+        () = async {
+            match deadline {
+                Some(deadline) => tokio::time::sleep_until(deadline).await,
+                None => std::future::pending().await,
             }
-            let _ = tokio::time::timeout(STOP_GRACE, &mut prompt).await;
-            return Ok(Err(format!("stopped after its time limit of {} s ([acp.agents.{name}] timeout_secs)", limit.as_secs())));
+        } => {
+            let answering = cancel(connection, &session_id, prompt.as_mut()).await;
+            let after = if answering {
+                "session/cancel was sent and it ended its turn".to_string()
+            } else {
+                format!("it did not answer session/cancel within {} s and was killed", STOP_GRACE.as_secs())
+            };
+            return ended(Err(format!("stopped after its time limit of {limit} s ([acp.agents.{name}] timeout_secs); {after}")), answering);
         }
         _ = stopped.changed() => {
-            if let Ok(cancel) = UntypedMessage::new("session/cancel", json!({"sessionId": session_id})) {
-                let _ = connection.send_notification(cancel);
-            }
-            let _ = tokio::time::timeout(STOP_GRACE, &mut prompt).await;
-            return Ok(Err("stopped; session/cancel was sent".to_string()));
+            let answering = cancel(connection, &session_id, prompt.as_mut()).await;
+            return ended(Err("stopped; session/cancel was sent".to_string()), answering);
         }
     };
     let text = lock(&state.text).trim().to_string();
-    Ok(match answer {
+    let result = match answer {
         Ok(response) => {
             let stop = response
                 .get("stopReason")
@@ -348,7 +445,8 @@ async fn drive(
             }
         }
         Err(error) => Err(format!("`{name}` failed: {error}. Its text so far: {text}")),
-    })
+    };
+    ended(result, true)
 }
 
 fn refusal(message: impl Into<String>) -> agent_client_protocol::Error {
