@@ -24,6 +24,9 @@ use tokio::net::TcpStream;
 
 const TOKEN: &str = "gateway-limits-token-0123456789";
 
+/// The secret of the `ops` webhook (no request here is signed with it).
+const HOOK_SECRET_ENV: &str = "CLAWCAGE_LIMITS_TEST_HOOK_SECRET";
+
 /// Far longer than any timeout the tests give the gateway: a connection still open after this
 /// was not going to be closed.
 const DEADLINE: Duration = Duration::from_secs(40);
@@ -37,7 +40,8 @@ struct Setup {
 }
 
 impl Setup {
-    fn new() -> Setup {
+    /// With `extra` appended to the configuration.
+    fn new(extra: &str) -> Setup {
         let binary = Path::new(env!("CARGO_BIN_EXE_clawcage"));
         clawcage_tests::cli_state::warm_components(binary);
         let cache = clawcage_tests::cli_state::shared_state_dir().join("cache");
@@ -52,7 +56,7 @@ impl Setup {
         // No turn runs here: the provider is never asked.
         std::fs::write(
             &config,
-            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"http://127.0.0.1:9\"\nmax_retries = 0\n\n[subagents]\nenabled = false\n",
+            format!("[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"http://127.0.0.1:9\"\nmax_retries = 0\n\n[subagents]\nenabled = false\n\n{extra}"),
         )
         .unwrap();
         Setup {
@@ -91,7 +95,8 @@ impl Setup {
             .env_remove("RUST_LOG")
             .env_remove("OPENAI_API_KEY")
             .env_remove("CLAWCAGE_GATEWAY_TOKEN")
-            .env("ANTHROPIC_API_KEY", "sk-gateway-limits-test");
+            .env("ANTHROPIC_API_KEY", "sk-gateway-limits-test")
+            .env(HOOK_SECRET_ENV, "hook-secret-0123456789abcdef");
         GatewayProcess::start(command)
     }
 }
@@ -152,7 +157,9 @@ fn still_open(streams: &[TcpStream]) -> usize {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn unauthenticated_connections_are_closed_and_authenticated_ones_are_not() {
-    let setup = Setup::new();
+    let setup = Setup::new(&format!(
+        "[channels.webhooks.ops]\nsecret_env = \"{HOOK_SECRET_ENV}\"\nreply_url = \"http://127.0.0.1:9/reply\"\n"
+    ));
     let gateway = setup.start(None, &["--unauthenticated-timeout", "2"]);
     let addr = gateway.addr;
     let mut authenticated = owner(addr).await;
@@ -206,6 +213,29 @@ async fn unauthenticated_connections_are_closed_and_authenticated_ones_are_not()
         writing.abort();
         closed
     });
+    // A webhook request whose body comes a byte a second: answered 408, then closed.
+    let slow_body = tokio::spawn(async move {
+        let mut stream = TcpStream::connect(addr).await.unwrap();
+        stream
+            .write_all(
+                b"POST /hooks/ops HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: 1000\r\n\r\n{",
+            )
+            .await
+            .unwrap();
+        let (mut reader, mut writer) = stream.into_split();
+        let writing = tokio::spawn(async move {
+            for _ in 0..2 * DEADLINE.as_secs() {
+                if writer.write_all(b" ").await.is_err() {
+                    return;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+        });
+        let mut answer = Vec::new();
+        let read = tokio::time::timeout(DEADLINE, reader.read_to_end(&mut answer)).await;
+        writing.abort();
+        (read.is_ok(), String::from_utf8_lossy(&answer).into_owned())
+    });
     // A WebSocket that never sends connect.
     let (mut mute, challenge) = GatewayClient::open(addr, None).await.unwrap();
     assert_eq!(challenge["event"], "connect.challenge", "{challenge}");
@@ -223,6 +253,15 @@ async fn unauthenticated_connections_are_closed_and_authenticated_ones_are_not()
         busy.await.unwrap(),
         "a connection that keeps asking stays open forever"
     );
+    let (closed, answer) = slow_body.await.unwrap();
+    assert!(
+        closed,
+        "a webhook body that trickles in stays open: {answer}"
+    );
+    assert!(
+        answer.starts_with("HTTP/1.1 408") && answer.contains("did not arrive within 2 s"),
+        "{answer}"
+    );
 
     // The token holder's connection has outlived all of them, idle the whole time.
     health_ok(&authenticated.request("health", json!({})).await);
@@ -234,7 +273,7 @@ async fn unauthenticated_connections_are_closed_and_authenticated_ones_are_not()
 async fn a_flood_of_idle_connections_does_not_lock_the_token_holder_out() {
     const OPEN_FILES: u32 = 512;
     const FLOOD: usize = 700;
-    let setup = Setup::new();
+    let setup = Setup::new("");
     // Timeouts long enough that only the cap, not a timeout, can make room during the test.
     let gateway = setup.start(Some(OPEN_FILES), &["--unauthenticated-timeout", "120"]);
     let addr = gateway.addr;
@@ -304,7 +343,7 @@ async fn a_flood_of_idle_connections_does_not_lock_the_token_holder_out() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn authenticated_connections_have_a_cap_of_their_own_that_says_so() {
-    let setup = Setup::new();
+    let setup = Setup::new("");
     let gateway = setup.start(
         None,
         &["--max-connections", "6", "--max-unauthenticated", "2"],

@@ -67,7 +67,8 @@ pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: Can
 /// gracefully: the request in flight is answered within one more timeout). hyper closes it when
 /// a request's headers take longer than the timeout, counted from the connection's start or
 /// from the previous response: a silent client, one that sends a byte now and then, and an
-/// idle keep-alive connection alike. An upgrade to a WebSocket takes the slot along.
+/// idle keep-alive connection alike; a webhook's body must arrive within it too. An upgrade to
+/// a WebSocket takes the slot along.
 async fn serve_http(gateway: Arc<Gateway>, stream: TcpStream, slot: PendingSlot) {
     let timeout = gateway.settings.limits.unauthenticated_timeout;
     let lifetime_ends = slot.admitted() + gateway.settings.limits.unauthenticated_lifetime();
@@ -78,10 +79,21 @@ async fn serve_http(gateway: Arc<Gateway>, stream: TcpStream, slot: PendingSlot)
         let gateway = gateway.clone();
         let slot = slot.clone();
         async move {
-            // Webhooks are authenticated by their signature, not by Host or Origin.
+            // Webhooks are authenticated by their signature, not by Host or Origin. Their
+            // body must arrive within the timeout too (the answer follows at once: the reply
+            // is delivered later, by a POST of the gateway's own).
             if let Some(name) = request.uri().path().strip_prefix(HOOKS_PREFIX) {
                 let name = name.to_string();
-                return Ok::<_, Infallible>(hook(gateway, &name, request).await);
+                let answered = tokio::time::timeout(timeout, hook(gateway, &name, request)).await;
+                return Ok::<_, Infallible>(answered.unwrap_or_else(|_| {
+                    plain(
+                        http::StatusCode::REQUEST_TIMEOUT,
+                        format!(
+                            "the request body did not arrive within {} s; send it at once\n",
+                            timeout.as_secs()
+                        ),
+                    )
+                }));
             }
             Ok::<_, Infallible>(route(gateway, request, &slot))
         }
