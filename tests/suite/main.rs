@@ -21,6 +21,7 @@ mod guest_units;
 mod long_sessions;
 mod misbehaving;
 mod plugins;
+mod programs_kinds;
 mod providers;
 mod queue_modes;
 mod sandbox_escape;

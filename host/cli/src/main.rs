@@ -185,6 +185,9 @@ enum Command {
     /// change within a second; the jobs fire only while a chat runs.
     #[command(subcommand)]
     Cron(CronCommand),
+    /// See the programs exec can run: the bundled ones and those of `[exec] programs_dir`.
+    #[command(subcommand)]
+    Programs(ProgramsCommand),
     /// Trust the configuration file as it is now.
     ///
     /// Tools can write to the workspace, so a clawcage.toml inside it (or a --config file inside
@@ -246,6 +249,20 @@ enum ApprovalsCommand {
     Revoke {
         /// The decision's id, e.g. apv-0123456789ab.
         id: String,
+    },
+}
+
+/// `clawcage programs ...`.
+#[derive(Debug, Subcommand)]
+enum ProgramsCommand {
+    /// List each program with its kind (p1 module, p2 component, multicall), size, SHA-256,
+    /// source and, for one that cannot run, why. Every program is loaded to find out (the
+    /// first time compiles it).
+    List {
+        /// Print JSON: one object per program with name, kind, bytes, sha256, source, names
+        /// and problem (null when it runs).
+        #[arg(long)]
+        json: bool,
     },
 }
 
@@ -452,6 +469,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let runtime = open(options).await?;
             cron(&runtime, command).await
         }
+        Command::Programs(ProgramsCommand::List { json }) => list_programs(options, json).await,
         Command::Tools { json } => {
             let runtime = open(options).await?;
             print_tools(&runtime, json).await
@@ -560,6 +578,52 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
             Ok(())
         }
     }
+}
+
+/// `clawcage programs list`: the catalog exec would find, each program loaded once to learn
+/// whether it runs (through the same compiled-component cache the runtime uses).
+async fn list_programs(options: Options, json: bool) -> Result<(), Failure> {
+    let located = clawcage_runtime::locate(&options)?;
+    located.check_trust()?;
+    let cache =
+        clawcage_sandbox::ArtifactCache::in_dir(located.state_dir.join("cache").join("components"));
+    let sandbox = clawcage_sandbox::Sandbox::new(clawcage_sandbox::SandboxOptions {
+        cache,
+        progress: options.progress,
+    })
+    .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
+    let programs = sandbox
+        .programs_on_demand(located.config.exec.programs_dir.as_deref())
+        .describe()
+        .await
+        .map_err(|error| Failure::Usage(format!("clawcage: {error}")))?;
+    if json {
+        let text = serde_json::to_string_pretty(&programs)
+            .map_err(|error| Failure::Tool(error.to_string()))?;
+        outln!("{text}");
+        return Ok(());
+    }
+    for program in &programs {
+        let state = match &program.problem {
+            Some(_) => "cannot run",
+            None => "runs",
+        };
+        outln!(
+            "{}  ({}, {} bytes, {state})",
+            program.name,
+            program.kind.label(),
+            program.bytes
+        );
+        outln!("    source: {}", program.source);
+        outln!("    sha256: {}", program.sha256);
+        if program.names.len() > 1 {
+            outln!("    names: {}", program.names.join(" "));
+        }
+        if let Some(problem) = &program.problem {
+            outln!("    problem: {problem}");
+        }
+    }
+    Ok(())
 }
 
 fn sessions(options: &Options, json: bool) -> Result<(), Failure> {

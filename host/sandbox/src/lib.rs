@@ -6,6 +6,7 @@
 //! Third-party [`plugin`]s are verified and granted here too, so every grant decision lives in
 //! this crate.
 
+mod adapter;
 mod asked_writes;
 mod bindings;
 pub mod cache;

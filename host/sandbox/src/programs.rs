@@ -7,8 +7,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 use clawcage_core::files::{Symlinks, read_regular_file};
@@ -25,6 +25,7 @@ use wasmtime_wasi::{WasiCtx, WasiCtxView, WasiView};
 
 use tokio::sync::OnceCell;
 
+pub use crate::adapter::ProgramKind;
 use crate::asked_writes::{AsksWrites, WriteAsker};
 use crate::components;
 use crate::host::MemoryLimiter;
@@ -172,6 +173,17 @@ pub(crate) fn program_linker(engine: &Engine) -> wasmtime::Result<Linker<Program
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     crate::special_files::refuse_special_files(&mut linker)?;
     crate::asked_writes::ask_before_writes(&mut linker)?;
+    // The socket functions of adapted p1 modules: every descriptor is "not a socket".
+    let mut sockets = linker.instance(crate::adapter::SOCKETS_INTERFACE)?;
+    const NOT_A_SOCKET: (u32,) = (crate::adapter::ENOTSOCK,);
+    sockets.func_wrap("sock-accept", |_, _: (u32, u32, u32)| Ok(NOT_A_SOCKET))?;
+    sockets.func_wrap("sock-recv", |_, _: (u32, u32, u32, u32, u32, u32)| {
+        Ok(NOT_A_SOCKET)
+    })?;
+    sockets.func_wrap("sock-send", |_, _: (u32, u32, u32, u32, u32)| {
+        Ok(NOT_A_SOCKET)
+    })?;
+    sockets.func_wrap("sock-shutdown", |_, _: (u32, u32)| Ok(NOT_A_SOCKET))?;
     linker.allow_shadowing(true);
     let mut types = linker.instance(FILESYSTEM_TYPES)?;
     types.func_wrap_async(
@@ -237,27 +249,130 @@ pub(crate) struct LazyProgram {
     /// Where it came from, e.g. `bundled:coreutils` or a file path.
     origin: String,
     sandbox: Arc<Sandbox>,
+    /// The file's bytes as found (a p1 module is adapted only when it must be compiled).
     code: Code,
+    kind: ProgramKind,
+    /// The hex SHA-256 of the file as found.
+    sha256: String,
     key: String,
     ready: OnceCell<Arc<Program>>,
+    /// Why it cannot run, once known: remembered, so a broken file is not compiled again on
+    /// every call.
+    problem: OnceLock<String>,
 }
 
 impl LazyProgram {
     /// The program ready to run, loaded on its first run.
     pub(crate) async fn ready(&self) -> Result<&Arc<Program>, String> {
-        self.ready
-            .get_or_try_init(|| async {
-                let (component, _) = self
-                    .sandbox
-                    .compile(&self.name, &self.key, &self.code)
-                    .await?;
-                self.sandbox
-                    .prepare_program(&self.name, &component)
-                    .map(Arc::new)
-            })
-            .await
-            .map_err(|error| format!("{}: cannot be loaded: {error}", self.name))
+        if let Some(problem) = self.problem.get() {
+            return Err(self.cannot_run(problem));
+        }
+        let loaded = self
+            .ready
+            .get_or_try_init(|| async { self.load().await.map(Arc::new) })
+            .await;
+        loaded.map_err(|problem| {
+            let message = self.cannot_run(&problem);
+            let _ = self.problem.set(problem);
+            message
+        })
     }
+
+    fn cannot_run(&self, problem: &str) -> String {
+        format!(
+            "{}: cannot be loaded: {problem} ({})",
+            self.name, self.origin
+        )
+    }
+
+    /// Compiles (or finds compiled) and links the program; the reason in plain words if not.
+    async fn load(&self) -> Result<Program, String> {
+        let sandbox = &self.sandbox;
+        let compiled = match self.kind {
+            ProgramKind::NotWasm => return Err(not_wasm()),
+            // An adapted module is keyed by its own digest and the adapter's: the artifact, when
+            // there is one, needs no adapting.
+            ProgramKind::P1Module
+                if sandbox.compiled(&self.key).is_some()
+                    || sandbox.cache().has_artifact(&self.key) =>
+            {
+                match sandbox.compile(&self.name, &self.key, &self.code).await {
+                    Ok(compiled) => compiled,
+                    // A damaged artifact is recompiled from the bytes given: the adapted ones.
+                    Err(_) => sandbox
+                        .compile(&self.name, &self.key, &self.adapted().await?)
+                        .await
+                        .map_err(reason)?,
+                }
+            }
+            ProgramKind::P1Module => sandbox
+                .compile(&self.name, &self.key, &self.adapted().await?)
+                .await
+                .map_err(reason)?,
+            ProgramKind::P2Component | ProgramKind::Multicall => sandbox
+                .compile(&self.name, &self.key, &self.code)
+                .await
+                .map_err(reason)?,
+        };
+        sandbox
+            .prepare_program(&self.name, &compiled.0)
+            .map_err(reason)
+    }
+
+    /// A p1 module's bytes made into a command component (on a blocking thread: large modules
+    /// take a moment).
+    async fn adapted(&self) -> Result<Code, String> {
+        let code = self.code.clone();
+        tokio::task::spawn_blocking(move || crate::adapter::adapt(code.bytes()))
+            .await
+            .map_err(|error| format!("the adapting task stopped: {error}"))?
+            .map(|bytes| Code::Shared(Arc::from(bytes)))
+    }
+
+    /// What `clawcage programs list` shows of it, with the names it answers to.
+    fn info(&self, names: Vec<String>) -> ProgramInfo {
+        ProgramInfo {
+            name: self.name.clone(),
+            kind: self.kind,
+            bytes: self.code.bytes().len() as u64,
+            sha256: self.sha256.clone(),
+            source: self.origin.clone(),
+            names,
+            problem: self.problem.get().cloned(),
+        }
+    }
+}
+
+/// What is said of a file in the programs directory that is not WebAssembly.
+fn not_wasm() -> String {
+    "it is not a WebAssembly file (no `\\0asm` header); replace it with a WASI program (a p1 module or a p2 component) or remove it".to_string()
+}
+
+/// The reason in a load error, without the program's name (the caller adds it once).
+fn reason(error: LoadError) -> String {
+    match error {
+        LoadError::Compile { reason, .. } => reason,
+        other => other.to_string(),
+    }
+}
+
+/// One program as `clawcage programs list` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ProgramInfo {
+    /// Its name (a multicall program's own name, e.g. `coreutils`).
+    pub name: String,
+    /// What the file holds.
+    pub kind: ProgramKind,
+    /// The file's size in bytes.
+    pub bytes: u64,
+    /// The file's hex SHA-256.
+    pub sha256: String,
+    /// Where it came from: `bundled:NAME` or the file's path.
+    pub source: String,
+    /// The names exec runs it by (empty for a file that could not be named).
+    pub names: Vec<String>,
+    /// Why it cannot run, if it cannot.
+    pub problem: Option<String>,
 }
 
 type ProgramMap = BTreeMap<String, Arc<LazyProgram>>;
@@ -274,6 +389,8 @@ struct CatalogInner {
     /// Where to find the programs when asked first (none: found already).
     source: Option<(Arc<Sandbox>, Option<PathBuf>)>,
     programs: OnceCell<ProgramMap>,
+    /// Files of the programs directory that could not even be named.
+    rejected: OnceLock<Vec<ProgramInfo>>,
     /// Set once every program has been loaded.
     loaded: OnceCell<()>,
 }
@@ -295,11 +412,12 @@ impl PartialEq for ProgramCatalog {
 impl Eq for ProgramCatalog {}
 
 impl ProgramCatalog {
-    fn ready(programs: ProgramMap) -> Self {
+    fn ready((programs, rejected): Found) -> Self {
         Self {
             inner: Arc::new(CatalogInner {
                 source: None,
                 programs: OnceCell::new_with(Some(programs)),
+                rejected: OnceLock::from(rejected),
                 loaded: OnceCell::new(),
             }),
         }
@@ -311,10 +429,14 @@ impl ProgramCatalog {
             .programs
             .get_or_try_init(|| async {
                 match &self.inner.source {
-                    Some((sandbox, extra_dir)) => sandbox
-                        .find_programs(extra_dir.as_deref())
-                        .await
-                        .map_err(|error| error.to_string()),
+                    Some((sandbox, extra_dir)) => {
+                        let (programs, rejected) = sandbox
+                            .find_programs(extra_dir.as_deref())
+                            .await
+                            .map_err(|error| error.to_string())?;
+                        let _ = self.inner.rejected.set(rejected);
+                        Ok(programs)
+                    }
                     None => Ok(ProgramMap::new()),
                 }
             })
@@ -323,7 +445,8 @@ impl ProgramCatalog {
 
     /// Finds the programs and loads every one of them (compiling those the artifact cache does
     /// not hold yet), once. The exec tool calls this before its time limit starts, so a call's
-    /// limit is never spent on loading code.
+    /// limit is never spent on loading code. A program that cannot be loaded does not stop the
+    /// others: it is logged here and running it says why it cannot run.
     pub async fn load_all(&self) -> Result<(), String> {
         self.inner
             .loaded
@@ -347,12 +470,39 @@ impl ProgramCatalog {
                     sandbox.progress().expect(to_compile);
                 }
                 for program in distinct {
-                    program.ready().await?;
+                    if let Err(problem) = program.ready().await {
+                        tracing::warn!("{problem}");
+                    }
                 }
-                Ok(())
+                Ok::<(), String>(())
             })
             .await
             .map(|_| ())
+    }
+
+    /// Every program, bundled and the operator's, with its kind, size, digest, source and what
+    /// is wrong with it if it cannot run: each one is loaded (compiled if the artifact cache
+    /// does not hold it) to find out. Sorted by name.
+    pub async fn describe(&self) -> Result<Vec<ProgramInfo>, String> {
+        let programs = self.resolve().await?;
+        let mut distinct: Vec<(&Arc<LazyProgram>, Vec<String>)> = Vec::new();
+        for (name, program) in programs {
+            match distinct
+                .iter_mut()
+                .find(|(seen, _)| Arc::ptr_eq(seen, program))
+            {
+                Some((_, names)) => names.push(name.clone()),
+                None => distinct.push((program, vec![name.clone()])),
+            }
+        }
+        let mut infos = Vec::with_capacity(distinct.len());
+        for (program, names) in distinct {
+            let _ = program.ready().await;
+            infos.push(program.info(names));
+        }
+        infos.extend(self.inner.rejected.get().cloned().unwrap_or_default());
+        infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.source.cmp(&b.source)));
+        Ok(infos)
     }
 
     /// Whether the programs have been found yet.
@@ -399,6 +549,13 @@ fn bundled() -> [(&'static str, &'static [u8], bool); 4] {
     ]
 }
 
+/// The WASI preview 1 core module `module` as the p2 command component exec runs in its place
+/// (the command adapter of the pinned wasmtime release, `proc_exit` kept exact through
+/// `wasi:cli/exit.exit-with-code`), or why it cannot be one.
+pub fn p1_as_component(module: &[u8]) -> Result<Vec<u8>, String> {
+    crate::adapter::adapt(module)
+}
+
 /// Whether `name` can be a program name: letters, digits, `.`, `_`, `+`, `-`, not starting
 /// with `-` or `.`.
 pub(crate) fn valid_program_name(name: &str) -> bool {
@@ -436,28 +593,33 @@ impl Sandbox {
             inner: Arc::new(CatalogInner {
                 source: Some((self.clone(), extra_dir.map(Path::to_path_buf))),
                 programs: OnceCell::new(),
+                rejected: OnceLock::new(),
                 loaded: OnceCell::new(),
             }),
         }
     }
 
-    async fn find_programs(
-        self: &Arc<Self>,
-        extra_dir: Option<&Path>,
-    ) -> Result<ProgramMap, LoadError> {
+    async fn find_programs(self: &Arc<Self>, extra_dir: Option<&Path>) -> Result<Found, LoadError> {
         let mut programs = ProgramMap::new();
         for (name, bytes, multicall) in bundled() {
-            let key = match components::bundled::digest_of(bytes) {
-                Some(digest) => crate::cache::ArtifactCache::key_for_digest(self.engine(), digest),
-                None => crate::cache::ArtifactCache::key(self.engine(), bytes),
+            let sha256 = match components::bundled::digest_of(bytes) {
+                Some(digest) => digest.to_string(),
+                None => crate::cache::sha256_hex(bytes),
             };
             let program = Arc::new(LazyProgram {
                 name: name.to_string(),
                 origin: format!("bundled:{name}"),
                 sandbox: self.clone(),
                 code: Code::Static(bytes),
-                key,
+                kind: if multicall {
+                    ProgramKind::Multicall
+                } else {
+                    ProgramKind::P2Component
+                },
+                key: crate::cache::ArtifactCache::key_for_digest(self.engine(), &sha256),
+                sha256,
                 ready: OnceCell::new(),
+                problem: OnceLock::new(),
             });
             if multicall {
                 for utility in self.multicall_names(&program).await? {
@@ -467,35 +629,66 @@ impl Sandbox {
                 programs.insert(name.to_string(), program);
             }
         }
+        let mut rejected = Vec::new();
         if let Some(dir) = extra_dir {
-            for (name, path) in operator_programs(dir)? {
-                let bytes = read_regular_file(&path, MAX_PROGRAM_BYTES, Symlinks::Follow).map_err(
-                    |error| LoadError::Compile {
-                        component: name.clone(),
-                        reason: format!("cannot read {}: {error}", path.display()),
-                    },
-                )?;
-                let key = crate::cache::ArtifactCache::key(self.engine(), &bytes);
-                let program = Arc::new(LazyProgram {
-                    name: name.clone(),
-                    origin: path.display().to_string(),
-                    sandbox: self.clone(),
-                    code: Code::Shared(Arc::from(bytes)),
-                    key,
-                    ready: OnceCell::new(),
-                });
-                // Checked now, so a component that is no WASI command is refused at once.
-                program.ready().await.map_err(|reason| LoadError::Compile {
-                    component: name.clone(),
-                    reason,
-                })?;
+            for found in operator_programs(dir)? {
+                let (name, path) = match found {
+                    Ok(found) => found,
+                    Err(info) => {
+                        tracing::warn!(path = %info.source, "{}", info.problem.as_deref().unwrap_or_default());
+                        rejected.push(info);
+                        continue;
+                    }
+                };
+                let program = Arc::new(self.operator_program(&name, &path));
+                // Checked now, so a broken file is reported at once (and remembered); the
+                // other programs run whatever it holds.
+                if let Err(problem) = program.ready().await {
+                    tracing::warn!("{problem}");
+                }
                 if programs.contains_key(&name) {
                     tracing::info!(program = %name, path = %path.display(), "an operator program replaces the bundled one");
                 }
                 programs.insert(name, program);
             }
         }
-        Ok(programs)
+        Ok((programs, rejected))
+    }
+
+    /// The operator's program file `path` named `name`, not loaded yet; a file that cannot be
+    /// read or is not WebAssembly carries its problem already.
+    fn operator_program(self: &Arc<Self>, name: &str, path: &Path) -> LazyProgram {
+        let problem = OnceLock::new();
+        let bytes = match read_regular_file(path, MAX_PROGRAM_BYTES, Symlinks::Follow) {
+            Ok(bytes) => bytes,
+            Err(error) => {
+                let _ = problem.set(format!("cannot read {}: {error}", path.display()));
+                Vec::new()
+            }
+        };
+        let kind = ProgramKind::of(&bytes);
+        if kind == ProgramKind::NotWasm && problem.get().is_none() {
+            let _ = problem.set(not_wasm());
+        }
+        let sha256 = crate::cache::sha256_hex(&bytes);
+        let keyed = match kind {
+            ProgramKind::P1Module => format!(
+                "{sha256}+wasi-preview1-command-adapter:{}",
+                *crate::adapter::ADAPTER_DIGEST
+            ),
+            _ => sha256.clone(),
+        };
+        LazyProgram {
+            name: name.to_string(),
+            origin: path.display().to_string(),
+            sandbox: self.clone(),
+            code: Code::Shared(Arc::from(bytes)),
+            kind,
+            sha256,
+            key: crate::cache::ArtifactCache::key_for_digest(self.engine(), &keyed),
+            ready: OnceCell::new(),
+            problem,
+        }
     }
 
     /// Links a program's component for running.
@@ -597,8 +790,25 @@ pub(crate) fn exit_code(error: &wasmtime::Error) -> Option<i32> {
         .map(|exit| exit.0)
 }
 
-/// `NAME.wasm` files of `dir`, sorted by name.
-fn operator_programs(dir: &Path) -> Result<Vec<(String, PathBuf)>, LoadError> {
+/// The kind of the file at `path`, by its first eight bytes.
+fn kind_of_file(path: &Path) -> ProgramKind {
+    use std::io::Read as _;
+    let mut header = Vec::with_capacity(8);
+    match std::fs::File::open(path) {
+        Ok(file) => {
+            let _ = file.take(8).read_to_end(&mut header);
+            ProgramKind::of(&header)
+        }
+        Err(_) => ProgramKind::NotWasm,
+    }
+}
+
+/// The programs found, and the files of the programs directory that could not be named.
+type Found = (ProgramMap, Vec<ProgramInfo>);
+
+/// `NAME.wasm` files of `dir`, sorted by name; a file whose name is no program name is an error
+/// of its own (the others are still found).
+fn operator_programs(dir: &Path) -> Result<Vec<Result<(String, PathBuf), ProgramInfo>>, LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|error| LoadError::Compile {
         component: dir.display().to_string(),
         reason: format!(
@@ -611,21 +821,33 @@ fn operator_programs(dir: &Path) -> Result<Vec<(String, PathBuf)>, LoadError> {
         if path.extension().is_none_or(|extension| extension != "wasm") || !path.is_file() {
             continue;
         }
-        let Some(name) = path.file_stem().and_then(|stem| stem.to_str()) else {
-            continue;
-        };
-        if !valid_program_name(name) {
-            return Err(LoadError::Compile {
-                component: name.to_string(),
-                reason: format!(
+        let stem = path
+            .file_stem()
+            .map(|stem| stem.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        if !valid_program_name(&stem) {
+            found.push(Err(ProgramInfo {
+                name: stem,
+                kind: kind_of_file(&path),
+                bytes: entry.metadata().map_or(0, |metadata| metadata.len()),
+                sha256: String::new(),
+                source: path.display().to_string(),
+                names: Vec::new(),
+                problem: Some(format!(
                     "{} is not a usable program name (letters, digits, `.`, `_`, `+`, `-`); rename the file",
                     path.display()
-                ),
-            });
+                )),
+            }));
+            continue;
         }
-        found.push((name.to_string(), path));
+        found.push(Ok((stem, path)));
     }
-    found.sort();
+    found.sort_by(|a, b| match (a, b) {
+        (Ok(a), Ok(b)) => a.cmp(b),
+        (Ok(_), Err(_)) => std::cmp::Ordering::Less,
+        (Err(_), Ok(_)) => std::cmp::Ordering::Greater,
+        (Err(a), Err(b)) => a.source.cmp(&b.source),
+    });
     Ok(found)
 }
 
