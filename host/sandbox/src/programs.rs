@@ -470,9 +470,8 @@ impl ProgramCatalog {
                     sandbox.progress().expect(to_compile);
                 }
                 for program in distinct {
-                    if let Err(problem) = program.ready().await {
-                        tracing::warn!("{problem}");
-                    }
+                    // Reported when it was found, and again to whoever runs it.
+                    let _ = program.ready().await;
                 }
                 Ok::<(), String>(())
             })
@@ -484,6 +483,7 @@ impl ProgramCatalog {
     /// is wrong with it if it cannot run: each one is loaded (compiled if the artifact cache
     /// does not hold it) to find out. Sorted by name.
     pub async fn describe(&self) -> Result<Vec<ProgramInfo>, String> {
+        self.load_all().await?;
         let programs = self.resolve().await?;
         let mut distinct: Vec<(&Arc<LazyProgram>, Vec<String>)> = Vec::new();
         for (name, program) in programs {
