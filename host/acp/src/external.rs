@@ -27,7 +27,9 @@ use std::time::Duration;
 use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, UntypedMessage};
 use clawcage_agent::AuditedRegistry;
+use clawcage_agent::provider::redacting::TextScrubber;
 use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, PermissionAsker, SubagentManager};
+use clawcage_core::redact::Redactor;
 use clawcage_core::{BoxFuture, ToolError, ToolOutput};
 use clawcage_runtime::acp_config::{ExternalAgent, PermissionMode};
 use clawcage_runtime::{Error, Runtime};
@@ -68,6 +70,7 @@ pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result
         workspace: runtime.workspace().clone(),
         read_only,
         read_write,
+        redactor: runtime.redactor().clone(),
     }));
     Ok(())
 }
@@ -78,6 +81,8 @@ struct ExternalAgents {
     workspace: WorkspaceGrant,
     read_only: AuditedRegistry,
     read_write: Option<AuditedRegistry>,
+    /// Scrubs the agents' streamed text of the host's secrets before a front end shows it.
+    redactor: Redactor,
 }
 
 impl ExternalRuntime for ExternalAgents {
@@ -95,11 +100,14 @@ impl ExternalRuntime for ExternalAgents {
             _ => self.read_only.clone(),
         };
         let workspace = self.workspace.clone();
+        let scrubber = Arc::new(TextScrubber::new(&self.redactor));
         Box::pin(async move {
             let (done_tx, done_rx) = oneshot::channel();
             // Dropping `stop` (this future dropped: stopped or timed out) tells the supervisor.
             let (stop, stopped) = watch::channel(false);
-            tokio::spawn(supervise(agent, run, tools, workspace, stopped, done_tx));
+            tokio::spawn(supervise(
+                agent, run, tools, workspace, scrubber, stopped, done_tx,
+            ));
             let result = done_rx
                 .await
                 .unwrap_or_else(|_| Err("the external agent's supervisor ended".to_string()));
@@ -132,6 +140,8 @@ struct RunState {
     /// Asks the person at the parent's front end (`permission_mode = "ask"`).
     ask: Option<PermissionAsker>,
     output: Arc<dyn Fn(&str) + Send + Sync>,
+    /// Scrubs what `output` is given: an agent's streamed text can hold a secret it was told.
+    scrubber: Arc<TextScrubber>,
     text: Mutex<String>,
     terminals: Mutex<HashMap<String, TerminalState>>,
     next_terminal: AtomicU64,
@@ -145,6 +155,7 @@ async fn supervise(
     run: ExternalRun,
     tools: AuditedRegistry,
     workspace: WorkspaceGrant,
+    scrubber: Arc<TextScrubber>,
     mut stopped: watch::Receiver<bool>,
     done: oneshot::Sender<Result<String, String>>,
 ) {
@@ -193,6 +204,7 @@ async fn supervise(
         parent_session: run.parent_session.clone(),
         ask: run.ask.clone(),
         output: run.output.clone(),
+        scrubber,
         text: Mutex::new(String::new()),
         terminals: Mutex::new(HashMap::new()),
         next_terminal: AtomicU64::new(1),
@@ -430,9 +442,14 @@ async fn drive(
             return ended(Err("stopped; session/cancel was sent".to_string()), answering);
         }
     };
+    state.show_held();
     let text = lock(&state.text).trim().to_string();
     let result = match answer {
         Ok(response) => {
+            // What the agent reports using counts against its parent session's budget.
+            if let Some(tokens) = reported_tokens(&response) {
+                run.charge(tokens);
+            }
             let stop = response
                 .get("stopReason")
                 .and_then(Value::as_str)
@@ -449,11 +466,42 @@ async fn drive(
     ended(result, true)
 }
 
+/// The tokens an agent's `session/prompt` answer reports (ACP's `usage`: `totalTokens`, or its
+/// input and output), if it reports any.
+fn reported_tokens(response: &Value) -> Option<u64> {
+    let usage = response.get("usage")?;
+    usage
+        .get("totalTokens")
+        .and_then(Value::as_u64)
+        .or_else(|| {
+            let input = usage.get("inputTokens").and_then(Value::as_u64);
+            let output = usage.get("outputTokens").and_then(Value::as_u64);
+            (input.is_some() || output.is_some())
+                .then(|| input.unwrap_or(0).saturating_add(output.unwrap_or(0)))
+        })
+}
+
 fn refusal(message: impl Into<String>) -> agent_client_protocol::Error {
     agent_client_protocol::Error::invalid_params().data(json!({"message": message.into()}))
 }
 
 impl RunState {
+    /// Shows the agent's streamed `text` at the front end, scrubbed.
+    fn show(&self, text: &str) {
+        let clean = self.scrubber.push(text);
+        if !clean.is_empty() {
+            (self.output)(&clean);
+        }
+    }
+
+    /// Shows what the scrubber still holds back: the stream has ended.
+    fn show_held(&self) {
+        let clean = self.scrubber.finish();
+        if !clean.is_empty() {
+            (self.output)(&clean);
+        }
+    }
+
     /// A `session/update` from the agent: its text is kept and streamed, tool calls are named.
     fn update(&self, params: &Value) {
         let update = &params["update"];
@@ -461,7 +509,7 @@ impl RunState {
             Some("agent_message_chunk") => {
                 if let Some(text) = update["content"]["text"].as_str() {
                     lock(&self.text).push_str(text);
-                    (self.output)(text);
+                    self.show(text);
                 }
             }
             Some("tool_call") => {

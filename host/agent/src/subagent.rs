@@ -759,6 +759,12 @@ impl SubagentManager {
         tool_calls: usize,
         duration: Duration,
     ) {
+        // A result is written to the run records and announced: an external agent's text (not
+        // from the scrubbed provider) may hold a secret it was told.
+        let result = match self.redactor.get() {
+            Some(redactor) => redactor.redact(&result),
+            None => result,
+        };
         let record = self.sync_with(|state| {
             let record = state.records.get_mut(&number)?;
             if record.status != RunStatus::Running {

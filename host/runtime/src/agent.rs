@@ -137,10 +137,11 @@ impl Runtime {
         // One budget, held by the provider every model call goes through (turns, compaction,
         // sub-agents), by the sessions (their counts and notices) and by the sub-agent manager
         // (external agents' reported usage).
-        let budget = (budget.session_tokens.is_some() || budget.daily_tokens.is_some()).then(|| {
-            let file = self.state_dir().join("usage").join("daily.json");
-            Arc::new(Budget::new(budget, Some(file)))
-        });
+        let budget =
+            (budget.session_tokens.is_some() || budget.daily_tokens.is_some()).then(|| {
+                let file = self.state_dir().join("usage").join("daily.json");
+                Arc::new(Budget::new(budget, Some(file)))
+            });
         let provider: Arc<dyn clawcage_agent::Provider> = match &budget {
             Some(budget) => Arc::new(Metered::new(chosen.provider, budget.clone())),
             None => chosen.provider,

@@ -111,6 +111,43 @@ impl Provider for Redacting {
     }
 }
 
+/// Streamed text scrubbed piece by piece for a consumer that is not a provider's (an external
+/// agent's streamed output): a value cut across two pieces is still found, and no piece ends
+/// inside a character. What is held back comes out with [`TextScrubber::finish`].
+pub struct TextScrubber {
+    stream: Mutex<TextStream>,
+}
+
+impl TextScrubber {
+    /// A scrubber of the values `redactor` knows.
+    pub fn new(redactor: &Redactor) -> Self {
+        Self {
+            stream: Mutex::new(TextStream {
+                redactor: redactor.stream(),
+                partial: Vec::new(),
+            }),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, TextStream> {
+        self.stream
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The scrubbed text `text` releases (possibly empty: the rest is held back).
+    pub fn push(&self, text: &str) -> String {
+        let mut stream = self.lock();
+        let released = stream.redactor.push(text.as_bytes());
+        stream.characters(released)
+    }
+
+    /// Everything still held back, scrubbed: the end of the stream.
+    pub fn finish(&self) -> String {
+        self.lock().drain(false)
+    }
+}
+
 /// The events of one completion, scrubbed on their way to `inner`.
 struct ScrubbingEvents<'a> {
     inner: &'a dyn ProviderEvents,
