@@ -27,9 +27,7 @@ use crate::compaction::{
 use crate::context::{
     BYTES_PER_TOKEN, ContextPolicy, TokenEstimator, raw_request_tokens, trim_oversized_results,
 };
-use crate::provider::{
-    ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents, StopReason,
-};
+use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents, StopReason};
 use crate::session::current_session_key;
 use crate::transcript::push_message;
 use clawcage_core::redact::Redactor;
