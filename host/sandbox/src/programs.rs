@@ -806,9 +806,12 @@ fn kind_of_file(path: &Path) -> ProgramKind {
 /// The programs found, and the files of the programs directory that could not be named.
 type Found = (ProgramMap, Vec<ProgramInfo>);
 
+/// A file of the programs directory: its program name and path, or why it has none.
+type OperatorFile = Result<(String, PathBuf), ProgramInfo>;
+
 /// `NAME.wasm` files of `dir`, sorted by name; a file whose name is no program name is an error
 /// of its own (the others are still found).
-fn operator_programs(dir: &Path) -> Result<Vec<Result<(String, PathBuf), ProgramInfo>>, LoadError> {
+fn operator_programs(dir: &Path) -> Result<Vec<OperatorFile>, LoadError> {
     let entries = std::fs::read_dir(dir).map_err(|error| LoadError::Compile {
         component: dir.display().to_string(),
         reason: format!(
