@@ -5,6 +5,7 @@
 //! as for a component; a broken file is named and never takes the other programs down.
 
 use std::fs;
+use std::os::unix::fs::FileTypeExt as _;
 use std::path::Path;
 use std::time::Duration;
 
@@ -379,5 +380,32 @@ async fn a_p1_module_is_held_to_the_same_limits() {
     assert!(
         !text.contains("HOME="),
         "the host's environment leaked: {text}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_p1_module_is_refused_a_fifo_like_any_program() {
+    let workspace = tempfile::tempdir().unwrap();
+    let fifo = crate::file_attacks::Fifo::make(&workspace.path().join("p1-out.txt"));
+    // Only a hang is a failure: the watchdog then opens the other end.
+    let _watchdog = fifo.watchdog(Duration::from_secs(20));
+    let programs = programs_dir(&[("writer.wasm", &wasm(WRITER))]);
+    let registry = exec_with(
+        workspace.path(),
+        catalog_of(programs.path()).await,
+        Limits::default(),
+        1 << 20,
+    )
+    .await;
+    // The writer exits 100 + errno when its open fails.
+    let text = run(&registry, "writer; echo $?").await;
+    let code: u32 = text.lines().next().unwrap_or_default().parse().unwrap_or(0);
+    assert!(code > 100, "the FIFO was opened: {text}");
+    assert!(
+        fs::symlink_metadata(workspace.path().join("p1-out.txt"))
+            .unwrap()
+            .file_type()
+            .is_fifo(),
+        "{text}"
     );
 }
