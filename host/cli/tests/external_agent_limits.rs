@@ -3,7 +3,9 @@
 //! `session/new`, and one that hangs in its prompt and ignores `session/cancel` each end with a
 //! result naming what went unanswered, well inside the sub-agents' own (much longer) limit, and
 //! the process is killed and reaped before that result is announced. The agent is a small
-//! Python program (`acp_hung_agent.py`) that ignores SIGTERM and outlives its closed stdin.
+//! Python program (`acp_hung_agent.py`) that ignores SIGTERM and outlives its closed stdin. The
+//! tokens an agent reports count against its parent session's budget, and its streamed text is
+//! scrubbed of the host's secrets (`acp_reporting_agent.py`).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -214,4 +216,109 @@ async fn an_agent_that_ignores_session_cancel_is_killed_after_the_grace_period()
         "{:?}",
         hung.received
     );
+}
+
+const SECRET: &str = "sk-ant-external-agent-secret-0123456789";
+
+/// Every file under `dir`, read.
+fn every_file(dir: &Path, found: &mut Vec<(String, Vec<u8>)>) {
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        let kind = entry.file_type().unwrap();
+        if kind.is_dir() {
+            every_file(&path, found);
+        } else if kind.is_file() {
+            found.push((
+                path.display().to_string(),
+                std::fs::read(&path).unwrap_or_default(),
+            ));
+        }
+    }
+}
+
+/// The agent (`acp_reporting_agent.py`) streams the provider's API key cut across two chunks and
+/// reports 500 tokens in ACP's `usage`: the key reaches neither the terminal nor the state
+/// directory, the tokens are in the day's record, and under `session_tokens = 300` the parent's
+/// next model call is refused naming the budget.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_agents_reported_usage_counts_against_the_budget_and_its_text_is_scrubbed() {
+    clawcage_tests::cli_state::warm_components(binary());
+    let root = tempfile::tempdir().unwrap();
+    let state = clawcage_tests::cli_state::private_state_dir();
+    let workspace = root.path().join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let server = LlmServer::start_routed(|body| {
+        let (text, _) = last_user(body);
+        if text.starts_with("delegate") {
+            anthropic::message(&[anthropic::tool(
+                "s1",
+                "spawn",
+                json!({"task": "do the thing", "runtime": "acp", "agent": "reporter"}),
+            )])
+        } else {
+            anthropic::message(&[anthropic::text("Noted.")])
+        }
+    })
+    .await;
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/acp_reporting_agent.py");
+    let config = root.path().join("clawcage.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{url}\"\nmax_retries = 0\n\n\
+             [budget]\nsession_tokens = 300\n\n\
+             [acp]\nallowed_agents = [\"reporter\"]\n\n\
+             [acp.agents.reporter]\ncommand = \"python3\"\nargs = [{script}]\ntimeout_secs = 30\n\
+             env = {{ SECRET_TO_LEAK = \"{SECRET}\", REPORTED_TOKENS = \"500\" }}\n",
+            url = server.url(),
+            script = json!(script.display().to_string()),
+        ),
+    )
+    .unwrap();
+    let output = tokio::process::Command::new(binary())
+        .arg("--config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(state.path())
+        .args(["run", "delegate this", "--workspace"])
+        .arg(&workspace)
+        .env_remove("RUST_LOG")
+        .env("ANTHROPIC_API_KEY", SECRET)
+        .output()
+        .await
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    // The agent's text was shown, scrubbed.
+    assert!(
+        stderr.contains("[redacted: ANTHROPIC_API_KEY], and the work is done"),
+        "{stderr}"
+    );
+    let half = &SECRET[..SECRET.len() / 2];
+    for shown in [&stdout, &stderr] {
+        assert!(
+            !shown.contains(half) && !shown.contains(&SECRET[SECRET.len() / 2..]),
+            "{shown}"
+        );
+    }
+    // The agent reported 500 of a 300-token budget: the parent's next call is refused.
+    assert!(stderr.contains("[budget] session_tokens"), "{stderr}");
+    // The spawning turn's calls (the spawn, then the reply to its result, unless the agent's
+    // report came first); the notification turn is refused before asking the model.
+    let calls = server.bodies().len() as u64;
+    assert!((1..=2).contains(&calls), "{calls} model calls\n{stderr}");
+    let daily: Value = serde_json::from_str(
+        &std::fs::read_to_string(state.path().join("usage/daily.json")).unwrap(),
+    )
+    .unwrap();
+    // The parent's replies (100 in, 20 out each) and the agent's 500.
+    assert_eq!(daily["tokens"], 120 * calls + 500, "{daily}");
+    let mut files = Vec::new();
+    every_file(state.path(), &mut files);
+    for (path, bytes) in files {
+        assert!(
+            !String::from_utf8_lossy(&bytes).contains(half),
+            "{path} holds the key"
+        );
+    }
 }
