@@ -371,7 +371,7 @@ fn main() -> ExitCode {
     {
         Ok(runtime) => runtime,
         Err(error) => {
-            eprintln!("clawcage: cannot start the async runtime: {error}");
+            clawcage_runtime::tell!("clawcage: cannot start the async runtime: {error}");
             return ExitCode::from(1);
         }
     };
@@ -381,11 +381,11 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Tool(message)) => {
-            eprintln!("{message}");
+            clawcage_runtime::tell!("{message}");
             ExitCode::from(1)
         }
         Err(Failure::Usage(message)) => {
-            eprintln!("clawcage: {message}");
+            clawcage_runtime::tell!("clawcage: {message}");
             ExitCode::from(2)
         }
     }
@@ -514,7 +514,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             // `chat` runs; firings missed meanwhile follow the documented policy at the next
             // start.
             match runtime.enable_cron().await? {
-                clawcage_runtime::CronStatus::OwnedElsewhere(dir) => eprintln!(
+                clawcage_runtime::CronStatus::OwnedElsewhere(dir) => clawcage_runtime::tell!(
                     "note: another clawcage chat runs the cron jobs of {}; this one has no cron tool",
                     dir.display()
                 ),
@@ -914,7 +914,7 @@ async fn serve_mcp(runtime: &Runtime, http: Option<String>) -> Result<(), Failur
     let bound = listener
         .local_addr()
         .map_err(|error| Failure::Tool(error.to_string()))?;
-    eprintln!(
+    clawcage_runtime::tell!(
         "clawcage mcp: serving {tool_count} tools over streamable HTTP at http://{bound}{} (Ctrl-C stops)",
         clawcage_mcp::HTTP_PATH
     );

@@ -356,10 +356,10 @@ pub fn print_plugin_report(report: &PluginReport) {
 /// Every refused plugin and every plugin warning, on stderr (each command shows them once).
 pub fn report_plugin_problems(report: &PluginReport) {
     for refused in &report.refused {
-        eprintln!("clawcage: {refused}");
+        clawcage_runtime::tell!("clawcage: {refused}");
     }
     for warning in &report.warnings {
-        eprintln!("clawcage: warning: {warning}");
+        clawcage_runtime::tell!("clawcage: warning: {warning}");
     }
 }
 

@@ -324,6 +324,34 @@ fn output_closed_early_ends_quietly() {
     }
 }
 
+/// Regression: `clawcage run … 2>&1 | head -2` exited 101, a panic writing the final error to
+/// a stderr nobody reads any more. With stderr a pipe whose reader is gone (every write fails
+/// with EPIPE), the contract's exit code stays: 2 for a usage error, 1 for a failed tool.
+#[test]
+fn a_closed_stderr_keeps_the_exit_code() {
+    let dir = tempfile::tempdir().unwrap();
+    let cases: [(&[&str], i32); 2] = [
+        (&["run", "hi", "--provider", "scripted"], 2),
+        (&["call", "read_file", r#"{"path":"missing.txt"}"#], 1),
+    ];
+    for (args, code) in cases {
+        let (reader, writer) = std::io::pipe().unwrap();
+        drop(reader);
+        let status = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .args(args)
+            .arg("--workspace")
+            .arg(dir.path())
+            .arg("--state-dir")
+            .arg(state_dir())
+            .env_remove("RUST_LOG")
+            .stdout(std::process::Stdio::null())
+            .stderr(writer)
+            .status()
+            .unwrap();
+        assert_eq!(status.code(), Some(code), "{args:?}");
+    }
+}
+
 /// `edit_file` with several matches changes nothing: `call` says so with exit 1, so a script
 /// never believes the edit happened.
 #[test]

@@ -374,10 +374,10 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
 
     let mut runtime = Runtime::open(options).await?;
     for refused in &runtime.plugins().refused {
-        eprintln!("clawcage: {refused}");
+        clawcage_runtime::tell!("clawcage: {refused}");
     }
     for warning in &runtime.plugins().warnings {
-        eprintln!("clawcage: warning: {warning}");
+        clawcage_runtime::tell!("clawcage: warning: {warning}");
     }
     let cron_note = match runtime.enable_cron().await? {
         CronStatus::Owned => String::new(),
@@ -386,7 +386,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
                 "another clawcage process (a chat) runs the cron jobs of {}",
                 dir.display()
             );
-            eprintln!("note: {note}; this gateway has no cron tool");
+            clawcage_runtime::tell!("note: {note}; this gateway has no cron tool");
             note
         }
         CronStatus::Disabled => "[cron] enabled = false".to_string(),
@@ -503,7 +503,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     }
     let _ = std::fs::remove_file(info_path(&state));
     drop(lock);
-    eprintln!("clawcage gateway: stopped");
+    clawcage_runtime::tell!("clawcage gateway: stopped");
     Ok(())
 }
 
@@ -528,7 +528,7 @@ async fn stop_on_signal(shutdown: CancellationToken) {
     {
         let _ = tokio::signal::ctrl_c().await;
     }
-    eprintln!(
+    clawcage_runtime::tell!(
         "clawcage gateway: stopping (running turns are interrupted; their messages are kept)"
     );
     shutdown.cancel();

@@ -6,6 +6,17 @@
 //! result, and none of them builds registries, providers or grants itself. It also decides where
 //! grants may come from (`trust`): nothing a tool can write is read as configuration.
 
+/// Writes one line to standard error, as `eprintln!` does, except that a closed or failing
+/// stderr is not an error: the person stopped reading (`clawcage run … 2>&1 | head -2`), so the
+/// line is dropped instead of panicking.
+#[macro_export]
+macro_rules! tell {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 pub mod acp_config;
 mod agent;
 pub mod approval_config;
