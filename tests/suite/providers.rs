@@ -474,3 +474,58 @@ async fn block_kinds_we_do_not_keep_are_skipped_in_streams() {
         (7, 3)
     );
 }
+
+/// A base URL that points at something other than a model API (a plain web server's HTML error
+/// page, llama-server's answer to a wrong path): the error names the URL tried and where to fix
+/// it, with a short excerpt of the page instead of its whole markup.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_that_is_not_a_model_api_is_named_with_its_url_and_the_fix() {
+    let page = format!(
+        "<!DOCTYPE HTML>\n<html lang=\"en\"><head><title>Error response</title></head>\n<body>\n<h1>Error response</h1>\n<p>Error code: 404</p>\n{}</body>\n</html>\n",
+        "<p>Message: File not found.</p>\n".repeat(32)
+    );
+    let web_server = LlmServer::start(vec![Reply::Json {
+        status: 404,
+        headers: vec![("content-type".into(), "text/html".into())],
+        body: page,
+    }])
+    .await;
+    let error = ask(
+        openai_provider(&web_server).as_ref(),
+        &Recorder::default(),
+        false,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    let url = format!("{}/chat/completions", web_server.url());
+    assert!(error.contains("HTTP 404: Error response"), "{error}");
+    assert!(
+        error.contains(&url) && error.contains("--base-url"),
+        "{error}"
+    );
+    assert!(
+        !error.contains('<') && error.lines().count() == 1,
+        "{error}"
+    );
+
+    let llama = LlmServer::start(vec![Reply::Json {
+        status: 404,
+        headers: Vec::new(),
+        body: r#"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#
+            .into(),
+    }])
+    .await;
+    let error = ask(
+        openai_provider(&llama).as_ref(),
+        &Recorder::default(),
+        false,
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(
+        error.contains("HTTP 404: File Not Found; ") && error.contains("--base-url"),
+        "{error}"
+    );
+}

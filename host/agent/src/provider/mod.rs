@@ -398,7 +398,7 @@ async fn send(
     Err(ProviderError::Status {
         provider: label.to_string(),
         status: status.as_u16(),
-        message: error_message(&body),
+        message: error_message(&body, status.as_u16(), url),
         retry_after,
     })
 }
@@ -567,21 +567,56 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
 }
 
 /// The `error.message` of an error body, else the start of the body.
-fn error_message(body: &[u8]) -> String {
+/// What an error answer of `url` says, for a person: a model API's own error message; or, from a
+/// server that is not one (an HTML error page, a plain web server, a wrong base path), a short
+/// excerpt of its text with the URL tried and where to fix it.
+fn error_message(body: &[u8], status: u16, url: &str) -> String {
+    let hint = || {
+        format!(
+            "{url} may not be a model API: check --base-url (or [provider] base_url): Anthropic's is https://api.anthropic.com, an OpenAI-compatible server's usually ends in /v1"
+        )
+    };
     if let Ok(value) = serde_json::from_slice::<serde_json::Value>(body) {
-        if let Some(message) = value["error"]["message"].as_str() {
-            return preview(message, 500);
-        }
-        if let Some(message) = value["error"].as_str() {
-            return preview(message, 500);
+        let message = value["error"]["message"]
+            .as_str()
+            .or_else(|| value["error"].as_str());
+        if let Some(message) = message {
+            let message = preview(message, 500);
+            // A model API's path that does not exist: the base URL is wrong.
+            return if matches!(status, 404 | 405) {
+                format!("{message}; {}", hint())
+            } else {
+                message
+            };
         }
     }
     let text = String::from_utf8_lossy(body);
-    if text.trim().is_empty() {
-        "(empty body)".to_string()
+    let excerpt = page_excerpt(&text);
+    if excerpt.is_empty() {
+        format!("(empty body); {}", hint())
     } else {
-        preview(text.trim(), 500)
+        format!("{excerpt}; {}", hint())
     }
+}
+
+/// The first words of a page's text: tags dropped, white space collapsed, at most 160
+/// characters.
+fn page_excerpt(text: &str) -> String {
+    let mut plain = String::with_capacity(text.len().min(4096));
+    let mut in_tag = false;
+    for character in text.chars().take(64 << 10) {
+        match character {
+            '<' => {
+                in_tag = true;
+                plain.push(' ');
+            }
+            '>' if in_tag => in_tag = false,
+            _ if in_tag => {}
+            _ => plain.push(character),
+        }
+    }
+    let words: Vec<&str> = plain.split_whitespace().collect();
+    preview(&words.join(" "), 160)
 }
 
 /// At most `max` characters of `text`, with an ellipsis when cut.
@@ -676,17 +711,43 @@ mod tests {
 
     #[test]
     fn error_messages_come_from_the_body() {
+        let url = "http://127.0.0.1:8080/v1/chat/completions";
         assert_eq!(
             error_message(
-                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#
+                br#"{"type":"error","error":{"type":"overloaded_error","message":"Overloaded"}}"#,
+                529,
+                url
             ),
             "Overloaded"
         );
-        assert_eq!(error_message(b""), "(empty body)");
-        assert_eq!(
-            error_message(b"<html>bad gateway</html>"),
-            "<html>bad gateway</html>"
+        let hint = format!("{url} may not be a model API: check --base-url");
+        let empty = error_message(b"", 502, url);
+        assert!(
+            empty.starts_with("(empty body); ") && empty.contains(&hint),
+            "{empty}"
         );
+        // llama-server's answer to a wrong path is JSON, but the path is what is wrong.
+        let not_found = error_message(
+            br#"{"error":{"code":404,"message":"File Not Found","type":"not_found_error"}}"#,
+            404,
+            url,
+        );
+        assert!(not_found.starts_with("File Not Found; ") && not_found.contains(&hint));
+        // A plain web server's error page: a short excerpt of its text, no markup.
+        let page = format!(
+            "<!DOCTYPE html>\n<html><head><title>Error response</title></head>\n<body>\n<h1>Error response</h1>\n<p>Error code: 404</p>{}</body></html>",
+            "<p>Message: File not found.</p>\n".repeat(35)
+        );
+        let said = error_message(page.as_bytes(), 404, url);
+        assert!(
+            said.starts_with(
+                "Error response Error response Error code: 404 Message: File not found."
+            ),
+            "{said}"
+        );
+        assert!(!said.contains('<') && !said.contains('\n'), "{said}");
+        assert!(said.chars().count() < 160 + 300, "{said}");
+        assert!(said.contains(&hint), "{said}");
     }
 
     #[test]
