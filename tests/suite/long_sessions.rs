@@ -425,6 +425,38 @@ async fn a_provider_that_keeps_refusing_for_length_gets_one_retry_then_a_clear_m
     assert_eq!(server.remaining(), 2);
 }
 
+/// One message the provider finds too long, with nothing before it: the person is told only
+/// what happens (no compaction is promised that cannot be made), and nothing more is sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_first_message_promises_no_compaction() {
+    let server = LlmServer::start(vec![Reply::status(
+        400,
+        "prompt is too long: 210000 tokens > 200000 maximum",
+        &[],
+    )])
+    .await;
+    let agent = AgentLoop::new(anthropic_provider(&server), ToolRegistry::new(), config())
+        .with_context(ContextPolicy::new(200_000, 8192));
+    let sessions = Sessions::new(agent, None, 200);
+    let heard = Arc::new(Heard::default());
+    let error = sessions
+        .send_user("s", "One long message.", heard.clone())
+        .await
+        .unwrap_err();
+    let message = error.to_string();
+    assert!(
+        message.contains("nothing older is left to compact"),
+        "{message}"
+    );
+    let notes = heard.notes.lock().unwrap().clone();
+    assert!(
+        notes.iter().all(|note| !note.contains("compacting")),
+        "{notes:?}"
+    );
+    assert!(heard.compactions.lock().unwrap().is_empty());
+    assert_eq!(server.bodies().len(), 1);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_larger_than_the_window_is_refused_before_any_request() {
     let server = LlmServer::start(vec![]).await;

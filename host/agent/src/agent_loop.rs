@@ -765,10 +765,14 @@ impl AgentLoop {
                 return Err(still("it was compacted once and is still too long"));
             }
             retried = true;
+            let keep = context.policy.keep_recent() / 2;
+            // Say only what happens: with nothing older to compact, no compaction is promised.
+            if find_cut(history, &context.estimator, keep).is_none() {
+                return Err(still("nothing older is left to compact"));
+            }
             observer.note(
                 "the provider found the conversation too long for its context window: compacting it and trying once more",
             );
-            let keep = context.policy.keep_recent() / 2;
             match self
                 .compact_with(
                     &context,
