@@ -10,7 +10,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use clawcage_agent::agent_loop::{DEFAULT_SYSTEM_PROMPT, TurnObserver};
+use clawcage_agent::agent_loop::{DEFAULT_SYSTEM_PROMPT, SUMMARY_CUT_NOTE, TurnObserver};
 use clawcage_agent::compaction::{SUMMARY_HEADER, SUMMARY_SYSTEM_PROMPT};
 use clawcage_agent::memory::MemoryTool;
 use clawcage_agent::provider::{self, NoEvents, ProviderConfig, ProviderEvents};
@@ -423,6 +423,46 @@ async fn a_provider_that_keeps_refusing_for_length_gets_one_retry_then_a_clear_m
     assert!(message.contains("context_window"), "{message}");
     assert_eq!(server.bodies().len(), 4, "never a loop");
     assert_eq!(server.remaining(), 2);
+}
+
+/// A summary the model stopped at its output-token limit says so, in what the model is sent
+/// next and in the compaction the person hears of.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_summary_cut_at_the_output_limit_says_so() {
+    let mut cut = match anthropic::message(&[anthropic::text("The user asked for a rep")]) {
+        Reply::Json { body, .. } => serde_json::from_str::<Value>(&body).unwrap(),
+        _ => panic!("a JSON reply was expected"),
+    };
+    cut["stop_reason"] = json!("max_tokens");
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::text("one")]),
+        anthropic::message(&[anthropic::text("two")]),
+        Reply::json(cut),
+        anthropic::message(&[anthropic::text("three")]),
+    ])
+    .await;
+    let agent = AgentLoop::new(anthropic_provider(&server), ToolRegistry::new(), config())
+        .with_context(ContextPolicy::new(20_000, 1000));
+    let sessions = Sessions::new(agent, None, 200);
+    for text in ["First.", "Second."] {
+        sessions
+            .send_user("s", text, Arc::new(NoEvents))
+            .await
+            .unwrap();
+    }
+    let heard = Arc::new(Heard::default());
+    sessions.compact("s", heard.clone()).await.unwrap();
+    let summary = heard.compactions.lock().unwrap()[0].summary.clone();
+    assert!(summary.ends_with(SUMMARY_CUT_NOTE), "{summary}");
+    sessions
+        .send_user("s", "Third.", Arc::new(NoEvents))
+        .await
+        .unwrap();
+    let sent = server.bodies()[3]["messages"][0]["content"][0]["text"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(sent.contains("output-token limit"), "{sent}");
 }
 
 /// One message the provider finds too long, with nothing before it: the person is told only

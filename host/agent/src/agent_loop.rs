@@ -142,6 +142,9 @@ pub const SKIPPED_FOR_NEW_MESSAGE: &str = "not run: skipped because a new messag
 /// cut call into complete-looking JSON), and the call is never run.
 pub const CUT_AT_OUTPUT_LIMIT: &str = "not run: your reply was cut at the output-token limit (max_tokens) before it ended, so this call's arguments may be incomplete. Call it again with shorter arguments (write a long file in parts), or ask the operator to raise [provider] max_tokens";
 
+/// Ends a compaction summary the model stopped at its output-token limit.
+pub const SUMMARY_CUT_NOTE: &str = "\n[the summary was cut at the model's output-token limit ([provider] max_tokens): it may end mid-sentence]";
+
 /// Why a turn ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TurnEnd {
@@ -367,7 +370,11 @@ impl AgentLoop {
                 message: "the model answered the summary request with no text".to_string(),
             }));
         }
-        let summary = bounded_summary(&text, &context.policy);
+        let mut summary = bounded_summary(&text, &context.policy);
+        if response.stop_reason == StopReason::MaxTokens {
+            // The model did not finish it: the summary says so, to the model and the person.
+            summary.push_str(SUMMARY_CUT_NOTE);
+        }
         let kept = history.len() - cut;
         apply_compaction(history, cut, &summary);
         let compaction = Compaction {
