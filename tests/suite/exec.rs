@@ -343,3 +343,40 @@ async fn narrowing_without_exec_drops_it() {
     assert_eq!(kept.exec, parent.exec);
     assert!(kept.describe().contains("exec ("), "{}", kept.describe());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn both_outputs_into_one_file_keep_both_in_order() {
+    let dir = workspace();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    let read = |name: &str| fs::read_to_string(dir.path().join(name)).unwrap();
+
+    // A builtin with `2>&1`: its output and its (empty) errors are one open of the file.
+    let text = exec(&registry, "echo x > f 2>&1").await;
+    assert_eq!(text, "[exit status: 0]");
+    assert_eq!(read("f"), "x\n");
+    exec(&registry, "echo z &> f").await;
+    assert_eq!(read("f"), "z\n");
+    exec(&registry, "echo a > f; echo b >> f 2>&1").await;
+    assert_eq!(read("f"), "a\nb\n");
+
+    // A group: a builtin's output, a builtin's and a program's errors, in the order written.
+    exec(&registry, "{ echo a; echo b >&2; } > f 2>&1").await;
+    assert_eq!(read("f"), "a\nb\n");
+    let text = exec(&registry, "{ echo out; ls missing-file; } > f 2>&1").await;
+    assert!(
+        text.ends_with("[exit status: 2]") || text.ends_with("[exit status: 1]"),
+        "{text}"
+    );
+    assert!(
+        !text.contains("missing-file"),
+        "the error went to the model: {text}"
+    );
+    let both = read("f");
+    assert!(both.starts_with("out\n"), "{both}");
+    assert!(both.contains("missing-file"), "{both}");
+
+    // Two files stay two: output in one, the empty errors in the other.
+    exec(&registry, "echo y > g 2> h").await;
+    assert_eq!(read("g"), "y\n");
+    assert_eq!(read("h"), "");
+}

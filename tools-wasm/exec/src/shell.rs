@@ -111,6 +111,9 @@ impl Stdin {
 struct Io {
     stdin: Stdin,
     stdout: Sink,
+    /// Where standard error goes: the model's output, or the same buffer as `stdout` inside a
+    /// group whose `2>&1` made descriptor 2 a copy of descriptor 1.
+    stderr: Sink,
 }
 
 /// Where one descriptor of a command ends up after its redirections.
@@ -231,6 +234,7 @@ impl<'a> Shell<'a> {
         let io = Io {
             stdin: Stdin::None,
             stdout: Sink::Main,
+            stderr: Sink::Main,
         };
         let status = match self.run_program(&program, &io) {
             Ok(status) | Err(Stop::Exit(status)) => status,
@@ -395,6 +399,7 @@ impl<'a> Shell<'a> {
                 let stage_io = Io {
                     stdin: stdin.clone(),
                     stdout: io.stdout,
+                    stderr: io.stderr,
                 };
                 statuses.push(self.run_command(command, &stage_io)?);
             } else {
@@ -403,6 +408,7 @@ impl<'a> Shell<'a> {
                 let stage_io = Io {
                     stdin: stdin.clone(),
                     stdout: Sink::Capture(level),
+                    stderr: io.stderr,
                 };
                 let result = self.run_command(command, &stage_io);
                 let captured = self.captures.pop().unwrap_or_default();
@@ -489,9 +495,18 @@ impl<'a> Shell<'a> {
         };
         self.captures.push(Vec::new());
         let level = self.captures.len() - 1;
+        // With `2>&1` both descriptors are one destination: the group's errors go into the same
+        // buffer as its output, in the order they were written, and that buffer is delivered
+        // once.
+        let stderr = match &resolved.stderr {
+            same if *same == resolved.stdout => Sink::Capture(level),
+            Dest::Sink(sink) => *sink,
+            _ => io.stderr,
+        };
         let inner = Io {
             stdin,
             stdout: Sink::Capture(level),
+            stderr,
         };
         let result = self.run_compound(compound, &inner);
         let captured = self.captures.pop().unwrap_or_default();
@@ -673,6 +688,7 @@ impl<'a> Shell<'a> {
             let io = Io {
                 stdin: Stdin::None,
                 stdout: Sink::Main,
+                stderr: Sink::Main,
             };
             match self.redirections(&prepared.redirects, &io)? {
                 Ok(resolved) => {
@@ -917,6 +933,7 @@ impl<'a> Shell<'a> {
                     Stdin::None
                 },
                 stdout: io.stdout,
+                stderr: io.stderr,
             };
             let mut resolved = match self.redirections(&command.redirects, &stage_io)? {
                 Ok(resolved) => resolved,
@@ -939,7 +956,11 @@ impl<'a> Shell<'a> {
             }
             let offset = files.len() as u32;
             files.extend(resolved.files.iter().cloned());
+            // The shell's standard error is the captured buffer only when it is the same one as
+            // standard output (a group's `2>&1`); the host has one capture per run.
+            let stderr_captured = matches!(io.stderr, Sink::Capture(_)) && io.stderr == io.stdout;
             let map_out = |dest: &Dest| match dest {
+                Dest::Err if stderr_captured => wit::Output::Capture,
                 Dest::Sink(Sink::Main) | Dest::Err => wit::Output::Output,
                 Dest::Sink(Sink::Capture(_)) => wit::Output::Capture,
                 Dest::Discard => wit::Output::Discard,
@@ -1022,7 +1043,8 @@ impl<'a> Shell<'a> {
     fn deliver(&mut self, resolved: &Redirected, dest: &Dest, bytes: &[u8], io: &Io) -> Flow<bool> {
         match dest {
             Dest::Sink(sink) => self.write(*sink, bytes),
-            Dest::Err | Dest::Pipe => self.write(Sink::Main, bytes),
+            Dest::Err => self.write(io.stderr, bytes),
+            Dest::Pipe => self.write(Sink::Main, bytes),
             Dest::Discard => {}
             Dest::File(index) => {
                 let Some(file) = resolved.files.get(*index as usize).cloned() else {
@@ -1065,7 +1087,6 @@ impl<'a> Shell<'a> {
                 }
             }
         }
-        let _ = io;
         Ok(true)
     }
 
@@ -1259,10 +1280,12 @@ impl<'a> Shell<'a> {
             }
             _ => 127,
         };
-        let stdout_delivered = self.deliver(&resolved, &resolved.stdout.clone(), &stdout, io)?;
-        let stderr_delivered = self.deliver(&resolved, &resolved.stderr.clone(), &stderr, io)?;
+        let mut delivered = true;
+        for (dest, bytes) in deliveries(&resolved.stdout, &resolved.stderr, stdout, stderr) {
+            delivered &= self.deliver(&resolved, &dest, &bytes, io)?;
+        }
         // A redirection that could not be opened fails the builtin, as in any shell.
-        let status = if stdout_delivered && stderr_delivered && status == 0 {
+        let status = if delivered && status == 0 {
             0
         } else if status == 0 {
             1
@@ -1345,6 +1368,10 @@ impl<'a> Shell<'a> {
             stdout: match resolved.stdout {
                 Dest::Sink(sink) => sink,
                 _ => io.stdout,
+            },
+            stderr: match resolved.stderr {
+                Dest::Sink(sink) => sink,
+                _ => io.stderr,
             },
         };
         let result = self.run_program(&program, &inner_io);
@@ -1636,6 +1663,7 @@ impl<'a> Shell<'a> {
         let io = Io {
             stdin: Stdin::None,
             stdout: Sink::Capture(level),
+            stderr: Sink::Main,
         };
         let result = self.run_program(&program, &io);
         self.depth -= 1;
@@ -1902,6 +1930,24 @@ enum Piece {
     Split(String),
 }
 
+/// What a builtin's two streams become: one write per destination. When descriptor 2 is a copy
+/// of descriptor 1 into a file (`> f 2>&1`, `&> f`, `>& f`), both are one open of that file, so
+/// they go as one write, output then errors: two writes would open (and truncate) it twice, and
+/// the second, often empty, would wipe the first.
+fn deliveries(
+    stdout_dest: &Dest,
+    stderr_dest: &Dest,
+    stdout: Vec<u8>,
+    stderr: Vec<u8>,
+) -> Vec<(Dest, Vec<u8>)> {
+    if stdout_dest == stderr_dest && matches!(stdout_dest, Dest::File(_)) {
+        let mut both = stdout;
+        both.extend_from_slice(&stderr);
+        return vec![(stdout_dest.clone(), both)];
+    }
+    vec![(stdout_dest.clone(), stdout), (stderr_dest.clone(), stderr)]
+}
+
 fn set_output(resolved: &mut Redirected, fd: i32, dest: Dest) {
     if fd == 2 {
         resolved.stderr = dest;
@@ -2014,4 +2060,48 @@ fn check_supported(program: &ast::Program) -> Result<(), String> {
         list(command)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn both_streams_into_one_file_are_one_write_output_first() {
+        let writes = deliveries(
+            &Dest::File(0),
+            &Dest::File(0),
+            b"out\n".to_vec(),
+            b"err\n".to_vec(),
+        );
+        assert_eq!(writes, vec![(Dest::File(0), b"out\nerr\n".to_vec())]);
+        // An empty stderr does not become a second (truncating) write of the file.
+        let writes = deliveries(&Dest::File(0), &Dest::File(0), b"x\n".to_vec(), Vec::new());
+        assert_eq!(writes, vec![(Dest::File(0), b"x\n".to_vec())]);
+    }
+
+    #[test]
+    fn streams_into_different_places_are_written_apart() {
+        let writes = deliveries(&Dest::File(0), &Dest::File(1), b"y\n".to_vec(), Vec::new());
+        assert_eq!(
+            writes,
+            vec![
+                (Dest::File(0), b"y\n".to_vec()),
+                (Dest::File(1), Vec::new())
+            ]
+        );
+        let writes = deliveries(
+            &Dest::Sink(Sink::Main),
+            &Dest::Err,
+            b"a".to_vec(),
+            b"b".to_vec(),
+        );
+        assert_eq!(
+            writes,
+            vec![
+                (Dest::Sink(Sink::Main), b"a".to_vec()),
+                (Dest::Err, b"b".to_vec())
+            ]
+        );
+    }
 }
