@@ -488,18 +488,12 @@ fn refusal(message: impl Into<String>) -> agent_client_protocol::Error {
 impl RunState {
     /// Shows the agent's streamed `text` at the front end, scrubbed.
     fn show(&self, text: &str) {
-        let clean = self.scrubber.push(text);
-        if !clean.is_empty() {
-            (self.output)(&clean);
-        }
+        self.scrubber.push(text, |clean| (self.output)(clean));
     }
 
     /// Shows what the scrubber still holds back: the stream has ended.
     fn show_held(&self) {
-        let clean = self.scrubber.finish();
-        if !clean.is_empty() {
-            (self.output)(&clean);
-        }
+        self.scrubber.finish(false, |clean| (self.output)(clean));
     }
 
     /// A `session/update` from the agent: its text is kept and streamed, tool calls are named.

@@ -111,9 +111,10 @@ impl Provider for Redacting {
     }
 }
 
-/// Streamed text scrubbed piece by piece for a consumer that is not a provider's (an external
-/// agent's streamed output): a value cut across two pieces is still found, and no piece ends
-/// inside a character. What is held back comes out with [`TextScrubber::finish`].
+/// Streamed text scrubbed piece by piece: a value cut across two pieces is still found, and no
+/// piece ends inside a character. Each piece released is handed to a sink while the scrubber is
+/// held, so pieces reach their consumer in order. A completion's events use it, and so does an
+/// external agent's streamed output.
 pub struct TextScrubber {
     stream: Mutex<TextStream>,
 }
@@ -135,16 +136,25 @@ impl TextScrubber {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The scrubbed text `text` releases (possibly empty: the rest is held back).
-    pub fn push(&self, text: &str) -> String {
+    /// Takes in `text`; hands `sink` the scrubbed text it releases, if any (the rest is held
+    /// back until it is known not to begin a value).
+    pub fn push(&self, text: &str, sink: impl FnOnce(&str)) {
         let mut stream = self.lock();
         let released = stream.redactor.push(text.as_bytes());
-        stream.characters(released)
+        let text = stream.characters(released);
+        if !text.is_empty() {
+            sink(&text);
+        }
     }
 
-    /// Everything still held back, scrubbed: the end of the stream.
-    pub fn finish(&self) -> String {
-        self.lock().drain(false)
+    /// Hands `sink` everything still held back, scrubbed: the stream ended, or (`cut`) broke off,
+    /// in which case a value begun at its end is replaced too.
+    pub fn finish(&self, cut: bool, sink: impl FnOnce(&str)) {
+        let mut stream = self.lock();
+        let text = stream.drain(cut);
+        if !text.is_empty() {
+            sink(&text);
+        }
     }
 }
 
@@ -152,7 +162,7 @@ impl TextScrubber {
 struct ScrubbingEvents<'a> {
     inner: &'a dyn ProviderEvents,
     redactor: &'a Redactor,
-    stream: Mutex<TextStream>,
+    stream: TextScrubber,
 }
 
 /// Streamed text between the redactor and the consumer.
@@ -202,38 +212,20 @@ impl<'a> ScrubbingEvents<'a> {
         Self {
             inner,
             redactor,
-            stream: Mutex::new(TextStream {
-                redactor: redactor.stream(),
-                partial: Vec::new(),
-            }),
+            stream: TextScrubber::new(redactor),
         }
-    }
-
-    fn lock(&self) -> MutexGuard<'_, TextStream> {
-        self.stream
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Passes on the text still held back: at the end of the completion, or (`cut`) where an
-    /// attempt broke off. The lock is held while passing it on, so deltas keep their order.
+    /// attempt broke off.
     fn release(&self, cut: bool) {
-        let mut stream = self.lock();
-        let text = stream.drain(cut);
-        if !text.is_empty() {
-            self.inner.text_delta(&text);
-        }
+        self.stream.finish(cut, |text| self.inner.text_delta(text));
     }
 }
 
 impl ProviderEvents for ScrubbingEvents<'_> {
     fn text_delta(&self, text: &str) {
-        let mut stream = self.lock();
-        let released = stream.redactor.push(text.as_bytes());
-        let text = stream.characters(released);
-        if !text.is_empty() {
-            self.inner.text_delta(&text);
-        }
+        self.stream.push(text, |text| self.inner.text_delta(text));
     }
 
     fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
