@@ -17,6 +17,7 @@ mod host;
 pub mod network;
 pub mod plugin;
 mod process;
+mod program_store;
 pub mod programs;
 pub mod progress;
 mod sandbox;
