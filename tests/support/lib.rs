@@ -113,6 +113,29 @@ pub fn fixture(path: &str) -> Vec<u8> {
     std::fs::read(path).unwrap_or_else(|error| panic!("reading fixture {path}: {error}"))
 }
 
+/// Every regular file beneath `roots` with its bytes (symbolic links are not followed, so a
+/// state directory's link to the shared component cache is not searched): what a test that
+/// no secret reaches the disk reads.
+pub fn files_beneath(roots: &[&Path]) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut stack: Vec<PathBuf> = roots.iter().map(|root| root.to_path_buf()).collect();
+    while let Some(dir) = stack.pop() {
+        let entries = std::fs::read_dir(&dir)
+            .unwrap_or_else(|error| panic!("reading {}: {error}", dir.display()));
+        for entry in entries.flatten() {
+            let kind = entry.file_type().expect("a file type");
+            if kind.is_dir() {
+                stack.push(entry.path());
+            } else if kind.is_file() {
+                let bytes = std::fs::read(entry.path())
+                    .unwrap_or_else(|error| panic!("reading {}: {error}", entry.path().display()));
+                files.push((entry.path(), bytes));
+            }
+        }
+    }
+    files
+}
+
 /// A workspace `ws/` (holding `inside.txt`) inside a temporary directory that also holds
 /// `secret.txt` next to it: what an escape would reach.
 pub struct SecretLayout {

@@ -25,6 +25,7 @@ use clawcage_tests::channels::{
     BOT_ID, BOT_USERNAME, CHAT_NOT_FOUND, FakeBotApi, HookReceiver, decode_html, hmac_sha256, post,
     signed_headers, unix_now,
 };
+use clawcage_tests::files_beneath;
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of};
@@ -134,31 +135,21 @@ impl Setup {
     fn assert_secrets_nowhere(&self, output: &str) {
         for secret in [BOT_TOKEN, HOOK_SECRET] {
             assert!(!output.contains(secret), "a secret was printed: {output}");
-            let mut files = 0;
             // The state directory, and the workspace the sandbox writes into.
-            let mut stack = vec![self.state.clone(), self.workspace.clone()];
-            while let Some(dir) = stack.pop() {
-                for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-                    let kind = entry.file_type().unwrap();
-                    if kind.is_symlink() {
-                        continue;
-                    }
-                    if kind.is_dir() {
-                        stack.push(entry.path());
-                        continue;
-                    }
-                    files += 1;
-                    let bytes = std::fs::read(entry.path()).unwrap();
-                    assert!(
-                        !bytes
-                            .windows(secret.len())
-                            .any(|window| window == secret.as_bytes()),
-                        "{} holds a secret",
-                        entry.path().display()
-                    );
-                }
+            let files = files_beneath(&[&self.state, &self.workspace]);
+            for (path, bytes) in &files {
+                assert!(
+                    !bytes
+                        .windows(secret.len())
+                        .any(|window| window == secret.as_bytes()),
+                    "{} holds a secret",
+                    path.display()
+                );
             }
-            assert!(files > 0, "the state directory holds files to search");
+            assert!(
+                !files.is_empty(),
+                "the state directory holds files to search"
+            );
         }
     }
 }

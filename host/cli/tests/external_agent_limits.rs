@@ -220,22 +220,6 @@ async fn an_agent_that_ignores_session_cancel_is_killed_after_the_grace_period()
 
 const SECRET: &str = "sk-ant-external-agent-secret-0123456789";
 
-/// Every file under `dir`, read.
-fn every_file(dir: &Path, found: &mut Vec<(String, Vec<u8>)>) {
-    for entry in std::fs::read_dir(dir).unwrap().flatten() {
-        let path = entry.path();
-        let kind = entry.file_type().unwrap();
-        if kind.is_dir() {
-            every_file(&path, found);
-        } else if kind.is_file() {
-            found.push((
-                path.display().to_string(),
-                std::fs::read(&path).unwrap_or_default(),
-            ));
-        }
-    }
-}
-
 /// The agent (`acp_reporting_agent.py`) streams the provider's API key cut across two chunks and
 /// reports 500 tokens in ACP's `usage`: the key reaches neither the terminal nor the state
 /// directory, the tokens are in the day's record, and under `session_tokens = 300` the parent's
@@ -313,12 +297,11 @@ async fn an_agents_reported_usage_counts_against_the_budget_and_its_text_is_scru
     .unwrap();
     // The parent's replies (100 in, 20 out each) and the agent's 500.
     assert_eq!(daily["tokens"], 120 * calls + 500, "{daily}");
-    let mut files = Vec::new();
-    every_file(state.path(), &mut files);
-    for (path, bytes) in files {
+    for (path, bytes) in clawcage_tests::files_beneath(&[state.path()]) {
         assert!(
             !String::from_utf8_lossy(&bytes).contains(half),
-            "{path} holds the key"
+            "{} holds the key",
+            path.display()
         );
     }
 }

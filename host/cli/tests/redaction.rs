@@ -19,6 +19,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clawcage_tests::channels::{FakeBotApi, HookReceiver, post, signed_headers, unix_now};
+use clawcage_tests::files_beneath;
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
@@ -163,27 +164,14 @@ impl Setup {
     /// No secret, nor half of one, in any file under the state directory (the shared component
     /// cache aside) or the workspace.
     fn assert_files_clean(&self) {
-        let mut files = 0;
-        let mut stack = vec![self.state.clone(), self.workspace.clone()];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-                let kind = entry.file_type().unwrap();
-                if kind.is_symlink() {
-                    continue;
-                }
-                if kind.is_dir() {
-                    stack.push(entry.path());
-                    continue;
-                }
-                files += 1;
-                let bytes = std::fs::read(entry.path()).unwrap();
-                assert_clean(
-                    &entry.path().display().to_string(),
-                    &String::from_utf8_lossy(&bytes),
-                );
-            }
+        let files = files_beneath(&[&self.state, &self.workspace]);
+        for (path, bytes) in &files {
+            assert_clean(&path.display().to_string(), &String::from_utf8_lossy(bytes));
         }
-        assert!(files >= 3, "the state directory holds files to search");
+        assert!(
+            files.len() >= 3,
+            "the state directory holds files to search"
+        );
     }
 }
 
@@ -493,25 +481,9 @@ async fn run_over_the_openai_format_prints_and_stores_no_secret() {
     }
     let keys = std::fs::read_to_string(workspace.path().join("keys.txt")).unwrap();
     assert_eq!(keys, "[redacted: OPENAI_API_KEY] [redacted: BRAVE_API_KEY]");
-    let mut files = 0;
-    let mut stack = vec![state.path().to_path_buf()];
-    while let Some(dir) = stack.pop() {
-        for entry in std::fs::read_dir(&dir).unwrap().flatten() {
-            let kind = entry.file_type().unwrap();
-            if kind.is_symlink() {
-                continue;
-            }
-            if kind.is_dir() {
-                stack.push(entry.path());
-                continue;
-            }
-            files += 1;
-            let bytes = std::fs::read(entry.path()).unwrap();
-            clean(
-                &entry.path().display().to_string(),
-                &String::from_utf8_lossy(&bytes),
-            );
-        }
+    let files = files_beneath(&[state.path()]);
+    for (path, bytes) in &files {
+        clean(&path.display().to_string(), &String::from_utf8_lossy(bytes));
     }
-    assert!(files >= 2, "a transcript and an audit log to search");
+    assert!(files.len() >= 2, "a transcript and an audit log to search");
 }
