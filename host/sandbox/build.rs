@@ -24,6 +24,10 @@ const BUNDLED: &[(&str, &str)] = &[
     ("GREP", "grep"),
     ("FIND", "find"),
     ("SED", "sed"),
+    ("AWK", "awk"),
+    ("JQ", "jq"),
+    ("DIFFUTILS", "diffutils"),
+    ("ARCHIVE", "archive"),
 ];
 
 /// Fixture components for tests: (constant name, artifact file stem). Named by path only.

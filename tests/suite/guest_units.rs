@@ -21,6 +21,10 @@ const GUEST_CRATES: &[&str] = &[
     "clawcage-grep",
     "clawcage-find",
     "clawcage-sed",
+    "clawcage-awk",
+    "clawcage-jq",
+    "clawcage-diff",
+    "clawcage-archive",
 ];
 
 #[test]

@@ -327,13 +327,37 @@ impl ProgramCatalog {
     }
 }
 
-/// The bundled programs: (name, bytes, whether it is a multicall program named by argv[0]).
-fn bundled() -> [(&'static str, &'static [u8], bool); 4] {
+/// The names a bundled program answers to.
+#[derive(Clone, Copy)]
+enum BundledNames {
+    /// Its own name only.
+    Own,
+    /// The names it prints when started as `NAME --list` (asked once, then kept beside its
+    /// artifact): uutils coreutils, whose set follows its crates.
+    Asked,
+    /// These names, chosen by `argv[0]`, known without running it.
+    Fixed(&'static [&'static str]),
+}
+
+/// The bundled programs: (name, bytes, the names it answers to).
+fn bundled() -> [(&'static str, &'static [u8], BundledNames); 8] {
     [
-        ("coreutils", components::bundled::COREUTILS, true),
-        ("grep", components::bundled::GREP, false),
-        ("find", components::bundled::FIND, false),
-        ("sed", components::bundled::SED, false),
+        ("coreutils", components::bundled::COREUTILS, BundledNames::Asked),
+        ("grep", components::bundled::GREP, BundledNames::Own),
+        ("find", components::bundled::FIND, BundledNames::Own),
+        ("sed", components::bundled::SED, BundledNames::Own),
+        ("awk", components::bundled::AWK, BundledNames::Own),
+        ("jq", components::bundled::JQ, BundledNames::Own),
+        (
+            "diffutils",
+            components::bundled::DIFFUTILS,
+            BundledNames::Fixed(&["diff", "cmp", "patch"]),
+        ),
+        (
+            "archive",
+            components::bundled::ARCHIVE,
+            BundledNames::Fixed(&["tar", "gzip", "gunzip", "zcat"]),
+        ),
     ]
 }
 
@@ -389,7 +413,7 @@ impl Sandbox {
 
     async fn find_programs(self: &Arc<Self>, extra_dir: Option<&Path>) -> Result<Found, LoadError> {
         let mut programs = ProgramMap::new();
-        for (name, bytes, multicall) in bundled() {
+        for (name, bytes, names) in bundled() {
             let sha256 = match components::bundled::digest_of(bytes) {
                 Some(digest) => digest.to_string(),
                 None => crate::cache::sha256_hex(bytes),
@@ -399,22 +423,29 @@ impl Sandbox {
                 origin: format!("bundled:{name}"),
                 sandbox: self.clone(),
                 code: Code::Static(bytes),
-                kind: if multicall {
-                    ProgramKind::Multicall
-                } else {
-                    ProgramKind::P2Component
+                kind: match names {
+                    BundledNames::Own => ProgramKind::P2Component,
+                    BundledNames::Asked | BundledNames::Fixed(_) => ProgramKind::Multicall,
                 },
                 key: crate::cache::ArtifactCache::key_for_digest(self.engine(), &sha256),
                 sha256,
                 ready: OnceCell::new(),
                 problem: OnceLock::new(),
             });
-            if multicall {
-                for utility in self.multicall_names(&program).await? {
-                    programs.insert(utility, program.clone());
+            match names {
+                BundledNames::Own => {
+                    programs.insert(name.to_string(), program);
                 }
-            } else {
-                programs.insert(name.to_string(), program);
+                BundledNames::Asked => {
+                    for utility in self.multicall_names(&program).await? {
+                        programs.insert(utility, program.clone());
+                    }
+                }
+                BundledNames::Fixed(utilities) => {
+                    for utility in utilities {
+                        programs.insert((*utility).to_string(), program.clone());
+                    }
+                }
             }
         }
         let mut rejected = Vec::new();

@@ -135,32 +135,32 @@ fn main() {
     // Messages are English, built in; a failure here means a broken build, not bad input.
     if let Err(error) = uucore::locale::setup_localization(canonical(&name)) {
         eprintln!("{name}: cannot set up its messages: {error}");
-        std::process::exit(1);
+        clawcage_program_support::exit(1);
     }
     // `mv` in its common forms does not go through uutils, whose check of the paths reaches
     // above the workspace (see mv.rs).
     if name == "mv"
         && let Some(code) = mv::run(&args)
     {
-        std::process::exit(code);
+        clawcage_program_support::exit(code);
     }
     // So does `cp -r` (see cp.rs).
     if name == "cp"
         && let Some(code) = cp::run(&args)
     {
-        std::process::exit(code);
+        clawcage_program_support::exit(code);
     }
     // And `realpath` and `readlink -f` (see resolve.rs).
     if (name == "realpath" || name == "readlink")
         && let Some(code) = resolve::run(name == "readlink", &args)
     {
-        std::process::exit(code);
+        clawcage_program_support::exit(code);
     }
     match dispatch(&name, args) {
-        Some(code) => std::process::exit(code),
+        Some(code) => clawcage_program_support::exit(code),
         None => {
             eprintln!("coreutils: no utility named '{name}'; `coreutils --list` prints the names");
-            std::process::exit(1);
+            clawcage_program_support::exit(1);
         }
     }
 }
@@ -183,13 +183,13 @@ fn list() -> ! {
     let mut out = std::io::stdout().lock();
     for name in NAMES {
         if writeln!(out, "{name}").is_err() {
-            std::process::exit(1);
+            clawcage_program_support::exit(1);
         }
     }
-    std::process::exit(0);
+    clawcage_program_support::exit(0);
 }
 
 fn usage_and_exit() -> ! {
     eprintln!("usage: coreutils NAME [ARGS...]  or  coreutils --list");
-    std::process::exit(1);
+    clawcage_program_support::exit(1);
 }

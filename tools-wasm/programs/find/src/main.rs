@@ -346,7 +346,7 @@ impl Walk<'_> {
 fn main() {
     enter_working_directory();
     let args: Vec<String> = std::env::args().skip(1).collect();
-    std::process::exit(run(args));
+    clawcage_program_support::exit(run(args));
 }
 
 fn run(args: Vec<String>) -> i32 {

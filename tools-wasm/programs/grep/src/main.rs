@@ -56,10 +56,10 @@ fn main() {
         Ok(options) => options,
         Err(message) => {
             eprintln!("grep: {message}\n{USAGE}");
-            std::process::exit(2);
+            clawcage_program_support::exit(2);
         }
     };
-    std::process::exit(run(options));
+    clawcage_program_support::exit(run(options));
 }
 
 fn parse(args: Vec<String>) -> Result<Options, String> {

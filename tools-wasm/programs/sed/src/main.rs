@@ -85,7 +85,7 @@ fn main() {
         Ok(options) => options,
         Err(message) => {
             eprintln!("sed: {message}\n{USAGE}");
-            std::process::exit(1);
+            clawcage_program_support::exit(1);
         }
     };
     let script = options.scripts.join("\n");
@@ -93,10 +93,10 @@ fn main() {
         Ok(program) => program,
         Err(message) => {
             eprintln!("sed: -e expression: {message}");
-            std::process::exit(1);
+            clawcage_program_support::exit(1);
         }
     };
-    std::process::exit(run(&options, &program));
+    clawcage_program_support::exit(run(&options, &program));
 }
 
 fn parse_args(args: Vec<String>) -> Result<Options, String> {

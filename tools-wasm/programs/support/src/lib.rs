@@ -23,6 +23,22 @@ pub fn enter_working_directory() {
     }
 }
 
+/// End the program with exit status `code`, exactly: `wasi:cli/exit.exit-with-code` carries any
+/// status from 0 to 255 to the shell, where Rust's `std::process::exit` on WASI preview 2 can only
+/// say success or failure (every non-zero code became 1). Standard output and error are flushed
+/// first. A code outside 0..=255 is reported as 255 (the shell sees only one byte).
+pub fn exit(code: i32) -> ! {
+    use std::io::Write as _;
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    let status = u8::try_from(code).unwrap_or(u8::MAX);
+    #[cfg(all(target_arch = "wasm32", target_os = "wasi"))]
+    if status != 0 {
+        wasip2::cli::exit::exit_with_code(status);
+    }
+    std::process::exit(i32::from(status))
+}
+
 /// Translate a POSIX basic regular expression (BRE, the default of `grep` and `sed`) into the
 /// syntax of the `regex` crate. In a BRE, `\(`, `\)`, `\{`, `\}`, `\|`, `\+` and `\?` are the
 /// operators and the bare characters are literals; GNU's `\<` and `\>` become word boundaries.
