@@ -3,13 +3,15 @@
 //! No native process is ever started; the programs see only the sandbox's workspace. The
 //! interpreter (`shell`) parses with brush-parser and supports pipelines, redirections, `&&`,
 //! `||`, `;`, quoting, variables, command substitution, globbing, `if`/`for`/`while`/`case`,
-//! and the builtins a model reaches for; what it does not support is refused with a clear error
-//! before anything runs.
+//! and the builtins a model reaches for (`xargs` among them: a WASI program cannot start
+//! another, so the shell runs xargs's commands); what it does not support is refused with a
+//! clear error before anything runs.
 
 pub mod glob;
 pub mod output;
 pub mod plan;
 pub mod shell;
+pub mod xargs;
 
 use std::time::Duration;
 
@@ -60,7 +62,9 @@ fn spec() -> Spec {
          (cut to 10,000 characters, keeping the head and the tail) and its exit status. The shell is \
          POSIX-like: pipelines, redirections (<, >, >>, 2>&1, 2>/dev/null, here-documents), &&, ||, \
          ;, quotes, $VAR, ${VAR}, $?, $(...), globs, if/for/while/case, and the builtins cd, pwd, \
-         export, unset, exit, echo, read, set, env, true, false, :, sh -c. Programs are WebAssembly \
+         export, unset, exit, echo, read, set, env, true, false, :, sh -c, and xargs (GNU options: \
+         -0, -d, -n, -L, -I, -r, -t, -a, -s; -P is accepted but commands run one at a time; \
+         `xargs --help`). Programs are WebAssembly \
          builds of uutils coreutils (ls, cat, wc, sort, head, tail, cp, mv, rm, mkdir, ...), grep, \
          find and sed, plus any the operator added; there is no network, no package manager and no \
          compiler. Only the workspace directory exists; the working directory starts there. \

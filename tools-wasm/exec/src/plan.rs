@@ -202,6 +202,9 @@ impl Planner<'_> {
                 if name == "sh" || name == "bash" {
                     return self.nested_shell(first, rest, &shapes, redirections);
                 }
+                if name == "xargs" {
+                    return self.xargs(first, rest, &shapes, redirections);
+                }
                 if QUIET_BUILTINS.contains(&name.as_str()) {
                     return Ok(());
                 }
@@ -249,6 +252,90 @@ impl Planner<'_> {
         }
         // `sh` with no script reads none here (an interactive shell is refused when it runs).
         Ok(())
+    }
+
+    /// `xargs [OPTIONS] COMMAND ARGS...`: the command it runs, named, with its written
+    /// arguments and then any number of arguments read from its input (with `-I`, each
+    /// argument holding the replace string is one argument known only at run time). The
+    /// command is shown as `xargs OPTIONS COMMAND`. When the options or the command word are
+    /// known only at run time, the program is too.
+    fn xargs(
+        &mut self,
+        written: &str,
+        rest: &[&str],
+        shapes: &[Shape],
+        redirections: Vec<String>,
+    ) -> Result<(), String> {
+        if self.depth >= MAX_DEPTH {
+            return Err("the command line nests xargs too deeply".to_string());
+        }
+        let known: Vec<String> = shapes
+            .iter()
+            .map_while(|shape| match shape {
+                Shape::Exact(text) => Some(text.clone()),
+                _ => None,
+            })
+            .collect();
+        let all_known = known.len() == rest.len();
+        let start = crate::xargs::command_start(&known);
+        let (index, replace) = match start {
+            Some(crate::xargs::CommandStart {
+                index: Some(index),
+                replace,
+            }) => (index, replace),
+            // Refused options or `--help` run nothing; no command runs `echo`.
+            None | Some(crate::xargs::CommandStart { index: None, .. }) if all_known => {
+                return Ok(());
+            }
+            // An option or the command word is known only at run time.
+            _ => return self.push(None, written, rest, shapes, redirections),
+        };
+        let shown = format!("{written} {}", rest[..=index].join(" "));
+        let mut words: Vec<String> = rest[index + 1..]
+            .iter()
+            .map(|word| word.to_string())
+            .collect();
+        let mut word_shapes: Vec<Shape> = shapes[index + 1..]
+            .iter()
+            .map(|shape| match (shape, &replace) {
+                (Shape::Exact(text), Some(repl))
+                    if !repl.is_empty() && text.contains(repl.as_str()) =>
+                {
+                    let parts: Vec<String> = text.split(repl.as_str()).map(glob_literal).collect();
+                    Shape::Glob(parts.join("*"))
+                }
+                (Shape::Exact(text), _) => Shape::Exact(text.clone()),
+                (Shape::Glob(_), Some(_)) => Shape::Glob("*".to_string()),
+                (Shape::Glob(pattern), None) => Shape::Glob(pattern.clone()),
+                (Shape::Any, _) => Shape::Any,
+            })
+            .collect();
+        if replace.is_none() {
+            words.push(crate::xargs::INPUT_ARGUMENTS.to_string());
+            word_shapes.push(Shape::Any);
+        }
+        let words: Vec<&str> = words.iter().map(String::as_str).collect();
+        match &shapes[index] {
+            Shape::Exact(name) if name == "xargs" => {
+                self.depth += 1;
+                let result = self.xargs(&shown, &words, &word_shapes, redirections);
+                self.depth -= 1;
+                result
+            }
+            Shape::Exact(name) if name == "sh" || name == "bash" => {
+                self.nested_shell(&shown, &words, &word_shapes, redirections)
+            }
+            Shape::Exact(name) if QUIET_BUILTINS.contains(&name.as_str()) => Ok(()),
+            Shape::Exact(name) => match self.program_name(name) {
+                Some(program) => {
+                    self.push(Some(program), &shown, &words, &word_shapes, redirections)
+                }
+                None => Ok(()),
+            },
+            Shape::Glob(_) | Shape::Any => {
+                self.push(None, &shown, &words, &word_shapes, redirections)
+            }
+        }
     }
 
     fn push(
@@ -406,6 +493,18 @@ fn written_file(redirect: &ast::IoRedirect) -> Option<&ast::Word> {
         }
         _ => None,
     }
+}
+
+/// `text` as a pattern of [`Shape::Glob`] that matches exactly it.
+fn glob_literal(text: &str) -> String {
+    let mut pattern = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '\\') {
+            pattern.push('\\');
+        }
+        pattern.push(c);
+    }
+    pattern
 }
 
 /// What `word` may become at run time.
@@ -700,6 +799,82 @@ mod tests {
                 json!({"kind": "glob", "value": "*"}),
             ]
         );
+    }
+
+    #[test]
+    fn xargs_is_planned_as_the_command_it_runs_with_arguments_from_its_input() {
+        let any = json!({"kind": "any"});
+        let exact = |text: &str| json!({"kind": "exact", "value": text});
+        let glob = |text: &str| json!({"kind": "glob", "value": text});
+        assert_eq!(
+            planned("echo victim.txt | xargs rm"),
+            [(Some("rm".to_string()), vec![any.clone()])]
+        );
+        assert_eq!(
+            planned("find . -name '*.tmp' -print0 | xargs -0 -n 1 rm -f"),
+            [
+                (
+                    Some("find".to_string()),
+                    vec![exact("."), exact("-name"), exact("*.tmp"), exact("-print0")]
+                ),
+                (Some("rm".to_string()), vec![exact("-f"), any.clone()])
+            ]
+        );
+        // With -I each argument holding the string is one argument known at run time.
+        assert_eq!(
+            planned("xargs -I{} cat {} pre-{}.txt 'a*b' -- < list"),
+            [(
+                Some("cat".to_string()),
+                vec![glob("*"), glob("pre-*.txt"), exact("a*b"), exact("--")]
+            )]
+        );
+        assert_eq!(
+            planned("xargs -I % cat '*%'"),
+            [(Some("cat".to_string()), vec![glob("\\**")])]
+        );
+        // Nested: what the shell or the inner xargs runs.
+        assert_eq!(names("xargs sh -c 'rm \"$@\"' _"), some(&["rm"]));
+        assert_eq!(names("xargs xargs -n1 rm"), some(&["rm"]));
+        assert_eq!(names("xargs timeout 5 rm"), some(&["timeout"]));
+        assert_eq!(names("ls | xargs /bin/rm"), some(&["ls", "rm"]));
+        // A script built from the input is not known now.
+        assert_eq!(names("xargs -I{} sh -c 'rm {}'"), vec![None]);
+        assert_eq!(names("xargs sh"), vec![None]);
+        // A command or an option known only at run time: the program is unknown.
+        assert_eq!(names("xargs $CMD x"), vec![None]);
+        assert_eq!(names("xargs -n $N rm"), vec![None]);
+        assert_eq!(names("xargs \"$OPT\" rm"), vec![None]);
+        // Builtins, `echo` by default, refused options and unknown programs run no program.
+        for quiet in [
+            "xargs",
+            "xargs -0 -n 2",
+            "xargs echo x",
+            "xargs true",
+            "xargs -q rm",
+            "xargs --help rm",
+            "xargs nosuchprogram",
+        ] {
+            assert_eq!(names(quiet), Vec::<Option<String>>::new(), "{quiet}");
+        }
+    }
+
+    #[test]
+    fn the_operator_sees_xargs_and_where_the_arguments_come_from() {
+        let no_scripts = |_: &str| None;
+        let plan = plan("xargs -0 rm -f < list > log", &programs(), &no_scripts).expect("plan");
+        let command = &plan["commands"][0];
+        assert_eq!(command["program"], "rm");
+        assert_eq!(command["written"], "xargs -0 rm");
+        assert_eq!(command["args"][0]["written"], "-f");
+        assert_eq!(command["args"][1]["written"], crate::xargs::INPUT_ARGUMENTS);
+        assert_eq!(command["redirections"], json!(["< list", "> log"]));
+        // The redirection is xargs's own, a write of the plan; items never redirect.
+        assert_eq!(written("xargs -I{} echo {} > out.txt"), ["> out.txt"]);
+        assert_eq!(
+            written("xargs -I{} sh -c 'echo {} > f'"),
+            Vec::<String>::new()
+        );
+        assert_eq!(names("xargs -I{} sh -c 'echo {} > f'"), vec![None]);
     }
 
     #[test]

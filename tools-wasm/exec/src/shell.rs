@@ -20,6 +20,8 @@ use crate::output::Collected;
 use crate::wit;
 use crate::{OUTPUT_CHARS, Process};
 
+mod xargs_builtin;
+
 /// Nested `sh -c`, scripts and command substitutions allowed.
 const MAX_DEPTH: usize = 32;
 /// Bytes one command substitution or in-memory pipe may hold.
@@ -29,7 +31,7 @@ const HOST_OUTPUT_LIMIT: u32 = 32 << 10;
 /// Shell builtins.
 const BUILTINS: &[&str] = &[
     ":", "[[", "bash", "cd", "command", "echo", "env", "exit", "export", "false", "printenv",
-    "pwd", "read", "set", "sh", "true", "type", "unset", "which",
+    "pwd", "read", "set", "sh", "true", "type", "unset", "which", "xargs",
 ];
 
 /// Why execution stops early.
@@ -54,6 +56,8 @@ enum Sink {
     Main,
     /// Capture buffer number N (command substitution, in-memory pipe).
     Capture(usize),
+    /// Nowhere (`2>/dev/null` on a command that runs others, such as `xargs`).
+    Discard,
 }
 
 /// Where a command reads its standard input: nothing, or bytes shared with the commands after it
@@ -179,6 +183,19 @@ pub struct Shell<'a> {
     depth: usize,
     /// Inside an `if`/`while` condition or a `&&`/`||` left side, where `set -e` does not apply.
     condition: usize,
+    /// Why the last run of programs did not end normally, if it did not (`xargs` reports it).
+    last_failure: Option<RunFailure>,
+}
+
+/// How a run of programs failed other than by an exit status.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RunFailure {
+    /// A program of that name does not exist.
+    NotFound,
+    /// The host refused to start it (the approvals policy, a redirection).
+    Refused,
+    /// The host stopped a program (a crash, its memory cap).
+    Killed,
 }
 
 impl<'a> Shell<'a> {
@@ -224,6 +241,7 @@ impl<'a> Shell<'a> {
             pipefail: false,
             depth: 0,
             condition: 0,
+            last_failure: None,
         }
     }
 
@@ -283,6 +301,7 @@ impl<'a> Shell<'a> {
     fn write(&mut self, sink: Sink, bytes: &[u8]) {
         match sink {
             Sink::Main => self.out.push(bytes),
+            Sink::Discard => {}
             Sink::Capture(level) => {
                 if let Some(buffer) = self.captures.get_mut(level)
                     && buffer.len() < BUFFER_LIMIT as usize
@@ -439,6 +458,7 @@ impl<'a> Shell<'a> {
                 let prepared = self.prepare(simple)?;
                 match prepared.argv.first() {
                     None => self.assign_only(prepared)?,
+                    Some(name) if name == "xargs" => self.run_xargs(prepared, io)?,
                     Some(name) if BUILTINS.contains(&name.as_str()) => {
                         self.run_builtin(prepared, io)?
                     }
@@ -878,6 +898,13 @@ impl<'a> Shell<'a> {
     }
 
     fn not_found(&mut self, name: &str) -> i32 {
+        let message = self.not_found_message(name);
+        self.error(&message);
+        127
+    }
+
+    /// `command not found: NAME`, and the programs and builtins there are.
+    fn not_found_message(&mut self, name: &str) -> String {
         let programs = self.programs().join(" ");
         let message = if name.starts_with("./") || name.contains('/') {
             format!(
@@ -886,11 +913,10 @@ impl<'a> Shell<'a> {
         } else {
             format!("command not found: {name}")
         };
-        self.error(&format!(
+        format!(
             "{message}\navailable programs: {programs}\nshell builtins: {}",
             BUILTINS.join(" ")
-        ));
-        127
+        )
     }
 
     fn exported_env(&self, extra: &[(String, String)]) -> Vec<(String, String)> {
@@ -909,6 +935,7 @@ impl<'a> Shell<'a> {
 
     /// Runs programs as one streaming pipeline on the host.
     fn run_programs(&mut self, prepared: Vec<Prepared>, io: &Io) -> Flow<i32> {
+        self.last_failure = None;
         let count = prepared.len();
         let mut stages = Vec::with_capacity(count);
         let mut files: Vec<wit::FileOpen> = Vec::new();
@@ -924,6 +951,7 @@ impl<'a> Shell<'a> {
             let Some(program) = self.program_name(&name) else {
                 let status = self.not_found(&name);
                 self.status = status;
+                self.last_failure = Some(RunFailure::NotFound);
                 return Ok(status);
             };
             let stage_io = Io {
@@ -961,6 +989,8 @@ impl<'a> Shell<'a> {
             let stderr_captured = matches!(io.stderr, Sink::Capture(_)) && io.stderr == io.stdout;
             let map_out = |dest: &Dest| match dest {
                 Dest::Err if stderr_captured => wit::Output::Capture,
+                Dest::Err if io.stderr == Sink::Discard => wit::Output::Discard,
+                Dest::Sink(Sink::Discard) => wit::Output::Discard,
                 Dest::Sink(Sink::Main) | Dest::Err => wit::Output::Output,
                 Dest::Sink(Sink::Capture(_)) => wit::Output::Capture,
                 Dest::Discard => wit::Output::Discard,
@@ -997,10 +1027,14 @@ impl<'a> Shell<'a> {
         };
         let result = match self.process.run(&pipeline) {
             Ok(result) => result,
-            Err(wit::RunError::NotFound(name)) => return Ok(self.not_found(&name)),
+            Err(wit::RunError::NotFound(name)) => {
+                self.last_failure = Some(RunFailure::NotFound);
+                return Ok(self.not_found(&name));
+            }
             Err(wit::RunError::Redirect(message)) | Err(wit::RunError::Invalid(message)) => {
                 self.error(&message);
                 self.status = 1;
+                self.last_failure = Some(RunFailure::Refused);
                 return Ok(1);
             }
         };
@@ -1021,6 +1055,7 @@ impl<'a> Shell<'a> {
                     if !result.timed_out {
                         self.error(reason);
                     }
+                    self.last_failure = Some(RunFailure::Killed);
                     statuses.push(137);
                 }
             }
@@ -1098,18 +1133,8 @@ impl<'a> Shell<'a> {
                 return Ok(1);
             }
         };
-        let stdin = match &resolved.stdin {
-            In::Inherit | In::Pipe => io.stdin.clone(),
-            In::None => Stdin::None,
-            In::Bytes(bytes) => Stdin::bytes(bytes.clone()),
-            In::File(index) => match std::fs::read(&resolved.files[*index as usize].path) {
-                Ok(bytes) => Stdin::bytes(bytes),
-                Err(error) => {
-                    let path = resolved.files[*index as usize].path.clone();
-                    self.error(&format!("{path}: {error}"));
-                    return Ok(1);
-                }
-            },
+        let Some(stdin) = self.builtin_stdin(&resolved, io) else {
+            return Ok(1);
         };
         let mut stdout = Vec::new();
         let mut stderr = Vec::new();
@@ -1294,6 +1319,24 @@ impl<'a> Shell<'a> {
         };
         self.status = status;
         Ok(status)
+    }
+
+    /// The standard input of a builtin after its redirections; `None` when its file cannot be
+    /// read (reported).
+    fn builtin_stdin(&mut self, resolved: &Redirected, io: &Io) -> Option<Stdin> {
+        Some(match &resolved.stdin {
+            In::Inherit | In::Pipe => io.stdin.clone(),
+            In::None => Stdin::None,
+            In::Bytes(bytes) => Stdin::bytes(bytes.clone()),
+            In::File(index) => match std::fs::read(&resolved.files[*index as usize].path) {
+                Ok(bytes) => Stdin::bytes(bytes),
+                Err(error) => {
+                    let path = resolved.files[*index as usize].path.clone();
+                    self.error(&format!("{path}: {error}"));
+                    return None;
+                }
+            },
+        })
     }
 
     /// `sh -c SCRIPT [NAME ARGS...]` or `sh FILE [ARGS...]`: the same interpreter, with a copy of
