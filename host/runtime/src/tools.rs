@@ -3,12 +3,12 @@
 //! network policy (secrets read from the environment here and kept on the host), and `cron` with
 //! the scheduler only. Registering them compiles nothing once the artifact cache knows them.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::{CronService, ToolRegistry};
-use clawcage_sandbox::{ExecGrant, Grants, Limits, Sandbox, components};
+use clawcage_sandbox::{ExecGrant, Grants, Limits, ProgramDirs, Sandbox, components};
 
 use crate::config::Config;
 use crate::{Error, failed, usage};
@@ -26,6 +26,11 @@ const BUNDLED: [(&str, &[u8], Which); 3] = [
     ("exec", components::bundled::EXEC, Which::Exec),
 ];
 
+/// Where `clawcage programs install` puts programs: `<state-dir>/programs`.
+pub fn installed_programs_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("programs")
+}
+
 /// The bundled tools under `grants` (the web tools under `web_grants`), exec unless
 /// `[exec] enabled = false`.
 pub(crate) async fn bundled_registry(
@@ -34,6 +39,7 @@ pub(crate) async fn bundled_registry(
     grants: Grants,
     web_grants: Grants,
     approvals: &ApprovalBroker,
+    state_dir: &Path,
 ) -> Result<ToolRegistry, Error> {
     let exec_enabled = config.exec.enabled.unwrap_or(true);
     let to_compile = BUNDLED
@@ -53,9 +59,10 @@ pub(crate) async fn bundled_registry(
                     write_limit_bytes: config
                         .exec_write_limit()
                         .map_err(|error| usage(format!("{error:#}")))?,
-                    ..ExecGrant::new(
-                        sandbox.programs_on_demand(config.exec.programs_dir.as_deref()),
-                    )
+                    ..ExecGrant::new(sandbox.programs_on_demand_in(ProgramDirs {
+                        installed: Some(installed_programs_dir(state_dir)),
+                        operator: config.exec.programs_dir.clone(),
+                    }))
                 };
                 // Always attached: a session may set its own policy later (`/approvals`); the
                 // gate is asked only while it is active for the calling session.

@@ -20,6 +20,7 @@ mod process;
 mod program_store;
 pub mod programs;
 pub mod progress;
+pub mod install;
 mod sandbox;
 mod scheduler;
 mod special_files;
@@ -34,7 +35,7 @@ pub use network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
 pub use plugin::{
     LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsConfig, RefusedPlugin,
 };
-pub use programs::ProgramCatalog;
+pub use programs::{ProgramCatalog, ProgramDirs};
 pub use progress::CompileProgress;
 pub use sandbox::{LoadError, LoadedComponent, Sandbox, SandboxOptions};
 pub use tool::WasmTool;

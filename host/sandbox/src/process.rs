@@ -955,6 +955,7 @@ fn program_context(
                 workspace.guest_path()
             ))
         })?;
+        crate::wasi_context::preopen_working_directory(&mut builder, workspace, &stage.cwd);
     }
     Ok(builder.build())
 }

@@ -175,7 +175,7 @@ pub struct ProgramCatalog {
 
 struct CatalogInner {
     /// Where to find the programs when asked first (none: found already).
-    source: Option<(Arc<Sandbox>, Option<PathBuf>)>,
+    source: Option<(Arc<Sandbox>, ProgramDirs)>,
     programs: OnceCell<ProgramMap>,
     /// Files of the programs directory that could not even be named.
     rejected: OnceLock<Vec<ProgramInfo>>,
@@ -217,9 +217,9 @@ impl ProgramCatalog {
             .programs
             .get_or_try_init(|| async {
                 match &self.inner.source {
-                    Some((sandbox, extra_dir)) => {
+                    Some((sandbox, dirs)) => {
                         let (programs, rejected) = sandbox
-                            .find_programs(extra_dir.as_deref())
+                            .find_programs(dirs)
                             .await
                             .map_err(|error| error.to_string())?;
                         let _ = self.inner.rejected.set(rejected);
@@ -385,15 +385,36 @@ const NAMES_RECORD: &str = "names";
 /// Largest operator program read from `programs_dir`.
 const MAX_PROGRAM_BYTES: u64 = 512 << 20;
 
+/// The directories programs are found in besides the bundled ones.
+#[derive(Debug, Clone, Default)]
+pub struct ProgramDirs {
+    /// Where `clawcage programs install` puts programs (`<state-dir>/programs`); it may not
+    /// exist yet. Its programs replace bundled ones of the same name.
+    pub installed: Option<PathBuf>,
+    /// The operator's `[exec] programs_dir`, which must exist; its programs replace bundled and
+    /// installed ones of the same name.
+    pub operator: Option<PathBuf>,
+}
+
+impl ProgramDirs {
+    /// Only the operator's directory.
+    pub fn operator(dir: Option<&Path>) -> Self {
+        Self {
+            installed: None,
+            operator: dir.map(Path::to_path_buf),
+        }
+    }
+}
+
 impl Sandbox {
-    /// The bundled programs (uutils coreutils, grep, find, sed) plus every `NAME.wasm` WASI
-    /// command component in `extra_dir`, found now; each program's code is loaded when it
-    /// first runs. A program of `extra_dir` replaces a bundled one of the same name.
+    /// The bundled programs plus every `NAME.wasm` WASI program (a p1 module or a p2 command
+    /// component) in `extra_dir`, found now; each program's code is loaded when it first runs.
+    /// A program of `extra_dir` replaces a bundled one of the same name.
     pub async fn programs(
         self: &Arc<Self>,
         extra_dir: Option<&Path>,
     ) -> Result<ProgramCatalog, LoadError> {
-        self.find_programs(extra_dir)
+        self.find_programs(&ProgramDirs::operator(extra_dir))
             .await
             .map(ProgramCatalog::ready)
     }
@@ -401,9 +422,14 @@ impl Sandbox {
     /// Like [`Sandbox::programs`], but nothing is read until the first exec call needs a
     /// program; a problem with `extra_dir` is then that call's error.
     pub fn programs_on_demand(self: &Arc<Self>, extra_dir: Option<&Path>) -> ProgramCatalog {
+        self.programs_on_demand_in(ProgramDirs::operator(extra_dir))
+    }
+
+    /// Like [`Sandbox::programs_on_demand`], with the installed programs' directory too.
+    pub fn programs_on_demand_in(self: &Arc<Self>, dirs: ProgramDirs) -> ProgramCatalog {
         ProgramCatalog {
             inner: Arc::new(CatalogInner {
-                source: Some((self.clone(), extra_dir.map(Path::to_path_buf))),
+                source: Some((self.clone(), dirs)),
                 programs: OnceCell::new(),
                 rejected: OnceLock::new(),
                 loaded: OnceCell::new(),
@@ -411,7 +437,7 @@ impl Sandbox {
         }
     }
 
-    async fn find_programs(self: &Arc<Self>, extra_dir: Option<&Path>) -> Result<Found, LoadError> {
+    async fn find_programs(self: &Arc<Self>, dirs: &ProgramDirs) -> Result<Found, LoadError> {
         let mut programs = ProgramMap::new();
         for (name, bytes, names) in bundled() {
             let sha256 = match components::bundled::digest_of(bytes) {
@@ -449,7 +475,8 @@ impl Sandbox {
             }
         }
         let mut rejected = Vec::new();
-        if let Some(dir) = extra_dir {
+        let installed = dirs.installed.as_deref().filter(|dir| dir.is_dir());
+        for dir in installed.into_iter().chain(dirs.operator.as_deref()) {
             for found in operator_programs(dir)? {
                 let (name, path) = match found {
                     Ok(found) => found,
