@@ -246,3 +246,74 @@ async fn an_endless_loop_and_a_memory_bomb_stop_within_the_limits() {
     // The host keeps serving.
     assert_eq!(run(&registry, "python3 -c 'print(2)'").await, "2\n[exit status: 0]");
 }
+
+/// The whole task an agent is asked, run inside the sandbox through exec: Python sums a column
+/// per group into result.json, sed changes one value of config.ini, diff shows the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_scripted_agent_does_a_data_task_entirely_inside_the_sandbox() {
+    use clawcage_agent::provider::NoEvents;
+    use clawcage_agent::{AgentConfig, AgentLoop, TurnEnd};
+    use clawcage_core::ChatMessage;
+    use clawcage_tests::llm_server::{LlmServer, anthropic};
+
+    let dir = workspace();
+    fs::write(
+        dir.path().join("config.ini"),
+        "[server]\nhost = 127.0.0.1\nport = 8080\n",
+    )
+    .unwrap();
+    let sum = "import csv, json, collections\n\
+               sums = collections.defaultdict(float)\n\
+               for row in csv.reader(open('data.csv')):\n    \
+                   if row[0] != 'group': sums[row[0]] += float(row[2])\n\
+               json.dump(dict(sorted(sums.items())), open('result.json', 'w'))\n\
+               print('groups:', len(sums))\n";
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool(
+            "a",
+            "exec",
+            json!({"command": format!("python3 -c \"{sum}\"")}),
+        )]),
+        anthropic::message(&[anthropic::tool(
+            "b",
+            "exec",
+            json!({"command": "cp config.ini config.ini.orig && sed -i 's/^port = 8080$/port = 9090/' config.ini && diff -u config.ini.orig config.ini"}),
+        )]),
+        anthropic::message(&[anthropic::text("Summed the groups and changed the port.")]),
+    ])
+    .await;
+    let tools = python_registry(dir.path(), Limits::default()).await;
+    let agent = AgentLoop::new(
+        crate::agent_loop::anthropic_provider(&server),
+        tools,
+        AgentConfig::default(),
+    );
+    let mut history = vec![ChatMessage::user(
+        "Sum column 3 of data.csv per group with Python, write result.json, then show a unified diff of config.ini before and after changing the port with sed.",
+    )];
+    let outcome = agent.run_turn(&mut history, &NoEvents).await.unwrap();
+    assert_eq!(outcome.end, TurnEnd::Answered);
+    assert_eq!(
+        fs::read_to_string(dir.path().join("result.json")).unwrap(),
+        r#"{"fruit": 8.0, "veg": 5.5}"#
+    );
+    assert_eq!(
+        fs::read_to_string(dir.path().join("config.ini")).unwrap(),
+        "[server]\nhost = 127.0.0.1\nport = 9090\n"
+    );
+    let bodies = server.bodies();
+    let first = bodies[1]["messages"][2]["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(first, "groups: 2\n[exit status: 0]");
+    let diff = bodies[2]["messages"][4]["content"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(diff.starts_with("--- config.ini.orig"), "{diff}");
+    assert!(
+        diff.contains("\n-port = 8080\n+port = 9090\n") && diff.ends_with("[exit status: 1]"),
+        "{diff}"
+    );
+}
