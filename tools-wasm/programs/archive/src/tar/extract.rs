@@ -105,18 +105,20 @@ pub fn run(options: &TarOptions) -> i32 {
     let outcome = reader.read_all(&mut archive);
     let _ = reader.stdout.flush();
     if let Err(error) = outcome {
-        if reader.members_read == 0 {
-            eprintln!(
-                "tar: This does not look like a tar archive ({})",
-                describe(&error)
-            );
-        } else {
-            eprintln!(
-                "tar: {}: the archive is damaged after {} members: {}",
-                options.archive,
-                reader.members_read,
-                describe(&error)
-            );
+        let detail = printable(&describe(&error));
+        match reader.members_read {
+            0 => eprintln!(
+                "tar: {}: This does not look like a tar archive ({detail})",
+                options.archive
+            ),
+            1 => eprintln!(
+                "tar: {}: the archive is damaged after its first member: {detail}",
+                options.archive
+            ),
+            count => eprintln!(
+                "tar: {}: the archive is damaged after {count} members: {detail}",
+                options.archive
+            ),
         }
         eprintln!("{NOT_RECOVERABLE}");
         return 2;
@@ -192,7 +194,12 @@ impl Reader<'_> {
                 self.list(&entry, &name)?;
                 continue;
             }
-            match self.extract(&mut entry, &name) {
+            let outcome = self.extract(&mut entry, &name);
+            if outcome.is_err() {
+                // Keep the `-v` lines and the messages in order where both are read together.
+                let _ = self.stdout.flush();
+            }
+            match outcome {
                 Ok(()) => {}
                 Err(MemberError::Archive(error)) => return Err(error),
                 Err(MemberError::Refused(refusal)) => {
@@ -323,6 +330,7 @@ impl Reader<'_> {
                     Kind::BlockDevice => "block device",
                     _ => "named pipe",
                 };
+                let _ = self.stdout.flush();
                 eprintln!(
                     "tar: {name}: {what} not extracted (devices and pipes cannot be created here)"
                 );
@@ -330,6 +338,7 @@ impl Reader<'_> {
             }
             Kind::Other => {
                 let flag = entry.header().entry_type().as_byte() as char;
+                let _ = self.stdout.flush();
                 eprintln!("tar: {name}: unknown member type '{flag}'; not extracted");
                 return Ok(());
             }
@@ -513,6 +522,23 @@ fn copy_contents<R: Read>(
     }
 }
 
+/// An error's text fit for a terminal: control characters and the bytes of a damaged header
+/// (which the tar crate quotes) are replaced, and the text is kept short.
+fn printable(text: &str) -> String {
+    let cleaned: String = text
+        .chars()
+        .map(|c| {
+            if c.is_control() || c == '\u{fffd}' {
+                '?'
+            } else {
+                c
+            }
+        })
+        .take(120)
+        .collect();
+    cleaned.trim_end().to_string()
+}
+
 /// A member name compared for selection: no leading `./`, no trailing `/`.
 fn normalized(name: &str) -> &str {
     let mut name = name;
@@ -576,5 +602,11 @@ mod tests {
         assert_eq!(normalized("a"), "a");
         assert_eq!(normalized("./"), "");
         assert_eq!(normalized("."), "");
+    }
+
+    #[test]
+    fn error_details_are_printable() {
+        assert_eq!(printable("bad \u{1b}[31m\u{fffd}x\n"), "bad ?[31m?x?");
+        assert_eq!(printable(&"y".repeat(500)).len(), 120);
     }
 }
