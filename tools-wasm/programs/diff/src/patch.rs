@@ -417,12 +417,11 @@ fn plan(changes: Vec<Change>, git: bool, options: &Options) -> Result<Vec<Plan>,
     Ok(plans)
 }
 
+/// The operation `-R` carries out. A modified file keeps the order its names are tried in (the
+/// old name first, as GNU patch does); only the hunks turn around.
 fn reverse(operation: Operation) -> Operation {
     match operation {
-        Operation::Modify { original, modified } => Operation::Modify {
-            original: modified,
-            modified: original,
-        },
+        modify @ Operation::Modify { .. } => modify,
         Operation::Create(name) => Operation::Delete(name),
         Operation::Delete(name) => Operation::Create(name),
         Operation::Rename { from, to } => Operation::Rename { from: to, to: from },
@@ -745,10 +744,15 @@ impl<W: Write> Patcher<'_, W> {
         writeln!(self.out, "{hunks} out of {hunks} hunk{plural} ignored")
     }
 
+    /// Whether `name` is there. A name that cannot be looked at (the sandbox refuses it)
+    /// counts as there, so that reading it reports why.
     fn exists(&self, name: &str) -> bool {
         match self.pending.get(name) {
             Some(content) => content.is_some(),
-            None => fs::metadata(name).is_ok(),
+            None => match fs::metadata(name) {
+                Ok(_) => true,
+                Err(error) => error.kind() != io::ErrorKind::NotFound,
+            },
         }
     }
 
@@ -925,6 +929,25 @@ mod tests {
         let plans = plan(changes, git, &Options::default()).unwrap();
         assert_eq!(plans[0].action, Action::Modify(vec!["x.txt".into()]));
         assert_eq!(plans[1].action, Action::Create("new.txt".into()));
+    }
+
+    #[test]
+    fn reversing_keeps_the_old_name_first_and_swaps_create_and_delete() {
+        let text = b"--- old.txt\n+++ new.txt\n@@ -1 +1 @@\n-a\n+b\n\
+--- /dev/null\n+++ made.txt\n@@ -0,0 +1 @@\n+x\n";
+        let (changes, git) = parse_patch(text).unwrap();
+        let reverse = Options {
+            reverse: true,
+            strip: Some(0),
+            ..Options::default()
+        };
+        let plans = plan(changes, git, &reverse).unwrap();
+        assert_eq!(
+            plans[0].action,
+            Action::Modify(vec!["old.txt".into(), "new.txt".into()])
+        );
+        assert_eq!(plans[0].hunks[0].lines[0], (Role::Insert, b"a\n".to_vec()));
+        assert_eq!(plans[1].action, Action::Delete("made.txt".into()));
     }
 
     #[test]
