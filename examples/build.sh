@@ -7,6 +7,8 @@
 #   examples/build.sh setup-acp      the Agent Client Protocol's TypeScript SDK from npm (ACP tests)
 #   examples/build.sh python         target/examples/plugins/py-text-stats/ (plugin.toml + .wasm)
 #   examples/build.sh js             target/examples/plugins/js-tools/
+#   examples/build.sh python-command target/examples/programs/pynotes.wasm, a WASI p2 command
+#                                    program (not a tool) for exec's programs_dir
 #
 # `python` and `js` install their toolchain first when it is missing, and rebuild only when an
 # input (the tool's source, its manifest template, the WIT files, this script) changed.
@@ -119,6 +121,35 @@ build_js() {
         "$ROOT" "$COMPONENTIZE_JS_MODULE"
 }
 
+# The WIT of WASI 0.2's command world, as published with the `wasip2` crate the guest workspace
+# already depends on (found through cargo, so no copy of it lives here).
+wasi_wit_dir() {
+    cargo metadata --manifest-path "$ROOT/tools-wasm/Cargo.toml" --format-version 1 --offline 2>/dev/null \
+        | "$PYTHON" -c 'import json, os, sys
+packages = json.load(sys.stdin)["packages"]
+print(next(os.path.join(os.path.dirname(p["manifest_path"]), "wit") for p in packages if p["name"] == "wasip2"))'
+}
+
+build_python_command() {
+    setup_python
+    local program_dir=$OUT/programs digest wit
+    digest=$(inputs_digest examples/python-command)
+    if [[ -f $program_dir/pynotes.wasm && "$(cat "$program_dir/.pynotes.inputs" 2>/dev/null)" == "$digest" ]]; then
+        say "$program_dir/pynotes.wasm is up to date"
+        echo "$program_dir/pynotes.wasm"
+        return
+    fi
+    wit=$(wasi_wit_dir) || { say "cannot find the wasip2 crate's WIT through cargo metadata"; exit 1; }
+    mkdir -p "$program_dir"
+    (cd "$ROOT/examples/python-command" && "$VENV/bin/componentize-py" -q -d "$wit" -w wasi:cli/command@0.2.12 \
+        componentize app -o "$program_dir/pynotes.wasm.partial") >&2
+    rm -rf "$ROOT/examples/python-command/__pycache__"
+    mv "$program_dir/pynotes.wasm.partial" "$program_dir/pynotes.wasm"
+    echo "$digest" >"$program_dir/.pynotes.inputs"
+    say "built $program_dir/pynotes.wasm ($(du -h "$program_dir/pynotes.wasm" | cut -f1))"
+    echo "$program_dir/pynotes.wasm"
+}
+
 mkdir -p "$OUT"
 # One build at a time: test binaries may ask for the same plugin at once.
 exec 9>"$OUT/.lock"
@@ -130,8 +161,9 @@ case ${1:-} in
     setup-acp) setup_acp ;;
     python) build_python ;;
     js) build_js ;;
+    python-command) build_python_command ;;
     *)
-        echo "usage: examples/build.sh setup-python|setup-js|setup-acp|python|js" >&2
+        echo "usage: examples/build.sh setup-python|setup-js|setup-acp|python|js|python-command" >&2
         exit 2
         ;;
 esac

@@ -409,3 +409,49 @@ async fn a_p1_module_is_refused_a_fifo_like_any_program() {
         "{text}"
     );
 }
+
+/// Programs built elsewhere, unchanged: a p2 command component made by componentize-py and the
+/// p1 CPython module of the installable package, both dropped into `programs_dir`, run from a
+/// subdirectory with relative paths and report their exact exit status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn programs_built_elsewhere_run_with_relative_paths_and_exact_exit_codes() {
+    let component = match clawcage_tests::toolchains::python_command_program() {
+        Ok(path) => fs::read(path).unwrap(),
+        Err(reason) => {
+            clawcage_tests::toolchains::skip("programs_built_elsewhere", &reason);
+            return;
+        }
+    };
+    assert_eq!(ProgramKind::of(&component), ProgramKind::P2Component);
+    let installed = clawcage_tests::installed::install_python_and_qjs().await;
+    let python = fs::read(installed.join("python3.wasm")).unwrap();
+    assert_eq!(ProgramKind::of(&python), ProgramKind::P1Module);
+    let programs = programs_dir(&[("pynotes.wasm", &component), ("py.wasm", &python)]);
+    let workspace = tempfile::tempdir().unwrap();
+    fs::create_dir_all(workspace.path().join("src/lib")).unwrap();
+    fs::write(workspace.path().join("src/notes.txt"), "notes of src\n").unwrap();
+    fs::write(workspace.path().join("src/lib/notes.txt"), "notes of lib\n").unwrap();
+    fs::write(workspace.path().join("gen.py"), "print(open('notes.txt').read().strip())\n").unwrap();
+    let registry = exec_with(
+        workspace.path(),
+        catalog_of(programs.path()).await,
+        Limits::default(),
+        1 << 20,
+    )
+    .await;
+    let text = run(
+        &registry,
+        "cd src && pynotes; echo status=$?; pynotes 7; echo status=$?; cd lib && pynotes 255 || echo failed",
+    )
+    .await;
+    assert_eq!(
+        text,
+        "args []\nnotes of src\nstatus=0\nargs ['7']\nnotes of src\nstatus=7\nargs ['255']\nnotes of lib\nfailed\n[exit status: 0]"
+    );
+    let text = run(
+        &registry,
+        "cd src/lib && py ../../gen.py; cd .. && py -c 'import sys; sys.exit(4)'; echo status=$?",
+    )
+    .await;
+    assert_eq!(text, "notes of lib\nstatus=4\n[exit status: 0]");
+}

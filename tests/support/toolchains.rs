@@ -63,6 +63,12 @@ pub fn example_plugin(language: &'static str) -> Result<PathBuf, String> {
     build_script(language).map(PathBuf::from)
 }
 
+/// A WASI preview 2 command program built by componentize-py (`examples/python-command`), built
+/// if needed: a component of a toolchain other than this repository's cargo.
+pub fn python_command_program() -> Result<PathBuf, String> {
+    build_script("python-command").map(PathBuf::from)
+}
+
 /// A Python interpreter with the `mcp` client package installed.
 pub fn python_with_mcp() -> Result<PathBuf, String> {
     build_script("setup-python")?;
