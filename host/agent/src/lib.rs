@@ -21,6 +21,7 @@ pub mod message_tool;
 pub mod provider;
 pub mod registry;
 pub mod session;
+pub mod skills;
 pub mod subagent;
 pub mod transcript;
 

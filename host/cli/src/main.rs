@@ -21,6 +21,7 @@ mod programs;
 mod prompt;
 mod remote_chat;
 mod render;
+mod skills;
 
 use std::io::Write as _;
 use std::net::SocketAddr;
@@ -190,6 +191,10 @@ enum Command {
     /// `[exec] programs_dir`.
     #[command(subcommand)]
     Programs(ProgramsCommand),
+    /// See the skills the agent is offered: folders of instructions (SKILL.md) in the
+    /// workspace's skills/ folder and in $XDG_CONFIG_HOME/clawcage/skills.
+    #[command(subcommand)]
+    Skills(skills::SkillsCommand),
     /// Trust the configuration file as it is now.
     ///
     /// Tools can write to the workspace, so a clawcage.toml inside it (or a --config file inside
@@ -498,6 +503,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             cron(&runtime, command).await
         }
         Command::Programs(command) => programs::run(options, command).await,
+        Command::Skills(command) => skills::run(options, command).await,
         Command::Tools { json } => {
             let runtime = open(options).await?;
             print_tools(&runtime, json).await

@@ -3,7 +3,8 @@
 //! transcripts in the state directory, and the sub-agents with their narrower tools — and
 //! [`Agent::run_task`], one task whose answer waits for the sub-agents it started. For long
 //! sessions it adds the context policy of the chosen model (`[models]`, `[context]`), the
-//! budgets (`[budget]`), `MEMORY.md` in the system prompt and the `memory` tool.
+//! budgets (`[budget]`), `MEMORY.md` in the system prompt and the `memory` tool, and the skills
+//! of the workspace and the user skills directory in the system prompt ([`Runtime::skills`]).
 
 use std::path::Path;
 use std::sync::Arc;
@@ -11,6 +12,7 @@ use std::time::Duration;
 
 use clawcage_agent::memory::{MEMORY_FILE, MemoryTool, memory_prompt};
 use clawcage_agent::provider::Redacting;
+use clawcage_agent::skills::{AvailablePrograms, SkillDirs, Skills, read_skills};
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::{
     AgentError, AgentLoop, Budget, LaneInput, MessageBus, MessageTool, Metered, OutboundMessage,
@@ -116,6 +118,10 @@ impl Runtime {
             agent_config.system_prompt.push_str("\n\n");
             agent_config.system_prompt.push_str(&section);
         }
+        if let Some(section) = self.skills().await.prompt() {
+            agent_config.system_prompt.push_str("\n\n");
+            agent_config.system_prompt.push_str(&section);
+        }
         let mut chosen = choose_provider(
             &self.provider,
             &config.provider,
@@ -205,6 +211,43 @@ impl Runtime {
     /// The system prompt's long-term memory, from this runtime's workspace.
     fn memory_section(&self) -> Option<String> {
         memory_section(self.workspace().path())
+    }
+
+    /// The skills of the workspace's `skills/` folder and of the user skills directory
+    /// (`$XDG_CONFIG_HOME/clawcage/skills`), each usable or skipped with its reason; the
+    /// programs they require are checked against the programs exec runs, which are listed
+    /// only when a skill requires one.
+    pub async fn skills(&self) -> Skills {
+        let config = self.config();
+        let dirs = SkillDirs::new(
+            self.workspace().path(),
+            crate::config::user_config_dir().as_deref(),
+        );
+        let mut skills = read_skills(&dirs);
+        let programs = if !skills.needs_programs() {
+            AvailablePrograms::names(Vec::<String>::new())
+        } else if !config.exec.enabled.unwrap_or(true) {
+            AvailablePrograms::ExecDisabled
+        } else {
+            match self
+                .sandbox
+                .programs(config.exec.programs_dir.as_deref())
+                .await
+            {
+                Ok(catalog) => AvailablePrograms::names(catalog.names()),
+                Err(error) => AvailablePrograms::Unknown(error.to_string()),
+            }
+        };
+        skills.finish(&programs);
+        for skill in skills.skills.iter().filter(|skill| !skill.is_usable()) {
+            tracing::debug!(
+                "skill {} at {} is not offered: {}",
+                skill.name,
+                skill.path.display(),
+                skill.reason.as_deref().unwrap_or_default()
+            );
+        }
+        skills
     }
 }
 

@@ -1,0 +1,269 @@
+//! `clawcage skills list` as an operator runs it, against a real workspace and a real user
+//! skills directory (`$XDG_CONFIG_HOME/clawcage/skills`): usable skills, the skipped ones with
+//! their reasons, the user skill that shadows a workspace one, the ignored grant claims; and
+//! `clawcage run`, whose system prompt offers the same skills to a scripted model on 127.0.0.1.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use clawcage_tests::cli_state::shared_state_dir as state_dir;
+use clawcage_tests::llm_server::{LlmServer, anthropic};
+use serde_json::Value;
+
+fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// A workspace and a user configuration directory holding skills of every kind.
+struct Layout {
+    workspace: tempfile::TempDir,
+    config_home: tempfile::TempDir,
+}
+
+fn layout() -> Layout {
+    let workspace = tempfile::tempdir().unwrap();
+    let config_home = tempfile::tempdir().unwrap();
+    let skills = workspace.path().join("skills");
+    write(
+        &skills.join("csv-sum/SKILL.md"),
+        "---\nname: csv-sum\ndescription: Sum a column of a CSV file.\nrequires: {programs: [awk]}\n---\nRun awk.\n",
+    );
+    write(
+        &skills.join("broken/SKILL.md"),
+        "---\nname: broken\ndescription: Sum: a column\n---\n",
+    );
+    write(
+        &skills.join("needs-tool/SKILL.md"),
+        "---\nname: needs-tool\ndescription: Needs a program nobody has.\nmetadata: {\"openclaw\": {\"requires\": {\"bins\": [\"no-such-program\"]}}}\n---\n",
+    );
+    write(
+        &skills.join("greedy/SKILL.md"),
+        "---\nname: greedy\ndescription: Wants everything.\nallowed-tools: [exec]\nhosts: ['*']\n---\n",
+    );
+    write(
+        &skills.join("style/SKILL.md"),
+        "---\nname: style\ndescription: The workspace's idea of style.\n---\n",
+    );
+    write(
+        &config_home.path().join("clawcage/skills/style/SKILL.md"),
+        "---\nname: style\ndescription: The house style.\n---\nWrite short sentences.\n",
+    );
+    Layout {
+        workspace,
+        config_home,
+    }
+}
+
+fn clawcage(layout: &Layout, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(args)
+        .arg("--workspace")
+        .arg(layout.workspace.path())
+        .arg("--state-dir")
+        .arg(state_dir())
+        .env("XDG_CONFIG_HOME", layout.config_home.path())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("clawcage runs")
+}
+
+fn find<'a>(skills: &'a [Value], name: &str, source: &str) -> &'a Value {
+    skills
+        .iter()
+        .find(|skill| skill["name"] == name && skill["source"] == source)
+        .unwrap_or_else(|| panic!("{name} ({source}) not in {skills:#?}"))
+}
+
+#[test]
+fn skills_list_json_shows_usable_and_skipped_skills_with_reasons() {
+    let layout = layout();
+    let output = clawcage(&layout, &["skills", "list", "--json"]);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let dirs = listed["dirs"].as_array().unwrap();
+    assert_eq!(dirs[0]["source"], "user");
+    assert_eq!(
+        Path::new(dirs[0]["path"].as_str().unwrap()),
+        layout.config_home.path().join("clawcage/skills")
+    );
+    assert_eq!(dirs[1]["source"], "workspace");
+    let skills = listed["skills"].as_array().unwrap();
+    assert_eq!(skills.len(), 6, "{skills:#?}");
+
+    let csv = find(skills, "csv-sum", "workspace");
+    assert_eq!(csv["status"], "usable");
+    assert_eq!(csv["description"], "Sum a column of a CSV file.");
+    assert_eq!(csv["read_path"], "skills/csv-sum/SKILL.md");
+    assert_eq!(csv["requires"], serde_json::json!(["awk"]));
+    assert!(
+        csv["path"]
+            .as_str()
+            .unwrap()
+            .ends_with("/skills/csv-sum/SKILL.md")
+    );
+
+    let broken = find(skills, "broken", "workspace");
+    assert_eq!(broken["status"], "skipped");
+    assert!(
+        broken["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("the front matter is not valid YAML: line 3, column "),
+        "{broken}"
+    );
+    assert_eq!(
+        find(skills, "needs-tool", "workspace")["reason"],
+        "requires program `no-such-program`, which is not installed; `clawcage programs install no-such-program`"
+    );
+    let greedy = find(skills, "greedy", "workspace");
+    assert_eq!(greedy["status"], "usable");
+    assert_eq!(
+        greedy["notes"][0],
+        "ignored `allowed-tools`, `hosts`: a skill is instructions; its front matter cannot grant tools, hosts, paths or programs, nor change approvals or limits"
+    );
+
+    let mine = find(skills, "style", "user");
+    assert_eq!(mine["status"], "usable");
+    assert_eq!(mine["read_path"], Value::Null);
+    assert_eq!(
+        mine["notes"][0],
+        "shadows workspace skill at skills/style/SKILL.md"
+    );
+    let theirs = find(skills, "style", "workspace");
+    assert_eq!(theirs["status"], "skipped");
+    assert!(
+        theirs["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("shadowed by the user skill style at "),
+        "{theirs}"
+    );
+}
+
+#[test]
+fn skills_list_prints_each_skill_and_where_skills_are_looked_for() {
+    let layout = layout();
+    let output = clawcage(&layout, &["skills", "list"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(
+        stdout.starts_with("Skills are looked for in:\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!(
+            "  user       {}  (read)",
+            layout.config_home.path().join("clawcage/skills").display()
+        )),
+        "{stdout}"
+    );
+    assert!(stdout.contains("3 usable of 6 found"), "{stdout}");
+    assert!(
+        stdout.contains("csv-sum  (workspace, usable)\n    Sum a column of a CSV file.\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("(the agent reads skills/csv-sum/SKILL.md)\n    requires: awk\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("style  (user, usable)\n    The house style.\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("    note: shadows workspace skill at skills/style/SKILL.md\n"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(
+            "    skipped: requires program `no-such-program`, which is not installed; `clawcage programs install no-such-program`\n"
+        ),
+        "{stdout}"
+    );
+
+    let empty = tempfile::tempdir().unwrap();
+    let nothing = Layout {
+        workspace: tempfile::tempdir().unwrap(),
+        config_home: empty,
+    };
+    let output = clawcage(&nothing, &["skills", "list"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success());
+    assert!(stdout.contains("(not there)"), "{stdout}");
+    assert!(stdout.contains("No skills yet."), "{stdout}");
+
+    let help = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(["skills", "list", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(help.contains("$XDG_CONFIG_HOME/clawcage/skills"), "{help}");
+    assert!(help.contains("workspace's skills/ folder"), "{help}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_offers_the_usable_skills_in_the_system_prompt() {
+    let layout = layout();
+    let server = LlmServer::start(vec![anthropic::message(&[anthropic::text("ok")])]).await;
+    let url = server.url().to_string();
+    let workspace = layout.workspace.path().to_path_buf();
+    let config_home = layout.config_home.path().to_path_buf();
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .args(["run", "Say ok.", "--provider", "anthropic", "--model"])
+            .args(["claude-test", "--base-url", &url, "--workspace"])
+            .arg(&workspace)
+            .arg("--state-dir")
+            .arg(state_dir())
+            .env("XDG_CONFIG_HOME", &config_home)
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let body = &server.bodies()[0];
+    let system: String = match &body["system"] {
+        Value::String(text) => text.clone(),
+        Value::Array(blocks) => blocks
+            .iter()
+            .filter_map(|block| block["text"].as_str())
+            .collect(),
+        _ => String::new(),
+    };
+    assert!(
+        system.contains(
+            "- csv-sum: Sum a column of a CSV file. (read_file `skills/csv-sum/SKILL.md`)"
+        ),
+        "{system}"
+    );
+    assert!(
+        system.contains("- style: The house style. (user skill: its instructions are below)"),
+        "{system}"
+    );
+    assert!(system.contains("Write short sentences."), "{system}");
+    for absent in ["broken", "needs-tool", "The workspace's idea of style"] {
+        assert!(!system.contains(absent), "{absent} in {system}");
+    }
+    assert!(
+        !system.contains(&layout.config_home.path().display().to_string()),
+        "no host path of the user's in the prompt"
+    );
+}
