@@ -225,10 +225,35 @@ async fn exit_codes_and_status_variable() {
         "missing\n[exit status: 0]"
     );
     assert_eq!(exec(&registry, "exit 3").await, "[exit status: 3]");
+    // The bundled programs' own statuses, exactly as their native counterparts give them.
     assert!(
         exec(&registry, "ls /nope")
             .await
-            .ends_with("[exit status: 1]")
+            .ends_with("[exit status: 2]")
+    );
+    assert_eq!(
+        exec(
+            &registry,
+            "grep -q x missing.txt 2>/dev/null; echo $?; grep -q banana f.txt; echo $?; grep -q kiwi f.txt; echo $?"
+        )
+        .await,
+        "2\n0\n1\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(
+            &registry,
+            "test 1 -gt 2; echo $?; [ a = a ]; echo $?; test 1 -gt 2>/dev/null; echo $?; expr 1 + x 2>/dev/null; echo $?"
+        )
+        .await,
+        "1\n0\n2\n2\n[exit status: 0]"
+    );
+    assert_eq!(
+        exec(
+            &registry,
+            "sort --bogus 2>/dev/null; echo $?; find nope 2>/dev/null; echo $?; sed -e 'k' f.txt 2>/dev/null; echo $?"
+        )
+        .await,
+        "2\n1\n1\n[exit status: 0]"
     );
 }
 
