@@ -133,10 +133,13 @@ impl PlannedWrite {
 }
 
 /// Whether the arguments a program really got fit the planned ones: each `Exact` or `Glob` is one
-/// argument, each `Any` zero or more.
+/// argument, each `Any` zero or more. A `Glob` (an argument partly known only at run time, such
+/// as `build/$X` or xargs's `build/{}`) follows the allowlist's rule: an argument climbing out
+/// with `..` fits only a pattern that writes `..` itself, so an approved `rm -r build/$X` never
+/// removes `build/../victim.txt`.
 fn args_match(planned: &[PlannedArg], actual: &[String]) -> bool {
     let planned: Vec<&ArgMatch> = planned.iter().map(|arg| &arg.matches).collect();
-    words_match(&planned, actual, glob_match)
+    words_match(&planned, actual, entry_word_matches)
 }
 
 /// Whether `actual` fits `planned`: each `Exact` is that one argument, each `Glob` one argument
@@ -1379,6 +1382,9 @@ mod tests {
         assert!(!command.matches("rm", &strings(&["-rf", "out-1"])));
         assert!(!command.matches("rm", &strings(&["-r", "src"])));
         assert!(!command.matches("mv", &strings(&["-r", "out-1"])));
+        // A part known only at run time never climbs out of the directory the plan named.
+        assert!(!command.matches("rm", &strings(&["-r", "out-/../victim.txt"])));
+        assert!(!command.matches("rm", &strings(&["-r", "out-x/../../victim.txt"])));
         let approved = ApprovedExec {
             policy: allowlist(&[]),
             approved: vec![command.clone()],
