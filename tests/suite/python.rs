@@ -317,3 +317,26 @@ async fn a_scripted_agent_does_a_data_task_entirely_inside_the_sandbox() {
         "{diff}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_not_installed_says_how_to_install_it() {
+    let dir = workspace();
+    let registry = clawcage_tests::exec_registry(dir.path(), FsMode::ReadWrite).await;
+    for (asked, program) in [("python3", "python3"), ("python", "python3"), ("qjs", "qjs")] {
+        let text = run(&registry, &format!("{asked} -c 'print(1)'")).await;
+        assert!(
+            text.contains(&format!(
+                "command not found: {asked} ({program} is not installed; an operator installs it with `clawcage programs install {program}`)"
+            )) && text.ends_with("[exit status: 127]"),
+            "{text}"
+        );
+        // The host's own table agrees.
+        assert!(
+            clawcage_sandbox::install::install_hint(asked)
+                .is_some_and(|hint| hint.contains(&format!("install {program}`"))),
+            "{asked}"
+        );
+    }
+    let text = run(&registry, "perl -e 1").await;
+    assert!(text.starts_with("sh: command not found: perl\n"), "{text}");
+}

@@ -910,6 +910,10 @@ impl<'a> Shell<'a> {
             format!(
                 "command not found: {name} (programs cannot be started from files here; run shell scripts with `sh FILE`)"
             )
+        } else if let Some(program) = installable(name) {
+            format!(
+                "command not found: {name} ({program} is not installed; an operator installs it with `clawcage programs install {program}`)"
+            )
         } else {
             format!("command not found: {name}")
         };
@@ -2103,6 +2107,17 @@ fn check_supported(program: &ast::Program) -> Result<(), String> {
         list(command)?;
     }
     Ok(())
+}
+
+/// The program `clawcage programs install` provides under `name` (its own name or another it
+/// answers to), for the "command not found" message. The same names as the host's installable
+/// programs (`host/sandbox/src/install.rs`).
+fn installable(name: &str) -> Option<&'static str> {
+    match name {
+        "python3" | "python" => Some("python3"),
+        "qjs" | "quickjs" => Some("qjs"),
+        _ => None,
+    }
 }
 
 #[cfg(test)]
