@@ -27,7 +27,7 @@ lint:
 # against one model request on the scripted LLM server; web_fetch against a direct reqwest GET;
 # exec against the native programs. (`--workspace` keeps the features the tests build with.)
 bench:
-    cargo bench --workspace --bench tools --bench agent --bench web --bench exec --bench approvals
+    cargo bench --workspace --bench tools --bench agent --bench web --bench exec --bench programs --bench approvals
 
 # Whole-process start-up (call read_file, tools, call exec) beside `cat`, warm cache, medians.
 bench-startup RUNS="15":
