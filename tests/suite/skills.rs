@@ -1,7 +1,9 @@
 //! Skills end to end: a workspace `skills/NAME/SKILL.md` read by the loader into the system
 //! prompt, a scripted model on 127.0.0.1 that finds the skill in the prompt it receives, reads the
 //! listed path with the real sandboxed `read_file` and runs the skill's script with the real
-//! `exec`. And the attacks: a skill whose front matter claims grants widens nothing, a skill
+//! `exec` (an awk script with the bundled awk; a Python script with python3 installed the way
+//! `clawcage programs install` installs it, and the same skill skipped without it). And the
+//! attacks: a skill whose front matter claims grants widens nothing, a skill
 //! folder linked outside is skipped (and unreadable by the tools too), a 10 MB SKILL.md is
 //! skipped, 10,000 skill folders are capped quickly.
 
@@ -15,7 +17,8 @@ use clawcage_agent::skills::{
 use clawcage_agent::{AgentConfig, AgentLoop, ToolRegistry, TurnEnd};
 use clawcage_core::ChatMessage;
 use clawcage_sandbox::components::bundled;
-use clawcage_sandbox::{ExecGrant, FsMode, Limits};
+use clawcage_sandbox::{ExecGrant, FsMode, Limits, ProgramCatalog};
+use clawcage_tests::installed::programs_with_python;
 use clawcage_tests::llm_server::{LlmServer, anthropic, tool_result_of};
 use clawcage_tests::{grants, programs, registry_of};
 use serde_json::{Value, json};
@@ -24,14 +27,25 @@ use crate::agent_loop::anthropic_provider;
 
 /// The file tools and exec, granted `dir` read-write with the bundled programs.
 async fn tools(dir: &Path) -> ToolRegistry {
-    let grants = grants(dir, FsMode::ReadWrite, Limits::default())
-        .with_exec(ExecGrant::new(programs().await));
+    tools_with(dir, programs().await).await
+}
+
+/// The file tools and exec, granted `dir` read-write with `catalog`.
+async fn tools_with(dir: &Path, catalog: ProgramCatalog) -> ToolRegistry {
+    let grants =
+        grants(dir, FsMode::ReadWrite, Limits::default()).with_exec(ExecGrant::new(catalog));
     registry_of(&[("file", bundled::FILE), ("exec", bundled::EXEC)], grants).await
 }
 
-/// The program names exec runs in these tests.
+/// The program names of `catalog`, as the runtime hands them to the loader.
+fn names_of(catalog: &ProgramCatalog) -> AvailablePrograms {
+    AvailablePrograms::names(catalog.names())
+        .with_installable(clawcage_sandbox::install::installable_names())
+}
+
+/// The program names exec runs in these tests (the bundled programs).
 async fn available() -> AvailablePrograms {
-    AvailablePrograms::names(programs().await.names())
+    names_of(&programs().await)
 }
 
 /// The skills of workspace `dir` (no user directory).
@@ -90,12 +104,22 @@ async fn skill_following_model(name: &'static str, command: &'static str) -> Llm
 
 /// Runs one turn over `dir`'s tools with `skills` in the system prompt.
 async fn run_turn(server: &LlmServer, dir: &Path, skills: &Skills, task: &str) -> TurnEnd {
+    run_turn_with(server, tools(dir).await, skills, task).await
+}
+
+/// Runs one turn over `tools` with `skills` in the system prompt.
+async fn run_turn_with(
+    server: &LlmServer,
+    tools: ToolRegistry,
+    skills: &Skills,
+    task: &str,
+) -> TurnEnd {
     let mut config = AgentConfig::default();
     if let Some(section) = skills.prompt() {
         config.system_prompt.push_str("\n\n");
         config.system_prompt.push_str(&section);
     }
-    let agent = AgentLoop::new(anthropic_provider(server), tools(dir).await, config);
+    let agent = AgentLoop::new(anthropic_provider(server), tools, config);
     let mut history = vec![ChatMessage::user(task)];
     agent.run_turn(&mut history, &NoEvents).await.unwrap().end
 }
@@ -165,7 +189,7 @@ async fn the_model_reads_a_listed_skill_and_runs_its_script() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_python_skill_runs_when_python3_is_a_program_and_is_skipped_otherwise() {
+async fn a_python_skill_runs_with_installed_python3_and_is_skipped_without_it() {
     let dir = tempfile::tempdir().unwrap();
     write(
         &dir.path().join("skills/csv-sum/SKILL.md"),
@@ -176,39 +200,39 @@ async fn a_python_skill_runs_when_python3_is_a_program_and_is_skipped_otherwise(
         "import csv, sys\nwith open(sys.argv[1]) as f:\n    print('total', sum(int(row['amount']) for row in csv.DictReader(f)))\n",
     );
     write(&dir.path().join("data.csv"), DATA);
-    let skills = skills_of(dir.path()).await;
-    let skill = &skills.skills[0];
+
+    // Without python3 among exec's programs the skill is skipped, says how to get it, and the
+    // model is not offered it.
+    let without = skills_of(dir.path()).await;
+    assert_eq!(without.skills[0].status, SkillStatus::Skipped);
+    assert_eq!(
+        without.skills[0].reason.as_deref(),
+        Some(
+            "requires program `python3`, which is not installed; `clawcage programs install python3`"
+        )
+    );
+    assert_eq!(without.prompt(), None);
+
+    // With python3 installed (as `clawcage programs install python3` installs it) the model
+    // reads the skill and runs its script.
+    let catalog = programs_with_python().await;
+    let skills = load_skills(&SkillDirs::new(dir.path(), None), &names_of(&catalog));
+    assert!(skills.skills[0].is_usable(), "{:?}", skills.skills[0]);
     let server = skill_following_model("csv-sum", "python3 skills/csv-sum/sum.py data.csv").await;
-    let end = run_turn(
+    let end = run_turn_with(
         &server,
-        dir.path(),
+        tools_with(dir.path(), catalog).await,
         &skills,
         "What is the total of data.csv?",
     )
     .await;
     assert_eq!(end, TurnEnd::Answered);
-    if programs()
-        .await
-        .names()
-        .iter()
-        .any(|name| name == "python3")
-    {
-        assert!(skill.is_usable(), "{skill:?}");
-        let results = tool_results(&server);
-        assert!(results[1].starts_with("total 60\n"), "{results:?}");
-    } else {
-        // The exec catalog has no python3 yet: the skill is skipped, says how to get it, and
-        // the model is not offered it.
-        assert_eq!(skill.status, SkillStatus::Skipped);
-        assert_eq!(
-            skill.reason.as_deref(),
-            Some(
-                "requires program `python3`, which is not installed; `clawcage programs install python3`"
-            )
-        );
-        assert_eq!(server.bodies().len(), 1);
-        assert!(!system_text(&server.bodies()[0]).contains("csv-sum"));
-    }
+    let results = tool_results(&server);
+    assert!(
+        results[0].contains("python3 skills/csv-sum/sum.py FILE"),
+        "{results:?}"
+    );
+    assert_eq!(results[1], "total 60\n[exit status: 0]", "{results:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

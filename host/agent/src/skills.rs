@@ -91,8 +91,14 @@ impl SkillDirs {
 /// The program names exec can run, which skills' requirements are checked against.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AvailablePrograms {
-    /// These names (the exec program catalog: bundled programs and the operator's).
-    Names(BTreeSet<String>),
+    /// The exec program catalog's names (bundled, installed and the operator's programs), and
+    /// the names `clawcage programs install` can add (said in a missing program's reason).
+    Names {
+        /// What exec runs.
+        runs: BTreeSet<String>,
+        /// What `clawcage programs install` installs.
+        installable: BTreeSet<String>,
+    },
     /// exec is turned off: no program runs.
     ExecDisabled,
     /// The programs could not be listed, for this reason.
@@ -100,9 +106,23 @@ pub enum AvailablePrograms {
 }
 
 impl AvailablePrograms {
-    /// The programs named `names`.
+    /// The programs named `names` (none installable).
     pub fn names<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
-        Self::Names(names.into_iter().map(Into::into).collect())
+        Self::Names {
+            runs: names.into_iter().map(Into::into).collect(),
+            installable: BTreeSet::new(),
+        }
+    }
+
+    /// These programs, with `names` installable by `clawcage programs install`.
+    pub fn with_installable<I: IntoIterator<Item = S>, S: Into<String>>(self, names: I) -> Self {
+        match self {
+            Self::Names { runs, .. } => Self::Names {
+                runs,
+                installable: names.into_iter().map(Into::into).collect(),
+            },
+            other => other,
+        }
     }
 }
 
@@ -393,8 +413,8 @@ fn missing_programs(skill: &Skill, programs: &AvailablePrograms) -> Option<Strin
     if wanted.is_empty() && skill.requires_any.is_empty() {
         return None;
     }
-    let names = match programs {
-        AvailablePrograms::Names(names) => names,
+    let (names, installable) = match programs {
+        AvailablePrograms::Names { runs, installable } => (runs, installable),
         AvailablePrograms::ExecDisabled => {
             wanted.extend(skill.requires_any.first());
             return Some(format!(
@@ -415,16 +435,15 @@ fn missing_programs(skill: &Skill, programs: &AvailablePrograms) -> Option<Strin
         .filter(|program| !names.contains(*program))
         .collect();
     if !missing.is_empty() {
-        let install: Vec<&str> = missing.iter().map(|name| name.as_str()).collect();
         let which = if missing.len() == 1 {
             "which is not installed"
         } else {
             "which are not installed"
         };
         return Some(format!(
-            "requires {}, {which}; `clawcage programs install {}`",
+            "requires {}, {which}; {}",
             program_list(&missing),
-            install.join(" ")
+            how_to_install(&missing, installable)
         ));
     }
     if !skill.requires_any.is_empty()
@@ -438,13 +457,39 @@ fn missing_programs(skill: &Skill, programs: &AvailablePrograms) -> Option<Strin
             .iter()
             .map(|name| format!("`{name}`"))
             .collect();
+        let first = skill
+            .requires_any
+            .iter()
+            .find(|name| installable.contains(*name))
+            .unwrap_or(&skill.requires_any[0]);
         return Some(format!(
-            "requires one of the programs {}, and none is installed; `clawcage programs install {}`",
+            "requires one of the programs {}, and none is installed; {}",
             options.join(", "),
-            skill.requires_any[0]
+            how_to_install(&[first], installable)
         ));
     }
     None
+}
+
+/// How the operator gets `missing`: `clawcage programs install` for those it installs, a
+/// WASI program in `[exec] programs_dir` for the others.
+fn how_to_install(missing: &[&String], installable: &BTreeSet<String>) -> String {
+    let (known, other): (Vec<&String>, Vec<&String>) = missing
+        .iter()
+        .partition(|name| installable.contains(name.as_str()));
+    let mut ways = Vec::new();
+    if !known.is_empty() {
+        let names: Vec<&str> = known.iter().map(|name| name.as_str()).collect();
+        ways.push(format!("`clawcage programs install {}`", names.join(" ")));
+    }
+    if !other.is_empty() {
+        let files: Vec<String> = other.iter().map(|name| format!("{name}.wasm")).collect();
+        ways.push(format!(
+            "add {} (a WASI program) to the directory of [exec] programs_dir",
+            files.join(", ")
+        ));
+    }
+    ways.join("; ")
 }
 
 /// "program `a`" or "programs `a` and `b`".
@@ -1220,7 +1265,7 @@ metadata: {"openclaw": {"emoji": "x", "requires": {"bins": ["python3", "jq"], "a
         let dirs = SkillDirs::new(workspace.path(), None);
         let mut skills = read_skills(&dirs);
         assert!(skills.needs_programs());
-        skills.finish(&AvailablePrograms::names(["sed", "grep"]));
+        skills.finish(&AvailablePrograms::names(["sed", "grep"]).with_installable(["python3"]));
         let reason = |name: &str| {
             find(&skills, name, SkillSource::Workspace)
                 .reason
@@ -1233,11 +1278,11 @@ metadata: {"openclaw": {"emoji": "x", "requires": {"bins": ["python3", "jq"], "a
         );
         assert_eq!(
             reason("two"),
-            "requires programs `node` and `python3`, which are not installed; `clawcage programs install node python3`"
+            "requires programs `node` and `python3`, which are not installed; `clawcage programs install python3`; add node.wasm (a WASI program) to the directory of [exec] programs_dir"
         );
-        assert!(
-            reason("any")
-                .starts_with("requires one of the programs `gawk`, `mawk`, and none is installed")
+        assert_eq!(
+            reason("any"),
+            "requires one of the programs `gawk`, `mawk`, and none is installed; add gawk.wasm (a WASI program) to the directory of [exec] programs_dir"
         );
         assert!(find(&skills, "ok", SkillSource::Workspace).is_usable());
         let off = load_skills(&dirs, &AvailablePrograms::ExecDisabled);

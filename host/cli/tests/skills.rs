@@ -120,7 +120,7 @@ fn skills_list_json_shows_usable_and_skipped_skills_with_reasons() {
     );
     assert_eq!(
         find(skills, "needs-tool", "workspace")["reason"],
-        "requires program `no-such-program`, which is not installed; `clawcage programs install no-such-program`"
+        "requires program `no-such-program`, which is not installed; add no-such-program.wasm (a WASI program) to the directory of [exec] programs_dir"
     );
     let greedy = find(skills, "greedy", "workspace");
     assert_eq!(greedy["status"], "usable");
@@ -187,7 +187,7 @@ fn skills_list_prints_each_skill_and_where_skills_are_looked_for() {
     );
     assert!(
         stdout.contains(
-            "    skipped: requires program `no-such-program`, which is not installed; `clawcage programs install no-such-program`\n"
+            "    skipped: requires program `no-such-program`, which is not installed; add no-such-program.wasm (a WASI program) to the directory of [exec] programs_dir\n"
         ),
         "{stdout}"
     );
@@ -266,4 +266,83 @@ async fn run_offers_the_usable_skills_in_the_system_prompt() {
         !system.contains(&layout.config_home.path().display().to_string()),
         "no host path of the user's in the prompt"
     );
+}
+
+/// A skill requiring `program`, as `folder` of `skills`.
+fn requiring(skills: &Path, folder: &str, program: &str) {
+    write(
+        &skills.join(folder).join("SKILL.md"),
+        &format!(
+            "---\nname: {folder}\ndescription: Uses {program}.\nrequires: {{programs: [{program}]}}\n---\n"
+        ),
+    );
+}
+
+#[test]
+fn requirements_are_met_by_installed_and_operator_programs_and_never_with_exec_off() {
+    let workspace = tempfile::tempdir().unwrap();
+    let config_home = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let state = clawcage_tests::cli_state::private_state_dir();
+    let skills = workspace.path().join("skills");
+    requiring(&skills, "py", "python3");
+    requiring(&skills, "js", "qjs");
+    requiring(&skills, "mine", "mytool");
+    requiring(&skills, "text", "sed");
+    // What `clawcage programs install python3` leaves, and the operator's programs directory;
+    // names are all that is checked, no program is loaded.
+    write(&state.path().join("programs/python3.wasm"), "not loaded");
+    write(&outside.path().join("programs/mytool.wasm"), "not loaded");
+    let config = outside.path().join("clawcage.toml");
+    let list = |config_text: &str| {
+        std::fs::write(&config, config_text).unwrap();
+        let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .args(["skills", "list", "--json", "--config"])
+            .arg(&config)
+            .arg("--workspace")
+            .arg(workspace.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .env("XDG_CONFIG_HOME", config_home.path())
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        assert!(
+            output.status.success(),
+            "{}",
+            String::from_utf8_lossy(&output.stderr)
+        );
+        let listed: Value = serde_json::from_slice(&output.stdout).unwrap();
+        listed["skills"].as_array().unwrap().clone()
+    };
+
+    let programs_dir = outside.path().join("programs");
+    let skills = list(&format!(
+        "[exec]\nprograms_dir = {:?}\n",
+        programs_dir.display().to_string()
+    ));
+    for usable in ["py", "mine", "text"] {
+        assert_eq!(
+            find(&skills, usable, "workspace")["status"],
+            "usable",
+            "{skills:#?}"
+        );
+    }
+    assert_eq!(
+        find(&skills, "js", "workspace")["reason"],
+        "requires program `qjs`, which is not installed; `clawcage programs install qjs`"
+    );
+
+    let skills = list("[exec]\nenabled = false\n");
+    for name in ["py", "js", "mine", "text"] {
+        let skill = find(&skills, name, "workspace");
+        assert_eq!(skill["status"], "skipped");
+        assert!(
+            skill["reason"]
+                .as_str()
+                .unwrap()
+                .ends_with("but exec is turned off ([exec] enabled = false), so no program runs"),
+            "{skill}"
+        );
+    }
 }

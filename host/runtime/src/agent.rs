@@ -6,6 +6,7 @@
 //! budgets (`[budget]`), `MEMORY.md` in the system prompt and the `memory` tool, and the skills
 //! of the workspace and the user skills directory in the system prompt ([`Runtime::skills`]).
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -218,25 +219,15 @@ impl Runtime {
     /// programs they require are checked against the programs exec runs, which are listed
     /// only when a skill requires one.
     pub async fn skills(&self) -> Skills {
-        let config = self.config();
         let dirs = SkillDirs::new(
             self.workspace().path(),
             crate::config::user_config_dir().as_deref(),
         );
         let mut skills = read_skills(&dirs);
-        let programs = if !skills.needs_programs() {
-            AvailablePrograms::names(Vec::<String>::new())
-        } else if !config.exec.enabled.unwrap_or(true) {
-            AvailablePrograms::ExecDisabled
+        let programs = if skills.needs_programs() {
+            self.program_names().await
         } else {
-            match self
-                .sandbox
-                .programs(config.exec.programs_dir.as_deref())
-                .await
-            {
-                Ok(catalog) => AvailablePrograms::names(catalog.names()),
-                Err(error) => AvailablePrograms::Unknown(error.to_string()),
-            }
+            AvailablePrograms::names(Vec::<String>::new())
         };
         skills.finish(&programs);
         for skill in skills.skills.iter().filter(|skill| !skill.is_usable()) {
@@ -248,6 +239,47 @@ impl Runtime {
             );
         }
         skills
+    }
+
+    /// The names exec runs programs by, for skills' requirements: the bundled programs' (the
+    /// multicall names kept beside their compiled code after the first listing) and each
+    /// `NAME.wasm` of the installed programs' directory and of `[exec] programs_dir`, by file
+    /// name: no program is loaded to answer. Also what `clawcage programs install` installs,
+    /// for the reason a skill is skipped.
+    async fn program_names(&self) -> AvailablePrograms {
+        let config = self.config();
+        if !config.exec.enabled.unwrap_or(true) {
+            return AvailablePrograms::ExecDisabled;
+        }
+        let mut names: BTreeSet<String> = match self.sandbox.programs(None).await {
+            Ok(bundled) => bundled.names().into_iter().collect(),
+            Err(error) => return AvailablePrograms::Unknown(error.to_string()),
+        };
+        let installed = crate::installed_programs_dir(self.state_dir());
+        for dir in [
+            Some(installed.as_path()),
+            config.exec.programs_dir.as_deref(),
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let path = entry.path();
+                if path
+                    .extension()
+                    .is_some_and(|extension| extension == "wasm")
+                    && path.is_file()
+                    && let Some(name) = path.file_stem().and_then(|stem| stem.to_str())
+                {
+                    names.insert(name.to_string());
+                }
+            }
+        }
+        AvailablePrograms::names(names)
+            .with_installable(clawcage_sandbox::install::installable_names())
     }
 }
 
