@@ -3,7 +3,7 @@
 //! by the same code that builds the prompt (`Runtime::skills`).
 
 use clap::Subcommand;
-use clawcage_agent::skills::{MAX_SKILLS, SkillStatus};
+use clawcage_agent::skills::{MAX_SKILLS, SkillStatus, Skills};
 use clawcage_runtime::Options;
 
 use crate::Failure;
@@ -41,13 +41,21 @@ pub async fn run(options: Options, command: SkillsCommand) -> Result<(), Failure
 async fn list(options: Options, json: bool) -> Result<(), Failure> {
     let runtime = crate::open(options).await?;
     let skills = runtime.skills().await;
-    if json {
-        let text = serde_json::to_string_pretty(&skills)
-            .map_err(|error| Failure::Tool(error.to_string()))?;
-        outln!("{text}");
-        return Ok(());
-    }
-    outln!("Skills are looked for in:");
+    // What skills' files say leaves the process scrubbed of every secret value, like the
+    // prompt built from them.
+    let redactor = runtime.redactor();
+    let text = if json {
+        serde_json::to_string_pretty(&skills).map_err(|error| Failure::Tool(error.to_string()))?
+    } else {
+        listing(&skills).join("\n")
+    };
+    outln!("{}", redactor.redact(&text));
+    Ok(())
+}
+
+/// The listing's lines: where skills are looked for, then each skill.
+fn listing(skills: &Skills) -> Vec<String> {
+    let mut lines = vec!["Skills are looked for in:".to_string()];
     for dir in &skills.dirs {
         let state = if !dir.exists {
             "not there".to_string()
@@ -56,55 +64,61 @@ async fn list(options: Options, json: bool) -> Result<(), Failure> {
         } else {
             dir.notes.join("; ")
         };
-        outln!(
+        lines.push(format!(
             "  {:<9}  {}  ({state})",
             dir.source.label(),
             dir.path.display()
-        );
+        ));
     }
+    lines.push(String::new());
     if skills.skills.is_empty() {
-        outln!();
-        outln!(
-            "No skills yet. Add one as skills/NAME/SKILL.md in the workspace (front matter with name and description, then instructions)."
+        lines.push(
+            "No skills yet. Add one as skills/NAME/SKILL.md in the workspace (front matter with name and description, then instructions).".to_string(),
         );
-        return Ok(());
+        return lines;
     }
-    let usable = skills.usable().count();
-    outln!();
-    outln!(
-        "{usable} usable of {} found (at most {MAX_SKILLS} are offered):",
+    lines.push(format!(
+        "{} usable of {} found (at most {MAX_SKILLS} are offered):",
+        skills.usable().count(),
         skills.skills.len()
-    );
+    ));
     for skill in &skills.skills {
         let status = match skill.status {
             SkillStatus::Usable => "usable",
             SkillStatus::Skipped => "skipped",
         };
-        outln!();
-        outln!("{}  ({}, {status})", skill.name, skill.source.label());
+        lines.push(String::new());
+        lines.push(format!(
+            "{}  ({}, {status})",
+            skill.name,
+            skill.source.label()
+        ));
         if let Some(description) = &skill.description {
-            outln!("    {description}");
+            lines.push(format!("    {description}"));
         }
-        match &skill.read_path {
-            Some(read_path) => outln!(
+        lines.push(match &skill.read_path {
+            Some(read_path) => format!(
                 "    path: {}  (the agent reads {read_path})",
                 skill.path.display()
             ),
-            None => outln!("    path: {}", skill.path.display()),
-        }
+            None => format!(
+                "    path: {}  (outside the workspace: its instructions go into the prompt whole)",
+                skill.path.display()
+            ),
+        });
         let mut requires: Vec<String> = skill.requires.clone();
         if !skill.requires_any.is_empty() {
             requires.push(format!("one of {}", skill.requires_any.join(" ")));
         }
         if !requires.is_empty() {
-            outln!("    requires: {}", requires.join(", "));
+            lines.push(format!("    requires: {}", requires.join(", ")));
         }
         if let Some(reason) = &skill.reason {
-            outln!("    skipped: {reason}");
+            lines.push(format!("    skipped: {reason}"));
         }
         for note in &skill.notes {
-            outln!("    note: {note}");
+            lines.push(format!("    note: {note}"));
         }
     }
-    Ok(())
+    lines
 }

@@ -15,6 +15,9 @@ use clawcage_tests::cli_state::shared_state_dir as state_dir;
 use clawcage_tests::llm_server::{LlmServer, anthropic};
 use serde_json::Value;
 
+/// A credential the process holds, which a skill's text repeats.
+const SECRET: &str = "sk-ant-skills-secret-value";
+
 fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();
@@ -47,6 +50,10 @@ fn layout() -> Layout {
         "---\nname: greedy\ndescription: Wants everything.\nallowed-tools: [exec]\nhosts: ['*']\n---\n",
     );
     write(
+        &skills.join("leaky/SKILL.md"),
+        &format!("---\nname: leaky\ndescription: Uses the key {SECRET}.\n---\n"),
+    );
+    write(
         &skills.join("style/SKILL.md"),
         "---\nname: style\ndescription: The workspace's idea of style.\n---\n",
     );
@@ -68,6 +75,7 @@ fn clawcage(layout: &Layout, args: &[&str]) -> Output {
         .arg("--state-dir")
         .arg(state_dir())
         .env("XDG_CONFIG_HOME", layout.config_home.path())
+        .env("ANTHROPIC_API_KEY", SECRET)
         .env_remove("RUST_LOG")
         .output()
         .expect("clawcage runs")
@@ -95,7 +103,12 @@ fn skills_list_json_shows_usable_and_skipped_skills_with_reasons() {
     );
     assert_eq!(dirs[1]["source"], "workspace");
     let skills = listed["skills"].as_array().unwrap();
-    assert_eq!(skills.len(), 6, "{skills:#?}");
+    assert_eq!(skills.len(), 7, "{skills:#?}");
+    assert_eq!(
+        find(skills, "leaky", "workspace")["description"],
+        "Uses the key [redacted: ANTHROPIC_API_KEY]."
+    );
+    assert!(!String::from_utf8_lossy(&output.stdout).contains(SECRET));
 
     let csv = find(skills, "csv-sum", "workspace");
     assert_eq!(csv["status"], "usable");
@@ -168,7 +181,14 @@ fn skills_list_prints_each_skill_and_where_skills_are_looked_for() {
         )),
         "{stdout}"
     );
-    assert!(stdout.contains("3 usable of 6 found"), "{stdout}");
+    assert!(stdout.contains("4 usable of 7 found"), "{stdout}");
+    assert!(
+        stdout.contains(
+            "leaky  (workspace, usable)\n    Uses the key [redacted: ANTHROPIC_API_KEY].\n"
+        ),
+        "{stdout}"
+    );
+    assert!(!stdout.contains(SECRET), "{stdout}");
     assert!(
         stdout.contains("csv-sum  (workspace, usable)\n    Sum a column of a CSV file.\n"),
         "{stdout}"
@@ -227,7 +247,7 @@ async fn run_offers_the_usable_skills_in_the_system_prompt() {
             .arg("--state-dir")
             .arg(state_dir())
             .env("XDG_CONFIG_HOME", &config_home)
-            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env("ANTHROPIC_API_KEY", SECRET)
             .env_remove("RUST_LOG")
             .output()
             .unwrap()
@@ -259,6 +279,12 @@ async fn run_offers_the_usable_skills_in_the_system_prompt() {
         "{system}"
     );
     assert!(system.contains("Write short sentences."), "{system}");
+    // The prompt goes out through the same scrubber as everything sent to the model.
+    assert!(
+        system.contains("- leaky: Uses the key [redacted: ANTHROPIC_API_KEY]."),
+        "{system}"
+    );
+    assert!(!server.bodies()[0].to_string().contains(SECRET));
     for absent in ["broken", "needs-tool", "The workspace's idea of style"] {
         assert!(!system.contains(absent), "{absent} in {system}");
     }
