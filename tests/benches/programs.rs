@@ -38,10 +38,7 @@ async fn sandboxed(registry: &ToolRegistry, command: &str) -> String {
         "`{command}`: {}",
         output.text
     );
-    output
-        .text
-        .trim_end_matches("[exit status: 0]")
-        .to_string()
+    output.text.trim_end_matches("[exit status: 0]").to_string()
 }
 
 /// Runs `command` through `sh -c` natively, in `workspace`; `None` when its program is missing.
@@ -89,7 +86,11 @@ async fn compare(
         report("clawcage exec (whole tool call)", samples);
         return;
     };
-    assert_eq!(inside.trim(), outside.trim(), "clawcage and native disagree");
+    assert_eq!(
+        inside.trim(),
+        outside.trim(),
+        "clawcage and native disagree"
+    );
     let mut native_samples = Vec::with_capacity(rounds);
     let mut sandboxed_samples = Vec::with_capacity(rounds);
     for _ in 0..rounds {
@@ -126,24 +127,33 @@ fn main() {
             .collect();
         std::fs::write(root.join("data.csv"), csv).unwrap();
         let json_lines: String = (0..10_000)
-            .map(|i| format!("{{\"id\": {i}, \"group\": \"g{}\", \"ok\": {}}}\n", i % 7, i % 3 == 0))
+            .map(|i| {
+                format!(
+                    "{{\"id\": {i}, \"group\": \"g{}\", \"ok\": {}}}\n",
+                    i % 7,
+                    i % 3 == 0
+                )
+            })
             .collect();
         std::fs::write(root.join("data.jsonl"), json_lines).unwrap();
         std::fs::write(root.join("sum.py"), SUM_PY).unwrap();
         for file in 0..1_000 {
             let dir = root.join(format!("tree/d{:02}", file % 20));
             std::fs::create_dir_all(&dir).unwrap();
-            std::fs::write(dir.join(format!("f{file:04}.txt")), format!("file {file}\n").repeat(20))
-                .unwrap();
+            std::fs::write(
+                dir.join(format!("f{file:04}.txt")),
+                format!("file {file}\n").repeat(20),
+            )
+            .unwrap();
         }
-        native(&root, "tar -czf tree.tgz tree && rm -rf tree").expect("the host's tar builds the archive");
+        native(&root, "tar -czf tree.tgz tree && rm -rf tree")
+            .expect("the host's tar builds the archive");
 
         println!("== first start of python3 (new engine, its catalog loaded)");
         let installed = install_python_and_qjs().await;
         let cold_cache = tempfile::tempdir().unwrap();
         let load = |cache: &Path| {
-            let sandbox =
-                Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(cache))).unwrap();
+            let sandbox = Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(cache))).unwrap();
             let catalog = sandbox.programs_on_demand_in(ProgramDirs {
                 installed: Some(installed.clone()),
                 operator: None,
@@ -152,7 +162,10 @@ fn main() {
         };
         let started = Instant::now();
         load(cold_cache.path()).await;
-        report("cold cache (Cranelift compiles every program, python3 included)", vec![started.elapsed()]);
+        report(
+            "cold cache (Cranelift compiles every program, python3 included)",
+            vec![started.elapsed()],
+        );
         let mut warm = Vec::new();
         for _ in 0..5 {
             let started = Instant::now();
@@ -183,14 +196,33 @@ fn main() {
         )
         .await;
         let awk = "awk -F, '{ s[$1] += $3 } END { for (g in s) print g, s[g] }' data.csv | sort";
-        compare(&registry, &root, "awk sums the same CSV", (awk, awk), None, 50).await;
+        compare(
+            &registry,
+            &root,
+            "awk sums the same CSV",
+            (awk, awk),
+            None,
+            50,
+        )
+        .await;
         let jq = "jq -c 'select(.ok) | {id, group}' data.jsonl | wc -l";
-        compare(&registry, &root, "jq selects from 10,000 JSON lines", (jq, jq), None, 20).await;
+        compare(
+            &registry,
+            &root,
+            "jq selects from 10,000 JSON lines",
+            (jq, jq),
+            None,
+            20,
+        )
+        .await;
         compare(
             &registry,
             &root,
             "tar -xzf of a 1,000-file archive",
-            ("tar -xzf tree.tgz && find tree -type f | wc -l", "tar -xzf tree.tgz && find tree -type f | wc -l"),
+            (
+                "tar -xzf tree.tgz && find tree -type f | wc -l",
+                "tar -xzf tree.tgz && find tree -type f | wc -l",
+            ),
             Some("rm -rf tree"),
             10,
         )

@@ -431,7 +431,11 @@ async fn programs_built_elsewhere_run_with_relative_paths_and_exact_exit_codes()
     fs::create_dir_all(workspace.path().join("src/lib")).unwrap();
     fs::write(workspace.path().join("src/notes.txt"), "notes of src\n").unwrap();
     fs::write(workspace.path().join("src/lib/notes.txt"), "notes of lib\n").unwrap();
-    fs::write(workspace.path().join("gen.py"), "print(open('notes.txt').read().strip())\n").unwrap();
+    fs::write(
+        workspace.path().join("gen.py"),
+        "print(open('notes.txt').read().strip())\n",
+    )
+    .unwrap();
     let registry = exec_with(
         workspace.path(),
         catalog_of(programs.path()).await,

@@ -52,7 +52,11 @@ async fn python_does_real_work_on_workspace_files() {
     let dir = workspace();
     let registry = python_registry(dir.path(), Limits::default()).await;
 
-    let text = run(&registry, "python3 -c 'import sys; print(sys.version_info[:2])'").await;
+    let text = run(
+        &registry,
+        "python3 -c 'import sys; print(sys.version_info[:2])'",
+    )
+    .await;
     assert_eq!(text, "(3, 12)\n[exit status: 0]");
 
     // The standard modules the issue names, in one go.
@@ -119,7 +123,11 @@ async fn relative_paths_resolve_from_the_shells_directory() {
     )
     .await;
     assert_eq!(text, "group,item,amount\n[exit status: 0]");
-    let text = run(&registry, "python3 -c 'print(open(\"data.csv\").readline().strip())'").await;
+    let text = run(
+        &registry,
+        "python3 -c 'print(open(\"data.csv\").readline().strip())'",
+    )
+    .await;
     assert_eq!(text, "group,item,amount\n[exit status: 0]");
     // Climbing above the workspace finds nothing there.
     let text = run(
@@ -164,8 +172,15 @@ async fn javascript_runs_scripts_and_expressions() {
     assert_eq!(text, "42\n[exit status: 0]");
     let text = run(&registry, "cd src && qjs ../tools/sum.js").await;
     assert_eq!(text, "total 10 {\"ok\":true}\n[exit status: 0]");
-    let text = run(&registry, "qjs -e 'throw new Error(\"boom\")' 2>&1; echo $?").await;
-    assert!(text.contains("boom") && text.ends_with("1\n[exit status: 0]"), "{text}");
+    let text = run(
+        &registry,
+        "qjs -e 'throw new Error(\"boom\")' 2>&1; echo $?",
+    )
+    .await;
+    assert!(
+        text.contains("boom") && text.ends_with("1\n[exit status: 0]"),
+        "{text}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -207,7 +222,11 @@ async fn python_cannot_reach_past_the_sandbox() {
     }
     assert!(!outside.join("planted.txt").exists());
     // What the model is told is the program's own error.
-    let text = run(&registry, "python3 -c \"import socket; socket.socket()\" 2>&1").await;
+    let text = run(
+        &registry,
+        "python3 -c \"import socket; socket.socket()\" 2>&1",
+    )
+    .await;
     assert!(text.contains("Error"), "{text}");
 }
 
@@ -221,7 +240,10 @@ async fn an_endless_loop_and_a_memory_bomb_stop_within_the_limits() {
     };
     let registry = python_registry(dir.path(), limits).await;
     // Warm: the limit is the call's, not the first start's.
-    assert_eq!(run(&registry, "python3 -c 'print(1)'").await, "1\n[exit status: 0]");
+    assert_eq!(
+        run(&registry, "python3 -c 'print(1)'").await,
+        "1\n[exit status: 0]"
+    );
 
     let started = Instant::now();
     let text = run(&registry, "python3 -c 'while True: pass'").await;
@@ -230,7 +252,11 @@ async fn an_endless_loop_and_a_memory_bomb_stop_within_the_limits() {
     assert!(took < Duration::from_secs(4), "stopped after {took:?}");
 
     let started = Instant::now();
-    let text = run(&registry, "python3 -c 'b = []\nwhile True: b.append(bytearray(1 << 20))'; echo status=$?").await;
+    let text = run(
+        &registry,
+        "python3 -c 'b = []\nwhile True: b.append(bytearray(1 << 20))'; echo status=$?",
+    )
+    .await;
     let took = started.elapsed();
     assert!(
         text.contains("memory") || text.contains("MemoryError"),
@@ -238,13 +264,20 @@ async fn an_endless_loop_and_a_memory_bomb_stop_within_the_limits() {
     );
     assert!(took < Duration::from_secs(4), "stopped after {took:?}");
 
-    let text = run(&registry, "qjs -e 'let a = []; for (;;) a.push(new Array(1e6).fill(1))'; echo status=$?").await;
+    let text = run(
+        &registry,
+        "qjs -e 'let a = []; for (;;) a.push(new Array(1e6).fill(1))'; echo status=$?",
+    )
+    .await;
     assert!(
         text.contains("memory") || text.contains("status=1"),
         "{text}"
     );
     // The host keeps serving.
-    assert_eq!(run(&registry, "python3 -c 'print(2)'").await, "2\n[exit status: 0]");
+    assert_eq!(
+        run(&registry, "python3 -c 'print(2)'").await,
+        "2\n[exit status: 0]"
+    );
 }
 
 /// The whole task an agent is asked, run inside the sandbox through exec: Python sums a column
@@ -322,7 +355,11 @@ async fn a_scripted_agent_does_a_data_task_entirely_inside_the_sandbox() {
 async fn a_program_not_installed_says_how_to_install_it() {
     let dir = workspace();
     let registry = clawcage_tests::exec_registry(dir.path(), FsMode::ReadWrite).await;
-    for (asked, program) in [("python3", "python3"), ("python", "python3"), ("qjs", "qjs")] {
+    for (asked, program) in [
+        ("python3", "python3"),
+        ("python", "python3"),
+        ("qjs", "qjs"),
+    ] {
         let text = run(&registry, &format!("{asked} -c 'print(1)'")).await;
         assert!(
             text.contains(&format!(

@@ -61,7 +61,12 @@ async fn list(options: Options, json: bool) -> Result<(), Failure> {
         .map_err(|error| Failure::Usage(format!("clawcage: {error}")))?;
     let available: Vec<_> = install::PACKAGES
         .iter()
-        .flat_map(|package| package.programs.iter().map(move |program| (package, program)))
+        .flat_map(|package| {
+            package
+                .programs
+                .iter()
+                .map(move |program| (package, program))
+        })
         .filter(|(_, program)| {
             !installed_dir
                 .as_deref()

