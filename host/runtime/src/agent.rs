@@ -263,20 +263,7 @@ impl Runtime {
         .into_iter()
         .flatten()
         {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                continue;
-            };
-            for entry in entries.flatten() {
-                let path = entry.path();
-                if path
-                    .extension()
-                    .is_some_and(|extension| extension == "wasm")
-                    && path.is_file()
-                    && let Some(name) = path.file_stem().and_then(|stem| stem.to_str())
-                {
-                    names.insert(name.to_string());
-                }
-            }
+            names.extend(clawcage_sandbox::programs::program_names_in(dir));
         }
         AvailablePrograms::names(names)
             .with_installable(clawcage_sandbox::install::installable_names())

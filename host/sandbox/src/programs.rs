@@ -379,6 +379,21 @@ pub(crate) fn valid_program_name(name: &str) -> bool {
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '+' | '-'))
 }
 
+/// The names the `NAME.wasm` files of `dir` run as, by file name alone (nothing is read, loaded or
+/// compiled; a missing directory has none): what exec offers from `dir`, for a listing that must
+/// stay cheap, such as the programs a skill requires.
+pub fn program_names_in(dir: &Path) -> Vec<String> {
+    operator_programs(dir)
+        .map(|found| {
+            found
+                .into_iter()
+                .filter_map(Result::ok)
+                .map(|(name, _)| name)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 /// The record beside a multicall program's artifact that lists the names it answers to.
 const NAMES_RECORD: &str = "names";
 
