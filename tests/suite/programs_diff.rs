@@ -516,7 +516,10 @@ async fn patch_through_a_symlink_out_of_the_workspace_is_refused() {
     assert!(text.ends_with("[exit status: 2]"), "{text}");
     // Named on the command line, the link is opened through the sandbox, which refuses it.
     let text = exec(&registry, "patch link.txt link.diff").await;
-    assert!(text.contains("cannot read link.txt: Permission denied"), "{text}");
+    assert!(
+        text.contains("cannot read link.txt: Permission denied"),
+        "{text}"
+    );
     assert!(text.ends_with("[exit status: 2]"), "{text}");
     assert!(!text.contains("TOP-SECRET"), "{text}");
     // diff and cmp cannot read through it either.
