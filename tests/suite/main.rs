@@ -9,6 +9,7 @@
 mod agent_loop;
 mod agent_sandbox;
 mod approvals;
+mod architecture;
 mod audit;
 mod cache;
 mod cron;
@@ -28,6 +29,7 @@ mod programs_text;
 mod providers;
 mod python;
 mod queue_modes;
+mod reasoning;
 mod sandbox_escape;
 mod sessions;
 mod skills;
