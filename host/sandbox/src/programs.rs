@@ -342,7 +342,11 @@ enum BundledNames {
 /// The bundled programs: (name, bytes, the names it answers to).
 fn bundled() -> [(&'static str, &'static [u8], BundledNames); 8] {
     [
-        ("coreutils", components::bundled::COREUTILS, BundledNames::Asked),
+        (
+            "coreutils",
+            components::bundled::COREUTILS,
+            BundledNames::Asked,
+        ),
         ("grep", components::bundled::GREP, BundledNames::Own),
         ("find", components::bundled::FIND, BundledNames::Own),
         ("sed", components::bundled::SED, BundledNames::Own),
