@@ -3,8 +3,10 @@
 //! editors (`server`), and `spawn` with `runtime: "acp"` drives an external ACP agent as a
 //! sub-agent (`external`), serving its file and terminal requests through the sandboxed tools.
 //! It is a front end like the gateway: it gets runtimes, agents and tools from
-//! `clawcage-runtime` and renders their events (`updates`); it never depends on the sandbox
-//! crate. Its own crate because only it needs the ACP SDK. See `docs/acp.md`.
+//! `clawcage-runtime` and renders their events (`updates`). Of the sandbox crate it uses only the
+//! workspace grant and its exact-text reads, for an external agent's file requests (the one
+//! front-end edge `tests/suite/architecture.rs` allows besides the cli's). Its own crate because
+//! only it needs the ACP SDK. See `docs/acp.md`.
 
 pub mod external;
 pub mod lines;
