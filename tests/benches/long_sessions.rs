@@ -44,6 +44,7 @@ fn long_history(exchanges: usize) -> Vec<ChatMessage> {
         )));
         history.push(ChatMessage {
             role: Role::Assistant,
+            cut: None,
             content: vec![
                 ContentBlock::text("Looking at it."),
                 ContentBlock::ToolUse {
@@ -55,6 +56,7 @@ fn long_history(exchanges: usize) -> Vec<ChatMessage> {
         });
         history.push(ChatMessage {
             role: Role::User,
+            cut: None,
             content: vec![ContentBlock::ToolResult {
                 tool_use_id: format!("t{n}"),
                 content: line.repeat(28),

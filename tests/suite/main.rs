@@ -29,6 +29,7 @@ mod programs_text;
 mod providers;
 mod python;
 mod queue_modes;
+mod reasoning;
 mod sandbox_escape;
 mod sessions;
 mod skills;

@@ -450,6 +450,9 @@ async fn block_kinds_we_do_not_keep_are_skipped_in_streams() {
         r#"{"type":"content_block_start","index":1,"content_block":{"type":"text","text":""}}"#,
         r#"{"type":"content_block_delta","index":1,"delta":{"type":"text_delta","text":"answer"}}"#,
         r#"{"type":"content_block_stop","index":1}"#,
+        r#"{"type":"content_block_start","index":2,"content_block":{"type":"a_kind_added_later"}}"#,
+        r#"{"type":"content_block_delta","index":2,"delta":{"type":"a_delta_added_later","x":"y"}}"#,
+        r#"{"type":"content_block_stop","index":2}"#,
         r#"{"type":"message_delta","delta":{"stop_reason":"end_turn"},"usage":{"output_tokens":3}}"#,
         r#"{"type":"message_stop"}"#,
     ]
@@ -468,7 +471,18 @@ async fn block_kinds_we_do_not_keep_are_skipped_in_streams() {
     )
     .await
     .unwrap();
-    assert_eq!(response.content, vec![ContentBlock::text("answer")]);
+    // Thinking is kept as reasoning, apart from the answer (tests/suite/reasoning.rs).
+    assert_eq!(
+        response.content,
+        vec![
+            ContentBlock::Reasoning {
+                text: "hmm".into(),
+                signature: Some("abc".into()),
+                encrypted: None,
+            },
+            ContentBlock::text("answer")
+        ]
+    );
     assert_eq!(
         (response.usage.input_tokens, response.usage.output_tokens),
         (7, 3)

@@ -432,6 +432,20 @@ pub mod anthropic {
         Text(String),
         /// A tool call: id, name, the argument JSON *text* (so tests can send malformed JSON).
         Tool(String, String, String),
+        /// Extended thinking: its text and signature.
+        Thinking(String, String),
+        /// Redacted thinking: its encrypted data.
+        RedactedThinking(String),
+    }
+
+    /// A thinking block with `signature`.
+    pub fn thinking(text: &str, signature: &str) -> Block {
+        Block::Thinking(text.to_string(), signature.to_string())
+    }
+
+    /// A redacted thinking block.
+    pub fn redacted_thinking(data: &str) -> Block {
+        Block::RedactedThinking(data.to_string())
     }
 
     /// A text block.
@@ -462,6 +476,10 @@ pub mod anthropic {
                         serde_json::from_str(input).unwrap_or(Value::String(input.clone()));
                     json!({"type": "tool_use", "id": id, "name": name, "input": input})
                 }
+                Block::Thinking(text, signature) => {
+                    json!({"type": "thinking", "thinking": text, "signature": signature})
+                }
+                Block::RedactedThinking(data) => json!({"type": "redacted_thinking", "data": data}),
             })
             .collect();
         Reply::json(json!({
@@ -511,6 +529,26 @@ pub mod anthropic {
                         );
                     }
                 }
+                Block::Thinking(text, signature) => {
+                    push(
+                        "content_block_start",
+                        json!({"type": "content_block_start", "index": index, "content_block": {"type": "thinking", "thinking": ""}}),
+                    );
+                    for piece in text.split_inclusive(' ') {
+                        push(
+                            "content_block_delta",
+                            json!({"type": "content_block_delta", "index": index, "delta": {"type": "thinking_delta", "thinking": piece}}),
+                        );
+                    }
+                    push(
+                        "content_block_delta",
+                        json!({"type": "content_block_delta", "index": index, "delta": {"type": "signature_delta", "signature": signature}}),
+                    );
+                }
+                Block::RedactedThinking(data) => push(
+                    "content_block_start",
+                    json!({"type": "content_block_start", "index": index, "content_block": {"type": "redacted_thinking", "data": data}}),
+                ),
                 Block::Tool(id, name, input) => {
                     tool = true;
                     push(
@@ -607,6 +645,57 @@ pub mod openai {
         }
         push(
             json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": if calls.is_empty() { "stop" } else { "tool_calls" }}]}),
+        );
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}),
+        );
+        events.push("data: [DONE]\n\n".to_string());
+        Reply::Sse {
+            text: events.concat(),
+            chunk,
+        }
+    }
+
+    /// A complete message of `reasoning` (in `field`: `reasoning_content` or `reasoning`) and
+    /// `text` (`""` as llama-server sends when the model only reasoned), ending with
+    /// `finish_reason` (`stop`, `length`).
+    pub fn reasoning(field: &str, reasoning: &str, text: &str, finish_reason: &str) -> Reply {
+        Reply::json(json!({
+            "id": "chatcmpl-test",
+            "object": "chat.completion",
+            "model": "test-model",
+            "choices": [{"index": 0, "message": {"role": "assistant", "content": text, field: reasoning}, "finish_reason": finish_reason}],
+            "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
+        }))
+    }
+
+    /// The same streamed: the reasoning in `delta.<field>` pieces, then the text in
+    /// `delta.content` pieces (an empty `content` beside each reasoning piece, as llama-server
+    /// sends), in chunks of `chunk` bytes.
+    pub fn reasoning_stream(
+        field: &str,
+        reasoning: &str,
+        text: &str,
+        finish_reason: &str,
+        chunk: usize,
+    ) -> Reply {
+        let mut events = Vec::new();
+        let mut push = |data: Value| events.push(format!("data: {data}\n\n"));
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"role": "assistant", "content": null}, "finish_reason": null}]}),
+        );
+        for piece in reasoning.split_inclusive(' ') {
+            push(
+                json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": null, field: piece}, "finish_reason": null}]}),
+            );
+        }
+        for piece in text.split_inclusive(' ') {
+            push(
+                json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": null}]}),
+            );
+        }
+        push(
+            json!({"id": "c", "object": "chat.completion.chunk", "choices": [{"index": 0, "delta": {}, "finish_reason": finish_reason}]}),
         );
         push(
             json!({"id": "c", "object": "chat.completion.chunk", "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}}),

@@ -540,6 +540,14 @@ impl Server {
                 let stop = match outcome.end {
                     _ if cancelled => StopReason::Cancelled,
                     TurnEnd::Answered => StopReason::EndTurn,
+                    // Said, so the client does not take silence for an answer.
+                    TurnEnd::NoAnswer => {
+                        self.send_update(
+                            &key,
+                            json!({"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": format!("\n[{}]", outcome.text)}}),
+                        );
+                        StopReason::EndTurn
+                    }
                     TurnEnd::IterationLimit | TurnEnd::LoopDetected { .. } => {
                         StopReason::MaxTurnRequests
                     }

@@ -1,5 +1,6 @@
 //! The agent's events as ACP `session/update` payloads: streamed text becomes
-//! `agent_message_chunk`, a tool call's start a `tool_call` (kind, title, `in_progress`), its
+//! `agent_message_chunk`, the model's reasoning `agent_thought_chunk`, a tool call's start a
+//! `tool_call` (kind, title, `in_progress`), its
 //! end a `tool_call_update` (`completed` or `failed`, with the output or the refusal as
 //! content), notes, retries and compactions `agent_thought_chunk`, and a finished turn a
 //! `usage_update`. A loaded session's transcript is replayed with the same shapes. The wire
@@ -51,6 +52,7 @@ pub fn update_of(event: &AgentEvent) -> Option<Value> {
             // A `message` tool's text.
             str_of("content").map(|content| text_chunk("agent_message_chunk", content))
         }
+        Stream::Reasoning => str_of("delta").map(|delta| text_chunk("agent_thought_chunk", delta)),
         Stream::Tool => {
             let id = str_of("toolCallId")?;
             let name = str_of("name").unwrap_or("tool");
@@ -153,8 +155,17 @@ pub fn replay(history: &[ChatMessage]) -> Vec<Value> {
                     "status": if *is_error { "failed" } else { "completed" },
                     "content": [{"type": "content", "content": {"type": "text", "text": content}}],
                 })),
+                ContentBlock::Reasoning { text, .. } if !text.is_empty() => {
+                    updates.push(text_chunk("agent_thought_chunk", text))
+                }
                 _ => {}
             }
+        }
+        if message.cut.is_some() {
+            updates.push(text_chunk(
+                "agent_thought_chunk",
+                "[this reply was cut at the model's output-token limit]",
+            ));
         }
     }
     updates

@@ -12,11 +12,13 @@
 //! does not fit; a provider that refuses a request as too long gets exactly one compaction and
 //! one retry. A model call refused because a token budget is spent ([`crate::budget::Metered`])
 //! ends the turn with [`AgentError::Budget`]. A reply cut at the output-token limit never has
-//! its tool calls run: each is answered with [`CUT_AT_OUTPUT_LIMIT`] and the model is asked again.
+//! its tool calls run: each is answered with [`CUT_AT_OUTPUT_LIMIT`] and the model is asked again;
+//! the stored message is marked [`Cut::MaxTokens`]. A last reply without answer text (the model
+//! only reasoned, or said nothing) ends the turn with [`TurnEnd::NoAnswer`], never as a success.
 
 use std::sync::Arc;
 
-use clawcage_core::{ChatMessage, ContentBlock, Role, ToolCall, ToolError, Usage};
+use clawcage_core::{ChatMessage, ContentBlock, Cut, Role, ToolCall, ToolError, Usage};
 
 use crate::ToolRegistry;
 use crate::audit::{AuditLog, AuditedRegistry};
@@ -157,6 +159,9 @@ pub enum TurnEnd {
         /// The tool called over and over.
         tool: String,
     },
+    /// The model's last reply had no answer text and no tool calls (reasoning only, or
+    /// nothing at all); the outcome's text says so. Not a success: `clawcage run` exits 1.
+    NoAnswer,
 }
 
 /// The result of one turn.
@@ -361,6 +366,7 @@ impl AgentLoop {
         let response = self.provider.complete(request, &NoEvents).await?;
         let text = ChatMessage {
             role: Role::Assistant,
+            cut: None,
             content: response.content,
         }
         .text();
@@ -542,8 +548,12 @@ impl AgentLoop {
             for repair in &response.repairs {
                 observer.note(&format!("repaired a tool call's arguments ({repair})"));
             }
+            // A reply stopped at the output-token limit is unfinished: its tool calls are not
+            // run, a text answer is said to be cut, and the stored message is marked.
+            let cut = response.stop_reason == StopReason::MaxTokens;
             let assistant = ChatMessage {
                 role: Role::Assistant,
+                cut: cut.then_some(Cut::MaxTokens),
                 content: response.content,
             };
             let calls: Vec<ToolCall> = assistant
@@ -555,11 +565,22 @@ impl AgentLoop {
                 })
                 .collect();
             let text = assistant.text();
-            // A reply stopped at the output-token limit is unfinished: its tool calls are not
-            // run, and a text answer is said to be cut.
-            let cut = response.stop_reason == StopReason::MaxTokens;
-            journal.push(Journaled::Message(assistant.clone()));
-            history.push(assistant);
+            let reasoned = assistant.has_reasoning();
+            // A reply with nothing in it is not kept: sent back it would be an assistant
+            // message without content. Reasoning alone is kept (no provider sends it back).
+            if !assistant.content.is_empty() {
+                journal.push(Journaled::Message(assistant.clone()));
+                history.push(assistant);
+            }
+            if calls.is_empty() && text.trim().is_empty() {
+                return Ok(TurnOutcome {
+                    text: no_answer(reasoned, cut),
+                    end: TurnEnd::NoAnswer,
+                    usage,
+                    iterations: iteration,
+                    answered_by: response.answered_by,
+                });
+            }
             if calls.is_empty() {
                 if cut {
                     observer.note(
@@ -657,6 +678,7 @@ impl AgentLoop {
             }
             let results = ChatMessage {
                 role: Role::User,
+                cut: None,
                 content: results,
             };
             journal.push(Journaled::Message(results.clone()));
@@ -801,6 +823,21 @@ impl AgentLoop {
             *futile = true;
         }
     }
+}
+
+/// Why a turn whose last reply had no answer text and no tool calls ended, and what to do.
+fn no_answer(reasoned: bool, cut: bool) -> String {
+    match (reasoned, cut) {
+        (true, true) => "the model returned no answer text (only reasoning): it spent its output-token limit reasoning; raise [provider] max_tokens (or the model's context window) so it has room to answer, or ask for something shorter".to_string(),
+        (true, false) => "the model returned no answer text (only reasoning); raise [provider] max_tokens if the server stopped it early, or ask again".to_string(),
+        (false, true) => "the model returned no answer text: its reply was empty when the output-token limit stopped it; raise [provider] max_tokens".to_string(),
+        (false, false) => "the model returned no answer text (an empty reply without tool calls); ask again, or check the model server".to_string(),
+    }
+}
+
+/// A reply budget as the wire's `max_tokens`.
+fn output_tokens(budget: u64) -> u32 {
+    u32::try_from(budget).unwrap_or(u32::MAX)
 }
 
 fn verdict_of(error: &ToolError) -> Verdict {

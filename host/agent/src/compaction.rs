@@ -185,6 +185,8 @@ fn render(messages: &[ChatMessage], cap: usize) -> Vec<String> {
             lines.push(match block {
                 ContentBlock::Text { text } if text.is_empty() => continue,
                 ContentBlock::Text { text } => format!("[{who}] {}", cut(text)),
+                // The model's reasoning is not what was said: the summary leaves it out.
+                ContentBlock::Reasoning { .. } => continue,
                 ContentBlock::ToolUse { name, input, .. } => {
                     format!("[assistant called {name}] {}", cut(&input.to_string()))
                 }
@@ -230,6 +232,7 @@ pub fn apply_compaction(history: &mut Vec<ChatMessage>, cut: usize, summary: &st
             0,
             ChatMessage {
                 role: Role::User,
+                cut: None,
                 content: vec![block],
             },
         ),
@@ -249,6 +252,7 @@ mod tests {
     fn call(id: &str) -> ChatMessage {
         ChatMessage {
             role: Role::Assistant,
+            cut: None,
             content: vec![ContentBlock::ToolUse {
                 id: id.into(),
                 name: "read_file".into(),
@@ -260,6 +264,7 @@ mod tests {
     fn result(id: &str, text: &str) -> ChatMessage {
         ChatMessage {
             role: Role::User,
+            cut: None,
             content: vec![ContentBlock::ToolResult {
                 tool_use_id: id.into(),
                 content: text.into(),

@@ -180,6 +180,8 @@ pub fn raw_message_tokens(message: &ChatMessage) -> u64 {
     for block in &message.content {
         tokens += match block {
             ContentBlock::Text { text } => tokens_of_bytes(text.len()),
+            // Reasoning is left out of requests (but for a signed block in its tool-use turn).
+            ContentBlock::Reasoning { .. } => 0,
             ContentBlock::ToolUse { name, input, .. } => {
                 BLOCK_OVERHEAD_TOKENS + tokens_of_bytes(name.len() + json_len(input))
             }
@@ -401,6 +403,7 @@ mod tests {
             ChatMessage::user("read it"),
             ChatMessage {
                 role: Role::Assistant,
+                cut: None,
                 content: vec![ContentBlock::ToolUse {
                     id: "t1".into(),
                     name: "read_file".into(),
@@ -409,6 +412,7 @@ mod tests {
             },
             ChatMessage {
                 role: Role::User,
+                cut: None,
                 content: vec![ContentBlock::ToolResult {
                     tool_use_id: "t1".into(),
                     content: content.clone(),

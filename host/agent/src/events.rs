@@ -1,5 +1,5 @@
 //! The one event vocabulary every front end renders: an [`AgentEvent`] `{runId, seq, stream, ts,
-//! data, sessionKey}` on one of five [`Stream`]s (`lifecycle`, `assistant`, `tool`,
+//! data, sessionKey}` on one of six [`Stream`]s (`lifecycle`, `assistant`, `reasoning`, `tool`,
 //! `compaction`, `error`). [`EventObserver`] is a [`TurnObserver`] that turns what a turn does
 //! into such events on a channel, and the `AgentEvent::run_*` constructors give the lifecycle
 //! events a front end emits around a turn, so a terminal, the gateway's WebSocket and ACP all see
@@ -35,6 +35,8 @@ pub enum Stream {
     Lifecycle,
     /// The model's text as it streams.
     Assistant,
+    /// The model's reasoning, apart from its answer (`{delta}` like `assistant`).
+    Reasoning,
     /// A tool call started or ended (with its verdict).
     Tool,
     /// The history was compacted: older messages replaced by a summary.
@@ -49,6 +51,7 @@ impl Stream {
         match self {
             Stream::Lifecycle => "lifecycle",
             Stream::Assistant => "assistant",
+            Stream::Reasoning => "reasoning",
             Stream::Tool => "tool",
             Stream::Compaction => "compaction",
             Stream::Error => "error",
@@ -110,6 +113,7 @@ impl AgentEvent {
             TurnEnd::Answered => "answered",
             TurnEnd::IterationLimit => "iteration_limit",
             TurnEnd::LoopDetected { .. } => "loop_detected",
+            TurnEnd::NoAnswer => "no_answer",
         };
         Self::new(
             session_key,
@@ -274,6 +278,12 @@ impl ProviderEvents for EventObserver {
         }
     }
 
+    fn reasoning_delta(&self, text: &str) {
+        if !text.is_empty() {
+            self.emit(Stream::Reasoning, json!({"delta": text}));
+        }
+    }
+
     fn retrying(&self, provider: &str, reason: &str, delay: std::time::Duration) {
         self.emit(
             Stream::Error,
@@ -390,12 +400,18 @@ mod tests {
             name: "read_file".into(),
             arguments: json!({"path": "/etc/passwd"}),
         };
+        observer.reasoning_delta("think");
         observer.text_delta("Hel");
         observer.tool_started(&call);
         observer.tool_finished(
             &call,
             &Verdict::Denied("outside the workspace".into()),
             &"x".repeat(TOOL_OUTPUT_EXCERPT_CHARS + 10),
+        );
+        let reasoning = events.try_recv().ok();
+        assert_eq!(
+            reasoning.map(|e| (e.stream.as_str(), e.data)),
+            Some(("reasoning", json!({"delta": "think"})))
         );
         let delta = events.try_recv().ok();
         assert_eq!(delta.map(|e| e.data), Some(json!({"delta": "Hel"})));

@@ -857,6 +857,7 @@ fn answer_dangling_calls(history: &mut Vec<ChatMessage>, why: &str) -> Option<Ch
     }
     let answers = ChatMessage {
         role: clawcage_core::Role::User,
+        cut: None,
         content: results,
     };
     history.push(answers.clone());

@@ -438,6 +438,7 @@ mod tests {
             .with_redactor(Redactor::new([("CLAWCAGE_HOOK_SECRET", secret)]));
         let tool_call = ChatMessage {
             role: Role::Assistant,
+            cut: None,
             content: vec![ContentBlock::ToolUse {
                 id: "c1".into(),
                 name: "message".into(),
@@ -519,6 +520,7 @@ mod tests {
     fn trimming_never_starts_with_an_orphaned_tool_result() {
         let call = ChatMessage {
             role: Role::Assistant,
+            cut: None,
             content: vec![ContentBlock::ToolUse {
                 id: "t".into(),
                 name: "x".into(),
@@ -527,6 +529,7 @@ mod tests {
         };
         let result = ChatMessage {
             role: Role::User,
+            cut: None,
             content: vec![ContentBlock::ToolResult {
                 tool_use_id: "t".into(),
                 content: "r".into(),

@@ -225,6 +225,10 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                         if outcome.end == TurnEnd::Answered && !console.streamed() {
                             console.line(&outcome.text);
                         }
+                        // No answer text is said, never left as silence.
+                        if outcome.end == TurnEnd::NoAnswer {
+                            console.line(&format!("  note: {}", outcome.text));
+                        }
                         console.end_turn(&outcome.answered_by, outcome.usage, sessions.usage(&key));
                     }
                     Err(AgentError::Interrupted) => console.interrupted(),

@@ -121,6 +121,11 @@ enum Command {
         /// Continue this session (its transcript) instead of starting a fresh one.
         #[arg(long, value_name = "KEY")]
         session: Option<String>,
+        /// Print the model's reasoning (reasoning_content, thinking) on stderr as it arrives.
+        /// Hidden by default: it is never part of the answer on stdout, and it is not sent
+        /// back to the model. A reply of reasoning without answer text exits 1.
+        #[arg(long)]
+        show_reasoning: bool,
         #[command(flatten)]
         provider: ProviderArgs,
     },
@@ -522,9 +527,14 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             let runtime = open(options).await?;
             serve_mcp(&runtime, http).await
         }
-        Command::Run { task, session, .. } => {
+        Command::Run {
+            task,
+            session,
+            show_reasoning,
+            ..
+        } => {
             let runtime = open(options).await?;
-            run_task(&runtime, &task, session).await
+            run_task(&runtime, &task, session, show_reasoning).await
         }
         Command::Chat {
             session,
@@ -730,9 +740,16 @@ fn trust(options: &Options) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `clawcage run`: one task; the answer on stdout, progress on stderr.
-async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Result<(), Failure> {
-    let console = Arc::new(render::Console::new(render::Sink::Stderr, false));
+/// `clawcage run`: one task; the answer on stdout, progress (and with `show_reasoning` the
+/// model's reasoning) on stderr. A turn that ends without answer text fails with exit status 1.
+async fn run_task(
+    runtime: &Runtime,
+    task: &str,
+    session: Option<String>,
+    show_reasoning: bool,
+) -> Result<(), Failure> {
+    let console =
+        Arc::new(render::Console::new(render::Sink::Stderr, false).with_reasoning(show_reasoning));
     let agent = runtime
         .agent(clawcage_runtime::AgentOptions {
             send: render::print_messages(console.clone()),
@@ -785,7 +802,9 @@ async fn run_task(runtime: &Runtime, task: &str, session: Option<String>) -> Res
             outln!("{}", outcome.text);
             Ok(())
         }
-        clawcage_agent::TurnEnd::IterationLimit | clawcage_agent::TurnEnd::LoopDetected { .. } => {
+        clawcage_agent::TurnEnd::IterationLimit
+        | clawcage_agent::TurnEnd::LoopDetected { .. }
+        | clawcage_agent::TurnEnd::NoAnswer => {
             Err(Failure::Tool(format!("clawcage: {}", outcome.text)))
         }
     }

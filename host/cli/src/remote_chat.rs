@@ -390,7 +390,9 @@ fn render(
             _ => {}
         },
         ("lifecycle", "end") => {
-            if !console.streamed() {
+            if text(data, "end") == "no_answer" {
+                console.line(&format!("  note: {}", text(data, "text")));
+            } else if !console.streamed() {
                 console.line(text(data, "text"));
             }
             console.break_line();
@@ -413,6 +415,7 @@ fn render(
         }
         ("lifecycle", "reset") => console.line("  history cleared"),
         ("lifecycle", "note") => shown.note(text(data, "text")),
+        ("reasoning", _) => shown.reasoning_delta(text(data, "delta")),
         ("assistant", _) => {
             if data["kind"] == "message" {
                 console.line(&format!("  message: {}", text(data, "content")));

@@ -1,8 +1,11 @@
 //! How a turn looks in a terminal: streamed text as it arrives, each tool call shown when it
 //! starts (on a terminal with its elapsed seconds counting, rewritten in place) and ended with
 //! its verdict (`ok`, `denied`, `failed`, `invalid`, `not run`, `interrupted` and why), retries
-//! and fail-overs as notes, and the token count after the turn. `clawcage chat` and `clawcage
-//! demo` write it to stdout; `clawcage run` writes it to stderr so stdout holds only the answer.
+//! and fail-overs as notes, and the token count after the turn. The model's reasoning, when
+//! shown, is set apart on lines of its own, dimmed on a terminal (plain text elsewhere).
+//! `clawcage chat` and `clawcage demo` write it to stdout and show reasoning; `clawcage run`
+//! writes it to stderr so stdout holds only the answer, and shows reasoning only with
+//! `--show-reasoning`.
 
 use std::io::{IsTerminal as _, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -30,6 +33,8 @@ pub struct Console {
     sink: Sink,
     /// Print streamed text (chat, demo) or not (run prints only the final answer).
     show_text: bool,
+    /// Print the model's reasoning.
+    show_reasoning: bool,
     /// The sink is a terminal: a running call's line is rewritten in place as seconds pass.
     terminal: bool,
     state: Mutex<LineState>,
@@ -42,6 +47,8 @@ struct LineState {
     mid_line: bool,
     /// Whether any text was streamed this turn.
     streamed: bool,
+    /// Reasoning is being printed (dimmed on a terminal) and its line not yet ended.
+    reasoning: bool,
     /// Buffered text when the sink takes whole lines.
     pending: String,
     /// The tool call running now, if any.
@@ -69,10 +76,18 @@ impl Console {
         Self {
             sink,
             show_text,
+            show_reasoning: show_text,
             terminal,
             state: Mutex::new(LineState::default()),
             calls: AtomicU64::new(0),
         }
+    }
+
+    /// This console showing the model's reasoning or not (by default it does when it shows
+    /// streamed text).
+    pub fn with_reasoning(mut self, show: bool) -> Self {
+        self.show_reasoning = show;
+        self
     }
 
     fn write(&self, text: &str) {
@@ -106,17 +121,44 @@ impl Console {
 
     /// End a streamed line or a running call's line, if one is open.
     pub fn break_line(&self) {
-        let open = {
+        let (open, reasoning) = {
             let mut state = self.lock();
             let call_open = state
                 .call
                 .as_mut()
                 .is_some_and(|call| std::mem::replace(&mut call.open, false));
-            std::mem::replace(&mut state.mid_line, false) || call_open
+            let reasoning = std::mem::replace(&mut state.reasoning, false);
+            (
+                std::mem::replace(&mut state.mid_line, false) || call_open,
+                reasoning,
+            )
         };
+        if reasoning && self.terminal {
+            self.write(DIM_OFF);
+        }
         if open {
             self.write("\n");
         }
+    }
+
+    /// Shows a piece of the model's reasoning: on lines of its own, dimmed on a terminal.
+    fn reasoning(&self, text: &str) {
+        if !self.show_reasoning || text.is_empty() {
+            return;
+        }
+        let starting = !self.lock().reasoning;
+        if starting {
+            self.break_line();
+            if self.terminal {
+                self.write(DIM_ON);
+            }
+        }
+        {
+            let mut state = self.lock();
+            state.reasoning = true;
+            state.mid_line = !text.ends_with('\n');
+        }
+        self.write(text);
     }
 
     /// Shows `call` as started; on a terminal its line then counts the seconds until it ends.
@@ -224,10 +266,18 @@ impl Console {
     }
 }
 
+/// ANSI faint text on, and back to normal.
+const DIM_ON: &str = "\x1b[2m";
+const DIM_OFF: &str = "\x1b[22m";
+
 impl ProviderEvents for Console {
     fn text_delta(&self, text: &str) {
         if !self.show_text || text.is_empty() {
             return;
+        }
+        // The answer starts on a line of its own after the reasoning.
+        if self.lock().reasoning {
+            self.break_line();
         }
         {
             let mut state = self.lock();
@@ -235,6 +285,10 @@ impl ProviderEvents for Console {
             state.streamed = true;
         }
         self.write(text);
+    }
+
+    fn reasoning_delta(&self, text: &str) {
+        self.reasoning(text);
     }
 
     fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
@@ -260,6 +314,10 @@ pub struct Shown(pub Arc<Console>);
 impl ProviderEvents for Shown {
     fn text_delta(&self, text: &str) {
         self.0.text_delta(text);
+    }
+
+    fn reasoning_delta(&self, text: &str) {
+        self.0.reasoning(text);
     }
 
     fn retrying(&self, provider: &str, reason: &str, delay: Duration) {

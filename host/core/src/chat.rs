@@ -1,8 +1,12 @@
 //! Chat messages as providers and transcripts see them: a conversation is a list of
-//! [`ChatMessage`]s, each a role and a list of [`ContentBlock`]s (text, a tool call the model made,
-//! or the result the host sent back). The shape follows the Anthropic Messages API, the richer of
-//! the two wire formats; the OpenAI-compatible provider maps it onto `tool_calls` and `tool`
-//! messages. [`Usage`] counts tokens; [`InboundMessage`] is what subsystems publish to an agent.
+//! [`ChatMessage`]s, each a role and a list of [`ContentBlock`]s (text, the model's reasoning, a
+//! tool call the model made, or the result the host sent back). The shape follows the Anthropic
+//! Messages API, the richer of the two wire formats; the OpenAI-compatible provider maps it onto
+//! `tool_calls` and `tool` messages. Reasoning is kept as its own kind of block so it can be
+//! shown apart and is never taken for the answer; each provider decides whether it may be sent
+//! back. A message the model did not finish (stopped at its output-token limit) carries a
+//! [`Cut`] mark. [`Usage`] counts tokens; [`InboundMessage`] is what subsystems publish to an
+//! agent.
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -25,6 +29,20 @@ pub enum ContentBlock {
     Text {
         /// The text.
         text: String,
+    },
+    /// The model's reasoning before its answer (`reasoning_content` of llama.cpp, vLLM and
+    /// DeepSeek; Anthropic's `thinking` and `redacted_thinking` blocks). Never part of
+    /// [`ChatMessage::text`]; whether it goes back to the model is each provider's rule.
+    Reasoning {
+        /// The reasoning text (empty when the provider sent it encrypted only).
+        text: String,
+        /// The provider's signature over the text (Anthropic), needed to send it back.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        signature: Option<String>,
+        /// Reasoning the provider sent encrypted (Anthropic `redacted_thinking` data), kept only
+        /// to be sent back as it came.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        encrypted: Option<String>,
     },
     /// A tool call the model made.
     ToolUse {
@@ -54,6 +72,15 @@ impl ContentBlock {
     }
 }
 
+/// Why a message is unfinished.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Cut {
+    /// The model was stopped at its output-token limit (`finish_reason: "length"`,
+    /// `stop_reason: "max_tokens"`): the text may end mid-sentence.
+    MaxTokens,
+}
+
 /// One message of a conversation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -61,6 +88,10 @@ pub struct ChatMessage {
     pub role: Role,
     /// What it says, in order.
     pub content: Vec<ContentBlock>,
+    /// Set when the model did not finish this message (stored as `"cut": "max_tokens"`; a
+    /// message without the field, as every transcript before it was written, is whole).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cut: Option<Cut>,
 }
 
 impl ChatMessage {
@@ -69,6 +100,7 @@ impl ChatMessage {
         Self {
             role: Role::User,
             content: vec![ContentBlock::text(text)],
+            cut: None,
         }
     }
 
@@ -77,10 +109,20 @@ impl ChatMessage {
         Self {
             role: Role::Assistant,
             content: vec![ContentBlock::text(text)],
+            cut: None,
         }
     }
 
-    /// The text blocks joined, without tool calls or results.
+    /// A message of `role` made of `content`, whole (not cut).
+    pub fn new(role: Role, content: Vec<ContentBlock>) -> Self {
+        Self {
+            role,
+            content,
+            cut: None,
+        }
+    }
+
+    /// The text blocks joined, without reasoning, tool calls or results.
     pub fn text(&self) -> String {
         let mut joined = String::new();
         for block in &self.content {
@@ -89,6 +131,24 @@ impl ChatMessage {
             }
         }
         joined
+    }
+
+    /// The reasoning blocks' text joined (empty when there is none).
+    pub fn reasoning(&self) -> String {
+        let mut joined = String::new();
+        for block in &self.content {
+            if let ContentBlock::Reasoning { text, .. } = block {
+                joined.push_str(text);
+            }
+        }
+        joined
+    }
+
+    /// Whether this message holds reasoning.
+    pub fn has_reasoning(&self) -> bool {
+        self.content
+            .iter()
+            .any(|block| matches!(block, ContentBlock::Reasoning { .. }))
     }
 
     /// The tool calls in this message, in order.
@@ -180,6 +240,7 @@ mod tests {
     fn blocks_serialise_in_the_messages_api_shape() {
         let message = ChatMessage {
             role: Role::User,
+            cut: None,
             content: vec![
                 ContentBlock::ToolResult {
                     tool_use_id: "t1".into(),
@@ -204,5 +265,54 @@ mod tests {
         let back: ChatMessage = serde_json::from_value(json).unwrap();
         assert_eq!(back, message);
         assert!(back.has_tool_results());
+    }
+
+    #[test]
+    fn a_message_written_before_reasoning_and_cut_marks_still_loads() {
+        let old = r#"{"role":"assistant","content":[{"type":"text","text":"hi"},{"type":"tool_use","id":"t","name":"read_file","input":{"path":"a"}}]}"#;
+        let message: ChatMessage = serde_json::from_str(old).unwrap();
+        assert_eq!(message.cut, None);
+        assert_eq!(message.text(), "hi");
+        assert!(!message.has_reasoning());
+        // Written back, it has the same shape: no new field appears for a whole message.
+        assert_eq!(
+            serde_json::to_value(&message).unwrap(),
+            serde_json::from_str::<Value>(old).unwrap()
+        );
+    }
+
+    #[test]
+    fn reasoning_and_the_cut_mark_round_trip_and_stay_out_of_the_text() {
+        let message = ChatMessage {
+            role: Role::Assistant,
+            content: vec![
+                ContentBlock::Reasoning {
+                    text: "think".into(),
+                    signature: Some("sig".into()),
+                    encrypted: None,
+                },
+                ContentBlock::Reasoning {
+                    text: String::new(),
+                    signature: None,
+                    encrypted: Some("opaque".into()),
+                },
+                ContentBlock::text("answer"),
+            ],
+            cut: Some(Cut::MaxTokens),
+        };
+        let json = serde_json::to_value(&message).unwrap();
+        assert_eq!(
+            json,
+            json!({"role": "assistant", "content": [
+                {"type": "reasoning", "text": "think", "signature": "sig"},
+                {"type": "reasoning", "text": "", "encrypted": "opaque"},
+                {"type": "text", "text": "answer"},
+            ], "cut": "max_tokens"})
+        );
+        let back: ChatMessage = serde_json::from_value(json).unwrap();
+        assert_eq!(back, message);
+        assert_eq!(back.text(), "answer");
+        assert_eq!(back.reasoning(), "think");
+        assert!(back.has_reasoning());
     }
 }

@@ -12,7 +12,7 @@ pub mod files;
 pub mod redact;
 pub mod scheduler;
 
-pub use chat::{ChatMessage, ContentBlock, InboundMessage, Role, Usage};
+pub use chat::{ChatMessage, ContentBlock, Cut, InboundMessage, Role, Usage};
 pub use scheduler::{JobInfo, JobRequest, Scheduler};
 
 use std::fmt;

@@ -1380,6 +1380,11 @@ impl ProviderEvents for HubObserver {
         self.flush();
     }
 
+    fn reasoning_delta(&self, text: &str) {
+        self.events.reasoning_delta(text);
+        self.flush();
+    }
+
     fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
         self.events.retrying(provider, reason, delay);
         self.flush();

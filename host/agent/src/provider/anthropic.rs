@@ -4,6 +4,14 @@
 //! as server-sent events (`message_start`, `content_block_start`, `content_block_delta` carrying
 //! `text_delta` or `input_json_delta`, `content_block_stop`, `message_delta`, `message_stop`),
 //! which are reassembled here into the same [`ChatResponse`] a plain request returns.
+//!
+//! Extended thinking (`thinking` blocks with a `signature`, `redacted_thinking` blocks with
+//! encrypted `data`) is kept as reasoning blocks. The API wants them back unchanged only inside a
+//! tool-use turn (the assistant message whose tool calls the next request answers) and checks
+//! their signature, so the rule here is the simplest correct one: a reasoning block is sent back
+//! only with its signature (or its encrypted data) and only when a `tool_use` block follows it in
+//! the same assistant message; every other reasoning block is left out, and an assistant message
+//! left empty by that is left out too (the API joins the user turns around it).
 
 use std::collections::BTreeMap;
 
@@ -12,7 +20,8 @@ use serde_json::{Value, json};
 
 use super::{
     ChatRequest, ChatResponse, EventStream, HttpSettings, MalformedToolCall, Provider,
-    ProviderError, ProviderEvents, StopReason, is_event_stream, read_json, send, tool_input,
+    ProviderError, ProviderEvents, StopReason, is_event_stream, read_json, report_reasoning, send,
+    tool_input,
 };
 
 /// The API version this client speaks.
@@ -47,7 +56,7 @@ impl AnthropicProvider {
 /// the previous request put its breakpoint, so that prefix is read from the cache even when
 /// the reply and the tool results since add more blocks than the API looks back over (20).
 pub fn request_body(settings: &HttpSettings, request: &ChatRequest<'_>) -> Value {
-    let mut messages: Vec<Value> = request.messages.iter().map(message_json).collect();
+    let mut messages: Vec<Value> = request.messages.iter().filter_map(message_json).collect();
     let mut body = json!({
         "model": settings.model,
         "max_tokens": settings.max_tokens,
@@ -99,14 +108,41 @@ fn mark_history(messages: &mut [Value]) {
     }
 }
 
-fn message_json(message: &ChatMessage) -> Value {
-    // Empty text blocks are refused by the API; they carry nothing anyway.
-    let content: Vec<&ContentBlock> = message
-        .content
-        .iter()
-        .filter(|block| !matches!(block, ContentBlock::Text { text } if text.is_empty()))
-        .collect();
-    json!({"role": message.role, "content": content})
+/// A message as the API wants it, or `None` when nothing of it may be sent (an assistant
+/// message of reasoning only).
+fn message_json(message: &ChatMessage) -> Option<Value> {
+    let mut content = Vec::with_capacity(message.content.len());
+    for (index, block) in message.content.iter().enumerate() {
+        match block {
+            // Empty text blocks are refused by the API; they carry nothing anyway.
+            ContentBlock::Text { text } if text.is_empty() => {}
+            ContentBlock::Reasoning {
+                text,
+                signature,
+                encrypted,
+            } => {
+                // Sent back only within its tool-use turn, and only as the API signed it.
+                let tool_use_follows = message.content[index + 1..]
+                    .iter()
+                    .any(|later| matches!(later, ContentBlock::ToolUse { .. }));
+                if !tool_use_follows {
+                    continue;
+                }
+                if let Some(data) = encrypted {
+                    content.push(json!({"type": "redacted_thinking", "data": data}));
+                } else if let Some(signature) = signature {
+                    content.push(
+                        json!({"type": "thinking", "thinking": text, "signature": signature}),
+                    );
+                }
+            }
+            other => content.push(serde_json::to_value(other).unwrap_or(Value::Null)),
+        }
+    }
+    if content.is_empty() && message.role == clawcage_core::Role::Assistant {
+        return None;
+    }
+    Some(json!({"role": message.role, "content": content}))
 }
 
 /// The usage object of a response (or of a stream's `message_start`): the API counts the
@@ -158,10 +194,12 @@ impl Provider for AnthropicProvider {
             let mut response = if is_event_stream(&response) {
                 read_stream(&label, &url, &self.settings, response, events).await?
             } else {
-                parse_response(
+                let response = parse_response(
                     &label,
                     &read_json(&label, &url, &self.settings, response).await?,
-                )?
+                )?;
+                report_reasoning(&response, events);
+                response
             };
             response.answered_by = label;
             Ok(response)
@@ -204,7 +242,20 @@ pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, Provide
                 };
                 content.push(ContentBlock::ToolUse { id, name, input });
             }
-            // Thinking and other block kinds are not part of the history we keep.
+            Some("thinking") => content.push(ContentBlock::Reasoning {
+                text: block["thinking"].as_str().unwrap_or_default().to_string(),
+                signature: block["signature"]
+                    .as_str()
+                    .filter(|signature| !signature.is_empty())
+                    .map(str::to_string),
+                encrypted: None,
+            }),
+            Some("redacted_thinking") => content.push(ContentBlock::Reasoning {
+                text: String::new(),
+                signature: None,
+                encrypted: block["data"].as_str().map(str::to_string),
+            }),
+            // Block kinds added later are not part of the history we keep.
             _ => {}
         }
     }
@@ -251,7 +302,14 @@ enum PartialBlock {
         name: String,
         json: String,
     },
-    /// A kind we do not keep (e.g. thinking); its deltas are read and dropped.
+    /// Thinking: its text and signature as they arrive.
+    Thinking {
+        text: String,
+        signature: String,
+    },
+    /// Redacted thinking: its encrypted data (it has no deltas).
+    Redacted(String),
+    /// A kind we do not keep; its deltas are read and dropped.
     Other,
 }
 
@@ -302,6 +360,22 @@ async fn read_stream(
                             name: block["name"].as_str().unwrap_or_default().to_string(),
                             json: String::new(),
                         },
+                        Some("thinking") => {
+                            let text = block["thinking"].as_str().unwrap_or_default().to_string();
+                            if !text.is_empty() {
+                                events.reasoning_delta(&text);
+                            }
+                            PartialBlock::Thinking {
+                                text,
+                                signature: block["signature"]
+                                    .as_str()
+                                    .unwrap_or_default()
+                                    .to_string(),
+                            }
+                        }
+                        Some("redacted_thinking") => PartialBlock::Redacted(
+                            block["data"].as_str().unwrap_or_default().to_string(),
+                        ),
                         _ => PartialBlock::Other,
                     };
                     blocks.insert(index, partial);
@@ -317,12 +391,23 @@ async fn read_stream(
                         (Some(PartialBlock::Tool { json, .. }), Some("input_json_delta")) => {
                             json.push_str(delta["partial_json"].as_str().unwrap_or_default());
                         }
+                        (Some(PartialBlock::Thinking { text, .. }), Some("thinking_delta")) => {
+                            let piece = delta["thinking"].as_str().unwrap_or_default();
+                            events.reasoning_delta(piece);
+                            text.push_str(piece);
+                        }
+                        (
+                            Some(PartialBlock::Thinking { signature, .. }),
+                            Some("signature_delta"),
+                        ) => {
+                            signature.push_str(delta["signature"].as_str().unwrap_or_default());
+                        }
                         (None, _) => {
                             return Err(protocol(format!(
                                 "a content_block_delta for block {index}, which was never started"
                             )));
                         }
-                        // Deltas of kinds we do not keep (e.g. thinking, signatures).
+                        // Deltas of kinds we do not keep.
                         _ => {}
                     }
                 }
@@ -379,6 +464,16 @@ async fn read_stream(
                 let input = tool_input(label, &id, &name, &json, &mut malformed, &mut repairs);
                 content.push(ContentBlock::ToolUse { id, name, input });
             }
+            PartialBlock::Thinking { text, signature } => content.push(ContentBlock::Reasoning {
+                text,
+                signature: (!signature.is_empty()).then_some(signature),
+                encrypted: None,
+            }),
+            PartialBlock::Redacted(data) => content.push(ContentBlock::Reasoning {
+                text: String::new(),
+                signature: None,
+                encrypted: Some(data),
+            }),
             PartialBlock::Other => {}
         }
     }
@@ -391,4 +486,88 @@ async fn read_stream(
         malformed,
         repairs,
     })
+}
+
+#[cfg(test)]
+mod reasoning_tests {
+    use super::*;
+    use clawcage_core::Role;
+
+    fn thinking(text: &str, signature: Option<&str>) -> ContentBlock {
+        ContentBlock::Reasoning {
+            text: text.into(),
+            signature: signature.map(str::to_string),
+            encrypted: None,
+        }
+    }
+
+    fn call() -> ContentBlock {
+        ContentBlock::ToolUse {
+            id: "toolu_1".into(),
+            name: "read_file".into(),
+            input: json!({"path": "a"}),
+        }
+    }
+
+    #[test]
+    fn thinking_goes_back_signed_and_only_before_a_tool_use() {
+        let redacted = ContentBlock::Reasoning {
+            text: String::new(),
+            signature: None,
+            encrypted: Some("EncryptedData".into()),
+        };
+        let tool_turn = ChatMessage::new(
+            Role::Assistant,
+            vec![thinking("let me look", Some("sig1")), redacted, call()],
+        );
+        assert_eq!(
+            message_json(&tool_turn),
+            Some(json!({"role": "assistant", "content": [
+                {"type": "thinking", "thinking": "let me look", "signature": "sig1"},
+                {"type": "redacted_thinking", "data": "EncryptedData"},
+                {"type": "tool_use", "id": "toolu_1", "name": "read_file", "input": {"path": "a"}},
+            ]}))
+        );
+        // Without a signature, or with no tool call after it, it stays home.
+        let unsigned = ChatMessage::new(Role::Assistant, vec![thinking("hmm", None), call()]);
+        assert_eq!(
+            message_json(&unsigned).unwrap()["content"]
+                .as_array()
+                .map(Vec::len),
+            Some(1)
+        );
+        let answer = ChatMessage::new(
+            Role::Assistant,
+            vec![thinking("hmm", Some("sig")), ContentBlock::text("Hi")],
+        );
+        assert_eq!(
+            message_json(&answer),
+            Some(json!({"role": "assistant", "content": [{"type": "text", "text": "Hi"}]}))
+        );
+        // A message of reasoning only is not sent at all.
+        let only = ChatMessage::new(Role::Assistant, vec![thinking("hmm", Some("sig"))]);
+        assert_eq!(message_json(&only), None);
+    }
+
+    #[test]
+    fn thinking_blocks_are_read_as_reasoning() {
+        let body = json!({"content": [
+            {"type": "thinking", "thinking": "step", "signature": "s"},
+            {"type": "redacted_thinking", "data": "D"},
+            {"type": "text", "text": "Hi"},
+        ], "stop_reason": "end_turn", "usage": {"input_tokens": 1, "output_tokens": 1}});
+        let response = parse_response("anthropic/m", &body).unwrap();
+        assert_eq!(
+            response.content,
+            vec![
+                thinking("step", Some("s")),
+                ContentBlock::Reasoning {
+                    text: String::new(),
+                    signature: None,
+                    encrypted: Some("D".into()),
+                },
+                ContentBlock::text("Hi"),
+            ]
+        );
+    }
 }

@@ -67,7 +67,7 @@ pub struct MalformedToolCall {
 /// The model's next message and what it cost.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ChatResponse {
-    /// The message's blocks: text and tool calls.
+    /// The message's blocks: reasoning, text and tool calls.
     pub content: Vec<ContentBlock>,
     /// Why it stopped.
     pub stop_reason: StopReason,
@@ -85,6 +85,10 @@ pub struct ChatResponse {
 pub trait ProviderEvents: Send + Sync {
     /// A piece of streamed text.
     fn text_delta(&self, _text: &str) {}
+    /// A piece of the model's reasoning. Streamed or not, a provider reports every reasoning
+    /// it reads here (a whole reply's at once when it was not streamed): the turn's outcome
+    /// carries only the answer, so this is where front ends get to show it.
+    fn reasoning_delta(&self, _text: &str) {}
     /// A request failed and will be sent again after `delay`.
     fn retrying(&self, _provider: &str, _reason: &str, _delay: Duration) {}
     /// A provider in the fail-over chain gave up and the next one is tried.
@@ -509,6 +513,18 @@ impl<'a> EventStream<'a> {
                 provider: self.label.to_string(),
                 message,
             })
+    }
+}
+
+/// Report the reasoning of a reply that was read whole (not streamed) to `events`, as a
+/// stream would have.
+fn report_reasoning(response: &ChatResponse, events: &dyn ProviderEvents) {
+    for block in &response.content {
+        if let ContentBlock::Reasoning { text, .. } = block
+            && !text.is_empty()
+        {
+            events.reasoning_delta(text);
+        }
     }
 }
 

@@ -4,7 +4,11 @@
 //! first `system` message; an assistant message's tool calls become `tool_calls` whose
 //! `arguments` are JSON text; each tool result becomes its own `tool` message, placed right after
 //! the assistant message that asked. Streaming reads `data:` chunks up to `[DONE]` and joins the
-//! `tool_calls` deltas by index.
+//! `tool_calls` deltas by index. A reply's reasoning (`reasoning_content` of llama.cpp, vLLM and
+//! DeepSeek, `reasoning` of others; streamed in the delta under the same names) is kept as a
+//! reasoning block and never sent back: an assistant message carries only its text and tool
+//! calls, and one left with neither is sent with `content: ""`, never `null` (which stricter
+//! servers refuse without tool calls).
 
 use std::collections::BTreeMap;
 
@@ -13,7 +17,7 @@ use serde_json::{Value, json};
 
 use super::{
     ChatRequest, ChatResponse, EventStream, HttpSettings, Provider, ProviderError, ProviderEvents,
-    StopReason, is_event_stream, read_json, send, tool_input,
+    StopReason, is_event_stream, read_json, report_reasoning, send, tool_input,
 };
 
 /// A client of an OpenAI-compatible server.
@@ -70,10 +74,13 @@ fn push_message(messages: &mut Vec<Value>, message: &ChatMessage) {
                     })
                 })
                 .collect();
-            let mut entry = json!({
-                "role": "assistant",
-                "content": if text.is_empty() { Value::Null } else { json!(text) },
-            });
+            // Reasoning is left out. `null` content is only for a message with tool calls.
+            let content = if text.is_empty() && !calls.is_empty() {
+                Value::Null
+            } else {
+                json!(text)
+            };
+            let mut entry = json!({"role": "assistant", "content": content});
             if !calls.is_empty() {
                 entry["tool_calls"] = Value::Array(calls);
             }
@@ -127,10 +134,12 @@ impl Provider for OpenAiProvider {
             let mut response = if is_event_stream(&response) {
                 read_stream(&label, &url, &self.settings, response, events).await?
             } else {
-                parse_response(
+                let response = parse_response(
                     &label,
                     &read_json(&label, &url, &self.settings, response).await?,
-                )?
+                )?;
+                report_reasoning(&response, events);
+                response
             };
             response.answered_by = label;
             Ok(response)
@@ -146,14 +155,31 @@ struct PartialCall {
     arguments: String,
 }
 
+/// The reasoning a message or a streamed delta carries: `reasoning_content` (llama.cpp, vLLM,
+/// DeepSeek) or `reasoning` (OpenRouter, newer vLLM and Ollama).
+fn reasoning_of(value: &Value) -> Option<&str> {
+    value["reasoning_content"]
+        .as_str()
+        .or_else(|| value["reasoning"].as_str())
+        .filter(|text| !text.is_empty())
+}
+
 fn finish(
     label: &str,
+    reasoning: String,
     text: String,
     calls: Vec<PartialCall>,
     finish_reason: Option<&str>,
     usage: Usage,
 ) -> Result<ChatResponse, ProviderError> {
     let mut content = Vec::new();
+    if !reasoning.is_empty() {
+        content.push(ContentBlock::Reasoning {
+            text: reasoning,
+            signature: None,
+            encrypted: None,
+        });
+    }
     if !text.is_empty() {
         content.push(ContentBlock::Text { text });
     }
@@ -232,6 +258,7 @@ pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, Provide
     }
     let message = &choice["message"];
     let text = message["content"].as_str().unwrap_or_default().to_string();
+    let reasoning = reasoning_of(message).unwrap_or_default().to_string();
     let calls = message["tool_calls"]
         .as_array()
         .map(|calls| {
@@ -255,6 +282,7 @@ pub fn parse_response(label: &str, body: &Value) -> Result<ChatResponse, Provide
         .unwrap_or_default();
     finish(
         label,
+        reasoning,
         text,
         calls,
         choice["finish_reason"].as_str(),
@@ -275,6 +303,7 @@ async fn read_stream(
     };
     let mut stream = EventStream::new(label, url, settings, response);
     let mut text = String::new();
+    let mut reasoning = String::new();
     let mut calls: BTreeMap<u64, PartialCall> = BTreeMap::new();
     let mut finish_reason: Option<String> = None;
     let mut usage = Usage::default();
@@ -312,6 +341,10 @@ async fn read_stream(
                 finish_reason = Some(reason.to_string());
             }
             let delta = &choice["delta"];
+            if let Some(piece) = reasoning_of(delta) {
+                events.reasoning_delta(piece);
+                reasoning.push_str(piece);
+            }
             if let Some(piece) = delta["content"].as_str()
                 && !piece.is_empty()
             {
@@ -338,9 +371,76 @@ async fn read_stream(
     }
     finish(
         label,
+        reasoning,
         text,
         calls.into_values().collect(),
         finish_reason.as_deref(),
         usage,
     )
+}
+
+#[cfg(test)]
+mod reasoning_tests {
+    use super::*;
+
+    fn assistant(content: Vec<ContentBlock>) -> ChatMessage {
+        ChatMessage::new(Role::Assistant, content)
+    }
+
+    fn thought(text: &str) -> ContentBlock {
+        ContentBlock::Reasoning {
+            text: text.into(),
+            signature: None,
+            encrypted: None,
+        }
+    }
+
+    #[test]
+    fn a_reply_of_reasoning_only_is_reasoning_not_text() {
+        for field in ["reasoning_content", "reasoning"] {
+            let body = json!({"choices": [{"index": 0, "finish_reason": "stop", "message": {
+                "role": "assistant", "content": "", field: "The user greets; I should"}}]});
+            let response = parse_response("openai/m", &body).unwrap();
+            assert_eq!(response.content, vec![thought("The user greets; I should")]);
+            assert_eq!(response.stop_reason, StopReason::EndTurn);
+        }
+        let body = json!({"choices": [{"index": 0, "finish_reason": "length", "message": {
+            "role": "assistant", "content": "Hel", "reasoning_content": "think"}}]});
+        let response = parse_response("openai/m", &body).unwrap();
+        assert_eq!(
+            response.content,
+            vec![thought("think"), ContentBlock::text("Hel")]
+        );
+        assert_eq!(response.stop_reason, StopReason::MaxTokens);
+    }
+
+    #[test]
+    fn reasoning_is_never_sent_back_and_content_is_never_null_without_tool_calls() {
+        let mut messages = Vec::new();
+        push_message(&mut messages, &assistant(vec![thought("secret plan")]));
+        push_message(
+            &mut messages,
+            &assistant(vec![thought("plan"), ContentBlock::text("Hi")]),
+        );
+        push_message(
+            &mut messages,
+            &assistant(vec![
+                thought("plan"),
+                ContentBlock::ToolUse {
+                    id: "c1".into(),
+                    name: "read_file".into(),
+                    input: json!({"path": "a"}),
+                },
+            ]),
+        );
+        assert_eq!(messages[0], json!({"role": "assistant", "content": ""}));
+        assert_eq!(messages[1], json!({"role": "assistant", "content": "Hi"}));
+        assert_eq!(messages[2]["content"], Value::Null);
+        assert_eq!(messages[2]["tool_calls"][0]["id"], "c1");
+        let sent = Value::Array(messages).to_string();
+        assert!(
+            !sent.contains("plan") && !sent.contains("reasoning"),
+            "{sent}"
+        );
+    }
 }

@@ -6,9 +6,11 @@
 //!
 //! Both directions pass through it. A request whose system prompt or messages hold a value (a
 //! user pasted it) is sent with the value replaced, so the model is never given one. A reply is
-//! scrubbed in every text it carries: text blocks, every string inside a tool call's input (and
-//! its id and name), the notes on malformed or repaired tool calls, and the errors and
-//! retry/fail-over reasons a provider reports. Streamed text goes through a
+//! scrubbed in every text it carries: text and reasoning blocks, every string inside a tool
+//! call's input (and its id and name), the notes on malformed or repaired tool calls, and the
+//! errors and retry/fail-over reasons a provider reports. Reasoning whose text a value was taken
+//! out of loses its signature: the provider would refuse the changed text with it, so it is
+//! never sent back. Streamed text and streamed reasoning each go through a
 //! [`StreamRedactor`](clawcage_core::redact::StreamRedactor), which holds back a tail so that a
 //! value split across two deltas is still found; the tail is released when the completion ends,
 //! and when an attempt breaks off before a retry or a fail-over (replacing a value cut off at
@@ -163,6 +165,8 @@ struct ScrubbingEvents<'a> {
     inner: &'a dyn ProviderEvents,
     redactor: &'a Redactor,
     stream: TextScrubber,
+    /// The reasoning, a stream of its own.
+    reasoning: TextScrubber,
 }
 
 /// Streamed text between the redactor and the consumer.
@@ -213,19 +217,30 @@ impl<'a> ScrubbingEvents<'a> {
             inner,
             redactor,
             stream: TextScrubber::new(redactor),
+            reasoning: TextScrubber::new(redactor),
         }
     }
 
-    /// Passes on the text still held back: at the end of the completion, or (`cut`) where an
-    /// attempt broke off.
+    /// Passes on the text and reasoning still held back: at the end of the completion, or
+    /// (`cut`) where an attempt broke off.
     fn release(&self, cut: bool) {
+        self.reasoning
+            .finish(cut, |text| self.inner.reasoning_delta(text));
         self.stream.finish(cut, |text| self.inner.text_delta(text));
     }
 }
 
 impl ProviderEvents for ScrubbingEvents<'_> {
     fn text_delta(&self, text: &str) {
+        // The answer begins: reasoning held back belongs before it.
+        self.reasoning
+            .finish(false, |text| self.inner.reasoning_delta(text));
         self.stream.push(text, |text| self.inner.text_delta(text));
+    }
+
+    fn reasoning_delta(&self, text: &str) {
+        self.reasoning
+            .push(text, |text| self.inner.reasoning_delta(text));
     }
 
     fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
@@ -251,7 +266,9 @@ impl ProviderEvents for ScrubbingEvents<'_> {
 /// Whether any text of `message` holds a value.
 fn message_contains(redactor: &Redactor, message: &ChatMessage) -> bool {
     message.content.iter().any(|block| match block {
-        ContentBlock::Text { text } => redactor.contains(text.as_bytes()),
+        ContentBlock::Text { text } | ContentBlock::Reasoning { text, .. } => {
+            redactor.contains(text.as_bytes())
+        }
         ContentBlock::ToolUse { id, name, input } => {
             redactor.contains(id.as_bytes())
                 || redactor.contains(name.as_bytes())
@@ -280,6 +297,7 @@ fn json_contains(redactor: &Redactor, value: &Value) -> bool {
 pub fn redact_message(redactor: &Redactor, message: &ChatMessage) -> ChatMessage {
     ChatMessage {
         role: message.role,
+        cut: message.cut,
         content: message
             .content
             .iter()
@@ -293,6 +311,24 @@ fn redact_block(redactor: &Redactor, block: &ContentBlock) -> ContentBlock {
         ContentBlock::Text { text } => ContentBlock::Text {
             text: redactor.redact(text),
         },
+        ContentBlock::Reasoning {
+            text,
+            signature,
+            encrypted,
+        } => {
+            let scrubbed = redactor.redact(text);
+            // The signature covers the text as the model wrote it: a changed text cannot keep it.
+            let signature = if scrubbed == *text {
+                signature.clone()
+            } else {
+                None
+            };
+            ContentBlock::Reasoning {
+                text: scrubbed,
+                signature,
+                encrypted: encrypted.clone(),
+            }
+        }
         ContentBlock::ToolUse { id, name, input } => ContentBlock::ToolUse {
             id: redactor.redact(id),
             name: redactor.redact(name),
@@ -333,31 +369,59 @@ pub fn redact_json(redactor: &Redactor, value: &Value) -> Value {
 /// The blocks of a reply, scrubbed. Its text blocks are read as one text, as they were
 /// streamed and as [`ChatMessage::text`] joins them: when a value runs across the boundary of
 /// two text blocks, the scrubbed whole takes the place of the first and the others are left
-/// out (an empty text block is refused by providers), so neither half survives.
+/// out (an empty text block is refused by providers), so neither half survives. Its reasoning
+/// blocks are read the same way, as one text of their own (as their stream was).
 fn redact_content(redactor: &Redactor, content: &[ContentBlock]) -> Vec<ContentBlock> {
     let separately: Vec<ContentBlock> = content
         .iter()
         .map(|block| redact_block(redactor, block))
         .collect();
-    let texts = |blocks: &[ContentBlock]| -> String {
-        blocks
-            .iter()
-            .filter_map(|block| match block {
-                ContentBlock::Text { text } => Some(text.as_str()),
-                _ => None,
-            })
-            .collect()
+    let separately = join_if_split(redactor, content, separately, false);
+    join_if_split(redactor, content, separately, true)
+}
+
+/// `scrubbed` (the blocks of `original` scrubbed one by one), with the text blocks (or, with
+/// `reasoning`, the reasoning blocks with text) replaced by their scrubbed whole in the place
+/// of the first when a value ran across two of them.
+fn join_if_split(
+    redactor: &Redactor,
+    original: &[ContentBlock],
+    scrubbed: Vec<ContentBlock>,
+    reasoning: bool,
+) -> Vec<ContentBlock> {
+    let text_of = |block: &ContentBlock| -> Option<String> {
+        match block {
+            ContentBlock::Text { text } if !reasoning => Some(text.clone()),
+            ContentBlock::Reasoning { text, .. } if reasoning && !text.is_empty() => {
+                Some(text.clone())
+            }
+            _ => None,
+        }
     };
-    let whole = redactor.redact(&texts(content));
-    if whole == texts(&separately) {
-        return separately;
+    let joined =
+        |blocks: &[ContentBlock]| -> String { blocks.iter().filter_map(text_of).collect() };
+    let whole = redactor.redact(&joined(original));
+    if whole == joined(&scrubbed) {
+        return scrubbed;
     }
     let mut whole = Some(whole);
-    separately
+    scrubbed
         .into_iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { .. } => whole.take().map(|text| ContentBlock::Text { text }),
-            other => Some(other),
+        .filter_map(|block| {
+            if text_of(&block).is_none() {
+                return Some(block);
+            }
+            let text = whole.take()?;
+            Some(if reasoning {
+                // A joined text has no signature that covers it.
+                ContentBlock::Reasoning {
+                    text,
+                    signature: None,
+                    encrypted: None,
+                }
+            } else {
+                ContentBlock::Text { text }
+            })
         })
         .collect()
 }
@@ -544,12 +608,16 @@ mod tests {
     #[derive(Default)]
     struct Seen {
         deltas: Mutex<Vec<String>>,
+        reasoning: Mutex<Vec<String>>,
         notes: Mutex<Vec<String>>,
     }
 
     impl ProviderEvents for Seen {
         fn text_delta(&self, text: &str) {
             self.deltas.lock().unwrap().push(text.to_string());
+        }
+        fn reasoning_delta(&self, text: &str) {
+            self.reasoning.lock().unwrap().push(text.to_string());
         }
         fn retrying(&self, provider: &str, reason: &str, _delay: Duration) {
             self.notes
@@ -725,6 +793,7 @@ mod tests {
         let response = ask(&Redacting::new(Arc::new(Blocks), redactor()), &seen).unwrap();
         let message = ChatMessage {
             role: clawcage_core::Role::Assistant,
+            cut: None,
             content: response.content.clone(),
         };
         assert_eq!(
@@ -755,5 +824,107 @@ mod tests {
         let model: Arc<dyn Provider> = Model::new(vec![]);
         let wrapped = Redacting::wrap(model.clone(), &Redactor::default());
         assert!(Arc::ptr_eq(&model, &wrapped));
+    }
+
+    /// A provider that reasons about the token (cut across two deltas and two blocks) before
+    /// answering.
+    #[derive(Debug)]
+    struct Thinker;
+
+    impl Provider for Thinker {
+        fn label(&self) -> String {
+            "fake/thinker".into()
+        }
+
+        fn complete<'a>(
+            &'a self,
+            _request: ChatRequest<'a>,
+            events: &'a dyn ProviderEvents,
+        ) -> BoxFuture<'a, Result<ChatResponse, ProviderError>> {
+            Box::pin(async move {
+                let (head, tail) = TOKEN.split_at(9);
+                let first = format!("the user's token is {head}");
+                let second = format!("{tail}, so");
+                events.reasoning_delta(&first);
+                events.reasoning_delta(&second);
+                events.text_delta("Done.");
+                Ok(ChatResponse {
+                    content: vec![
+                        ContentBlock::Reasoning {
+                            text: first,
+                            signature: Some("sig-a".into()),
+                            encrypted: None,
+                        },
+                        ContentBlock::Reasoning {
+                            text: second,
+                            signature: Some("sig-b".into()),
+                            encrypted: None,
+                        },
+                        ContentBlock::Reasoning {
+                            text: "clean".into(),
+                            signature: Some("sig-c".into()),
+                            encrypted: None,
+                        },
+                        ContentBlock::text("Done."),
+                    ],
+                    stop_reason: StopReason::EndTurn,
+                    usage: Usage::default(),
+                    answered_by: self.label(),
+                    malformed: Vec::new(),
+                    repairs: Vec::new(),
+                })
+            })
+        }
+    }
+
+    #[test]
+    fn reasoning_is_scrubbed_like_text_and_loses_the_signature_it_no_longer_matches() {
+        let seen = Seen::default();
+        let response = ask(&Redacting::new(Arc::new(Thinker), redactor()), &seen).unwrap();
+        let streamed = seen.reasoning.lock().unwrap().concat();
+        assert_eq!(
+            streamed,
+            "the user's token is [redacted: CLAWCAGE_TELEGRAM_TOKEN], so"
+        );
+        assert_eq!(seen.deltas.lock().unwrap().concat(), "Done.");
+        let whole = format!("{response:?}");
+        assert!(
+            !whole.contains(&TOKEN[..9]) && !whole.contains(&TOKEN[9..]),
+            "{whole}"
+        );
+        let message = ChatMessage::new(clawcage_core::Role::Assistant, response.content.clone());
+        assert_eq!(message.reasoning(), format!("{streamed}clean"));
+        // As with text blocks: the value ran across two blocks, so the scrubbed whole takes the
+        // place of the first, without a signature (none covers the joined text).
+        assert_eq!(
+            response.content,
+            vec![
+                ContentBlock::Reasoning {
+                    text: format!("{streamed}clean"),
+                    signature: None,
+                    encrypted: None,
+                },
+                ContentBlock::text("Done."),
+            ]
+        );
+        // Sent back, a reasoning block holding the value is scrubbed and unsigned too.
+        let sent = ChatMessage::new(
+            clawcage_core::Role::Assistant,
+            vec![ContentBlock::Reasoning {
+                text: format!("saw {TOKEN}"),
+                signature: Some("sig".into()),
+                encrypted: None,
+            }],
+        );
+        let scrubbed = redact_message(&redactor(), &sent);
+        assert!(message_contains(&redactor(), &sent));
+        assert_eq!(
+            scrubbed.content[0],
+            ContentBlock::Reasoning {
+                text: "saw [redacted: CLAWCAGE_TELEGRAM_TOKEN]".into(),
+                signature: None,
+                encrypted: None,
+            }
+        );
     }
 }
