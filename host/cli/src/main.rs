@@ -17,6 +17,7 @@ macro_rules! outln {
 
 mod chat;
 mod demo;
+mod log_writer;
 mod programs;
 mod prompt;
 mod remote_chat;
@@ -466,7 +467,7 @@ fn init_tracing(verbose: u8) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default));
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(log_writer::ScrubbedStderr)
         .with_ansi(std::io::stderr().is_terminal())
         // A failed write to a closed stderr is dropped, not reported on stderr (which panics
         // the task that logged, e.g. a server's request handler).
@@ -577,6 +578,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
 /// The runtime `options` describe, with refused plugins reported on stderr.
 async fn open(options: Options) -> Result<Runtime, Failure> {
     let runtime = Runtime::open(options).await?;
+    // From here the log knows every secret value the process holds.
+    log_writer::scrub_with(runtime.redactor().clone());
     render::report_plugin_problems(runtime.plugins());
     Ok(runtime)
 }

@@ -889,3 +889,47 @@ async fn a_run_names_its_session_and_sessions_lists_it() {
         "{messages:?}"
     );
 }
+
+/// The log (`-v`) goes through the redactor too: a server that echoes the key in its error
+/// page, logged by the retry as it waits, never shows the key on stderr.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_verbose_log_never_shows_a_key_a_server_echoed() {
+    let workspace = workspace();
+    let config_dir = tempfile::tempdir().unwrap();
+    let config = config_dir.path().join("agent.toml");
+    std::fs::write(
+        &config,
+        "[provider]\nkind = \"anthropic\"\nmax_retries = 1\n[agent]\nmax_iterations = 2\n",
+    )
+    .unwrap();
+    let key = "sk-ant-echoed-0123456789abcdefghij";
+    let echoed = format!("overloaded; your key {key} is fine");
+    let server = LlmServer::start(vec![
+        Reply::status(503, &echoed, &[]),
+        Reply::status(503, &echoed, &[]),
+    ])
+    .await;
+    let mut command = args(&[
+        "-v",
+        "run",
+        "hi",
+        "--config",
+        config.to_str().unwrap(),
+        "--workspace",
+        workspace.path().to_str().unwrap(),
+        "--state-dir",
+        &state_dir().display().to_string(),
+        "--base-url",
+        server.url(),
+    ]);
+    let output = clawcage(command, vec![("ANTHROPIC_API_KEY", key.into())], None).await;
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("retrying"),
+        "the retry was logged: {stderr}"
+    );
+    assert!(stderr.contains("your key"), "{stderr}");
+    assert!(!stderr.contains(key), "the key reached stderr: {stderr}");
+    assert!(!text(&output.stdout).contains(key));
+}
