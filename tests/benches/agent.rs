@@ -71,6 +71,7 @@ fn main() {
                         messages: &messages,
                         tools: &empty,
                         stream: false,
+                        max_tokens: None,
                     },
                     &NoEvents,
                 )

@@ -182,7 +182,7 @@ async fn a_long_session_is_compacted_every_request_fits_and_a_restart_keeps_the_
         bodies[summaries[0]],
         json!({
             "model": "claude-test",
-            "max_tokens": 8192,
+            "max_tokens": 512, // the policy's max_tokens, below what the window leaves
             "system": SUMMARY_SYSTEM_PROMPT,
             "messages": [{"role": "user", "content": [{"type": "text", "text": older}]}],
         })
@@ -799,7 +799,7 @@ async fn an_openai_compatible_length_refusal_is_compacted_and_retried_in_its_wir
         bodies[2],
         json!({
             "model": "test-model",
-            "max_tokens": 8192,
+            "max_tokens": 1024,
             "messages": [
                 {"role": "system", "content": SUMMARY_SYSTEM_PROMPT},
                 {"role": "user", "content": "Summarise this conversation so far (oldest first):\n[user] The code is 7.\n[assistant] Noted.\n"},

@@ -65,6 +65,7 @@ async fn ask(
                 messages: &messages,
                 tools: &tools,
                 stream,
+                max_tokens: None,
             },
             events,
         )

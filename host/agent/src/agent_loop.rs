@@ -243,10 +243,44 @@ pub struct AgentLoop {
 /// An agent's context policy and what it learned about the model's tokens.
 #[derive(Debug)]
 struct ContextState {
-    policy: ContextPolicy,
+    /// The policy, its window replaced by what the model's server reports once it was asked.
+    policy: std::sync::RwLock<ContextPolicy>,
+    /// Set once the models' servers were asked for their windows.
+    servers_asked: tokio::sync::OnceCell<()>,
     estimator: TokenEstimator,
     /// The size of the tool definitions as JSON.
     tools_bytes: usize,
+}
+
+impl ContextState {
+    /// The policy as it stands.
+    fn policy(&self) -> ContextPolicy {
+        self.policy
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    fn set_policy(&self, policy: ContextPolicy) {
+        *self
+            .policy
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = policy;
+    }
+
+    /// Ask the models' servers for their windows, the first time only (each server is asked
+    /// once per process and at most a short while; one that does not say changes nothing).
+    async fn ask_servers(&self) {
+        if !self.policy().asks_servers() {
+            return;
+        }
+        self.servers_asked
+            .get_or_init(|| async {
+                let asked = self.policy().with_server_windows().await;
+                self.set_policy(asked);
+            })
+            .await;
+    }
 }
 
 impl AgentLoop {
@@ -268,16 +302,18 @@ impl AgentLoop {
         let tools_bytes =
             serde_json::to_string(&self.tools.anthropic_definitions()).map_or(0, |text| text.len());
         self.context = Some(Arc::new(ContextState {
-            policy,
+            policy: std::sync::RwLock::new(policy),
+            servers_asked: tokio::sync::OnceCell::new(),
             estimator: TokenEstimator::new(),
             tools_bytes,
         }));
         self
     }
 
-    /// The context policy, when one is set.
-    pub fn context_policy(&self) -> Option<&ContextPolicy> {
-        self.context.as_ref().map(|context| &context.policy)
+    /// The context policy as it stands (its window from the model's server once a model call
+    /// asked), when one is set.
+    pub fn context_policy(&self) -> Option<ContextPolicy> {
+        self.context.as_ref().map(|context| context.policy())
     }
 
     /// The estimated prompt tokens of a request on `history` (system prompt and tools
@@ -302,7 +338,7 @@ impl AgentLoop {
     /// estimator: a cut that moved with each calibration would change the history's prefix
     /// and miss the provider's prompt cache.
     fn max_result_chars(&self, context: &ContextState) -> usize {
-        (context.policy.max_tool_result() * BYTES_PER_TOKEN) as usize
+        (context.policy().max_tool_result() * BYTES_PER_TOKEN) as usize
     }
 
     /// Compact `history` now (`/compact`): the older messages are summarised by the model and
@@ -319,8 +355,9 @@ impl AgentLoop {
                 "this agent has no context window to keep to (the scripted provider has none), so there is nothing to compact".to_string(),
             ));
         };
+        context.ask_servers().await;
         let total = messages_tokens(history, &context.estimator);
-        let keep = context.policy.keep_recent().min(total / 2);
+        let keep = context.policy().keep_recent().min(total / 2);
         self.compact_with(
             &context,
             history,
@@ -345,23 +382,29 @@ impl AgentLoop {
             return Ok(None);
         };
         let tokens_before = self.estimate(history).unwrap_or(0);
-        let room = context
-            .policy
+        let policy = context.policy();
+        let room = policy
             .prompt_room()
             .saturating_sub(context.estimator.correct(raw_request_tokens(
                 SUMMARY_SYSTEM_PROMPT,
                 0,
                 &[],
             )))
-            .saturating_sub(context.policy.max_summary());
+            .saturating_sub(policy.max_summary());
         let older = trim_oversized_results(&history[..cut], self.max_result_chars(context));
         let request_message = summary_request(&older, &context.estimator, room);
         let no_tools = ToolRegistry::new();
+        let summary_prompt = context.estimator.correct(raw_request_tokens(
+            SUMMARY_SYSTEM_PROMPT,
+            0,
+            std::slice::from_ref(&request_message),
+        ));
         let request = ChatRequest {
             system: SUMMARY_SYSTEM_PROMPT,
             messages: std::slice::from_ref(&request_message),
             tools: &no_tools,
             stream: false,
+            max_tokens: Some(output_tokens(policy.reply_budget(summary_prompt))),
         };
         let response = self.provider.complete(request, &NoEvents).await?;
         let text = ChatMessage {
@@ -376,7 +419,7 @@ impl AgentLoop {
                 message: "the model answered the summary request with no text".to_string(),
             }));
         }
-        let mut summary = bounded_summary(&text, &context.policy);
+        let mut summary = bounded_summary(&text, &policy);
         if response.stop_reason == StopReason::MaxTokens {
             // The model did not finish it: the summary says so, to the model and the person.
             summary.push_str(SUMMARY_CUT_NOTE);
@@ -415,7 +458,7 @@ impl AgentLoop {
         futile: &mut bool,
         mut estimate: u64,
     ) -> Result<bool, AgentError> {
-        let policy = &context.policy;
+        let policy = &context.policy();
         let mut changed = false;
         if estimate > policy.compact_at() && !*futile {
             let keep = policy.keep_recent();
@@ -445,10 +488,11 @@ impl AgentLoop {
         }
         if estimate > policy.prompt_room() {
             return Err(AgentError::ContextFull(format!(
-                "the conversation needs about {estimate} tokens, more than the {} that {}'s {}-token context window leaves beside the reply; nothing older is left to compact. Send a shorter message, /reset the session, or set [models.\"MODEL\"] context_window if the model's window is larger",
+                "the conversation needs about {estimate} tokens, more than the {} that {}'s {}-token context window ({}) leaves beside the reply; nothing older is left to compact. Send a shorter message, /reset the session, or set [models.\"MODEL\"] context_window if the model's window is larger",
                 policy.prompt_room(),
                 self.provider.label(),
-                policy.window
+                policy.window,
+                policy.window_source.describe()
             )));
         }
         Ok(changed)
@@ -748,9 +792,11 @@ impl AgentLoop {
                 messages: history,
                 tools: &self.tools,
                 stream: self.config.stream,
+                max_tokens: None,
             };
             return Ok(self.provider.complete(request, observer).await?);
         };
+        context.ask_servers().await;
         let mut retried = false;
         loop {
             // One estimate per model call: the fit check and the calibration share it.
@@ -766,11 +812,17 @@ impl AgentLoop {
             }
             let result = {
                 let view = trim_oversized_results(history, self.max_result_chars(&context));
+                // The reply gets what the window leaves beside this prompt, at most the
+                // configured max_tokens.
+                let reply_budget = context
+                    .policy()
+                    .reply_budget(context.estimator.correct(raw));
                 let request = ChatRequest {
                     system: &self.config.system_prompt,
                     messages: &view,
                     tools: &self.tools,
                     stream: self.config.stream,
+                    max_tokens: Some(output_tokens(reply_budget)),
                 };
                 self.provider.complete(request, observer).await
             };
@@ -784,6 +836,10 @@ impl AgentLoop {
                 Err(error) if error.is_context_overflow() => error,
                 Err(error) => return Err(error.into()),
             };
+            // A server that names its window (llama.cpp) is believed over the table.
+            if let Some(window) = error.server_window() {
+                context.set_policy(context.policy().with_refusal_window(window));
+            }
             let still = |why: &str| {
                 AgentError::ContextFull(format!(
                     "{} refused the request as too long for its context window ({error}); {why}. Send a shorter message, /reset the session, or set [models.\"MODEL\"] context_window to the model's real window so clawcage compacts in time",
@@ -794,7 +850,7 @@ impl AgentLoop {
                 return Err(still("it was compacted once and is still too long"));
             }
             retried = true;
-            let keep = context.policy.keep_recent() / 2;
+            let keep = context.policy().keep_recent() / 2;
             // Say only what happens: with nothing older to compact, no compaction is promised.
             if find_cut(history, &context.estimator, keep).is_none() {
                 return Err(still("nothing older is left to compact"));

@@ -448,6 +448,7 @@ mod tests {
             messages: &messages,
             tools: &tools,
             stream: false,
+            max_tokens: None,
         };
         let events = crate::provider::NoEvents;
         // Calls of a child, charged to its parent's account.

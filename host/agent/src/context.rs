@@ -1,14 +1,20 @@
 //! How much of a model's context window a request takes, and keeping it inside: each model's
-//! window ([`context_window`]: a built-in table, overridden by `[models."NAME"] context_window`),
-//! the token estimate of a request ([`TokenEstimator`]: bytes corrected by the provider's own
-//! counts), the room a request may take ([`ContextPolicy::prompt_room`]: the window minus the
-//! reply's `max_tokens` and a margin), and the cut of a single tool result too large for the
-//! history ([`trim_oversized_results`]), which leaves a note saying how to read the rest.
+//! window ([`context_window`]: `[models."NAME"] context_window`, else what the model's server
+//! reports ([`crate::provider::window`], asked on the first model call), else a built-in table,
+//! else 32k; [`WindowSource`] says which), the token estimate of a request ([`TokenEstimator`]:
+//! bytes corrected by the provider's own counts), the room a request may take
+//! ([`ContextPolicy::prompt_room`]: the window minus the reply's reserve and a margin), the
+//! output budget of a request ([`ContextPolicy::reply_budget`]: the configured `max_tokens`,
+//! but no more than the window leaves beside the prompt), and the cut of a single tool result
+//! too large for the history ([`trim_oversized_results`]), which leaves a note saying how to
+//! read the rest.
 
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clawcage_core::{ChatMessage, ContentBlock, Role};
+
+use crate::provider::window::ServerWindow;
 
 /// Bytes per token of the uncorrected estimate (English prose and code average 3.5 to 4.5).
 pub const BYTES_PER_TOKEN: u64 = 4;
@@ -72,30 +78,186 @@ pub fn builtin_context_window(model: &str) -> Option<u64> {
 /// The context window of `model`: the configured one, else the table's, else
 /// [`UNKNOWN_MODEL_WINDOW`].
 pub fn context_window(model: &str, configured: Option<u64>) -> u64 {
-    configured
-        .or_else(|| builtin_context_window(model))
-        .unwrap_or(UNKNOWN_MODEL_WINDOW)
+    window_of(model, configured).0
 }
+
+/// The context window of `model` without asking its server, and where it came from.
+pub fn window_of(model: &str, configured: Option<u64>) -> (u64, WindowSource) {
+    match (configured, builtin_context_window(model)) {
+        (Some(window), _) => (window, WindowSource::Configured),
+        (None, Some(window)) => (window, WindowSource::Table),
+        (None, None) => (UNKNOWN_MODEL_WINDOW, WindowSource::Default),
+    }
+}
+
+/// Where a model's context window came from, in order of precedence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WindowSource {
+    /// `[models."NAME"] context_window` (or the caller that built the policy).
+    Configured,
+    /// The model's server reported it.
+    Server,
+    /// clawcage's table of known models.
+    Table,
+    /// Nobody knew: [`UNKNOWN_MODEL_WINDOW`].
+    Default,
+}
+
+impl WindowSource {
+    /// How `/usage` names it: "from the server".
+    pub fn describe(self) -> &'static str {
+        match self {
+            WindowSource::Configured => "from the configuration",
+            WindowSource::Server => "from the server",
+            WindowSource::Table => "from clawcage's table of known models",
+            WindowSource::Default => "assumed: neither the configuration nor the server said",
+        }
+    }
+}
+
+/// One model a request may go to (a fail-over chain has several) and what is known of its
+/// window.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ModelWindow {
+    /// The model's name.
+    pub model: String,
+    /// Its window so far, in tokens.
+    pub window: u64,
+    /// Where that came from.
+    pub source: WindowSource,
+    /// Its server, to ask when the configuration does not give the window.
+    pub server: Option<ServerWindow>,
+}
+
+impl ModelWindow {
+    /// `model` with the configured window if any, else the table's; `server` is asked on the
+    /// first model call unless the window is configured.
+    pub fn new(model: &str, configured: Option<u64>, server: Option<ServerWindow>) -> Self {
+        let (window, source) = window_of(model, configured);
+        Self {
+            model: model.to_string(),
+            window,
+            source,
+            server: server.filter(|_| source != WindowSource::Configured),
+        }
+    }
+}
+
+/// The smallest window of `models` (any member of a chain may answer) with its source.
+fn smallest(models: &[ModelWindow]) -> Option<(u64, WindowSource)> {
+    models
+        .iter()
+        .min_by_key(|model| model.window)
+        .map(|model| (model.window.max(MIN_POLICY_WINDOW), model.source))
+}
+
+/// The smallest window a policy works with.
+const MIN_POLICY_WINDOW: u64 = 1024;
 
 /// How an agent keeps its requests inside the model's window.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ContextPolicy {
     /// The model's context window, in tokens.
     pub window: u64,
-    /// The reply's `max_tokens`.
+    /// Where [`ContextPolicy::window`] came from.
+    pub window_source: WindowSource,
+    /// The reply's configured `max_tokens`.
     pub reply_tokens: u64,
     /// The share of the window at which the history is compacted (0 to 1).
     pub compact_threshold: f64,
+    /// The models requests go to, when the policy was built from them
+    /// ([`ContextPolicy::for_models`]); their servers are asked for windows not configured.
+    pub models: Vec<ModelWindow>,
 }
 
 impl ContextPolicy {
     /// A policy for a `window` and a reply of `reply_tokens`, compacting at 70 %.
     pub fn new(window: u64, reply_tokens: u64) -> Self {
         Self {
-            window: window.max(1024),
+            window: window.max(MIN_POLICY_WINDOW),
+            window_source: WindowSource::Configured,
             reply_tokens,
             compact_threshold: DEFAULT_COMPACT_THRESHOLD,
+            models: Vec::new(),
         }
+    }
+
+    /// A policy for requests that may go to any of `models` (the smallest window counts) with
+    /// replies of `reply_tokens`; `None` without models.
+    pub fn for_models(models: Vec<ModelWindow>, reply_tokens: u64) -> Option<Self> {
+        let (window, source) = smallest(&models)?;
+        let mut policy = Self::new(window, reply_tokens);
+        policy.window_source = source;
+        policy.models = models;
+        Some(policy)
+    }
+
+    /// Whether a model's server is still to be asked for its window.
+    pub fn asks_servers(&self) -> bool {
+        self.models.iter().any(|model| model.server.is_some())
+    }
+
+    /// The policy with the windows the models' servers report (each server asked once per
+    /// process, at most [`crate::provider::window::PROBE_TIMEOUT`]; one that says nothing
+    /// keeps the table's window).
+    pub async fn with_server_windows(&self) -> Self {
+        let mut models = self.models.clone();
+        for model in &mut models {
+            if let Some(server) = &model.server
+                && let Some(window) = server.window().await
+            {
+                model.window = window;
+                model.source = WindowSource::Server;
+            }
+        }
+        self.with_models(models)
+    }
+
+    /// The policy after the server refused a request as too long and named its `window`: a
+    /// window not configured becomes at most that (and the servers remember it).
+    pub fn with_refusal_window(&self, window: u64) -> Self {
+        if self.window_source == WindowSource::Configured || window >= self.window {
+            return self.clone();
+        }
+        let mut models = self.models.clone();
+        if models.is_empty() {
+            let mut policy = self.clone();
+            policy.window = window.max(MIN_POLICY_WINDOW);
+            policy.window_source = WindowSource::Server;
+            return policy;
+        }
+        for model in &mut models {
+            if model.source != WindowSource::Configured && model.window > window {
+                if let Some(server) = &model.server {
+                    server.learn(window);
+                }
+                model.window = window;
+                model.source = WindowSource::Server;
+            }
+        }
+        self.with_models(models)
+    }
+
+    fn with_models(&self, models: Vec<ModelWindow>) -> Self {
+        let mut policy = self.clone();
+        if let Some((window, source)) = smallest(&models) {
+            policy.window = window;
+            policy.window_source = source;
+        }
+        policy.models = models;
+        policy
+    }
+
+    /// The `max_tokens` of a request whose prompt is estimated at `prompt_tokens`: the
+    /// configured number, but no more than the window leaves beside the prompt and the
+    /// margin, and never less than [`ContextPolicy::reply_reserve`] — the fit check compacts
+    /// (or refuses) a prompt that would leave less, so the two agree.
+    pub fn reply_budget(&self, prompt_tokens: u64) -> u64 {
+        let left = self
+            .window
+            .saturating_sub(prompt_tokens)
+            .saturating_sub(self.margin());
+        self.reply_tokens.min(left.max(self.reply_reserve())).max(1)
     }
 
     /// The tokens kept free for the reply: its `max_tokens`, but at most a quarter of the
@@ -374,6 +536,68 @@ mod tests {
         assert_eq!(small.reply_reserve(), 2048);
         assert_eq!(small.prompt_room(), 8192 - 2048 - 409);
         assert!(small.compact_at() <= small.prompt_room());
+    }
+
+    #[test]
+    fn the_reply_gets_what_the_window_leaves_but_never_less_than_its_reserve() {
+        // `[models."smollm2"] context_window = 4096` with the default max_tokens of 8192.
+        let policy = ContextPolicy::new(4096, 8192);
+        assert_eq!(policy.reply_budget(100), 4096 - 100 - 204);
+        // The fit check lets a prompt take up to prompt_room: the reply then gets its reserve,
+        // the two agree.
+        assert_eq!(
+            policy.reply_budget(policy.prompt_room()),
+            policy.reply_reserve()
+        );
+        // Beyond it (an estimate off, a prompt that could not be compacted): still the reserve,
+        // never a sliver or 0.
+        assert_eq!(policy.reply_budget(4000), 1024);
+        assert_eq!(policy.reply_budget(u64::MAX), 1024);
+        // A big window: the configured max_tokens.
+        assert_eq!(
+            ContextPolicy::new(200_000, 8192).reply_budget(150_000),
+            8192
+        );
+        // A configured max_tokens below the reserve is kept.
+        assert_eq!(ContextPolicy::new(4096, 100).reply_budget(4000), 100);
+    }
+
+    #[test]
+    fn windows_follow_the_precedence_and_a_refusal_lowers_the_unconfigured_ones() {
+        assert_eq!(
+            window_of("smollm2", Some(4096)),
+            (4096, WindowSource::Configured)
+        );
+        assert_eq!(window_of("qwen2.5:7b", None), (32_768, WindowSource::Table));
+        assert_eq!(
+            window_of("smollm2", None),
+            (UNKNOWN_MODEL_WINDOW, WindowSource::Default)
+        );
+        let chain = ContextPolicy::for_models(
+            vec![
+                ModelWindow::new("claude-sonnet-4-5", None, None),
+                ModelWindow::new("llama3.1:8b", Some(8192), None),
+            ],
+            8192,
+        )
+        .unwrap();
+        assert_eq!(
+            (chain.window, chain.window_source),
+            (8192, WindowSource::Configured)
+        );
+        // Configured: a refusal naming a smaller window does not override it.
+        assert_eq!(chain.with_refusal_window(2048).window, 8192);
+        let alone =
+            ContextPolicy::for_models(vec![ModelWindow::new("tiny", None, None)], 8192).unwrap();
+        let refused = alone.with_refusal_window(2048);
+        assert_eq!(
+            (refused.window, refused.window_source),
+            (2048, WindowSource::Server)
+        );
+        assert_eq!(refused.reply_reserve(), 512);
+        // A larger window named later does not raise it.
+        assert_eq!(refused.with_refusal_window(4096).window, 2048);
+        assert_eq!(ContextPolicy::for_models(Vec::new(), 8192), None);
     }
 
     #[test]

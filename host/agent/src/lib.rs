@@ -36,7 +36,7 @@ pub use audit::{AuditLog, AuditRecord, AuditedRegistry};
 pub use budget::{Budget, BudgetConfig, Metered, budget_account, charged_to};
 pub use bus::{BusError, Delivery, MessageBus, Subscription};
 pub use compaction::{Compaction, CompactionReason, Journaled};
-pub use context::{ContextPolicy, TokenEstimator, context_window};
+pub use context::{ContextPolicy, ModelWindow, TokenEstimator, WindowSource, context_window};
 pub use cron::{CronOptions, CronService};
 pub use message_tool::{MessageTool, OutboundMessage, SendCallback};
 pub use provider::{Provider, ProviderError, ProviderEvents};

@@ -495,8 +495,9 @@ impl Sessions {
         )];
         if let Some(policy) = self.agent().context_policy() {
             lines.push(format!(
-                "context window: {} tokens; the history is compacted past {:.0}% ({} tokens)",
+                "context window: {} tokens ({}); the history is compacted past {:.0}% ({} tokens)",
                 policy.window,
+                policy.window_source.describe(),
                 policy.compact_threshold * 100.0,
                 policy.compact_at()
             ));

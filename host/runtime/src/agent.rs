@@ -168,6 +168,7 @@ impl Runtime {
             u64::from(config.provider.max_tokens.unwrap_or(8192)),
             &config.models,
             &config.context,
+            &chosen.windows,
         )
         .map_err(|error| usage(format!("{error:#}")))?;
         let mut agent = AgentLoop::new(provider, tools.clone(), agent_config)

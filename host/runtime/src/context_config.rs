@@ -1,5 +1,5 @@
 //! The long-session part of the configuration: `[models."NAME"] context_window`, each model's
-//! window in tokens over the built-in table; `[context] compact_threshold`, the share of the
+//! window in tokens over what its server reports and the built-in table; `[context] compact_threshold`, the share of the
 //! window at which a session's older messages are summarised; and `[budget] session_tokens` and
 //! `daily_tokens`, the token budgets. Checked here, so a bad value is a configuration error at
 //! start-up that names the key and the valid range.
@@ -8,7 +8,8 @@ use std::collections::BTreeMap;
 
 use anyhow::bail;
 use clawcage_agent::BudgetConfig;
-use clawcage_agent::context::{ContextPolicy, DEFAULT_COMPACT_THRESHOLD, context_window};
+use clawcage_agent::context::{ContextPolicy, DEFAULT_COMPACT_THRESHOLD, ModelWindow};
+use clawcage_agent::provider::window::ServerWindow;
 use serde::Deserialize;
 
 /// One `[models."NAME"]`.
@@ -55,12 +56,15 @@ pub fn models_of_label(label: &str) -> Option<Vec<String>> {
 }
 
 /// The context policy for the models of `label` (the smallest window of a fail-over chain,
-/// since any member may answer), replies of `reply_tokens`, `[models]` and `[context]`.
+/// since any member may answer), replies of `reply_tokens`, `[models]` and `[context]`; a model
+/// whose window `[models]` does not give is asked of its server in `servers` on the first model
+/// call (precedence: configuration, server, built-in table, 32k).
 pub fn context_policy(
     label: &str,
     reply_tokens: u64,
     models: &BTreeMap<String, ModelSection>,
     context: &ContextSection,
+    servers: &[ServerWindow],
 ) -> anyhow::Result<Option<ContextPolicy>> {
     for (name, model) in models {
         if let Some(window) = model.context_window
@@ -81,17 +85,20 @@ pub fn context_policy(
     let Some(names) = models_of_label(label) else {
         return Ok(None);
     };
-    let Some(window) = names
+    let members = names
         .iter()
         .map(|name| {
             let configured = models.get(name).and_then(|model| model.context_window);
-            context_window(name, configured)
+            let server = servers
+                .iter()
+                .find(|server| server.model() == name)
+                .cloned();
+            ModelWindow::new(name, configured, server)
         })
-        .min()
-    else {
+        .collect();
+    let Some(mut policy) = ContextPolicy::for_models(members, reply_tokens) else {
         return Ok(None);
     };
-    let mut policy = ContextPolicy::new(window, reply_tokens);
     policy.compact_threshold = threshold;
     Ok(Some(policy))
 }
@@ -118,6 +125,8 @@ impl BudgetSection {
 mod tests {
     use super::*;
     use crate::config::Config;
+    use clawcage_agent::WindowSource;
+    use clawcage_agent::provider::ProviderKind;
 
     #[test]
     fn windows_budgets_and_the_threshold_are_read_and_checked() {
@@ -130,24 +139,45 @@ mod tests {
             8192,
             &config.models,
             &config.context,
+            &[],
         )
         .unwrap()
         .unwrap();
         assert_eq!(policy.window, 8192);
+        assert_eq!(policy.window_source, WindowSource::Configured);
         assert!((policy.compact_threshold - 0.6).abs() < 1e-9);
         let alone = context_policy(
             "anthropic/claude-sonnet-4-5",
             8192,
             &config.models,
             &config.context,
+            &[],
         )
         .unwrap()
         .unwrap();
         assert_eq!(alone.window, 200_000);
+        assert_eq!(alone.window_source, WindowSource::Table);
         assert_eq!(
-            context_policy("scripted/demo", 8192, &config.models, &config.context).unwrap(),
+            context_policy("scripted/demo", 8192, &config.models, &config.context, &[]).unwrap(),
             None
         );
+        // A model's server is asked only when the configuration does not give the window.
+        let server = |model: &str| {
+            ServerWindow::new(ProviderKind::OpenAi, "http://127.0.0.1:9/v1", model, None)
+        };
+        let asked = context_policy(
+            "openai/llama3.1:8b -> openai/unknown",
+            8192,
+            &config.models,
+            &config.context,
+            &[server("llama3.1:8b"), server("unknown")],
+        )
+        .unwrap()
+        .unwrap();
+        assert_eq!(asked.models[0].server, None);
+        assert_eq!(asked.models[1].server, Some(server("unknown")));
+        assert_eq!(asked.models[1].source, WindowSource::Default);
+        assert_eq!(asked.window, 8192);
         assert_eq!(config.budget.config().unwrap().session_tokens, Some(50_000));
         for bad in [
             "[models.\"m\"]\ncontext = 8192\n",
@@ -157,13 +187,13 @@ mod tests {
             assert!(toml::from_str::<Config>(bad).is_err(), "{bad}");
         }
         let tiny: Config = toml::from_str("[models.\"m\"]\ncontext_window = 10\n").unwrap();
-        let error = context_policy("openai/m", 10, &tiny.models, &tiny.context).unwrap_err();
+        let error = context_policy("openai/m", 10, &tiny.models, &tiny.context, &[]).unwrap_err();
         assert!(
             error.to_string().contains("[models.\"m\"] context_window"),
             "{error}"
         );
         let high: Config = toml::from_str("[context]\ncompact_threshold = 1.5\n").unwrap();
-        assert!(context_policy("openai/m", 10, &high.models, &high.context).is_err());
+        assert!(context_policy("openai/m", 10, &high.models, &high.context, &[]).is_err());
         let zero: Config = toml::from_str("[budget]\ndaily_tokens = 0\n").unwrap();
         assert!(zero.budget.config().is_err());
     }

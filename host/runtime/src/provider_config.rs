@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
+use clawcage_agent::provider::window::ServerWindow;
 use clawcage_agent::provider::{
     self, ApiKey, FailoverChain, HttpSettings, ProviderConfig, ProviderKind, RetryPolicy, Retrying,
     Script,
@@ -124,6 +125,8 @@ pub struct ChosenProvider {
     pub provider: Arc<dyn Provider>,
     /// Whether it is the scripted provider (front ends say so).
     pub scripted: bool,
+    /// Where to ask each model's server for its context window (not the public APIs).
+    pub windows: Vec<ServerWindow>,
 }
 
 /// Build the provider chain from the flags, `[provider]` and the environment.
@@ -172,6 +175,7 @@ pub fn choose_provider(
         return Ok(ChosenProvider {
             provider: provider::build(ProviderConfig::Scripted(script), tools)?,
             scripted: true,
+            windows: Vec::new(),
         });
     }
 
@@ -199,8 +203,17 @@ pub fn choose_provider(
     let model = pick(&args.model, &section.model);
     let base_url = pick(&args.base_url, &section.base_url);
     let cache = section.prompt_cache.unwrap_or(true);
+    let mut windows = Vec::new();
     let mut members: Vec<Arc<dyn Provider>> = vec![http_member(
-        kind, model, base_url, max_tokens, timeout, policy, cache, tools,
+        kind,
+        model,
+        base_url,
+        max_tokens,
+        timeout,
+        policy,
+        cache,
+        tools,
+        &mut windows,
     )?];
     for fallback in &section.fallback {
         let kind = ProviderKind::parse(&fallback.kind)?;
@@ -218,6 +231,7 @@ pub fn choose_provider(
             policy,
             cache,
             tools,
+            &mut windows,
         )?);
     }
     let provider: Arc<dyn Provider> = if members.len() == 1 {
@@ -228,6 +242,7 @@ pub fn choose_provider(
     Ok(ChosenProvider {
         provider,
         scripted: false,
+        windows,
     })
 }
 
@@ -244,6 +259,7 @@ fn http_member(
     policy: RetryPolicy,
     prompt_cache: bool,
     tools: &ToolRegistry,
+    windows: &mut Vec<ServerWindow>,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     let (default_url, default_model) = match kind {
         ProviderKind::Anthropic => (ANTHROPIC_BASE_URL, Some(ANTHROPIC_MODEL)),
@@ -272,6 +288,7 @@ fn http_member(
         ProviderKind::Anthropic => ProviderConfig::Anthropic(settings),
         _ => ProviderConfig::OpenAi(settings),
     };
+    windows.extend(ServerWindow::for_config(&config));
     Ok(Arc::new(Retrying::new(
         provider::build(config, tools)?,
         policy,

@@ -59,7 +59,7 @@ pub fn request_body(settings: &HttpSettings, request: &ChatRequest<'_>) -> Value
     let mut messages: Vec<Value> = request.messages.iter().filter_map(message_json).collect();
     let mut body = json!({
         "model": settings.model,
-        "max_tokens": settings.max_tokens,
+        "max_tokens": settings.output_tokens(request),
     });
     if settings.prompt_cache {
         mark_history(&mut messages);

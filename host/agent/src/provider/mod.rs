@@ -14,6 +14,7 @@ pub mod repair;
 pub mod retry;
 pub mod scripted;
 pub mod sse;
+pub mod window;
 
 use std::fmt;
 use std::sync::Arc;
@@ -39,6 +40,10 @@ pub struct ChatRequest<'a> {
     pub tools: &'a ToolRegistry,
     /// Whether to stream text as it is generated (reported through [`ProviderEvents`]).
     pub stream: bool,
+    /// The most output tokens this request may ask for, when its context window leaves less
+    /// than the configured `max_tokens` beside the prompt (`None`: the configured number). The
+    /// smaller of the two is sent.
+    pub max_tokens: Option<u32>,
 }
 
 /// Why the model stopped.
@@ -213,6 +218,17 @@ impl ProviderError {
         }
     }
 
+    /// The context window the server named when it refused a request as too long (llama.cpp's
+    /// `n_ctx`), if it did.
+    pub fn server_window(&self) -> Option<u64> {
+        match self {
+            ProviderError::Status { message, .. }
+            | ProviderError::Stream { message, .. }
+            | ProviderError::AllFailed(message) => window::window_in_overflow_note(message),
+            _ => None,
+        }
+    }
+
     /// The wait the server asked for, if any.
     pub fn retry_after(&self) -> Option<Duration> {
         match self {
@@ -360,6 +376,15 @@ impl HttpSettings {
             max_response_bytes: 16 << 20,
             prompt_cache: false,
         }
+    }
+
+    /// The `max_tokens` sent with `request`: the configured cap, or the request's own when it
+    /// is smaller (never 0).
+    pub fn output_tokens(&self, request: &ChatRequest<'_>) -> u32 {
+        request
+            .max_tokens
+            .map_or(self.max_tokens, |cap| cap.min(self.max_tokens))
+            .max(1)
     }
 
     /// The endpoint URL: the base without trailing slashes, then `path`.
@@ -597,7 +622,14 @@ fn error_message(body: &[u8], status: u16, url: &str) -> String {
             .as_str()
             .or_else(|| value["error"].as_str());
         if let Some(message) = message {
-            let message = preview(message, 500);
+            let mut message = preview(message, 500);
+            // llama.cpp's `exceed_context_size_error` names the window it has.
+            if let Some(window) = value["error"]["n_ctx"].as_u64() {
+                message.push_str(&window::overflow_note(
+                    value["error"]["n_prompt_tokens"].as_u64(),
+                    window,
+                ));
+            }
             // A model API's path that does not exist: the base URL is wrong.
             return if matches!(status, 404 | 405) {
                 format!("{message}; {}", hint())

@@ -46,7 +46,7 @@ pub fn request_body(settings: &HttpSettings, request: &ChatRequest<'_>) -> Value
     }
     let mut body = json!({
         "model": settings.model,
-        "max_tokens": settings.max_tokens,
+        "max_tokens": settings.output_tokens(request),
         "messages": messages,
     });
     let tools = request.tools.openai_definitions();

@@ -96,6 +96,7 @@ impl Provider for Redacting {
                 messages,
                 tools: request.tools,
                 stream: request.stream,
+                max_tokens: request.max_tokens,
             };
             let scrubbing = ScrubbingEvents::new(events, redactor);
             let result = self.inner.complete(request, &scrubbing).await;
@@ -644,6 +645,7 @@ mod tests {
             messages: &messages,
             tools: &tools,
             stream: true,
+            max_tokens: None,
         };
         block_on(provider.complete(request, events))
     }
