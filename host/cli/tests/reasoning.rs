@@ -2,8 +2,9 @@
 //! speaking the OpenAI-compatible wire format (as llama.cpp's `llama-server` does with a thinking
 //! template): `run` keeps it off stdout and shows it on stderr only with `--show-reasoning`; a
 //! reply of reasoning only is exit status 1 with a message, never an empty success; `chat` shows
-//! reasoning apart from the answer and says when there is no answer; a secret value in reasoning
-//! never reaches the terminal or the transcript.
+//! reasoning apart from the answer (dimmed in a real terminal, driven through `pty_driver.py`) and
+//! says when there is no answer; a secret value in reasoning never reaches the terminal or the
+//! transcript.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -14,8 +15,9 @@ use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
-use clawcage_tests::cli_state::private_state_dir;
-use clawcage_tests::llm_server::{LlmServer, openai};
+use clawcage_tests::cli_state::{private_state_dir, warm_components};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, openai};
+use serde_json::{Value, json};
 
 /// Run the binary off the async runtime (the server lives on it) with `stdin` fed in.
 async fn clawcage(args: Vec<String>, env: Vec<(&'static str, String)>, stdin: &str) -> Output {
@@ -64,6 +66,33 @@ fn command(server: &LlmServer, state: &Path, workspace: &Path, words: &[&str]) -
     args
 }
 
+/// A scripted model server playing `replies` in order to the model requests (POSTs); any other
+/// request (a question for the model's context window, `GET …/models`) is answered 404 without
+/// taking a reply, as a server that does not say.
+async fn model_server(replies: Vec<Reply>) -> LlmServer {
+    let replies = std::sync::Mutex::new(std::collections::VecDeque::from(replies));
+    LlmServer::start_routed(move |body| {
+        if body.is_null() {
+            return Reply::status(404, "not found", &[]);
+        }
+        replies
+            .lock()
+            .unwrap()
+            .pop_front()
+            .unwrap_or_else(|| Reply::status(500, "the test script has no reply left", &[]))
+    })
+    .await
+}
+
+/// The bodies of the model requests `server` received, in order.
+fn chat_bodies(server: &LlmServer) -> Vec<Value> {
+    server
+        .bodies()
+        .into_iter()
+        .filter(|body| !body.is_null())
+        .collect()
+}
+
 fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
@@ -80,7 +109,7 @@ fn transcripts(state: &Path) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_with_a_reply_of_reasoning_only_fails_and_says_why() {
     let (state, workspace) = (private_state_dir(), tempfile::tempdir().unwrap());
-    let server = LlmServer::start(vec![openai::reasoning(
+    let server = model_server(vec![openai::reasoning(
         "reasoning_content",
         "The user wants a greeting. I could say",
         "",
@@ -115,7 +144,7 @@ async fn run_with_a_reply_of_reasoning_only_fails_and_says_why() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_shows_reasoning_on_stderr_only_when_asked_and_resumes_without_it() {
     let (state, workspace) = (private_state_dir(), tempfile::tempdir().unwrap());
-    let server = LlmServer::start(vec![
+    let server = model_server(vec![
         openai::reasoning(
             "reasoning_content",
             "A greeting is wanted.",
@@ -159,7 +188,7 @@ async fn run_shows_reasoning_on_stderr_only_when_asked_and_resumes_without_it() 
     assert!(output.status.success(), "{stderr}");
     assert_eq!(stdout, "Hi again!\n");
     assert!(!stderr.contains("Again a greeting."), "{stderr}");
-    let resumed = &server.bodies()[1];
+    let resumed = &chat_bodies(&server)[1];
     let sent = resumed.to_string();
     assert!(!sent.contains("A greeting is wanted."), "{sent}");
     assert_eq!(resumed["messages"][2]["role"], "assistant");
@@ -178,7 +207,7 @@ async fn run_help_explains_show_reasoning() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chat_shows_streamed_reasoning_apart_and_says_when_there_is_no_answer() {
     let (state, workspace) = (private_state_dir(), tempfile::tempdir().unwrap());
-    let server = LlmServer::start(vec![
+    let server = model_server(vec![
         openai::reasoning_stream(
             "reasoning_content",
             "They greet me, so I greet back.",
@@ -218,7 +247,7 @@ async fn a_secret_in_reasoning_reaches_neither_the_terminal_nor_the_transcript()
     const KEY: &str = "sk-local-reasoning-4f9d2c7b1e";
     let (state, workspace) = (private_state_dir(), tempfile::tempdir().unwrap());
     // Sent in 4-byte chunks, so the value arrives split across reads.
-    let server = LlmServer::start(vec![openai::reasoning_stream(
+    let server = model_server(vec![openai::reasoning_stream(
         "reasoning_content",
         &format!("The key {KEY} must stay secret."),
         "I will not tell.",
@@ -248,4 +277,77 @@ async fn a_secret_in_reasoning_reaches_neither_the_terminal_nor_the_transcript()
     let stored = transcripts(state.path());
     assert!(!stored.contains(KEY), "{stored}");
     assert!(stored.contains("[redacted: OPENAI_API_KEY]"), "{stored}");
+}
+
+/// Runs `clawcage chat` over Anthropic's wire format against `server` in a pseudo-terminal
+/// through `steps`; returns the driver's report (its output with the escape codes kept).
+async fn drive_in_a_terminal(server: &LlmServer, steps: Value) -> Value {
+    let (state, workspace) = (private_state_dir(), tempfile::tempdir().unwrap());
+    warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pty_driver.py");
+    let url = server.url().to_string();
+    let output = tokio::task::spawn_blocking(move || {
+        let output = Command::new("python3")
+            .arg(driver)
+            .arg(steps.to_string())
+            .arg("--")
+            .arg(env!("CARGO_BIN_EXE_clawcage"))
+            .args(["chat", "--provider", "anthropic", "--model", "claude-test"])
+            .arg("--base-url")
+            .arg(&url)
+            .arg("--workspace")
+            .arg(workspace.path())
+            .arg("--state-dir")
+            .arg(state.path())
+            .env("ANTHROPIC_API_KEY", "sk-test")
+            .env("TERM", "xterm")
+            .env_remove("RUST_LOG")
+            .output()
+            .expect("python3 runs (the pseudo-terminal driver needs it)");
+        drop((state, workspace));
+        output
+    })
+    .await
+    .unwrap();
+    assert!(
+        output.status.success(),
+        "the pty driver failed: {}",
+        text(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chat_in_a_terminal_dims_the_thinking_and_not_the_answer() {
+    let server = model_server(vec![anthropic::stream(
+        &[
+            anthropic::thinking("Weighing the notes.", "sig"),
+            anthropic::text("They say hello."),
+        ],
+        16,
+    )])
+    .await;
+    let report = drive_in_a_terminal(
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "What do the notes say?\r"},
+            {"expect": "They say hello", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"send": "/exit\r"},
+            {"sleep": 0.5},
+        ]),
+    )
+    .await;
+    let output = report["output"].as_str().unwrap();
+    assert_eq!(
+        report["ok"], true,
+        "step {}: {output:?}",
+        report["failed_step"]
+    );
+    // Faint on before the reasoning, off after it, then the answer on a line of its own.
+    assert!(
+        output.contains("\x1b[2mWeighing the notes.\x1b[22m\r\nThey say hello."),
+        "{output:?}"
+    );
 }
