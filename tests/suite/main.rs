@@ -20,6 +20,7 @@ mod exec_attacks;
 mod file_attacks;
 mod file_tools;
 mod guest_units;
+mod llama_server;
 mod long_sessions;
 mod misbehaving;
 mod plugins;

@@ -1,0 +1,376 @@
+//! clawcage's providers against a real llama.cpp `llama-server` serving SmolLM2-135M-Instruct
+//! (both built or fetched once by `tests/llama/setup.sh` into `target/llama/`): plain and
+//! streamed text in the OpenAI and the Anthropic wire formats, a reply cut at `max_tokens`, the
+//! context window read from the server, a context overflow compacted and retried, and a wrong
+//! base path named with its URL and the flag to fix. Each test starts its own server on a free
+//! port with `--temp 0` (the same answer each run) and stops it when it ends. Without the
+//! server or the model a test is skipped with the reason printed; under CI (`CI=true`) it fails.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clawcage_agent::agent_loop::TurnObserver;
+use clawcage_agent::context::ModelWindow;
+use clawcage_agent::provider::window::ServerWindow;
+use clawcage_agent::provider::{
+    self, ApiKey, ChatRequest, HttpSettings, NoEvents, ProviderConfig, ProviderError,
+    ProviderEvents, ProviderKind, StopReason,
+};
+use clawcage_agent::{AgentConfig, AgentLoop, ContextPolicy, Provider, ToolRegistry, WindowSource};
+use clawcage_core::{ChatMessage, ContentBlock};
+use clawcage_tests::toolchains::{repo_root, skip};
+
+/// The files `tests/llama/setup.sh` makes.
+struct LlamaFiles {
+    server: PathBuf,
+    model: PathBuf,
+}
+
+/// The server and the model, or the reason they are missing (the test is then skipped, or
+/// fails under CI).
+fn llama_files(test: &str) -> Option<LlamaFiles> {
+    let dir = std::env::var_os("CLAWCAGE_LLAMA_DIR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join("target").join("llama"));
+    let files = LlamaFiles {
+        server: dir.join("llama-server"),
+        model: dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+    };
+    for path in [&files.server, &files.model] {
+        if !path.is_file() {
+            skip(
+                test,
+                &format!(
+                    "{} is missing; run `just llama-setup` (bash tests/llama/setup.sh) to build it",
+                    path.display()
+                ),
+            );
+            return None;
+        }
+    }
+    Some(files)
+}
+
+/// A running `llama-server`; stopped (killed and reaped) when dropped.
+struct LlamaServer {
+    child: Child,
+    port: u16,
+    log: PathBuf,
+}
+
+impl Drop for LlamaServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl LlamaServer {
+    /// Start the server with a context of `context` tokens and wait until `/health` answers.
+    async fn start(files: &LlamaFiles, context: u32) -> LlamaServer {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|listener| listener.local_addr())
+            .expect("a free port")
+            .port();
+        let log = std::env::temp_dir().join(format!("clawcage-llama-server-{port}.log"));
+        let log_file = std::fs::File::create(&log).expect("the server's log file");
+        let child = Command::new(&files.server)
+            .arg("-m")
+            .arg(&files.model)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--jinja", "-c", &context.to_string(), "--parallel", "1"])
+            .args(["--temp", "0", "--threads", "2"])
+            .stdin(Stdio::null())
+            .stdout(log_file.try_clone().expect("the log file"))
+            .stderr(log_file)
+            .spawn()
+            .expect("start llama-server");
+        let mut server = LlamaServer { child, port, log };
+        server.wait_until_healthy().await;
+        server
+    }
+
+    async fn wait_until_healthy(&mut self) {
+        let client = reqwest::Client::new();
+        let started = Instant::now();
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "llama-server exited ({status}) before it was ready:\n{}",
+                    std::fs::read_to_string(&self.log).unwrap_or_default()
+                );
+            }
+            let health = client
+                .get(format!("{}/health", self.root()))
+                .timeout(Duration::from_secs(2))
+                .send()
+                .await;
+            if health.is_ok_and(|response| response.status().is_success()) {
+                return;
+            }
+            assert!(
+                started.elapsed() < Duration::from_secs(120),
+                "llama-server did not become ready in 120 s; its log: {}",
+                self.log.display()
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    /// `http://127.0.0.1:PORT`: the Anthropic provider's base URL.
+    fn root(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: the OpenAI-compatible provider's base URL.
+    fn v1(&self) -> String {
+        format!("{}/v1", self.root())
+    }
+
+    fn settings(&self, kind: ProviderKind, max_tokens: u32) -> HttpSettings {
+        let base = match kind {
+            ProviderKind::Anthropic => self.root(),
+            _ => self.v1(),
+        };
+        let mut settings = HttpSettings::new(base, "smollm2");
+        settings.max_tokens = max_tokens;
+        settings.timeout = Duration::from_secs(120);
+        // The Anthropic provider needs a key; llama-server takes any.
+        settings.api_key = Some(ApiKey::new("unused"));
+        settings
+    }
+
+    fn provider(&self, kind: ProviderKind, max_tokens: u32) -> Arc<dyn Provider> {
+        let settings = self.settings(kind, max_tokens);
+        let config = match kind {
+            ProviderKind::Anthropic => ProviderConfig::Anthropic(settings),
+            _ => ProviderConfig::OpenAi(settings),
+        };
+        provider::build(config, &ToolRegistry::new()).expect("a provider")
+    }
+}
+
+/// Records streamed text and notes.
+#[derive(Default)]
+struct Heard {
+    text: Mutex<String>,
+    notes: Mutex<Vec<String>>,
+}
+
+impl ProviderEvents for Heard {
+    fn text_delta(&self, text: &str) {
+        self.text.lock().unwrap().push_str(text);
+    }
+}
+
+impl TurnObserver for Heard {
+    fn note(&self, text: &str) {
+        self.notes.lock().unwrap().push(text.to_string());
+    }
+}
+
+async fn ask(
+    provider: &dyn Provider,
+    text: &str,
+    stream: bool,
+    events: &dyn ProviderEvents,
+) -> Result<provider::ChatResponse, ProviderError> {
+    let tools = ToolRegistry::new();
+    let messages = [ChatMessage::user(text)];
+    provider
+        .complete(
+            ChatRequest {
+                system: "You are a helpful assistant.",
+                messages: &messages,
+                tools: &tools,
+                stream,
+                max_tokens: None,
+            },
+            events,
+        )
+        .await
+}
+
+fn answer_text(response: &provider::ChatResponse) -> String {
+    response
+        .content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plain_and_streamed_text_in_both_wire_formats_and_a_reply_cut_at_max_tokens() {
+    let test = "llama_server::plain_and_streamed_text";
+    let Some(files) = llama_files(test) else {
+        return;
+    };
+    let server = LlamaServer::start(&files, 4096).await;
+    for kind in [ProviderKind::OpenAi, ProviderKind::Anthropic] {
+        let provider = server.provider(kind, 48);
+        let whole = ask(provider.as_ref(), "Say hi.", false, &NoEvents)
+            .await
+            .unwrap_or_else(|error| panic!("{kind:?}: {error}"));
+        let text = answer_text(&whole);
+        assert!(!text.trim().is_empty(), "{kind:?}: {whole:?}");
+        assert!(
+            whole.usage.input_tokens > 0 && whole.usage.output_tokens > 0,
+            "{whole:?}"
+        );
+        assert!(
+            matches!(
+                whole.stop_reason,
+                StopReason::EndTurn | StopReason::MaxTokens
+            ),
+            "{whole:?}"
+        );
+        // Streamed, the same request gives the same answer (temperature 0), delta by delta.
+        let heard = Heard::default();
+        let streamed = ask(provider.as_ref(), "Say hi.", true, &heard)
+            .await
+            .unwrap_or_else(|error| panic!("{kind:?} streamed: {error}"));
+        assert_eq!(answer_text(&streamed), text, "{kind:?}");
+        assert_eq!(*heard.text.lock().unwrap(), text, "{kind:?}");
+        assert!(streamed.usage.output_tokens > 0, "{streamed:?}");
+
+        // Four tokens: the server stops the reply, and clawcage knows it was cut.
+        let short = server.provider(kind, 4);
+        let cut = ask(
+            short.as_ref(),
+            "Tell me a long story about a dragon.",
+            true,
+            &NoEvents,
+        )
+        .await
+        .unwrap_or_else(|error| panic!("{kind:?} cut: {error}"));
+        assert_eq!(cut.stop_reason, StopReason::MaxTokens, "{kind:?}: {cut:?}");
+        assert!(cut.usage.output_tokens <= 4, "{cut:?}");
+    }
+    // Through the agent loop the cut answer is said to be cut.
+    let agent = AgentLoop::new(
+        server.provider(ProviderKind::OpenAi, 4),
+        ToolRegistry::new(),
+        AgentConfig::default(),
+    );
+    let heard = Heard::default();
+    agent
+        .run_turn(
+            &mut vec![ChatMessage::user("Tell me a long story about a dragon.")],
+            &heard,
+        )
+        .await
+        .unwrap();
+    let notes = heard.notes.lock().unwrap().clone();
+    assert!(
+        notes.iter().any(|note| note.contains("output-token limit")),
+        "{notes:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_window_is_read_from_the_server_and_bounds_max_tokens() {
+    let test = "llama_server::the_window_is_read_from_the_server";
+    let Some(files) = llama_files(test) else {
+        return;
+    };
+    let server = LlamaServer::start(&files, 4096).await;
+    // Both wire formats' base URLs lead to the server's answer.
+    for (kind, base) in [
+        (ProviderKind::OpenAi, server.v1()),
+        (ProviderKind::Anthropic, server.root()),
+    ] {
+        let asked = ServerWindow::new(kind, base, "smollm2", None);
+        assert_eq!(asked.window().await, Some(4096), "{kind:?}");
+    }
+    // An agent whose configuration gives no window: the first model call asks the server, and
+    // the reply's max_tokens (8192 configured) is bounded by the 4096 the server has.
+    let asked = ServerWindow::new(ProviderKind::OpenAi, server.v1(), "smollm2", None);
+    let policy =
+        ContextPolicy::for_models(vec![ModelWindow::new("smollm2", None, Some(asked))], 8192)
+            .unwrap();
+    let agent = AgentLoop::new(
+        server.provider(ProviderKind::OpenAi, 8192),
+        ToolRegistry::new(),
+        AgentConfig::default(),
+    )
+    .with_context(policy);
+    let outcome = agent
+        .run_turn(&mut vec![ChatMessage::user("Say hi.")], &NoEvents)
+        .await
+        .unwrap();
+    assert!(!outcome.text.trim().is_empty());
+    let policy = agent.context_policy().unwrap();
+    assert_eq!(
+        (policy.window, policy.window_source),
+        (4096, WindowSource::Server)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_context_overflow_is_compacted_and_retried() {
+    let test = "llama_server::a_context_overflow_is_compacted_and_retried";
+    let Some(files) = llama_files(test) else {
+        return;
+    };
+    // A small window keeps the summary request short, and the test fast.
+    let server = LlamaServer::start(&files, 1024).await;
+    // No window configured and the server not asked: clawcage assumes 32k, and learns the
+    // server's from its refusal.
+    let policy =
+        ContextPolicy::for_models(vec![ModelWindow::new("smollm2", None, None)], 48).unwrap();
+    let agent = AgentLoop::new(
+        server.provider(ProviderKind::OpenAi, 48),
+        ToolRegistry::new(),
+        AgentConfig::default(),
+    )
+    .with_context(policy);
+    let mut history = Vec::new();
+    for turn in 1..=8 {
+        history.push(ChatMessage::user(format!(
+            "Note {turn}: the garden has {turn} apple trees, and {}",
+            "the weather was calm and sunny all through the long summer afternoon. ".repeat(12)
+        )));
+        history.push(ChatMessage::assistant(format!("Noted, {turn} trees.")));
+    }
+    history.push(ChatMessage::user("How many apple trees were in note 8?"));
+    let heard = Heard::default();
+    let outcome = agent.run_turn(&mut history, &heard).await.unwrap();
+    assert!(!outcome.text.trim().is_empty(), "{outcome:?}");
+    let notes = heard.notes.lock().unwrap().clone();
+    assert!(
+        notes
+            .iter()
+            .any(|note| note.contains("compacting it and trying once more")),
+        "{notes:?}"
+    );
+    let policy = agent.context_policy().unwrap();
+    assert_eq!(
+        (policy.window, policy.window_source),
+        (1024, WindowSource::Server)
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_base_path_is_named_with_its_url_and_the_flag() {
+    let test = "llama_server::a_wrong_base_path_is_named_with_its_url_and_the_flag";
+    let Some(files) = llama_files(test) else {
+        return;
+    };
+    let server = LlamaServer::start(&files, 4096).await;
+    let mut settings = server.settings(ProviderKind::OpenAi, 16);
+    settings.base_url = format!("{}/api", server.root());
+    let provider = provider::build(ProviderConfig::OpenAi(settings), &ToolRegistry::new()).unwrap();
+    let error = ask(provider.as_ref(), "Say hi.", false, &NoEvents)
+        .await
+        .unwrap_err()
+        .to_string();
+    let url = format!("{}/api/chat/completions", server.root());
+    assert!(error.contains(&url), "{error}");
+    assert!(error.contains("--base-url"), "{error}");
+    assert!(error.chars().count() < 600, "{error}");
+}
