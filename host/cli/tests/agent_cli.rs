@@ -909,7 +909,7 @@ async fn the_verbose_log_never_shows_a_key_a_server_echoed() {
         Reply::status(503, &echoed, &[]),
     ])
     .await;
-    let mut command = args(&[
+    let command = args(&[
         "-v",
         "run",
         "hi",
