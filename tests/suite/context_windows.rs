@@ -361,6 +361,44 @@ async fn a_server_that_never_answers_the_question_delays_the_first_turn_only_bri
 }
 
 #[tokio::test]
+async fn an_endless_or_deeply_nested_answer_is_refused_and_the_turn_goes_on() {
+    for answer in [
+        // 64 MiB of a model list that never closes: read up to the cap, then given up.
+        Reply::Endless {
+            content_type: "application/json".to_string(),
+            fill: b'[',
+            total: 64 << 20,
+        },
+        // Nesting deeper than the JSON reader follows.
+        Reply::Json {
+            status: 200,
+            headers: Vec::new(),
+            body: format!("{{\"data\": {}{}", "[".repeat(100_000), "]".repeat(100_000)),
+        },
+    ] {
+        let server = LlmServer::start(vec![answer, openai::message(Some("hi"), &[])]).await;
+        let agent = AgentLoop::new(local_openai(&server, "m"), ToolRegistry::new(), config())
+            .with_context(asking_policy(&server, "m", 8192));
+        let started = Instant::now();
+        agent
+            .run_turn(&mut vec![ChatMessage::user("hi")], &NoEvents)
+            .await
+            .unwrap();
+        assert!(
+            started.elapsed() < PROBE_TIMEOUT + Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(paths(&server), ["/v1/models", "/v1/chat/completions"]);
+        let policy = agent.context_policy().unwrap();
+        assert_eq!(
+            (policy.window, policy.window_source),
+            (UNKNOWN_MODEL_WINDOW, WindowSource::Default)
+        );
+    }
+}
+
+#[tokio::test]
 async fn a_configured_window_is_not_asked_and_wins() {
     let server = LlmServer::start(vec![openai::message(Some("hi"), &[])]).await;
     let asked = ServerWindow::new(
