@@ -74,7 +74,7 @@ fn paths(server: &LlmServer) -> Vec<String> {
 #[tokio::test]
 async fn max_tokens_is_what_the_window_leaves_beside_the_prompt_in_both_formats() {
     for anthropic_format in [false, true] {
-        let server = LlmServer::start(vec![if anthropic_format {
+        let server = LlmServer::start_answering_window_questions(vec![if anthropic_format {
             anthropic::message(&[anthropic::text("hi")])
         } else {
             openai::message(Some("hi"), &[])
@@ -111,7 +111,8 @@ async fn max_tokens_is_what_the_window_leaves_beside_the_prompt_in_both_formats(
 async fn a_long_prompt_leaves_the_reply_its_reserve_and_a_small_max_tokens_is_kept() {
     // The prompt takes most of the window: the reply still gets at least the reserve the fit
     // check kept for it (a quarter of the window), never a sliver.
-    let server = LlmServer::start(vec![openai::message(Some("ok"), &[])]).await;
+    let server =
+        LlmServer::start_answering_window_questions(vec![openai::message(Some("ok"), &[])]).await;
     let policy = ContextPolicy::new(4096, 8192);
     let agent = AgentLoop::new(local_openai(&server, "m"), ToolRegistry::new(), config())
         .with_context(policy.clone());
@@ -129,7 +130,11 @@ async fn a_long_prompt_leaves_the_reply_its_reserve_and_a_small_max_tokens_is_ke
     assert!(estimate + sent <= 4096, "{estimate} + {sent}");
 
     // A configured max_tokens smaller than the room is sent as it is.
-    let server = LlmServer::start(vec![anthropic::message(&[anthropic::text("ok")])]).await;
+    let server =
+        LlmServer::start_answering_window_questions(vec![anthropic::message(&[anthropic::text(
+            "ok",
+        )])])
+        .await;
     let mut small = settings(&server, "claude-test");
     small.max_tokens = 300;
     let provider = provider::build(ProviderConfig::Anthropic(small), &ToolRegistry::new()).unwrap();
@@ -144,7 +149,7 @@ async fn a_long_prompt_leaves_the_reply_its_reserve_and_a_small_max_tokens_is_ke
 
 #[tokio::test]
 async fn the_window_is_read_from_a_llama_cpp_server_once_and_shown_by_usage() {
-    let server = LlmServer::start(vec![
+    let server = LlmServer::start_answering_window_questions(vec![
         Reply::json(
             json!({"object": "list", "data": [{"id": "SmolLM2-135M-Instruct.Q4_1.gguf",
             "object": "model", "owned_by": "llamacpp",
@@ -246,7 +251,7 @@ async fn vllm_ollama_and_older_llama_cpp_answers_give_the_window() {
     for (answers, window, asked) in cases {
         let mut replies = answers;
         replies.push(openai::message(Some("hi"), &[]));
-        let server = LlmServer::start(replies).await;
+        let server = LlmServer::start_answering_window_questions(replies).await;
         let agent = AgentLoop::new(local_openai(&server, "m"), ToolRegistry::new(), config())
             .with_context(asking_policy(&server, "m", 8192));
         agent
@@ -295,7 +300,7 @@ async fn a_server_that_answers_404_or_garbage_costs_one_request_and_the_table_is
         let mut replies = answers;
         replies.push(openai::message(Some("hi"), &[]));
         // A model in the table: its window stands.
-        let server = LlmServer::start(replies).await;
+        let server = LlmServer::start_answering_window_questions(replies).await;
         let agent = AgentLoop::new(
             local_openai(&server, "qwen2.5:7b"),
             ToolRegistry::new(),
@@ -319,7 +324,7 @@ async fn a_server_that_answers_404_or_garbage_costs_one_request_and_the_table_is
 
 #[tokio::test]
 async fn a_server_that_never_answers_the_question_delays_the_first_turn_only_briefly() {
-    let server = LlmServer::start(vec![
+    let server = LlmServer::start_answering_window_questions(vec![
         Reply::Hang,
         openai::message(Some("one"), &[]),
         openai::message(Some("two"), &[]),
@@ -376,7 +381,11 @@ async fn an_endless_or_deeply_nested_answer_is_refused_and_the_turn_goes_on() {
             body: format!("{{\"data\": {}{}", "[".repeat(100_000), "]".repeat(100_000)),
         },
     ] {
-        let server = LlmServer::start(vec![answer, openai::message(Some("hi"), &[])]).await;
+        let server = LlmServer::start_answering_window_questions(vec![
+            answer,
+            openai::message(Some("hi"), &[]),
+        ])
+        .await;
         let agent = AgentLoop::new(local_openai(&server, "m"), ToolRegistry::new(), config())
             .with_context(asking_policy(&server, "m", 8192));
         let started = Instant::now();
@@ -400,7 +409,8 @@ async fn an_endless_or_deeply_nested_answer_is_refused_and_the_turn_goes_on() {
 
 #[tokio::test]
 async fn a_configured_window_is_not_asked_and_wins() {
-    let server = LlmServer::start(vec![openai::message(Some("hi"), &[])]).await;
+    let server =
+        LlmServer::start_answering_window_questions(vec![openai::message(Some("hi"), &[])]).await;
     let asked = ServerWindow::new(
         ProviderKind::OpenAi,
         format!("{}/v1", server.url()),
@@ -444,7 +454,7 @@ fn llama_overflow(prompt_tokens: u64, window: u64) -> Reply {
 
 #[tokio::test]
 async fn llama_cpps_overflow_error_names_the_window_which_is_then_kept_to() {
-    let server = LlmServer::start(vec![
+    let server = LlmServer::start_answering_window_questions(vec![
         Reply::status(404, "File Not Found", &[]),
         llama_overflow(3000, 2048),
         openai::message(Some("the summary"), &[]),

@@ -165,6 +165,12 @@ struct State {
     replies: VecDeque<Reply>,
     requests: Vec<Recorded>,
     router: Option<Router>,
+    /// Whether the questions a provider asks about the model's context window (`GET …/models`,
+    /// `/props`, Ollama's `POST /api/show`) take scripted replies; when not, they are answered
+    /// 404 at once, neither recorded nor taking a reply, so a script lists model calls only.
+    scripts_window_questions: bool,
+    /// How many window questions were answered 404 that way.
+    refused_window_questions: usize,
 }
 
 /// A running server; it stops when dropped.
@@ -183,7 +189,13 @@ impl Drop for LlmServer {
 impl LlmServer {
     /// Start a server that plays `replies` in order.
     pub async fn start(replies: Vec<Reply>) -> LlmServer {
-        Self::start_with(replies, None).await
+        Self::start_with(replies, None, false).await
+    }
+
+    /// Like [`LlmServer::start`], but the window questions (`GET …/models`, `/props`,
+    /// `/api/show`) are requests like any other: recorded, and answered from the script.
+    pub async fn start_answering_window_questions(replies: Vec<Reply>) -> LlmServer {
+        Self::start_with(replies, None, true).await
     }
 
     /// Start a server that answers each request with `route(body)`, whatever the order in
@@ -191,10 +203,14 @@ impl LlmServer {
     pub async fn start_routed(
         route: impl Fn(&Value) -> Reply + Send + Sync + 'static,
     ) -> LlmServer {
-        Self::start_with(Vec::new(), Some(Arc::new(route))).await
+        Self::start_with(Vec::new(), Some(Arc::new(route)), false).await
     }
 
-    async fn start_with(replies: Vec<Reply>, router: Option<Router>) -> LlmServer {
+    async fn start_with(
+        replies: Vec<Reply>,
+        router: Option<Router>,
+        scripts_window_questions: bool,
+    ) -> LlmServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
             .await
             .expect("bind 127.0.0.1");
@@ -203,6 +219,8 @@ impl LlmServer {
             replies: replies.into(),
             requests: Vec::new(),
             router,
+            scripts_window_questions,
+            refused_window_questions: 0,
         }));
         let shared = state.clone();
         let task = tokio::spawn(async move {
@@ -231,6 +249,15 @@ impl LlmServer {
     /// The base URL, e.g. `http://127.0.0.1:4711`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// How many window questions were answered 404 without the script (see
+    /// [`LlmServer::start_answering_window_questions`]).
+    pub fn refused_window_questions(&self) -> usize {
+        self.state
+            .lock()
+            .expect("server state")
+            .refused_window_questions
     }
 
     /// The requests received so far.
@@ -283,6 +310,22 @@ pub fn message_texts(body: &Value) -> Vec<String> {
 async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Response<ChannelBody> {
     let at = Instant::now();
     let path = request.uri().path().to_string();
+    let window_question = request.method() == hyper::Method::GET || path.ends_with("/api/show");
+    if window_question {
+        let mut state = state.lock().expect("server state");
+        if !state.scripts_window_questions {
+            state.refused_window_questions += 1;
+            drop(state);
+            let (sender, body) = ChannelBody::new();
+            tokio::spawn(async move {
+                let _ = sender.send(Bytes::from_static(b"not found")).await;
+            });
+            return Response::builder()
+                .status(404)
+                .body(body)
+                .expect("a valid response");
+        }
+    }
     let headers = request
         .headers()
         .iter()

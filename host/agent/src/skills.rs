@@ -823,11 +823,13 @@ fn parse_skill_file(text: &str) -> Result<ParsedSkill, String> {
                 .to_string(),
         );
     }
-    let ignored: Vec<String> = map
+    let mut ignored: Vec<String> = map
         .keys()
         .filter(|key| !INERT_KEYS.contains(&key.as_str()) && *key != "disable-model-invocation")
         .map(|key| format!("`{}`", key.chars().take(64).collect::<String>()))
         .collect();
+    // Named in one order whatever the map's.
+    ignored.sort();
     if !ignored.is_empty() {
         parsed.notes.push(format!(
             "ignored {}: a skill is instructions; its front matter cannot grant tools, hosts, paths or programs, nor change approvals or limits",
