@@ -3,62 +3,22 @@
 //! into the output, changed or created, and that the host keeps serving.
 
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 
-use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{ExecGrant, FsMode, Limits};
+use clawcage_tests::outside::{Layout, SECRET, assert_outside_untouched, exec_text as run};
 use clawcage_tests::{exec_registry, exec_registry_with, sandbox};
 use serde_json::json;
 
 use crate::file_attacks::{Fifo, RESCUE_AFTER, assert_within_limit};
 
-const SECRET: &str = "TOP-SECRET-HOST-DATA";
-
-struct Layout {
-    _root: tempfile::TempDir,
-    parent: PathBuf,
-    workspace: PathBuf,
-}
-
+/// The shared layout, with `inside.txt` in the workspace.
 fn layout() -> Layout {
-    let root = tempfile::tempdir().unwrap();
-    let parent = root.path().canonicalize().unwrap();
-    let workspace = parent.join("ws");
-    fs::create_dir(&workspace).unwrap();
-    fs::write(parent.join("secret.txt"), SECRET).unwrap();
-    fs::write(workspace.join("inside.txt"), "inside\n").unwrap();
-    Layout {
-        _root: root,
-        parent,
-        workspace,
-    }
-}
-
-/// The parent directory holds exactly the workspace and the untouched secret.
-fn assert_outside_untouched(layout: &Layout) {
-    assert_eq!(
-        fs::read_to_string(layout.parent.join("secret.txt")).unwrap(),
-        SECRET,
-        "the secret outside the workspace was changed"
-    );
-    let mut names: Vec<String> = fs::read_dir(&layout.parent)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["secret.txt", "ws"], "something was created outside");
-}
-
-async fn run(registry: &ToolRegistry, command: &str) -> String {
-    match registry
-        .execute_value("exec", &json!({ "command": command }))
-        .await
-    {
-        Ok(output) => output.text,
-        Err(error) => format!("ERROR {}: {}", error.kind(), error.message()),
-    }
+    let layout = clawcage_tests::outside::layout();
+    fs::write(layout.workspace.join("inside.txt"), "inside\n").unwrap();
+    layout
 }
 
 fn assert_no_secret(text: &str) {

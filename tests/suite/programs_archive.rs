@@ -15,55 +15,8 @@ use std::time::{Duration, Instant};
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{ExecGrant, FsMode, Limits};
+use clawcage_tests::outside::{assert_outside_untouched, exec_text as run, layout};
 use clawcage_tests::{exec_registry, exec_registry_with};
-use serde_json::json;
-
-const SECRET: &str = "TOP-SECRET-HOST-DATA";
-
-struct Layout {
-    _root: tempfile::TempDir,
-    parent: PathBuf,
-    workspace: PathBuf,
-}
-
-fn layout() -> Layout {
-    let root = tempfile::tempdir().unwrap();
-    let parent = root.path().canonicalize().unwrap();
-    let workspace = parent.join("ws");
-    fs::create_dir(&workspace).unwrap();
-    fs::write(parent.join("secret.txt"), SECRET).unwrap();
-    Layout {
-        _root: root,
-        parent,
-        workspace,
-    }
-}
-
-/// The parent directory holds exactly the workspace and the untouched secret.
-fn assert_outside_untouched(layout: &Layout) {
-    assert_eq!(
-        fs::read_to_string(layout.parent.join("secret.txt")).unwrap(),
-        SECRET,
-        "the secret outside the workspace was changed"
-    );
-    let mut names: Vec<String> = fs::read_dir(&layout.parent)
-        .unwrap()
-        .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-        .collect();
-    names.sort();
-    assert_eq!(names, ["secret.txt", "ws"], "something was created outside");
-}
-
-/// The command's result text, or `ERROR kind: message` when the call failed as a whole.
-async fn run(registry: &ToolRegistry, command: &str) -> String {
-    match registry
-        .execute_value("exec", &json!({ "command": command }))
-        .await
-    {
-        Ok(output) => output.text,
-        Err(error) => format!("ERROR {}: {}", error.kind(), error.message()),
-    }
-}
 
 /// Every file, directory and link below `root` (relative paths), with a file's bytes or a
 /// link's target.
