@@ -276,6 +276,21 @@ impl LlmServer {
     }
 }
 
+/// The text of the last user message of a request body in either wire format, and whether that
+/// message carries tool results (empty and false when there is none).
+pub fn last_user(body: &Value) -> (String, bool) {
+    let Some(message) = body["messages"]
+        .as_array()
+        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
+    else {
+        return (String::new(), false);
+    };
+    let results = message["content"]
+        .as_array()
+        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
+    (text_of(message), results)
+}
+
 /// The text of a request message in either wire format: its content when that is a string, else
 /// its text blocks joined (tool calls and results left out).
 pub fn text_of(message: &Value) -> String {

@@ -30,7 +30,7 @@ use agent_client_protocol::v1::schema::{
     TextContent,
 };
 use agent_client_protocol::{Agent, ByteStreams, Client};
-use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of};
+use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, last_user};
 use clawcage_tests::toolchains::skip;
 use serde_json::{Value, json};
 use tokio_util::compat::{TokioAsyncReadCompatExt as _, TokioAsyncWriteCompatExt as _};
@@ -104,19 +104,6 @@ impl Setup {
             .kill_on_drop(true);
         command
     }
-}
-
-/// The text of the last user message of a request body, and whether it ends with tool results.
-fn last_user(body: &Value) -> (String, bool) {
-    let message = body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let results = message["content"]
-        .as_array()
-        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
-    (text_of(&message), results)
 }
 
 fn answer(text: &str) -> Reply {

@@ -15,24 +15,11 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, text_of};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user};
 use serde_json::{Value, json};
 
 fn binary() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_clawcage"))
-}
-
-/// The text of the last user message of a request body, and whether it ends with tool results.
-fn last_user(body: &Value) -> (String, bool) {
-    let message = body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .cloned()
-        .unwrap_or(Value::Null);
-    let results = message["content"]
-        .as_array()
-        .is_some_and(|blocks| blocks.iter().any(|b| b["type"] == "tool_result"));
-    (text_of(&message), results)
 }
 
 fn answer(text: &str) -> Reply {

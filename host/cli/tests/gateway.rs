@@ -17,7 +17,9 @@ use std::time::Duration;
 
 use clawcage_tests::gateway_client::{GatewayClient, WAIT, connect_params};
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, text_of, tool_result_of};
+use clawcage_tests::llm_server::{
+    LlmServer, Reply, ReplyGate, anthropic, last_user, text_of, tool_result_of,
+};
 use serde_json::{Value, json};
 
 const TOKEN: &str = "gateway-test-token-0123456789";
@@ -117,11 +119,7 @@ fn answer(text: &str) -> Reply {
 
 /// The text of the last user message of a request body.
 fn last_user_text(body: &Value) -> String {
-    body["messages"]
-        .as_array()
-        .and_then(|messages| messages.iter().rev().find(|m| m["role"] == "user"))
-        .map(text_of)
-        .unwrap_or_default()
+    last_user(body).0
 }
 
 fn send_params(session: &str, message: &str, idempotency: &str) -> Value {
