@@ -6,37 +6,23 @@
 //! different files are compared within the time limit.
 
 use std::fs;
-use std::path::PathBuf;
 use std::time::{Duration, Instant, SystemTime};
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::FsMode;
 use clawcage_tests::exec_registry;
+use clawcage_tests::outside::{Layout, assert_outside_untouched, layout};
 use serde_json::json;
 
-const SECRET: &str = "TOP-SECRET-HOST-DATA\n";
-
-/// A workspace `ws` inside a parent directory that also holds `secret.txt`.
-struct Layout {
-    _root: tempfile::TempDir,
-    parent: PathBuf,
-    workspace: PathBuf,
+/// Files of the shared layout's workspace, by name.
+trait WorkspaceFiles {
+    fn write(&self, name: &str, text: &str);
+    fn read(&self, name: &str) -> String;
+    /// Set a file's modification time, so unified headers are known in advance.
+    fn set_time(&self, name: &str, seconds: u64);
 }
 
-fn layout() -> Layout {
-    let root = tempfile::tempdir().unwrap();
-    let parent = root.path().canonicalize().unwrap();
-    let workspace = parent.join("ws");
-    fs::create_dir(&workspace).unwrap();
-    fs::write(parent.join("secret.txt"), SECRET).unwrap();
-    Layout {
-        _root: root,
-        parent,
-        workspace,
-    }
-}
-
-impl Layout {
+impl WorkspaceFiles for Layout {
     fn write(&self, name: &str, text: &str) {
         let path = self.workspace.join(name);
         fs::create_dir_all(path.parent().unwrap()).unwrap();
@@ -48,7 +34,6 @@ impl Layout {
             .unwrap_or_else(|error| panic!("reading {name}: {error}"))
     }
 
-    /// Set a file's modification time, so unified headers are known in advance.
     fn set_time(&self, name: &str, seconds: u64) {
         let file = fs::File::options()
             .write(true)
@@ -56,21 +41,6 @@ impl Layout {
             .unwrap();
         file.set_modified(SystemTime::UNIX_EPOCH + Duration::from_secs(seconds))
             .unwrap();
-    }
-
-    /// The parent holds exactly the workspace and the unchanged secret.
-    fn assert_outside_untouched(&self) {
-        assert_eq!(
-            fs::read_to_string(self.parent.join("secret.txt")).unwrap(),
-            SECRET,
-            "the file outside the workspace was changed"
-        );
-        let mut names: Vec<String> = fs::read_dir(&self.parent)
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["secret.txt", "ws"], "something was created outside");
     }
 }
 
@@ -353,7 +323,7 @@ async fn git_patches_apply_with_p1_and_dry_runs_change_nothing() {
     assert_eq!(layout.read("src/lib.rs"), LIB_RS);
     assert!(!layout.workspace.join("docs").exists());
     assert_eq!(layout.read("old.txt"), "gone\n");
-    layout.assert_outside_untouched();
+    assert_outside_untouched(&layout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -472,7 +442,7 @@ async fn patch_refuses_names_that_leave_the_workspace() {
         assert!(text.contains(refusal), "{evil}: {text}");
         assert!(text.ends_with("[exit status: 2]"), "{evil}: {text}");
         assert_eq!(layout.read("inside.txt"), "inside\n", "{evil}: {text}");
-        layout.assert_outside_untouched();
+        assert_outside_untouched(&layout);
     }
     // With the patch on standard input through a pipe, and with -i, the same.
     let text = exec(
@@ -481,7 +451,7 @@ async fn patch_refuses_names_that_leave_the_workspace() {
     )
     .await;
     assert!(text.ends_with("2\n[exit status: 0]"), "{text}");
-    layout.assert_outside_untouched();
+    assert_outside_untouched(&layout);
 }
 
 /// A symbolic link in the workspace that points outside it is no way out: patch refuses a
@@ -526,7 +496,7 @@ async fn patch_through_a_symlink_out_of_the_workspace_is_refused() {
     let text = exec(&registry, "diff link.txt link.diff; cmp link.txt link.diff").await;
     assert!(!text.contains("TOP-SECRET"), "{text}");
     assert!(!text.ends_with("[exit status: 0]"), "{text}");
-    layout.assert_outside_untouched();
+    assert_outside_untouched(&layout);
     assert!(
         fs::symlink_metadata(layout.workspace.join("link.txt"))
             .unwrap()
@@ -587,7 +557,7 @@ async fn malformed_patches_fail_cleanly() {
     // An empty patch is garbage too.
     let text = exec(&registry, "patch -p0 < /dev/null").await;
     assert!(text.ends_with("[exit status: 2]"), "{text}");
-    layout.assert_outside_untouched();
+    assert_outside_untouched(&layout);
 }
 
 /// Two 5 MB files that share almost nothing: the line matcher's time budget keeps diff well

@@ -7,29 +7,16 @@
 
 use std::fmt::Write as _;
 use std::fs;
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::{FsMode, Limits};
+use clawcage_tests::outside::{Layout, assert_outside_untouched, exec_text as run};
 use clawcage_tests::{exec_registry, exec_registry_with};
-use serde_json::json;
 
-const SECRET: &str = "TOP-SECRET-HOST-DATA\n";
-
-/// A workspace `ws` inside a parent directory that also holds `secret.txt`.
-struct Layout {
-    _root: tempfile::TempDir,
-    parent: PathBuf,
-    workspace: PathBuf,
-}
-
+/// The shared layout, with a CSV and a JSON file in the workspace.
 fn layout() -> Layout {
-    let root = tempfile::tempdir().unwrap();
-    let parent = root.path().canonicalize().unwrap();
-    let workspace = parent.join("ws");
-    fs::create_dir(&workspace).unwrap();
-    fs::write(parent.join("secret.txt"), SECRET).unwrap();
+    let layout = clawcage_tests::outside::layout();
+    let workspace = &layout.workspace;
     fs::write(
         workspace.join("sales.csv"),
         "region,item,amount\nnorth,apple,1.50\nsouth,pear,2.25\nnorth,plum,3\neast,fig,10\nsouth,kiwi,0.75\n",
@@ -44,38 +31,7 @@ fn layout() -> Layout {
         ]}"#,
     )
     .unwrap();
-    Layout {
-        _root: root,
-        parent,
-        workspace,
-    }
-}
-
-impl Layout {
-    /// The parent directory holds exactly the workspace and the untouched secret.
-    fn assert_outside_untouched(&self) {
-        assert_eq!(
-            fs::read_to_string(self.parent.join("secret.txt")).unwrap(),
-            SECRET
-        );
-        let mut names: Vec<String> = fs::read_dir(&self.parent)
-            .unwrap()
-            .map(|entry| entry.unwrap().file_name().to_string_lossy().into_owned())
-            .collect();
-        names.sort();
-        assert_eq!(names, ["secret.txt", "ws"], "something was created outside");
-    }
-}
-
-/// The exec tool's text, or `ERROR kind: message` when the call failed.
-async fn run(registry: &ToolRegistry, command: &str) -> String {
-    match registry
-        .execute_value("exec", &json!({ "command": command }))
-        .await
-    {
-        Ok(output) => output.text,
-        Err(error) => format!("ERROR {}: {}", error.kind(), error.message()),
-    }
+    layout
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -136,7 +92,7 @@ async fn awk_writes_files_in_the_workspace() {
         run(&registry, "awk -f first.awk").await,
         "east: fig\n[exit status: 0]"
     );
-    layout.assert_outside_untouched();
+    assert_outside_untouched(&layout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -282,7 +238,7 @@ async fn awk_cannot_write_outside_the_workspace() {
     )
     .await;
     assert_eq!(text, "-1 \n[exit status: 0]");
-    layout.assert_outside_untouched();
+    assert_outside_untouched(&layout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -313,7 +269,7 @@ async fn awk_cannot_start_processes_and_says_so() {
         .await,
         "before\n[exit status: 2]"
     );
-    layout.assert_outside_untouched();
+    assert_outside_untouched(&layout);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
