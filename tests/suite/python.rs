@@ -228,6 +228,40 @@ async fn python_cannot_reach_past_the_sandbox() {
     )
     .await;
     assert!(text.contains("Error"), "{text}");
+
+    // The shell's working directory swapped for a link out after `cd` took it: the directories
+    // preopened for relative paths are opened beneath the workspace, so none of them is the
+    // directory outside (`cd` itself refuses the link, `cd out` fails).
+    let text = run(&registry, "cd out && echo entered").await;
+    assert!(!text.contains("entered"), "{text}");
+    for (index, attempt) in [
+        "print(open('secret.txt').read())",
+        "open('planted.txt', 'w').write('x')",
+        "import os; print(os.listdir('.'))",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        // Python itself moves its directory away and leaves a link in its place; the next
+        // program starts in the same (now linked) working directory.
+        let swap = format!(
+            "import os; os.rename('../d{index}', '../moved{index}'); os.symlink('../outside', '../d{index}')"
+        );
+        let command = format!(
+            "mkdir d{index} && cd d{index} && python3 -c \"{swap}\" && python3 -c \"{attempt}\"; echo status=$?"
+        );
+        let text = run(&registry, &command).await;
+        assert!(
+            !text.contains("the secret") && !text.contains("['secret.txt']"),
+            "{attempt}: {text}"
+        );
+        assert!(text.contains("status=1"), "{attempt}: {text}");
+    }
+    assert!(!outside.join("planted.txt").exists());
+    assert_eq!(
+        fs::read_to_string(outside.join("secret.txt")).unwrap(),
+        "the secret\n"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
