@@ -16,7 +16,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clawcage_agent::provider::{ChatRequest, NoEvents};
-use clawcage_agent::{AgentConfig, AgentLoop, Provider, Sessions, ToolRegistry, TranscriptStore};
+use clawcage_agent::{AgentConfig, AgentLoop, JsonlTranscripts, Provider, Sessions, ToolRegistry};
 use clawcage_core::ChatMessage;
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
 use serde_json::json;
@@ -116,7 +116,11 @@ fn main() {
             lookup_tools(),
             AgentConfig::default(),
         );
-        let sessions = Sessions::new(agent, Some(TranscriptStore::new(state.path())), 20);
+        let sessions = Sessions::new(
+            agent,
+            Some(JsonlTranscripts::new(state.path()).shared()),
+            20,
+        );
         let mut samples = Vec::new();
         for _ in 0..TURNS {
             let started = Instant::now();

@@ -21,7 +21,10 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clawcage_agent::events::{DiskEventLog, EventObserver};
-use clawcage_agent::{AgentConfig, AgentLoop, MessageBus, Sessions, ToolRegistry, TranscriptStore};
+use clawcage_agent::{
+    AgentConfig, AgentLoop, FileInbox, JsonlTranscripts, MessageBus, Sessions, ToolRegistry,
+    TranscriptStore,
+};
 use clawcage_gateway::{Gateway, GatewayParts, Settings, Token};
 use clawcage_tests::bench::{percentile, report, report_against};
 use clawcage_tests::gateway_client::GatewayClient;
@@ -45,7 +48,7 @@ fn reply() -> Reply {
     )
 }
 
-fn sessions(llm: &str, dir: &Path) -> (Sessions, TranscriptStore) {
+fn sessions(llm: &str, dir: &Path) -> (Sessions, Arc<dyn TranscriptStore>) {
     let provider = clawcage_tests::bench::anthropic_provider(llm, "bench");
     let agent = AgentLoop::new(
         provider,
@@ -55,8 +58,12 @@ fn sessions(llm: &str, dir: &Path) -> (Sessions, TranscriptStore) {
             ..AgentConfig::default()
         },
     );
-    let store = TranscriptStore::new(dir.join("sessions"));
-    (Sessions::new(agent, Some(store.clone()), HISTORY), store)
+    let store = JsonlTranscripts::new(dir.join("sessions")).shared();
+    (
+        Sessions::new(agent, Some(store.clone()), HISTORY)
+            .with_inbox(Arc::new(FileInbox::new(dir.join("inbox")))),
+        store,
+    )
 }
 
 /// The child: a gateway over `llm`, its address on stdout, until stdin closes.

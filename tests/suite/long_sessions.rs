@@ -15,8 +15,8 @@ use clawcage_agent::compaction::{SUMMARY_HEADER, SUMMARY_SYSTEM_PROMPT};
 use clawcage_agent::memory::MemoryTool;
 use clawcage_agent::provider::{self, NoEvents, ProviderConfig, ProviderEvents};
 use clawcage_agent::{
-    AgentConfig, AgentError, AgentLoop, Budget, BudgetConfig, Compaction, ContextPolicy, Metered,
-    Provider, Sessions, ToolRegistry, TranscriptStore,
+    AgentConfig, AgentError, AgentLoop, Budget, BudgetConfig, Compaction, ContextPolicy,
+    JsonlTranscripts, Metered, Provider, Sessions, ToolRegistry,
 };
 use clawcage_core::{ChatMessage, Tool, ToolOutput, Usage};
 use clawcage_sandbox::FsMode;
@@ -129,7 +129,7 @@ fn reader_sessions(server: &LlmServer, dir: &std::path::Path) -> Sessions {
         config(),
     )
     .with_context(small_window());
-    Sessions::new(agent, Some(TranscriptStore::new(dir)), 200)
+    Sessions::new(agent, Some(JsonlTranscripts::new(dir).shared()), 200)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -199,7 +199,7 @@ async fn a_long_session_is_compacted_every_request_fits_and_a_restart_keeps_the_
     assert_eq!(after.as_array().unwrap().len(), 11);
 
     // The transcript keeps every message and records the compaction where it happened.
-    let file = std::fs::read_to_string(TranscriptStore::new(state.path()).path("s")).unwrap();
+    let file = std::fs::read_to_string(JsonlTranscripts::new(state.path()).path("s")).unwrap();
     assert!(
         file.contains("\"r1:xxxx"),
         "turn 1's result is still in the file"
@@ -235,7 +235,11 @@ async fn compact_on_demand_and_a_summary_that_is_itself_too_long_is_cut() {
     let policy = ContextPolicy::new(20_000, 1000);
     let agent = AgentLoop::new(anthropic_provider(&server), ToolRegistry::new(), config())
         .with_context(policy.clone());
-    let sessions = Sessions::new(agent, Some(TranscriptStore::new(state.path())), 200);
+    let sessions = Sessions::new(
+        agent,
+        Some(JsonlTranscripts::new(state.path()).shared()),
+        200,
+    );
     let said = sessions.compact("s", Arc::new(NoEvents)).await.unwrap();
     assert_eq!(said, "nothing to compact: the history is too short");
     sessions
@@ -306,7 +310,11 @@ async fn an_enormous_tool_result_is_trimmed_with_a_note_and_kept_whole_in_the_tr
         config(),
     )
     .with_context(policy.clone());
-    let sessions = Sessions::new(agent, Some(TranscriptStore::new(state.path())), 200);
+    let sessions = Sessions::new(
+        agent,
+        Some(JsonlTranscripts::new(state.path()).shared()),
+        200,
+    );
     sessions
         .send_user("s", "Read big.txt.", Arc::new(NoEvents))
         .await
@@ -326,7 +334,7 @@ async fn an_enormous_tool_result_is_trimmed_with_a_note_and_kept_whole_in_the_tr
         )
     );
     assert!(bodies[1].to_string().len() / 4 < 32_768 - 1024);
-    let file = std::fs::read_to_string(TranscriptStore::new(state.path()).path("s")).unwrap();
+    let file = std::fs::read_to_string(JsonlTranscripts::new(state.path()).path("s")).unwrap();
     assert!(
         file.contains("line 30000"),
         "the transcript keeps the whole result"

@@ -18,8 +18,8 @@ use clawcage_agent::session::{
     Admission, DropPolicy, DropReason, Origin, QueueConfig, QueueMode, QueueSettings,
 };
 use clawcage_agent::{
-    AgentConfig, AgentError, AgentLoop, LaneInput, PendingTurn, Provider, Sessions, ToolRegistry,
-    TranscriptStore, TurnObserver,
+    AgentConfig, AgentError, AgentLoop, JsonlTranscripts, LaneInput, PendingTurn, Provider,
+    Sessions, ToolRegistry, TranscriptStore, TurnObserver,
 };
 use clawcage_core::{InboundMessage, ToolCall, ToolOutput};
 use clawcage_tests::host_tools::HostTool;
@@ -80,7 +80,7 @@ fn sessions_with(
     provider: Arc<dyn Provider>,
     tools: ToolRegistry,
     queue: QueueConfig,
-    store: Option<TranscriptStore>,
+    store: Option<Arc<dyn TranscriptStore>>,
 ) -> Sessions {
     Sessions::with_queue(
         AgentLoop::new(provider, tools, AgentConfig::default()),
@@ -173,7 +173,7 @@ async fn steer_takes_messages_in_at_the_next_safe_point_and_skips_the_calls_not_
         anthropic_provider(&server),
         tools,
         QueueConfig::default(),
-        Some(TranscriptStore::new(state.path())),
+        Some(JsonlTranscripts::new(state.path()).shared()),
     );
     let (observer, mut starts) = tool_starts();
 
@@ -215,7 +215,7 @@ async fn steer_takes_messages_in_at_the_next_safe_point_and_skips_the_calls_not_
         ])
     );
     drop(sessions);
-    let loaded = TranscriptStore::new(state.path()).load("s", 100).unwrap();
+    let loaded = JsonlTranscripts::new(state.path()).load("s", 100).unwrap();
     assert_eq!(loaded.messages.len(), 4, "{:?}", loaded.messages);
     assert_eq!(loaded.messages[2].text(), "M1\n\nM2\n\nM3");
 }
@@ -407,7 +407,7 @@ async fn interrupt_stops_the_turn_keeps_its_messages_and_runs_the_newest() {
         anthropic_provider(&server),
         tools,
         queue(QueueMode::Interrupt),
-        Some(TranscriptStore::new(state.path())),
+        Some(JsonlTranscripts::new(state.path()).shared()),
     );
     let (observer, mut starts) = tool_starts();
     let turn = sessions.submit(
@@ -463,7 +463,8 @@ async fn interrupt_stops_the_turn_keeps_its_messages_and_runs_the_newest() {
     model_gate.open();
 
     drop(sessions);
-    let transcript = std::fs::read_to_string(TranscriptStore::new(state.path()).path("s")).unwrap();
+    let transcript =
+        std::fs::read_to_string(JsonlTranscripts::new(state.path()).path("s")).unwrap();
     assert!(
         transcript.contains("interrupted by a new message"),
         "{transcript}"

@@ -12,8 +12,8 @@ use std::sync::{Arc, Mutex};
 use clawcage_agent::events::{EventObserver, Stream};
 use clawcage_agent::provider::{NoEvents, ProviderEvents, Redacting};
 use clawcage_agent::{
-    AgentConfig, AgentLoop, Provider, Sessions, ToolRegistry, TranscriptStore, TurnEnd,
-    TurnObserver,
+    AgentConfig, AgentLoop, JsonlTranscripts, Provider, Sessions, ToolRegistry, TranscriptStore,
+    TurnEnd, TurnObserver,
 };
 use clawcage_core::redact::Redactor;
 use clawcage_core::{ChatMessage, ContentBlock, Cut, Role, ToolOutput};
@@ -335,7 +335,11 @@ fn sessions(provider: Arc<dyn Provider>, dir: &std::path::Path, redactor: &Redac
     .with_redactor(redactor.clone());
     Sessions::new(
         agent,
-        Some(TranscriptStore::new(dir).with_redactor(redactor.clone())),
+        Some(
+            JsonlTranscripts::new(dir)
+                .with_redactor(redactor.clone())
+                .shared(),
+        ),
         100,
     )
 }
@@ -357,7 +361,7 @@ async fn a_resumed_session_with_reasoning_sends_no_null_content() {
             .unwrap();
         assert_eq!(outcome.end, TurnEnd::NoAnswer);
     }
-    let file = TranscriptStore::new(state.path()).path("s");
+    let file = JsonlTranscripts::new(state.path()).path("s");
     let written = std::fs::read_to_string(&file).unwrap();
     assert!(!written.contains("\"content\":[]"), "{written}");
     assert!(
@@ -427,7 +431,7 @@ async fn a_secret_in_reasoning_reaches_neither_the_transcript_nor_the_events() {
             "{reasoning}"
         );
         let written =
-            std::fs::read_to_string(TranscriptStore::new(state.path()).path(&key)).unwrap();
+            std::fs::read_to_string(JsonlTranscripts::new(state.path()).path(&key)).unwrap();
         assert!(!written.contains(SECRET), "{written}");
         assert!(
             written.contains("The key is [redacted: OPENAI_API_KEY]"),
@@ -459,7 +463,7 @@ async fn a_text_answer_cut_at_the_limit_is_marked_in_the_transcript_and_loaded_b
             .await
             .unwrap();
     }
-    let store = TranscriptStore::new(state.path());
+    let store = JsonlTranscripts::new(state.path());
     let written = std::fs::read_to_string(store.path("s")).unwrap();
     let marked: Vec<&str> = written
         .lines()

@@ -10,8 +10,8 @@ use clawcage_agent::provider::{
     ChatRequest, ChatResponse, NoEvents, ProviderError, ProviderEvents, StopReason,
 };
 use clawcage_agent::{
-    AgentConfig, AgentError, AgentLoop, LaneInput, MessageBus, Provider, Sessions, ToolRegistry,
-    TranscriptStore,
+    AgentConfig, AgentError, AgentLoop, JsonlTranscripts, LaneInput, MessageBus, Provider,
+    Sessions, ToolRegistry, TranscriptStore,
 };
 use clawcage_core::{BoxFuture, ContentBlock, InboundMessage, Usage};
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, message_texts};
@@ -145,7 +145,7 @@ fn sessions_with(server: &LlmServer, dir: &std::path::Path, limit: usize) -> Ses
         ToolRegistry::new(),
         AgentConfig::default(),
     );
-    Sessions::new(agent, Some(TranscriptStore::new(dir)), limit)
+    Sessions::new(agent, Some(JsonlTranscripts::new(dir).shared()), limit)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -168,12 +168,16 @@ async fn the_transcript_survives_a_restart() {
             .await
             .unwrap();
     }
-    let file = TranscriptStore::new(state.path()).path("cli:main");
+    let file = JsonlTranscripts::new(state.path()).path("cli:main");
     let lines = std::fs::read_to_string(&file).unwrap();
+    let kinds: Vec<String> = lines
+        .lines()
+        .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap()["kind"].to_string())
+        .collect();
     assert_eq!(
-        lines.lines().count(),
-        6,
-        "two messages and a turn line per turn:\n{lines}"
+        kinds.join(" ").replace('"', ""),
+        "start message used message turn start message used message turn",
+        "each turn journaled as it happened, then committed:\n{lines}"
     );
     assert!(
         !lines.contains("test-key"),
@@ -245,11 +249,11 @@ async fn history_is_bounded_reset_is_recorded_and_a_damaged_line_is_skipped() {
         );
     }
     // A crash mid-write leaves half a line; it is skipped, the rest loads.
-    let file = TranscriptStore::new(state.path()).path("s");
+    let file = JsonlTranscripts::new(state.path()).path("s");
     let mut text = std::fs::read_to_string(&file).unwrap();
     text.push_str("{\"kind\":\"message\",\"at_ms\":1,\"mess");
     std::fs::write(&file, text).unwrap();
-    let loaded = TranscriptStore::new(state.path()).load("s", 3).unwrap();
+    let loaded = JsonlTranscripts::new(state.path()).load("s", 3).unwrap();
     assert_eq!(loaded.skipped_lines, 1);
     assert_eq!(loaded.messages.len(), 2);
 
@@ -269,7 +273,7 @@ async fn history_is_bounded_reset_is_recorded_and_a_damaged_line_is_skipped() {
         .unwrap();
     assert_eq!(message_texts(&server.bodies()[4]), ["fresh start"]);
     drop(sessions);
-    let loaded = TranscriptStore::new(state.path()).load("s", 100).unwrap();
+    let loaded = JsonlTranscripts::new(state.path()).load("s", 100).unwrap();
     assert_eq!(
         loaded.messages.len(),
         2,
@@ -287,7 +291,7 @@ async fn a_failed_turn_is_still_recorded() {
         .await
         .unwrap_err();
     assert!(matches!(error, AgentError::Provider(_)), "{error}");
-    let text = std::fs::read_to_string(TranscriptStore::new(state.path()).path("s")).unwrap();
+    let text = std::fs::read_to_string(JsonlTranscripts::new(state.path()).path("s")).unwrap();
     assert!(text.contains("this will fail"), "{text}");
     assert!(
         text.contains("error: anthropic/claude-test answered HTTP 400"),
@@ -365,7 +369,11 @@ async fn an_interrupted_turn_keeps_what_it_did_and_the_session_goes_on() {
     let mut tools = ToolRegistry::new();
     tools.register(gate).unwrap();
     let agent = AgentLoop::new(anthropic_provider(&server), tools, AgentConfig::default());
-    let sessions = Sessions::new(agent, Some(TranscriptStore::new(state.path())), 100);
+    let sessions = Sessions::new(
+        agent,
+        Some(JsonlTranscripts::new(state.path()).shared()),
+        100,
+    );
 
     let pending = sessions.submit(
         "s",
@@ -387,7 +395,8 @@ async fn an_interrupted_turn_keeps_what_it_did_and_the_session_goes_on() {
         .unwrap_err();
     assert_eq!(error, AgentError::Interrupted);
 
-    let transcript = std::fs::read_to_string(TranscriptStore::new(state.path()).path("s")).unwrap();
+    let transcript =
+        std::fs::read_to_string(JsonlTranscripts::new(state.path()).path("s")).unwrap();
     assert!(transcript.contains("Go through the gate."), "{transcript}");
     assert!(transcript.contains("Waiting at the gate."), "{transcript}");
     assert!(

@@ -27,8 +27,8 @@ use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
 use clawcage_agent::events::EventObserver;
 use clawcage_agent::subagent::{PermissionAsker, SYSTEM_CHANNEL};
 use clawcage_agent::{
-    AgentError, LaneInput, OutboundMessage, SendCallback, TranscriptStore, TurnEnd,
-    current_session_key,
+    AgentError, JsonlTranscripts, LaneInput, OutboundMessage, SendCallback, TranscriptStore,
+    TurnEnd, current_session_key,
 };
 use clawcage_core::BoxFuture;
 use clawcage_core::approval::ApprovalDecision;
@@ -380,8 +380,8 @@ impl Server {
             .workspace(&request.cwd)
             .await
             .map_err(|error| acp_error(&error))?;
-        let store = TranscriptStore::new(self.host.state_dir().join("sessions"));
-        if store.file_len(&key).unwrap_or(0) == 0 {
+        let store = JsonlTranscripts::new(self.host.state_dir().join("sessions"));
+        if !store.exists(&key).unwrap_or(false) {
             return Err(invalid(format!(
                 "no session `{key}` in the state directory {}: open a new one with session/new",
                 self.host.state_dir().display()

@@ -23,7 +23,7 @@ use clawcage_core::{ChatMessage, ContentBlock, Cut, Role, ToolCall, ToolError, U
 use crate::ToolRegistry;
 use crate::audit::{AuditLog, AuditedRegistry};
 use crate::compaction::{
-    Compaction, CompactionReason, Journaled, SUMMARY_SYSTEM_PROMPT, apply_compaction,
+    Compaction, CompactionReason, Journaled, SUMMARY_SYSTEM_PROMPT, TurnJournal, apply_compaction,
     bounded_summary, find_cut, messages_tokens, summary_request,
 };
 use crate::context::{
@@ -348,7 +348,7 @@ impl AgentLoop {
         &self,
         history: &mut Vec<ChatMessage>,
         observer: &dyn TurnObserver,
-        journal: &mut Vec<Journaled>,
+        journal: &mut dyn TurnJournal,
     ) -> Result<Option<Compaction>, AgentError> {
         let Some(context) = self.context.clone() else {
             return Err(AgentError::History(
@@ -374,7 +374,7 @@ impl AgentLoop {
         context: &ContextState,
         history: &mut Vec<ChatMessage>,
         observer: &dyn TurnObserver,
-        journal: &mut Vec<Journaled>,
+        journal: &mut dyn TurnJournal,
         reason: CompactionReason,
         keep: u64,
     ) -> Result<Option<Compaction>, AgentError> {
@@ -436,8 +436,8 @@ impl AgentLoop {
             usage: response.usage,
         };
         observer.compacted(&compaction);
-        journal.push(Journaled::Used(compaction.usage));
-        journal.push(Journaled::Compacted(compaction.clone()));
+        journal.record(Journaled::Used(compaction.usage));
+        journal.record(Journaled::Compacted(compaction.clone()));
         Ok(Some(compaction))
     }
 
@@ -453,7 +453,7 @@ impl AgentLoop {
         context: &ContextState,
         history: &mut Vec<ChatMessage>,
         observer: &dyn TurnObserver,
-        journal: &mut Vec<Journaled>,
+        journal: &mut dyn TurnJournal,
         usage: &mut Usage,
         futile: &mut bool,
         mut estimate: u64,
@@ -554,7 +554,7 @@ impl AgentLoop {
         observer: &dyn TurnObserver,
         steering: &dyn Steering,
     ) -> Result<TurnOutcome, AgentError> {
-        self.run_turn_journaled(history, observer, steering, &mut Vec::new())
+        self.run_turn_journaled(history, observer, steering, &mut Vec::<Journaled>::new())
             .await
     }
 
@@ -565,7 +565,7 @@ impl AgentLoop {
         history: &mut Vec<ChatMessage>,
         observer: &dyn TurnObserver,
         steering: &dyn Steering,
-        journal: &mut Vec<Journaled>,
+        journal: &mut dyn TurnJournal,
     ) -> Result<TurnOutcome, AgentError> {
         match history.last() {
             Some(message) if message.role == Role::User => {}
@@ -588,7 +588,7 @@ impl AgentLoop {
                 .complete(history, observer, journal, &mut usage, &mut futile)
                 .await?;
             usage.add(response.usage);
-            journal.push(Journaled::Used(response.usage));
+            journal.record(Journaled::Used(response.usage));
             for repair in &response.repairs {
                 observer.note(&format!("repaired a tool call's arguments ({repair})"));
             }
@@ -613,7 +613,7 @@ impl AgentLoop {
             // A reply with nothing in it is not kept: sent back it would be an assistant
             // message without content. Reasoning alone is kept (no provider sends it back).
             if !assistant.content.is_empty() {
-                journal.push(Journaled::Message(assistant.clone()));
+                journal.record(Journaled::Message(assistant.clone()));
                 history.push(assistant);
             }
             if calls.is_empty() && text.trim().is_empty() {
@@ -641,7 +641,6 @@ impl AgentLoop {
             }
 
             let last_iteration = iteration == max_iterations;
-            let mut results = Vec::with_capacity(calls.len());
             let mut stop: Option<TurnEnd> = None;
             let mut arrived: Option<String> = None;
             let mut skipped = 0;
@@ -688,6 +687,9 @@ impl AgentLoop {
                     });
                     (Verdict::NotRun(why.clone()), why)
                 } else {
+                    journal.record(Journaled::ToolStarted {
+                        tool_use_id: call.id.clone(),
+                    });
                     observer.tool_started(call);
                     let session = current_session_key().unwrap_or_else(|| "agent".into());
                     let result = self
@@ -714,19 +716,23 @@ impl AgentLoop {
                 };
                 let (verdict, output) = verdict_and_output;
                 observer.tool_finished(call, &verdict, &output);
-                results.push(ContentBlock::ToolResult {
+                // Each result joins the history (and the journal) as soon as it is known, so
+                // a turn stopped or killed part-way keeps the results it has.
+                let result = ContentBlock::ToolResult {
                     tool_use_id: call.id.clone(),
                     content: output,
                     is_error: verdict != Verdict::Ok,
-                });
+                };
+                journal.record(Journaled::ToolResult(result.clone()));
+                push_message(
+                    history,
+                    ChatMessage {
+                        role: Role::User,
+                        cut: None,
+                        content: vec![result],
+                    },
+                );
             }
-            let results = ChatMessage {
-                role: Role::User,
-                cut: None,
-                content: results,
-            };
-            journal.push(Journaled::Message(results.clone()));
-            history.push(results);
 
             let end = match stop {
                 Some(end) => end,
@@ -741,7 +747,7 @@ impl AgentLoop {
                             "a new message arrived: the model sees it next".to_string()
                         });
                         let message = ChatMessage::user(text);
-                        journal.push(Journaled::Message(message.clone()));
+                        journal.record(Journaled::Message(message.clone()));
                         push_message(history, message);
                     }
                     continue;
@@ -782,7 +788,7 @@ impl AgentLoop {
         &self,
         history: &mut Vec<ChatMessage>,
         observer: &dyn TurnObserver,
-        journal: &mut Vec<Journaled>,
+        journal: &mut dyn TurnJournal,
         usage: &mut Usage,
         futile: &mut bool,
     ) -> Result<crate::provider::ChatResponse, AgentError> {

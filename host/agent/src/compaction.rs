@@ -80,16 +80,40 @@ impl Compaction {
     }
 }
 
-/// What a turn did to its history, in order: what the lane writes to the transcript.
+/// What a turn did to its history, in order: what the lane writes to the transcript as it
+/// happens.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Journaled {
     /// A message was appended.
     Message(ChatMessage),
+    /// A tool call is about to run (written before it starts, so a crash during the call
+    /// is known to have possibly run it).
+    ToolStarted {
+        /// The `tool_use` id.
+        tool_use_id: String,
+    },
+    /// A tool call has its result (a `tool_result` block): it joins the user message that
+    /// answers the model's calls.
+    ToolResult(ContentBlock),
     /// The history was compacted.
     Compacted(Compaction),
     /// A model call (or a summary request) used these tokens; a turn that fails still counts
     /// what it used.
     Used(Usage),
+}
+
+/// Where a turn records what it does, step by step: a `Vec` in memory, or a sink that
+/// persists each step as it is recorded (the lanes' transcript journal), so a crash loses at
+/// most the step that was being taken.
+pub trait TurnJournal: Send {
+    /// Record `item`, the next step of the turn.
+    fn record(&mut self, item: Journaled);
+}
+
+impl TurnJournal for Vec<Journaled> {
+    fn record(&mut self, item: Journaled) {
+        self.push(item);
+    }
 }
 
 /// Whether the history may begin at `messages[index]`: an assistant message, or a user message

@@ -5,26 +5,36 @@
 //! does is its queue mode ([`queue`]): `steer` it into the running turn at the next safe point,
 //! run it as a `followup` turn, `collect` it with the others after a quiet window, or `interrupt`
 //! the running turn; a cap with a drop policy bounds the queue, and every submission learns at
-//! once what became of it ([`Admission`]). The lane loads its history from the transcript when it
-//! starts, appends each turn's messages to it when the turn ends (also when the turn failed or was
-//! stopped, so nothing is lost), and keeps the history within the configured limit. A
-//! compaction, during a turn or asked for with [`Sessions::compact`], is written to the
+//! once what became of it ([`Admission`]). With an [`inbox`](crate::inbox) every submission is
+//! recorded there before it is admitted and marked done after the turn answering it is
+//! committed. The lane loads its history from the transcript when it starts, journals each step
+//! of a turn to it as it happens and commits the turn with its last line (also when the turn
+//! failed or was stopped, so nothing is lost), and keeps the history within the configured
+//! limit. A turn its process left open is resumed when its session's lane starts: its steps are
+//! replayed into the history, a tool call that started and has no result is answered "may have
+//! partly run" (never run twice), and the model is asked again only for the step that had not
+//! completed; the inputs still pending queue behind it in their order ([`Sessions::recover`]).
+//! A compaction, during a turn or asked for with [`Sessions::compact`], is written to the
 //! transcript where it happened. With a [`Budget`] each turn gets what the session and the day
 //! may still use, a turn on a spent budget is refused, and crossing 80 % is said.
 
 pub mod queue;
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use clawcage_core::{ChatMessage, InboundMessage, Usage};
+use clawcage_core::{ChatMessage, ContentBlock, InboundMessage, Role, Usage};
 use tokio::sync::{oneshot, watch};
 
 use crate::agent_loop::{AgentError, AgentLoop, Steering, TurnEnd, TurnObserver, TurnOutcome};
 use crate::budget::{Budget, charged_to};
 use crate::bus::Subscription;
-use crate::compaction::Journaled;
-use crate::transcript::{Entry, TranscriptStore, now_ms, push_message, trim_history};
+use crate::compaction::{Journaled, TurnJournal};
+use crate::inbox::{Appended, InputRecord, InputStatus, LaneInbox};
+use crate::transcript::{
+    Entry, Loaded, OpenTurn, TranscriptStore, now_ms, push_message, trim_history,
+};
 
 pub use queue::{
     Admission, DropPolicy, DropReason, InMemoryLaneQueue, LaneQueue, Origin, QUEUE_USAGE,
@@ -105,6 +115,48 @@ pub enum QueueEvent {
         /// Whether they joined the running turn.
         steered: bool,
     },
+    /// A turn a stopped process left open is running again, answering these recovered
+    /// submissions.
+    Resumed {
+        /// Their tickets, oldest first.
+        tickets: Vec<u64>,
+        /// This is the turn's `attempt`th resumption (1 the first time).
+        attempt: u32,
+    },
+}
+
+/// Who a submission is, for the inbox: its id (one is made when none is given) and the
+/// sender's idempotency key.
+#[derive(Debug, Clone, Default)]
+pub struct InputMeta {
+    /// The id (the gateway's run id).
+    pub id: Option<String>,
+    /// The sender's idempotency key.
+    pub idempotency: Option<String>,
+}
+
+/// A submission a stopped process left in the inbox, taken up again.
+#[derive(Debug)]
+pub struct Recovered {
+    /// Its session.
+    pub key: String,
+    /// The submission as recorded.
+    pub record: InputRecord,
+    /// Its turn's outcome, as for a new submission.
+    pub pending: PendingTurn,
+    /// What becomes of it.
+    pub fate: RecoveredFate,
+}
+
+/// What becomes of a recovered submission.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RecoveredFate {
+    /// The turn answering it was open: it is resumed.
+    Resumed,
+    /// It had not started: it queues again, in its order.
+    Queued,
+    /// Its turn was committed just before the stop: its outcome is ready.
+    Answered,
 }
 
 /// Hears every [`QueueEvent`] with its session key.
@@ -114,13 +166,30 @@ pub type QueueListener = Arc<dyn Fn(&str, &QueueEvent) + Send + Sync>;
 struct Waiter {
     observer: Arc<dyn TurnObserver>,
     reply: oneshot::Sender<LaneReply>,
+    /// Its id in the inbox.
+    id: String,
+}
+
+/// A turn to resume when its session's lane starts: what recovery loaded, and the tickets of
+/// the submissions it answers.
+struct ResumePlan {
+    loaded: Loaded,
+    tickets: Vec<u64>,
 }
 
 /// What every lane task shares. It does not hold the sender that keeps the lanes open, so
 /// dropping [`Sessions`] lets each lane end after the jobs already queued.
 struct Shared {
     agent: AgentLoop,
-    store: Option<TranscriptStore>,
+    store: Option<Arc<dyn TranscriptStore>>,
+    inbox: Option<Arc<dyn LaneInbox>>,
+    /// Sessions whose inbox was looked at by this process.
+    recovered: Mutex<HashSet<String>>,
+    /// Per session: the open turn its lane resumes first.
+    resuming: Mutex<HashMap<String, ResumePlan>>,
+    /// Makes ids for submissions that bring none.
+    next_input: AtomicU64,
+    input_prefix: String,
     history_limit: usize,
     usage: Mutex<HashMap<String, Usage>>,
     queue: Arc<dyn LaneQueue>,
@@ -151,16 +220,59 @@ impl Shared {
     }
 
     fn answer(&self, key: &str, tickets: &[u64], reply: &LaneReply) {
-        let mut waiters = lock(&self.waiters);
-        let Some(session) = waiters.get_mut(key) else {
-            return;
-        };
-        for ticket in tickets {
-            if let Some(waiter) = session.remove(ticket) {
-                // The submitter may have stopped waiting; the turn is recorded all the same.
-                let _ = waiter.reply.send(reply.clone());
+        let mut done = Vec::new();
+        {
+            let mut waiters = lock(&self.waiters);
+            let Some(session) = waiters.get_mut(key) else {
+                return;
+            };
+            for ticket in tickets {
+                if let Some(waiter) = session.remove(ticket) {
+                    done.push(waiter.id);
+                    // The submitter may have stopped waiting; the turn is recorded all the same.
+                    let _ = waiter.reply.send(reply.clone());
+                }
             }
         }
+        self.mark_done(key, &done, status_of(reply));
+    }
+
+    /// The inbox ids of `tickets`.
+    fn ids_of(&self, key: &str, tickets: &[u64]) -> Vec<String> {
+        let waiters = lock(&self.waiters);
+        let Some(session) = waiters.get(key) else {
+            return Vec::new();
+        };
+        tickets
+            .iter()
+            .filter_map(|ticket| session.get(ticket).map(|waiter| waiter.id.clone()))
+            .collect()
+    }
+
+    fn mark_done(&self, key: &str, ids: &[String], status: InputStatus) {
+        if let Some(inbox) = &self.inbox
+            && let Err(error) = inbox.done(key, ids, status)
+        {
+            // The turn is committed: at the next start the input is found answered.
+            tracing::warn!(session = %key, %error, "cannot mark inputs done in the inbox");
+        }
+    }
+
+    fn describe_store(&self, key: &str) -> String {
+        self.store.as_ref().map_or_else(
+            || "(no transcript)".to_string(),
+            |store| store.describe(key),
+        )
+    }
+}
+
+/// How a lane's reply ends its inputs.
+fn status_of(reply: &LaneReply) -> InputStatus {
+    match reply {
+        Ok(_) => InputStatus::Ok,
+        Err(AgentError::Dropped(_)) => InputStatus::Dropped,
+        Err(AgentError::Interrupted) => InputStatus::Aborted,
+        Err(_) => InputStatus::Error,
     }
 }
 
@@ -224,14 +336,18 @@ impl Sessions {
     /// Sessions run by `agent`, with transcripts in `store` (none: history lives in memory
     /// only), each keeping at most `history_limit` messages, with the default queue settings
     /// (`steer`).
-    pub fn new(agent: AgentLoop, store: Option<TranscriptStore>, history_limit: usize) -> Self {
+    pub fn new(
+        agent: AgentLoop,
+        store: Option<Arc<dyn TranscriptStore>>,
+        history_limit: usize,
+    ) -> Self {
         Self::with_queue(agent, store, history_limit, QueueConfig::default())
     }
 
     /// [`Sessions::new`] with the queue configuration `queue` (`[queue]`).
     pub fn with_queue(
         agent: AgentLoop,
-        store: Option<TranscriptStore>,
+        store: Option<Arc<dyn TranscriptStore>>,
         history_limit: usize,
         queue: QueueConfig,
     ) -> Self {
@@ -247,7 +363,7 @@ impl Sessions {
     /// [`Sessions::with_queue`] with the queues kept in `backend`.
     pub fn with_queue_backend(
         agent: AgentLoop,
-        store: Option<TranscriptStore>,
+        store: Option<Arc<dyn TranscriptStore>>,
         history_limit: usize,
         queue: QueueConfig,
         backend: Arc<dyn LaneQueue>,
@@ -257,6 +373,11 @@ impl Sessions {
                 shared: Arc::new(Shared {
                     agent,
                     store,
+                    inbox: None,
+                    recovered: Mutex::new(HashSet::new()),
+                    resuming: Mutex::new(HashMap::new()),
+                    next_input: AtomicU64::new(1),
+                    input_prefix: format!("in-{}-{}", now_ms(), std::process::id()),
                     history_limit: history_limit.max(2),
                     usage: Mutex::new(HashMap::new()),
                     queue: backend,
@@ -269,6 +390,30 @@ impl Sessions {
                 open: watch::Sender::new(true),
             }),
         }
+    }
+
+    /// These sessions with every input recorded in `inbox` before it is admitted, and the
+    /// work a stopped process left there taken up again (call before the sessions are
+    /// shared; later it is ignored).
+    pub fn with_inbox(mut self, inbox: Arc<dyn LaneInbox>) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner)
+            && let Some(shared) = Arc::get_mut(&mut inner.shared)
+        {
+            shared.inbox = Some(inbox);
+        } else {
+            tracing::warn!("the sessions are shared already: the inbox is not used");
+        }
+        self
+    }
+
+    /// The inbox, when there is one.
+    pub fn inbox(&self) -> Option<&Arc<dyn LaneInbox>> {
+        self.inner.shared.inbox.as_ref()
+    }
+
+    /// The transcripts, when there are.
+    pub fn transcripts(&self) -> Option<&Arc<dyn TranscriptStore>> {
+        self.inner.shared.store.as_ref()
     }
 
     /// The agent.
@@ -317,6 +462,22 @@ impl Sessions {
         input: LaneInput,
         observer: Arc<dyn TurnObserver>,
     ) -> PendingTurn {
+        self.submit_input(key, input, observer, InputMeta::default())
+    }
+
+    /// [`Sessions::submit`] with the submission's id and idempotency key, recorded in the
+    /// inbox (when there is one) before it is admitted. A key the inbox knows is not submitted
+    /// again: the pending turn is dropped with [`DropReason::NotRecorded`] naming the earlier
+    /// input (front ends check keys before, as the gateway does).
+    pub fn submit_input(
+        &self,
+        key: &str,
+        input: LaneInput,
+        observer: Arc<dyn TurnObserver>,
+        meta: InputMeta,
+    ) -> PendingTurn {
+        // Work a stopped process left for this session goes first.
+        self.recover_session(key, &|_, _| Arc::new(crate::provider::NoEvents));
         let shared = &self.inner.shared;
         let job = match input {
             LaneInput::User(text) => QueuedJob::User {
@@ -328,11 +489,59 @@ impl Sessions {
             LaneInput::Reset => QueuedJob::Reset,
             LaneInput::Compact => QueuedJob::Compact,
         };
+        let id = meta.id.unwrap_or_else(|| {
+            format!(
+                "{}-{}",
+                shared.input_prefix,
+                shared.next_input.fetch_add(1, Ordering::Relaxed)
+            )
+        });
+        if let Some(inbox) = &shared.inbox {
+            let record = InputRecord {
+                id: id.clone(),
+                at_ms: now_ms(),
+                idempotency: meta.idempotency,
+                job: job.clone(),
+            };
+            let refused = match inbox.append(key, &record) {
+                Ok(Appended::New) => None,
+                Ok(Appended::Duplicate(earlier)) => Some(format!(
+                    "the same idempotency key was sent before, as input {earlier}"
+                )),
+                Err(error) => {
+                    tracing::error!(session = %key, %error, "cannot record an input in the inbox");
+                    Some(error.to_string())
+                }
+            };
+            if let Some(why) = refused {
+                let reason = DropReason::NotRecorded { why };
+                let (reply, receiver) = oneshot::channel();
+                let _ = reply.send(Err(AgentError::Dropped(reason.clone())));
+                return PendingTurn {
+                    receiver,
+                    admission: Admission::Dropped { reason },
+                    ticket: 0,
+                };
+            }
+        }
+        self.admit(key, job, observer, id)
+    }
+
+    /// Admit `job` (recorded as `id`) to `key`'s queue and start the lane.
+    fn admit(
+        &self,
+        key: &str,
+        job: QueuedJob,
+        observer: Arc<dyn TurnObserver>,
+        id: String,
+    ) -> PendingTurn {
+        let shared = &self.inner.shared;
         let (reply, receiver) = oneshot::channel();
+        let mut dropped = Vec::new();
         let admitted = {
             let mut waiters = lock(&shared.waiters);
             let admitted = with_state(shared.queue.as_ref(), key, |state| {
-                state.admit(job, &shared.config, now_ms())
+                state.admit(job.clone(), &shared.config, now_ms())
             });
             let session = match waiters.get_mut(key) {
                 Some(session) => session,
@@ -340,19 +549,29 @@ impl Sessions {
             };
             for (ticket, reason) in &admitted.evicted {
                 if let Some(waiter) = session.remove(ticket) {
+                    dropped.push(waiter.id);
                     let _ = waiter.reply.send(Err(AgentError::Dropped(reason.clone())));
                 }
             }
             match &admitted.admission {
                 Admission::Dropped { reason } => {
+                    dropped.push(id);
                     let _ = reply.send(Err(AgentError::Dropped(reason.clone())));
                 }
                 _ => {
-                    session.insert(admitted.ticket, Waiter { observer, reply });
+                    session.insert(
+                        admitted.ticket,
+                        Waiter {
+                            observer,
+                            reply,
+                            id,
+                        },
+                    );
                 }
             }
             admitted
         };
+        shared.mark_done(key, &dropped, InputStatus::Dropped);
         self.ensure_lane(key);
         for (ticket, reason) in &admitted.evicted {
             shared.emit(
@@ -375,6 +594,158 @@ impl Sessions {
             admission: admitted.admission,
             ticket: admitted.ticket,
         }
+    }
+
+    /// Take up the work stopped processes left in every session's inbox: for each input still
+    /// pending, its turn is resumed (it was open), it queues again in its order, or (its turn
+    /// was committed just before the stop) it is answered at once. `observe` gives each
+    /// recovered input its observer. Sessions already looked at by this process are skipped.
+    pub fn recover(
+        &self,
+        observe: &dyn Fn(&str, &InputRecord) -> Arc<dyn TurnObserver>,
+    ) -> Vec<Recovered> {
+        let Some(inbox) = self.inner.shared.inbox.clone() else {
+            return Vec::new();
+        };
+        let keys = match inbox.sessions() {
+            Ok(keys) => keys,
+            Err(error) => {
+                tracing::error!(%error, "cannot list the sessions' inboxes: nothing is resumed");
+                return Vec::new();
+            }
+        };
+        keys.iter()
+            .flat_map(|key| self.recover_session(key, observe))
+            .collect()
+    }
+
+    /// [`Sessions::recover`] for one session (once per process; a submission to a session
+    /// does it first).
+    pub fn recover_session(
+        &self,
+        key: &str,
+        observe: &dyn Fn(&str, &InputRecord) -> Arc<dyn TurnObserver>,
+    ) -> Vec<Recovered> {
+        let shared = &self.inner.shared;
+        let (Some(inbox), Some(store)) = (shared.inbox.clone(), shared.store.clone()) else {
+            return Vec::new();
+        };
+        if !lock(&shared.recovered).insert(key.to_string()) {
+            return Vec::new();
+        }
+        let pending = match inbox.pending(key) {
+            Ok(pending) => pending,
+            Err(error) => {
+                tracing::error!(session = %key, %error, "cannot read the session's inbox: its pending inputs are not resumed");
+                Vec::new()
+            }
+        };
+        let loaded = match store.load(key, shared.history_limit) {
+            Ok(loaded) => loaded,
+            Err(error) => {
+                tracing::error!(session = %key, %error, "cannot read the transcript: the session's pending inputs are not resumed");
+                return Vec::new();
+            }
+        };
+        if pending.is_empty() && loaded.open.is_none() {
+            return Vec::new();
+        }
+        let mut recovered = Vec::new();
+        // Answered by a committed turn just before the stop: say so now.
+        let mut answered = Vec::new();
+        let mut waiting = Vec::new();
+        let mut resumed = Vec::new();
+        for record in pending {
+            if let Some(turn) = loaded.answered.get(&record.id) {
+                answered.push((record, turn.clone()));
+            } else if loaded
+                .open
+                .as_ref()
+                .is_some_and(|open| open.inputs.contains(&record.id))
+            {
+                resumed.push(record);
+            } else {
+                waiting.push(record);
+            }
+        }
+        for (record, turn) in answered {
+            let failed = turn.outcome.starts_with("error:");
+            let reply: LaneReply = if failed {
+                Err(AgentError::History(turn.outcome.clone()))
+            } else {
+                Ok(Some(TurnOutcome {
+                    text: turn.text.clone(),
+                    end: TurnEnd::Answered,
+                    usage: turn.usage,
+                    iterations: 0,
+                    answered_by: turn.outcome.clone(),
+                }))
+            };
+            shared.mark_done(
+                key,
+                std::slice::from_ref(&record.id),
+                if failed {
+                    InputStatus::Error
+                } else {
+                    InputStatus::Ok
+                },
+            );
+            let (sender, receiver) = oneshot::channel();
+            let _ = sender.send(reply);
+            recovered.push(Recovered {
+                key: key.to_string(),
+                record,
+                pending: PendingTurn {
+                    receiver,
+                    admission: Admission::Started,
+                    ticket: 0,
+                },
+                fate: RecoveredFate::Answered,
+            });
+        }
+        if loaded.open.is_some() {
+            let mut waiters = lock(&shared.waiters);
+            let tickets = with_state(shared.queue.as_ref(), key, |state| {
+                state.resume(resumed.len())
+            });
+            let session = waiters.entry(key.to_string()).or_default();
+            for (record, &ticket) in resumed.into_iter().zip(&tickets) {
+                let (reply, receiver) = oneshot::channel();
+                let observer = observe(key, &record);
+                session.insert(
+                    ticket,
+                    Waiter {
+                        observer,
+                        reply,
+                        id: record.id.clone(),
+                    },
+                );
+                recovered.push(Recovered {
+                    key: key.to_string(),
+                    record,
+                    pending: PendingTurn {
+                        receiver,
+                        admission: Admission::Started,
+                        ticket,
+                    },
+                    fate: RecoveredFate::Resumed,
+                });
+            }
+            drop(waiters);
+            lock(&shared.resuming).insert(key.to_string(), ResumePlan { loaded, tickets });
+        }
+        for record in waiting {
+            let observer = observe(key, &record);
+            let pending = self.admit(key, record.job.clone(), observer, record.id.clone());
+            recovered.push(Recovered {
+                key: key.to_string(),
+                record,
+                pending,
+                fate: RecoveredFate::Queued,
+            });
+        }
+        self.ensure_lane(key);
+        recovered
     }
 
     /// Start `key`'s lane task unless it runs (a lane whose task ended, short of a panic it
@@ -560,7 +931,19 @@ pub fn notification_text(message: &InboundMessage) -> String {
 }
 
 async fn run_lane(shared: Arc<Shared>, key: String, mut open: watch::Receiver<bool>) {
-    let mut history = load_history(&shared, &key).await;
+    let plan = lock(&shared.resuming).remove(&key);
+    let mut history = match plan {
+        Some(plan) => {
+            let ResumePlan { loaded, tickets } = plan;
+            let open_turn = loaded.open.clone();
+            let mut history = adopt_history(&shared, &key, loaded);
+            if let Some(open_turn) = open_turn {
+                resume_turn(&shared, &key, &mut history, open_turn, tickets).await;
+            }
+            history
+        }
+        None => load_history(&shared, &key).await,
+    };
     let mut changes = shared.queue.watch(&key);
     let mut closing = false;
     loop {
@@ -589,19 +972,22 @@ async fn run_lane(shared: Arc<Shared>, key: String, mut open: watch::Receiver<bo
     }
 }
 
+/// The history and usage of a loaded transcript become the lane's.
+fn adopt_history(shared: &Shared, key: &str, loaded: Loaded) -> Vec<ChatMessage> {
+    if let Some(budget) = shared.budget.get() {
+        budget.seed(key, loaded.usage.total());
+    }
+    lock(&shared.usage).insert(key.to_string(), loaded.usage);
+    loaded.messages
+}
+
 async fn load_history(shared: &Shared, key: &str) -> Vec<ChatMessage> {
     let Some(store) = shared.store.clone() else {
         return Vec::new();
     };
     let (load_key, limit) = (key.to_string(), shared.history_limit);
     match tokio::task::spawn_blocking(move || store.load(&load_key, limit)).await {
-        Ok(Ok(loaded)) => {
-            if let Some(budget) = shared.budget.get() {
-                budget.seed(key, loaded.usage.total());
-            }
-            lock(&shared.usage).insert(key.to_string(), loaded.usage);
-            loaded.messages
-        }
+        Ok(Ok(loaded)) => adopt_history(shared, key, loaded),
         Ok(Err(error)) => {
             tracing::warn!(session = %key, "cannot read the transcript, starting empty: {error}");
             Vec::new()
@@ -629,7 +1015,7 @@ async fn run_job(shared: &Shared, key: &str, history: &mut Vec<ChatMessage>, job
             if let Some(budget) = shared.budget.get() {
                 budget.reset(key);
             }
-            persist(shared, key, vec![Entry::Reset { at_ms: now_ms() }])
+            commit(shared, key, vec![Entry::Reset { at_ms: now_ms() }])
                 .await
                 .map(|()| None)
         }
@@ -644,7 +1030,17 @@ async fn run_job(shared: &Shared, key: &str, history: &mut Vec<ChatMessage>, job
                 key,
                 taken: Mutex::new(Vec::new()),
             };
-            let reply = run_one(shared, key, history, text, observer.as_ref(), &steering).await;
+            let inputs = shared.ids_of(key, &tickets);
+            let reply = run_one(
+                shared,
+                key,
+                history,
+                text,
+                inputs,
+                observer.as_ref(),
+                &steering,
+            )
+            .await;
             tickets.extend(lock(&steering.taken).drain(..));
             reply
         }
@@ -664,6 +1060,19 @@ impl Steering for LaneSteering<'_> {
         let (tickets, text) = with_state(self.shared.queue.as_ref(), self.key, |state| {
             state.take_steered()
         })?;
+        // The journal says which inputs the message that follows answers.
+        let inputs = self.shared.ids_of(self.key, &tickets);
+        if let Some(store) = &self.shared.store
+            && let Err(error) = store.append_steps(
+                self.key,
+                &[Entry::Joined {
+                    at_ms: now_ms(),
+                    inputs,
+                }],
+            )
+        {
+            tracing::warn!(session = %self.key, %error, "cannot journal a steered message");
+        }
         lock(&self.taken).extend(&tickets);
         self.shared.emit(
             self.key,
@@ -721,7 +1130,7 @@ async fn compact_now(
         .entry(key.to_string())
         .or_default()
         .add(compaction.usage);
-    persist(
+    commit(
         shared,
         key,
         vec![Entry::compaction(now_ms(), &compaction, true)],
@@ -746,11 +1155,60 @@ fn tell_budget_notices(shared: &Shared, key: &str, observer: &dyn TurnObserver) 
     }
 }
 
+/// The lane's turn journal: each step goes to the transcript as it is recorded.
+struct JournalSink {
+    store: Option<Arc<dyn TranscriptStore>>,
+    key: String,
+    /// Tokens the recorded steps used.
+    usage: Usage,
+    /// The first step that could not be written.
+    failed: Option<String>,
+}
+
+impl JournalSink {
+    fn new(shared: &Shared, key: &str) -> Self {
+        Self {
+            store: shared.store.clone(),
+            key: key.to_string(),
+            usage: Usage::default(),
+            failed: None,
+        }
+    }
+
+    fn write(&mut self, entries: &[Entry]) {
+        if let Some(store) = &self.store
+            && let Err(error) = store.append_steps(&self.key, entries)
+            && self.failed.is_none()
+        {
+            tracing::error!(session = %self.key, %error, "cannot journal a step of the turn");
+            self.failed = Some(error.to_string());
+        }
+    }
+}
+
+impl TurnJournal for JournalSink {
+    fn record(&mut self, item: Journaled) {
+        let at_ms = now_ms();
+        let entry = match item {
+            Journaled::Message(message) => Entry::Message { at_ms, message },
+            Journaled::ToolStarted { tool_use_id } => Entry::ToolStarted { at_ms, tool_use_id },
+            Journaled::ToolResult(result) => Entry::ToolResult { at_ms, result },
+            Journaled::Compacted(compaction) => Entry::compaction(at_ms, &compaction, false),
+            Journaled::Used(used) => {
+                self.usage.add(used);
+                Entry::Used { at_ms, usage: used }
+            }
+        };
+        self.write(&[entry]);
+    }
+}
+
 async fn run_one(
     shared: &Shared,
     key: &str,
     history: &mut Vec<ChatMessage>,
     text: String,
+    inputs: Vec<String>,
     observer: &dyn TurnObserver,
     steering: &dyn Steering,
 ) -> LaneReply {
@@ -759,7 +1217,38 @@ async fn run_one(
     }
     let input = ChatMessage::user(text);
     push_message(history, input.clone());
-    let mut journal = Vec::new();
+    let mut sink = JournalSink::new(shared, key);
+    let at_ms = now_ms();
+    sink.write(&[
+        Entry::Start { at_ms, inputs },
+        Entry::Message {
+            at_ms,
+            message: input,
+        },
+    ]);
+    let result = run_steps(shared, key, history, observer, steering, &mut sink).await;
+    finish_turn(
+        shared,
+        key,
+        history,
+        observer,
+        sink,
+        Usage::default(),
+        result,
+    )
+    .await
+}
+
+/// Run the model and tools on `history` until the turn ends or is asked to stop; a tool call
+/// a stopped turn left without a result gets one saying so.
+async fn run_steps(
+    shared: &Shared,
+    key: &str,
+    history: &mut Vec<ChatMessage>,
+    observer: &dyn TurnObserver,
+    steering: &dyn Steering,
+    sink: &mut JournalSink,
+) -> Result<TurnOutcome, AgentError> {
     let (result, stopped) = {
         let turn = CURRENT_SESSION.scope(
             key.to_string(),
@@ -767,7 +1256,7 @@ async fn run_one(
                 key.to_string(),
                 shared
                     .agent
-                    .run_turn_journaled(history, observer, steering, &mut journal),
+                    .run_turn_journaled(history, observer, steering, sink),
             ),
         );
         tokio::select! {
@@ -776,55 +1265,169 @@ async fn run_one(
         }
     };
     with_state(shared.queue.as_ref(), key, |state| state.turn_answered());
-    if let Some(cause) = stopped
-        && let Some(answers) = answer_dangling_calls(history, cause.dangling_call_result())
-    {
-        journal.push(Journaled::Message(answers));
-    }
-
-    let mut entries = vec![Entry::Message {
-        at_ms: now_ms(),
-        message: input,
-    }];
-    let at_ms = now_ms();
-    // What the turn used, also when it failed or was stopped part-way.
-    let mut usage = Usage::default();
-    for item in journal {
-        match item {
-            Journaled::Message(message) => entries.push(Entry::Message { at_ms, message }),
-            Journaled::Compacted(compaction) => {
-                entries.push(Entry::compaction(at_ms, &compaction, false));
-            }
-            Journaled::Used(used) => usage.add(used),
+    if let Some(cause) = stopped {
+        let why = cause.dangling_call_result();
+        for answer in answer_dangling_calls(history, |_| why.to_string()) {
+            sink.record(Journaled::ToolResult(answer));
         }
     }
+    result
+}
+
+/// Commit the turn: its `turn` line with what it used (`before`: what its steps used before
+/// a resume) and how it ended.
+async fn finish_turn(
+    shared: &Shared,
+    key: &str,
+    history: &mut Vec<ChatMessage>,
+    observer: &dyn TurnObserver,
+    sink: JournalSink,
+    before: Usage,
+    result: Result<TurnOutcome, AgentError>,
+) -> LaneReply {
+    // What the turn used, also when it failed or was stopped part-way.
+    let mut usage = before;
+    usage.add(sink.usage);
     let outcome = match &result {
         Ok(outcome) => outcome.answered_by.clone(),
         Err(error) => format!("error: {error}"),
     };
-    entries.push(Entry::Turn {
-        at_ms,
-        usage,
-        outcome,
-    });
     lock(&shared.usage)
         .entry(key.to_string())
         .or_default()
-        .add(usage);
+        .add(sink.usage);
     tell_budget_notices(shared, key, observer);
     trim_history(history, shared.history_limit);
-
-    persist(shared, key, entries).await?;
+    if let Some(failed) = sink.failed {
+        return Err(AgentError::Transcript {
+            path: shared.describe_store(key),
+            message: failed,
+        });
+    }
+    commit(
+        shared,
+        key,
+        vec![Entry::Turn {
+            at_ms: now_ms(),
+            usage,
+            outcome,
+        }],
+    )
+    .await?;
     result.map(Some)
 }
 
-async fn persist(shared: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), AgentError> {
+/// What a tool call that started and has no result is told when its turn is resumed.
+pub const MAY_HAVE_PARTLY_RUN: &str = "the process running this call stopped before it finished: it may have partly run. Check its effects before repeating it.";
+
+/// What a tool call that never started is told when its turn is resumed.
+pub const NOT_STARTED_BEFORE_STOP: &str =
+    "not run: the process stopped before this call started; call it again if it is still needed.";
+
+/// Take up a turn a stopped process left open: its steps are in `history` already; calls left
+/// without a result are answered (never run again), then the model is asked for what had not
+/// completed, unless the turn had answered already.
+async fn resume_turn(
+    shared: &Shared,
+    key: &str,
+    history: &mut Vec<ChatMessage>,
+    open: OpenTurn,
+    tickets: Vec<u64>,
+) {
+    let attempt = open.resumed + 1;
+    shared.emit(
+        key,
+        QueueEvent::Resumed {
+            tickets: tickets.clone(),
+            attempt,
+        },
+    );
+    tracing::info!(session = %key, attempt, "resuming the turn the last process left open");
+    let observer = shared.observer_of(key, tickets.first().copied());
+    let mut sink = JournalSink::new(shared, key);
+    sink.write(&[Entry::Resumed { at_ms: now_ms() }]);
+    let started: HashSet<&str> = open.started_calls.iter().map(String::as_str).collect();
+    for answer in answer_dangling_calls(history, |id| {
+        if started.contains(id) {
+            MAY_HAVE_PARTLY_RUN.to_string()
+        } else {
+            NOT_STARTED_BEFORE_STOP.to_string()
+        }
+    }) {
+        sink.record(Journaled::ToolResult(answer));
+    }
+    let answered = history
+        .last()
+        .filter(|message| message.role == Role::Assistant && message.tool_uses().next().is_none());
+    let result = match answered {
+        // The model had answered; only the commit was missing.
+        Some(message) => {
+            with_state(shared.queue.as_ref(), key, |state| state.turn_answered());
+            let text = message.text();
+            Ok(TurnOutcome {
+                end: if text.trim().is_empty() {
+                    TurnEnd::NoAnswer
+                } else {
+                    TurnEnd::Answered
+                },
+                text,
+                usage: open.usage,
+                iterations: 0,
+                answered_by: shared.agent.provider().label(),
+            })
+        }
+        None => {
+            let steering = LaneSteering {
+                shared,
+                key,
+                taken: Mutex::new(Vec::new()),
+            };
+            let result = run_steps(
+                shared,
+                key,
+                history,
+                observer.as_ref(),
+                &steering,
+                &mut sink,
+            )
+            .await;
+            let taken: Vec<u64> = lock(&steering.taken).drain(..).collect();
+            let mut tickets = tickets.clone();
+            tickets.extend(taken);
+            let reply = finish_turn(
+                shared,
+                key,
+                history,
+                observer.as_ref(),
+                sink,
+                open.usage,
+                result,
+            )
+            .await;
+            shared.answer(key, &tickets, &reply);
+            return;
+        }
+    };
+    let reply = finish_turn(
+        shared,
+        key,
+        history,
+        observer.as_ref(),
+        sink,
+        open.usage,
+        result,
+    )
+    .await;
+    shared.answer(key, &tickets, &reply);
+}
+
+async fn commit(shared: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), AgentError> {
     let Some(store) = shared.store.clone() else {
         return Ok(());
     };
-    let path = store.path(key).display().to_string();
+    let path = store.describe(key);
     let key = key.to_string();
-    let written = tokio::task::spawn_blocking(move || store.append(&key, &entries)).await;
+    let written = tokio::task::spawn_blocking(move || store.commit(&key, &entries)).await;
     match written {
         Ok(Ok(())) => Ok(()),
         Ok(Err(error)) => Err(AgentError::Transcript {
@@ -838,29 +1441,44 @@ async fn persist(shared: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), 
     }
 }
 
-/// Give every tool call of the last assistant message that has no result a result saying
-/// `why`, so the history stays one a provider accepts; returns the message of results added.
-fn answer_dangling_calls(history: &mut Vec<ChatMessage>, why: &str) -> Option<ChatMessage> {
-    let last = history.last()?;
-    if last.role != clawcage_core::Role::Assistant {
-        return None;
-    }
-    let results: Vec<clawcage_core::ContentBlock> = last
+/// Give every tool call of the last assistant message that has no result yet a result saying
+/// `why(id)`, so the history stays one a provider accepts; returns the results added.
+fn answer_dangling_calls(
+    history: &mut Vec<ChatMessage>,
+    why: impl Fn(&str) -> String,
+) -> Vec<ContentBlock> {
+    let Some(asked) = history
+        .iter()
+        .rposition(|message| message.role == Role::Assistant)
+    else {
+        return Vec::new();
+    };
+    let answered: HashSet<String> = history[asked + 1..]
+        .iter()
+        .flat_map(|message| message.content.iter())
+        .filter_map(|block| match block {
+            ContentBlock::ToolResult { tool_use_id, .. } => Some(tool_use_id.clone()),
+            _ => None,
+        })
+        .collect();
+    let results: Vec<ContentBlock> = history[asked]
         .tool_uses()
-        .map(|(id, _, _)| clawcage_core::ContentBlock::ToolResult {
+        .filter(|(id, _, _)| !answered.contains(*id))
+        .map(|(id, _, _)| ContentBlock::ToolResult {
             tool_use_id: id.to_string(),
-            content: why.to_string(),
+            content: why(id),
             is_error: true,
         })
         .collect();
-    if results.is_empty() {
-        return None;
+    for result in &results {
+        push_message(
+            history,
+            ChatMessage {
+                role: Role::User,
+                cut: None,
+                content: vec![result.clone()],
+            },
+        );
     }
-    let answers = ChatMessage {
-        role: clawcage_core::Role::User,
-        cut: None,
-        content: results,
-    };
-    history.push(answers.clone());
-    Some(answers)
+    results
 }

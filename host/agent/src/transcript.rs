@@ -1,24 +1,33 @@
-//! Per-session JSONL transcripts in the state directory: one file per session key
-//! (`sessions/<key>.jsonl`, the key percent-encoded so it can never name another path), one JSON
-//! object per line. Lines are only ever appended: the messages of a turn and a `turn` line with
-//! its token usage, written and flushed together when the turn ends; `/reset` appends a `reset`
-//! line rather than deleting history. Loading replays the file from the last reset, keeps the
-//! newest messages up to the history limit, and skips lines it cannot read (a crash mid-write
-//! loses at most that line) with a warning. A `compaction` line records a summary that replaced
-//! the older messages: loading replays it the same way, so a resumed session gets the summary
-//! and the recent messages, while the file keeps every message.
+//! Per-session transcripts behind [`TranscriptStore`], and its JSONL implementation
+//! [`JsonlTranscripts`]: one file per session key in the state directory (`sessions/<key>.jsonl`,
+//! the key percent-encoded so it can never name another path), one JSON object per line, only
+//! ever appended. A turn is journaled as it happens: a `start` line naming the inputs it answers,
+//! then each step (the model's message, `tool_started` before a call runs, `tool_result` as each
+//! call ends, steered messages after a `joined` line, compactions, the tokens used) as it is
+//! taken, and a `turn` line that commits it. Steps are written through to the operating system
+//! (they survive a killed process); the commit, a `/reset` and a `/compact` are also flushed to
+//! the disk. A trailing `start` without its `turn` is an *open* turn: [`Loaded::open`] says so,
+//! and the session's lane resumes it ([`crate::session`]). Loading replays the file from the last
+//! reset, keeps the newest messages up to the history limit, and skips lines it cannot read (a
+//! crash mid-write loses at most that line) with a warning. A `compaction` line records a summary
+//! that replaced the older messages: loading replays it the same way, so a resumed session gets
+//! the summary and the recent messages, while the file keeps every message. Callers never see a
+//! file length: a [`Position`] is the store's own cursor, and [`TranscriptStore::committed_position`]
+//! is where the committed part of a session ends (a front end pairs it with the events after it).
 //!
-//! A store given the runtime's redactor ([`TranscriptStore::with_redactor`]) writes every text of
+//! A store given the runtime's redactor ([`JsonlTranscripts::with_redactor`]) writes every text of
 //! every line with the secret values replaced: model output arrives scrubbed already (the
 //! provider chain is wrapped in [`Redacting`](crate::provider::Redacting)), so this catches what
 //! a person typed or pasted, and anything else that would put a value on the disk.
 
+use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 use clawcage_core::redact::Redactor;
-use clawcage_core::{ChatMessage, Role, Usage};
+use clawcage_core::{ChatMessage, ContentBlock, Role, Usage};
 use serde::{Deserialize, Serialize};
 
 use crate::compaction::{Compaction, CompactionReason, apply_compaction};
@@ -28,6 +37,26 @@ use crate::provider::redacting::redact_message;
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]
 pub enum Entry {
+    /// A turn begins: it answers the inputs named (their ids in the session's inbox).
+    Start {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+        /// The inputs it answers.
+        #[serde(default)]
+        inputs: Vec<String>,
+    },
+    /// Inputs steered into the running turn (their message follows).
+    Joined {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+        /// Their ids.
+        inputs: Vec<String>,
+    },
+    /// The open turn was resumed after its process stopped.
+    Resumed {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+    },
     /// A message of the conversation.
     Message {
         /// Milliseconds since the Unix epoch.
@@ -35,7 +64,28 @@ pub enum Entry {
         /// The message.
         message: ChatMessage,
     },
-    /// The end of a turn.
+    /// A tool call of the running turn is about to run.
+    ToolStarted {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+        /// The `tool_use` id.
+        tool_use_id: String,
+    },
+    /// A tool call's result: it joins the user message answering the model's calls.
+    ToolResult {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+        /// The `tool_result` block.
+        result: ContentBlock,
+    },
+    /// A model call of the running turn used these tokens (the `turn` line carries the sum).
+    Used {
+        /// Milliseconds since the Unix epoch.
+        at_ms: u64,
+        /// The tokens.
+        usage: Usage,
+    },
+    /// The end of a turn: it commits the lines since its `start`.
     Turn {
         /// Milliseconds since the Unix epoch.
         at_ms: u64,
@@ -96,6 +146,18 @@ impl Entry {
                 at_ms: *at_ms,
                 message: redact_message(redactor, message),
             },
+            Entry::ToolResult { at_ms, result } => {
+                let wrapped = ChatMessage {
+                    role: Role::User,
+                    cut: None,
+                    content: vec![result.clone()],
+                };
+                let mut scrubbed = redact_message(redactor, &wrapped);
+                Entry::ToolResult {
+                    at_ms: *at_ms,
+                    result: scrubbed.content.pop().unwrap_or_else(|| result.clone()),
+                }
+            }
             Entry::Turn {
                 at_ms,
                 usage,
@@ -105,7 +167,6 @@ impl Entry {
                 usage: *usage,
                 outcome: redactor.redact(outcome),
             },
-            Entry::Reset { at_ms } => Entry::Reset { at_ms: *at_ms },
             Entry::Compaction {
                 at_ms,
                 reason,
@@ -121,26 +182,97 @@ impl Entry {
                 kept: *kept,
                 usage: *usage,
             },
+            other => other.clone(),
         }
     }
+}
+
+/// A turn that started and was not committed: its process stopped part-way.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct OpenTurn {
+    /// The inputs it answers (from its `start` and `joined` lines), oldest first.
+    pub inputs: Vec<String>,
+    /// Tool calls that started; those without a result may have partly run.
+    pub started_calls: Vec<String>,
+    /// Tokens its steps used so far.
+    pub usage: Usage,
+    /// How often it was resumed before.
+    pub resumed: u32,
+}
+
+/// What a committed turn answered an input with.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Answered {
+    /// The turn's last assistant text.
+    pub text: String,
+    /// `provider/model`, or the error that ended the turn (`error: …`).
+    pub outcome: String,
+    /// Tokens the turn used.
+    pub usage: Usage,
 }
 
 /// A loaded session.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Loaded {
-    /// The newest messages since the last reset, within the history limit.
+    /// The newest messages since the last reset, within the history limit (an open turn's
+    /// included).
     pub messages: Vec<ChatMessage>,
-    /// Tokens used since the last reset.
+    /// Tokens used since the last reset (by committed turns).
     pub usage: Usage,
     /// Lines that could not be read.
     pub skipped_lines: usize,
+    /// The turn left open by a stopped process, if the last one is.
+    pub open: Option<OpenTurn>,
+    /// Every input a committed turn answered, by id.
+    pub answered: HashMap<String, Answered>,
 }
 
-/// Where the transcripts live.
+/// A place in one session's transcript, as its store counts. Positions of one session only
+/// grow; `Position::default()` is the beginning.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Position(pub u64);
+
+/// Where transcripts are kept: one ordered log of [`Entry`] per session. The lanes append a
+/// turn's steps as they happen and commit it with its `turn` line; front ends read from it.
+/// The JSONL files of [`JsonlTranscripts`] are the one implementation today; a distributed
+/// backend implements the same calls.
+pub trait TranscriptStore: Send + Sync + std::fmt::Debug {
+    /// Append steps of a running turn: they must survive a killed process.
+    fn append_steps(&self, key: &str, entries: &[Entry]) -> std::io::Result<()>;
+    /// Append entries that commit (a turn's `turn` line, a reset, a compaction), durable on
+    /// the disk before returning.
+    fn commit(&self, key: &str, entries: &[Entry]) -> std::io::Result<()>;
+    /// Load `key`'s transcript, keeping at most `limit` messages (a missing one is empty).
+    fn load(&self, key: &str, limit: usize) -> std::io::Result<Loaded>;
+    /// As [`TranscriptStore::load`], reading only up to `until`: the transcript as it was there.
+    fn load_until(&self, key: &str, limit: usize, until: Position) -> std::io::Result<Loaded>;
+    /// Where the committed part of `key`'s transcript ends (before an open turn; the
+    /// beginning for a session without one).
+    fn committed_position(&self, key: &str) -> std::io::Result<Position>;
+    /// Whether `key` has a transcript with anything in it.
+    fn exists(&self, key: &str) -> std::io::Result<bool>;
+    /// Remove `key`'s transcript (a missing one is not an error).
+    fn remove(&self, key: &str) -> std::io::Result<()>;
+    /// Every session with a transcript, newest first.
+    fn sessions(&self) -> std::io::Result<Vec<SessionFile>>;
+    /// Where `key`'s transcript is, for messages.
+    fn describe(&self, key: &str) -> String;
+}
+
+/// JSONL transcripts in a directory.
 #[derive(Debug, Clone)]
-pub struct TranscriptStore {
+pub struct JsonlTranscripts {
     dir: PathBuf,
     redactor: Redactor,
+    /// Per session: where its committed part ends, once known.
+    committed: Arc<Mutex<HashMap<String, Committed>>>,
+}
+
+/// Where a session's committed lines end, and whether a turn is open after them.
+#[derive(Debug, Clone, Copy)]
+struct Committed {
+    end: u64,
+    open: bool,
 }
 
 /// Milliseconds since the Unix epoch, now.
@@ -150,12 +282,13 @@ pub fn now_ms() -> u64 {
         .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
-impl TranscriptStore {
+impl JsonlTranscripts {
     /// Transcripts in `dir` (created on the first write).
     pub fn new(dir: impl Into<PathBuf>) -> Self {
         Self {
             dir: dir.into(),
             redactor: Redactor::default(),
+            committed: Arc::new(Mutex::new(HashMap::new())),
         }
     }
 
@@ -163,6 +296,11 @@ impl TranscriptStore {
     pub fn with_redactor(mut self, redactor: Redactor) -> Self {
         self.redactor = redactor;
         self
+    }
+
+    /// This store, shared as a [`TranscriptStore`].
+    pub fn shared(self) -> Arc<dyn TranscriptStore> {
+        Arc::new(self)
     }
 
     /// The directory.
@@ -178,9 +316,279 @@ impl TranscriptStore {
         self.dir.join(name)
     }
 
-    /// Every session with a transcript, with when it was last written and its size, newest
-    /// first. Files whose names are not escaped keys are left out.
-    pub fn sessions(&self) -> std::io::Result<Vec<SessionFile>> {
+    /// Append `entries` to `key`'s transcript as committed lines (flushed to the disk).
+    pub fn append(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        self.write(key, entries, true)
+    }
+
+    fn committed_cache(&self) -> std::sync::MutexGuard<'_, HashMap<String, Committed>> {
+        self.committed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn write(&self, key: &str, entries: &[Entry], commit: bool) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let mut text = String::new();
+        for entry in entries {
+            let line = if self.redactor.is_empty() {
+                serde_json::to_string(entry)
+            } else {
+                serde_json::to_string(&entry.redacted(&self.redactor))
+            };
+            text.push_str(&line.map_err(std::io::Error::other)?);
+            text.push('\n');
+        }
+        let mut options = OpenOptions::new();
+        options.create(true).append(true);
+        // A conversation can hold anything the user or a tool said: only its owner reads it.
+        #[cfg(unix)]
+        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+        let mut file = options.open(self.path(key))?;
+        file.write_all(text.as_bytes())?;
+        file.flush()?;
+        if commit {
+            file.sync_data()?;
+        }
+        let end = file.metadata()?.len();
+        let mut cache = self.committed_cache();
+        let mut offset = end - text.len() as u64;
+        let mut state = cache.get(key).copied();
+        for (entry, line) in entries.iter().zip(text.split_inclusive('\n')) {
+            let line_end = offset + line.len() as u64;
+            state = match (entry, state) {
+                // A turn opens: the committed part ends before it.
+                (Entry::Start { .. }, _) => Some(Committed {
+                    end: offset,
+                    open: true,
+                }),
+                (Entry::Turn { .. }, _) => Some(Committed {
+                    end: line_end,
+                    open: false,
+                }),
+                (_, Some(Committed { open: false, .. })) => Some(Committed {
+                    end: line_end,
+                    open: false,
+                }),
+                (_, other) => other,
+            };
+            offset = line_end;
+        }
+        match state {
+            Some(state) => {
+                cache.insert(key.to_string(), state);
+            }
+            // Unknown until the file is read.
+            None => {
+                cache.remove(key);
+            }
+        }
+        Ok(())
+    }
+
+    fn load_from(&self, key: &str, limit: usize, max_bytes: u64) -> std::io::Result<Loaded> {
+        let path = self.path(key);
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Loaded::default());
+            }
+            Err(error) => return Err(error),
+        };
+        let mut replay = Replay::new(limit);
+        let mut offset = 0u64;
+        for (number, line) in BufReader::new(file.take(max_bytes))
+            .split(b'\n')
+            .enumerate()
+        {
+            let line = line?;
+            let at = offset;
+            offset += line.len() as u64 + 1;
+            if line.iter().all(u8::is_ascii_whitespace) {
+                continue;
+            }
+            match serde_json::from_slice::<Entry>(&line) {
+                Ok(entry) => replay.apply(entry, at, offset),
+                Err(error) => {
+                    tracing::warn!(path = %path.display(), line = number + 1, "skipping an unreadable transcript line: {error}");
+                    replay.loaded.skipped_lines += 1;
+                }
+            }
+        }
+        if max_bytes == u64::MAX {
+            let state = Committed {
+                end: replay.committed_end,
+                open: replay.open.is_some(),
+            };
+            self.committed_cache().insert(key.to_string(), state);
+        }
+        Ok(replay.finish())
+    }
+}
+
+/// Replays transcript lines into a [`Loaded`].
+struct Replay {
+    loaded: Loaded,
+    limit: usize,
+    /// The open turn's inputs, started calls and usage, while one is open.
+    open: Option<OpenTurn>,
+    /// Where the last committed line ends.
+    committed_end: u64,
+    /// The last assistant text since the current turn's start.
+    last_text: String,
+}
+
+impl Replay {
+    fn new(limit: usize) -> Self {
+        Self {
+            loaded: Loaded::default(),
+            limit,
+            open: None,
+            committed_end: 0,
+            last_text: String::new(),
+        }
+    }
+
+    fn push(&mut self, message: ChatMessage) {
+        if message.role == Role::Assistant {
+            let text = message.text();
+            if !text.trim().is_empty() {
+                self.last_text = text;
+            }
+        }
+        push_message(&mut self.loaded.messages, message);
+        if self.loaded.messages.len() > self.limit.saturating_mul(2).max(64) {
+            trim_history(&mut self.loaded.messages, self.limit);
+        }
+    }
+
+    fn apply(&mut self, entry: Entry, at: u64, end: u64) {
+        let in_turn = self.open.is_some();
+        match entry {
+            Entry::Start { inputs, .. } => {
+                // A turn left open by an older process that was not resumed ends here.
+                self.open = Some(OpenTurn {
+                    inputs,
+                    ..OpenTurn::default()
+                });
+                self.last_text.clear();
+                self.committed_end = at;
+                return;
+            }
+            Entry::Joined { inputs, .. } => {
+                if let Some(open) = self.open.as_mut() {
+                    open.inputs.extend(inputs);
+                }
+            }
+            Entry::Resumed { .. } => {
+                if let Some(open) = self.open.as_mut() {
+                    open.resumed += 1;
+                }
+            }
+            Entry::Message { message, .. } => self.push(message),
+            Entry::ToolStarted { tool_use_id, .. } => {
+                if let Some(open) = self.open.as_mut() {
+                    open.started_calls.push(tool_use_id);
+                }
+            }
+            Entry::ToolResult { result, .. } => self.push(ChatMessage {
+                role: Role::User,
+                cut: None,
+                content: vec![result],
+            }),
+            Entry::Used { usage, .. } => {
+                if let Some(open) = self.open.as_mut() {
+                    open.usage.add(usage);
+                }
+            }
+            Entry::Turn { usage, outcome, .. } => {
+                self.loaded.usage.add(usage);
+                if let Some(open) = self.open.take() {
+                    let answered = Answered {
+                        text: std::mem::take(&mut self.last_text),
+                        outcome,
+                        usage,
+                    };
+                    for input in open.inputs {
+                        self.loaded.answered.insert(input, answered.clone());
+                    }
+                }
+            }
+            Entry::Reset { .. } => {
+                self.loaded.messages.clear();
+                self.loaded.usage = Usage::default();
+            }
+            Entry::Compaction {
+                summary,
+                kept,
+                usage,
+                ..
+            } => {
+                let cut = self.loaded.messages.len().saturating_sub(kept);
+                apply_compaction(&mut self.loaded.messages, cut, &summary);
+                self.loaded.usage.add(usage);
+            }
+        }
+        if !in_turn || self.open.is_none() {
+            self.committed_end = end;
+        }
+    }
+
+    fn finish(mut self) -> Loaded {
+        trim_history(&mut self.loaded.messages, self.limit);
+        self.loaded.open = self.open;
+        self.loaded
+    }
+}
+
+impl TranscriptStore for JsonlTranscripts {
+    fn append_steps(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        self.write(key, entries, false)
+    }
+
+    fn commit(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        self.write(key, entries, true)
+    }
+
+    fn load(&self, key: &str, limit: usize) -> std::io::Result<Loaded> {
+        self.load_from(key, limit, u64::MAX)
+    }
+
+    fn load_until(&self, key: &str, limit: usize, until: Position) -> std::io::Result<Loaded> {
+        self.load_from(key, limit, until.0)
+    }
+
+    fn committed_position(&self, key: &str) -> std::io::Result<Position> {
+        if let Some(state) = self.committed_cache().get(key) {
+            return Ok(Position(state.end));
+        }
+        if !self.exists(key)? {
+            return Ok(Position(0));
+        }
+        self.load_from(key, 1, u64::MAX)?;
+        Ok(Position(
+            self.committed_cache().get(key).map_or(0, |state| state.end),
+        ))
+    }
+
+    fn exists(&self, key: &str) -> std::io::Result<bool> {
+        match std::fs::metadata(self.path(key)) {
+            Ok(metadata) => Ok(metadata.len() > 0),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn remove(&self, key: &str) -> std::io::Result<()> {
+        self.committed_cache().remove(key);
+        match std::fs::remove_file(self.path(key)) {
+            Ok(()) => Ok(()),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(()),
+            Err(error) => Err(error),
+        }
+    }
+
+    fn sessions(&self) -> std::io::Result<Vec<SessionFile>> {
         let entries = match std::fs::read_dir(&self.dir) {
             Ok(entries) => entries,
             Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
@@ -216,100 +624,8 @@ impl TranscriptStore {
         Ok(sessions)
     }
 
-    /// The size of `key`'s transcript in bytes (0 when it has none).
-    pub fn file_len(&self, key: &str) -> std::io::Result<u64> {
-        match std::fs::metadata(self.path(key)) {
-            Ok(metadata) => Ok(metadata.len()),
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(0),
-            Err(error) => Err(error),
-        }
-    }
-
-    /// As [`TranscriptStore::load`], reading only the first `max_bytes` bytes of the file: the
-    /// transcript as it was when it had that size (a front end pairs it with the events that
-    /// came after).
-    pub fn load_prefix(&self, key: &str, limit: usize, max_bytes: u64) -> std::io::Result<Loaded> {
-        self.load_from(key, limit, max_bytes)
-    }
-
-    /// Append `entries` to `key`'s transcript, flushed to the disk before returning.
-    pub fn append(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let mut text = String::new();
-        for entry in entries {
-            let line = if self.redactor.is_empty() {
-                serde_json::to_string(entry)
-            } else {
-                serde_json::to_string(&entry.redacted(&self.redactor))
-            };
-            text.push_str(&line.map_err(std::io::Error::other)?);
-            text.push('\n');
-        }
-        let mut options = OpenOptions::new();
-        options.create(true).append(true);
-        // A conversation can hold anything the user or a tool said: only its owner reads it.
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(self.path(key))?;
-        file.write_all(text.as_bytes())?;
-        file.flush()?;
-        file.sync_data()
-    }
-
-    /// Load `key`'s transcript, keeping at most `limit` messages. A missing file is an empty
-    /// session.
-    pub fn load(&self, key: &str, limit: usize) -> std::io::Result<Loaded> {
-        self.load_from(key, limit, u64::MAX)
-    }
-
-    fn load_from(&self, key: &str, limit: usize, max_bytes: u64) -> std::io::Result<Loaded> {
-        let path = self.path(key);
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Loaded::default());
-            }
-            Err(error) => return Err(error),
-        };
-        let mut loaded = Loaded::default();
-        for (number, line) in BufReader::new(file.take(max_bytes))
-            .split(b'\n')
-            .enumerate()
-        {
-            let line = line?;
-            if line.iter().all(u8::is_ascii_whitespace) {
-                continue;
-            }
-            match serde_json::from_slice::<Entry>(&line) {
-                Ok(Entry::Message { message, .. }) => {
-                    push_message(&mut loaded.messages, message);
-                    if loaded.messages.len() > limit.saturating_mul(2).max(64) {
-                        trim_history(&mut loaded.messages, limit);
-                    }
-                }
-                Ok(Entry::Turn { usage, .. }) => loaded.usage.add(usage),
-                Ok(Entry::Reset { .. }) => {
-                    loaded.messages.clear();
-                    loaded.usage = Usage::default();
-                }
-                Ok(Entry::Compaction {
-                    summary,
-                    kept,
-                    usage,
-                    ..
-                }) => {
-                    let cut = loaded.messages.len().saturating_sub(kept);
-                    apply_compaction(&mut loaded.messages, cut, &summary);
-                    loaded.usage.add(usage);
-                }
-                Err(error) => {
-                    tracing::warn!(path = %path.display(), line = number + 1, "skipping an unreadable transcript line: {error}");
-                    loaded.skipped_lines += 1;
-                }
-            }
-        }
-        trim_history(&mut loaded.messages, limit);
-        Ok(loaded)
+    fn describe(&self, key: &str) -> String {
+        self.path(key).display().to_string()
     }
 }
 
@@ -400,7 +716,7 @@ mod tests {
 
     #[test]
     fn keys_cannot_escape_the_directory() {
-        let store = TranscriptStore::new("/state/sessions");
+        let store = JsonlTranscripts::new("/state/sessions");
         for key in [
             "../../etc/passwd",
             "/abs",
@@ -434,7 +750,7 @@ mod tests {
     fn a_store_with_a_redactor_writes_no_secret_value() {
         let secret = "hook-secret-0123456789abcdef";
         let dir = tempfile::tempdir().unwrap();
-        let store = TranscriptStore::new(dir.path())
+        let store = JsonlTranscripts::new(dir.path())
             .with_redactor(Redactor::new([("CLAWCAGE_HOOK_SECRET", secret)]));
         let tool_call = ChatMessage {
             role: Role::Assistant,
@@ -491,13 +807,13 @@ mod tests {
     #[test]
     fn sessions_are_listed_and_a_prefix_loads_what_was_there() {
         let dir = tempfile::tempdir().unwrap();
-        let store = TranscriptStore::new(dir.path());
+        let store = JsonlTranscripts::new(dir.path());
         let message = |text: &str| Entry::Message {
             at_ms: 1,
             message: ChatMessage::user(text),
         };
         store.append("agent:main:cli:a", &[message("one")]).unwrap();
-        let before = store.file_len("agent:main:cli:a").unwrap();
+        let before = store.committed_position("agent:main:cli:a").unwrap();
         store.append("agent:main:cli:a", &[message("two")]).unwrap();
         std::fs::write(dir.path().join("notes.txt"), "x").unwrap();
         let keys: Vec<String> = store
@@ -507,13 +823,13 @@ mod tests {
             .map(|s| s.key)
             .collect();
         assert_eq!(keys, ["agent:main:cli:a"]);
-        let loaded = store.load_prefix("agent:main:cli:a", 10, before).unwrap();
+        let loaded = store.load_until("agent:main:cli:a", 10, before).unwrap();
         assert_eq!(loaded.messages, vec![ChatMessage::user("one")]);
         assert_eq!(
             store.load("agent:main:cli:a", 10).unwrap().messages.len(),
             1
         );
-        assert_eq!(store.file_len("missing").unwrap(), 0);
+        assert_eq!(store.committed_position("missing").unwrap(), Position(0));
     }
 
     #[test]

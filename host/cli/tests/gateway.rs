@@ -752,8 +752,13 @@ async fn a_reconnect_with_since_gets_exactly_the_missed_events_then_live_ones() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_mid_turn_then_a_restart_keeps_transcript_and_events_and_reports_the_run() {
-    let server = LlmServer::start(vec![answer("first answer"), Reply::Hang]).await;
+async fn kill_9_mid_turn_then_a_restart_resumes_the_run_under_its_id() {
+    let server = LlmServer::start(vec![
+        answer("first answer"),
+        Reply::Hang,
+        answer("second answer"),
+    ])
+    .await;
     let setup = Setup::new(server.url());
     let gateway = Gateway::with_token(&setup);
     let session = "agent:main:test:crash";
@@ -784,41 +789,55 @@ async fn kill_9_mid_turn_then_a_restart_keeps_transcript_and_events_and_reports_
     let seq_before = before["payload"]["lastSeq"].as_u64().unwrap();
     gateway.kill();
 
+    // The restarted gateway takes the run up again under its id: the model is asked again
+    // for the step that had not completed, and the run ends once.
     let gateway = Gateway::with_token(&setup);
     let mut client = gateway.client().await;
+    let waited = client
+        .request(
+            "agent.wait",
+            json!({"runId": second_run, "timeoutMs": 20000}),
+        )
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    assert_eq!(waited["payload"]["text"], "second answer", "{waited}");
+    assert_eq!(server.requests().len(), 3, "one more model call, not more");
+    let again = client
+        .request("chat.send", send_params(session, "second", "c2"))
+        .await;
+    assert_eq!(again["payload"]["runId"], second_run.as_str(), "{again}");
+    assert_eq!(again["payload"]["duplicate"], true, "{again}");
+
     let id = client
         .send_request(
             "sessions.subscribe",
-            json!({"sessionKey": session, "since": 0}),
+            json!({"sessionKey": session, "since": seq_before}),
         )
         .await;
     let answer = client.response(&id).await;
     let last = answer["payload"]["lastSeq"].as_u64().unwrap();
-    assert_eq!(last, seq_before + 1, "one event added: the interruption");
     let events = client.agent_events_until(WAIT, |e| e["seq"] == last).await;
     let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
     assert_eq!(
         seqs,
-        (1..=last).collect::<Vec<_>>(),
-        "the event log is intact"
+        (seq_before + 1..=last).collect::<Vec<_>>(),
+        "the event log goes on without a hole"
     );
-    let interrupted = events.last().unwrap();
-    assert_eq!(interrupted["runId"], second_run.as_str());
-    assert_eq!(interrupted["data"]["phase"], "error");
-    assert_eq!(interrupted["data"]["interrupted"], true, "{interrupted}");
-    let waited = client
-        .request(
-            "agent.wait",
-            json!({"runId": second_run, "timeoutMs": 1000}),
-        )
-        .await;
-    assert_eq!(waited["payload"]["status"], "interrupted", "{waited}");
+    assert!(events.iter().all(|e| e["runId"] == second_run.as_str()));
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|e| e["stream"] == "lifecycle")
+        .map(|e| e["data"]["phase"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["resumed", "end"], "{events:?}");
+    assert_eq!(events[0]["data"]["attempt"], 1);
     let history = client
         .request("chat.history", json!({"sessionKey": session}))
         .await;
     let messages = history["payload"]["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 2, "{messages:?}");
-    assert_eq!(messages[1]["content"][0]["text"], "first answer");
+    assert_eq!(messages.len(), 4, "{messages:?}");
+    assert_eq!(messages[2]["content"][0]["text"], "second");
+    assert_eq!(messages[3]["content"][0]["text"], "second answer");
     let transcript = std::fs::read_to_string(
         setup
             .state
@@ -829,6 +848,7 @@ async fn kill_9_mid_turn_then_a_restart_keeps_transcript_and_events_and_reports_
     for line in transcript.lines() {
         serde_json::from_str::<Value>(line).expect("every transcript line is whole");
     }
+    assert_eq!(transcript.matches("\"kind\":\"turn\"").count(), 2);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

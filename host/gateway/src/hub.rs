@@ -22,7 +22,10 @@ use std::time::{Duration, Instant};
 
 use clawcage_agent::agent_loop::{TurnObserver, Verdict};
 use clawcage_agent::events::{AgentEvent, EventLog, EventObserver, Stream};
-use clawcage_agent::session::{Admission, QueueEvent};
+use clawcage_agent::inbox::{FinishedInput, InputRecord, InputStatus};
+use clawcage_agent::session::queue::QueuedJob;
+use clawcage_agent::session::{Admission, InputMeta, QueueEvent, Recovered, RecoveredFate};
+use clawcage_agent::transcript::Position;
 use clawcage_agent::{
     AgentError, Compaction, LaneInput, MessageBus, ProviderEvents, Sessions, SubagentManager,
     ToolRegistry, TranscriptStore, TurnOutcome,
@@ -62,7 +65,7 @@ pub struct GatewayParts {
     /// Why there is no cron, when there is none.
     pub cron_note: String,
     /// The transcripts the lanes write.
-    pub transcripts: TranscriptStore,
+    pub transcripts: Arc<dyn TranscriptStore>,
     /// Each session's events.
     pub events: Arc<dyn EventLog>,
     /// Where the journal of runs in flight is kept (`<state-dir>/gateway/runs`).
@@ -259,8 +262,9 @@ struct CurrentRun {
     run_id: String,
     ticket: u64,
     start_seq: u64,
-    /// The transcript's size when the run started: larger means the run is in it.
-    transcript_len: u64,
+    /// Where the transcript's committed part ended when the run started: further means the
+    /// run is committed.
+    committed_at: Position,
     aborting: bool,
 }
 
@@ -360,7 +364,198 @@ impl Hub {
                 }
             },
         )));
+        hub.take_up_inboxes();
         hub
+    }
+
+    /// Takes up what a stopped gateway left in the sessions' inboxes: finished inputs keep
+    /// their idempotency keys and statuses (for duplicates and `agent.wait`); pending ones
+    /// become runs again under their own ids, the open turn of a session resumed.
+    fn take_up_inboxes(&self) {
+        let Some(inbox) = self.parts.sessions.inbox().cloned() else {
+            return;
+        };
+        let keys = match inbox.sessions() {
+            Ok(keys) => keys,
+            Err(error) => {
+                tracing::error!(%error, "cannot list the sessions' inboxes: no run is resumed");
+                return;
+            }
+        };
+        let (mut resumed, mut queued) = (0usize, 0usize);
+        for key in keys {
+            for finished in inbox.finished(&key).unwrap_or_default() {
+                self.remember_finished(&key, &finished);
+            }
+            let session = self.session(&key);
+            let _admit = lock(&session.admit);
+            let observe = |key: &str, record: &InputRecord| -> Arc<dyn TurnObserver> {
+                Arc::new(HubObserver::new(
+                    self.this.clone(),
+                    session.clone(),
+                    key,
+                    &record.id,
+                ))
+            };
+            let recovered = self.parts.sessions.recover_session(&key, &observe);
+            let mut state = session.lock();
+            for item in recovered {
+                let Recovered {
+                    record,
+                    pending,
+                    fate,
+                    ..
+                } = item;
+                match fate {
+                    RecoveredFate::Resumed => resumed += 1,
+                    RecoveredFate::Queued => queued += 1,
+                    RecoveredFate::Answered => {}
+                }
+                let run_id = record.id.clone();
+                {
+                    let mut runs = lock(&self.runs);
+                    if let Some(idempotency) = &record.idempotency {
+                        runs.idempotency.insert(
+                            (key.clone(), idempotency.clone()),
+                            (run_id.clone(), Instant::now()),
+                        );
+                    }
+                    runs.entries.insert(
+                        run_id.clone(),
+                        RunEntry {
+                            session: key.clone(),
+                            result: watch::channel(None).0,
+                            finished: None,
+                        },
+                    );
+                }
+                let (kind, text, sender) = match &record.job {
+                    QueuedJob::User { text, .. } => ("user", text.clone(), None),
+                    QueuedJob::Notification { message } => (
+                        "notification",
+                        message.content.clone(),
+                        Some(message.sender.clone()),
+                    ),
+                    QueuedJob::Reset | QueuedJob::Compact => {
+                        // A reset or compaction nobody waits for any more: it just runs.
+                        continue;
+                    }
+                };
+                if fate == RecoveredFate::Answered {
+                    // Committed just before the stop: its end is said now, unless it was then.
+                    let said = self.run_has_ended(&key, &run_id);
+                    let hub = self.this.clone();
+                    let session_key = key.clone();
+                    tokio::spawn(async move {
+                        let reply = pending.wait().await;
+                        if let Some(hub) = hub.upgrade() {
+                            hub.settle_answered(&session_key, &run_id, reply, said);
+                        }
+                    });
+                    continue;
+                }
+                let ticket = pending.ticket();
+                state.tickets.insert(
+                    ticket,
+                    Ticket {
+                        kind: TicketKind::Run {
+                            run_id,
+                            kind,
+                            text,
+                            sender,
+                        },
+                        reply: Box::pin(pending.wait()),
+                        waker: None,
+                        joined: None,
+                        abort_on_start: false,
+                    },
+                );
+                drop(state);
+                self.follow(&session, ticket);
+                state = session.lock();
+            }
+        }
+        if resumed + queued > 0 {
+            tracing::info!(
+                resumed,
+                queued,
+                "took up the runs the last gateway left in flight"
+            );
+        }
+    }
+
+    /// Whether `key`'s events hold the end of `run_id`.
+    fn run_has_ended(&self, key: &str, run_id: &str) -> bool {
+        let Ok(replay) = self.parts.events.read(key, 0, usize::MAX) else {
+            return false;
+        };
+        replay.events.iter().any(|event| {
+            event.run_id == run_id
+                && event.stream == Stream::Lifecycle
+                && matches!(
+                    event.data.get("phase").and_then(Value::as_str),
+                    Some("end" | "error")
+                )
+        })
+    }
+
+    /// A run whose turn was committed just before the last stop: its status, and its end event
+    /// unless `said` already.
+    fn settle_answered(&self, key: &str, run_id: &str, reply: LaneReply, said: bool) {
+        let (end, status, payload) = match &reply {
+            Ok(Some(outcome)) => (
+                AgentEvent::run_ended(key, run_id, outcome),
+                RunStatus::Ok,
+                outcome_payload(outcome),
+            ),
+            Ok(None) => return,
+            Err(error) => (
+                AgentEvent::run_failed(key, run_id, error, false),
+                RunStatus::Error,
+                json!({"error": error.to_string()}),
+            ),
+        };
+        if !said {
+            self.publish_event(end);
+        }
+        self.finish_run(run_id, status, payload);
+    }
+
+    /// An input finished before the last stop: its idempotency key and status stay known for
+    /// the window.
+    fn remember_finished(&self, key: &str, finished: &FinishedInput) {
+        let age = Duration::from_millis(
+            clawcage_agent::transcript::now_ms().saturating_sub(finished.at_ms),
+        );
+        let at = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
+        let status = match finished.status {
+            InputStatus::Ok => RunStatus::Ok,
+            InputStatus::Error => RunStatus::Error,
+            InputStatus::Aborted => RunStatus::Aborted,
+            InputStatus::Dropped => RunStatus::Dropped,
+        };
+        let mut runs = lock(&self.runs);
+        // A dropped input was never answered: its key may be sent again (as the inbox allows).
+        if let Some(idempotency) = &finished.idempotency
+            && status != RunStatus::Dropped
+        {
+            runs.idempotency.insert(
+                (key.to_string(), idempotency.clone()),
+                (finished.id.clone(), at),
+            );
+        }
+        let (sender, _) = watch::channel(Some(RunResult {
+            status,
+            payload: json!({"runId": finished.id, "status": status.as_str(), "sessionKey": key}),
+        }));
+        runs.entries.insert(
+            finished.id.clone(),
+            RunEntry {
+                session: key.to_string(),
+                result: sender,
+                finished: Some(at),
+            },
+        );
     }
 
     /// A fresh id for a connection or a run.
@@ -532,10 +727,15 @@ impl Hub {
             }
         }
         let observer = HubObserver::new(self.this.clone(), session.clone(), key, &run_id);
-        let pending =
-            self.parts
-                .sessions
-                .submit(key, LaneInput::User(text.clone()), Arc::new(observer));
+        let pending = self.parts.sessions.submit_input(
+            key,
+            LaneInput::User(text.clone()),
+            Arc::new(observer),
+            InputMeta {
+                id: Some(run_id.clone()),
+                idempotency: idempotency.map(str::to_string),
+            },
+        );
         let (ticket, admission) = (pending.ticket(), pending.admission().clone());
         let mut state = session.lock();
         let into = state.current.as_ref().map(|run| run.run_id.clone());
@@ -546,7 +746,6 @@ impl Hub {
             forget(RunStatus::Dropped, &reason.to_string());
             return Ok(Sent::Refused);
         }
-        self.journal_start(key, &run_id);
         if admission != Admission::Started {
             let mut data = admission_json(&admission);
             data["phase"] = json!("queue");
@@ -667,7 +866,6 @@ impl Hub {
             payload["joinedRun"] = json!(into);
         }
         self.finish_run(&run_id, status, payload);
-        self.journal_end(&run_id);
     }
 
     /// Settles the current run if the lane has answered it.
@@ -712,6 +910,12 @@ impl Hub {
                         ),
                     );
                 }
+            }
+            QueueEvent::Resumed { tickets, attempt } => {
+                let session = self.session(key);
+                let _admit = lock(&session.admit);
+                let mut state = session.lock();
+                self.resume(key, &mut state, tickets, *attempt);
             }
             QueueEvent::Taken { tickets, steered } => {
                 let session = self.session(key);
@@ -788,17 +992,62 @@ impl Hub {
         if !collected.is_empty() {
             started.data["collected"] = json!(collected);
         }
-        let transcript_len = self.parts.transcripts.file_len(key).unwrap_or(0);
+        let committed_at = self
+            .parts
+            .transcripts
+            .committed_position(key)
+            .unwrap_or_default();
         let start = self.publish(state, started);
         state.current = Some(CurrentRun {
             run_id: run_id.clone(),
             ticket: first,
             start_seq: start.map_or(1, |event| event.seq),
-            transcript_len,
+            committed_at,
             aborting: abort,
         });
         self.join(key, state, rest, Some(&run_id), "collected");
         abort
+    }
+
+    /// The lane resumed the open turn answering `tickets`: the first one's run is current
+    /// again (the others had joined it), and its clients hear `lifecycle {phase: "resumed"}`
+    /// (they drop the partial text they had of it).
+    fn resume(&self, key: &str, state: &mut SessionState, tickets: &[u64], attempt: u32) {
+        let committed_at = self
+            .parts
+            .transcripts
+            .committed_position(key)
+            .unwrap_or_default();
+        let Some((&first, rest)) = tickets.split_first() else {
+            return;
+        };
+        let Some(run_id) = state
+            .tickets
+            .get(&first)
+            .and_then(Ticket::run_id)
+            .map(str::to_string)
+        else {
+            return;
+        };
+        let event = AgentEvent::new(
+            key,
+            &run_id,
+            Stream::Lifecycle,
+            json!({"phase": "resumed", "attempt": attempt}),
+        );
+        let start = self.publish(state, event);
+        state.current = Some(CurrentRun {
+            run_id: run_id.clone(),
+            ticket: first,
+            start_seq: start.map_or(1, |event| event.seq),
+            committed_at,
+            aborting: false,
+        });
+        for ticket in rest {
+            if let Some(entry) = state.tickets.get_mut(ticket) {
+                entry.joined = Some(run_id.clone());
+            }
+        }
     }
 
     /// The run `run_id`'s status (and its session), if known.
@@ -928,16 +1177,22 @@ impl Hub {
         let frame = protocol::event("session.deleted", json!({"sessionKey": key}), None);
         self.broadcast_unlogged(&mut state, frame);
         state.subscribers.clear();
-        let transcript = self.parts.transcripts.path(key);
-        match std::fs::remove_file(&transcript) {
-            Ok(()) => {}
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-            Err(error) => {
-                return Err(GatewayError::internal(
-                    &format!("cannot delete the transcript {}", transcript.display()),
-                    error,
-                ));
-            }
+        if let Err(error) = self.parts.transcripts.remove(key) {
+            return Err(GatewayError::internal(
+                &format!(
+                    "cannot delete the transcript {}",
+                    self.parts.transcripts.describe(key)
+                ),
+                error,
+            ));
+        }
+        if let Some(inbox) = self.parts.sessions.inbox()
+            && let Err(error) = inbox.remove(key)
+        {
+            return Err(GatewayError::internal(
+                "cannot delete the session's inbox",
+                error,
+            ));
         }
         self.parts
             .events
@@ -966,10 +1221,15 @@ impl Hub {
         let _admit = lock(&session.admit);
         let observer = HubObserver::new(self.this.clone(), session.clone(), &key, &run_id);
         let (text, sender) = (message.content.clone(), message.sender.clone());
-        let pending =
-            self.parts
-                .sessions
-                .submit(&key, LaneInput::Notification(message), Arc::new(observer));
+        let pending = self.parts.sessions.submit_input(
+            &key,
+            LaneInput::Notification(message),
+            Arc::new(observer),
+            InputMeta {
+                id: Some(run_id.clone()),
+                idempotency: None,
+            },
+        );
         let ticket = pending.ticket();
         if let Admission::Dropped { reason } = pending.admission() {
             self.finish_run(
@@ -979,7 +1239,6 @@ impl Hub {
             );
             return;
         }
-        self.journal_start(&key, &run_id);
         session.lock().tickets.insert(
             ticket,
             Ticket {
@@ -1098,32 +1357,32 @@ impl Hub {
             let last = self.parts.events.last_seq(key).map_err(|error| {
                 GatewayError::internal("cannot read the session's events", error)
             })?;
-            let bytes = self
+            let committed = self
                 .parts
                 .transcripts
-                .file_len(key)
+                .committed_position(key)
                 .map_err(|error| GatewayError::internal("cannot read the transcript", error))?;
             match &state.current {
-                Some(run) if bytes > run.transcript_len => (
+                Some(run) if committed > run.committed_at => (
                     last,
                     vec![run.run_id.clone()],
                     Some(run.run_id.clone()),
-                    bytes,
+                    committed,
                 ),
                 Some(run) => (
                     run.start_seq.saturating_sub(1),
                     Vec::new(),
                     Some(run.run_id.clone()),
-                    bytes,
+                    committed,
                 ),
-                None => (last, Vec::new(), None, bytes),
+                None => (last, Vec::new(), None, committed),
             }
         };
         let store = self.parts.transcripts.clone();
         let events = self.parts.events.clone();
         let owned_key = key.to_string();
         let (loaded, verdicts) = tokio::task::spawn_blocking(move || {
-            let loaded = store.load_prefix(&owned_key, limit, bytes);
+            let loaded = store.load_until(&owned_key, limit, bytes);
             (loaded, tool_verdicts(events.as_ref(), &owned_key))
         })
         .await
@@ -1259,30 +1518,8 @@ impl Hub {
         }
     }
 
-    fn journal_path(&self, run_id: &str) -> PathBuf {
-        self.parts.runs_dir.join(format!("{run_id}.json"))
-    }
-
-    fn journal_start(&self, key: &str, run_id: &str) {
-        let record = json!({
-            "runId": run_id,
-            "sessionKey": key,
-            "pid": std::process::id(),
-            "startedMs": clawcage_agent::transcript::now_ms(),
-        });
-        let written = std::fs::create_dir_all(&self.parts.runs_dir)
-            .and_then(|()| std::fs::write(self.journal_path(run_id), record.to_string()));
-        if let Err(error) = written {
-            tracing::warn!(%error, dir = %self.parts.runs_dir.display(), "cannot record a run in flight");
-        }
-    }
-
-    fn journal_end(&self, run_id: &str) {
-        let _ = std::fs::remove_file(self.journal_path(run_id));
-    }
-
-    /// Runs left in the journal were cut off by a killed gateway: report each in its session's
-    /// events and to `agent.wait`.
+    /// Runs left in the run journal of an older gateway (before the inbox) were cut off by a
+    /// killed gateway: report each in its session's events and to `agent.wait`.
     fn recover_interrupted_runs(&self) {
         let Ok(entries) = std::fs::read_dir(&self.parts.runs_dir) else {
             return;

@@ -16,8 +16,8 @@ use clawcage_agent::provider::Redacting;
 use clawcage_agent::skills::{AvailablePrograms, SkillDirs, Skills, read_skills};
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::{
-    AgentError, AgentLoop, Budget, LaneInput, MessageBus, MessageTool, Metered, OutboundMessage,
-    SendCallback, Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnObserver,
+    AgentError, AgentLoop, Budget, FileInbox, JsonlTranscripts, LaneInput, MessageBus, MessageTool,
+    Metered, OutboundMessage, SendCallback, Sessions, SubagentManager, ToolRegistry, TurnObserver,
     TurnOutcome,
 };
 use clawcage_core::BoxFuture;
@@ -183,8 +183,9 @@ impl Runtime {
         let sessions = Sessions::with_queue(
             agent,
             Some(
-                TranscriptStore::new(self.state_dir().join("sessions"))
-                    .with_redactor(self.redactor().clone()),
+                JsonlTranscripts::new(self.state_dir().join("sessions"))
+                    .with_redactor(self.redactor().clone())
+                    .shared(),
             ),
             config
                 .agent
@@ -194,7 +195,9 @@ impl Runtime {
                 .queue
                 .config()
                 .map_err(|error| usage(format!("{error:#}")))?,
-        );
+        )
+        // Every input is recorded before it is taken; what a stopped process left is resumed.
+        .with_inbox(Arc::new(FileInbox::new(self.state_dir().join("inbox"))));
         if let Some(budget) = budget {
             sessions.set_budget(budget);
         }

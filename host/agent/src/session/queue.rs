@@ -254,6 +254,14 @@ pub enum DropReason {
     /// The queue's backend did not answer.
     #[error("not queued: the session's queue is unavailable; try again")]
     Unavailable,
+    /// The session's inbox could not record it, so it was not taken.
+    #[error(
+        "not queued: the session's inbox cannot record it ({why}); check the state directory's disk, then send it again"
+    )]
+    NotRecorded {
+        /// What the inbox said.
+        why: String,
+    },
 }
 
 /// What became of a submission, decided when it arrived (before any await).
@@ -767,6 +775,21 @@ impl QueueState {
                 running.stop = Some(StopCause::NewMessage);
             }
         }
+    }
+
+    /// A turn left open by a stopped process is taken up again: it runs before anything
+    /// queued and takes steered messages like any running turn. Returns tickets for its
+    /// `inputs` (the submissions it answers).
+    pub fn resume(&mut self, inputs: usize) -> Vec<u64> {
+        let first = self.next_ticket;
+        self.next_ticket += inputs as u64;
+        self.running = Some(Running {
+            start: None,
+            stop: None,
+            accepts_steer: true,
+        });
+        self.touch();
+        (first..self.next_ticket).collect()
     }
 
     /// Ask the running job to stop (the operator's Ctrl-C). False when nothing runs.
