@@ -2,7 +2,11 @@
 //! client), against `clawcage gateway` and the scripted LLM server: a message typed and sent,
 //! the answer streamed, a tool card with the sandbox's denial of a `/etc/passwd` read, a turn
 //! from another client while the page's connection was dropped (shown once), the stop button,
-//! and a reload that shows the same history. Screenshots go to `target/`.
+//! and a reload that shows the same history; replies rendered from Markdown and attacks on that
+//! rendering (scripts, event handlers, `javascript:` and `data:` links, raw HTML, partial fences
+//! while streaming); approvals on their tool cards; the thinking indicator; scrolling; a
+//! phone-sized window; session titles; the token dialog. Screenshots go to `target/`, and those
+//! the README shows to `docs/screenshots/`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -16,7 +20,7 @@ use std::time::Duration;
 
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, tool_result_of};
+use clawcage_tests::llm_server::{LlmServer, Reply, ReplyGate, anthropic, tool_result_of};
 use fantoccini::{ClientBuilder, Locator};
 use serde_json::{Value, json};
 
@@ -24,6 +28,13 @@ const TOKEN: &str = "browser-test-token-0123456789";
 
 fn repo_target() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target")
+}
+
+/// Where the screenshots the README shows are kept.
+fn screenshots() -> PathBuf {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
 }
 
 /// A child process killed when dropped.
@@ -146,6 +157,15 @@ async fn open_browser(
     chromium: &Path,
     driver: &Path,
 ) -> (Process, tempfile::TempDir, fantoccini::Client) {
+    open_browser_sized(chromium, driver, (1280, 860)).await
+}
+
+/// [`open_browser`] with a window of `width` × `height` CSS pixels.
+async fn open_browser_sized(
+    chromium: &Path,
+    driver: &Path,
+    (width, height): (u32, u32),
+) -> (Process, tempfile::TempDir, fantoccini::Client) {
     let port = free_port();
     let chromedriver = Process(
         Command::new(driver)
@@ -163,18 +183,21 @@ async fn open_browser(
     }
     let profile = tempfile::tempdir().unwrap();
     let mut capabilities = serde_json::Map::new();
-    capabilities.insert(
-        "goog:chromeOptions".to_string(),
-        json!({
-            "binary": chromium,
-            "args": [
-                "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                "--disable-background-networking", "--disable-component-update", "--disable-sync",
-                "--disable-dev-shm-usage", "--window-size=1280,860",
-                format!("--user-data-dir={}", profile.path().display()),
-            ],
-        }),
-    );
+    let mut options = json!({
+        "binary": chromium,
+        "args": [
+            "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            "--disable-background-networking", "--disable-component-update", "--disable-sync",
+            "--disable-dev-shm-usage", format!("--window-size={width},{height}"),
+            format!("--user-data-dir={}", profile.path().display()),
+        ],
+    });
+    // A desktop window is at least 500 pixels wide: a phone's width is emulated.
+    if width < 500 {
+        options["mobileEmulation"] =
+            json!({"deviceMetrics": {"width": width, "height": height, "pixelRatio": 1.0}});
+    }
+    capabilities.insert("goog:chromeOptions".to_string(), options);
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
     let browser = ClientBuilder::new(connector)
         .capabilities(capabilities)
@@ -185,23 +208,45 @@ async fn open_browser(
 }
 
 /// What the page shows, as JSON.
-const PAGE: &str = r#"
-const texts = (selector) => Array.from(document.querySelectorAll(selector), (e) => e.firstChild ? e.firstChild.textContent : "");
+const PAGE: &str = r##"
+const texts = (selector) => Array.from(document.querySelectorAll(selector), (e) => e.textContent.trim());
+const messages = document.getElementById("messages");
+const thinking = document.querySelector("#messages .thinking");
 return {
   status: document.getElementById("status").textContent,
   user: texts(".msg.user"),
-  assistant: texts(".msg.assistant"),
+  assistant: texts(".msg.assistant .body"),
   notes: texts(".msg.note"),
+  usage: texts(".msg .usage"),
   tools: Array.from(document.querySelectorAll(".tool-card"), (c) => ({
-    name: c.dataset.tool, verdict: c.dataset.verdict,
-    output: (c.querySelector("pre") || {}).textContent || "",
+    name: c.dataset.tool, verdict: c.dataset.verdict, label: c.dataset.label || "",
+    args: c.querySelector(".args").textContent,
+    badge: c.querySelector(".verdict").textContent,
+    approval: (c.querySelector(".approval") || {}).textContent || "",
+    output: (c.querySelector("details pre") || {}).textContent || "",
     folded: c.querySelector("details") ? !c.querySelector("details").open : null,
   })),
+  sidebarApprovals: texts("#approvals li"),
+  thinking: thinking ? thinking.textContent : null,
+  thinkingSeconds: thinking ? Number(thinking.dataset.seconds) : null,
   stopEnabled: !document.getElementById("stop").disabled,
+  tokenPrompt: !document.getElementById("token-prompt").hidden,
+  tokenError: document.getElementById("token-error").hidden ? "" : document.getElementById("token-error").textContent,
+  hash: location.hash,
+  storedToken: sessionStorage.getItem("clawcage.token"),
+  title: document.getElementById("session-title").textContent,
+  sessions: Array.from(document.querySelectorAll("#sessions li"), (li) => ({
+    key: li.dataset.key, title: li.querySelector(".title").textContent,
+    meta: li.querySelector(".meta").textContent, active: li.classList.contains("active"),
+  })),
+  scrollTop: messages.scrollTop,
+  scrollBottomGap: messages.scrollHeight - messages.scrollTop - messages.clientHeight,
+  jumpShown: !document.getElementById("jump").hidden,
   session: state.session,
+  draft: state.draft,
   lastSeq: state.lastSeq,
 };
-"#;
+"##;
 
 /// Opens the web chat with the operator's token and waits until it is connected.
 async fn connect_page(browser: &fantoccini::Client, addr: SocketAddr) {
@@ -215,21 +260,33 @@ async fn connect_page(browser: &fantoccini::Client, addr: SocketAddr) {
     .await;
 }
 
-/// Waits until the sidebar shows an approval request; the operator panel then.
+/// Waits until a tool card of the open session asks for approval; the page then.
 async fn wait_for_approval(browser: &fantoccini::Client, what: &str) -> Value {
-    wait_for(browser, what, 60, OPERATOR, |panel| {
-        panel["approvals"]
-            .as_array()
-            .is_some_and(|list| !list.is_empty())
+    wait_for(browser, what, 60, PAGE, |page| {
+        page["tools"].as_array().is_some_and(|tools| {
+            tools
+                .iter()
+                .any(|tool| !tool["approval"].as_str().unwrap_or_default().is_empty())
+        })
     })
     .await
 }
 
-/// Clicks `decision` (`allow-once`, `allow-always`, `deny`) on the request shown.
+/// The text of the approval question on the tool cards of `page`.
+fn card_approval(page: &Value) -> String {
+    page["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|tool| tool["approval"].as_str().unwrap_or_default())
+        .collect()
+}
+
+/// Clicks `decision` (`allow-once`, `allow-always`, `deny`) on the tool card asking.
 async fn answer_approval(browser: &fantoccini::Client, decision: &str) {
     browser
         .find(Locator::Css(&format!(
-            "#approvals button[data-decision=\"{decision}\"]"
+            ".tool-card .approval button[data-decision=\"{decision}\"]"
         )))
         .await
         .unwrap()
@@ -286,6 +343,10 @@ async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_
     let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
 
     connect_page(&browser, addr).await;
+    // The token is kept for this tab only and is gone from the address bar.
+    let page = browser.execute(PAGE, vec![]).await.unwrap();
+    assert_eq!(page["hash"], "", "{page:#}");
+    assert_eq!(page["storedToken"], TOKEN, "{page:#}");
     send(&browser, "Please read /etc/passwd").await;
     let page = wait_for(
         &browser,
@@ -308,6 +369,11 @@ async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_
     assert_eq!(tools[0]["folded"], true, "the output is folded");
     assert!(
         tools[0]["output"].as_str().unwrap().contains("/etc/passwd"),
+        "{page:#}"
+    );
+    assert_eq!(
+        page["usage"],
+        json!(["anthropic/claude-test · 200 in / 40 out"]),
         "{page:#}"
     );
     let screenshot = browser.screenshot().await.unwrap();
@@ -409,7 +475,7 @@ return {
   shown: !document.getElementById("operator").hidden,
   approvals: Array.from(document.querySelectorAll("#approvals li"), (e) => e.textContent),
   pairings: Array.from(document.querySelectorAll("#pairings li"), (e) => e.textContent),
-  assistant: Array.from(document.querySelectorAll(".msg.assistant"), (e) => e.firstChild ? e.firstChild.textContent : ""),
+  assistant: Array.from(document.querySelectorAll(".msg.assistant .body"), (e) => e.textContent.trim()),
 };
 "##;
 
@@ -458,31 +524,87 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
     let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
     connect_page(&browser, addr).await;
 
-    // An exec command the allowlist does not cover waits for this page.
+    // An exec command the allowlist does not cover waits for this page: the question is on the
+    // command's own tool card, not in the sidebar.
     send(&browser, "remove build").await;
-    let panel = wait_for_approval(&browser, "the approval request").await;
+    let page = wait_for_approval(&browser, "the approval request").await;
+    let asked = card_approval(&page);
+    assert!(
+        asked.contains("Waiting for your approval")
+            && asked.contains("exec wants to run:rm -r build"),
+        "{page:#}"
+    );
+    assert_eq!(page["tools"][0]["name"], "exec", "{page:#}");
+    assert_eq!(page["tools"][0]["verdict"], "waiting", "{page:#}");
+    assert_eq!(page["sidebarApprovals"], json!([]), "{page:#}");
+    assert_eq!(page["thinking"], Value::Null, "{page:#}");
+    let screenshot = browser.screenshot().await.unwrap();
+    std::fs::write(screenshots().join("webchat-approval.png"), screenshot).unwrap();
+    assert!(root.path().join("ws/build").exists(), "ran before approval");
+    answer_approval(&browser, "allow-once").await;
+    let page = wait_for(&browser, "the answer after approval", 60, PAGE, |page| {
+        count(&page["assistant"], "Removed it.") == 1
+    })
+    .await;
+    assert_eq!(card_approval(&page), "", "{page:#}");
+    assert_eq!(page["tools"][0]["verdict"], "ok", "{page:#}");
+    assert!(!root.path().join("ws/build").exists());
+
+    // Another session's request is listed in the sidebar, named by its session, and answered there.
+    std::fs::create_dir_all(root.path().join("ws/other")).unwrap();
+    let (mut other, _) = GatewayClient::connect(addr, TOKEN).await;
+    let sent = other
+        .request(
+            "chat.send",
+            json!({"sessionKey": "agent:main:webchat:elsewhere", "message": "remove other", "idempotencyKey": "o1"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let panel = wait_for(
+        &browser,
+        "the other session's request",
+        60,
+        OPERATOR,
+        |panel| {
+            panel["approvals"]
+                .as_array()
+                .is_some_and(|list| !list.is_empty())
+        },
+    )
+    .await;
     assert_eq!(panel["shown"], true, "{panel:#}");
     assert!(
         panel["approvals"][0]
             .as_str()
             .unwrap()
-            .contains("exec wants to run:rm -r build"),
+            .contains("exec wants to run:rm -r other"),
         "{panel:#}"
     );
-    assert!(root.path().join("ws/build").exists(), "ran before approval");
-    answer_approval(&browser, "allow-once").await;
-    wait_for(
-        &browser,
-        "the answer after approval",
-        60,
-        OPERATOR,
-        |panel| {
-            count(&panel["assistant"], "Removed it.") == 1
-                && panel["approvals"].as_array().is_some_and(Vec::is_empty)
-        },
-    )
+    let page = browser.execute(PAGE, vec![]).await.unwrap();
+    assert_eq!(
+        card_approval(&page),
+        "",
+        "not on this session's cards: {page:#}"
+    );
+    browser
+        .find(Locator::Css("#approvals button[data-decision=\"deny\"]"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let done = other
+        .request(
+            "agent.wait",
+            json!({"runId": sent["payload"]["runId"], "timeoutMs": 30000}),
+        )
+        .await;
+    assert_eq!(done["payload"]["status"], "ok", "{done}");
+    wait_for(&browser, "the sidebar to empty", 30, OPERATOR, |panel| {
+        panel["approvals"].as_array().is_some_and(Vec::is_empty)
+    })
     .await;
-    assert!(!root.path().join("ws/build").exists());
+    assert!(root.path().join("ws/other").exists(), "denied, yet removed");
 
     // An unknown Telegram sender gets a code; the page shows it and approves it.
     bot.private_message(77, "Grace", "hi");
@@ -499,7 +621,7 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
     );
     assert_eq!(
         server.requests().len(),
-        2,
+        4,
         "the unpaired message reached the model"
     );
     browser
@@ -570,26 +692,20 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
 
     // Denied: nothing written, the model reads the operator's no.
     send(&browser, "save denied.txt").await;
-    let panel = wait_for_approval(&browser, "the write request").await;
-    let shown = panel["approvals"][0].as_str().unwrap().to_string();
+    let page = wait_for_approval(&browser, "the write request").await;
+    let shown = card_approval(&page);
     assert!(
         shown.contains(&format!(
             "A change in the read-only workspace:create or change {}/denied.txt",
             workspace.display()
         )),
-        "{panel:#}"
+        "{page:#}"
     );
+    assert_eq!(page["tools"][0]["name"], "write_file", "{page:#}");
     answer_approval(&browser, "deny").await;
-    wait_for(
-        &browser,
-        "the answer after the denial",
-        60,
-        OPERATOR,
-        |panel| {
-            count(&panel["assistant"], "Not saved.") == 1
-                && panel["approvals"].as_array().is_some_and(Vec::is_empty)
-        },
-    )
+    wait_for(&browser, "the answer after the denial", 60, PAGE, |page| {
+        count(&page["assistant"], "Not saved.") == 1 && card_approval(page).is_empty()
+    })
     .await;
     assert!(!workspace.join("denied.txt").exists());
 
@@ -597,14 +713,18 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
     send(&browser, "save kept.txt").await;
     wait_for_approval(&browser, "the second write request").await;
     answer_approval(&browser, "allow-always").await;
-    wait_for(
+    let page = wait_for(
         &browser,
         "the answer after the approval",
         60,
-        OPERATOR,
-        |panel| count(&panel["assistant"], "Saved.") == 1,
+        PAGE,
+        |page| count(&page["assistant"], "Saved.") == 1,
     )
     .await;
+    // The second call (the scripted model reuses the id `t1`) has a card of its own.
+    let tools = page["tools"].as_array().unwrap();
+    assert_eq!(tools.len(), 2, "{page:#}");
+    assert_eq!(tools[1]["verdict"], "ok", "{page:#}");
     assert_eq!(
         std::fs::read_to_string(workspace.join("kept.txt")).unwrap(),
         "kept\n"
@@ -614,6 +734,613 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
     assert!(
         kept.contains(&format!("{}/kept.txt", workspace.display())),
         "{kept}"
+    );
+    browser.close().await.unwrap();
+}
+
+/// A reply in Markdown: heading, emphasis, list, table, link, inline code and a code fence with a
+/// line far wider than the bubble.
+const MARKDOWN_REPLY: &str = "## Build status\n\nThe **release** build passed; *two* warnings remain:\n\n1. `unused_mut` in `src/lib.rs`\n2. a deprecated call in [the parser](https://example.org/parser)\n\n| crate | tests | time |\n|---|---:|---:|\n| core | 48 | 1.2 s |\n| agent | 131 | 6.8 s |\n\n```rust\nfn main() {\n    let greeting = \"hello from a code block whose line is far wider than the chat bubble, so it scrolls sideways instead of wrapping\";\n    println!(\"{greeting}\");\n}\n```\n\n> Run `cargo test` again after the fix.";
+
+/// A reply that tries every way into the page: scripts, event handlers, `javascript:`,
+/// `vbscript:` and `data:` links, raw HTML blocks and inline HTML, an SVG, a style sheet, an
+/// image that would fetch, HTML inside a table, and a fence left open at the end (as it is while
+/// streaming).
+const ATTACK_REPLY: &str = "Attack reply.\n\n<script>window.pwned = 1</script>\n\n<img src=x onerror=\"window.pwned = 2\">\n\n[click me](javascript:window.pwned=3) and [vb](vbscript:msgbox) and [data](data:text/html;base64,PHNjcmlwdD53aW5kb3cucHduZWQ9NDwvc2NyaXB0Pg==) and <javascript:window.pwned=5>\n\n<a href=\"javascript:window.pwned=6\">raw link</a> <b onmouseover=\"window.pwned=7\">bold</b>\n\n<iframe src=\"/\"></iframe><svg onload=\"window.pwned=8\"></svg><style>body{display:none}</style>\n\n![tracker](http://127.0.0.1:9/pixel.png) ![x](x\" onerror=\"window.pwned=9)\n\n| a | b |\n|---|---|\n| <i onclick=\"window.pwned=10\">cell</i> | [j](javascript:window.pwned=11) |\n\n<details open ontoggle=\"window.pwned=12\"><summary>s</summary></details>\n\n```html\n<script>window.pwned = 13</script>\n```\n\n```js\nconsole.log('a fence left open')";
+
+/// Everything in the conversation's messages that could run code or fetch, recorded by a
+/// MutationObserver over `#messages` from the moment it is installed: every intermediate render of a streamed
+/// reply is checked, not only the last.
+const WATCH_FOR_INJECTION: &str = r#"
+window.injected = [];
+const bad = (node) => {
+  if (node.nodeType !== 1) return;
+  for (const element of [node, ...node.querySelectorAll("*")]) {
+    // The page's own cards hold details and buttons; what a message holds is checked.
+    if (!element.closest(".msg")) continue;
+    const tag = element.tagName.toLowerCase();
+    if (["script", "iframe", "object", "embed", "img", "svg", "style", "link", "meta", "form", "input", "details", "base", "math", "video", "audio", "source"].includes(tag)) {
+      window.injected.push(`element <${tag}>`);
+    }
+    for (const attribute of element.attributes) {
+      const name = attribute.name.toLowerCase();
+      if (name.startsWith("on") || name === "style" || name === "srcdoc" || name === "src" || name === "formaction") {
+        window.injected.push(`attribute ${name} on <${tag}>`);
+      }
+      if (name === "href" && !/^(https?:|mailto:)/i.test(attribute.value)) {
+        window.injected.push(`href ${attribute.value}`);
+      }
+    }
+  }
+};
+const observer = new MutationObserver((records) => {
+  for (const record of records) {
+    if (record.type === "attributes") bad(record.target);
+    for (const node of record.addedNodes) bad(node);
+  }
+});
+observer.observe(document.getElementById("messages"), { childList: true, subtree: true, attributes: true });
+return true;
+"#;
+
+/// The open session's last assistant bubble, as structure.
+const LAST_REPLY: &str = r#"
+const replies = document.querySelectorAll(".msg.assistant .body");
+const body = replies[replies.length - 1];
+const pre = body.querySelector(".code-block pre");
+const bubble = body.closest(".msg");
+return {
+  html: body.innerHTML,
+  text: body.textContent,
+  headings: Array.from(body.querySelectorAll("h1,h2,h3"), (e) => e.textContent),
+  strong: Array.from(body.querySelectorAll("strong"), (e) => e.textContent),
+  items: Array.from(body.querySelectorAll("ol > li, ul > li"), (e) => e.textContent),
+  cells: Array.from(body.querySelectorAll("table td, table th"), (e) => e.textContent),
+  links: Array.from(body.querySelectorAll("a"), (a) => ({ text: a.textContent, href: a.getAttribute("href"), target: a.target, rel: a.rel })),
+  inlineCode: Array.from(body.querySelectorAll("p code, li code"), (e) => e.textContent),
+  codeBlocks: Array.from(body.querySelectorAll(".code-block"), (b) => ({
+    language: b.querySelector(".language").textContent,
+    code: b.querySelector("pre").textContent,
+    copy: !!b.querySelector("button.copy"),
+  })),
+  codeFont: pre ? getComputedStyle(pre.querySelector("code") || pre).fontFamily : null,
+  codeWhiteSpace: pre ? getComputedStyle(pre).whiteSpace : null,
+  codeScrolls: pre ? pre.scrollWidth > pre.clientWidth && getComputedStyle(pre).overflowX === "auto" : null,
+  bubbleWidth: bubble.getBoundingClientRect().width,
+  injected: window.injected,
+  pwned: window.pwned === undefined ? null : window.pwned,
+};
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_renders_markdown_safely_shows_thinking_and_follows_the_output() {
+    let Some((chromium, driver)) = browser_programs(
+        "the_web_chat_renders_markdown_safely_shows_thinking_and_follows_the_output",
+    ) else {
+        return;
+    };
+    // "How did the last build go?" gets the Markdown reply, "attack" the attack reply; "slow"
+    // waits at the gate; "long" gets 80 lines; "tool" asks for a call the turn's one model call
+    // leaves not run.
+    let gate = ReplyGate::new();
+    let held = gate.clone();
+    let server = LlmServer::start_routed(move |body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let text = clawcage_tests::llm_server::text_of(&last);
+        match text.as_str() {
+            "How did the last build go?" => {
+                anthropic::stream(&[anthropic::text(MARKDOWN_REPLY)], 24)
+            }
+            "attack" => anthropic::stream(&[anthropic::text(ATTACK_REPLY)], 7),
+            "slow" => held.hold(anthropic::stream(&[anthropic::text("Done thinking.")], 16)),
+            "tool" => anthropic::stream(
+                &[anthropic::tool(
+                    "n1",
+                    "exec",
+                    json!({"command": "echo skipped"}),
+                )],
+                32,
+            ),
+            "long" => {
+                let lines: Vec<String> = (1..=80)
+                    .map(|n| format!("Line {n} of a long answer."))
+                    .collect();
+                anthropic::stream(&[anthropic::text(&lines.join("\n\n"))], 64)
+            }
+            other => anthropic::stream(&[anthropic::text(&format!("You said: {other}"))], 16),
+        }
+    })
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let (_gateway, addr) = start_gateway_with(
+        root.path(),
+        server.url(),
+        "\n[agent]\nmax_iterations = 1\n",
+        &[],
+    );
+    let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
+    connect_page(&browser, addr).await;
+    assert_eq!(
+        browser.execute(WATCH_FOR_INJECTION, vec![]).await.unwrap(),
+        true
+    );
+
+    // Markdown, rendered.
+    send(&browser, "How did the last build go?").await;
+    wait_for(&browser, "the Markdown reply", 60, PAGE, |page| {
+        count(&page["usage"], " in / ") == 1
+    })
+    .await;
+    let reply = browser.execute(LAST_REPLY, vec![]).await.unwrap();
+    assert_eq!(reply["headings"], json!(["Build status"]), "{reply:#}");
+    assert_eq!(reply["strong"], json!(["release"]), "{reply:#}");
+    assert_eq!(reply["items"].as_array().unwrap().len(), 2, "{reply:#}");
+    assert_eq!(
+        reply["cells"],
+        json!([
+            "crate", "tests", "time", "core", "48", "1.2 s", "agent", "131", "6.8 s"
+        ]),
+        "{reply:#}"
+    );
+    assert_eq!(
+        reply["links"],
+        json!([{"text": "the parser", "href": "https://example.org/parser", "target": "_blank", "rel": "noopener noreferrer nofollow"}]),
+        "{reply:#}"
+    );
+    assert!(
+        reply["inlineCode"]
+            .as_array()
+            .unwrap()
+            .contains(&json!("src/lib.rs")),
+        "{reply:#}"
+    );
+    let blocks = reply["codeBlocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 1, "{reply:#}");
+    assert_eq!(blocks[0]["language"], "rust");
+    assert!(
+        blocks[0]["code"]
+            .as_str()
+            .unwrap()
+            .starts_with("fn main() {\n    let greeting")
+    );
+    assert_eq!(blocks[0]["copy"], true);
+    assert!(
+        reply["codeFont"].as_str().unwrap().contains("monospace"),
+        "{reply:#}"
+    );
+    assert_eq!(reply["codeWhiteSpace"], "pre", "{reply:#}");
+    assert_eq!(reply["codeScrolls"], true, "a wide line scrolls: {reply:#}");
+    assert!(reply["bubbleWidth"].as_f64().unwrap() <= 830.0, "{reply:#}");
+    assert!(!reply["text"].as_str().unwrap().contains("**"), "{reply:#}");
+    let screenshot = browser.screenshot().await.unwrap();
+    std::fs::write(screenshots().join("webchat-markdown.png"), screenshot).unwrap();
+
+    // The copy button puts the code on the clipboard: pasted into the message box, it is there.
+    browser
+        .find(Locator::Css(".code-block button.copy"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let copied = wait_for(
+        &browser,
+        "the copy",
+        10,
+        r#"return document.querySelector(".code-block button.copy").dataset.copied || "";"#,
+        |copied| copied != "",
+    )
+    .await;
+    assert_eq!(copied, "yes");
+    let input = browser.find(Locator::Id("input")).await.unwrap();
+    input.send_keys("\u{E009}v\u{E000}").await.unwrap();
+    let pasted = browser
+        .execute(r#"const v = document.getElementById("input").value; document.getElementById("input").value = ""; return v;"#, vec![])
+        .await
+        .unwrap();
+    assert!(
+        pasted
+            .as_str()
+            .unwrap()
+            .starts_with("fn main() {\n    let greeting"),
+        "{pasted}"
+    );
+
+    // Attacks: nothing that runs or fetches reaches the page, at any point of the stream; raw
+    // HTML is shown as the text it is.
+    send(&browser, "attack").await;
+    wait_for(&browser, "the attack reply", 60, PAGE, |page| {
+        count(&page["usage"], " in / ") == 2
+    })
+    .await;
+    let reply = browser.execute(LAST_REPLY, vec![]).await.unwrap();
+    assert_eq!(reply["injected"], json!([]), "{reply:#}");
+    assert_eq!(reply["pwned"], Value::Null, "{reply:#}");
+    let text = reply["text"].as_str().unwrap();
+    assert!(
+        text.contains("<script>window.pwned = 1</script>"),
+        "{reply:#}"
+    );
+    assert!(
+        text.contains("<img src=x onerror=\"window.pwned = 2\">"),
+        "{reply:#}"
+    );
+    assert!(text.contains("click me"), "{reply:#}");
+    for link in reply["links"].as_array().unwrap() {
+        let href = link["href"].as_str().unwrap_or("");
+        assert!(href.is_empty() || href.starts_with("http"), "{reply:#}");
+    }
+    let blocks = reply["codeBlocks"].as_array().unwrap();
+    assert_eq!(blocks.len(), 2, "{reply:#}");
+    assert_eq!(blocks[0]["code"], "<script>window.pwned = 13</script>\n");
+    assert_eq!(
+        blocks[1]["language"], "js",
+        "the open fence is a code block: {reply:#}"
+    );
+    assert_eq!(blocks[1]["code"], "console.log('a fence left open')");
+    assert_eq!(reply["cells"].as_array().unwrap().len(), 4, "{reply:#}");
+
+    // The renderer alone, on what a stream shows part-way: an open fence, half a table.
+    let partial = browser
+        .execute(
+            r#"
+const render = (text) => { const div = document.createElement("div"); div.append(renderMarkdown(text)); return div; };
+const fence = render("Here:\n\n```python\nprint('hi')\nfor i in range(3):");
+const halfTable = render("| a | b |\n|---");
+const table = render("| a | b |\n|---|---|\n| 1 |");
+const tag = render("text <scr");
+return {
+  fence: fence.querySelector(".code-block pre") ? fence.querySelector(".code-block pre").textContent : null,
+  halfTable: halfTable.querySelector("table") !== null,
+  table: Array.from(table.querySelectorAll("td"), (e) => e.textContent),
+  tag: tag.textContent,
+  tagElements: tag.querySelectorAll("*").length,
+};
+"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        partial["fence"], "print('hi')\nfor i in range(3):",
+        "{partial:#}"
+    );
+    assert_eq!(partial["table"], json!(["1", ""]), "{partial:#}");
+    assert_eq!(
+        partial["tag"].as_str().unwrap().trim(),
+        "text <scr",
+        "{partial:#}"
+    );
+    assert_eq!(partial["tagElements"], 1, "only the paragraph: {partial:#}");
+
+    // While the model has not answered, the page says it is thinking, with the seconds.
+    send(&browser, "slow").await;
+    let page = wait_for(&browser, "the thinking indicator", 30, PAGE, |page| {
+        page["thinkingSeconds"]
+            .as_u64()
+            .is_some_and(|seconds| seconds >= 2)
+    })
+    .await;
+    assert!(
+        page["thinking"].as_str().unwrap().starts_with("thinking… "),
+        "{page:#}"
+    );
+    gate.open();
+    let page = wait_for(&browser, "the slow answer", 30, PAGE, |page| {
+        count(&page["assistant"], "Done thinking.") == 1 && page["thinking"].is_null()
+    })
+    .await;
+    assert!(page["thinking"].is_null());
+
+    // A call the turn did not run shows its tool's name and NOT RUN, live.
+    send(&browser, "tool").await;
+    let page = wait_for(&browser, "the call left not run", 30, PAGE, |page| {
+        page["tools"]
+            .as_array()
+            .is_some_and(|tools| tools.iter().any(|tool| tool["label"] == "not_run"))
+            && page["stopEnabled"] == false
+    })
+    .await;
+    let tool = page["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["label"] == "not_run")
+        .unwrap()
+        .clone();
+    assert_eq!(tool["name"], "exec", "{page:#}");
+    assert_eq!(tool["badge"], "not run", "{page:#}");
+
+    // Scrolled up on purpose, new output does not pull the view down; a button offers the way.
+    send(&browser, "long").await;
+    wait_for(&browser, "the long answer", 30, PAGE, |page| {
+        count(&page["assistant"], "Line 80 of a long answer.") == 1
+    })
+    .await;
+    browser
+        .execute(
+            r#"document.getElementById("messages").scrollTop = 0; return true;"#,
+            vec![],
+        )
+        .await
+        .unwrap();
+    wait_for(&browser, "the scroll up", 10, PAGE, |page| {
+        page["scrollTop"] == 0
+    })
+    .await;
+    let session = browser.execute(PAGE, vec![]).await.unwrap()["session"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (mut other, _) = GatewayClient::connect(addr, TOKEN).await;
+    let sent = other
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "from elsewhere", "idempotencyKey": "e1"}),
+        )
+        .await;
+    other
+        .request(
+            "agent.wait",
+            json!({"runId": sent["payload"]["runId"], "timeoutMs": 20000}),
+        )
+        .await;
+    let page = wait_for(&browser, "the other client's answer", 30, PAGE, |page| {
+        count(&page["assistant"], "You said: from elsewhere") == 1
+    })
+    .await;
+    assert_eq!(page["scrollTop"], 0, "{page:#}");
+    assert_eq!(page["jumpShown"], true, "{page:#}");
+    // A send brings the view to the bottom, and it follows the answer there.
+    send(&browser, "after scrolling").await;
+    let page = wait_for(&browser, "the answer at the bottom", 30, PAGE, |page| {
+        count(&page["assistant"], "You said: after scrolling") == 1
+    })
+    .await;
+    assert!(page["scrollBottomGap"].as_f64().unwrap() < 5.0, "{page:#}");
+    assert_eq!(page["jumpShown"], false, "{page:#}");
+    let reply = browser.execute(LAST_REPLY, vec![]).await.unwrap();
+    assert_eq!(reply["injected"], json!([]), "{reply:#}");
+    browser.close().await.unwrap();
+}
+
+/// `GET path` on the gateway: the status line and the headers, lower-cased.
+fn http_get_head(addr: SocketAddr, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).unwrap();
+    let answer = String::from_utf8_lossy(&answer).to_lowercase();
+    answer
+        .split("\r\n\r\n")
+        .next()
+        .unwrap_or_default()
+        .to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_fits_a_phone_names_its_sessions_and_asks_again_for_a_wrong_token() {
+    let Some((chromium, driver)) = browser_programs(
+        "the_web_chat_fits_a_phone_names_its_sessions_and_asks_again_for_a_wrong_token",
+    ) else {
+        return;
+    };
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        let text = clawcage_tests::llm_server::text_of(&last);
+        anthropic::stream(
+            &[anthropic::text(&format!(
+                "Here is **{text}**, with code:\n\n```sh\nls -la ~/projects/clawcage && cargo test --workspace\n```"
+            ))],
+            16,
+        )
+    })
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let (_gateway, addr) = start_gateway(root.path(), server.url());
+
+    // The icon is served.
+    let head = http_get_head(addr, "/favicon.ico");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    assert!(head.contains("content-type: image/svg+xml"), "{head}");
+
+    let (_driver, _profile, browser) = open_browser_sized(&chromium, &driver, (420, 860)).await;
+
+    // A wrong token: the dialog says so, where the person types the right one.
+    browser
+        .goto(&format!("http://{addr}/#token=wrong-token-0000000000000"))
+        .await
+        .unwrap();
+    let page = wait_for(&browser, "the wrong-token dialog", 30, PAGE, |page| {
+        page["tokenPrompt"] == true && page["tokenError"] != ""
+    })
+    .await;
+    assert!(
+        page["tokenError"].as_str().unwrap().contains("Wrong token"),
+        "{page:#}"
+    );
+    assert_eq!(page["hash"], "", "{page:#}");
+    let field = browser.find(Locator::Id("token-input")).await.unwrap();
+    field.send_keys(&format!("{TOKEN}\u{E007}")).await.unwrap();
+    let page = wait_for(&browser, "the page to connect", 30, PAGE, |page| {
+        page["status"] == "connected"
+    })
+    .await;
+    assert_eq!(page["tokenPrompt"], false, "{page:#}");
+    assert_eq!(page["storedToken"], TOKEN, "{page:#}");
+
+    // A fresh page makes no session on the gateway until a message is sent.
+    let (mut other, _) = GatewayClient::connect(addr, TOKEN).await;
+    assert_eq!(page["draft"], true, "{page:#}");
+    assert_eq!(page["title"], "New chat", "{page:#}");
+    let webchat_sessions = |listed: &Value| -> Vec<String> {
+        listed["payload"]["sessions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|session| session["key"].as_str().unwrap().to_string())
+            .filter(|key| key.contains(":webchat:"))
+            .collect()
+    };
+    let listed = other.request("sessions.list", json!({})).await;
+    assert_eq!(
+        webchat_sessions(&listed),
+        Vec::<String>::new(),
+        "{listed:#}"
+    );
+
+    // A phone-sized window: the sidebar is a drawer, closed at first; the message box keeps
+    // its width and nothing is wider than the window.
+    let layout = r#"
+const rect = (id) => { const r = document.getElementById(id).getBoundingClientRect(); return { left: r.left, right: r.right, width: r.width, height: r.height }; };
+return {
+  sidebar: rect("sidebar"), input: rect("input"), menu: rect("menu"),
+  sidebarVisible: getComputedStyle(document.getElementById("sidebar")).visibility === "visible",
+  pageWidth: document.documentElement.scrollWidth,
+  windowWidth: window.innerWidth,
+};
+"#;
+    let shape = browser.execute(layout, vec![]).await.unwrap();
+    assert_eq!(shape["windowWidth"], 420, "{shape:#}");
+    assert_eq!(shape["sidebarVisible"], false, "{shape:#}");
+    assert!(
+        shape["sidebar"]["right"].as_f64().unwrap() <= 0.0,
+        "{shape:#}"
+    );
+    assert!(
+        shape["input"]["width"].as_f64().unwrap() >= 250.0,
+        "{shape:#}"
+    );
+    assert!(
+        shape["input"]["height"].as_f64().unwrap() <= 80.0,
+        "{shape:#}"
+    );
+    assert!(shape["menu"]["width"].as_f64().unwrap() > 0.0, "{shape:#}");
+    assert!(shape["pageWidth"].as_f64().unwrap() <= 420.0, "{shape:#}");
+
+    // The first message makes the session, titled by that message.
+    send(&browser, "Plan the release notes").await;
+    let page = wait_for(&browser, "the answer on a phone", 60, PAGE, |page| {
+        count(&page["usage"], " in / ") == 1
+    })
+    .await;
+    let first = page["session"].as_str().unwrap().to_string();
+    assert_eq!(page["draft"], false, "{page:#}");
+    assert_eq!(page["title"], "Plan the release notes", "{page:#}");
+    let listed = other.request("sessions.list", json!({})).await;
+    assert_eq!(webchat_sessions(&listed), vec![first.clone()], "{listed:#}");
+    let reply = browser.execute(LAST_REPLY, vec![]).await.unwrap();
+    assert!(reply["bubbleWidth"].as_f64().unwrap() <= 420.0, "{reply:#}");
+    assert_eq!(reply["codeScrolls"], true, "{reply:#}");
+    let shape = browser.execute(layout, vec![]).await.unwrap();
+    assert!(shape["pageWidth"].as_f64().unwrap() <= 420.0, "{shape:#}");
+    let screenshot = browser.screenshot().await.unwrap();
+    std::fs::write(screenshots().join("webchat-phone.png"), screenshot).unwrap();
+
+    // The drawer opens with the menu button and lists the session by its title and time.
+    browser
+        .find(Locator::Id("menu"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let shape = wait_for(&browser, "the drawer to open", 10, layout, |shape| {
+        shape["sidebarVisible"] == true && shape["sidebar"]["left"].as_f64().unwrap() >= 0.0
+    })
+    .await;
+    assert!(
+        shape["sidebar"]["right"].as_f64().unwrap() <= 420.0,
+        "{shape:#}"
+    );
+    let page = browser.execute(PAGE, vec![]).await.unwrap();
+    assert_eq!(
+        page["sessions"],
+        json!([{"key": first, "title": "Plan the release notes", "meta": "just now", "active": true}]),
+        "{page:#}"
+    );
+    let screenshot = browser.screenshot().await.unwrap();
+    std::fs::write(
+        repo_target().join("gateway-webchat-phone-drawer.png"),
+        screenshot,
+    )
+    .unwrap();
+
+    // "New chat" (twice) closes the drawer and opens an empty chat the gateway does not know.
+    browser
+        .find(Locator::Id("new-chat"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&browser, "the drawer to close", 10, layout, |shape| {
+        shape["sidebarVisible"] == false
+    })
+    .await;
+    browser
+        .find(Locator::Id("menu"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    wait_for(&browser, "the drawer to open again", 10, layout, |shape| {
+        shape["sidebarVisible"] == true
+    })
+    .await;
+    browser
+        .find(Locator::Id("new-chat"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let page = wait_for(&browser, "the empty new chat", 10, PAGE, |page| {
+        page["draft"] == true && page["user"].as_array().is_some_and(Vec::is_empty)
+    })
+    .await;
+    assert_ne!(page["session"], first.as_str(), "{page:#}");
+    assert_eq!(page["title"], "New chat", "{page:#}");
+    let titles: Vec<&str> = page["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(titles, ["New chat", "Plan the release notes"], "{page:#}");
+    let listed = other.request("sessions.list", json!({})).await;
+    assert_eq!(webchat_sessions(&listed), vec![first.clone()], "{listed:#}");
+
+    // Back to the first chat from the drawer: its history, its title.
+    browser
+        .find(Locator::Id("menu"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    browser
+        .find(Locator::Css(&format!("#sessions li[data-key=\"{first}\"]")))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let page = wait_for(&browser, "the first chat again", 30, PAGE, |page| {
+        page["user"] == json!(["Plan the release notes"])
+    })
+    .await;
+    assert_eq!(page["title"], "Plan the release notes", "{page:#}");
+    assert_eq!(
+        count(&page["assistant"], "Here is Plan the release notes"),
+        1,
+        "{page:#}"
     );
     browser.close().await.unwrap();
 }

@@ -1,5 +1,6 @@
 //! The HTTP side: a hyper HTTP/1.1 accept loop that serves the web chat (`/`, `/app.js`,
-//! `/style.css`, embedded in the binary), `/healthz`, the webhooks (`POST /hooks/<name>`,
+//! `/style.css`, the vendored Markdown renderer and sanitiser, the icon; all embedded in the
+//! binary), `/healthz`, the webhooks (`POST /hooks/<name>`,
 //! authenticated by their signatures), and upgrades `GET /ws` to a WebSocket after checking the
 //! `Host` and `Origin` headers. The upgraded connection is handed to
 //! [`connection::serve`](crate::connection::serve). Every connection is counted and timed as
@@ -30,6 +31,10 @@ pub const HOOKS_PREFIX: &str = "/hooks/";
 const INDEX_HTML: &str = include_str!("web/index.html");
 const APP_JS: &str = include_str!("web/app.js");
 const STYLE_CSS: &str = include_str!("web/style.css");
+/// markdown-it and DOMPurify, unmodified (see `web/THIRD-PARTY.md`).
+const MARKDOWN_JS: &str = include_str!("web/markdown-it.min.js");
+const PURIFY_JS: &str = include_str!("web/purify.min.js");
+const FAVICON_SVG: &str = include_str!("web/favicon.svg");
 
 type Response = http::Response<Full<Bytes>>;
 
@@ -197,6 +202,10 @@ fn route(
         "/" | "/index.html" => asset("text/html; charset=utf-8", INDEX_HTML),
         "/app.js" => asset("text/javascript; charset=utf-8", APP_JS),
         "/style.css" => asset("text/css; charset=utf-8", STYLE_CSS),
+        "/markdown-it.min.js" => asset("text/javascript; charset=utf-8", MARKDOWN_JS),
+        "/purify.min.js" => asset("text/javascript; charset=utf-8", PURIFY_JS),
+        // Browsers ask for /favicon.ico on their own; an SVG answers both.
+        "/favicon.svg" | "/favicon.ico" => asset("image/svg+xml", FAVICON_SVG),
         "/healthz" => plain(http::StatusCode::OK, "ok\n"),
         _ => plain(
             http::StatusCode::NOT_FOUND,
