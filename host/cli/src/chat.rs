@@ -1,26 +1,31 @@
 //! `clawcage chat`: the REPL. Line editing and history (rustyline, history kept in the state
 //! directory), replies streamed as they arrive, each tool call shown with its verdict (and a line
 //! when the history is compacted), and the commands `/help`, `/tools`, `/reset`, `/compact`,
-//! `/usage`, `/queue`, `/approve`, `/exit`. Approvals of exec commands are asked inline during a
-//! turn (`y` once, `a` always, `n` deny) and shown above the prompt while it waits. Notifications published on the bus's `system` channel enter the
+//! `/usage`, `/queue`, `/approve`, `/last`, `/exit`. Approvals of exec commands are asked
+//! inline during a turn (one key: `y` once, `a` always, `n` deny; the running call's line
+//! waits meanwhile) and shown above the prompt while it waits. A line typed during a turn goes
+//! to the session through its queue mode at once (steered into the running turn by default),
+//! and its fate is said. Notifications published on the bus's `system` channel enter the
 //! session through its lane like any input: while the prompt waits they are handled at once and
 //! printed above it; during a turn they queue behind it.
 
+use std::collections::VecDeque;
 use std::sync::Arc;
-
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use clawcage_agent::approvals::{
     ApprovalBroker, ApprovalRequest, OperatorEvent, OperatorFilter, OperatorHandle, SessionPolicy,
 };
+use clawcage_agent::session::{Admission, LaneInput, Sessions};
 use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
 use clawcage_core::approval::ApprovalDecision;
 use clawcage_runtime::{AgentOptions, Runtime};
 
 use crate::Failure;
+use crate::keys::{Key, TurnKeys, TypedLine};
 use crate::prompt::{Input, Prompt, print_tool_summary};
-use crate::render::{Console, Shown, Sink, print_messages};
+use crate::render::{Console, Shown, Sink, Style, print_messages};
 
 const HELP: &str = "Type a request and press Enter. Commands:
   /help    this text
@@ -34,8 +39,10 @@ const HELP: &str = "Type a request and press Enter. Commands:
            waited (during a turn the question is asked inline: y once, a always, n deny)
   /approvals what exec may run in this session without asking: /approvals exec deny|allowlist|full
            ask off|on-miss|always (either or both); /approvals reset; /approvals alone shows it
+  /last    the last tool call's whole output
   /exit    leave (Ctrl-D works too)
-Ctrl-C while the agent works stops that turn; what it did so far is kept.";
+While the agent works, a line typed and sent with Enter goes to it at once (/queue says how);
+Ctrl-C stops that turn; what it did so far is kept.";
 
 /// Run the REPL on session `key`.
 pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
@@ -92,14 +99,17 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         outln!("note: the answers come from a recorded script, not from a model");
     }
     // Say what resuming brings back: the history the model will see.
-    let transcripts = clawcage_agent::JsonlTranscripts::new(state_dir.join("sessions"));
-    if clawcage_agent::TranscriptStore::exists(&transcripts, &key).unwrap_or(false) {
+    let transcripts = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
+    if transcripts.file_len(&key).unwrap_or(0) > 0 {
         let limit = runtime.config().agent.history_limit().unwrap_or(200);
-        match clawcage_agent::TranscriptStore::load(&transcripts, &key, limit) {
-            Ok(loaded) if !loaded.messages.is_empty() => outln!(
-                "resuming session {key}: {} earlier messages loaded (/reset forgets them)",
-                loaded.messages.len()
-            ),
+        match transcripts.load(&key, limit) {
+            Ok(loaded) if !loaded.messages.is_empty() => {
+                outln!(
+                    "resuming session {key}: {} earlier messages loaded (/reset forgets them); the last ones:",
+                    loaded.messages.len()
+                );
+                print_recent(&console, &loaded.messages);
+            }
             Ok(_) => {}
             Err(error) => {
                 outln!("note: the history of {key} cannot be read ({error}); starting empty")
@@ -144,6 +154,7 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         match line.as_str() {
             "/exit" | "/quit" => break,
             "/help" => outln!("{HELP}"),
+            "/last" => console.print_last_output(),
             "/tools" => {
                 for tool in agent.tools.tools() {
                     let spec = tool.spec();
@@ -202,38 +213,16 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 outln!("  unknown command {command}; /help lists the commands")
             }
             request => {
-                console.begin_turn();
-                // Ctrl-C during a turn stops that turn (its messages so far are kept), not the
-                // REPL.
-                let turn = sessions.send_user(&key, request, Arc::new(Shown(console.clone())));
-                tokio::pin!(turn);
                 in_turn.store(true, Ordering::SeqCst);
-                let result = loop {
-                    tokio::select! {
-                        result = &mut turn => break result,
-                        Ok(()) = tokio::signal::ctrl_c() => sessions.interrupt(&key),
-                        Some(event) = next_event(&mut operator) => {
-                            if let OperatorEvent::Requested(request) = event {
-                                answer_inline(&mut prompt, &approvals, &request).await?;
-                            }
-                        }
-                    }
+                let turn = Turn {
+                    sessions: &sessions,
+                    key: &key,
+                    console: &console,
+                    approvals: &approvals,
                 };
+                let result = turn.run(request, &mut operator, &mut prompt).await;
                 in_turn.store(false, Ordering::SeqCst);
-                match result {
-                    Ok(outcome) => {
-                        if outcome.end == TurnEnd::Answered && !console.streamed() {
-                            console.line(&outcome.text);
-                        }
-                        // No answer text is said, never left as silence.
-                        if outcome.end == TurnEnd::NoAnswer {
-                            console.line(&format!("  note: {}", outcome.text));
-                        }
-                        console.end_turn(&outcome.answered_by, outcome.usage, sessions.usage(&key));
-                    }
-                    Err(AgentError::Interrupted) => console.interrupted(),
-                    Err(error) => console.line(&format!("  error: {error}")),
-                }
+                result?;
             }
         }
     }
@@ -268,27 +257,275 @@ async fn next_event(operator: &mut Option<OperatorHandle>) -> Option<OperatorEve
     }
 }
 
-/// Shows `request` and asks for a decision on the terminal: `y` once, `a` always, `n` (or
-/// Ctrl-C, or the end of the input) deny.
-async fn answer_inline(
-    prompt: &mut Prompt,
-    approvals: &ApprovalBroker,
-    request: &ApprovalRequest,
-) -> Result<(), Failure> {
+/// The last few messages of a resumed session, so the person sees where it stands.
+fn print_recent(console: &Console, messages: &[clawcage_core::chat::ChatMessage]) {
+    let shown: Vec<(bool, String)> = messages
+        .iter()
+        .filter_map(|message| {
+            let text = message.text();
+            let text = text.trim();
+            (!text.is_empty()).then(|| {
+                (
+                    message.role == clawcage_core::chat::Role::User,
+                    text.to_string(),
+                )
+            })
+        })
+        .collect();
+    for (from_user, text) in shown.iter().skip(shown.len().saturating_sub(RECENT_SHOWN)) {
+        let text = clawcage_agent::provider::preview(&text.replace('\n', " "), 200);
+        if *from_user {
+            console.styled_line(Style::Dim, &format!("  you> {text}"));
+        } else {
+            console.styled_line(Style::Dim, &format!("  agent: {text}"));
+        }
+    }
+}
+
+/// How many earlier messages a resumed chat shows.
+const RECENT_SHOWN: usize = 4;
+
+/// One turn of the REPL and what arrives while it runs: the outcome, Ctrl-C, approval requests,
+/// and lines typed meanwhile (sent through the session's queue mode, their turns waited for in
+/// order when they queue behind).
+struct Turn<'a> {
+    sessions: &'a Sessions,
+    key: &'a str,
+    console: &'a Arc<Console>,
+    approvals: &'a ApprovalBroker,
+}
+
+impl Turn<'_> {
+    async fn run(
+        &self,
+        request: &str,
+        operator: &mut Option<OperatorHandle>,
+        prompt: &mut Prompt,
+    ) -> Result<(), Failure> {
+        let console = self.console;
+        console.activate();
+        console.begin_turn();
+        let mut keys = TurnKeys::start();
+        let mut typed = TypedLine::default();
+        let first = self.submit(request);
+        self.say_admission(first.admission());
+        let mut waiting: VecDeque<clawcage_agent::session::PendingTurn> = VecDeque::new();
+        let mut current = Box::pin(first.wait());
+        // Approval requests, the first one asked now.
+        let mut questions: VecDeque<ApprovalRequest> = VecDeque::new();
+        loop {
+            tokio::select! {
+                result = &mut current => {
+                    self.show_outcome(result);
+                    match waiting.pop_front() {
+                        Some(next) => {
+                            console.begin_turn();
+                            current = Box::pin(next.wait());
+                        }
+                        None => break,
+                    }
+                }
+                Ok(()) = tokio::signal::ctrl_c() => match questions.pop_front() {
+                    Some(request) => {
+                        self.decide(&request, ApprovalDecision::Deny);
+                        self.next_question(&questions);
+                    }
+                    None => self.sessions.interrupt(self.key),
+                },
+                Some(event) = next_event(operator) => match event {
+                    OperatorEvent::Requested(request) => {
+                        if keys.is_none() {
+                            // No terminal to read single keys from: ask for a line.
+                            answer_inline(prompt, console, self.approvals, &request).await?;
+                        } else {
+                            questions.push_back(request);
+                            if questions.len() == 1 {
+                                self.next_question(&questions);
+                            }
+                        }
+                    }
+                    OperatorEvent::Resolved { id, decision, by } => {
+                        if let Some(at) = questions.iter().position(|request| request.id == id) {
+                            questions.remove(at);
+                            if by != "chat" {
+                                console.styled_line(
+                                    Style::Attention,
+                                    &format!("  {id} was answered elsewhere ({by}): {}", decision.as_str()),
+                                );
+                            }
+                            if at == 0 {
+                                console.resume_after_approval();
+                                self.next_question(&questions);
+                            }
+                        }
+                    }
+                },
+                key = next_key(&mut keys) => {
+                    if let Some(request) = questions.front().cloned() {
+                        let decision = match key {
+                            Key::Char(c) => ApprovalDecision::parse(&c.to_string()),
+                            _ => None,
+                        };
+                        match decision {
+                            Some(decision) => {
+                                questions.pop_front();
+                                self.decide(&request, decision);
+                                self.next_question(&questions);
+                            }
+                            None => console.styled_line(
+                                Style::Attention,
+                                "  press y (allow once), a (allow always) or n (deny)",
+                            ),
+                        }
+                    } else if let Some(line) = typed.take(key)
+                        && let Some(pending) = self.type_ahead(&line)
+                    {
+                        waiting.push_back(pending);
+                    }
+                }
+            }
+        }
+        drop(keys);
+        Ok(())
+    }
+
+    fn submit(&self, text: &str) -> clawcage_agent::session::PendingTurn {
+        self.sessions.submit(
+            self.key,
+            LaneInput::User(text.to_string()),
+            Arc::new(Shown(self.console.clone())),
+        )
+    }
+
+    /// A line typed while the turn runs: shown, sent, its fate said. Returns the pending turn
+    /// when it waits for a turn of its own.
+    fn type_ahead(&self, line: &str) -> Option<clawcage_agent::session::PendingTurn> {
+        self.console
+            .styled_line(Style::Bold, &format!("you> {line}"));
+        let pending = self.submit(line);
+        self.say_admission(pending.admission());
+        self.console.thinking();
+        match pending.admission() {
+            Admission::Steered | Admission::Dropped { .. } => None,
+            Admission::Started | Admission::Queued { .. } | Admission::Interrupting { .. } => {
+                Some(pending)
+            }
+        }
+    }
+
+    /// Says what became of a message sent while the session is busy.
+    fn say_admission(&self, admission: &Admission) {
+        let said = match admission {
+            Admission::Started => return,
+            Admission::Steered => {
+                "  (the agent is busy: the message joins its running turn)".to_string()
+            }
+            Admission::Queued { position } => {
+                format!("  (queued at position {position}; it runs after the turn in progress)")
+            }
+            Admission::Interrupting { position } => format!(
+                "  (the running turn is being stopped; the message runs then, at position {position})"
+            ),
+            Admission::Dropped { reason } => format!("  not sent: {reason}"),
+        };
+        self.console.styled_line(Style::Attention, &said);
+    }
+
+    /// Shows the first waiting question, if any: the running call's line stops counting and
+    /// the question stands on lines of its own until a key answers it.
+    fn next_question(&self, questions: &VecDeque<ApprovalRequest>) {
+        let Some(request) = questions.front() else {
+            return;
+        };
+        let console = self.console;
+        console.pause_for_approval();
+        show_request(console, request);
+        console.styled_line(
+            Style::Attention,
+            "  allow? press y (once), a (always) or n (deny)",
+        );
+    }
+
+    fn decide(&self, request: &ApprovalRequest, decision: ApprovalDecision) {
+        let console = self.console;
+        match self.approvals.resolve(&request.id, decision, "chat") {
+            Ok(()) => {
+                let style = if decision == ApprovalDecision::Deny {
+                    Style::Bad
+                } else {
+                    Style::Good
+                };
+                console.styled_line(style, &format!("  {}", decision.as_str()));
+            }
+            Err(error) => console.line(&format!("  {error}")),
+        }
+        console.resume_after_approval();
+    }
+
+    fn show_outcome(&self, result: Result<Option<TurnOutcome>, AgentError>) {
+        let console = self.console;
+        match result {
+            Ok(Some(outcome)) => {
+                if outcome.end == TurnEnd::Answered && !console.streamed() {
+                    console.line(&outcome.text);
+                }
+                // No answer text is said, never left as silence.
+                if outcome.end == TurnEnd::NoAnswer {
+                    console.styled_line(Style::Attention, &format!("  note: {}", outcome.text));
+                }
+                console.end_turn(
+                    &outcome.answered_by,
+                    outcome.usage,
+                    self.sessions.usage(self.key),
+                );
+            }
+            Ok(None) => console.break_line(),
+            Err(AgentError::Interrupted) => console.interrupted(),
+            Err(AgentError::Dropped(reason)) => {
+                console.styled_line(Style::Attention, &format!("  dropped: {reason}"))
+            }
+            Err(error) => console.error(&error.to_string()),
+        }
+    }
+}
+
+/// The next key typed during a turn; never without a terminal.
+async fn next_key(keys: &mut Option<TurnKeys>) -> Key {
+    match keys {
+        Some(keys) => keys.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// The lines that describe `request`: what would run, and why it asks.
+fn show_request(console: &Console, request: &ApprovalRequest) {
     for (number, line) in request.describe().lines().enumerate() {
         if number == 0 {
-            outln!("  approval needed: {line}");
+            console.styled_line(Style::Attention, &format!("  approval needed: {line}"));
         } else {
-            outln!("    {}", line.trim_start());
+            console.line(&format!("    {}", line.trim_start()));
         }
     }
     for reason in &request.reasons {
-        outln!("    (why: {reason})");
+        console.line(&format!("    (why: {reason})"));
     }
+}
+
+/// Shows `request` and asks for a decision as a line (standard input is no terminal): `y`
+/// once, `a` always, `n` (or Ctrl-C, or the end of the input) deny.
+async fn answer_inline(
+    prompt: &mut Prompt,
+    console: &Arc<Console>,
+    approvals: &ApprovalBroker,
+    request: &ApprovalRequest,
+) -> Result<(), Failure> {
+    console.pause_for_approval();
+    show_request(console, request);
     let decision = crate::prompt::ask_decision(prompt).await?;
     match approvals.resolve(&request.id, decision, "chat") {
         Ok(()) => outln!("  {}", decision.as_str()),
         Err(error) => outln!("  {error}"),
     }
+    console.resume_after_approval();
     Ok(())
 }

@@ -17,6 +17,7 @@ macro_rules! outln {
 
 mod chat;
 mod demo;
+mod keys;
 mod log_writer;
 mod programs;
 mod prompt;
@@ -24,7 +25,6 @@ mod remote_chat;
 mod render;
 mod skills;
 
-use std::io::Write as _;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -68,16 +68,17 @@ struct EarlyProviderArgs {
     early_script: Option<PathBuf>,
 }
 
-/// Options every subcommand takes.
+/// Options every subcommand takes (listed apart in each `--help`).
 #[derive(Debug, Args)]
+#[command(next_help_heading = "Global options")]
 struct CommonArgs {
     /// Configuration file (TOML). Default: clawcage.toml in the workspace, else
     /// $XDG_CONFIG_HOME/clawcage/config.toml.
     #[arg(long, global = true, value_name = "FILE")]
     config: Option<PathBuf>,
-    /// Where clawcage keeps its state and the compiled-component cache. Default: the user state
-    /// directory ($XDG_STATE_HOME/clawcage).
-    #[arg(long, global = true, value_name = "DIR", env = "CLAWCAGE_STATE_DIR")]
+    /// Where clawcage keeps its state and the compiled-component cache. Default:
+    /// $CLAWCAGE_STATE_DIR, else the user state directory ($XDG_STATE_HOME/clawcage).
+    #[arg(long, global = true, value_name = "DIR")]
     state_dir: Option<PathBuf>,
     /// The directory tools may reach. Default: [workspace] path in the config, else the current
     /// directory.
@@ -91,13 +92,27 @@ struct CommonArgs {
     verbose: u8,
 }
 
+/// `--state-dir`, else `$CLAWCAGE_STATE_DIR` when set and not empty. Read here rather than by
+/// clap, whose usage lines would otherwise show the variable's value as a flag given.
+fn state_dir_arg(given: Option<&PathBuf>) -> Option<PathBuf> {
+    given.cloned().or_else(|| {
+        std::env::var_os("CLAWCAGE_STATE_DIR")
+            .filter(|value| !value.is_empty())
+            .map(PathBuf::from)
+    })
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// List the tools with their origin, grants and JSON Schemas.
+    /// List the tools, one line each: name, what it does, what it may reach.
     Tools {
+        /// Each tool in full: its origin, whole description, where it is offered and its JSON
+        /// Schema.
+        #[arg(long)]
+        long: bool,
         /// Print JSON: one object per tool with name, description, input_schema, origin and
         /// grants.
-        #[arg(long)]
+        #[arg(long, conflicts_with = "long")]
         json: bool,
     },
     /// Run one tool call and print its result on stdout.
@@ -403,7 +418,10 @@ impl From<clawcage_runtime::Error> for Failure {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_tracing(cli.common.verbose);
+    init_tracing(
+        cli.common.verbose,
+        matches!(cli.command, Command::Gateway(_)),
+    );
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -432,8 +450,9 @@ fn main() -> ExitCode {
 
 /// Logs go to stderr, coloured only when stderr is a terminal. The default shows warnings;
 /// `-v` shows clawcage's own events (debug) and `-vv` traces them, while the libraries below
-/// (wasmtime, cranelift, hyper, rmcp) stay at warnings and info. `RUST_LOG` overrides.
-fn init_tracing(verbose: u8) {
+/// (wasmtime, cranelift, hyper, rmcp) stay at warnings and info. The gateway says at info level
+/// when a client connects or leaves and when a turn starts or ends. `RUST_LOG` overrides.
+fn init_tracing(verbose: u8, gateway: bool) {
     use std::io::IsTerminal as _;
     let ours = [
         "clawcage",
@@ -449,6 +468,7 @@ fn init_tracing(verbose: u8) {
     let default = match verbose {
         // The ACP SDK logs every error response it sends (a refused cwd, a malformed line) as a
         // warning; those are answers to the client, not the operator's concern.
+        0 if gateway => "warn,clawcage_gateway=info".to_string(),
         0 => "warn,agent_client_protocol=error".to_string(),
         level => {
             let (own, others) = if level == 1 {
@@ -468,7 +488,7 @@ fn init_tracing(verbose: u8) {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(log_writer::ScrubbedStderr)
-        .with_ansi(std::io::stderr().is_terminal())
+        .with_ansi(std::io::stderr().is_terminal() && render::colour_allowed())
         // A failed write to a closed stderr is dropped, not reported on stderr (which panics
         // the task that logged, e.g. a server's request handler).
         .log_internal_errors(false)
@@ -481,19 +501,24 @@ fn runtime_options(cli: &Cli) -> Options {
         Command::Run { provider, .. }
         | Command::Chat { provider, .. }
         | Command::Acp { provider } => provider.clone(),
+        Command::Gateway(args) => ProviderArgs {
+            provider: args.provider.clone(),
+            model: args.model.clone(),
+            base_url: args.base_url.clone(),
+            script: args.script.clone(),
+        },
         _ => ProviderArgs::default(),
     };
     Options {
         config: cli.common.config.clone(),
-        state_dir: cli.common.state_dir.clone(),
+        state_dir: state_dir_arg(cli.common.state_dir.as_ref()),
         workspace: cli.common.workspace.clone(),
         read_only: cli.common.read_only,
         provider: provider.overrides(&cli.early_provider),
         // Written from whichever task compiles (a tool call's, in a server): a closed stderr
         // must not fail that task, so the write's error is dropped.
-        progress: CompileProgress::to(|line| {
-            let _ = writeln!(std::io::stderr(), "clawcage: {line}");
-        }),
+        // Above a chat's live line (a running call's seconds), never through it.
+        progress: CompileProgress::to(|line| render::interject(&format!("clawcage: {line}"))),
     }
 }
 
@@ -510,9 +535,9 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Programs(command) => programs::run(options, command).await,
         Command::Skills(command) => skills::run(options, command).await,
-        Command::Tools { json } => {
+        Command::Tools { long, json } => {
             let runtime = open(options).await?;
-            print_tools(&runtime, json).await
+            print_tools(&runtime, long, json).await
         }
         Command::Call { tool, args } => {
             let runtime = open(options).await?;
@@ -559,10 +584,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             // `chat` runs; firings missed meanwhile follow the documented policy at the next
             // start.
             match runtime.enable_cron().await? {
-                clawcage_runtime::CronStatus::OwnedElsewhere(dir) => clawcage_runtime::tell!(
-                    "note: another clawcage chat runs the cron jobs of {}; this one has no cron tool",
-                    dir.display()
-                ),
+                clawcage_runtime::CronStatus::OwnedElsewhere(dir) => {
+                    match clawcage_gateway::running_gateway(&dir) {
+                        Some(url) => clawcage_runtime::tell!(
+                            "note: the gateway running at {url} runs the cron jobs of {}; this chat has no cron tool (or attach to the gateway: clawcage chat --gateway {})",
+                            dir.display(),
+                            url.replacen("http://", "ws://", 1).trim_end_matches('/')
+                        ),
+                        None => clawcage_runtime::tell!(
+                            "note: another clawcage chat runs the cron jobs of {}; this one has no cron tool",
+                            dir.display()
+                        ),
+                    }
+                }
                 clawcage_runtime::CronStatus::Owned | clawcage_runtime::CronStatus::Disabled => {}
             }
             let runner = runtime.cron().map(|cron| cron.start());
@@ -629,8 +663,8 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
 
 fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
-    let store = clawcage_agent::JsonlTranscripts::new(state_dir.join("sessions"));
-    let sessions = clawcage_agent::TranscriptStore::sessions(&store).map_err(|error| {
+    let store = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
+    let sessions = store.sessions().map_err(|error| {
         Failure::Tool(format!(
             "clawcage: cannot list the sessions in {}: {error}",
             store.dir().display()
@@ -813,7 +847,7 @@ async fn run_task(
     }
 }
 
-async fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
+async fn print_tools(runtime: &Runtime, long: bool, json: bool) -> Result<(), Failure> {
     let catalog = runtime.tool_catalog().await?;
     if json {
         let tools: Vec<serde_json::Value> = catalog
@@ -837,6 +871,28 @@ async fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
         outln!("{text}");
         return Ok(());
     }
+    if !long {
+        let width = catalog
+            .iter()
+            .map(|entry| entry.tool.spec().name.len())
+            .max()
+            .unwrap_or(0);
+        for entry in &catalog {
+            let tool = &entry.tool;
+            let spec = tool.spec();
+            outln!(
+                "{:width$}  {}  [{}]",
+                spec.name,
+                first_sentence(&spec.description),
+                tool.grants_summary()
+            );
+        }
+        outln!(
+            "(clawcage tools --long: descriptions, grants and schemas in full; --json for programs)"
+        );
+        render::print_plugin_report(runtime.plugins());
+        return Ok(());
+    }
     for entry in &catalog {
         let tool = &entry.tool;
         let spec = tool.spec();
@@ -854,6 +910,16 @@ async fn print_tools(runtime: &Runtime, json: bool) -> Result<(), Failure> {
     }
     render::print_plugin_report(runtime.plugins());
     Ok(())
+}
+
+/// The first sentence of a tool's description, for a one-line listing.
+fn first_sentence(description: &str) -> &str {
+    let first_line = description.lines().next().unwrap_or_default();
+    first_line
+        .split(". ")
+        .next()
+        .unwrap_or(first_line)
+        .trim_end_matches('.')
 }
 
 async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), Failure> {

@@ -130,7 +130,7 @@ pub async fn ask_decision(
     use clawcage_core::approval::ApprovalDecision;
     loop {
         match prompt
-            .ask("  allow? [y] once, [a] always, [n] deny: ")
+            .ask("  allow? type y (once), a (always) or n (deny), then Enter: ")
             .await?
         {
             Input::Line(line) => match ApprovalDecision::parse(&line) {

@@ -1,37 +1,52 @@
 //! `clawcage chat --gateway URL`: the REPL attached to a running gateway instead of an agent of
 //! its own. It connects with the token (`--token`, else the one the gateway saved in the state
-//! directory), prints how much history the session has, subscribes to the session's events from
-//! the history's cursor, and renders every run of the session the way `chat` does (render.rs):
-//! its own turns, and the turns other clients (another terminal, the web chat) start, with their
-//! user messages. Typed lines are `chat.send`s; `/reset`, `/queue`, `/tools`, `/help` and
-//! `/exit` work as in `chat`, and Ctrl-C during a turn sends `chat.abort`.
+//! directory), prints how much history the session has and its last messages, subscribes to the
+//! session's events from the history's cursor, and renders every run of the session the way
+//! `chat` does (render.rs): its own turns, and the turns other clients (another terminal, the
+//! web chat) start, with their user messages. Typed lines are `chat.send`s — also while a turn
+//! runs, when the gateway's queue mode decides what becomes of them and the terminal says so;
+//! `/reset`, `/queue`, `/tools`, `/approve`, `/last`, `/help` and `/exit` work as in `chat`, and
+//! Ctrl-C during a turn sends `chat.abort`. The session's approval requests are shown while
+//! they wait, wherever they came from, and answered with one key during a turn (or `/approve`
+//! at the prompt); one decided elsewhere is withdrawn. When the connection is lost it connects
+//! again with backoff and resumes the event stream where it stopped (`since`), saying so.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IsTerminal as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use clawcage_agent::TurnObserver as _;
 use clawcage_agent::Verdict;
 use clawcage_agent::provider::ProviderEvents as _;
 use clawcage_core::ToolCall;
+use clawcage_core::approval::ApprovalDecision;
 use clawcage_gateway::{Client, ClientError};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use crate::Failure;
+use crate::keys::{Key, TurnKeys, TypedLine};
 use crate::prompt::{Input, Prompt, print_tool_summary};
-use crate::render::{Console, Shown, Sink};
+use crate::render::{Console, Shown, Sink, Style};
 
 const HELP: &str = "Type a request and press Enter; it is sent to the gateway's session, and turns other clients start there are shown too. Commands:
   /help    this text
   /tools   the tools the agent may call, with what each may reach
   /queue   show or set what a message to a busy session does (/queue <steer|followup|collect|interrupt>)
+  /approve ID allow-once|allow-always|deny   answer an approval request shown while the prompt
+           waited (during a turn one key answers: y once, a always, n deny)
+  /last    the last tool call's whole output
   /reset   forget this session's history (the transcript keeps a reset mark)
   /exit    leave (Ctrl-D works too); the gateway and the session go on
-Ctrl-C while the agent works stops that turn; what it did so far is kept.";
+While the agent works, a line typed and sent with Enter goes to the session at once (/queue says
+how); Ctrl-C stops that turn; what it did so far is kept.";
 
-/// What the renderer tells the prompt about the line it sent.
+/// The longest pause between two attempts to connect again.
+const MAX_BACKOFF: Duration = Duration::from_secs(10);
+
+/// What the renderer tells the prompt about the lines it sent and the approvals it saw.
 #[derive(Debug)]
 enum Outcome {
     /// The gateway refused the message.
@@ -42,20 +57,78 @@ enum Outcome {
     Admitted { turn: String },
     /// The turn ended.
     Ended(String),
-    /// An exec approval request (the `exec.approval.requested` payload).
+    /// An exec approval request of this session (the `exec.approval.requested` payload).
     Approval(Value),
+    /// An approval request was decided (here or elsewhere) or expired.
+    Resolved {
+        id: String,
+        decision: String,
+        by: String,
+    },
 }
 
 /// What the renderer knows.
 #[derive(Default)]
 struct Seen {
-    /// The request id of the line sent and not yet acknowledged.
-    awaiting: Option<String>,
+    /// The request ids of the lines sent and not yet acknowledged.
+    awaiting: HashSet<String>,
     /// Runs this client started.
     ours: HashSet<String>,
     /// The arguments of the tool calls running, by call id (their end events do not repeat
     /// them).
-    arguments: std::collections::HashMap<String, Value>,
+    arguments: HashMap<String, Value>,
+    /// The newest event of the session seen: where a new connection resumes.
+    cursor: u64,
+    /// The session's approval requests waiting now, by id.
+    approvals: HashMap<String, Value>,
+}
+
+/// The connection to the gateway, replaced when it is made again.
+struct Link {
+    url: String,
+    token: String,
+    key: String,
+    client_id: String,
+    client: Mutex<Arc<Client>>,
+}
+
+impl Link {
+    fn client(&self) -> Arc<Client> {
+        lock(&self.client).clone()
+    }
+
+    /// Connects; the client and its events.
+    async fn connect(&self) -> Result<(Client, mpsc::UnboundedReceiver<Value>), ClientError> {
+        let (mut client, _hello) = Client::connect(
+            &self.url,
+            &self.token,
+            &self.client_id,
+            "cli",
+            Some(&self.key),
+        )
+        .await?;
+        let frames = client
+            .take_events()
+            .ok_or_else(|| ClientError::Closed("the gateway connection has no events".into()))?;
+        Ok((client, frames))
+    }
+
+    /// Follows the session's events from `since`, every page of the replay.
+    async fn subscribe(&self, client: &Client, since: u64) -> Result<(), ClientError> {
+        let mut since = since;
+        loop {
+            let answer = client
+                .request(
+                    "sessions.subscribe",
+                    json!({"sessionKey": self.key, "since": since}),
+                )
+                .await?;
+            if answer["more"] != true {
+                return Ok(());
+            }
+            since = answer["nextSince"].as_u64().unwrap_or(since);
+        }
+    }
 }
 
 /// Attach to the gateway at `url` and run the REPL on session `key`.
@@ -75,10 +148,9 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
             other => Failure::Tool(format!("clawcage: {other}")),
         })?;
     let failed = |error: ClientError| Failure::Tool(format!("clawcage: {error}"));
-    let mut frames = client
+    let frames = client
         .take_events()
         .ok_or_else(|| Failure::Tool("clawcage: the gateway connection has no events".into()))?;
-    let client = Arc::new(client);
     let status = client.request("status", json!({})).await.map_err(failed)?;
     let history = client
         .request("chat.history", json!({"sessionKey": key}))
@@ -95,43 +167,47 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
         "clawcage chat: {} via the gateway {url} · session {key} · /help for commands",
         status["model"].as_str().unwrap_or("?")
     );
-    let earlier = history["messages"].as_array().map_or(0, Vec::len);
-    if earlier > 0 {
-        outln!("resuming session {key}: {earlier} earlier messages (/reset forgets them)");
+    let messages = history["messages"].as_array().cloned().unwrap_or_default();
+    if !messages.is_empty() {
+        outln!(
+            "resuming session {key}: {} earlier messages (/reset forgets them); the last ones:",
+            messages.len()
+        );
+        print_recent(&busy_console, &messages);
     }
     let cursor = history["cursor"].as_u64().unwrap_or(0);
-    client
-        .request(
-            "sessions.subscribe",
-            json!({"sessionKey": key, "since": cursor}),
-        )
+    let link = Arc::new(Link {
+        url: url.to_string(),
+        token: token.to_string(),
+        key: key.clone(),
+        client_id: client_id.clone(),
+        client: Mutex::new(Arc::new(client)),
+    });
+    link.subscribe(&link.client(), cursor)
         .await
         .map_err(failed)?;
 
-    let seen = Arc::new(Mutex::new(Seen::default()));
+    let seen = Arc::new(Mutex::new(Seen {
+        cursor,
+        ..Seen::default()
+    }));
     let busy = Arc::new(AtomicBool::new(false));
     let (outcomes, mut outcome) = mpsc::unbounded_channel();
-    let renderer = {
-        let (seen, busy) = (seen.clone(), busy.clone());
-        let (busy_console, idle_console) = (busy_console.clone(), idle_console.clone());
-        tokio::spawn(async move {
-            while let Some(frame) = frames.recv().await {
-                let console = if busy.load(Ordering::Relaxed) {
-                    &busy_console
-                } else {
-                    &idle_console
-                };
-                render(&frame, console, &seen, &outcomes);
-            }
-        })
-    };
+    let renderer = tokio::spawn(follow(
+        link.clone(),
+        frames,
+        Consoles {
+            busy: busy.clone(),
+            busy_console: busy_console.clone(),
+            idle_console: idle_console.clone(),
+        },
+        seen.clone(),
+        outcomes,
+        format!("gateway:{client_id}"),
+    ));
 
     let result = loop {
-        let input = prompt.read().await;
-        if let Some(why) = client.closed_reason() {
-            break Err(Failure::Tool(format!("clawcage: {why}")));
-        }
-        let line = match input {
+        let line = match prompt.read().await {
             Ok(Input::Line(line)) => line,
             Ok(Input::Interrupted) => continue,
             Ok(Input::End) => break Ok(()),
@@ -140,9 +216,11 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
         if line.is_empty() {
             continue;
         }
+        let client = link.client();
         match line.as_str() {
             "/exit" | "/quit" => break Ok(()),
             "/help" => outln!("{HELP}"),
+            "/last" => busy_console.print_last_output(),
             "/tools" => match client.request("tools.list", json!({})).await {
                 Ok(list) => {
                     for tool in list["tools"].as_array().into_iter().flatten() {
@@ -153,15 +231,26 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
                         );
                     }
                 }
-                Err(error) => outln!("  error: {error}"),
+                Err(error) => busy_console.error(&error.to_string()),
             },
-            "/reset" => match client
-                .request("sessions.reset", json!({"sessionKey": key}))
-                .await
-            {
-                Ok(_) => {}
-                Err(error) => outln!("  error: {error}"),
-            },
+            "/reset" => {
+                if let Err(error) = client
+                    .request("sessions.reset", json!({"sessionKey": key}))
+                    .await
+                {
+                    busy_console.error(&error.to_string());
+                }
+            }
+            command if command.split_whitespace().next() == Some("/approve") => {
+                let words: Vec<&str> = command.split_whitespace().collect();
+                let decision = words.get(2).and_then(|word| ApprovalDecision::parse(word));
+                match (words.get(1), decision) {
+                    (Some(id), Some(decision)) => {
+                        resolve(&client, &busy_console, id, decision).await;
+                    }
+                    _ => outln!("  usage: /approve ID allow-once|allow-always|deny"),
+                }
+            }
             command
                 if command.starts_with('/')
                     && command.split_whitespace().next() != Some("/queue") =>
@@ -170,8 +259,15 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
             }
             message => {
                 busy.store(true, Ordering::Relaxed);
+                busy_console.activate();
                 busy_console.begin_turn();
-                let sent = turn(&client, &key, message, &seen, &mut outcome, &mut prompt).await;
+                let turn = RemoteTurn {
+                    link: &link,
+                    key: &key,
+                    seen: &seen,
+                    console: &busy_console,
+                };
+                let sent = turn.run(message, &mut outcome, &mut prompt).await;
                 busy.store(false, Ordering::Relaxed);
                 if let Err(error) = sent {
                     break Err(error);
@@ -183,107 +279,357 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
     result
 }
 
-/// Sends `message` and waits for the turn that answers it; Ctrl-C asks the gateway to stop it.
-async fn turn(
-    client: &Client,
-    key: &str,
-    message: &str,
-    seen: &Mutex<Seen>,
-    outcome: &mut mpsc::UnboundedReceiver<Outcome>,
-    prompt: &mut Prompt,
-) -> Result<(), Failure> {
-    let gone = |client: &Client| {
-        Failure::Tool(format!(
-            "clawcage: {}",
-            client
-                .closed_reason()
-                .unwrap_or_else(|| "the gateway closed the connection".to_string())
-        ))
-    };
-    let idempotency = format!(
-        "cli-{}-{}",
-        std::process::id(),
-        clawcage_agent::transcript::now_ms()
-    );
-    {
-        // Registered before sending: the renderer reads the acknowledgement.
-        let mut seen = lock(seen);
-        let id = client
-            .send(
-                "chat.send",
-                json!({"sessionKey": key, "message": message, "idempotencyKey": idempotency}),
-            )
-            .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
-        seen.awaiting = Some(id);
+/// The last few messages of the session's history (`chat.history`'s messages).
+fn print_recent(console: &Console, messages: &[Value]) {
+    let shown: Vec<(bool, String)> = messages
+        .iter()
+        .filter_map(|message| {
+            let joined: String = message["content"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter(|block| block["type"] == "text")
+                .filter_map(|block| block["text"].as_str())
+                .collect::<Vec<_>>()
+                .join("");
+            let joined = joined.trim().to_string();
+            (!joined.is_empty()).then(|| (message["role"] == "user", joined))
+        })
+        .collect();
+    for (from_user, said) in shown.iter().skip(shown.len().saturating_sub(4)) {
+        let said = clawcage_agent::provider::preview(&said.replace('\n', " "), 200);
+        let who = if *from_user { "you>" } else { "agent:" };
+        console.styled_line(Style::Dim, &format!("  {who} {said}"));
     }
-    let turn = loop {
-        match outcome.recv().await {
-            Some(Outcome::Refused(why)) => {
-                outln!("  not sent: {why}");
-                return Ok(());
-            }
-            Some(Outcome::Said(text)) => {
-                outln!("  {text}");
-                return Ok(());
-            }
-            Some(Outcome::Admitted { turn }) => break turn,
-            Some(Outcome::Approval(request)) => {
-                answer_approval(client, key, &request, prompt).await?
-            }
-            Some(Outcome::Ended(_)) => {}
-            None => return Err(gone(client)),
+}
+
+/// Sends a decision on approval request `id`.
+async fn resolve(client: &Client, console: &Console, id: &str, decision: ApprovalDecision) {
+    match client
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": decision.as_str()}),
+        )
+        .await
+    {
+        Ok(_) => {
+            let style = if decision == ApprovalDecision::Deny {
+                Style::Bad
+            } else {
+                Style::Good
+            };
+            console.styled_line(style, &format!("  {}", decision.as_str()));
         }
-    };
-    loop {
-        tokio::select! {
-            ended = outcome.recv() => match ended {
-                Some(Outcome::Ended(run)) if run == turn => return Ok(()),
-                Some(Outcome::Approval(request)) => {
-                    answer_approval(client, key, &request, prompt).await?;
-                }
-                Some(_) => {}
-                None => return Err(gone(client)),
-            },
-            Ok(()) = tokio::signal::ctrl_c() => {
-                let _ = client
-                    .request("chat.abort", json!({"sessionKey": key, "runId": turn}))
-                    .await;
+        Err(error) => console.line(&format!("  {error}")),
+    }
+}
+
+/// One turn of the REPL against the gateway: the line sent, what the gateway says of it, its
+/// end; meanwhile Ctrl-C, approval questions, and lines typed (sent at once; the turns they
+/// start are waited for in order).
+struct RemoteTurn<'a> {
+    link: &'a Link,
+    key: &'a str,
+    seen: &'a Mutex<Seen>,
+    console: &'a Arc<Console>,
+}
+
+impl RemoteTurn<'_> {
+    async fn run(
+        &self,
+        message: &str,
+        outcome: &mut mpsc::UnboundedReceiver<Outcome>,
+        prompt: &mut Prompt,
+    ) -> Result<(), Failure> {
+        let console = self.console;
+        let mut keys = TurnKeys::start();
+        let mut typed = TypedLine::default();
+        // Lines sent and not yet admitted, then the turns to wait for, the first the current.
+        let mut unanswered = 1usize;
+        let mut turns: VecDeque<String> = VecDeque::new();
+        // Runs whose end came before their admission was read.
+        let mut ended: HashSet<String> = HashSet::new();
+        if !self.send(message) {
+            return Ok(());
+        }
+        // Requests already waiting (shown while the prompt waited) can be answered now.
+        let mut questions: VecDeque<Value> = lock(self.seen).approvals.values().cloned().collect();
+        self.ask(&mut questions, keys.is_some(), prompt).await?;
+        loop {
+            if unanswered == 0 && turns.is_empty() {
+                return Ok(());
             }
+            tokio::select! {
+                said = outcome.recv() => match said {
+                    Some(Outcome::Refused(why)) => {
+                        unanswered = unanswered.saturating_sub(1);
+                        console.styled_line(Style::Bad, &format!("  not sent: {why}"));
+                    }
+                    Some(Outcome::Said(text)) => {
+                        unanswered = unanswered.saturating_sub(1);
+                        console.line(&format!("  {text}"));
+                    }
+                    Some(Outcome::Admitted { turn }) => {
+                        unanswered = unanswered.saturating_sub(1);
+                        if !turns.contains(&turn) && !ended.remove(&turn) {
+                            turns.push_back(turn);
+                        }
+                    }
+                    Some(Outcome::Ended(run)) => {
+                        if turns.contains(&run) {
+                            turns.retain(|turn| *turn != run);
+                        } else if unanswered > 0 {
+                            ended.insert(run);
+                        }
+                    }
+                    Some(Outcome::Approval(request)) => {
+                        let id = text(&request, "id").to_string();
+                        if !questions.iter().any(|known| text(known, "id") == id) {
+                            questions.push_back(request);
+                            if questions.len() == 1 {
+                                self.ask(&mut questions, keys.is_some(), prompt).await?;
+                            }
+                        }
+                    }
+                    Some(Outcome::Resolved { id, decision, by }) => {
+                        if let Some(at) = questions.iter().position(|known| text(known, "id") == id) {
+                            questions.remove(at);
+                            if !by.ends_with(&self.link.client_id) {
+                                console.styled_line(
+                                    Style::Attention,
+                                    &format!("  {id} was answered elsewhere ({by}): {decision}"),
+                                );
+                            }
+                            if at == 0 {
+                                console.resume_after_approval();
+                                self.ask(&mut questions, keys.is_some(), prompt).await?;
+                            }
+                        }
+                    }
+                    None => return Err(Failure::Tool("clawcage: the gateway connection ended".into())),
+                },
+                Ok(()) = tokio::signal::ctrl_c() => match questions.pop_front() {
+                    Some(request) => {
+                        self.decide(&request, ApprovalDecision::Deny).await;
+                        self.ask(&mut questions, keys.is_some(), prompt).await?;
+                    }
+                    None => {
+                        let client = self.link.client();
+                        let run = turns.front().cloned();
+                        let mut params = json!({"sessionKey": self.key});
+                        if let Some(run) = run {
+                            params["runId"] = json!(run);
+                        }
+                        let _ = client.request("chat.abort", params).await;
+                    }
+                },
+                key = next_key(&mut keys) => {
+                    if let Some(request) = questions.front().cloned() {
+                        let decision = match key {
+                            Key::Char(c) => ApprovalDecision::parse(&c.to_string()),
+                            _ => None,
+                        };
+                        match decision {
+                            Some(decision) => {
+                                questions.pop_front();
+                                self.decide(&request, decision).await;
+                                self.ask(&mut questions, true, prompt).await?;
+                            }
+                            None => console.styled_line(
+                                Style::Attention,
+                                "  press y (allow once), a (allow always) or n (deny)",
+                            ),
+                        }
+                    } else if let Some(line) = typed.take(key) {
+                        console.styled_line(Style::Bold, &format!("you> {line}"));
+                        if self.send(&line) {
+                            unanswered += 1;
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    /// Sends `message` to the session; false (said) when it cannot be sent.
+    fn send(&self, message: &str) -> bool {
+        let idempotency = format!(
+            "cli-{}-{}-{}",
+            std::process::id(),
+            clawcage_agent::transcript::now_ms(),
+            fastrand_suffix()
+        );
+        let client = self.link.client();
+        // Registered before sending: the renderer reads the acknowledgement.
+        let mut seen = lock(self.seen);
+        match client.send(
+            "chat.send",
+            json!({"sessionKey": self.key, "message": message, "idempotencyKey": idempotency}),
+        ) {
+            Ok(id) => {
+                seen.awaiting.insert(id);
+                true
+            }
+            Err(error) => {
+                self.console.styled_line(
+                    Style::Bad,
+                    &format!("  not sent: {error} (the terminal is connecting again; send it once more when it says so)"),
+                );
+                false
+            }
+        }
+    }
+
+    /// Shows the first waiting question, if any, answered by one key; without a terminal,
+    /// asks each waiting question as a line now.
+    async fn ask(
+        &self,
+        questions: &mut VecDeque<Value>,
+        single_key: bool,
+        prompt: &mut Prompt,
+    ) -> Result<(), Failure> {
+        if single_key {
+            if let Some(request) = questions.front() {
+                self.show(request);
+                self.console.styled_line(
+                    Style::Attention,
+                    "  allow? press y (once), a (always) or n (deny)",
+                );
+            }
+            return Ok(());
+        }
+        while let Some(request) = questions.pop_front() {
+            self.show(&request);
+            let decision = crate::prompt::ask_decision(prompt).await?;
+            self.decide(&request, decision).await;
+        }
+        Ok(())
+    }
+
+    /// The lines that describe `request`, the running call's line paused meanwhile.
+    fn show(&self, request: &Value) {
+        let console = self.console;
+        console.pause_for_approval();
+        let description = text(request, "description");
+        let mut lines = description.lines();
+        console.styled_line(
+            Style::Attention,
+            &format!("  approval needed: {}", lines.next().unwrap_or_default()),
+        );
+        for line in lines {
+            console.line(&format!("    {}", line.trim_start()));
+        }
+    }
+
+    async fn decide(&self, request: &Value, decision: ApprovalDecision) {
+        let client = self.link.client();
+        resolve(&client, self.console, text(request, "id"), decision).await;
+        self.console.resume_after_approval();
+    }
+}
+
+/// A number that differs between two lines sent in the same millisecond.
+fn fastrand_suffix() -> u64 {
+    use std::sync::atomic::AtomicU64;
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    NEXT.fetch_add(1, Ordering::Relaxed)
+}
+
+/// The next key typed during a turn; never without a terminal.
+async fn next_key(keys: &mut Option<TurnKeys>) -> Key {
+    match keys {
+        Some(keys) => keys.next().await,
+        None => std::future::pending().await,
+    }
+}
+
+/// Where the renderer draws: the busy console while this terminal's turn runs, else through
+/// the line editor.
+struct Consoles {
+    busy: Arc<AtomicBool>,
+    busy_console: Arc<Console>,
+    idle_console: Arc<Console>,
+}
+
+impl Consoles {
+    fn now(&self) -> &Arc<Console> {
+        if self.busy.load(Ordering::Relaxed) {
+            &self.busy_console
+        } else {
+            &self.idle_console
         }
     }
 }
 
-/// Shows an approval request of this session (or of its sub-agents) and sends the answer typed
-/// at the terminal: `y` once, `a` always, `n` (or Ctrl-C, or the end of the input) deny. Requests
-/// of other sessions are left to their own front ends.
-async fn answer_approval(
-    client: &Client,
-    key: &str,
-    request: &Value,
-    prompt: &mut Prompt,
-) -> Result<(), Failure> {
-    let session = text(request, "sessionKey");
-    if session != key && !session.starts_with(&format!("{key}/")) {
-        return Ok(());
+/// Renders the gateway's frames; when the connection is lost, connects again with backoff and
+/// resumes the session's events after the last one seen.
+async fn follow(
+    link: Arc<Link>,
+    mut frames: mpsc::UnboundedReceiver<Value>,
+    consoles: Consoles,
+    seen: Arc<Mutex<Seen>>,
+    outcomes: mpsc::UnboundedSender<Outcome>,
+    ourselves: String,
+) {
+    loop {
+        while let Some(frame) = frames.recv().await {
+            render(&frame, &consoles, &link.key, &seen, &outcomes, &ourselves);
+        }
+        let why = link
+            .client()
+            .closed_reason()
+            .unwrap_or_else(|| "the gateway closed the connection".to_string());
+        consoles
+            .now()
+            .styled_line(Style::Attention, &format!("  {why}; connecting again…"));
+        let mut delay = Duration::from_millis(500);
+        frames = loop {
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(MAX_BACKOFF);
+            let (client, frames) = match link.connect().await {
+                Ok(connected) => connected,
+                Err(ClientError::Refused { message, .. }) => {
+                    consoles.now().styled_line(
+                        Style::Bad,
+                        &format!("  the gateway refused to connect again: {message}; still trying"),
+                    );
+                    continue;
+                }
+                Err(_) => continue,
+            };
+            let since = lock(&seen).cursor;
+            let client = Arc::new(client);
+            match link.subscribe(&client, since).await {
+                Ok(()) => {
+                    consoles.now().styled_line(
+                        Style::Good,
+                        &format!("  connected again to {}; the session's events go on after event {since}", link.url),
+                    );
+                }
+                Err(ClientError::Failed { code, .. }) if code == "INVALID_PARAMS" => {
+                    // The session was reset or deleted meanwhile: follow it from now.
+                    let last = match client
+                        .request("chat.history", json!({"sessionKey": link.key}))
+                        .await
+                    {
+                        Ok(history) => history["cursor"].as_u64().unwrap_or(0),
+                        Err(_) => continue,
+                    };
+                    if link.subscribe(&client, last).await.is_err() {
+                        continue;
+                    }
+                    lock(&seen).cursor = last;
+                    consoles.now().styled_line(
+                        Style::Attention,
+                        "  connected again; the session was reset or deleted meanwhile, its new events follow",
+                    );
+                }
+                Err(_) => continue,
+            }
+            *lock(&link.client) = client;
+            break frames;
+        };
     }
-    let description = text(request, "description");
-    let mut lines = description.lines();
-    outln!("  approval needed: {}", lines.next().unwrap_or_default());
-    for line in lines {
-        outln!("  {line}");
-    }
-    let decision = crate::prompt::ask_decision(prompt).await?;
-    match client
-        .request(
-            "exec.approval.resolve",
-            json!({"id": text(request, "id"), "decision": decision.as_str()}),
-        )
-        .await
-    {
-        Ok(_) => outln!("  {}", decision.as_str()),
-        Err(error) => outln!("  {error}"),
-    }
-    Ok(())
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
@@ -308,22 +654,28 @@ fn verdict(data: &Value) -> Verdict {
     }
 }
 
-/// Renders one frame from the gateway and tells the prompt what concerns its line.
+/// Renders one frame from the gateway and tells the prompt what concerns its lines.
 fn render(
     frame: &Value,
-    console: &Arc<Console>,
+    consoles: &Consoles,
+    key: &str,
     seen: &Mutex<Seen>,
     outcomes: &mpsc::UnboundedSender<Outcome>,
+    ourselves: &str,
 ) {
+    let console = consoles.now();
+    let busy = consoles.busy.load(Ordering::Relaxed);
     let tell = |outcome: Outcome| {
         let _ = outcomes.send(outcome);
     };
     if frame["type"] == "res" {
         let mut seen = lock(seen);
-        if seen.awaiting.as_ref().is_none_or(|id| frame["id"] != *id) {
+        let Some(id) = frame["id"].as_str() else {
+            return;
+        };
+        if !seen.awaiting.remove(id) {
             return;
         }
-        seen.awaiting = None;
         if frame["ok"] != true {
             return tell(Outcome::Refused(
                 text(&frame["error"], "message").to_string(),
@@ -334,14 +686,20 @@ fn render(
         let turn = match text(payload, "status") {
             "command" => return tell(Outcome::Said(text(payload, "text").to_string())),
             "queued" | "interrupting" => {
-                console.line(&format!(
-                    "  (queued at position {}; it runs after the turn in progress)",
-                    payload["position"]
-                ));
+                console.styled_line(
+                    Style::Attention,
+                    &format!(
+                        "  (queued at position {}; it runs after the turn in progress)",
+                        payload["position"]
+                    ),
+                );
                 run.clone()
             }
             "steered" => {
-                console.line("  (the agent is busy: the message joins its running turn)");
+                console.styled_line(
+                    Style::Attention,
+                    "  (the agent is busy: the message joins its running turn)",
+                );
                 payload["into"].as_str().map_or(run.clone(), str::to_string)
             }
             _ => run.clone(),
@@ -358,13 +716,59 @@ fn render(
             ));
         }
         Some("exec.approval.requested") => {
-            return tell(Outcome::Approval(frame["payload"].clone()));
+            let request = frame["payload"].clone();
+            let session = text(&request, "sessionKey");
+            if session != key && !session.starts_with(&format!("{key}/")) {
+                return;
+            }
+            let id = text(&request, "id").to_string();
+            let known = lock(seen)
+                .approvals
+                .insert(id.clone(), request.clone())
+                .is_some();
+            if busy {
+                return tell(Outcome::Approval(request));
+            }
+            if !known {
+                console.styled_line(
+                    Style::Attention,
+                    &format!(
+                        "approval needed [{id}]: {}\n  answer with /approve {id} allow-once|allow-always|deny",
+                        text(&request, "description")
+                    ),
+                );
+            }
+            return;
         }
-        Some("shutdown") => return console.line("  the gateway is shutting down"),
+        Some("exec.approval.resolved") => {
+            let payload = &frame["payload"];
+            let id = text(payload, "id").to_string();
+            if lock(seen).approvals.remove(&id).is_none() {
+                return;
+            }
+            let decision = text(payload, "decision").to_string();
+            let by = text(payload, "by").to_string();
+            if busy {
+                return tell(Outcome::Resolved { id, decision, by });
+            }
+            if by != ourselves {
+                console.line(&format!("  {id}: {decision} (by {by})"));
+            }
+            return;
+        }
+        Some("shutdown") => {
+            return console.styled_line(Style::Attention, "  the gateway is shutting down");
+        }
         Some("session.deleted") => return console.line("  this session was deleted"),
         _ => return,
     }
     let event = &frame["payload"];
+    if text(event, "sessionKey") == key
+        && let Some(seq) = frame["seq"].as_u64().or_else(|| event["seq"].as_u64())
+    {
+        let mut seen = lock(seen);
+        seen.cursor = seen.cursor.max(seq);
+    }
     let data = &event["data"];
     let run = text(event, "runId");
     let ours = lock(seen).ours.contains(run);
@@ -386,30 +790,36 @@ fn render(
         }
         ("lifecycle", "queue") => match text(data, "status") {
             "joined" if !ours => console.line(&format!("other> {}", text(data, "message"))),
-            "dropped" if ours => console.line(&format!("  dropped: {}", text(data, "reason"))),
+            "dropped" if ours => console.styled_line(
+                Style::Attention,
+                &format!("  dropped: {}", text(data, "reason")),
+            ),
             _ => {}
         },
         ("lifecycle", "end") => {
             if text(data, "end") == "no_answer" {
-                console.line(&format!("  note: {}", text(data, "text")));
+                console.styled_line(Style::Attention, &format!("  note: {}", text(data, "text")));
             } else if !console.streamed() {
                 console.line(text(data, "text"));
             }
             console.break_line();
             let usage = &data["usage"];
-            console.line(&format!(
-                "  ({}; tokens this turn {} in / {} out)",
-                text(data, "answeredBy"),
-                usage["inputTokens"],
-                usage["outputTokens"]
-            ));
+            console.styled_line(
+                Style::Dim,
+                &format!(
+                    "  ({}; tokens this turn {} in / {} out)",
+                    text(data, "answeredBy"),
+                    usage["inputTokens"],
+                    usage["outputTokens"]
+                ),
+            );
             tell(Outcome::Ended(run.to_string()));
         }
         ("lifecycle", "error") => {
             if data["aborted"] == true {
                 console.interrupted();
             } else {
-                console.line(&format!("  error: {}", text(data, "message")));
+                console.error(text(data, "message"));
             }
             tell(Outcome::Ended(run.to_string()));
         }
@@ -453,17 +863,23 @@ fn render(
             data["tokensAfter"]
         )),
         ("error", _) => match text(data, "kind") {
-            "failover" => console.line(&format!(
-                "  … {} failed ({}); trying {}",
-                text(data, "from"),
-                text(data, "message"),
-                text(data, "to")
-            )),
-            _ => console.line(&format!(
-                "  … {}: {}; retrying",
-                text(data, "provider"),
-                text(data, "message")
-            )),
+            "failover" => console.styled_line(
+                Style::Attention,
+                &format!(
+                    "  … {} failed ({}); trying {}",
+                    text(data, "from"),
+                    text(data, "message"),
+                    text(data, "to")
+                ),
+            ),
+            _ => console.styled_line(
+                Style::Attention,
+                &format!(
+                    "  … {}: {}; retrying",
+                    text(data, "provider"),
+                    text(data, "message")
+                ),
+            ),
         },
         _ => {}
     }

@@ -1,15 +1,21 @@
-//! How a turn looks in a terminal: streamed text as it arrives, each tool call shown when it
-//! starts (on a terminal with its elapsed seconds counting, rewritten in place) and ended with
-//! its verdict (`ok`, `denied`, `failed`, `invalid`, `not run`, `interrupted` and why), retries
-//! and fail-overs as notes, and the token count after the turn. The model's reasoning, when
-//! shown, is set apart on lines of its own, dimmed on a terminal (plain text elsewhere).
+//! How a turn looks in a terminal: streamed text as it arrives, a "thinking" line counting the
+//! seconds while the model has said nothing yet, each tool call shown when it starts (on a
+//! terminal with its elapsed seconds counting, rewritten in place) and ended with its verdict
+//! (`ok`, `denied`, `failed`, `invalid`, `not run`, `interrupted` and why; the time a person took
+//! to approve it shown apart), retries and fail-overs as notes, and the token count after the
+//! turn. The model's reasoning, when shown, is set apart on lines of its own, dimmed on a
+//! terminal (plain text elsewhere). On a terminal, unless `NO_COLOR` is set, verdicts and errors
+//! are coloured and the answer's Markdown (headings, `**bold**`, `` `code` ``, fenced blocks) is
+//! styled as it streams. Text from the model or a tool never reaches the terminal raw: control
+//! characters (escape sequences, carriage returns) are shown as visible symbols.
 //! `clawcage chat` and `clawcage demo` write it to stdout and show reasoning; `clawcage run`
 //! writes it to stderr so stdout holds only the answer, and shows reasoning only with
 //! `--show-reasoning`.
 
+use std::borrow::Cow;
 use std::io::{IsTerminal as _, Write};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use clawcage_agent::provider::{ProviderEvents, preview};
@@ -28,6 +34,73 @@ pub enum Sink {
     Lines(Arc<dyn Fn(String) + Send + Sync>),
 }
 
+/// Whether text written to a terminal may carry colour and styles: not when `NO_COLOR` is set
+/// to anything (<https://no-color.org>), nor on a `dumb` terminal.
+pub fn colour_allowed() -> bool {
+    let no_color = std::env::var_os("NO_COLOR").is_some_and(|value| !value.is_empty());
+    let dumb = std::env::var("TERM").is_ok_and(|term| term == "dumb");
+    !no_color && !dumb
+}
+
+/// `text` safe to write to a terminal: every control character but newline and tab (ESC, CR,
+/// BEL, backspace, the C1 controls such as CSI) becomes a visible symbol, so text from a model
+/// or a tool can neither move the cursor, recolour the screen nor retitle the window.
+pub fn sanitize(text: &str) -> Cow<'_, str> {
+    let unsafe_char = |c: char| (c.is_control() && c != '\n' && c != '\t') || c == '\u{2028}';
+    if !text.chars().any(unsafe_char) {
+        return Cow::Borrowed(text);
+    }
+    Cow::Owned(
+        text.chars()
+            .map(|c| match c {
+                '\u{1b}' => '␛',
+                '\r' => '␍',
+                c if (c as u32) < 0x20 => char::from_u32(0x2400 + c as u32).unwrap_or('�'),
+                '\u{7f}' => '␡',
+                c if unsafe_char(c) => '�',
+                c => c,
+            })
+            .collect(),
+    )
+}
+
+/// How a piece of text is shown on a colour terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Style {
+    /// A good verdict.
+    Good,
+    /// An error, a denial, a failure.
+    Bad,
+    /// Something to look at: a note, an approval question, a call not run.
+    Attention,
+    /// Secondary text: usage lines, reasoning.
+    Dim,
+    /// Emphasis.
+    Bold,
+    /// Code.
+    Code,
+}
+
+impl Style {
+    fn on(self) -> &'static str {
+        match self {
+            Style::Good => "\x1b[32m",
+            Style::Bad => "\x1b[31m",
+            Style::Attention => "\x1b[33m",
+            Style::Dim => DIM_ON,
+            Style::Bold => "\x1b[1m",
+            Style::Code => "\x1b[36m",
+        }
+    }
+
+    fn off(self) -> &'static str {
+        match self {
+            Style::Good | Style::Bad | Style::Attention | Style::Code => "\x1b[39m",
+            Style::Dim | Style::Bold => DIM_OFF,
+        }
+    }
+}
+
 /// A [`TurnObserver`] that prints.
 pub struct Console {
     sink: Sink,
@@ -37,8 +110,14 @@ pub struct Console {
     show_reasoning: bool,
     /// The sink is a terminal: a running call's line is rewritten in place as seconds pass.
     terminal: bool,
+    /// Colours and styles are written (a terminal, and `NO_COLOR` unset).
+    colour: bool,
     state: Mutex<LineState>,
     calls: AtomicU64,
+    /// Numbers each "thinking" line, so a ticker knows when its line is gone.
+    thinking_lines: AtomicU64,
+    /// The last tool call's name, arguments and output (`/last` shows it).
+    last_output: Mutex<Option<(String, String, String)>>,
 }
 
 #[derive(Default)]
@@ -53,6 +132,10 @@ struct LineState {
     pending: String,
     /// The tool call running now, if any.
     call: Option<RunningCall>,
+    /// The "thinking" line shown while the model has not answered yet, if any.
+    thinking: Option<Thinking>,
+    /// Where the streamed answer's Markdown is.
+    markdown: Markdown,
 }
 
 /// A tool call shown as started and not yet ended.
@@ -63,6 +146,202 @@ struct RunningCall {
     started: Instant,
     /// Its line is still the last one and unterminated (a terminal rewrites it in place).
     open: bool,
+    /// Time spent waiting for a person's approval, not counted as the call's own.
+    waited: Duration,
+    /// Since when it waits for a person, while it does.
+    paused_at: Option<Instant>,
+}
+
+impl RunningCall {
+    /// The call's own time so far: without the time it waited for a person.
+    fn own_time(&self) -> Duration {
+        let waiting = self.paused_at.map_or(Duration::ZERO, |at| at.elapsed());
+        self.started.elapsed().saturating_sub(self.waited + waiting)
+    }
+}
+
+/// The line that says the model is working before it has said anything.
+struct Thinking {
+    number: u64,
+    started: Instant,
+}
+
+/// The streamed answer's Markdown state, for styling it as it arrives.
+#[derive(Default)]
+struct Markdown {
+    /// Nothing of the current line was seen yet.
+    not_at_line_start: bool,
+    /// Characters held back at a line's start, to tell a heading or a fence from text.
+    line_head: String,
+    /// Inside a fenced code block.
+    in_fence: bool,
+    /// The current line is a heading or fence line: its style ends with it.
+    line_style: Option<Style>,
+    /// Inside `**bold**`.
+    bold: bool,
+    /// Inside `` `code` ``.
+    code: bool,
+    /// A `*` held back: the next character says whether it is `**`.
+    star: bool,
+}
+
+impl Markdown {
+    /// `text` (already sanitised) with the styles of its Markdown; held-back characters wait
+    /// for the next piece or [`Markdown::finish`].
+    fn style(&mut self, text: &str) -> String {
+        let mut out = String::with_capacity(text.len() + 16);
+        for c in text.chars() {
+            if c == '\n' {
+                self.end_line(&mut out);
+                out.push('\n');
+                continue;
+            }
+            if !self.not_at_line_start {
+                let head_kind = self.line_head.chars().next();
+                let same = head_kind.is_none_or(|kind| kind == c);
+                if (c == '#' || c == '`') && same && self.line_head.len() < 6 {
+                    self.line_head.push(c);
+                    if self.line_head == "```" {
+                        self.fence_line(&mut out);
+                    }
+                    continue;
+                }
+                self.decide_line(c, &mut out);
+            }
+            self.inline(c, &mut out);
+        }
+        out
+    }
+
+    fn in_fence_line(&self) -> bool {
+        self.line_style == Some(Style::Dim)
+    }
+
+    /// Three backticks at a line's start: a fence opens or closes; the line is dimmed.
+    fn fence_line(&mut self, out: &mut String) {
+        self.not_at_line_start = true;
+        self.in_fence = !self.in_fence;
+        self.line_style = Some(Style::Dim);
+        out.push_str(Style::Dim.on());
+        out.push_str(&std::mem::take(&mut self.line_head));
+    }
+
+    /// The first character after a line's held-back head decides what the line is.
+    fn decide_line(&mut self, next: char, out: &mut String) {
+        self.not_at_line_start = true;
+        let head = std::mem::take(&mut self.line_head);
+        if self.in_fence {
+            self.line_style = Some(Style::Code);
+            out.push_str(Style::Code.on());
+            out.push_str(&head);
+        } else if !head.is_empty() && head.starts_with('#') && next == ' ' {
+            self.line_style = Some(Style::Bold);
+            out.push_str(Style::Bold.on());
+            out.push_str(&head);
+        } else {
+            for c in head.chars() {
+                self.inline(c, out);
+            }
+        }
+    }
+
+    /// One character of a line's text: `**` and `` ` `` switch styles outside code blocks.
+    fn inline(&mut self, c: char, out: &mut String) {
+        if self.in_fence || self.in_fence_line() {
+            out.push(c);
+            return;
+        }
+        if self.star {
+            self.star = false;
+            if c == '*' {
+                self.bold = !self.bold;
+                out.push_str(if self.bold {
+                    Style::Bold.on()
+                } else {
+                    Style::Bold.off()
+                });
+                if !self.bold
+                    && let Some(style) = self.line_style
+                {
+                    out.push_str(style.on());
+                }
+                return;
+            }
+            out.push('*');
+        }
+        match c {
+            '*' if !self.code => self.star = true,
+            '`' => {
+                self.code = !self.code;
+                out.push_str(if self.code {
+                    Style::Code.on()
+                } else {
+                    Style::Code.off()
+                });
+            }
+            c => out.push(c),
+        }
+    }
+
+    /// A line ends: what it held back is written and its styles end.
+    fn end_line(&mut self, out: &mut String) {
+        if !self.not_at_line_start && !self.line_head.is_empty() {
+            let head = std::mem::take(&mut self.line_head);
+            if self.in_fence {
+                out.push_str(&head);
+            } else {
+                for c in head.chars() {
+                    self.inline(c, out);
+                }
+            }
+        }
+        if self.star {
+            self.star = false;
+            out.push('*');
+        }
+        if self.bold {
+            self.bold = false;
+            out.push_str(Style::Bold.off());
+        }
+        if self.code {
+            self.code = false;
+            out.push_str(Style::Code.off());
+        }
+        if let Some(style) = self.line_style.take() {
+            out.push_str(style.off());
+        }
+        self.not_at_line_start = false;
+    }
+
+    /// The answer stops here for now (a tool call, the turn's end): what was held back is
+    /// written and every style ends; a fence stays open for the next piece.
+    fn finish(&mut self) -> String {
+        let mut out = String::new();
+        let in_fence = self.in_fence;
+        self.end_line(&mut out);
+        self.in_fence = in_fence;
+        out
+    }
+}
+
+/// The console that draws the turn now, for lines written from elsewhere (compile progress)
+/// that must not collide with its live line.
+static ACTIVE: Mutex<Option<Weak<Console>>> = Mutex::new(None);
+
+/// Writes `line` on stderr above the active console's live line (a running call or "thinking"),
+/// which is drawn again below it; without one, just writes it.
+pub fn interject(line: &str) {
+    let active = ACTIVE
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+        .as_ref()
+        .and_then(Weak::upgrade);
+    match active {
+        Some(console) => console.interject(line),
+        None => {
+            let _ = writeln!(std::io::stderr(), "{}", sanitize(line));
+        }
+    }
 }
 
 impl Console {
@@ -78,8 +357,11 @@ impl Console {
             show_text,
             show_reasoning: show_text,
             terminal,
+            colour: terminal && colour_allowed(),
             state: Mutex::new(LineState::default()),
             calls: AtomicU64::new(0),
+            thinking_lines: AtomicU64::new(0),
+            last_output: Mutex::new(None),
         }
     }
 
@@ -88,6 +370,24 @@ impl Console {
     pub fn with_reasoning(mut self, show: bool) -> Self {
         self.show_reasoning = show;
         self
+    }
+
+    /// Makes this console the one [`interject`] writes above.
+    pub fn activate(self: &Arc<Self>) {
+        if self.terminal {
+            *ACTIVE
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(Arc::downgrade(self));
+        }
+    }
+
+    /// `text` in `style` when colours are on, else as it is.
+    pub fn paint(&self, style: Style, text: &str) -> String {
+        if self.colour {
+            format!("{}{text}{}", style.on(), style.off())
+        } else {
+            text.to_string()
+        }
     }
 
     fn write(&self, text: &str) {
@@ -119,21 +419,81 @@ impl Console {
             .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
+    /// Erases the "thinking" line, if one is shown.
+    fn clear_thinking(&self) {
+        if self.lock().thinking.take().is_some() {
+            self.write("\r\x1b[2K");
+        }
+    }
+
+    /// On a terminal: shows that the model is working, counting the seconds, until the first
+    /// text, reasoning, tool call or line replaces it.
+    pub fn thinking(self: &Arc<Self>) {
+        if !self.terminal || tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        {
+            let state = self.lock();
+            if state.thinking.is_some()
+                || state.mid_line
+                || state.call.as_ref().is_some_and(|call| call.open)
+            {
+                return;
+            }
+        }
+        let number = self.thinking_lines.fetch_add(1, Ordering::Relaxed) + 1;
+        self.lock().thinking = Some(Thinking {
+            number,
+            started: Instant::now(),
+        });
+        self.write(&format!(
+            "\r\x1b[2K{}",
+            self.paint(Style::Dim, "  … thinking")
+        ));
+        let console = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let Some(console) = console.upgrade() else {
+                    return;
+                };
+                let seconds = match &console.lock().thinking {
+                    Some(thinking) if thinking.number == number => {
+                        thinking.started.elapsed().as_secs()
+                    }
+                    _ => return,
+                };
+                let line = console.paint(Style::Dim, &format!("  … thinking, {seconds} s"));
+                console.write(&format!("\r\x1b[2K{line}"));
+            }
+        });
+    }
+
     /// End a streamed line or a running call's line, if one is open.
     pub fn break_line(&self) {
-        let (open, reasoning) = {
+        self.clear_thinking();
+        let (open, reasoning, held) = {
             let mut state = self.lock();
             let call_open = state
                 .call
                 .as_mut()
                 .is_some_and(|call| std::mem::replace(&mut call.open, false));
             let reasoning = std::mem::replace(&mut state.reasoning, false);
+            let held = if self.colour {
+                state.markdown.finish()
+            } else {
+                String::new()
+            };
             (
                 std::mem::replace(&mut state.mid_line, false) || call_open,
                 reasoning,
+                held,
             )
         };
-        if reasoning && self.terminal {
+        if !held.is_empty() {
+            self.write(&held);
+        }
+        if reasoning && self.colour {
             self.write(DIM_OFF);
         }
         if open {
@@ -146,10 +506,11 @@ impl Console {
         if !self.show_reasoning || text.is_empty() {
             return;
         }
+        self.clear_thinking();
         let starting = !self.lock().reasoning;
         if starting {
             self.break_line();
-            if self.terminal {
+            if self.colour {
                 self.write(DIM_ON);
             }
         }
@@ -158,67 +519,156 @@ impl Console {
             state.reasoning = true;
             state.mid_line = !text.ends_with('\n');
         }
-        self.write(text);
+        self.write(&sanitize(text));
     }
 
     /// Shows `call` as started; on a terminal its line then counts the seconds until it ends.
     fn call_started(self: &Arc<Self>, call: &ToolCall) {
         self.break_line();
         let number = self.calls.fetch_add(1, Ordering::Relaxed) + 1;
-        let shown = format!(
+        let shown = sanitize(&format!(
             "  > {} {}",
             call.name,
             preview(&call.arguments.to_string(), 80)
-        );
-        if self.terminal {
-            self.write(&format!("{shown} …"));
-        } else {
-            self.write(&format!("{shown} …\n"));
-        }
+        ))
+        .into_owned();
         self.lock().call = Some(RunningCall {
             number,
             shown,
             started: Instant::now(),
             open: self.terminal,
+            waited: Duration::ZERO,
+            paused_at: None,
         });
-        if self.terminal && tokio::runtime::Handle::try_current().is_ok() {
-            let console = Arc::downgrade(self);
-            tokio::spawn(async move {
-                loop {
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                    let Some(console) = console.upgrade() else {
-                        return;
-                    };
-                    let line = {
-                        let state = console.lock();
-                        match &state.call {
-                            Some(call) if call.number == number && call.open => format!(
-                                "\r\x1b[2K{} … {} s",
-                                call.shown,
-                                call.started.elapsed().as_secs()
-                            ),
-                            _ => return,
+        self.draw_call(number);
+    }
+
+    /// Draws running call `number`'s line (again), and on a terminal keeps its seconds counting.
+    fn draw_call(self: &Arc<Self>, number: u64) {
+        let Some(shown) = self
+            .lock()
+            .call
+            .as_ref()
+            .filter(|call| call.number == number)
+            .map(|call| call.shown.clone())
+        else {
+            return;
+        };
+        if !self.terminal {
+            self.write(&format!("{shown} …\n"));
+            return;
+        }
+        self.write(&format!("{shown} …"));
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
+        }
+        let console = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let Some(console) = console.upgrade() else {
+                    return;
+                };
+                let line = {
+                    let state = console.lock();
+                    match &state.call {
+                        Some(call) if call.number == number && call.open => {
+                            format!("\r\x1b[2K{} … {} s", call.shown, call.own_time().as_secs())
                         }
-                    };
-                    console.write(&line);
-                }
-            });
+                        _ => return,
+                    }
+                };
+                console.write(&line);
+            }
+        });
+    }
+
+    /// A person is asked to approve the running call: its line stops counting and is ended,
+    /// so the question stands on lines of its own; the wait is not counted as the call's time.
+    pub fn pause_for_approval(&self) {
+        self.break_line();
+        if let Some(call) = self.lock().call.as_mut()
+            && call.paused_at.is_none()
+        {
+            call.paused_at = Some(Instant::now());
+        }
+    }
+
+    /// The person answered: the call's line is drawn again below the answer and counts on.
+    pub fn resume_after_approval(self: &Arc<Self>) {
+        let number = {
+            let mut state = self.lock();
+            let Some(call) = state.call.as_mut() else {
+                return;
+            };
+            if let Some(at) = call.paused_at.take() {
+                call.waited += at.elapsed();
+            }
+            call.open = self.terminal;
+            call.number
+        };
+        self.draw_call(number);
+    }
+
+    /// Writes `line` on stderr above the live line, which is drawn again below it.
+    fn interject(self: &Arc<Self>, line: &str) {
+        let (call, thinking) = {
+            let state = self.lock();
+            (
+                state
+                    .call
+                    .as_ref()
+                    .filter(|call| call.open)
+                    .map(|call| call.number),
+                state.thinking.is_some(),
+            )
+        };
+        if call.is_some() || thinking {
+            self.write("\r\x1b[2K");
+        } else {
+            self.break_line();
+        }
+        let _ = writeln!(std::io::stderr(), "{}", sanitize(line));
+        if let Some(number) = call {
+            self.draw_call(number);
+        } else if thinking {
+            let number = self.thinking_lines.load(Ordering::Relaxed);
+            let seconds = self
+                .lock()
+                .thinking
+                .as_ref()
+                .map_or(0, |thinking| thinking.started.elapsed().as_secs());
+            if number > 0 {
+                let text = self.paint(Style::Dim, &format!("  … thinking, {seconds} s"));
+                self.write(&text);
+            }
         }
     }
 
     /// Ends the running call's line with `verdict` (a whole line of its own when other output
-    /// came in between).
+    /// came in between): its own time, and apart from it the time it waited for a person.
     fn call_ended(&self, line: String) {
+        self.clear_thinking();
         let running = self.lock().call.take();
-        let elapsed = running
+        let own = running
             .as_ref()
-            .map(|call| call.started.elapsed())
-            .filter(|elapsed| *elapsed >= Duration::from_secs(1))
-            .map(|elapsed| format!(" ({:.1} s)", elapsed.as_secs_f64()))
-            .unwrap_or_default();
+            .map(RunningCall::own_time)
+            .filter(|own| *own >= Duration::from_secs(1))
+            .map(|own| format!("{:.1} s", own.as_secs_f64()));
+        let waited = running
+            .as_ref()
+            .map(|call| call.waited + call.paused_at.map_or(Duration::ZERO, |at| at.elapsed()))
+            .filter(|waited| *waited >= Duration::from_millis(100))
+            .map(|waited| format!("{:.1} s waiting for approval", waited.as_secs_f64()));
+        let times: Vec<String> = own.into_iter().chain(waited).collect();
+        let times = if times.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", times.join("; "))
+        };
         match running {
-            Some(call) if call.open => self.write(&format!("\r\x1b[2K{line}{elapsed}\n")),
-            _ => self.write(&format!("{line}{elapsed}\n")),
+            Some(call) if call.open => self.write(&format!("\r\x1b[2K{line}{times}\n")),
+            _ => self.write(&format!("{line}{times}\n")),
         }
     }
 
@@ -226,23 +676,43 @@ impl Console {
     /// running.
     pub fn interrupted(&self) {
         let running = self.lock().call.as_ref().map(|call| call.shown.clone());
+        let said = self.paint(Style::Attention, "interrupted");
         match running {
-            Some(shown) => self.call_ended(format!("{shown}  interrupted")),
-            None => self.line("  interrupted"),
+            Some(shown) => self.call_ended(format!("{shown}  {said}")),
+            None => self.line_raw(&format!("  {said}")),
         }
     }
 
-    /// Print a full line.
+    /// Print a full line (control characters made visible).
     pub fn line(&self, text: &str) {
+        self.line_raw(&sanitize(text));
+    }
+
+    /// Print a full line in `style` (control characters made visible).
+    pub fn styled_line(&self, style: Style, text: &str) {
+        self.line_raw(&self.paint(style, &sanitize(text)));
+    }
+
+    /// An error line (`  error: ...`), red on a colour terminal.
+    pub fn error(&self, text: &str) {
+        self.styled_line(Style::Bad, &format!("  error: {text}"));
+    }
+
+    /// Print a full line as it is: for text this console built itself.
+    fn line_raw(&self, text: &str) {
         self.break_line();
         self.write(&format!("{text}\n"));
     }
 
-    /// Start a turn: forget what the last one streamed.
-    pub fn begin_turn(&self) {
-        let mut state = self.lock();
-        state.streamed = false;
-        state.mid_line = false;
+    /// Start a turn: forget what the last one streamed; on a terminal say the model is working.
+    pub fn begin_turn(self: &Arc<Self>) {
+        {
+            let mut state = self.lock();
+            state.streamed = false;
+            state.mid_line = false;
+            state.markdown = Markdown::default();
+        }
+        self.thinking();
     }
 
     /// Whether this turn's text was already shown while streaming.
@@ -250,19 +720,90 @@ impl Console {
         self.lock().streamed
     }
 
+    /// The last tool call this console showed ended: its name, arguments and output.
+    pub fn last_output(&self) -> Option<(String, String, String)> {
+        self.last_output
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Prints the last tool call's output (`/last`), control characters made visible.
+    pub fn print_last_output(&self) {
+        match self.last_output() {
+            None => self.line("  no tool has run in this chat yet"),
+            Some((name, arguments, output)) => {
+                self.styled_line(Style::Bold, &format!("  > {name} {arguments}"));
+                if output.is_empty() {
+                    self.line("  (no output)");
+                }
+                for line in output.lines() {
+                    self.line(&format!("  │ {line}"));
+                }
+            }
+        }
+    }
+
     /// Close the turn: end the streamed line and print the usage line.
     pub fn end_turn(&self, answered_by: &str, turn: Usage, session: Usage) {
         self.break_line();
         if turn.input_tokens == 0 && turn.output_tokens == 0 {
-            self.line(&format!(
-                "  ({answered_by}; the server reported no token usage for this turn)"
-            ));
+            self.styled_line(
+                Style::Dim,
+                &format!("  ({answered_by}; the server reported no token usage for this turn)"),
+            );
             return;
         }
-        self.line(&format!(
-            "  ({answered_by}; tokens this turn {} in / {} out; session {} in / {} out)",
-            turn.input_tokens, turn.output_tokens, session.input_tokens, session.output_tokens
+        self.styled_line(
+            Style::Dim,
+            &format!(
+                "  ({answered_by}; tokens this turn {} in / {} out; session {} in / {} out)",
+                turn.input_tokens, turn.output_tokens, session.input_tokens, session.output_tokens
+            ),
+        );
+    }
+
+    /// The verdict line of `call`, its verdict coloured.
+    fn verdict_line(&self, call: &ToolCall, verdict: &Verdict) -> String {
+        let style = match verdict {
+            Verdict::Ok => Style::Good,
+            Verdict::NotRun(_) => Style::Attention,
+            _ => Style::Bad,
+        };
+        let head = sanitize(&format!(
+            "  > {} {}",
+            call.name,
+            preview(&call.arguments.to_string(), 80)
+        ))
+        .into_owned();
+        // The label is this console's own text; the arguments and the reason are not.
+        let label = self.paint(style, verdict.label());
+        match verdict_reason(verdict) {
+            None => format!("{head}  {label}"),
+            Some(why) => format!("{head}  {label}: {}", sanitize(&preview(&why, 160))),
+        }
+    }
+
+    fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, output: &str) {
+        *self
+            .last_output
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some((
+            call.name.clone(),
+            preview(&call.arguments.to_string(), 200),
+            output.to_string(),
         ));
+        let started = self.lock().call.is_some();
+        let line = self.verdict_line(call, verdict);
+        if started {
+            self.call_ended(line);
+        } else {
+            self.line_raw(&line);
+        }
+    }
+
+    fn note(&self, text: &str) {
+        self.styled_line(Style::Attention, &format!("  note: {text}"));
     }
 }
 
@@ -270,21 +811,43 @@ impl Console {
 const DIM_ON: &str = "\x1b[2m";
 const DIM_OFF: &str = "\x1b[22m";
 
+/// Why, for a verdict that has a reason: its first line, without a repeated `denied: `.
+fn verdict_reason(verdict: &Verdict) -> Option<String> {
+    let why = verdict.reason()?;
+    let first_line = why.lines().next().unwrap_or_default();
+    let label = verdict.label();
+    let mut reason = first_line;
+    while let Some(rest) = reason
+        .strip_prefix(label)
+        .and_then(|rest| rest.strip_prefix(": "))
+    {
+        reason = rest;
+    }
+    Some(reason.to_string())
+}
+
 impl ProviderEvents for Console {
     fn text_delta(&self, text: &str) {
         if !self.show_text || text.is_empty() {
             return;
         }
+        self.clear_thinking();
         // The answer starts on a line of its own after the reasoning.
         if self.lock().reasoning {
             self.break_line();
         }
-        {
+        let text = sanitize(text);
+        let shown = {
             let mut state = self.lock();
             state.mid_line = !text.ends_with('\n');
             state.streamed = true;
-        }
-        self.write(text);
+            if self.colour {
+                Cow::Owned(state.markdown.style(&text))
+            } else {
+                text
+            }
+        };
+        self.write(&shown);
     }
 
     fn reasoning_delta(&self, text: &str) {
@@ -292,18 +855,21 @@ impl ProviderEvents for Console {
     }
 
     fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
-        self.line(&format!(
-            "  … {provider}: {}; retrying in {:.1}s",
-            preview(reason, 160),
-            delay.as_secs_f64()
-        ));
+        self.styled_line(
+            Style::Attention,
+            &format!(
+                "  … {provider}: {}; retrying in {:.1}s",
+                preview(reason, 160),
+                delay.as_secs_f64()
+            ),
+        );
     }
 
     fn failing_over(&self, from: &str, to: &str, reason: &str) {
-        self.line(&format!(
-            "  … {from} failed ({}); trying {to}",
-            preview(reason, 160)
-        ));
+        self.styled_line(
+            Style::Attention,
+            &format!("  … {from} failed ({}); trying {to}", preview(reason, 160)),
+        );
     }
 }
 
@@ -322,10 +888,12 @@ impl ProviderEvents for Shown {
 
     fn retrying(&self, provider: &str, reason: &str, delay: Duration) {
         self.0.retrying(provider, reason, delay);
+        self.0.thinking();
     }
 
     fn failing_over(&self, from: &str, to: &str, reason: &str) {
         self.0.failing_over(from, to, reason);
+        self.0.thinking();
     }
 }
 
@@ -336,6 +904,8 @@ impl TurnObserver for Shown {
 
     fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, output: &str) {
         self.0.tool_finished(call, verdict, output);
+        // The model is asked again next.
+        self.0.thinking();
     }
 
     fn note(&self, text: &str) {
@@ -344,34 +914,12 @@ impl TurnObserver for Shown {
 }
 
 impl TurnObserver for Console {
-    fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, _output: &str) {
-        let started = self.lock().call.is_some();
-        if started {
-            self.call_ended(tool_line(call, verdict));
-        } else {
-            self.line(&tool_line(call, verdict));
-        }
+    fn tool_finished(&self, call: &ToolCall, verdict: &Verdict, output: &str) {
+        Console::tool_finished(self, call, verdict, output);
     }
 
     fn note(&self, text: &str) {
-        self.line(&format!("  note: {text}"));
-    }
-}
-
-/// `  > read_file {"path":"notes.txt"}  ok` or `... denied: why`.
-pub fn tool_line(call: &ToolCall, verdict: &Verdict) -> String {
-    let args = preview(&call.arguments.to_string(), 80);
-    match verdict.reason() {
-        None => format!("  > {} {args}  {}", call.name, verdict.label()),
-        Some(why) => {
-            let first_line = why.lines().next().unwrap_or_default();
-            format!(
-                "  > {} {args}  {}: {}",
-                call.name,
-                verdict.label(),
-                preview(first_line, 160)
-            )
-        }
+        Console::note(self, text);
     }
 }
 

@@ -68,7 +68,7 @@ fn tools_lists_each_tool_with_schema_origin_and_grants() {
         "{exec}"
     );
 
-    let text = clawcage(dir.path(), &["tools"]);
+    let text = clawcage(dir.path(), &["tools", "--long"]);
     assert!(text.status.success());
     assert!(
         stdout(&text).contains("read_file  (bundled:file;"),
@@ -378,12 +378,45 @@ fn an_edit_that_changed_nothing_exits_1() {
     );
 }
 
-/// `tools` lists every tool with where it is available (the agent's `message`, `spawn` and
-/// `cron` too), and `--json` gives the grants as fields beside the prose.
+/// `tools` prints one line per tool: its name, the first sentence of its description and what
+/// it reaches; no schema, no second line.
+#[test]
+fn tools_prints_one_line_per_tool_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let listing = clawcage(dir.path(), &["tools"]);
+    assert!(listing.status.success(), "{}", stderr(&listing));
+    let text = stdout(&listing);
+    let lines: Vec<&str> = text.lines().collect();
+    let read = lines
+        .iter()
+        .find(|line| line.starts_with("read_file "))
+        .unwrap_or_else(|| panic!("read_file is listed: {text}"));
+    assert!(read.contains("[workspace"), "with what it reaches: {read}");
+    assert!(!text.contains("schema:"), "no schemas: {text}");
+    assert!(!text.contains("\"type\""), "no JSON: {text}");
+    let listed = lines.iter().filter(|line| !line.starts_with(' ')).count();
+    let names = ["read_file", "write_file", "exec", "web_fetch", "cron"];
+    for name in names {
+        assert_eq!(
+            lines.iter().filter(|line| line.starts_with(&format!("{name} "))).count(),
+            1,
+            "{name} once: {text}"
+        );
+    }
+    assert!(listed >= names.len(), "{text}");
+    assert!(
+        lines.iter().all(|line| line.len() < 400),
+        "no whole descriptions: {text}"
+    );
+    assert!(text.contains("--long"), "says where the details are: {text}");
+}
+
+/// `tools --long` lists every tool with where it is available (the agent's `message`, `spawn`
+/// and `cron` too), and `--json` gives the grants as fields beside the prose.
 #[test]
 fn tools_lists_every_tool_with_where_and_structured_grants() {
     let dir = tempfile::tempdir().unwrap();
-    let listing = clawcage(dir.path(), &["tools"]);
+    let listing = clawcage(dir.path(), &["tools", "--long"]);
     assert!(listing.status.success(), "{}", stderr(&listing));
     let text = stdout(&listing);
     for name in [
@@ -471,4 +504,65 @@ fn mcp_http_takes_a_loopback_name() {
     );
     let refused = clawcage(dir.path(), &["mcp", "--http", "example.invalid:80"]);
     assert_eq!(refused.status.code(), Some(2), "{}", stderr(&refused));
+}
+
+/// `--help` tells global options apart from the command's own and shows no `[env: NAME=]` for
+/// an unset variable; with `CLAWCAGE_STATE_DIR` set, a usage error does not show `--state-dir`
+/// as if it were required, and the variable is still used.
+#[test]
+fn help_sets_global_options_apart_and_the_state_dir_variable_stays_out_of_usage() {
+    let help = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(["chat", "--help"])
+        .env_remove("CLAWCAGE_STATE_DIR")
+        .output()
+        .unwrap();
+    let text = stdout(&help);
+    assert!(help.status.success(), "{text}");
+    let global = text
+        .find("Global options:")
+        .unwrap_or_else(|| panic!("a heading of its own: {text}"));
+    let own = text.find("--gateway").unwrap();
+    let state_dir = text.find("--state-dir").unwrap();
+    assert!(own < global && global < state_dir, "{text}");
+    assert!(!text.contains("=]"), "no empty variable value: {text}");
+    assert!(text.contains("$CLAWCAGE_STATE_DIR"), "{text}");
+
+    let state = tempfile::tempdir().unwrap();
+    let usage = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .arg("run")
+        .env("CLAWCAGE_STATE_DIR", state.path())
+        .output()
+        .unwrap();
+    assert_eq!(usage.status.code(), Some(2));
+    let said = stderr(&usage);
+    assert!(said.contains("<TASK>"), "{said}");
+    assert!(!said.contains("--state-dir"), "not shown as given: {said}");
+
+    // The variable still chooses the state directory.
+    let workspace = tempfile::tempdir().unwrap();
+    let sessions = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(["sessions", "--workspace"])
+        .arg(workspace.path())
+        .env("CLAWCAGE_STATE_DIR", state.path())
+        .output()
+        .unwrap();
+    assert!(
+        stdout(&sessions).contains(&state.path().display().to_string()),
+        "{}{}",
+        stdout(&sessions),
+        stderr(&sessions)
+    );
+}
+
+/// The gateway takes the provider flags `chat` and `run` take.
+#[test]
+fn gateway_takes_the_provider_flags() {
+    let help = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .args(["gateway", "--help"])
+        .output()
+        .unwrap();
+    let text = stdout(&help);
+    for flag in ["--base-url <URL>", "--provider <NAME>", "--model <MODEL>"] {
+        assert!(text.contains(flag), "{flag}: {text}");
+    }
 }

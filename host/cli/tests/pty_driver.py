@@ -7,9 +7,12 @@ as in a real terminal) and a 120x40 window. STEPS_JSON is a list of steps:
   {"send": "text"}                 write the text in ONE write (a paste, or tmux send-keys)
   {"expect": "regex", "timeout": s} wait until the output since the last expect matches
   {"sleep": s}                      wait
+  {"screen": "name"}                keep the screen as a terminal shows it now, under that name
 Prints one JSON object: {"ok": bool, "failed_step": n or null, "output": all output (ANSI kept),
-"marks": [[step, seconds since start, output length]]}. Exits 0 even when a step fails; the
-caller asserts on the report.
+"marks": [[step, seconds since start, output length]], "screens": {name: [the 40 lines of the
+screen]} or null when no terminal emulator is installed, "screen_error": why}. The screen is
+rendered by pyte (a VT100 emulator) from everything written so far. Exits 0 even when a step
+fails; the caller asserts on the report.
 """
 
 import fcntl
@@ -23,6 +26,14 @@ import struct
 import sys
 import termios
 import time
+
+try:
+    import pyte
+except ImportError as error:  # the caller decides whether that is a skip or a failure
+    pyte = None
+    PYTE_ERROR = str(error)
+else:
+    PYTE_ERROR = None
 
 
 def main():
@@ -38,6 +49,16 @@ def main():
     searched_from = 0
     marks = []
     failed = None
+    screens = {} if pyte else None
+    if pyte:
+        screen = pyte.Screen(120, 40)
+        stream = pyte.ByteStream(screen)
+        fed = [0]
+
+    def snapshot():
+        stream.feed(bytes(output[fed[0]:]))
+        fed[0] = len(output)
+        return list(screen.display)
 
     def pump(deadline):
         while True:
@@ -58,6 +79,9 @@ def main():
     for number, step in enumerate(steps):
         if "send" in step:
             os.write(fd, step["send"].encode())
+        elif "screen" in step:
+            if pyte:
+                screens[step["screen"]] = snapshot()
         elif "sleep" in step:
             deadline = time.monotonic() + step["sleep"]
             while time.monotonic() < deadline and pump(deadline):
@@ -95,6 +119,8 @@ def main():
                 "failed_step": failed,
                 "output": output.decode("utf-8", "replace"),
                 "marks": marks,
+                "screens": screens,
+                "screen_error": PYTE_ERROR,
             }
         )
     )

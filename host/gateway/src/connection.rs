@@ -376,7 +376,7 @@ where
         requests: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
     });
     gateway.hub.connect(outbox.clone());
-    tracing::debug!(connection = id, client = %conn.client.id, version = %conn.client.version, mode = %conn.client.mode, "client connected");
+    tracing::info!(connection = id, client = %conn.client.id, version = %conn.client.version, mode = %conn.client.mode, "client connected");
     conn.respond(&request.id, Ok(gateway.hello(id)));
     if conn.client.approver
         && let Some(approvals) = gateway.approvals.get()
@@ -435,7 +435,7 @@ where
         }
         close(&mut socket, code, &reason).await;
     }
-    tracing::debug!(connection = id, "client disconnected");
+    tracing::info!(connection = id, "client disconnected");
 }
 
 /// Parses one request frame and hands it to its method in a task of its own.

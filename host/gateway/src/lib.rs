@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use clawcage_agent::events::{AgentEvent, DiskEventLog, Stream};
-use clawcage_agent::{JsonlTranscripts, OutboundMessage, SendCallback};
+use clawcage_agent::{OutboundMessage, SendCallback, TranscriptStore};
 use clawcage_core::BoxFuture;
 use clawcage_core::scheduler::Scheduler;
 use clawcage_runtime::{AgentOptions, CronStatus, Error, Options, Runtime};
@@ -243,6 +243,20 @@ pub struct GatewayArgs {
     /// between requests) and for the WebSocket's connect; it lives three times this at most.
     #[arg(long, value_name = "SECONDS", default_value_t = limits::UNAUTHENTICATED_TIMEOUT.as_secs())]
     pub unauthenticated_timeout: u64,
+    /// Which API to speak: anthropic, openai (any OpenAI-compatible server) or scripted (plays
+    /// --script). Default: [provider] kind in the config, else anthropic.
+    #[arg(long, value_name = "NAME", help_heading = "Model")]
+    pub provider: Option<String>,
+    /// The model. Default: [provider] model, else claude-sonnet-4-5 for anthropic.
+    #[arg(long, value_name = "MODEL", help_heading = "Model")]
+    pub model: Option<String>,
+    /// The server. Anthropic: https://api.anthropic.com (the client appends /v1/messages);
+    /// OpenAI-compatible: http://localhost:11434/v1 (the client appends /chat/completions).
+    #[arg(long, value_name = "URL", help_heading = "Model")]
+    pub base_url: Option<String>,
+    /// The recorded script the scripted provider plays (JSON).
+    #[arg(long, value_name = "FILE", help_heading = "Model")]
+    pub script: Option<PathBuf>,
 }
 
 /// The connection caps and timeout for `args`, sized from the open-file limit, which is raised
@@ -348,6 +362,16 @@ fn take_lock(state_dir: &Path) -> Result<Option<std::fs::File>, Error> {
     }
 }
 
+/// The web address of the gateway running on `state_dir`, if one runs.
+pub fn running_gateway(state_dir: &Path) -> Option<String> {
+    if lock_path(state_dir).exists() && matches!(take_lock(state_dir), Ok(None)) {
+        running_info(state_dir)
+            .and_then(|info| info.get("url").and_then(Value::as_str).map(str::to_string))
+    } else {
+        None
+    }
+}
+
 fn running_info(state_dir: &Path) -> Option<Value> {
     std::fs::read(info_path(state_dir))
         .ok()
@@ -413,12 +437,10 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             .cron()
             .map(|cron| cron.clone() as Arc<dyn Scheduler>),
         cron_note,
-        transcripts: agent
-            .sessions
-            .transcripts()
-            .cloned()
-            .unwrap_or_else(|| JsonlTranscripts::new(state.join("sessions")).shared()),
-        events: Arc::new(DiskEventLog::new(state.join("gateway").join("events"))),
+        transcripts: TranscriptStore::new(state.join("sessions")),
+        events: Arc::new(LoggedEvents(DiskEventLog::new(
+            state.join("gateway").join("events"),
+        ))),
         runs_dir: state.join("gateway").join("runs"),
         history_limit: runtime
             .config()
@@ -487,16 +509,27 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     if agent.scripted {
         println!("note: the answers come from a recorded script, not from a model");
     }
+    // The operator's own terminal: the address ready to open, token included when it can be
+    // read from its file.
     match (&token.file, token.generated) {
         (Some(file), true) => println!(
-            "open {url}#token={}   (the token was generated and saved in {}; it is shown only now)",
+            "open {url}#token={}\n  (the token was generated and saved in {})",
             token.value(),
             file.display()
         ),
-        (Some(file), false) => {
-            println!("open {url}#token=TOKEN   (TOKEN is in {})", file.display())
-        }
+        (Some(file), false) => match saved_token(&state) {
+            Ok(saved) if saved == token.value() => {
+                println!(
+                    "open {url}#token={saved}\n  (the token is kept in {})",
+                    file.display()
+                )
+            }
+            _ => println!("open {url}#token=TOKEN   (TOKEN is in {})", file.display()),
+        },
         (None, _) => println!("open {url}#token=TOKEN   (TOKEN: the one given with --token)"),
+    }
+    for line in channel_lines(runtime.channels(), bound) {
+        println!("{line}");
     }
     println!("WebSocket: ws://{bound}{} · Ctrl-C stops", http::WS_PATH);
 
@@ -509,6 +542,83 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     drop(lock);
     clawcage_runtime::tell!("clawcage gateway: stopped");
     Ok(())
+}
+
+/// The banner's lines for the channels started: Telegram and each webhook with its address.
+fn channel_lines(
+    channels: &clawcage_runtime::channel_config::Channels,
+    bound: SocketAddr,
+) -> Vec<String> {
+    let mut lines = Vec::new();
+    if let Some(telegram) = &channels.telegram {
+        lines.push(format!(
+            "channel telegram: started (token from ${}; direct messages: {})",
+            telegram.token_env,
+            format!("{:?}", telegram.dm_policy).to_lowercase()
+        ));
+    }
+    for webhook in &channels.webhooks {
+        lines.push(format!(
+            "channel webhook {}: POST http://{bound}{}{}",
+            webhook.name,
+            http::HOOKS_PREFIX,
+            webhook.name
+        ));
+    }
+    if lines.is_empty() {
+        lines.push("channels: none configured ([channels] in the configuration)".to_string());
+    }
+    lines
+}
+
+/// The gateway's event log, saying at info level when each turn starts and ends (the
+/// operator's view of the traffic; `RUST_LOG=clawcage_gateway=info` shows it).
+#[derive(Debug)]
+struct LoggedEvents(DiskEventLog);
+
+impl clawcage_agent::events::EventLog for LoggedEvents {
+    fn append(&self, event: AgentEvent) -> std::io::Result<AgentEvent> {
+        if event.stream == Stream::Lifecycle {
+            let phase = event
+                .data
+                .get("phase")
+                .and_then(Value::as_str)
+                .unwrap_or("");
+            let session = event.session_key.as_str();
+            let run = event.run_id.as_str();
+            let field = |name: &str| event.data.get(name).and_then(Value::as_str).unwrap_or("");
+            let (kind, end) = (field("kind"), field("end"));
+            let aborted = event.data.get("aborted") == Some(&Value::Bool(true));
+            match phase {
+                "start" => tracing::info!(session, run, kind, "turn started"),
+                "end" => tracing::info!(session, run, end, "turn ended"),
+                "error" => tracing::info!(session, run, aborted, "turn failed"),
+                _ => {}
+            }
+        }
+        self.0.append(event)
+    }
+
+    fn read(
+        &self,
+        session_key: &str,
+        since: u64,
+        limit: usize,
+    ) -> std::io::Result<clawcage_agent::events::Replay> {
+        self.0.read(session_key, since, limit)
+    }
+
+    fn last_seq(&self, session_key: &str) -> std::io::Result<u64> {
+        self.0.last_seq(session_key)
+    }
+
+    fn remove(&self, session_key: &str) -> std::io::Result<()> {
+        self.0.remove(session_key)
+    }
+
+    fn sync(&self) -> std::io::Result<()> {
+        self.0.sync()
+    }
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.

@@ -1,0 +1,213 @@
+//! Keys typed while a turn runs, in `chat` and `chat --gateway` on a terminal. The terminal is
+//! put out of line mode and echo for the turn (`stty`, restored when the turn ends), so what a
+//! person types is neither smeared over the streamed output nor left for the next prompt: a
+//! thread reads the keys, the turn's loop gets them one by one — a single `y`, `a` or `n`
+//! answers an approval question, and a line ended by Enter is a message sent to the busy session
+//! through its queue mode. Ctrl-C still reaches the process as SIGINT. Without a terminal on
+//! standard input nothing changes.
+
+use std::io::{IsTerminal as _, Read as _};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::thread::JoinHandle;
+
+use tokio::sync::mpsc;
+
+/// One key a person pressed during a turn.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Key {
+    /// A printable character.
+    Char(char),
+    /// Enter.
+    Enter,
+    /// Backspace.
+    Backspace,
+    /// Ctrl-U: forget the line typed so far.
+    KillLine,
+}
+
+/// The terminal out of line mode for one turn, and the thread reading its keys. Dropping it
+/// stops the thread and gives the terminal its settings back.
+pub struct TurnKeys {
+    keys: mpsc::UnboundedReceiver<Key>,
+    stop: Arc<AtomicBool>,
+    reader: Option<JoinHandle<()>>,
+    /// The terminal's settings before (`stty -g`), given back at the end.
+    saved: String,
+}
+
+/// Runs `stty` on standard input with `args`; its output when it succeeded.
+fn stty(args: &[&str]) -> Option<String> {
+    let output = Command::new("stty")
+        .args(args)
+        .stdin(Stdio::inherit())
+        .stderr(Stdio::null())
+        .output()
+        .ok()?;
+    output
+        .status
+        .success()
+        .then(|| String::from_utf8_lossy(&output.stdout).trim().to_string())
+}
+
+impl TurnKeys {
+    /// Starts reading keys, when standard input is a terminal whose mode can be changed.
+    pub fn start() -> Option<TurnKeys> {
+        if !std::io::stdin().is_terminal() {
+            return None;
+        }
+        let saved = stty(&["-g"])?;
+        // No line mode, no echo; a read returns after 0.1 s without a key, so the reader can
+        // stop between keys and leave the rest of the input to the next prompt.
+        stty(&["-icanon", "-echo", "min", "0", "time", "1"])?;
+        let (sender, keys) = mpsc::unbounded_channel();
+        let stop = Arc::new(AtomicBool::new(false));
+        let reader = {
+            let stop = stop.clone();
+            std::thread::spawn(move || read_keys(&stop, &sender))
+        };
+        Some(TurnKeys {
+            keys,
+            stop,
+            reader: Some(reader),
+            saved,
+        })
+    }
+
+    /// The next key; never when the reader has stopped.
+    pub async fn next(&mut self) -> Key {
+        match self.keys.recv().await {
+            Some(key) => key,
+            None => std::future::pending().await,
+        }
+    }
+}
+
+impl Drop for TurnKeys {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        if let Some(reader) = self.reader.take() {
+            let _ = reader.join();
+        }
+        let _ = stty(&[self.saved.as_str()]);
+    }
+}
+
+/// Reads standard input until `stop`, sending each key; escape sequences (arrows, function
+/// keys) and other control keys are dropped.
+fn read_keys(stop: &AtomicBool, keys: &mpsc::UnboundedSender<Key>) {
+    // At least the standard input's own buffer size, so reads bypass it and nothing typed is
+    // kept back from the next prompt.
+    let mut buffer = vec![0u8; 16 << 10];
+    let mut pending: Vec<u8> = Vec::new();
+    let mut in_escape = false;
+    while !stop.load(Ordering::SeqCst) {
+        let read = match std::io::stdin().lock().read(&mut buffer) {
+            Ok(0) => continue,
+            Ok(read) => read,
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(_) => return,
+        };
+        pending.extend_from_slice(&buffer[..read]);
+        let text = match std::str::from_utf8(&pending) {
+            Ok(text) => text.to_string(),
+            Err(error) if error.error_len().is_none() => {
+                // An incomplete character: wait for the rest.
+                let valid = error.valid_up_to();
+                let text = String::from_utf8_lossy(&pending[..valid]).into_owned();
+                pending.drain(..valid);
+                send_keys(&text, &mut in_escape, keys);
+                continue;
+            }
+            Err(_) => String::from_utf8_lossy(&pending).into_owned(),
+        };
+        pending.clear();
+        send_keys(&text, &mut in_escape, keys);
+    }
+}
+
+fn send_keys(text: &str, in_escape: &mut bool, keys: &mpsc::UnboundedSender<Key>) {
+    for c in text.chars() {
+        if *in_escape {
+            // `ESC [ ... final` or `ESC O x`: skip to the final letter or `~`.
+            if c.is_ascii_alphabetic() || c == '~' {
+                *in_escape = false;
+            }
+            continue;
+        }
+        let key = match c {
+            '\u{1b}' => {
+                *in_escape = true;
+                continue;
+            }
+            '\r' | '\n' => Key::Enter,
+            '\u{7f}' | '\u{8}' => Key::Backspace,
+            '\u{15}' => Key::KillLine,
+            c if c.is_control() => continue,
+            c => Key::Char(c),
+        };
+        if keys.send(key).is_err() {
+            return;
+        }
+    }
+}
+
+/// A line typed during a turn, key by key.
+#[derive(Debug, Default)]
+pub struct TypedLine {
+    text: String,
+}
+
+impl TypedLine {
+    /// Takes `key`; the line when it was Enter and something was typed.
+    pub fn take(&mut self, key: Key) -> Option<String> {
+        match key {
+            Key::Char(c) => self.text.push(c),
+            Key::Backspace => {
+                self.text.pop();
+            }
+            Key::KillLine => self.text.clear(),
+            Key::Enter => {
+                let line = std::mem::take(&mut self.text).trim().to_string();
+                return (!line.is_empty()).then_some(line);
+            }
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn escape_sequences_and_control_keys_are_dropped() {
+        let (sender, mut keys) = mpsc::unbounded_channel();
+        let mut in_escape = false;
+        send_keys("a\u{1b}[A\u{1b}[3~b\u{7}\r", &mut in_escape, &sender);
+        let mut got = Vec::new();
+        while let Ok(key) = keys.try_recv() {
+            got.push(key);
+        }
+        assert_eq!(got, vec![Key::Char('a'), Key::Char('b'), Key::Enter]);
+    }
+
+    #[test]
+    fn a_line_is_edited_and_sent_by_enter() {
+        let mut line = TypedLine::default();
+        for key in [
+            Key::Char('h'),
+            Key::Char('x'),
+            Key::Backspace,
+            Key::Char('i'),
+        ] {
+            assert_eq!(line.take(key), None);
+        }
+        assert_eq!(line.take(Key::Enter), Some("hi".to_string()));
+        assert_eq!(line.take(Key::Enter), None, "an empty line is not sent");
+        line.take(Key::Char('z'));
+        line.take(Key::KillLine);
+        assert_eq!(line.take(Key::Enter), None, "Ctrl-U forgot the line");
+    }
+}

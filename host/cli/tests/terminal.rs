@@ -1,0 +1,578 @@
+//! `clawcage chat` judged by the screen a person sees: the program runs in a pseudo-terminal
+//! (`pty_driver.py`) and what it writes is rendered by a VT100 emulator (pyte), so a line
+//! overwritten by a ticker, a cleared screen or a smeared prompt shows as it would. Checked: the
+//! approval question stays on screen while the running call's ticker waits, one key answers it
+//! and the wait is shown apart from the call's time; a "thinking" line counts while the model
+//! has said nothing; a line typed during a turn is steered into it with a notice, not smeared
+//! over the output; escape sequences from the model never reach the terminal raw; colour and
+//! Markdown styling, and none with `NO_COLOR`; `/last` shows a tool's output; a resumed session
+//! shows its last messages.
+//!
+//! The emulator comes from `target/toolchains/python` (`pip install pyte` there; `.ci/run`
+//! installs it). Without it the tests are skipped, except under CI, where they fail.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use clawcage_tests::cli_state::{private_state_dir, warm_components};
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, text_of, tool_result_of};
+use serde_json::{Value, json};
+
+/// A Python that can import pyte, or `None` after saying why the test is skipped (a failure
+/// under CI).
+fn screen_python(test: &str) -> Option<PathBuf> {
+    let toolchains = std::env::var_os("CLAWCAGE_TOOLCHAINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../target/toolchains")
+                .to_path_buf()
+        });
+    let candidates = [
+        toolchains.join("python/bin/python"),
+        PathBuf::from("python3"),
+    ];
+    for python in candidates {
+        let imports = Command::new(&python)
+            .args(["-c", "import pyte"])
+            .output()
+            .is_ok_and(|output| output.status.success());
+        if imports {
+            return Some(python);
+        }
+    }
+    let reason = "no Python with pyte (target/toolchains/python/bin/pip install pyte==0.8.2)";
+    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
+        panic!("{test}: {reason}; .ci/run must install it");
+    }
+    eprintln!("SKIPPED {test}: {reason}");
+    None
+}
+
+/// A workspace, a state directory and a configuration file outside both.
+struct Setup {
+    workspace: tempfile::TempDir,
+    state: tempfile::TempDir,
+    config: tempfile::TempDir,
+}
+
+impl Setup {
+    fn new(config: &str) -> Setup {
+        let workspace = tempfile::tempdir().unwrap();
+        std::fs::write(workspace.path().join("notes.txt"), "hello\n").unwrap();
+        let config_dir = tempfile::tempdir().unwrap();
+        std::fs::write(config_dir.path().join("clawcage.toml"), config).unwrap();
+        Setup {
+            workspace,
+            state: private_state_dir(),
+            config: config_dir,
+        }
+    }
+}
+
+/// The report of one run of `clawcage chat` in a pseudo-terminal through `steps`.
+struct Report(Value);
+
+impl Report {
+    fn ok(&self) -> bool {
+        self.0["ok"] == true
+    }
+
+    fn raw(&self) -> &str {
+        self.0["output"].as_str().unwrap_or_default()
+    }
+
+    /// The screen kept under `name`, its lines' trailing blanks trimmed.
+    fn screen(&self, name: &str) -> Vec<String> {
+        self.0["screens"][name]
+            .as_array()
+            .unwrap_or_else(|| panic!("no screen {name}: {}", self.0))
+            .iter()
+            .map(|line| line.as_str().unwrap_or_default().trim_end().to_string())
+            .collect()
+    }
+
+    fn screen_text(&self, name: &str) -> String {
+        self.screen(name).join("\n")
+    }
+
+    fn assert_ok(&self) {
+        assert!(
+            self.ok(),
+            "step {} failed; the output was:\n{}",
+            self.0["failed_step"],
+            self.raw()
+        );
+    }
+}
+
+/// Runs `clawcage chat` against `server` with `setup` in a pseudo-terminal through `steps`.
+async fn drive(
+    python: &Path,
+    setup: &Setup,
+    server: &LlmServer,
+    steps: Value,
+    environment: &[(&str, &str)],
+) -> Report {
+    warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pty_driver.py");
+    let mut command = Command::new(python);
+    command
+        .arg(driver)
+        .arg(steps.to_string())
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_clawcage"))
+        .args([
+            "chat",
+            "--provider",
+            "anthropic",
+            "--model",
+            "claude-test",
+            "--base-url",
+            server.url(),
+        ])
+        .arg("--workspace")
+        .arg(setup.workspace.path())
+        .arg("--state-dir")
+        .arg(setup.state.path())
+        .arg("--config")
+        .arg(setup.config.path().join("clawcage.toml"))
+        .env("ANTHROPIC_API_KEY", "sk-test")
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG");
+    for (name, value) in environment {
+        command.env(name, value);
+    }
+    let output = tokio::task::spawn_blocking(move || command.output().expect("python runs"))
+        .await
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "the pty driver failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    Report(serde_json::from_slice(&output.stdout).unwrap())
+}
+
+const APPROVALS: &str =
+    "[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nallow = [\"ls *\"]\n";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_question_stays_on_screen_and_one_key_answers_it() {
+    let Some(python) = screen_python("the_approval_question_stays_on_screen") else {
+        return;
+    };
+    let setup = Setup::new(APPROVALS);
+    std::fs::write(setup.workspace.path().join("scratch1.txt"), "x").unwrap();
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if let Some(result) = tool_result_of(&last) {
+            return anthropic::message(&[anthropic::text(&format!("Done: {result}."))]);
+        }
+        anthropic::message(&[anthropic::tool(
+            "t1",
+            "exec",
+            json!({"command": "rm scratch1.txt"}),
+        )])
+    })
+    .await;
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Remove the scratch file.\r"},
+            {"expect": "press y", "timeout": 30},
+            // Long enough for a ticker to have redrawn its line twice.
+            {"sleep": 2.5},
+            {"screen": "asking"},
+            {"send": "y"},
+            {"expect": "Done", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "answered"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    report.assert_ok();
+    let asking = report.screen("asking");
+    let question = asking
+        .iter()
+        .position(|line| line.starts_with("  approval needed: "))
+        .unwrap_or_else(|| {
+            panic!(
+                "the question starts a line of its own:\n{}",
+                asking.join("\n")
+            )
+        });
+    assert!(
+        asking[question..]
+            .iter()
+            .any(|line| line.contains("rm scratch1.txt")),
+        "the command is shown:\n{}",
+        asking.join("\n")
+    );
+    let last_line = asking.iter().rev().find(|line| !line.is_empty()).unwrap();
+    assert_eq!(
+        last_line,
+        "  allow? press y (once), a (always) or n (deny)",
+        "the question is the last thing on screen, no ticker over it:\n{}",
+        asking.join("\n")
+    );
+    let answered = report.screen_text("answered");
+    assert!(
+        answered.contains("  allow-once"),
+        "the answer is said:\n{answered}"
+    );
+    let verdict = answered
+        .lines()
+        .find(|line| line.contains("> exec {\"command\":\"rm scratch1.txt\"}  ok"))
+        .unwrap_or_else(|| panic!("the call ends ok:\n{answered}"));
+    assert!(
+        verdict.contains("s waiting for approval)"),
+        "the time a person took is shown apart: {verdict}"
+    );
+    let waited: f64 = verdict
+        .split('(')
+        .next_back()
+        .and_then(|times| times.split(" s waiting").next())
+        .and_then(|number| number.rsplit(' ').next())
+        .and_then(|number| number.parse().ok())
+        .unwrap_or_else(|| panic!("a number of seconds waited: {verdict}"));
+    assert!(waited >= 2.0, "the wait counts the 2.5 s asked: {verdict}");
+    // The call's own time, when shown at all (from 1 s), leaves the wait out.
+    if let Some((own, _)) = verdict.split('(').next_back().unwrap().split_once(" s; ") {
+        let own: f64 = own.parse().unwrap();
+        assert!(
+            own < 2.0,
+            "the call's own time excludes the wait: {verdict}"
+        );
+    }
+    assert!(!setup.workspace.path().join("scratch1.txt").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_thinking_line_counts_until_the_first_word_and_is_then_gone() {
+    let Some(python) = screen_python("a_thinking_line_counts") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let gate = ReplyGate::new();
+    let held = gate.clone();
+    let server = LlmServer::start_routed(move |_| {
+        held.hold(anthropic::stream(&[anthropic::text("Here I am.")], 4))
+    })
+    .await;
+    let opener = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            gate.reached(1).await;
+            tokio::time::sleep(Duration::from_millis(2600)).await;
+            gate.open();
+        }
+    });
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Anyone there?\r"},
+            {"expect": "thinking, 2 s", "timeout": 20},
+            {"screen": "waiting"},
+            {"expect": "Here I am", "timeout": 20},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "answered"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    opener.await.unwrap();
+    report.assert_ok();
+    let waiting = report.screen_text("waiting");
+    assert!(
+        waiting.contains("  … thinking, 2 s"),
+        "the wait is visible:\n{waiting}"
+    );
+    let answered = report.screen_text("answered");
+    assert!(
+        !answered.contains("thinking"),
+        "the line is gone:\n{answered}"
+    );
+    assert!(
+        answered.lines().any(|line| line == "Here I am."),
+        "the answer stands on its own line:\n{answered}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_typed_during_a_turn_steers_it_and_is_not_smeared_over_the_output() {
+    let Some(python) = screen_python("a_line_typed_during_a_turn_steers_it") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let server = LlmServer::start_routed(|body| {
+        let messages = body["messages"].as_array().unwrap();
+        let everything: Vec<String> = messages.iter().map(text_of).collect();
+        if everything.iter().any(|text| text.contains("also say bye")) {
+            return anthropic::message(&[anthropic::text("Napped, and bye.")]);
+        }
+        if tool_result_of(messages.last().unwrap()).is_some() {
+            return anthropic::message(&[anthropic::text("Napped.")]);
+        }
+        anthropic::message(&[anthropic::tool("n1", "exec", json!({"command": "sleep 3"}))])
+    })
+    .await;
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Take a nap.\r"},
+            {"expect": "sleep 3", "timeout": 20},
+            {"sleep": 0.5},
+            // Typed key by key while the call runs.
+            {"send": "also "},
+            {"sleep": 0.3},
+            {"send": "say bye"},
+            {"sleep": 1.2},
+            {"screen": "typing"},
+            {"send": "\r"},
+            {"expect": "joins its running turn", "timeout": 10},
+            {"expect": "Napped, and bye", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "after"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    report.assert_ok();
+    let typing = report.screen_text("typing");
+    assert!(
+        !typing.contains("also") && !typing.contains("say bye"),
+        "nothing typed is echoed into the output:\n{typing}"
+    );
+    let after = report.screen_text("after");
+    assert!(
+        after.contains("you> also say bye"),
+        "the line is shown once sent:\n{after}"
+    );
+    assert!(
+        after.contains("(the agent is busy: the message joins its running turn)"),
+        "and what became of it:\n{after}"
+    );
+    // One turn answered both: the line went into the running turn, not a turn after it.
+    let bodies = server.bodies();
+    let with_bye = bodies
+        .iter()
+        .filter(|body| {
+            body["messages"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|message| text_of(message).contains("also say bye"))
+        })
+        .count();
+    assert_eq!(with_bye, 1, "the steered line reached the model once");
+    assert_eq!(
+        after.matches("Napped, and bye.").count(),
+        1,
+        "one answer:\n{after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_sequences_from_the_model_never_reach_the_terminal_raw() {
+    let Some(python) = screen_python("escape_sequences_from_the_model") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let hostile = "Hi\u{1b}[2J\u{1b}[H\u{1b}]0;pwned\u{7} there\r\u{1b}[31mX\u{9b}31m done";
+    let server =
+        LlmServer::start_routed(move |_| anthropic::stream(&[anthropic::text(hostile)], 3)).await;
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Say something.\r"},
+            {"expect": "done", "timeout": 20},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "after"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    report.assert_ok();
+    let raw = report.raw();
+    for sequence in ["\u{1b}[2J", "\u{1b}]0;", "\u{1b}[H", "\u{1b}[31m", "\u{9b}"] {
+        assert!(
+            !raw.contains(sequence),
+            "{sequence:?} reached the terminal:\n{raw:?}"
+        );
+    }
+    let after = report.screen_text("after");
+    assert!(
+        after.contains("clawcage chat:"),
+        "the screen was not cleared:\n{after}"
+    );
+    assert!(
+        after.contains("Hi␛[2J␛[H␛]0;pwned␇ there␍␛[31mX"),
+        "the sequences are shown as visible symbols:\n{after}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verdicts_and_markdown_are_styled_and_no_color_turns_it_off() {
+    let Some(python) = screen_python("verdicts_and_markdown_are_styled") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if tool_result_of(&last).is_some() {
+            return anthropic::stream(
+                &[anthropic::text(
+                    "# Notes\nThe file says **hello** in `notes.txt`.\n```\nhello\n```\n",
+                )],
+                5,
+            );
+        }
+        anthropic::message(&[anthropic::tool(
+            "r1",
+            "read_file",
+            json!({"path": "notes.txt"}),
+        )])
+    })
+    .await;
+    let steps = json!([
+        {"expect": "you> ", "timeout": 60},
+        {"send": "Read the notes.\r"},
+        {"expect": "tokens this turn", "timeout": 30},
+        {"expect": "you> ", "timeout": 10},
+        {"send": "/last\r"},
+        {"expect": "you> ", "timeout": 10},
+        {"screen": "after"},
+        {"send": "/exit\r"},
+        {"sleep": 0.3},
+    ]);
+    let coloured = drive(&python, &setup, &server, steps.clone(), &[]).await;
+    coloured.assert_ok();
+    let raw = coloured.raw();
+    assert!(
+        raw.contains("\u{1b}[32mok\u{1b}[39m"),
+        "ok is green:\n{raw:?}"
+    );
+    assert!(
+        raw.contains("\u{1b}[1m# Notes"),
+        "a heading is bold:\n{raw:?}"
+    );
+    assert!(
+        raw.contains("\u{1b}[1mhello\u{1b}[22m"),
+        "**bold** is bold:\n{raw:?}"
+    );
+    assert!(
+        raw.contains("\u{1b}[36mnotes.txt\u{1b}[39m"),
+        "`code` is coloured:\n{raw:?}"
+    );
+    let screen = coloured.screen_text("after");
+    assert!(
+        screen.contains("The file says hello in notes.txt."),
+        "the markup itself is not shown:\n{screen}"
+    );
+    assert!(
+        screen.contains("  │ hello"),
+        "/last shows the tool's output:\n{screen}"
+    );
+
+    let setup = Setup::new("");
+    let plain = drive(&python, &setup, &server, steps, &[("NO_COLOR", "1")]).await;
+    plain.assert_ok();
+    let raw = plain.raw();
+    for style in [
+        "\u{1b}[32m",
+        "\u{1b}[31m",
+        "\u{1b}[1m",
+        "\u{1b}[36m",
+        "\u{1b}[2m",
+    ] {
+        assert!(!raw.contains(style), "NO_COLOR, yet {style:?}:\n{raw:?}");
+    }
+    let screen = plain.screen_text("after");
+    assert!(
+        screen.contains("The file says **hello** in `notes.txt`."),
+        "without styles the Markdown stays as written:\n{screen}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resumed_session_shows_its_last_messages() {
+    let Some(python) = screen_python("a_resumed_session_shows_its_last_messages") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let server = LlmServer::start_routed(|body| {
+        let said = text_of(body["messages"].as_array().unwrap().last().unwrap());
+        anthropic::message(&[anthropic::text(&format!("You said: {said}"))])
+    })
+    .await;
+    let first = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Remember the blue door.\r"},
+            {"expect": "You said", "timeout": 20},
+            {"expect": "you> ", "timeout": 10},
+            {"send": "/exit\r"},
+            {"sleep": 0.5},
+        ]),
+        &[],
+    )
+    .await;
+    first.assert_ok();
+    let second = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "agent: You said", "timeout": 60},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "resumed"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    second.assert_ok();
+    let resumed = second.screen_text("resumed");
+    assert!(
+        resumed.contains("2 earlier messages loaded"),
+        "how much came back:\n{resumed}"
+    );
+    assert!(
+        resumed.contains("  you> Remember the blue door.")
+            && resumed.contains("  agent: You said: Remember the blue door."),
+        "and what it was:\n{resumed}"
+    );
+}
