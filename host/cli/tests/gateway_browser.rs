@@ -783,6 +783,32 @@ observer.observe(document.getElementById("messages"), { childList: true, subtree
 return true;
 "#;
 
+/// The same checks as [`WATCH_FOR_INJECTION`] over every message shown now (after a reload, the
+/// history is rendered before an observer could be installed).
+const SCAN_FOR_INJECTION: &str = r#"
+const injected = [];
+for (const element of document.querySelectorAll(".msg, .msg *")) {
+  const tag = element.tagName.toLowerCase();
+  if (["script", "iframe", "object", "embed", "img", "svg", "style", "link", "meta", "form", "input", "details", "base", "math", "video", "audio", "source"].includes(tag)) {
+    injected.push(`element <${tag}>`);
+  }
+  for (const attribute of element.attributes) {
+    const name = attribute.name.toLowerCase();
+    if (name.startsWith("on") || name === "style" || name === "srcdoc" || name === "src" || name === "formaction") {
+      injected.push(`attribute ${name} on <${tag}>`);
+    }
+    if (name === "href" && !/^(https?:|mailto:)/i.test(attribute.value)) injected.push(`href ${attribute.value}`);
+  }
+}
+return {
+  injected,
+  pwned: window.pwned === undefined ? null : window.pwned,
+  codeBlocks: document.querySelectorAll(".msg .code-block").length,
+  tables: document.querySelectorAll(".msg table").length,
+  text: Array.from(document.querySelectorAll(".msg.assistant .body"), (e) => e.textContent).join("\n"),
+};
+"#;
+
 /// The open session's last assistant bubble, as structure.
 const LAST_REPLY: &str = r#"
 const replies = document.querySelectorAll(".msg.assistant .body");
@@ -1013,6 +1039,38 @@ return {
     );
     assert_eq!(partial["tagElements"], 1, "only the paragraph: {partial:#}");
 
+    // The sanitiser alone, as if the Markdown renderer let raw HTML through: it still keeps
+    // nothing that runs or fetches.
+    let sanitised = browser
+        .execute(
+            r#"
+const div = document.createElement("div");
+div.append(sanitizeHtml(window.markdownit({ html: true }).render(arguments[0])));
+const found = [];
+for (const element of div.querySelectorAll("*")) {
+  const tag = element.tagName.toLowerCase();
+  if (!["p", "br", "strong", "em", "del", "s", "code", "pre", "blockquote", "ul", "ol", "li", "h1", "h2", "h3", "h4", "h5", "h6", "hr", "table", "thead", "tbody", "tr", "th", "td", "a", "div", "span", "button"].includes(tag)) found.push(`element <${tag}>`);
+  for (const attribute of element.attributes) {
+    if (!["href", "title", "class", "start", "target", "rel", "type"].includes(attribute.name)) found.push(`attribute ${attribute.name}`);
+    if (attribute.name === "href" && !/^(https?:|mailto:)/i.test(attribute.value)) found.push(`href ${attribute.value}`);
+  }
+}
+return { found, raw: window.markdownit({ html: true }).render(arguments[0]).includes("<script>"), text: div.textContent };
+"#,
+            vec![json!(ATTACK_REPLY)],
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        sanitised["raw"], true,
+        "the renderer alone keeps the script: {sanitised:#}"
+    );
+    assert_eq!(sanitised["found"], json!([]), "{sanitised:#}");
+    assert!(
+        sanitised["text"].as_str().unwrap().contains("raw link"),
+        "{sanitised:#}"
+    );
+
     // While the model has not answered, the page says it is thinking, with the seconds.
     send(&browser, "slow").await;
     let page = wait_for(&browser, "the thinking indicator", 30, PAGE, |page| {
@@ -1101,6 +1159,33 @@ return {
     assert_eq!(page["jumpShown"], false, "{page:#}");
     let reply = browser.execute(LAST_REPLY, vec![]).await.unwrap();
     assert_eq!(reply["injected"], json!([]), "{reply:#}");
+
+    // After a reload the history is rendered the same way, the attack included.
+    browser.refresh().await.unwrap();
+    let page = wait_for(&browser, "the history after the reload", 30, PAGE, |page| {
+        page["status"] == "connected" && count(&page["assistant"], "You said: after scrolling") == 1
+    })
+    .await;
+    let tool = page["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|tool| tool["label"] == "not_run")
+        .unwrap_or_else(|| panic!("the call not run, after the reload: {page:#}"))
+        .clone();
+    assert_eq!(tool["name"], "exec", "{page:#}");
+    assert_eq!(tool["args"], r#"{"command":"echo skipped"}"#, "{page:#}");
+    let scan = browser.execute(SCAN_FOR_INJECTION, vec![]).await.unwrap();
+    assert_eq!(scan["injected"], json!([]), "{scan:#}");
+    assert_eq!(scan["codeBlocks"], 3, "{scan:#}");
+    assert_eq!(scan["tables"], 2, "{scan:#}");
+    assert!(
+        scan["text"]
+            .as_str()
+            .unwrap()
+            .contains("<script>window.pwned = 1</script>"),
+        "{scan:#}"
+    );
     browser.close().await.unwrap();
 }
 

@@ -232,7 +232,13 @@ DOMPurify.addHook("afterSanitizeAttributes", (node) => {
 });
 
 function renderMarkdown(text) {
-  const fragment = DOMPurify.sanitize(markdown.render(text), {
+  return sanitizeHtml(markdown.render(text));
+}
+
+// HTML made from a reply, as nodes the page may show: only the allowed tags and attributes,
+// links to http(s) and mailto only; code blocks and tables wrapped to scroll sideways.
+function sanitizeHtml(html) {
+  const fragment = DOMPurify.sanitize(html, {
     ALLOWED_TAGS: MARKDOWN_TAGS,
     ALLOWED_ATTR: MARKDOWN_ATTRIBUTES,
     ALLOWED_URI_REGEXP: /^(?:https?:|mailto:)/i,
