@@ -538,6 +538,15 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
     assert_eq!(page["tools"][0]["verdict"], "waiting", "{page:#}");
     assert_eq!(page["sidebarApprovals"], json!([]), "{page:#}");
     assert_eq!(page["thinking"], Value::Null, "{page:#}");
+    // After a reload the question is on the card again.
+    browser.refresh().await.unwrap();
+    let page = wait_for_approval(&browser, "the approval request after a reload").await;
+    assert!(
+        card_approval(&page).contains("exec wants to run:rm -r build"),
+        "{page:#}"
+    );
+    assert_eq!(page["tools"].as_array().unwrap().len(), 1, "{page:#}");
+    assert_eq!(page["sidebarApprovals"], json!([]), "{page:#}");
     let screenshot = browser.screenshot().await.unwrap();
     std::fs::write(screenshots().join("webchat-approval.png"), screenshot).unwrap();
     assert!(root.path().join("ws/build").exists(), "ran before approval");

@@ -912,6 +912,11 @@ function onAgentEvent(event) {
       state.runs.delete(event.runId);
       followOutput();
       refreshSessions();
+    } else if (data.phase === "resumed" && !skip) {
+      // The gateway was restarted during this turn and goes on with it.
+      addNote("the gateway restarted: this turn goes on");
+      setBusy(event.runId);
+      showThinking();
     } else if (data.phase === "note" && !skip) {
       addNote(data.text);
     } else if (data.phase === "queue" && !skip) {
