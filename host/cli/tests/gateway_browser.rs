@@ -749,7 +749,7 @@ async fn the_web_chat_asks_before_a_write_in_a_read_only_workspace() {
 
 /// A reply in Markdown: heading, emphasis, list, table, link, inline code and a code fence with a
 /// line far wider than the bubble.
-const MARKDOWN_REPLY: &str = "## Build status\n\nThe **release** build passed; *two* warnings remain:\n\n1. `unused_mut` in `src/lib.rs`\n2. a deprecated call in [the parser](https://example.org/parser)\n\n| crate | tests | time |\n|---|---:|---:|\n| core | 48 | 1.2 s |\n| agent | 131 | 6.8 s |\n\n```rust\nfn main() {\n    let greeting = \"hello from a code block whose line is far wider than the chat bubble, so it scrolls sideways instead of wrapping\";\n    println!(\"{greeting}\");\n}\n```\n\n> Run `cargo test` again after the fix.";
+const MARKDOWN_REPLY: &str = "## Build status\n\nThe **release** build passed; *two* warnings remain:\n\n1. `unused_mut` in `src/lib.rs`\n2. a deprecated call in [the parser](https://example.org/parser)\n\n| crate | tests | time |\n|---|---:|---:|\n| core | 48 | 1.2 s |\n| agent | 131 | 6.8 s |\n\n```rust\nfn main() {\n    let greeting = \"hello from a code block whose line is far wider than the chat bubble, so it scrolls sideways instead of wrapping\";\n    println!(\"{greeting}\");\n}\n```\n\n> Run `cargo test` again after the fix.\n\nThe log is in build.log and setup.py, also at https://ci.example.org/run/42.";
 
 /// A reply that tries every way into the page: scripts, event handlers, `javascript:`,
 /// `vbscript:` and `data:` links, raw HTML blocks and inline HTML, an SVG, a style sheet, an
@@ -919,7 +919,10 @@ async fn the_web_chat_renders_markdown_safely_shows_thinking_and_follows_the_out
     );
     assert_eq!(
         reply["links"],
-        json!([{"text": "the parser", "href": "https://example.org/parser", "target": "_blank", "rel": "noopener noreferrer nofollow"}]),
+        json!([
+            {"text": "the parser", "href": "https://example.org/parser", "target": "_blank", "rel": "noopener noreferrer nofollow"},
+            {"text": "https://ci.example.org/run/42", "href": "https://ci.example.org/run/42", "target": "_blank", "rel": "noopener noreferrer nofollow"},
+        ]),
         "{reply:#}"
     );
     assert!(

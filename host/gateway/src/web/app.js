@@ -213,6 +213,8 @@ async function onHello(hello) {
 // event handler, no style and no other URL.
 const markdown = window.markdownit({ html: false, linkify: true, breaks: true, typographer: false });
 markdown.disable(["image"]);
+// Only addresses with a scheme become links: file names such as main.rs or setup.py stay text.
+markdown.linkify.set({ fuzzyLink: false, fuzzyEmail: false });
 const MARKDOWN_TAGS = [
   "p", "br", "strong", "em", "del", "s", "code", "pre", "blockquote", "ul", "ol", "li",
   "h1", "h2", "h3", "h4", "h5", "h6", "hr", "table", "thead", "tbody", "tr", "th", "td", "a",
