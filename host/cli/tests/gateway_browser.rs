@@ -227,6 +227,9 @@ return {
     folded: c.querySelector("details") ? !c.querySelector("details").open : null,
   })),
   sidebarApprovals: texts("#approvals li"),
+  reasoning: Array.from(document.querySelectorAll("#messages .reasoning"), (d) => ({
+    text: d.querySelector(".reasoning-text").textContent, open: d.open,
+  })),
   thinking: thinking ? thinking.textContent : null,
   thinkingSeconds: thinking ? Number(thinking.dataset.seconds) : null,
   stopEnabled: !document.getElementById("stop").disabled,
@@ -868,6 +871,13 @@ async fn the_web_chat_renders_markdown_safely_shows_thinking_and_follows_the_out
             }
             "attack" => anthropic::stream(&[anthropic::text(ATTACK_REPLY)], 7),
             "slow" => held.hold(anthropic::stream(&[anthropic::text("Done thinking.")], 16)),
+            "reason" => anthropic::stream(
+                &[
+                    anthropic::thinking("First the log, then the tests.", "sig-1"),
+                    anthropic::text("**Checked** both."),
+                ],
+                16,
+            ),
             "tool" => anthropic::stream(
                 &[anthropic::tool(
                     "n1",
@@ -1102,6 +1112,19 @@ return { found, raw: window.markdownit({ html: true }).render(arguments[0]).incl
     .await;
     assert!(page["thinking"].is_null());
 
+    // Reasoning is shown folded, apart from the answer.
+    send(&browser, "reason").await;
+    let page = wait_for(&browser, "the reasoned answer", 30, PAGE, |page| {
+        count(&page["assistant"], "Checked both.") == 1 && page["stopEnabled"] == false
+    })
+    .await;
+    assert_eq!(
+        page["reasoning"],
+        json!([{"text": "First the log, then the tests.", "open": false}]),
+        "{page:#}"
+    );
+    assert_eq!(count(&page["assistant"], "First the log"), 0, "{page:#}");
+
     // A call the turn did not run shows its tool's name and NOT RUN, live.
     send(&browser, "tool").await;
     let page = wait_for(&browser, "the call left not run", 30, PAGE, |page| {
@@ -1187,6 +1210,11 @@ return { found, raw: window.markdownit({ html: true }).render(arguments[0]).incl
         .clone();
     assert_eq!(tool["name"], "exec", "{page:#}");
     assert_eq!(tool["args"], r#"{"command":"echo skipped"}"#, "{page:#}");
+    assert_eq!(
+        page["reasoning"],
+        json!([{"text": "First the log, then the tests.", "open": false}]),
+        "{page:#}"
+    );
     let scan = browser.execute(SCAN_FOR_INJECTION, vec![]).await.unwrap();
     assert_eq!(scan["injected"], json!([]), "{scan:#}");
     assert_eq!(scan["codeBlocks"], 3, "{scan:#}");

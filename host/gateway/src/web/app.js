@@ -2,9 +2,9 @@
 // It shows a session's history, streams the assistant's reply rendered from Markdown (by the
 // vendored markdown-it, raw HTML off, then DOMPurify with a short allow-list: a reply is
 // untrusted text), shows each tool call as a card with its verdict and, when the call waits for
-// a person, the approval question with its buttons on that card. After a reload or a dropped
-// connection it resumes from the last event it saw (sessions.subscribe with since), so no text
-// is lost or repeated. The page is an operator: other sessions' approval requests and channel
+// a person, the approval question with its buttons on that card; the model's reasoning is
+// folded apart from its answer. After a reload or a dropped connection it resumes from the last
+// event it saw (sessions.subscribe with since), so no text is lost or repeated. The page is an operator: other sessions' approval requests and channel
 // senders waiting to be paired are listed in the sidebar. Below 720 px the sidebar is a drawer.
 "use strict";
 
@@ -487,6 +487,8 @@ function sessionTitle(key) {
     const peer = parts.slice(3).join(":");
     return channel === "webchat" ? "Untitled chat" : `${channel} · ${peer}`;
   }
+  // `clawcage run` names its sessions run-<ms>-<pid>; `clawcage chat` takes a name.
+  if (/^run-\d+-\d+$/.test(key)) return "clawcage run";
   return key;
 }
 
@@ -709,6 +711,19 @@ function addUsage(bubble, answeredBy, usage) {
   (bubble || ui.messages.lastElementChild)?.append(line);
 }
 
+// The model's reasoning: plain text, folded, dimmed, apart from its answer.
+function addReasoning(text) {
+  const box = document.createElement("details");
+  box.className = "reasoning";
+  const summary = document.createElement("summary");
+  summary.textContent = "Reasoning";
+  const body = document.createElement("div");
+  body.className = "reasoning-text";
+  body.textContent = text;
+  box.append(summary, body);
+  return append(box);
+}
+
 // ---- the thinking indicator: the model works and nothing shows yet ----
 
 function showThinking(label = "thinking") {
@@ -808,7 +823,9 @@ function resultVerdict(block) {
 
 function renderMessage(message) {
   for (const block of message.content) {
-    if (block.type === "text" && block.text) {
+    if (block.type === "reasoning" && block.text) {
+      addReasoning(block.text);
+    } else if (block.type === "text" && block.text) {
       if (message.role === "user") rememberTitle(state.session, block.text);
       addBubble(message.role === "user" ? "user" : "assistant", block.text);
     } else if (block.type === "tool_use") {
@@ -847,7 +864,7 @@ function renderHistory(history) {
 function runBubble(runId) {
   let run = state.runs.get(runId);
   if (!run) {
-    run = { bubble: null, text: "", timer: 0 };
+    run = { bubble: null, text: "", timer: 0, reasoning: null };
     state.runs.set(runId, run);
   }
   if (!run.bubble) {
@@ -932,13 +949,29 @@ function onAgentEvent(event) {
     if (data.kind === "message") { addNote(`message: ${data.content}`); return; }
     hideThinking();
     const run = runBubble(event.runId);
+    run.reasoning = null;
     run.text += data.delta;
     schedulePaint(run);
   } else if (event.stream === "reasoning") {
-    if (!state.runs.get(event.runId)?.bubble) showThinking("reasoning");
+    let run = state.runs.get(event.runId);
+    if (!run) {
+      run = { bubble: null, text: "", timer: 0 };
+      state.runs.set(event.runId, run);
+    }
+    if (run.bubble) {
+      // Reasoning after text is a new step: the text so far is done.
+      flushPaint(run);
+      run.bubble.classList.remove("streaming");
+      run.bubble = null;
+      run.text = "";
+    }
+    if (!run.reasoning) run.reasoning = addReasoning("");
+    run.reasoning.querySelector(".reasoning-text").textContent += data.delta || "";
+    showThinking("reasoning");
   } else if (event.stream === "tool") {
     // Text after a tool call goes into a new bubble below the card.
     const run = state.runs.get(event.runId);
+    if (run) run.reasoning = null;
     if (run && run.bubble) {
       flushPaint(run);
       run.bubble.classList.remove("streaming");
