@@ -112,9 +112,12 @@ fn main() {
     generated.push_str("/// Components bundled into the binary.\npub mod bundled {\n");
     for (constant, stem) in BUNDLED {
         let path = artifact(&artifacts, stem);
+        // One static per component, and the public constant a reference to it: a `const`
+        // holding the bytes themselves would be copied into every crate that names it (each
+        // copy megabytes of the binary, at another address, so not recognised as bundled).
         writeln!(
             generated,
-            "    /// The `{stem}` component.\n    pub const {constant}: &[u8] = include_bytes!({path:?});"
+            "    static {constant}_BYTES: [u8; include_bytes!({path:?}).len()] = *include_bytes!({path:?});\n    /// The `{stem}` component.\n    pub const {constant}: &[u8] = &{constant}_BYTES;"
         )
         .expect("writing to a String cannot fail");
     }
