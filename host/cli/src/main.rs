@@ -559,6 +559,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             show_reasoning,
             ..
         } => {
+            // A missing API key is said before the tools are loaded (a first start compiles).
+            clawcage_runtime::check_provider(&options)?;
             let runtime = open(options).await?;
             run_task(&runtime, &task, session, show_reasoning).await
         }
@@ -579,6 +581,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Chat { session, .. } => {
             let session = session.unwrap_or_else(|| "chat".to_string());
+            clawcage_runtime::check_provider(&options)?;
             let mut runtime = open(options).await?;
             // Cron belongs to the long-running front end: its jobs fire into sessions while
             // `chat` runs; firings missed meanwhile follow the documented policy at the next

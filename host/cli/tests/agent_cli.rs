@@ -258,6 +258,42 @@ async fn run_reports_failures_with_the_contracts_exit_codes() {
         "{}",
         text(&output.stderr)
     );
+    // Said before anything is compiled: a state directory with an empty cache (a first
+    // start) answers at once, and `chat` and `gateway` do the same.
+    let fresh = tempfile::tempdir().unwrap();
+    for command in [
+        args(&["run", "hi", "--provider", "anthropic"]),
+        args(&["chat", "--provider", "anthropic"]),
+        args(&[
+            "gateway",
+            "--bind",
+            "127.0.0.1:0",
+            "--provider",
+            "anthropic",
+        ]),
+    ] {
+        let mut command = command;
+        command.extend([
+            "--workspace".to_string(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            fresh.path().display().to_string(),
+        ]);
+        let started = std::time::Instant::now();
+        let output = clawcage(command.clone(), vec![], None).await;
+        let stderr = text(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{command:?}: {stderr}");
+        assert!(
+            stderr.contains("ANTHROPIC_API_KEY"),
+            "{command:?}: {stderr}"
+        );
+        assert!(!stderr.contains("compiling"), "{command:?}: {stderr}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(5),
+            "{command:?} took {:?}",
+            started.elapsed()
+        );
+    }
 
     // The server keeps failing: exit 1 with the server's message.
     // Configuration lives outside the workspace, where no tool can change it.

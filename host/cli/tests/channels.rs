@@ -332,6 +332,13 @@ async fn an_unknown_sender_is_paired_and_nothing_reaches_the_model_before_approv
     let (status, out, err) = setup.run(&["pairing", "approve", &code.to_lowercase()]);
     assert_eq!(status, 0, "{err}");
     assert!(out.contains("approved telegram:77"), "{out}");
+    // The same code again: it says whom the code admitted, not that it does not exist.
+    let (status, _, err) = setup.run(&["pairing", "approve", &code]);
+    assert_eq!(status, 2, "{err}");
+    assert!(
+        err.contains("already approved: telegram:77") && !err.contains("no pending pairing"),
+        "{err}"
+    );
 
     bot.private_message(77, "Bob", "hello after pairing");
     bot.wait_delivered(77, 2).await;
@@ -652,8 +659,18 @@ async fn malformed_updates_are_skipped_and_a_bad_token_is_reported_without_the_t
         .unwrap_or_default()
         .to_string();
     assert!(error.contains(BOT_TOKEN_ENV), "{status}");
+    // Asked again in a minute, then less and less often; said once as an error.
+    assert_eq!(
+        status["payload"]["channels"]["channels"]["telegram"]["retryInS"], 60,
+        "{status}"
+    );
     let printed = gateway.terminate();
     assert!(printed.contains("refused the token"), "{printed}");
+    assert_eq!(printed.matches("refused the token").count(), 1, "{printed}");
+    assert!(
+        printed.contains("channel telegram: started"),
+        "the banner lists the channel: {printed}"
+    );
     setup.assert_secrets_nowhere(&printed);
 
     // Unset, the token is a start-up error naming the variable.

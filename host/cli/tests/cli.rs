@@ -398,7 +398,10 @@ fn tools_prints_one_line_per_tool_by_default() {
     let names = ["read_file", "write_file", "exec", "web_fetch", "cron"];
     for name in names {
         assert_eq!(
-            lines.iter().filter(|line| line.starts_with(&format!("{name} "))).count(),
+            lines
+                .iter()
+                .filter(|line| line.starts_with(&format!("{name} ")))
+                .count(),
             1,
             "{name} once: {text}"
         );
@@ -408,7 +411,10 @@ fn tools_prints_one_line_per_tool_by_default() {
         lines.iter().all(|line| line.len() < 400),
         "no whole descriptions: {text}"
     );
-    assert!(text.contains("--long"), "says where the details are: {text}");
+    assert!(
+        text.contains("--long"),
+        "says where the details are: {text}"
+    );
 }
 
 /// `tools --long` lists every tool with where it is available (the agent's `message`, `spawn`

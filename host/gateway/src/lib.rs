@@ -395,6 +395,8 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     };
     let token = auth::resolve_token(args.token.as_deref(), args.bind, &state_dir)?;
     let connection_limits = connection_limits(&args)?;
+    // A missing API key is said before the tools are loaded (a first start compiles).
+    clawcage_runtime::check_provider(&options)?;
 
     let mut runtime = Runtime::open(options).await?;
     for refused in &runtime.plugins().refused {

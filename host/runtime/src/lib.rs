@@ -150,6 +150,28 @@ pub fn locate(options: &Options) -> Result<Located, Error> {
     })
 }
 
+/// Checks, before any tool is loaded or compiled, that the model the options and the
+/// configuration choose can be set up: its kind, model and base URL, and for a hosted API the
+/// key in the environment. A missing key is said at once, not after a first start's seconds of
+/// compiling. The runtime checks it all again when it builds the agent.
+pub fn check_provider(options: &Options) -> Result<(), Error> {
+    let located = locate(options)?;
+    located.check_trust()?;
+    let config_dir = located
+        .source
+        .as_ref()
+        .and_then(|source| source.path.parent())
+        .map(Path::to_path_buf);
+    provider_config::choose_provider(
+        &options.provider,
+        &located.config.provider,
+        config_dir.as_deref(),
+        &ToolRegistry::new(),
+    )
+    .map(|_| ())
+    .map_err(|error| usage(format!("{error:#}")))
+}
+
 /// The state directory: `explicit`, else the user state directory's `clawcage`.
 pub fn state_dir(explicit: Option<&Path>) -> Result<PathBuf, Error> {
     if let Some(dir) = explicit {

@@ -51,6 +51,9 @@ pub struct ApprovedPeer {
     pub name: String,
     /// When.
     pub approved_ms: u64,
+    /// The code that was approved (normalised), so approving it again says who it admitted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
 }
 
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -81,6 +84,17 @@ pub struct PairingStore {
 
 fn now_ms() -> u64 {
     clawcage_agent::transcript::now_ms()
+}
+
+/// `ms` milliseconds as `40 s`, `12 min`, `3 h` or `2 days`.
+fn how_long(ms: u64) -> String {
+    let seconds = ms / 1000;
+    match seconds {
+        0..60 => format!("{seconds} s"),
+        60..3600 => format!("{} min", seconds / 60),
+        3600..86_400 => format!("{} h", seconds / 3600),
+        _ => format!("{} days", seconds / 86_400),
+    }
 }
 
 fn new_code() -> Result<String, Error> {
@@ -208,7 +222,12 @@ impl PairingStore {
                 .iter()
                 .position(|pending| normalize_code(&pending.code) == wanted)
             else {
-                return (None, false);
+                let earlier = records
+                    .approved
+                    .iter()
+                    .find(|known| known.code.as_deref() == Some(wanted.as_str()))
+                    .cloned();
+                return (Err(earlier), false);
             };
             let pending = records.pending.remove(index);
             records
@@ -219,15 +238,24 @@ impl PairingStore {
                 peer: pending.peer,
                 name: pending.name,
                 approved_ms: now_ms(),
+                code: Some(wanted.clone()),
             };
             records.approved.push(approved.clone());
-            (Some(approved), true)
+            (Ok(approved), true)
         })?
-        .ok_or_else(|| {
-            Error::Usage(format!(
+        .map_err(|earlier| match earlier {
+            Some(earlier) => Error::Usage(format!(
+                "the code {} is already approved: {}:{} ({:?}) may talk to the agent, approved {} ago; `clawcage pairing list` shows the approved senders",
+                code.chars().take(32).collect::<String>(),
+                earlier.channel,
+                earlier.peer,
+                earlier.name,
+                how_long(now_ms().saturating_sub(earlier.approved_ms))
+            )),
+            None => Error::Usage(format!(
                 "no pending pairing has the code {}: codes are valid for an hour; `clawcage pairing list` shows the pending ones, and the sender gets a new code by writing again once the old one expired",
                 code.chars().take(32).collect::<String>()
-            ))
+            )),
         })
     }
 
@@ -386,8 +414,12 @@ mod tests {
         );
         assert!(store.is_approved("telegram", "42").unwrap());
         assert!(!store.is_approved("webhook", "42").unwrap());
-        // A code works once.
-        assert!(store.approve(&code).is_err());
+        // A code works once; approving it again says whom it admitted.
+        let again = store.approve(&code).unwrap_err().to_string();
+        assert!(
+            again.contains("already approved: telegram:42 (\"Ada\")"),
+            "{again}"
+        );
         assert_eq!(store.revoke("telegram:42").unwrap().len(), 1);
         assert!(!store.is_approved("telegram", "42").unwrap());
         assert!(store.revoke("42").is_err());

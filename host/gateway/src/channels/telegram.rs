@@ -283,6 +283,13 @@ fn backoff(attempt: u32) -> Duration {
     Duration::from_secs(1u64 << attempt.min(5)).min(Duration::from_secs(30))
 }
 
+/// How long to wait after the Bot API refused the token `refusals` times before (0 for the
+/// first refusal): 1, 2, 4, … minutes, at most an hour. A token is not fixed by asking again;
+/// the operator is told once, and the gateway keeps asking now and then in case it changes.
+fn refused_token_wait(refusals: u32) -> Duration {
+    Duration::from_secs(60u64 << refusals.min(6)).min(Duration::from_secs(3600))
+}
+
 impl Telegram {
     /// Reads the journal and starts polling.
     pub(crate) fn start(shared: Arc<Shared>, settings: &Settings) -> Result<Arc<Telegram>, Error> {
@@ -372,6 +379,7 @@ impl Telegram {
         let status = &self.shared.status;
         status.set("telegram", json!({"state": "starting"}));
         let mut attempt = 0;
+        let mut refusals = 0;
         let nothing = json!({});
         let bot = loop {
             let me = tokio::select! {
@@ -392,13 +400,23 @@ impl Telegram {
                     Duration::from_secs(seconds.min(MAX_RETRY_AFTER))
                 }
                 Err(ApiError::Refused(code @ (401 | 404), _)) => {
+                    let wait = refused_token_wait(refusals);
                     let why = format!(
-                        "the Bot API refused the token ({code}); check the token in {} (from @BotFather)",
+                        "the Bot API refused the token ({code}); check the token in {} (from @BotFather) and restart the gateway",
                         self.settings.token_env
                     );
-                    tracing::error!("{why}");
-                    status.set("telegram", json!({"state": "error", "error": why}));
-                    Duration::from_secs(60)
+                    // Said once as an error; asking again is only worth a debug line.
+                    if refusals == 0 {
+                        tracing::error!("{why}; asking again in {} s", wait.as_secs());
+                    } else {
+                        tracing::debug!(refusals, "{why}; asking again in {} s", wait.as_secs());
+                    }
+                    refusals += 1;
+                    status.set(
+                        "telegram",
+                        json!({"state": "error", "error": why, "refusals": refusals, "retryInS": wait.as_secs()}),
+                    );
+                    wait
                 }
                 Err(error) => {
                     tracing::warn!("Telegram getMe failed: {error}; retrying");
@@ -1011,6 +1029,12 @@ mod tests {
         );
         assert_eq!(strip_mention("hi @clawcage_bot!", "clawcage_bot"), "hi !");
         assert_eq!(strip_mention("no mention", "clawcage_bot"), "no mention");
+    }
+
+    #[test]
+    fn a_refused_token_is_asked_about_less_and_less_often() {
+        let waits: Vec<u64> = (0..9).map(|n| refused_token_wait(n).as_secs()).collect();
+        assert_eq!(waits, [60, 120, 240, 480, 960, 1920, 3600, 3600, 3600]);
     }
 
     #[test]

@@ -1,0 +1,360 @@
+//! `clawcage chat --gateway` in a pseudo-terminal, judged by the rendered screen (pyte, as in
+//! terminal.rs), beside a running `clawcage gateway` started with the provider flags alone: an
+//! approval request another client's turn raised is shown while it waits and its decision
+//! replaces it, and the next line typed is a message, not an answer; after the gateway restarts
+//! the terminal says it lost the connection, connects again and goes on. The restarted gateway
+//! prints the address to open with the token it read from its file.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use clawcage_tests::cli_state::{shared_state_dir, warm_components};
+use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::gateway_process::GatewayProcess;
+use clawcage_tests::llm_server::{LlmServer, anthropic, text_of, tool_result_of};
+use serde_json::{Value, json};
+
+/// A Python that can import pyte, or `None` after saying why the test is skipped (a failure
+/// under CI).
+fn screen_python(test: &str) -> Option<PathBuf> {
+    let toolchains = std::env::var_os("CLAWCAGE_TOOLCHAINS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/toolchains"));
+    for python in [
+        toolchains.join("python/bin/python"),
+        PathBuf::from("python3"),
+    ] {
+        let imports = Command::new(&python)
+            .args(["-c", "import pyte"])
+            .output()
+            .is_ok_and(|output| output.status.success());
+        if imports {
+            return Some(python);
+        }
+    }
+    let reason = "no Python with pyte (target/toolchains/python/bin/pip install pyte==0.8.2)";
+    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
+        panic!("{test}: {reason}; .ci/run must install it");
+    }
+    eprintln!("SKIPPED {test}: {reason}");
+    None
+}
+
+/// The session a terminal attached to a gateway uses by default.
+const SESSION: &str = "agent:main:cli:main";
+
+struct Setup {
+    _root: tempfile::TempDir,
+    state: PathBuf,
+    workspace: PathBuf,
+    config: PathBuf,
+}
+
+impl Setup {
+    fn new(config: &str) -> Setup {
+        let root = tempfile::tempdir().unwrap();
+        let state = root.path().join("state");
+        let workspace = root.path().join("ws");
+        std::fs::create_dir_all(&state).unwrap();
+        std::fs::create_dir_all(&workspace).unwrap();
+        warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+        std::os::unix::fs::symlink(shared_state_dir().join("cache"), state.join("cache")).unwrap();
+        std::fs::write(workspace.join("scratch.txt"), "x\n").unwrap();
+        let config_path = root.path().join("clawcage.toml");
+        std::fs::write(
+            &config_path,
+            format!("[subagents]\nenabled = false\n{config}"),
+        )
+        .unwrap();
+        Setup {
+            _root: root,
+            state,
+            workspace,
+            config: config_path,
+        }
+    }
+
+    /// `clawcage gateway` on `bind`, the model chosen by flags alone.
+    fn gateway(&self, server: &LlmServer, bind: &str) -> GatewayProcess {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+        command
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .arg("--workspace")
+            .arg(&self.workspace)
+            .args(["gateway", "--bind", bind])
+            .args(["--provider", "anthropic", "--model", "claude-test"])
+            .args(["--base-url", server.url()])
+            .env_remove("RUST_LOG")
+            .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+            .env("ANTHROPIC_API_KEY", "sk-gateway-test");
+        GatewayProcess::start(command)
+    }
+
+    fn token(&self) -> String {
+        std::fs::read_to_string(self.state.join("gateway/token"))
+            .unwrap()
+            .trim()
+            .to_string()
+    }
+}
+
+/// The model: `remove the scratch file` runs `rm scratch.txt`; a tool result is answered
+/// `Removed.`; anything else `Hi there, <text>.`.
+async fn model() -> LlmServer {
+    LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if tool_result_of(&last).is_some() {
+            return anthropic::message(&[anthropic::text("Removed.")]);
+        }
+        let said = text_of(&last);
+        if said.contains("remove the scratch file") {
+            return anthropic::message(&[anthropic::tool(
+                "t1",
+                "exec",
+                json!({"command": "rm scratch.txt"}),
+            )]);
+        }
+        anthropic::message(&[anthropic::text(&format!("Hi there, {said}"))])
+    })
+    .await
+}
+
+/// Runs `clawcage chat --gateway` in a pseudo-terminal through `steps` (on a blocking thread,
+/// so the test can act meanwhile); the driver's report.
+fn drive(python: &Path, state: &Path, addr: SocketAddr, steps: Value) -> Value {
+    let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pty_driver.py");
+    let output = Command::new(python)
+        .arg(driver)
+        .arg(steps.to_string())
+        .arg("--")
+        .arg(env!("CARGO_BIN_EXE_clawcage"))
+        .arg("--state-dir")
+        .arg(state)
+        .args(["chat", "--gateway", &format!("ws://{addr}")])
+        .env("TERM", "xterm")
+        .env_remove("NO_COLOR")
+        .env_remove("RUST_LOG")
+        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+        .output()
+        .expect("python runs");
+    assert!(
+        output.status.success(),
+        "the pty driver failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).unwrap()
+}
+
+fn screen(report: &Value, name: &str) -> String {
+    report["screens"][name]
+        .as_array()
+        .unwrap_or_else(|| panic!("no screen {name}: {report}"))
+        .iter()
+        .map(|line| line.as_str().unwrap_or_default().trim_end())
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+fn assert_ok(report: &Value) {
+    assert!(
+        report["ok"] == true,
+        "step {} failed; the output was:\n{}",
+        report["failed_step"],
+        report["output"].as_str().unwrap_or_default()
+    );
+}
+
+/// An approver connection of the session, as another terminal or the web chat is.
+async fn approver(addr: SocketAddr, token: &str) -> GatewayClient {
+    let (mut client, challenge) = GatewayClient::open(addr, None).await.unwrap();
+    assert_eq!(challenge["event"], "connect.challenge");
+    let hello = client
+        .request(
+            "connect",
+            json!({
+                "minProtocol": 1,
+                "maxProtocol": 1,
+                "client": {"id": "second-terminal", "version": "1", "mode": "test"},
+                "auth": {"token": token},
+                "scopes": ["operator.approvals"],
+                "approvalSession": SESSION,
+            }),
+        )
+        .await;
+    assert_eq!(hello["ok"], true, "{hello}");
+    client
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_from_another_client_is_shown_while_it_waits_and_eats_no_line() {
+    let Some(python) = screen_python("an_approval_from_another_client_is_shown") else {
+        return;
+    };
+    let server = model().await;
+    let setup =
+        Setup::new("[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nallow = [\"ls *\"]\n");
+    let gateway = setup.gateway(&server, "127.0.0.1:0");
+    let addr = gateway.addr;
+    let token = setup.token();
+    let terminal = {
+        let steps = json!([
+            {"expect": "you> ", "timeout": 60},
+            {"expect": "approval needed \\[apr-", "timeout": 60},
+            {"sleep": 0.5},
+            {"screen": "live"},
+            {"expect": "allow-once \\(by gateway:second-terminal\\)", "timeout": 60},
+            {"sleep": 0.3},
+            {"screen": "decided"},
+            {"send": "Say hi.\r"},
+            {"expect": "Hi there, Say hi", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "after"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]);
+        let (python, state) = (python.clone(), setup.state.clone());
+        tokio::task::spawn_blocking(move || drive(&python, &state, addr, steps))
+    };
+    // The terminal attaches (two connections: it and the approver below).
+    let mut second = approver(addr, &token).await;
+    for _ in 0..600 {
+        let status = second.request("status", json!({})).await;
+        if status["payload"]["connections"].as_u64() >= Some(2) {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let sent = second
+        .request(
+            "chat.send",
+            json!({"sessionKey": SESSION, "message": "remove the scratch file", "idempotencyKey": "second-1"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let request = loop {
+        let event = second
+            .next_event(Duration::from_secs(60))
+            .await
+            .expect("the request reaches the approver");
+        if event["event"] == "exec.approval.requested" {
+            break event["payload"].clone();
+        }
+    };
+    // Long enough for the terminal to show it and the screen to be kept.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let resolved = second
+        .request(
+            "exec.approval.resolve",
+            json!({"id": request["id"], "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(resolved["ok"], true, "{resolved}");
+    let report = terminal.await.unwrap();
+    assert_ok(&report);
+    let live = screen(&report, "live");
+    let id = request["id"].as_str().unwrap();
+    assert!(
+        live.contains(&format!("approval needed [{id}]")) && live.contains("rm scratch.txt"),
+        "the live request is shown:\n{live}"
+    );
+    assert!(
+        live.contains(&format!("/approve {id}")),
+        "with how to answer it:\n{live}"
+    );
+    let decided = screen(&report, "decided");
+    assert!(
+        decided.contains(&format!("{id}: allow-once (by gateway:second-terminal)")),
+        "its decision replaces it:\n{decided}"
+    );
+    let after = screen(&report, "after");
+    assert!(
+        after.contains("Hi there, Say hi."),
+        "the next line is a message:\n{after}"
+    );
+    assert!(
+        !after.contains("no approval request"),
+        "nothing took the line as an answer:\n{after}"
+    );
+    assert!(!setup.workspace.join("scratch.txt").exists());
+    drop(gateway);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_terminal_connects_again_after_the_gateway_restarts() {
+    let Some(python) = screen_python("the_terminal_connects_again") else {
+        return;
+    };
+    let server = model().await;
+    let setup = Setup::new("");
+    let first = setup.gateway(&server, "127.0.0.1:0");
+    let addr = first.addr;
+    let terminal = {
+        let python = python.clone();
+        let steps = json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "First.\r"},
+            {"expect": "Hi there, First", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"expect": "connecting again", "timeout": 60},
+            {"expect": "connected again", "timeout": 90},
+            {"sleep": 0.3},
+            {"screen": "back"},
+            {"send": "Second.\r"},
+            {"expect": "Hi there, Second", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "after"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]);
+        let state = setup.state.clone();
+        tokio::task::spawn_blocking(move || drive(&python, &state, addr, steps))
+    };
+    // The first turn is answered before the restart.
+    for _ in 0..600 {
+        if server
+            .bodies()
+            .iter()
+            .any(|body| body.to_string().contains("First."))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let (_, printed) = first.terminate();
+    assert!(
+        printed.contains("client connected") && printed.contains("turn started"),
+        "connections and turns are logged at info:\n{printed}"
+    );
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let second = setup.gateway(&server, &addr.to_string());
+    let report = terminal.await.unwrap();
+    assert_ok(&report);
+    let back = screen(&report, "back");
+    assert!(
+        back.contains("connecting again") && back.contains("connected again"),
+        "it says what happened:\n{back}"
+    );
+    assert!(
+        screen(&report, "after").contains("Hi there, Second."),
+        "and goes on"
+    );
+    // Restarted, the gateway read its token from the file: the address is ready to open.
+    let printed = second.output();
+    let token = setup.token();
+    assert!(
+        printed.contains(&format!("open http://{addr}/#token={token}")),
+        "{printed}"
+    );
+    drop(second);
+}
