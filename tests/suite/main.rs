@@ -14,6 +14,7 @@ mod audit;
 mod cache;
 mod context_windows;
 mod cron;
+mod durable_turns;
 mod examples;
 mod exec;
 mod exec_attacks;

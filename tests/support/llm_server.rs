@@ -57,6 +57,18 @@ pub enum Reply {
     /// Wait at a [`ReplyGate`] until the test opens it, then answer with the inner reply. The
     /// request is recorded before it waits.
     Held(ReplyGate, Box<Reply>),
+    /// Wait this long, then answer with the inner reply (a slow model).
+    Delayed(Duration, Box<Reply>),
+    /// A `text/event-stream` body sent in chunks of `chunk` bytes with `pause` between them
+    /// (a slowly streaming model).
+    SlowSse {
+        /// The whole stream text.
+        text: String,
+        /// Bytes per chunk.
+        chunk: usize,
+        /// The pause before each chunk after the first.
+        pause: Duration,
+    },
 }
 
 /// A gate that holds replies until the test opens it, and tells the test when a request has
@@ -371,9 +383,18 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
     };
     let mut reply =
         reply.unwrap_or_else(|| Reply::status(500, "the test script has no reply left", &[]));
-    while let Reply::Held(gate, inner) = reply {
-        gate.pass().await;
-        reply = *inner;
+    loop {
+        match reply {
+            Reply::Held(gate, inner) => {
+                gate.pass().await;
+                reply = *inner;
+            }
+            Reply::Delayed(wait, inner) => {
+                tokio::time::sleep(wait).await;
+                reply = *inner;
+            }
+            _ => break,
+        }
     }
     let (sender, body) = ChannelBody::new();
     let mut builder = Response::builder();
@@ -423,10 +444,25 @@ async fn answer(state: Arc<Mutex<State>>, request: Request<Incoming>) -> Respons
                 }
             });
         }
+        Reply::SlowSse { text, chunk, pause } => {
+            builder = builder
+                .status(200)
+                .header("content-type", "text/event-stream");
+            tokio::spawn(async move {
+                for (index, piece) in text.into_bytes().chunks(chunk.max(1)).enumerate() {
+                    if index > 0 {
+                        tokio::time::sleep(pause).await;
+                    }
+                    if sender.send(Bytes::copy_from_slice(piece)).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
         Reply::Hang => {
             tokio::time::sleep(Duration::from_secs(3600)).await;
         }
-        Reply::Held(..) => {}
+        Reply::Held(..) | Reply::Delayed(..) => {}
     }
     builder.body(body).expect("a valid response")
 }

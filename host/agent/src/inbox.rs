@@ -48,8 +48,11 @@ pub enum InputStatus {
     Error,
     /// Stopped by the operator or a shutdown.
     Aborted,
-    /// The queue dropped it without running it.
+    /// The queue dropped it without running it, after taking it.
     Dropped,
+    /// The queue refused it as it arrived (its sender heard so at once): it may be sent again
+    /// with the same idempotency key.
+    Refused,
 }
 
 impl InputStatus {
@@ -60,6 +63,7 @@ impl InputStatus {
             InputStatus::Error => "error",
             InputStatus::Aborted => "aborted",
             InputStatus::Dropped => "dropped",
+            InputStatus::Refused => "refused",
         }
     }
 }
@@ -104,6 +108,9 @@ pub trait LaneInbox: Send + Sync + std::fmt::Debug {
     fn sessions(&self) -> std::io::Result<Vec<String>>;
     /// Forget `key`'s inbox (the session was deleted).
     fn remove(&self, key: &str) -> std::io::Result<()>;
+    /// Make this process the owner of `key`'s lane until it ends: only the owner takes up
+    /// what a stopped process left. False when another live process owns it.
+    fn claim(&self, key: &str) -> std::io::Result<bool>;
 }
 
 /// One line of an inbox file.
@@ -168,10 +175,10 @@ impl SessionInbox {
             .find(|record| record.idempotency.as_deref() == Some(idempotency))
             .map(|record| record.id.clone())
             .or_else(|| {
-                // A dropped input was never answered: sending it again is a new input.
+                // A refused input was never taken: sending it again is a new input.
                 self.finished
                     .iter()
-                    .filter(|finished| finished.status != InputStatus::Dropped)
+                    .filter(|finished| finished.status != InputStatus::Refused)
                     .find(|finished| finished.idempotency.as_deref() == Some(idempotency))
                     .map(|finished| finished.id.clone())
             })
@@ -184,6 +191,8 @@ pub struct FileInbox {
     dir: PathBuf,
     /// Each session's inbox once read; the files are the truth, this saves reading them again.
     cache: Mutex<HashMap<String, SessionInbox>>,
+    /// The lock files of the sessions this process owns, held open (and locked) until it ends.
+    claimed: Mutex<HashMap<String, std::fs::File>>,
 }
 
 impl FileInbox {
@@ -192,6 +201,7 @@ impl FileInbox {
         Self {
             dir: dir.into(),
             cache: Mutex::new(HashMap::new()),
+            claimed: Mutex::new(HashMap::new()),
         }
     }
 
@@ -359,6 +369,31 @@ impl LaneInbox for FileInbox {
         Ok(keys)
     }
 
+    fn claim(&self, key: &str) -> std::io::Result<bool> {
+        let mut claimed = self
+            .claimed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        if claimed.contains_key(key) {
+            return Ok(true);
+        }
+        std::fs::create_dir_all(&self.dir)?;
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(self.dir.join(format!("{}.lock", key_file_stem(key))))?;
+        // The operating system releases the lock when the process ends, however it ends.
+        match file.try_lock() {
+            Ok(()) => {
+                claimed.insert(key.to_string(), file);
+                Ok(true)
+            }
+            Err(std::fs::TryLockError::WouldBlock) => Ok(false),
+            Err(std::fs::TryLockError::Error(error)) => Err(error),
+        }
+    }
+
     fn remove(&self, key: &str) -> std::io::Result<()> {
         self.lock().remove(key);
         match std::fs::remove_file(self.path(key)) {
@@ -420,6 +455,27 @@ mod tests {
             Appended::Duplicate("r1".into())
         );
         assert_eq!(again.sessions().unwrap(), ["s"]);
+    }
+
+    #[test]
+    fn one_owner_per_session_until_it_ends() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = FileInbox::new(dir.path());
+        let second = FileInbox::new(dir.path());
+        assert!(first.claim("s").unwrap());
+        assert!(first.claim("s").unwrap(), "claiming again is fine");
+        assert!(!second.claim("s").unwrap(), "another owner is refused");
+        assert!(second.claim("t").unwrap());
+        drop(first);
+        assert!(
+            second.claim("s").unwrap(),
+            "an owner that ended leaves it free"
+        );
+        assert_eq!(
+            second.sessions().unwrap(),
+            Vec::<String>::new(),
+            "lock files are no inboxes"
+        );
     }
 
     #[test]

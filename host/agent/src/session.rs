@@ -220,21 +220,23 @@ impl Shared {
     }
 
     fn answer(&self, key: &str, tickets: &[u64], reply: &LaneReply) {
-        let mut done = Vec::new();
-        {
+        let answered: Vec<Waiter> = {
             let mut waiters = lock(&self.waiters);
             let Some(session) = waiters.get_mut(key) else {
                 return;
             };
-            for ticket in tickets {
-                if let Some(waiter) = session.remove(ticket) {
-                    done.push(waiter.id);
-                    // The submitter may have stopped waiting; the turn is recorded all the same.
-                    let _ = waiter.reply.send(reply.clone());
-                }
-            }
+            tickets
+                .iter()
+                .filter_map(|ticket| session.remove(ticket))
+                .collect()
+        };
+        // Done in the inbox before anyone hears it: whoever hears it may rely on that.
+        let ids: Vec<String> = answered.iter().map(|waiter| waiter.id.clone()).collect();
+        self.mark_done(key, &ids, status_of(reply));
+        for waiter in answered {
+            // The submitter may have stopped waiting; the turn is recorded all the same.
+            let _ = waiter.reply.send(reply.clone());
         }
-        self.mark_done(key, &done, status_of(reply));
     }
 
     /// The inbox ids of `tickets`.
@@ -476,8 +478,9 @@ impl Sessions {
         observer: Arc<dyn TurnObserver>,
         meta: InputMeta,
     ) -> PendingTurn {
-        // Work a stopped process left for this session goes first.
-        self.recover_session(key, &|_, _| Arc::new(crate::provider::NoEvents));
+        // Work a stopped process left for this session goes first; its submitter hears it.
+        let recovering = observer.clone();
+        self.recover_session(key, &|_, _| recovering.clone());
         let shared = &self.inner.shared;
         let job = match input {
             LaneInput::User(text) => QueuedJob::User {
@@ -538,6 +541,7 @@ impl Sessions {
         let shared = &self.inner.shared;
         let (reply, receiver) = oneshot::channel();
         let mut dropped = Vec::new();
+        let mut refused = None;
         let admitted = {
             let mut waiters = lock(&shared.waiters);
             let admitted = with_state(shared.queue.as_ref(), key, |state| {
@@ -555,7 +559,7 @@ impl Sessions {
             }
             match &admitted.admission {
                 Admission::Dropped { reason } => {
-                    dropped.push(id);
+                    refused = Some(id);
                     let _ = reply.send(Err(AgentError::Dropped(reason.clone())));
                 }
                 _ => {
@@ -572,6 +576,9 @@ impl Sessions {
             admitted
         };
         shared.mark_done(key, &dropped, InputStatus::Dropped);
+        if let Some(refused) = refused {
+            shared.mark_done(key, &[refused], InputStatus::Refused);
+        }
         self.ensure_lane(key);
         for (ticket, reason) in &admitted.evicted {
             shared.emit(
@@ -632,6 +639,17 @@ impl Sessions {
         };
         if !lock(&shared.recovered).insert(key.to_string()) {
             return Vec::new();
+        }
+        match inbox.claim(key) {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(session = %key, "another clawcage process runs this session: what a stopped process left in it is left to that one");
+                return Vec::new();
+            }
+            Err(error) => {
+                tracing::error!(session = %key, %error, "cannot claim the session: its pending inputs are not resumed");
+                return Vec::new();
+            }
         }
         let pending = match inbox.pending(key) {
             Ok(pending) => pending,
@@ -1344,6 +1362,7 @@ async fn resume_turn(
     );
     tracing::info!(session = %key, attempt, "resuming the turn the last process left open");
     let observer = shared.observer_of(key, tickets.first().copied());
+    observer.note("resuming the turn a stopped process left open (a tool call it had started is not run again)");
     let mut sink = JournalSink::new(shared, key);
     sink.write(&[Entry::Resumed { at_ms: now_ms() }]);
     let started: HashSet<&str> = open.started_calls.iter().map(String::as_str).collect();

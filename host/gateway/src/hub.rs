@@ -532,12 +532,12 @@ impl Hub {
             InputStatus::Ok => RunStatus::Ok,
             InputStatus::Error => RunStatus::Error,
             InputStatus::Aborted => RunStatus::Aborted,
-            InputStatus::Dropped => RunStatus::Dropped,
+            InputStatus::Dropped | InputStatus::Refused => RunStatus::Dropped,
         };
         let mut runs = lock(&self.runs);
-        // A dropped input was never answered: its key may be sent again (as the inbox allows).
+        // A refused input was never taken: its key may be sent again (as the inbox allows).
         if let Some(idempotency) = &finished.idempotency
-            && status != RunStatus::Dropped
+            && finished.status != InputStatus::Refused
         {
             runs.idempotency.insert(
                 (key.to_string(), idempotency.clone()),
