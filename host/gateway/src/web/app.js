@@ -1056,9 +1056,9 @@ function saveToken() {
   ui.tokenError.hidden = true;
   connect();
 }
-$("token-save").addEventListener("click", saveToken);
-ui.tokenInput.addEventListener("keydown", (key) => {
-  if (key.key === "Enter") { key.preventDefault(); saveToken(); }
+ui.tokenPrompt.addEventListener("submit", (submitted) => {
+  submitted.preventDefault();
+  saveToken();
 });
 
 // ---- the drawer (narrow windows) ----
