@@ -932,7 +932,10 @@ async fn call(registry: &AuditedRegistry, tool: &str, args: &str) -> Result<(), 
             Ok(())
         }
         Err(error @ ToolError::InvalidArgs(_)) => Err(Failure::Usage(error.to_string())),
-        Err(error) => Err(Failure::Tool(format!("{tool}: {error}"))),
+        Err(error) => Err(Failure::Tool(format!(
+            "{tool}: {}",
+            render::without_repeated_label(&error.to_string())
+        ))),
     }
 }
 

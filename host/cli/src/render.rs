@@ -693,9 +693,10 @@ impl Console {
         self.line_raw(&self.paint(style, &sanitize(text)));
     }
 
-    /// An error line (`  error: ...`), red on a colour terminal.
+    /// The error that ended a turn: `error: ...` from the first column (the notes before it,
+    /// such as retries, are indented), red on a colour terminal.
     pub fn error(&self, text: &str) {
-        self.styled_line(Style::Bad, &format!("  error: {text}"));
+        self.styled_line(Style::Bad, &format!("error: {text}"));
     }
 
     /// Print a full line as it is: for text this console built itself.
@@ -810,6 +811,21 @@ impl Console {
 /// ANSI faint text on, and back to normal.
 const DIM_ON: &str = "\x1b[2m";
 const DIM_OFF: &str = "\x1b[22m";
+
+/// `text` without a label said twice at its start (`denied: denied: ...` becomes
+/// `denied: ...`).
+pub fn without_repeated_label(text: &str) -> &str {
+    for label in ["denied: ", "failed: "] {
+        let mut rest = text;
+        while rest.starts_with(label) && rest[label.len()..].starts_with(label) {
+            rest = &rest[label.len()..];
+        }
+        if rest.len() != text.len() {
+            return rest;
+        }
+    }
+    text
+}
 
 /// Why, for a verdict that has a reason: its first line, without a repeated `denied: `.
 fn verdict_reason(verdict: &Verdict) -> Option<String> {

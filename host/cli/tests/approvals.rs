@@ -269,6 +269,10 @@ async fn call_without_an_operator_follows_the_fallback() {
     assert_eq!(refused.status.code(), Some(1));
     let stderr = String::from_utf8_lossy(&refused.stderr);
     assert!(stderr.contains("no operator is connected"), "{stderr}");
+    assert!(
+        stderr.contains("exec: denied: this command") && !stderr.contains("denied: denied"),
+        "the verdict is said once: {stderr}"
+    );
     assert!(setup.exists("build"));
     // A bad [approvals] value is a configuration error (exit 2) naming the key.
     std::fs::write(

@@ -358,3 +358,65 @@ async fn the_terminal_connects_again_after_the_gateway_restarts() {
     );
     drop(second);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_typed_during_a_turn_joins_it_through_the_gateway() {
+    let Some(python) = screen_python("a_line_typed_during_a_turn_joins_it") else {
+        return;
+    };
+    let server = LlmServer::start_routed(|body| {
+        let messages = body["messages"].as_array().unwrap();
+        if messages
+            .iter()
+            .any(|message| text_of(message).contains("also say bye"))
+        {
+            return anthropic::message(&[anthropic::text("Napped, and bye.")]);
+        }
+        if tool_result_of(messages.last().unwrap()).is_some() {
+            return anthropic::message(&[anthropic::text("Napped.")]);
+        }
+        anthropic::message(&[anthropic::tool("n1", "exec", json!({"command": "sleep 3"}))])
+    })
+    .await;
+    let setup = Setup::new("");
+    let gateway = setup.gateway(&server, "127.0.0.1:0");
+    let addr = gateway.addr;
+    let steps = json!([
+        {"expect": "you> ", "timeout": 60},
+        {"send": "Take a nap.\r"},
+        {"expect": "sleep 3", "timeout": 30},
+        {"sleep": 0.5},
+        {"send": "also say bye"},
+        {"sleep": 0.8},
+        {"screen": "typing"},
+        {"send": "\r"},
+        {"expect": "joins its running turn", "timeout": 10},
+        {"expect": "Napped, and bye", "timeout": 30},
+        {"expect": "you> ", "timeout": 10},
+        {"screen": "after"},
+        {"send": "/exit\r"},
+        {"sleep": 0.3},
+    ]);
+    let state = setup.state.clone();
+    let report = tokio::task::spawn_blocking(move || drive(&python, &state, addr, steps))
+        .await
+        .unwrap();
+    assert_ok(&report);
+    let typing = screen(&report, "typing");
+    assert!(
+        !typing.contains("also say bye"),
+        "nothing typed is echoed over the output:\n{typing}"
+    );
+    let after = screen(&report, "after");
+    assert!(after.contains("you> also say bye"), "{after}");
+    assert!(
+        after.contains("(the agent is busy: the message joins its running turn)"),
+        "{after}"
+    );
+    assert_eq!(after.matches("Napped, and bye.").count(), 1, "{after}");
+    assert!(
+        !after.contains("Napped.\n"),
+        "one turn answered both: {after}"
+    );
+    drop(gateway);
+}

@@ -576,3 +576,51 @@ async fn a_resumed_session_shows_its_last_messages() {
         "and what it was:\n{resumed}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_error_that_ends_a_turn_stands_apart_from_the_retry_notes() {
+    let Some(python) = screen_python("the_error_that_ends_a_turn_stands_apart") else {
+        return;
+    };
+    let setup = Setup::new("[provider]\nmax_retries = 1\n");
+    let server = LlmServer::start_routed(|_| {
+        clawcage_tests::llm_server::Reply::status(500, "the model is down", &[])
+    })
+    .await;
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Hello?\r"},
+            {"expect": "error: ", "timeout": 60},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "failed"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    report.assert_ok();
+    let failed = report.screen("failed");
+    let retry = failed
+        .iter()
+        .position(|line| line.starts_with("  … ") && line.contains("retrying in"))
+        .unwrap_or_else(|| panic!("a retry note:\n{}", failed.join("\n")));
+    let error = failed
+        .iter()
+        .position(|line| line.starts_with("error: "))
+        .unwrap_or_else(|| panic!("the error from the first column:\n{}", failed.join("\n")));
+    assert!(retry < error, "{}", failed.join("\n"));
+    assert!(
+        failed[error].contains("the model is down"),
+        "{}",
+        failed[error]
+    );
+    assert!(
+        report.raw().contains("\u{1b}[31merror: "),
+        "red on a colour terminal"
+    );
+}
