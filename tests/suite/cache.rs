@@ -1,5 +1,8 @@
 //! The compiled-artifact cache: the first load compiles and stores, a new engine with the same
 //! cache directory loads without compiling, and a damaged entry is replaced instead of trusted.
+//! Entries are sealed with the cache's own key: a valid artifact of another component moved
+//! under a key, a changed byte, a changed description or an entry from another cache is never
+//! run or believed.
 
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{ArtifactCache, CacheOutcome, Grants, Sandbox, SandboxOptions};
@@ -46,9 +49,10 @@ async fn a_second_start_loads_from_the_cache_and_a_damaged_entry_is_recompiled()
         entries,
         [
             dir.path().join(format!("{key}.cwasm")),
-            dir.path().join(format!("{key}.describe.json"))
+            dir.path().join(format!("{key}.describe.json")),
+            dir.path().join("seal.key"),
         ],
-        "the artifact and its description, no temporary files"
+        "the artifact, its description and the cache's key, no temporary files"
     );
     assert!(read(&loaded).await.contains("cached"));
     drop(loaded);
@@ -121,4 +125,122 @@ async fn bytes_that_are_not_a_component_are_refused_with_a_clear_error() {
             .contains("component `junk` could not be compiled"),
         "{error}"
     );
+}
+
+/// A sandbox on the cache in `dir`, and the file component loaded in it under `grants`.
+async fn file_component(
+    dir: &std::path::Path,
+    grants: &Grants,
+) -> (
+    std::sync::Arc<Sandbox>,
+    clawcage_sandbox::LoadedComponent,
+    String,
+) {
+    let sandbox = Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(dir))).unwrap();
+    let loaded = sandbox
+        .load("file", "bundled:file", bundled::FILE, grants.clone())
+        .await
+        .unwrap();
+    let key = ArtifactCache::key(sandbox.engine(), bundled::FILE);
+    (sandbox, loaded, key)
+}
+
+/// What `read_file` of `a.txt` answers, or its error.
+async fn read_a(loaded: &clawcage_sandbox::LoadedComponent) -> String {
+    let tool = loaded
+        .tools()
+        .iter()
+        .find(|tool| clawcage_core::Tool::spec(*tool).name == "read_file")
+        .expect("the component offers read_file")
+        .clone();
+    match tool.call_json(r#"{"path":"a.txt"}"#).await {
+        Ok(output) => output.text,
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_entry_the_cache_did_not_seal_is_never_run_or_believed() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("a.txt"), "the real file tool").unwrap();
+    let grants = clawcage_tests::grants(
+        workspace.path(),
+        clawcage_sandbox::FsMode::ReadOnly,
+        clawcage_sandbox::Limits::default(),
+    );
+
+    // Fill the cache: the file component, and the echo fixture (another valid tool component).
+    let (sandbox, loaded, key) = file_component(dir.path(), &grants).await;
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    let echo_bytes = std::fs::read(clawcage_sandbox::components::fixtures::ECHO).unwrap();
+    let echo = sandbox
+        .load("echo", "test:echo", &echo_bytes, Grants::none())
+        .await
+        .unwrap();
+    let echo_tool = echo.tools()[0].clone();
+    echo_tool.call_json("{}").await.ok();
+    assert!(echo.is_loaded());
+    let echo_key = ArtifactCache::key(sandbox.engine(), &echo_bytes);
+    drop((loaded, echo, echo_tool, sandbox));
+    let artifact = dir.path().join(format!("{key}.cwasm"));
+    let description = dir.path().join(format!("{key}.describe.json"));
+    let genuine = std::fs::read(&artifact).unwrap();
+    let genuine_description = std::fs::read(&description).unwrap();
+
+    // 1. A valid artifact of another component, moved under the file component's key, is not
+    //    run in its place: the first call compiles the file component again and replaces it.
+    std::fs::copy(dir.path().join(format!("{echo_key}.cwasm")), &artifact).unwrap();
+    let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    assert!(
+        read_a(&loaded).await.contains("the real file tool"),
+        "the echo artifact ran in place of the file tool"
+    );
+    assert_eq!(
+        std::fs::read(&artifact).unwrap(),
+        genuine,
+        "the moved entry was replaced by the file tool's own"
+    );
+    drop((loaded, sandbox));
+
+    // 2. One byte changed in the middle of the artifact (its code) is noticed the same way.
+    let mut changed = genuine.clone();
+    let middle = changed.len() / 2;
+    changed[middle] ^= 0x40;
+    std::fs::write(&artifact, &changed).unwrap();
+    let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    assert_eq!(std::fs::read(&artifact).unwrap(), genuine);
+    drop((loaded, sandbox));
+
+    // 3. A description whose tool names were changed is not believed: the tools are learnt
+    //    again from the component itself.
+    let renamed = String::from_utf8_lossy(&genuine_description).replace("read_file", "read_fil3");
+    std::fs::write(&description, renamed.as_bytes()).unwrap();
+    let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    let names: Vec<String> = loaded
+        .tools()
+        .iter()
+        .map(|tool| clawcage_core::Tool::spec(tool).name.clone())
+        .collect();
+    assert!(names.iter().any(|name| name == "read_file"), "{names:?}");
+    assert!(!names.iter().any(|name| name == "read_fil3"), "{names:?}");
+    assert_eq!(std::fs::read(&description).unwrap(), genuine_description);
+    drop((loaded, sandbox));
+
+    // 4. Entries sealed by another cache (another key) are not taken: a cache copied from
+    //    elsewhere, or a key replaced by someone else, means compiling again.
+    let other = tempfile::tempdir().unwrap();
+    for name in [format!("{key}.cwasm"), format!("{key}.describe.json")] {
+        std::fs::copy(dir.path().join(&name), other.path().join(&name)).unwrap();
+    }
+    let (sandbox, loaded, _) = file_component(other.path(), &grants).await;
+    assert_eq!(loaded.cache_outcome(), CacheOutcome::Compiled);
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    assert_ne!(
+        std::fs::read(other.path().join(format!("{key}.cwasm"))).unwrap(),
+        genuine,
+        "sealed again under the other cache's key"
+    );
+    drop((loaded, sandbox));
 }
