@@ -666,8 +666,8 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
 
 fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
-    let store = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
-    let sessions = store.sessions().map_err(|error| {
+    let store = clawcage_agent::JsonlTranscripts::new(state_dir.join("sessions"));
+    let sessions = clawcage_agent::TranscriptStore::sessions(&store).map_err(|error| {
         Failure::Tool(format!(
             "clawcage: cannot list the sessions in {}: {error}",
             store.dir().display()

@@ -23,7 +23,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use clawcage_agent::events::{AgentEvent, DiskEventLog, Stream};
-use clawcage_agent::{OutboundMessage, SendCallback, TranscriptStore};
+use clawcage_agent::{JsonlTranscripts, OutboundMessage, SendCallback};
 use clawcage_core::BoxFuture;
 use clawcage_core::scheduler::Scheduler;
 use clawcage_runtime::{AgentOptions, CronStatus, Error, Options, Runtime};
@@ -439,7 +439,11 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             .cron()
             .map(|cron| cron.clone() as Arc<dyn Scheduler>),
         cron_note,
-        transcripts: TranscriptStore::new(state.join("sessions")),
+        transcripts: agent
+            .sessions
+            .transcripts()
+            .cloned()
+            .unwrap_or_else(|| JsonlTranscripts::new(state.join("sessions")).shared()),
         events: Arc::new(LoggedEvents(DiskEventLog::new(
             state.join("gateway").join("events"),
         ))),
