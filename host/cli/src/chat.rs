@@ -99,10 +99,10 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         outln!("note: the answers come from a recorded script, not from a model");
     }
     // Say what resuming brings back: the history the model will see.
-    let transcripts = clawcage_agent::JsonlTranscripts::new(state_dir.join("sessions"));
-    if clawcage_agent::TranscriptStore::exists(&transcripts, &key).unwrap_or(false) {
+    let transcripts = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
+    if transcripts.file_len(&key).unwrap_or(0) > 0 {
         let limit = runtime.config().agent.history_limit().unwrap_or(200);
-        match clawcage_agent::TranscriptStore::load(&transcripts, &key, limit) {
+        match transcripts.load(&key, limit) {
             Ok(loaded) if !loaded.messages.is_empty() => {
                 outln!(
                     "resuming session {key}: {} earlier messages loaded (/reset forgets them); the last ones:",
@@ -166,6 +166,14 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 Err(error) => outln!("  error: {error}"),
             },
             "/compact" => {
+                // Compacting asks the model for a summary: not with the budget used up.
+                if let Some(why) = sessions
+                    .budget()
+                    .and_then(|budget| budget.check(Some(&key)).err())
+                {
+                    outln!("  not compacted: a summary needs a model call, and {why}");
+                    continue;
+                }
                 // The outcome says what was compacted; the observer would say it a second time.
                 match sessions
                     .compact(&key, Arc::new(clawcage_agent::provider::NoEvents))

@@ -969,3 +969,47 @@ async fn the_verbose_log_never_shows_a_key_a_server_echoed() {
     assert!(!stderr.contains(key), "the key reached stderr: {stderr}");
     assert!(!text(&output.stdout).contains(key));
 }
+
+/// `/compact` asks the model for a summary, so with the session's budget used up it says so
+/// and calls nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compact_with_the_budget_used_up_says_so_and_calls_no_model() {
+    let dir = workspace();
+    let config = tempfile::tempdir().unwrap();
+    let config_file = config.path().join("clawcage.toml");
+    std::fs::write(&config_file, "[budget]\nsession_tokens = 50\n").unwrap();
+    let server = LlmServer::start(vec![anthropic::message(&[anthropic::text("Noted.")])]).await;
+    let output = clawcage(
+        vec![
+            "chat".into(),
+            "--session".into(),
+            unique("budget"),
+            "--provider".into(),
+            "anthropic".into(),
+            "--base-url".into(),
+            server.url().to_string(),
+            "--workspace".into(),
+            dir.path().display().to_string(),
+            "--state-dir".into(),
+            state_dir().display().to_string(),
+            "--config".into(),
+            config_file.display().to_string(),
+        ],
+        vec![("ANTHROPIC_API_KEY", "k".into())],
+        Some("Remember this.\n/compact\n/exit\n".into()),
+    )
+    .await;
+    let stdout = text(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        text(&output.stderr)
+    );
+    assert!(stdout.contains("Noted."), "{stdout}");
+    assert!(
+        stdout.contains("not compacted: a summary needs a model call")
+            && stdout.contains("[budget] session_tokens"),
+        "{stdout}"
+    );
+    assert_eq!(server.requests().len(), 1, "only the turn called the model");
+}
