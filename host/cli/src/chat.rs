@@ -99,10 +99,10 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         outln!("note: the answers come from a recorded script, not from a model");
     }
     // Say what resuming brings back: the history the model will see.
-    let transcripts = clawcage_agent::TranscriptStore::new(state_dir.join("sessions"));
-    if transcripts.file_len(&key).unwrap_or(0) > 0 {
+    let transcripts = clawcage_agent::JsonlTranscripts::new(state_dir.join("sessions"));
+    if clawcage_agent::TranscriptStore::exists(&transcripts, &key).unwrap_or(false) {
         let limit = runtime.config().agent.history_limit().unwrap_or(200);
-        match transcripts.load(&key, limit) {
+        match clawcage_agent::TranscriptStore::load(&transcripts, &key, limit) {
             Ok(loaded) if !loaded.messages.is_empty() => {
                 outln!(
                     "resuming session {key}: {} earlier messages loaded (/reset forgets them); the last ones:",
