@@ -824,6 +824,9 @@ async fn run_task(
         }
     };
     let notes = console.clone();
+    // On a terminal, stderr says the model is working until its first word or call.
+    console.activate();
+    console.thinking();
     let outcome = agent
         .run_task(
             &key,
@@ -831,7 +834,8 @@ async fn run_task(
             Arc::new(render::Shown(console.clone())),
             &move |line: &str| notes.line(line),
         )
-        .await?;
+        .await
+        .inspect_err(|_| console.break_line())?;
     console.end_turn(
         &outcome.answered_by,
         outcome.usage,

@@ -120,6 +120,19 @@ async fn drive(
     steps: Value,
     environment: &[(&str, &str)],
 ) -> Report {
+    drive_command(python, setup, server, &["chat"], steps, environment).await
+}
+
+/// Runs `clawcage COMMAND...` against `server` with `setup` in a pseudo-terminal through
+/// `steps`.
+async fn drive_command(
+    python: &Path,
+    setup: &Setup,
+    server: &LlmServer,
+    command_words: &[&str],
+    steps: Value,
+    environment: &[(&str, &str)],
+) -> Report {
     warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pty_driver.py");
     let mut command = Command::new(python);
@@ -128,8 +141,8 @@ async fn drive(
         .arg(steps.to_string())
         .arg("--")
         .arg(env!("CARGO_BIN_EXE_clawcage"))
+        .args(command_words)
         .args([
-            "chat",
             "--provider",
             "anthropic",
             "--model",
@@ -622,5 +635,51 @@ async fn the_error_that_ends_a_turn_stands_apart_from_the_retry_notes() {
     assert!(
         report.raw().contains("\u{1b}[31merror: "),
         "red on a colour terminal"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_on_a_terminal_shows_the_thinking_line_on_stderr_and_clears_it() {
+    let Some(python) = screen_python("run_on_a_terminal_shows_the_thinking_line") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let gate = ReplyGate::new();
+    let held = gate.clone();
+    let server = LlmServer::start_routed(move |_| {
+        held.hold(anthropic::message(&[anthropic::text("The answer.")]))
+    })
+    .await;
+    let opener = tokio::spawn({
+        let gate = gate.clone();
+        async move {
+            gate.reached(1).await;
+            tokio::time::sleep(Duration::from_millis(2600)).await;
+            gate.open();
+        }
+    });
+    let report = drive_command(
+        &python,
+        &setup,
+        &server,
+        &["run", "Answer me."],
+        json!([
+            {"expect": "thinking, 2 s", "timeout": 60},
+            {"screen": "waiting"},
+            {"expect": "The answer", "timeout": 20},
+            {"sleep": 0.5},
+            {"screen": "answered"},
+        ]),
+        &[],
+    )
+    .await;
+    opener.await.unwrap();
+    report.assert_ok();
+    assert!(report.screen_text("waiting").contains("  … thinking, 2 s"));
+    let answered = report.screen_text("answered");
+    assert!(!answered.contains("thinking"), "cleared:\n{answered}");
+    assert!(
+        answered.lines().any(|line| line == "The answer."),
+        "{answered}"
     );
 }
