@@ -360,8 +360,9 @@ enum CronCommand {
     },
 }
 
-/// Flags that choose the model.
+/// Flags that choose the model (listed apart in `--help`).
 #[derive(Debug, Clone, Default, Args)]
+#[command(next_help_heading = "Model")]
 struct ProviderArgs {
     /// Which API to speak: anthropic, openai (any OpenAI-compatible server) or scripted (plays
     /// --script). Default: [provider] kind in the config, else anthropic.
