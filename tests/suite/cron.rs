@@ -616,3 +616,84 @@ async fn a_job_added_during_a_turn_fires_into_that_sessions_lane() {
     );
     runner.abort();
 }
+
+/// Records the keys of the firings delivered to it; refuses the first `refusals`.
+#[derive(Default)]
+struct RecordingSink {
+    delivered: std::sync::Mutex<Vec<String>>,
+    refused: std::sync::Mutex<Vec<String>>,
+    refusals: std::sync::atomic::AtomicUsize,
+}
+
+impl clawcage_agent::cron::FiringSink for RecordingSink {
+    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String> {
+        assert!(message.content.contains("tick"), "{message:?}");
+        let left = self.refusals.load(std::sync::atomic::Ordering::SeqCst);
+        if left > 0 {
+            self.refusals
+                .store(left - 1, std::sync::atomic::Ordering::SeqCst);
+            self.refused.lock().unwrap().push(key.to_string());
+            return Err("the inbox's disk is full".to_string());
+        }
+        self.delivered.lock().unwrap().push(key.to_string());
+        Ok(())
+    }
+}
+
+async fn delivered(sink: &RecordingSink, count: usize) -> Vec<String> {
+    tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            let keys = sink.delivered.lock().unwrap().clone();
+            if keys.len() >= count {
+                return keys;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the firings arrive")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_a_sink_a_refused_firing_stays_due_and_the_same_slot_keeps_its_key() {
+    let state = tempfile::tempdir().unwrap();
+    let bus = MessageBus::new();
+    let mut on_bus = bus.subscribe(SYSTEM_CHANNEL);
+    let service = open(state.path(), &bus, 100);
+    service
+        .add(JobRequest {
+            session: Some("agent:main:cli:cron".into()),
+            ..request(Some(1), None, "tick")
+        })
+        .unwrap();
+    // What the file says before the first firing: a process stopped between delivering that
+    // firing and saving would leave exactly this.
+    let before = std::fs::read(state.path().join("jobs.json")).unwrap();
+    let sink = Arc::new(RecordingSink::default());
+    sink.refusals.store(1, std::sync::atomic::Ordering::SeqCst);
+    service.set_sink(sink.clone());
+    let runner = service.start();
+    let keys = delivered(&sink, 2).await;
+    runner.abort();
+    let refused = sink.refused.lock().unwrap().clone();
+    assert_eq!(refused.len(), 1);
+    assert_eq!(keys[0], refused[0], "the refused slot is delivered later, same key");
+    assert_ne!(keys[0], keys[1]);
+    assert!(keys[0].starts_with("cron:job-1:"), "{keys:?}");
+    assert_eq!(
+        count_for(&mut on_bus, Duration::from_millis(100)).await,
+        0,
+        "with a sink nothing goes on the bus"
+    );
+
+    // A stop after the delivery and before the save: the next process fires the same slot
+    // under the same key, and the inbox recognises it.
+    std::fs::write(state.path().join("jobs.json"), before).unwrap();
+    let again = open(state.path(), &bus, 100);
+    let second = Arc::new(RecordingSink::default());
+    again.set_sink(second.clone());
+    let runner = again.start();
+    let replayed = delivered(&second, 1).await;
+    runner.abort();
+    assert_eq!(replayed[0], keys[0]);
+}

@@ -13,9 +13,15 @@
 //!
 //! Missed firings: a job whose next firing passed while the process was down fires once when the
 //! runner starts (however many firings were missed), then continues from that moment — a cron
-//! job at its next matching time after now, an `every_seconds` job one interval after now. A
-//! firing is recorded in the file before it is published, so a crash between the two loses that
-//! one firing rather than delivering it twice.
+//! job at its next matching time after now, an `every_seconds` job one interval after now.
+//!
+//! Exactly once: with a [`FiringSink`] ([`CronService::set_sink`], the gateway's sessions), a
+//! firing is delivered durably — into its session's inbox, under the key `cron:<job>:<due>` —
+//! *before* the job is moved on in the file; a crash between the two fires the same slot again
+//! at the next start, and the key makes the inbox recognise it, so the slot is neither lost nor
+//! doubled. Without a sink (a `chat` running the jobs), a firing is recorded in the file before
+//! it is published on the bus, so a crash between the two loses that one firing rather than
+//! delivering it twice.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -367,6 +373,15 @@ impl std::ops::DerefMut for Locked<'_> {
     }
 }
 
+/// Where firings go when they must arrive exactly once: into their session's inbox, durably,
+/// recognising a firing delivered before by its key.
+pub trait FiringSink: Send + Sync {
+    /// Deliver `message` under `key` (`cron:<job id>:<due time>`), durable when this returns
+    /// `Ok`; a key delivered before is `Ok` without a second delivery. An error keeps the job
+    /// due, to be tried again.
+    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String>;
+}
+
 /// The cron service. Share it as an `Arc`; give it to the `cron` component with
 /// `Grants::with_scheduler` and run [`CronService::start`] once.
 pub struct CronService {
@@ -375,6 +390,7 @@ pub struct CronService {
     options: CronOptions,
     state: Mutex<State>,
     wake: Notify,
+    sink: Mutex<Option<Arc<dyn FiringSink>>>,
 }
 
 impl fmt::Debug for CronService {
@@ -408,7 +424,17 @@ impl CronService {
             options,
             state: Mutex::new(state),
             wake: Notify::new(),
+            sink: Mutex::new(None),
         }))
+    }
+
+    /// Deliver firings through `sink`, exactly once, instead of publishing them on the bus.
+    pub fn set_sink(&self, sink: Arc<dyn FiringSink>) {
+        *self
+            .sink
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(sink);
+        self.wake.notify_one();
     }
 
     /// Starts the runner that publishes firings; it runs until the handle is aborted. Start it
@@ -446,8 +472,15 @@ impl CronService {
     /// Fires every job due at `now` (once each, however late), moves them on, saves, publishes,
     /// and returns the earliest next firing of all jobs.
     fn fire_due(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let sink = self
+            .sink
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone();
         let mut state = self.lock();
         let mut firings = Vec::new();
+        let mut delivered = 0usize;
+        let mut failed = false;
         for job in &mut state.jobs {
             let Some(due) = job.stored.next_fire else {
                 continue;
@@ -464,24 +497,48 @@ impl CronService {
                     .or_else(|| job.compiled.next_fire(now)),
                 CompiledSchedule::Cron(..) => job.compiled.next_fire(now),
             };
-            job.stored.next_fire = next;
-            firings.push(InboundMessage {
+            let message = InboundMessage {
                 channel: SYSTEM_CHANNEL.to_string(),
                 sender: format!("cron:{}", job.stored.id),
                 session_key: job.stored.session.clone(),
                 content: format!("[cron job {}] {}", job.stored.name, job.stored.message),
-            });
+            };
+            if let Some(sink) = &sink {
+                // Delivered before the job moves on: a crash between the two fires this slot
+                // again, and its key makes the inbox recognise it.
+                let key = format!(
+                    "cron:{}:{}",
+                    job.stored.id,
+                    due.to_rfc3339_opts(SecondsFormat::Millis, true)
+                );
+                if let Err(error) = sink.deliver(message, &key) {
+                    tracing::warn!(job = %job.stored.id, %error, "a cron firing could not be delivered; it is tried again in a second");
+                    failed = true;
+                    continue;
+                }
+                job.stored.next_fire = next;
+                delivered += 1;
+                continue;
+            }
+            job.stored.next_fire = next;
+            firings.push(message);
         }
-        if !firings.is_empty()
+        if (!firings.is_empty() || delivered > 0)
             && let Err(error) = self.save(&mut state)
         {
             tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
         }
-        let earliest = state
+        let mut earliest = state
             .jobs
             .iter()
             .filter_map(|job| job.stored.next_fire)
+            .filter(|next| !failed || *next > now)
             .min();
+        if failed {
+            // Not at once again: the sink said no.
+            let retry = now + chrono::Duration::seconds(1);
+            earliest = Some(earliest.map_or(retry, |next| next.min(retry)));
+        }
         drop(state);
         for message in firings {
             let sender = message.sender.clone();

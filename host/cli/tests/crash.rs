@@ -10,7 +10,9 @@
 //! - no tool effect appears twice, and "may have partly run" results are at most the kills;
 //! - every session's event `seq` runs 1..N without a hole or a repeat, and a client that
 //!   resubscribed with `since` after each restart received exactly that log;
-//! - a resend with the same idempotency key returns the same run id.
+//! - a resend with the same idempotency key returns the same run id;
+//! - a cron job firing every second into a sixth session through all of it: each firing (its
+//!   job and due time) entered the session's inbox once and became exactly one committed turn.
 //!
 //! The seed changes per run and is printed; `CLAWCAGE_CRASH_SEED=N` replays one.
 
@@ -35,6 +37,7 @@ const SESSIONS: [&str; 5] = [
     "agent:main:capped:e",
 ];
 const MESSAGES: usize = 10;
+const CRON_SESSION: &str = "agent:main:cron:z";
 const KILLS: usize = 12;
 /// How long the whole suite may take before it fails.
 const BUDGET: Duration = Duration::from_secs(240);
@@ -152,6 +155,23 @@ impl Setup {
         }
     }
 
+    /// `clawcage cron add …` on this state directory.
+    fn add_cron_job(&self) {
+        let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .arg("--config")
+            .arg(&self.config)
+            .arg("--state-dir")
+            .arg(&self.state)
+            .arg("--workspace")
+            .arg(&self.workspace)
+            .args(["cron", "add", "--every", "1", "--name", "tick"])
+            .args(["--message", "tick", "--session", CRON_SESSION])
+            .env("ANTHROPIC_API_KEY", "sk-crash-test")
+            .output()
+            .unwrap();
+        assert!(output.status.success(), "{output:?}");
+    }
+
     fn start(&self) -> GatewayProcess {
         let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
         command
@@ -247,6 +267,7 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
     let mut rng = Rng(seed);
     let server = LlmServer::start_routed(model(seed)).await;
     let setup = Setup::new(server.url());
+    setup.add_cron_job();
     let received: Received = Arc::new(Mutex::new(vec![Vec::new(); SESSIONS.len()]));
 
     let mut next = [0usize; SESSIONS.len()];
@@ -439,6 +460,74 @@ async fn finish(
             }
         }
     }
+    // The cron job: every firing went into the inbox once and became one committed turn.
+    let cron_inbox = std::fs::read_to_string(
+        setup
+            .state
+            .join("inbox")
+            .join(format!("{}.jsonl", escape(CRON_SESSION))),
+    )
+    .unwrap_or_default();
+    let mut firings: BTreeMap<String, usize> = BTreeMap::new();
+    let mut ids: HashMap<String, String> = HashMap::new();
+    let mut done = std::collections::HashSet::new();
+    for line in cron_inbox.lines() {
+        let Ok(record) = serde_json::from_str::<Value>(line) else {
+            continue;
+        };
+        let key = record["idempotency"]
+            .as_str()
+            .unwrap_or_default()
+            .to_string();
+        let id = record["id"].as_str().unwrap_or_default().to_string();
+        match record["op"].as_str() {
+            Some("in") if key.starts_with("cron:") => {
+                *firings.entry(key.clone()).or_default() += 1;
+                ids.insert(id, key);
+            }
+            Some("finished") if key.starts_with("cron:") => {
+                *firings.entry(key.clone()).or_default() += 1;
+                done.insert(key);
+            }
+            Some("done") => {
+                for id in record["ids"].as_array().into_iter().flatten() {
+                    if let Some(key) = ids.get(id.as_str().unwrap_or_default()) {
+                        done.insert(key.clone());
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    let twice: Vec<_> = firings.iter().filter(|&(_, &n)| n > 1).collect();
+    assert!(
+        twice.is_empty(),
+        "cron firings recorded twice: {twice:?} (seed {seed})"
+    );
+    let cron_transcript = std::fs::read_to_string(
+        setup
+            .state
+            .join("sessions")
+            .join(format!("{}.jsonl", escape(CRON_SESSION))),
+    )
+    .unwrap_or_default();
+    let cron_turns = committed_user_texts(&cron_transcript)
+        .iter()
+        .filter(|text| text.contains("[cron job tick]"))
+        .count();
+    assert!(
+        firings.len() >= 5,
+        "the job fired only {} times",
+        firings.len()
+    );
+    // The job goes on firing: the newest firings may still be on their way.
+    assert!(
+        done.len() <= cron_turns && cron_turns <= firings.len(),
+        "each firing is one committed turn: {} done, {cron_turns} turns, {} firings (seed {seed})",
+        done.len(),
+        firings.len()
+    );
+
     let effects = std::fs::read_to_string(setup.workspace.join("effects.log")).unwrap_or_default();
     let mut seen: BTreeMap<String, usize> = BTreeMap::new();
     for token in effects.split_whitespace() {
@@ -459,9 +548,10 @@ async fn finish(
         "{partly} 'may have partly run' results for {kills} kills (seed {seed})"
     );
     eprintln!(
-        "crash suite: {kills} kills, {} acknowledged sends, {dropped_events} dropped by their queue, {} effects, {partly} calls that may have partly run",
+        "crash suite: {kills} kills, {} acknowledged sends, {dropped_events} dropped by their queue, {} effects, {partly} calls that may have partly run, {} cron firings",
         acked.len(),
-        seen.len()
+        seen.len(),
+        firings.len()
     );
     drop(client);
     gateway.kill();

@@ -21,10 +21,13 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use clawcage_agent::agent_loop::{TurnObserver, Verdict};
+use clawcage_agent::cron::FiringSink;
 use clawcage_agent::events::{AgentEvent, EventLog, EventObserver, Stream};
 use clawcage_agent::inbox::{FinishedInput, InputRecord, InputStatus};
 use clawcage_agent::session::queue::QueuedJob;
-use clawcage_agent::session::{Admission, InputMeta, QueueEvent, Recovered, RecoveredFate};
+use clawcage_agent::session::{
+    Admission, DropReason, InputMeta, QueueEvent, Recovered, RecoveredFate,
+};
 use clawcage_agent::transcript::Position;
 use clawcage_agent::{
     AgentError, Compaction, LaneInput, MessageBus, ProviderEvents, Sessions, SubagentManager,
@@ -247,6 +250,8 @@ struct Ticket {
     joined: Option<String>,
     /// Stop it as soon as its turn starts (an abort or a shutdown while it waited).
     abort_on_start: bool,
+    /// Its `queue dropped` event went out.
+    dropped_said: bool,
 }
 
 impl Ticket {
@@ -468,6 +473,7 @@ impl Hub {
                         waker: None,
                         joined: None,
                         abort_on_start: false,
+                        dropped_said: false,
                     },
                 );
                 drop(state);
@@ -773,6 +779,7 @@ impl Hub {
                 waker: None,
                 joined: None,
                 abort_on_start: false,
+                dropped_said: false,
             },
         );
         drop(state);
@@ -817,6 +824,7 @@ impl Hub {
         if let Some(waker) = entry.waker {
             waker.wake();
         }
+        let dropped_said = entry.dropped_said;
         let (run_id, joined) = match entry.kind {
             TicketKind::Reset(done) => {
                 if let Some(done) = done {
@@ -864,6 +872,15 @@ impl Hub {
         } else if let Some(into) = joined {
             // Its message went into `into`'s turn, whose events carry the answer.
             payload["joinedRun"] = json!(into);
+        } else if let (Err(AgentError::Dropped(reason)), false) = (&reply, dropped_said) {
+            // Dropped before the hub knew its ticket (while a restart took the inbox up).
+            let event = AgentEvent::new(
+                key,
+                &run_id,
+                Stream::Lifecycle,
+                json!({"phase": "queue", "status": "dropped", "reason": reason.to_string()}),
+            );
+            self.publish(state, event);
         }
         self.finish_run(&run_id, status, payload);
     }
@@ -894,12 +911,11 @@ impl Hub {
             QueueEvent::Dropped { ticket, reason } => {
                 let session = self.session(key);
                 let mut state = session.lock();
-                if let Some(run_id) = state
-                    .tickets
-                    .get(ticket)
-                    .and_then(Ticket::run_id)
-                    .map(str::to_string)
-                {
+                let run_id = state.tickets.get_mut(ticket).and_then(|entry| {
+                    entry.dropped_said = true;
+                    entry.run_id().map(str::to_string)
+                });
+                if let Some(run_id) = run_id {
                     self.publish(
                         &mut state,
                         AgentEvent::new(
@@ -1163,6 +1179,7 @@ impl Hub {
                     waker: None,
                     joined: None,
                     abort_on_start: false,
+                    dropped_said: false,
                 },
             );
             self.follow(&session, ticket);
@@ -1203,20 +1220,52 @@ impl Hub {
     /// Hands a notification (a sub-agent's result, a cron firing) to its session's lane as a
     /// run (it always waits for its own turn).
     pub fn notify(&self, message: InboundMessage) {
+        if let Err(error) = self.notify_keyed(message, None) {
+            tracing::warn!(%error, "a notification was not taken");
+        }
+    }
+
+    /// [`Hub::notify`] under an idempotency key (a cron firing's `cron:<job>:<due>`): recorded in
+    /// the session's inbox when this returns `Ok`; a key taken before is `Ok` without a second
+    /// run.
+    pub fn notify_keyed(
+        &self,
+        message: InboundMessage,
+        idempotency: Option<&str>,
+    ) -> Result<(), String> {
         if self.shutting_down() {
-            tracing::warn!(sender = %message.sender, "a notification arrived during shutdown and is dropped");
-            return;
+            return Err(format!(
+                "a notification from {} arrived during shutdown",
+                message.sender
+            ));
         }
         let key = message.session_key.clone();
-        let run_id = format!("{}-{}", self.run_prefix, self.next_id());
-        lock(&self.runs).entries.insert(
-            run_id.clone(),
-            RunEntry {
-                session: key.clone(),
-                result: watch::channel(None).0,
-                finished: None,
-            },
-        );
+        let run_id = {
+            let mut runs = lock(&self.runs);
+            if let Some(idempotency) = idempotency
+                && runs
+                    .idempotency
+                    .contains_key(&(key.clone(), idempotency.to_string()))
+            {
+                return Ok(());
+            }
+            let run_id = format!("{}-{}", self.run_prefix, self.next_id());
+            if let Some(idempotency) = idempotency {
+                runs.idempotency.insert(
+                    (key.clone(), idempotency.to_string()),
+                    (run_id.clone(), Instant::now()),
+                );
+            }
+            runs.entries.insert(
+                run_id.clone(),
+                RunEntry {
+                    session: key.clone(),
+                    result: watch::channel(None).0,
+                    finished: None,
+                },
+            );
+            run_id
+        };
         let session = self.session(&key);
         let _admit = lock(&session.admit);
         let observer = HubObserver::new(self.this.clone(), session.clone(), &key, &run_id);
@@ -1227,7 +1276,7 @@ impl Hub {
             Arc::new(observer),
             InputMeta {
                 id: Some(run_id.clone()),
-                idempotency: None,
+                idempotency: idempotency.map(str::to_string),
             },
         );
         let ticket = pending.ticket();
@@ -1237,7 +1286,15 @@ impl Hub {
                 RunStatus::Dropped,
                 json!({"error": reason.to_string()}),
             );
-            return;
+            if let DropReason::NotRecorded { why } = reason {
+                if let Some(idempotency) = idempotency {
+                    lock(&self.runs)
+                        .idempotency
+                        .remove(&(key.clone(), idempotency.to_string()));
+                }
+                return Err(why.clone());
+            }
+            return Ok(());
         }
         session.lock().tickets.insert(
             ticket,
@@ -1252,9 +1309,16 @@ impl Hub {
                 waker: None,
                 joined: None,
                 abort_on_start: false,
+                dropped_said: false,
             },
         );
         self.follow(&session, ticket);
+        Ok(())
+    }
+
+    /// Where the cron service delivers its firings: this hub, exactly once.
+    pub fn firing_sink(&self) -> Arc<dyn FiringSink> {
+        Arc::new(HubFirings(self.this.clone()))
     }
 
     // ---- reading ----------------------------------------------------------------------------
@@ -1561,6 +1625,19 @@ impl Hub {
         if let Err(error) = self.parts.events.sync() {
             tracing::error!(%error, "cannot sync the event log");
         }
+    }
+}
+
+/// Cron firings into the hub: each a notification run recorded under its key.
+struct HubFirings(Weak<Hub>);
+
+impl FiringSink for HubFirings {
+    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String> {
+        let hub = self
+            .0
+            .upgrade()
+            .ok_or_else(|| "the gateway has stopped".to_string())?;
+        hub.notify_keyed(message, Some(key))
     }
 }
 

@@ -417,7 +417,6 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         }
         CronStatus::Disabled => "[cron] enabled = false".to_string(),
     };
-    let runner = runtime.cron().map(|cron| cron.start());
 
     // The `message` tool posts into the session whose turn calls it.
     let hub_cell: Arc<OnceLock<Weak<Hub>>> = Arc::new(OnceLock::new());
@@ -472,6 +471,12 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     settings.sends_per_minute = args.sends_per_minute.max(1);
     settings.limits = connection_limits;
     let gateway = Gateway::new(parts, settings);
+    // Cron firings go into their sessions' inboxes exactly once; the runner starts only now,
+    // so none goes past the hub.
+    let runner = runtime.cron().map(|cron| {
+        cron.set_sink(gateway.hub.firing_sink());
+        cron.start()
+    });
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
     // Always: even with the configuration's policy off, a session may set its own.
     let _ = gateway
