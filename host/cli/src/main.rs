@@ -589,7 +589,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             // start.
             match runtime.enable_cron().await? {
                 clawcage_runtime::CronStatus::OwnedElsewhere(dir) => {
-                    match clawcage_gateway::running_gateway(&dir) {
+                    match clawcage_gateway::running_gateway(runtime.state_dir()) {
                         Some(url) => clawcage_runtime::tell!(
                             "note: the gateway running at {url} runs the cron jobs of {}; this chat has no cron tool (or attach to the gateway: clawcage chat --gateway {})",
                             dir.display(),

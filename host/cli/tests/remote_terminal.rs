@@ -420,3 +420,52 @@ async fn a_line_typed_during_a_turn_joins_it_through_the_gateway() {
     );
     drop(gateway);
 }
+
+/// A local chat beside a running gateway says the gateway runs the cron jobs (not "another
+/// chat") and how to attach to it instead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_chat_beside_a_gateway_says_the_gateway_runs_the_cron_jobs() {
+    let server = model().await;
+    let setup = Setup::new("");
+    let gateway = setup.gateway(&server, "127.0.0.1:0");
+    let addr = gateway.addr;
+    let output = tokio::task::spawn_blocking({
+        let (state, workspace, config) = (
+            setup.state.clone(),
+            setup.workspace.clone(),
+            setup.config.clone(),
+        );
+        let url = server.url().to_string();
+        move || {
+            Command::new(env!("CARGO_BIN_EXE_clawcage"))
+                .arg("--config")
+                .arg(config)
+                .arg("--state-dir")
+                .arg(state)
+                .arg("--workspace")
+                .arg(workspace)
+                .args(["chat", "--provider", "anthropic", "--base-url", &url])
+                .env("ANTHROPIC_API_KEY", "sk-test")
+                .env_remove("RUST_LOG")
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap()
+        }
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "the gateway running at http://{addr}/ runs the cron jobs"
+        )),
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains(&format!("clawcage chat --gateway ws://{addr}")),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("another clawcage chat"), "{stderr}");
+    drop(gateway);
+}
