@@ -375,7 +375,7 @@ async fn a_line_typed_during_a_turn_joins_it_through_the_gateway() {
         if tool_result_of(messages.last().unwrap()).is_some() {
             return anthropic::message(&[anthropic::text("Napped.")]);
         }
-        anthropic::message(&[anthropic::tool("n1", "exec", json!({"command": "sleep 3"}))])
+        anthropic::message(&[anthropic::tool("n1", "exec", json!({"command": "sleep 5"}))])
     })
     .await;
     let setup = Setup::new("");
@@ -384,7 +384,7 @@ async fn a_line_typed_during_a_turn_joins_it_through_the_gateway() {
     let steps = json!([
         {"expect": "you> ", "timeout": 60},
         {"send": "Take a nap.\r"},
-        {"expect": "sleep 3", "timeout": 30},
+        {"expect": "sleep 5", "timeout": 30},
         {"sleep": 0.5},
         {"send": "also say bye"},
         {"sleep": 0.8},

@@ -290,7 +290,7 @@ async fn a_thinking_line_counts_until_the_first_word_and_is_then_gone() {
         let gate = gate.clone();
         async move {
             gate.reached(1).await;
-            tokio::time::sleep(Duration::from_millis(2600)).await;
+            tokio::time::sleep(Duration::from_millis(4000)).await;
             gate.open();
         }
     });
@@ -345,7 +345,7 @@ async fn a_line_typed_during_a_turn_steers_it_and_is_not_smeared_over_the_output
         if tool_result_of(messages.last().unwrap()).is_some() {
             return anthropic::message(&[anthropic::text("Napped.")]);
         }
-        anthropic::message(&[anthropic::tool("n1", "exec", json!({"command": "sleep 3"}))])
+        anthropic::message(&[anthropic::tool("n1", "exec", json!({"command": "sleep 5"}))])
     })
     .await;
     let report = drive(
@@ -355,7 +355,7 @@ async fn a_line_typed_during_a_turn_steers_it_and_is_not_smeared_over_the_output
         json!([
             {"expect": "you> ", "timeout": 60},
             {"send": "Take a nap.\r"},
-            {"expect": "sleep 3", "timeout": 20},
+            {"expect": "sleep 5", "timeout": 20},
             {"sleep": 0.5},
             // Typed key by key while the call runs.
             {"send": "also "},
@@ -654,7 +654,7 @@ async fn run_on_a_terminal_shows_the_thinking_line_on_stderr_and_clears_it() {
         let gate = gate.clone();
         async move {
             gate.reached(1).await;
-            tokio::time::sleep(Duration::from_millis(2600)).await;
+            tokio::time::sleep(Duration::from_millis(4000)).await;
             gate.open();
         }
     });
