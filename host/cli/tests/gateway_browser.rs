@@ -1150,13 +1150,15 @@ return { found, raw: window.markdownit({ html: true }).render(arguments[0]).incl
         count(&page["assistant"], "Line 80 of a long answer.") == 1
     })
     .await;
-    browser
+    // As a person's scroll: the position, then its event (the browser's own comes later).
+    let following = browser
         .execute(
-            r#"document.getElementById("messages").scrollTop = 0; return true;"#,
+            r#"const m = document.getElementById("messages"); m.scrollTop = 0; m.dispatchEvent(new Event("scroll")); return state.follow;"#,
             vec![],
         )
         .await
         .unwrap();
+    assert_eq!(following, false);
     wait_for(&browser, "the scroll up", 10, PAGE, |page| {
         page["scrollTop"] == 0
     })

@@ -190,7 +190,6 @@ async function onHello(hello) {
   ui.tokenPrompt.hidden = true;
   ui.tokenError.hidden = true;
   sessionStorage.setItem("clawcage.token", state.token);
-  setStatus("connected", "connected");
   ui.note.textContent = "";
   request("status", {}).then((status) => { ui.model.textContent = status.model; }, () => {});
   await refreshSessions();
@@ -199,6 +198,8 @@ async function onHello(hello) {
     state.draft = true;
   }
   showSessionHeader();
+  drawSessions();
+  setStatus("connected", "connected");
   if (!state.draft) await openSession(state.session, { resume: state.loaded });
   await refreshOperator();
   return hello;
