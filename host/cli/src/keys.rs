@@ -153,6 +153,9 @@ fn send_keys(text: &str, in_escape: &mut bool, keys: &mpsc::UnboundedSender<Key>
     }
 }
 
+/// The longest line kept while typing during a turn, in bytes; a longer paste is cut there.
+pub const MAX_TYPED_BYTES: usize = 64 << 10;
+
 /// A line typed during a turn, key by key.
 #[derive(Debug, Default)]
 pub struct TypedLine {
@@ -163,7 +166,8 @@ impl TypedLine {
     /// Takes `key`; the line when it was Enter and something was typed.
     pub fn take(&mut self, key: Key) -> Option<String> {
         match key {
-            Key::Char(c) => self.text.push(c),
+            Key::Char(c) if self.text.len() + c.len_utf8() <= MAX_TYPED_BYTES => self.text.push(c),
+            Key::Char(_) => {}
             Key::Backspace => {
                 self.text.pop();
             }
@@ -191,6 +195,16 @@ mod tests {
             got.push(key);
         }
         assert_eq!(got, vec![Key::Char('a'), Key::Char('b'), Key::Enter]);
+    }
+
+    #[test]
+    fn a_pasted_flood_is_cut_at_the_cap() {
+        let mut line = TypedLine::default();
+        for _ in 0..(MAX_TYPED_BYTES + 1000) {
+            line.take(Key::Char('x'));
+        }
+        let sent = line.take(Key::Enter).unwrap();
+        assert_eq!(sent.len(), MAX_TYPED_BYTES);
     }
 
     #[test]

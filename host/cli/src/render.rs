@@ -1041,6 +1041,44 @@ pub fn human_bytes(bytes: u64) -> String {
 mod tests {
     use super::*;
 
+    /// `pieces` streamed through the Markdown styler, then finished.
+    fn styled(pieces: &[&str]) -> String {
+        let mut markdown = Markdown::default();
+        let mut out: String = pieces.iter().map(|piece| markdown.style(piece)).collect();
+        out.push_str(&markdown.finish());
+        out
+    }
+
+    #[test]
+    fn markdown_is_styled_as_it_streams_whatever_the_pieces() {
+        let whole = styled(&["# Title\nSay **hi** to `x`, 2 * 3.\n"]);
+        let pieces = styled(&["#", " Ti", "tle\nSay *", "*hi*", "* to `", "x`, 2 * 3.\n"]);
+        assert_eq!(whole, pieces);
+        assert_eq!(
+            whole,
+            "\x1b[1m# Title\x1b[22m\nSay \x1b[1mhi\x1b[22m to \x1b[36mx\x1b[39m, 2 * 3.\n"
+        );
+        // A fence: its lines dimmed, the code coloured, no inline styling inside.
+        assert_eq!(
+            styled(&["```rust\na **b**\n```\nok\n"]),
+            "\x1b[2m```rust\x1b[22m\n\x1b[36ma **b**\x1b[39m\n\x1b[2m```\x1b[22m\nok\n"
+        );
+        // An unclosed style ends with its line; a lone `#` is text.
+        assert_eq!(styled(&["**open\n#5\n"]), "\x1b[1mopen\x1b[22m\n#5\n");
+        assert_eq!(styled(&["*"]), "*");
+    }
+
+    #[test]
+    fn control_characters_become_visible_symbols() {
+        assert_eq!(sanitize("plain\ttext\n"), "plain\ttext\n");
+        assert_eq!(
+            sanitize("a\x1b[2Jb\rc\x07d\u{9b}31m\x7f"),
+            "a␛[2Jb␍c␇d�31m␡"
+        );
+        assert_eq!(without_repeated_label("denied: denied: no"), "denied: no");
+        assert_eq!(without_repeated_label("denied: no"), "denied: no");
+    }
+
     #[test]
     fn times_and_sizes_read_well() {
         assert_eq!(rfc3339(0), "1970-01-01T00:00:00Z");
