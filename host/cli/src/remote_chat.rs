@@ -415,6 +415,14 @@ impl RemoteTurn<'_> {
                     }
                     None => {
                         let client = self.link.client();
+                        if client.closed_reason().is_some() {
+                            // Nothing can be stopped while the gateway is away: stop waiting.
+                            console.styled_line(
+                                Style::Attention,
+                                "  not connected: the prompt is back; the turn's end is shown once connected again",
+                            );
+                            return Ok(());
+                        }
                         let run = turns.front().cloned();
                         let mut params = json!({"sessionKey": self.key});
                         if let Some(run) = run {
