@@ -664,6 +664,10 @@ async fn a_budget_gives_notice_at_80_percent_and_stops_at_100() {
         "{error}"
     );
     assert_eq!(server.bodies().len(), 3, "a spent budget sends nothing");
+    // Nor does /compact: its summary is a model call too.
+    let refused = sessions.compact("s", heard.clone()).await.unwrap_err();
+    assert!(matches!(refused, AgentError::Budget(_)), "{refused:?}");
+    assert_eq!(server.bodies().len(), 3, "a spent budget compacts nothing");
     let report = sessions.usage_report("s");
     assert_eq!(
         report,

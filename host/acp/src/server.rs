@@ -441,7 +441,9 @@ impl Server {
                 let params = json!({
                     "sessionId": key,
                     "toolCall": {
-                        "toolCallId": request.id,
+                        // The tool call the question gates, so the editor shows it on that
+                        // call's card (the approval id when the call is not known).
+                        "toolCallId": request.tool_call_id.as_deref().unwrap_or(&request.id),
                         "title": request.describe(),
                         "kind": updates::tool_kind(&request.tool),
                         "status": "pending",

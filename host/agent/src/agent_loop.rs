@@ -32,6 +32,17 @@ use crate::context::{
 use crate::provider::{ChatRequest, NoEvents, Provider, ProviderError, ProviderEvents, StopReason};
 use crate::session::current_session_key;
 use crate::transcript::push_message;
+
+tokio::task_local! {
+    /// The id of the model's tool call running in the current task.
+    static CURRENT_TOOL_CALL: String;
+}
+
+/// The id of the model's tool call the current task runs (`toolu_…`), if any: an approval the
+/// call asks for names it, so a front end can show the question on the call.
+pub fn current_tool_call_id() -> Option<String> {
+    CURRENT_TOOL_CALL.try_with(Clone::clone).ok()
+}
 use clawcage_core::redact::Redactor;
 
 /// The system prompt used when the configuration gives none.
@@ -692,9 +703,12 @@ impl AgentLoop {
                     });
                     observer.tool_started(call);
                     let session = current_session_key().unwrap_or_else(|| "agent".into());
-                    let result = self
-                        .audited
-                        .execute_value(&session, &call.name, &call.arguments)
+                    let result = CURRENT_TOOL_CALL
+                        .scope(
+                            call.id.clone(),
+                            self.audited
+                                .execute_value(&session, &call.name, &call.arguments),
+                        )
                         .await;
                     match result {
                         Ok(output) => (Verdict::Ok, output.text),

@@ -132,6 +132,10 @@ pub struct ApprovalRequest {
     pub id: String,
     /// The session whose tool call waits, when it runs for one.
     pub session_key: Option<String>,
+    /// The id of the model's tool call this request gates (`toolu_…`), when it is known: a front
+    /// end shows the question on that call.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
     /// The tool (`exec`).
     pub tool: String,
     /// What the call would run.
@@ -682,7 +686,7 @@ impl ApprovalBroker {
             Err(error) => {
                 tracing::warn!("{error}");
                 return GateAnswer::Denied(format!(
-                    "denied: the operator's approvals could not be read ({error})"
+                    "the operator's approvals could not be read ({error})"
                 ));
             }
         };
@@ -787,6 +791,7 @@ impl ApprovalBroker {
         let request = ApprovalRequest {
             id: id.clone(),
             session_key: session.clone(),
+            tool_call_id: crate::agent_loop::current_tool_call_id(),
             tool: tool.to_string(),
             plan: plan.clone(),
             reasons: reasons.clone(),
@@ -805,7 +810,7 @@ impl ApprovalBroker {
                     Duration::ZERO,
                 );
                 return Err(format!(
-                    "denied: {MAX_PENDING} approval requests are already waiting for the operator; wait for them to be answered"
+                    "{MAX_PENDING} approval requests are already waiting for the operator; wait for them to be answered"
                 ));
             }
             state.pending.insert(
@@ -902,7 +907,7 @@ impl ApprovalBroker {
                 Duration::ZERO,
             );
             GateAnswer::Denied(format!(
-                "denied: this command needs the operator's approval and no operator is connected to give it ([approvals] ask_fallback = \"{name}\"){}",
+                "this command needs the operator's approval and no operator is connected to give it ([approvals] ask_fallback = \"{name}\"){}",
                 if reasons.is_empty() {
                     String::new()
                 } else {

@@ -304,17 +304,21 @@ impl ProviderEvents for EventObserver {
     }
 }
 
+/// A call's arguments as events carry them: whole, or over [`TOOL_ARGS_MAX_CHARS`] a preview.
+fn args_json(call: &ToolCall) -> Value {
+    let text = call.arguments.to_string();
+    if text.chars().count() > TOOL_ARGS_MAX_CHARS {
+        json!({"truncated": true, "preview": excerpt(&text, TOOL_ARGS_MAX_CHARS).0})
+    } else {
+        call.arguments.clone()
+    }
+}
+
 impl TurnObserver for EventObserver {
     fn tool_started(&self, call: &ToolCall) {
-        let text = call.arguments.to_string();
-        let args = if text.chars().count() > TOOL_ARGS_MAX_CHARS {
-            json!({"truncated": true, "preview": excerpt(&text, TOOL_ARGS_MAX_CHARS).0})
-        } else {
-            call.arguments.clone()
-        };
         self.emit(
             Stream::Tool,
-            json!({"phase": "start", "toolCallId": call.id, "name": call.name, "args": args}),
+            json!({"phase": "start", "toolCallId": call.id, "name": call.name, "args": args_json(call)}),
         );
     }
 
@@ -333,6 +337,10 @@ impl TurnObserver for EventObserver {
         });
         if let Some(reason) = verdict.reason() {
             data["reason"] = Value::String(excerpt(reason, 500).0.to_string());
+        }
+        // A call that never started (not run, invalid) had no start event to carry them.
+        if matches!(verdict, Verdict::NotRun(_) | Verdict::Invalid(_)) {
+            data["args"] = args_json(call);
         }
         self.emit(Stream::Tool, data);
     }
@@ -390,6 +398,24 @@ mod tests {
         );
         let back: AgentEvent = serde_json::from_value(json).unwrap_or_else(|_| event.clone());
         assert_eq!(back, event);
+    }
+
+    #[test]
+    fn a_call_that_never_started_carries_its_arguments_on_its_end() {
+        let (observer, mut events) = EventObserver::channel("s", "r");
+        let call = ToolCall {
+            id: "t9".into(),
+            name: "exec".into(),
+            arguments: json!({"command": "ls"}),
+        };
+        observer.tool_finished(&call, &Verdict::NotRun("not run: skipped".into()), "not run");
+        let end = events.try_recv().ok().map(|e| e.data).unwrap_or_default();
+        assert_eq!(end["args"], json!({"command": "ls"}), "{end}");
+        observer.tool_started(&call);
+        let _ = events.try_recv();
+        observer.tool_finished(&call, &Verdict::Ok, "a\nb");
+        let end = events.try_recv().ok().map(|e| e.data).unwrap_or_default();
+        assert!(end.get("args").is_none(), "its start carried them: {end}");
     }
 
     #[test]

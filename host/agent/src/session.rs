@@ -1123,6 +1123,10 @@ async fn compact_now(
     history: &mut Vec<ChatMessage>,
     observer: &dyn TurnObserver,
 ) -> LaneReply {
+    // A compaction is a model call: a spent budget refuses it as it refuses a turn.
+    if let Some(budget) = shared.budget.get() {
+        budget.check(Some(key)).map_err(AgentError::Budget)?;
+    }
     let mut journal = Vec::new();
     let compacted = CURRENT_SESSION
         .scope(

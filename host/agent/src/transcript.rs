@@ -211,6 +211,19 @@ pub struct Answered {
     pub usage: Usage,
 }
 
+/// Where a committed turn ended among the loaded messages, and how.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TurnMark {
+    /// The messages before its end: it ended after `messages[after_messages - 1]`.
+    pub after_messages: usize,
+    /// When it ended, in milliseconds since the Unix epoch.
+    pub at_ms: u64,
+    /// Tokens it used.
+    pub usage: Usage,
+    /// `provider/model` that answered, or the error that ended it (`error: …`).
+    pub outcome: String,
+}
+
 /// A loaded session.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Loaded {
@@ -225,6 +238,8 @@ pub struct Loaded {
     pub open: Option<OpenTurn>,
     /// Every input a committed turn answered, by id.
     pub answered: HashMap<String, Answered>,
+    /// The committed turns since the last reset whose end is among `messages`, oldest first.
+    pub turns: Vec<TurnMark>,
 }
 
 /// A place in one session's transcript, as its store counts. Positions of one session only
@@ -458,8 +473,19 @@ impl Replay {
         }
         push_message(&mut self.loaded.messages, message);
         if self.loaded.messages.len() > self.limit.saturating_mul(2).max(64) {
-            trim_history(&mut self.loaded.messages, self.limit);
+            self.trim();
         }
+    }
+
+    /// Keep the history within the limit; turn marks follow the messages they count.
+    fn trim(&mut self) {
+        let before = self.loaded.messages.len();
+        trim_history(&mut self.loaded.messages, self.limit);
+        let removed = before - self.loaded.messages.len();
+        self.loaded.turns.retain_mut(|mark| {
+            mark.after_messages = mark.after_messages.saturating_sub(removed);
+            mark.after_messages > 0
+        });
     }
 
     fn apply(&mut self, entry: Entry, at: u64, end: u64) {
@@ -501,8 +527,18 @@ impl Replay {
                     open.usage.add(usage);
                 }
             }
-            Entry::Turn { usage, outcome, .. } => {
+            Entry::Turn {
+                at_ms,
+                usage,
+                outcome,
+            } => {
                 self.loaded.usage.add(usage);
+                self.loaded.turns.push(TurnMark {
+                    after_messages: self.loaded.messages.len(),
+                    at_ms,
+                    usage,
+                    outcome: outcome.clone(),
+                });
                 if let Some(open) = self.open.take() {
                     let answered = Answered {
                         text: std::mem::take(&mut self.last_text),
@@ -516,6 +552,7 @@ impl Replay {
             }
             Entry::Reset { .. } => {
                 self.loaded.messages.clear();
+                self.loaded.turns.clear();
                 self.loaded.usage = Usage::default();
             }
             Entry::Compaction {
@@ -524,8 +561,16 @@ impl Replay {
                 usage,
                 ..
             } => {
-                let cut = self.loaded.messages.len().saturating_sub(kept);
+                let before = self.loaded.messages.len();
+                let cut = before.saturating_sub(kept);
                 apply_compaction(&mut self.loaded.messages, cut, &summary);
+                // Turns that ended in the summarised part are gone with it.
+                let added = self.loaded.messages.len() + cut - before;
+                self.loaded.turns.retain_mut(|mark| {
+                    let kept_mark = mark.after_messages > cut;
+                    mark.after_messages = (mark.after_messages + added).saturating_sub(cut);
+                    kept_mark
+                });
                 self.loaded.usage.add(usage);
             }
         }
@@ -535,7 +580,7 @@ impl Replay {
     }
 
     fn finish(mut self) -> Loaded {
-        trim_history(&mut self.loaded.messages, self.limit);
+        self.trim();
         self.loaded.open = self.open;
         self.loaded
     }

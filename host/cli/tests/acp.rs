@@ -955,6 +955,9 @@ async fn approvals_become_permission_requests_the_editor_answers() {
         .collect();
     assert_eq!(kinds, ["allow_once", "allow_always", "reject_once"]);
     assert_eq!(asked[0]["toolCall"]["kind"], "execute");
+    // The question is asked on the tool call it gates, so the editor shows it on that card.
+    assert_eq!(asked[0]["toolCall"]["toolCallId"], "e1", "{:#}", asked[0]);
+    assert_eq!(asked[1]["toolCall"]["toolCallId"], "e2", "{:#}", asked[1]);
     assert!(
         asked[0]["toolCall"]["title"]
             .as_str()

@@ -1576,6 +1576,8 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
     assert_eq!(request["sessionKey"], "agent:main:web:a", "{request}");
     assert_eq!(request["tool"], "exec");
     assert_eq!(request["summary"], "rm -r build", "{request}");
+    // The tool call it gates, so a page shows the question on that call's card.
+    assert_eq!(request["toolCallId"], "t1", "{request}");
     assert!(request["expiresAtMs"].as_u64().unwrap() > 0);
     let id = request["id"].as_str().unwrap().to_string();
     // Nothing ran yet; a connection without the scope may not answer.
@@ -1763,4 +1765,121 @@ async fn chat_via_the_gateway_answers_its_sessions_approvals_inline() {
         "{bystander:#?}"
     );
     assert!(other.finish().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_have_titles_and_the_history_says_how_each_turn_ended() {
+    let server =
+        LlmServer::start_routed(|body| answer(&format!("about {}", last_user(body).0))).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let (mut client, hello) = GatewayClient::connect(gateway.addr, TOKEN).await;
+    assert!(
+        hello["payload"]["features"]
+            .to_string()
+            .contains("sessions.rename"),
+        "{hello}"
+    );
+
+    // Only subscribing to a session, or reading its history, does not make it a session.
+    let idle = "agent:main:web:idle";
+    client
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": idle, "since": 0}),
+        )
+        .await;
+    client
+        .request("chat.history", json!({"sessionKey": idle}))
+        .await;
+    let listed = client.request("sessions.list", json!({})).await;
+    assert!(
+        !listed.to_string().contains(idle),
+        "an empty session is not listed: {listed}"
+    );
+
+    let key = "agent:main:web:titled";
+    let sent = client
+        .request(
+            "agent",
+            send_params(
+                key,
+                "\n  Plan the move to Lisbon in May\nwith the budget",
+                "s1",
+            ),
+        )
+        .await;
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 20000}))
+        .await;
+    let listed = client.request("sessions.list", json!({})).await;
+    let entry = listed["payload"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == key)
+        .cloned()
+        .unwrap();
+    assert_eq!(entry["title"], "Plan the move to Lisbon in May", "{entry}");
+    assert!(entry["lastActivityMs"].as_u64().unwrap() > 0);
+
+    // The history gives each turn's end: where it ended, its usage and who answered.
+    let history = client
+        .request("chat.history", json!({"sessionKey": key}))
+        .await;
+    let turns = history["payload"]["turns"].as_array().unwrap();
+    assert_eq!(turns.len(), 1, "{history}");
+    assert_eq!(turns[0]["afterMessage"], 2);
+    assert_eq!(turns[0]["answeredBy"], "anthropic/claude-test");
+    assert!(turns[0]["usage"]["inputTokens"].as_u64().unwrap() > 0);
+    assert_eq!(turns[0]["aborted"], false);
+
+    // A name set by the person wins, survives a restart, and is checked.
+    let renamed = client
+        .request(
+            "sessions.rename",
+            json!({"sessionKey": key, "title": "Lisbon"}),
+        )
+        .await;
+    assert_eq!(renamed["payload"]["title"], "Lisbon", "{renamed}");
+    let bad = client
+        .request(
+            "sessions.rename",
+            json!({"sessionKey": key, "title": "a\u{1b}[2Jb"}),
+        )
+        .await;
+    assert_eq!(error_code(&bad), "INVALID_PARAMS", "{bad}");
+    let unknown_field = client
+        .request(
+            "sessions.rename",
+            json!({"sessionKey": key, "title": "x", "extra": 1}),
+        )
+        .await;
+    assert_eq!(
+        error_code(&unknown_field),
+        "INVALID_PARAMS",
+        "{unknown_field}"
+    );
+    drop(client);
+    gateway.kill();
+    let gateway = Gateway::with_token(&setup);
+    let mut client = gateway.client().await;
+    let listed = client.request("sessions.list", json!({})).await;
+    let entry = listed["payload"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["key"] == key)
+        .cloned()
+        .unwrap();
+    assert_eq!(entry["title"], "Lisbon");
+    // An empty title goes back to the first message's.
+    let cleared = client
+        .request("sessions.rename", json!({"sessionKey": key, "title": ""}))
+        .await;
+    assert_eq!(
+        cleared["payload"]["title"],
+        "Plan the move to Lisbon in May"
+    );
 }

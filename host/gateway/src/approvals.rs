@@ -36,6 +36,7 @@ pub fn request_payload(request: &ApprovalRequest) -> Value {
     json!({
         "id": request.id,
         "sessionKey": request.session_key,
+        "toolCallId": request.tool_call_id,
         "tool": request.tool,
         "plan": request.plan,
         "summary": request.plan.summary(),
@@ -213,6 +214,7 @@ mod tests {
         let request = ApprovalRequest {
             id: "apr-1".into(),
             session_key: Some("agent:main:web:x".into()),
+            tool_call_id: Some("toolu_1".into()),
             tool: "write".into(),
             plan: ExecPlan {
                 command: "create or change /ws/a.txt".into(),

@@ -28,7 +28,7 @@ use clawcage_agent::session::queue::QueuedJob;
 use clawcage_agent::session::{
     Admission, DropReason, InputMeta, QueueEvent, Recovered, RecoveredFate,
 };
-use clawcage_agent::transcript::Position;
+use clawcage_agent::transcript::{Position, TurnMark};
 use clawcage_agent::{
     AgentError, Compaction, LaneInput, MessageBus, ProviderEvents, Sessions, SubagentManager,
     ToolRegistry, TranscriptStore, TurnOutcome,
@@ -322,7 +322,22 @@ pub struct Hub {
     shutting_down: AtomicBool,
     /// When the gateway started.
     pub started: Instant,
+    /// Each session's title: set by `sessions.rename`, else its first message's first line.
+    titles: Mutex<BTreeMap<String, String>>,
     this: Weak<Hub>,
+}
+
+/// Characters of a title made from a first message.
+const TITLE_CHARS: usize = 80;
+
+/// The title a first message gives its session: its first non-empty line, cut to 80 characters.
+fn title_of(text: &str) -> Option<String> {
+    let line = text.lines().map(str::trim).find(|line| !line.is_empty())?;
+    let mut title: String = line.chars().take(TITLE_CHARS).collect();
+    if line.chars().count() > TITLE_CHARS {
+        title.push('…');
+    }
+    Some(title)
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -358,8 +373,10 @@ impl Hub {
             run_prefix: format!("run-{}", base36(clawcage_agent::transcript::now_ms())),
             shutting_down: AtomicBool::new(false),
             started: Instant::now(),
+            titles: Mutex::new(BTreeMap::new()),
             this: this.clone(),
         });
+        *lock(&hub.titles) = hub.read_titles();
         hub.recover_interrupted_runs();
         let weak = Arc::downgrade(&hub);
         hub.parts.sessions.set_queue_listener(Some(Arc::new(
@@ -668,6 +685,7 @@ impl Hub {
         // A secret value a person pasted is scrubbed like the model's output: the queue events,
         // the event log, the lane, the transcript and the model all get the scrubbed text.
         let text = self.parts.sessions.agent().redactor().redact(&text);
+        self.title_from_first_message(key, &text);
         let run_id = {
             let mut runs = lock(&self.runs);
             if let Some(idempotency) = idempotency
@@ -1203,6 +1221,14 @@ impl Hub {
                 error,
             ));
         }
+        {
+            let mut titles = lock(&self.titles);
+            if titles.remove(key).is_some()
+                && let Err(error) = self.save_titles(&titles)
+            {
+                tracing::warn!(?error, "cannot forget a deleted session's title");
+            }
+        }
         if let Some(inbox) = self.parts.sessions.inbox()
             && let Err(error) = inbox.remove(key)
         {
@@ -1455,16 +1481,95 @@ impl Hub {
             loaded.map_err(|error| GatewayError::internal("cannot read the transcript", error))?;
         let mut messages = serde_json::to_value(&loaded.messages).unwrap_or_else(|_| json!([]));
         annotate_verdicts(&mut messages, &verdicts);
+        let turns: Vec<Value> = loaded.turns.iter().map(turn_json).collect();
         Ok(json!({
             "sessionKey": key,
             "messages": messages,
+            "turns": turns,
             "cursor": cursor,
             "skipRuns": skip,
             "running": running,
         }))
     }
 
-    /// Every session: with a transcript or served since the start, newest first.
+    fn titles_path(&self) -> PathBuf {
+        self.parts.state_dir.join("gateway").join("titles.json")
+    }
+
+    fn read_titles(&self) -> BTreeMap<String, String> {
+        std::fs::read(self.titles_path())
+            .ok()
+            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
+            .unwrap_or_default()
+    }
+
+    fn save_titles(&self, titles: &BTreeMap<String, String>) -> Result<(), GatewayError> {
+        let text = serde_json::to_vec_pretty(titles)
+            .map_err(|error| GatewayError::internal("cannot write the titles", error))?;
+        let path = self.titles_path();
+        if let Some(dir) = path.parent() {
+            std::fs::create_dir_all(dir)
+                .map_err(|error| GatewayError::internal("cannot write the titles", error))?;
+        }
+        clawcage_core::files::write_atomically(&path, &text, true)
+            .map_err(|error| GatewayError::internal("cannot write the titles", error))
+    }
+
+    /// Gives `key` the title of its first message unless it has one.
+    fn title_from_first_message(&self, key: &str, text: &str) {
+        let mut titles = lock(&self.titles);
+        if titles.contains_key(key) {
+            return;
+        }
+        let Some(title) = title_of(text) else {
+            return;
+        };
+        titles.insert(key.to_string(), title);
+        if let Err(error) = self.save_titles(&titles) {
+            tracing::warn!(?error, "cannot record a session's title");
+        }
+    }
+
+    /// `key`'s title: its own, else its transcript's first user message (remembered).
+    fn title(&self, key: &str) -> Option<String> {
+        if let Some(title) = lock(&self.titles).get(key) {
+            return Some(title.clone());
+        }
+        let loaded = self.parts.transcripts.load(key, usize::MAX).ok()?;
+        let first = loaded
+            .messages
+            .iter()
+            .find(|message| {
+                message.role == clawcage_core::Role::User && !message.has_tool_results()
+            })?
+            .text();
+        let title = title_of(&first)?;
+        self.title_from_first_message(key, &first);
+        Some(title)
+    }
+
+    /// `sessions.rename`: sets `key`'s title (an empty one goes back to the first message's).
+    pub fn rename(&self, key: &str, title: &str) -> Result<Value, GatewayError> {
+        let title = title.trim();
+        if title.chars().count() > 200 || title.chars().any(char::is_control) {
+            return Err(GatewayError::new(
+                Code::InvalidParams,
+                "invalid title: at most 200 characters, no control characters",
+            ));
+        }
+        let mut titles = lock(&self.titles);
+        if title.is_empty() {
+            titles.remove(key);
+        } else {
+            titles.insert(key.to_string(), title.to_string());
+        }
+        self.save_titles(&titles)?;
+        drop(titles);
+        Ok(json!({"sessionKey": key, "title": self.title(key)}))
+    }
+
+    /// Every session: with a transcript or a run in flight, newest first. A session only
+    /// subscribed to or asked for its history, with nothing sent, is not listed.
     pub fn list_sessions(&self, limit: usize) -> Result<Value, GatewayError> {
         let files = self
             .parts
@@ -1479,8 +1584,12 @@ impl Hub {
             .iter()
             .map(|(key, session)| (key.clone(), session.clone()))
             .collect();
-        for (key, _) in &live {
-            if !listed.iter().any(|(known, _)| known == key) {
+        for (key, session) in &live {
+            let busy = {
+                let state = session.lock();
+                state.current.is_some() || !state.tickets.is_empty()
+            };
+            if busy && !listed.iter().any(|(known, _)| known == key) {
                 listed.push((key.clone(), clawcage_agent::transcript::now_ms()));
             }
         }
@@ -1503,6 +1612,8 @@ impl Hub {
                 json!({
                     "key": key,
                     "updatedAt": updated,
+                    "lastActivityMs": updated,
+                    "title": self.title(&key),
                     "running": running,
                     "queued": queued,
                     "writable": crate::keys::is_gateway_key(&key),
@@ -1768,6 +1879,19 @@ fn tool_verdicts(events: &dyn EventLog, key: &str) -> HashMap<String, (String, S
 }
 
 /// Adds `verdict` and `label` to each `tool_result` block whose call is in `verdicts`.
+/// A committed turn's end as `chat.history` gives it.
+fn turn_json(mark: &TurnMark) -> Value {
+    let error = mark.outcome.strip_prefix("error: ");
+    json!({
+        "afterMessage": mark.after_messages,
+        "atMs": mark.at_ms,
+        "usage": {"inputTokens": mark.usage.input_tokens, "outputTokens": mark.usage.output_tokens},
+        "answeredBy": if error.is_none() && !mark.outcome.is_empty() { Some(mark.outcome.as_str()) } else { None },
+        "error": error,
+        "aborted": error.is_some_and(|text| text == AgentError::Interrupted.to_string()),
+    })
+}
+
 fn annotate_verdicts(messages: &mut Value, verdicts: &HashMap<String, (String, String)>) {
     let Some(messages) = messages.as_array_mut() else {
         return;
@@ -1787,6 +1911,14 @@ fn annotate_verdicts(messages: &mut Value, verdicts: &HashMap<String, (String, S
             if let Some((verdict, label)) = verdicts.get(id) {
                 block["verdict"] = json!(verdict);
                 block["label"] = json!(label);
+            } else if block
+                .get("content")
+                .and_then(Value::as_str)
+                .is_some_and(|text| text.starts_with("not run:"))
+            {
+                // Its event is no longer kept; the loop's own wording says it never ran.
+                block["verdict"] = json!("error");
+                block["label"] = json!("not_run");
             }
         }
     }

@@ -82,6 +82,13 @@ struct List {
 }
 
 #[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Rename {
+    session_key: String,
+    title: String,
+}
+
+#[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
 struct CronAdd {
     message: String,
@@ -164,6 +171,9 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
                 Err(error) => Err(error),
             }
         }
+        "sessions.rename" => self::params::<Rename>(&method, &params)
+            .and_then(|p| check_key(&p.session_key).map(|()| p))
+            .and_then(|p| gateway.hub.rename(&p.session_key, &p.title)),
         "tools.list" => Ok(tools_list(gateway)),
         "cron.list" | "cron.add" | "cron.remove" => cron(gateway, &method, &params).await,
         "subagents.list" => Ok(match &gateway.hub.parts.subagents {

@@ -19,6 +19,7 @@ pub const METHODS: &[&str] = &[
     "health",
     "status",
     "sessions.list",
+    "sessions.rename",
     "sessions.reset",
     "sessions.delete",
     "sessions.subscribe",
