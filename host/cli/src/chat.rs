@@ -142,8 +142,11 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         })
     });
 
+    // What the person typed during the last turn and did not send: the next prompt starts
+    // with it.
+    let mut typed_before = String::new();
     loop {
-        let line = match prompt.read().await? {
+        let line = match prompt.read(&std::mem::take(&mut typed_before)).await? {
             Input::Line(line) => line,
             Input::Interrupted => continue,
             Input::End => break,
@@ -230,7 +233,7 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 };
                 let result = turn.run(request, &mut operator, &mut prompt).await;
                 in_turn.store(false, Ordering::SeqCst);
-                result?;
+                typed_before = result?;
             }
         }
     }
@@ -304,16 +307,22 @@ struct Turn<'a> {
 }
 
 impl Turn<'_> {
+    /// Runs the turn on `request` and those of lines typed meanwhile; returns what was typed
+    /// and not sent.
     async fn run(
         &self,
         request: &str,
         operator: &mut Option<OperatorHandle>,
         prompt: &mut Prompt,
-    ) -> Result<(), Failure> {
+    ) -> Result<String, Failure> {
         let console = self.console;
         console.activate();
-        console.begin_turn();
+        console.show_typed("");
         let mut keys = TurnKeys::start();
+        if let Some(columns) = keys.as_ref().and_then(|keys| keys.columns) {
+            console.set_columns(columns);
+        }
+        console.begin_turn();
         let mut typed = TypedLine::default();
         let first = self.submit(request);
         self.say_admission(first.admission());
@@ -385,16 +394,21 @@ impl Turn<'_> {
                                 "  press y (allow once), a (allow always) or n (deny)",
                             ),
                         }
-                    } else if let Some(line) = typed.take(key)
-                        && let Some(pending) = self.type_ahead(&line)
-                    {
-                        waiting.push_back(pending);
+                    } else {
+                        let sent = typed.take(key);
+                        console.show_typed(typed.text());
+                        if let Some(line) = sent
+                            && let Some(pending) = self.type_ahead(&line)
+                        {
+                            waiting.push_back(pending);
+                        }
                     }
                 }
             }
         }
         drop(keys);
-        Ok(())
+        console.show_typed("");
+        Ok(typed.into_text())
     }
 
     fn submit(&self, text: &str) -> clawcage_agent::session::PendingTurn {

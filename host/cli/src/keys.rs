@@ -35,6 +35,8 @@ pub struct TurnKeys {
     reader: Option<JoinHandle<()>>,
     /// The terminal's settings before (`stty -g`), given back at the end.
     saved: String,
+    /// The terminal's width in columns, if `stty size` says.
+    pub columns: Option<usize>,
 }
 
 /// Runs `stty` on standard input with `args`; its output when it succeeded.
@@ -58,6 +60,11 @@ impl TurnKeys {
             return None;
         }
         let saved = stty(&["-g"])?;
+        let columns = stty(&["size"]).and_then(|size| {
+            size.split_whitespace()
+                .nth(1)
+                .and_then(|columns| columns.parse().ok())
+        });
         // No line mode, no echo; a read returns after 0.1 s without a key, so the reader can
         // stop between keys and leave the rest of the input to the next prompt.
         stty(&["-icanon", "-echo", "min", "0", "time", "1"])?;
@@ -72,6 +79,7 @@ impl TurnKeys {
             stop,
             reader: Some(reader),
             saved,
+            columns,
         })
     }
 
@@ -178,6 +186,16 @@ impl TypedLine {
             }
         }
         None
+    }
+
+    /// What was typed and not sent yet.
+    pub fn text(&self) -> &str {
+        &self.text
+    }
+
+    /// What was typed and not sent, for the next prompt.
+    pub fn into_text(self) -> String {
+        self.text
     }
 }
 

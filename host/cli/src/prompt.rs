@@ -76,23 +76,34 @@ impl Prompt {
         }
     }
 
-    /// Reads the next line (kept in the history unless empty).
-    pub async fn read(&mut self) -> Result<Input, Failure> {
-        self.read_after("you> ", true).await
+    /// Reads the next line (kept in the history unless empty), starting from `typed`: what
+    /// the person typed during the last turn and did not send.
+    pub async fn read(&mut self, typed: &str) -> Result<Input, Failure> {
+        self.read_after("you> ", typed, true).await
     }
 
     /// Reads one answer to `question` (not kept in the history).
     pub async fn ask(&mut self, question: &str) -> Result<Input, Failure> {
-        self.read_after(question, false).await
+        self.read_after(question, "", false).await
     }
 
-    async fn read_after(&mut self, prompt: &str, keep: bool) -> Result<Input, Failure> {
+    async fn read_after(
+        &mut self,
+        prompt: &str,
+        typed: &str,
+        keep: bool,
+    ) -> Result<Input, Failure> {
         let Some(mut editor) = self.editor.take() else {
             return Ok(Input::End);
         };
         let prompt = prompt.to_string();
+        let typed = typed.to_string();
         let (editor, line) = tokio::task::spawn_blocking(move || {
-            let line = editor.readline(&prompt);
+            let line = if typed.is_empty() {
+                editor.readline(&prompt)
+            } else {
+                editor.readline_with_initial(&prompt, (&typed, ""))
+            };
             (editor, line)
         })
         .await

@@ -206,8 +206,11 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
         format!("gateway:{client_id}"),
     ));
 
+    // What the person typed during the last turn and did not send: the next prompt starts
+    // with it.
+    let mut typed_before = String::new();
     let result = loop {
-        let line = match prompt.read().await {
+        let line = match prompt.read(&std::mem::take(&mut typed_before)).await {
             Ok(Input::Line(line)) => line,
             Ok(Input::Interrupted) => continue,
             Ok(Input::End) => break Ok(()),
@@ -260,7 +263,6 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
             message => {
                 busy.store(true, Ordering::Relaxed);
                 busy_console.activate();
-                busy_console.begin_turn();
                 let turn = RemoteTurn {
                     link: &link,
                     key: &key,
@@ -269,8 +271,9 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
                 };
                 let sent = turn.run(message, &mut outcome, &mut prompt).await;
                 busy.store(false, Ordering::Relaxed);
-                if let Err(error) = sent {
-                    break Err(error);
+                match sent {
+                    Ok(typed) => typed_before = typed,
+                    Err(error) => break Err(error),
                 }
             }
         }
@@ -335,14 +338,21 @@ struct RemoteTurn<'a> {
 }
 
 impl RemoteTurn<'_> {
+    /// Sends `message` and follows the turns it and the lines typed meanwhile start; returns
+    /// what was typed and not sent.
     async fn run(
         &self,
         message: &str,
         outcome: &mut mpsc::UnboundedReceiver<Outcome>,
         prompt: &mut Prompt,
-    ) -> Result<(), Failure> {
+    ) -> Result<String, Failure> {
         let console = self.console;
+        console.show_typed("");
         let mut keys = TurnKeys::start();
+        if let Some(columns) = keys.as_ref().and_then(|keys| keys.columns) {
+            console.set_columns(columns);
+        }
+        console.begin_turn();
         let mut typed = TypedLine::default();
         // Lines sent and not yet admitted, then the turns to wait for, the first the current.
         let mut unanswered = 1usize;
@@ -350,14 +360,16 @@ impl RemoteTurn<'_> {
         // Runs whose end came before their admission was read.
         let mut ended: HashSet<String> = HashSet::new();
         if !self.send(message) {
-            return Ok(());
+            return Ok(String::new());
         }
         // Requests already waiting (shown while the prompt waited) can be answered now.
         let mut questions: VecDeque<Value> = lock(self.seen).approvals.values().cloned().collect();
         self.ask(&mut questions, keys.is_some(), prompt).await?;
         loop {
             if unanswered == 0 && turns.is_empty() {
-                return Ok(());
+                drop(keys);
+                console.show_typed("");
+                return Ok(typed.into_text());
             }
             tokio::select! {
                 said = outcome.recv() => match said {
@@ -421,7 +433,7 @@ impl RemoteTurn<'_> {
                                 Style::Attention,
                                 "  not connected: the prompt is back; the turn's end is shown once connected again",
                             );
-                            return Ok(());
+                            return Ok(typed.into_text());
                         }
                         let run = turns.front().cloned();
                         let mut params = json!({"sessionKey": self.key});
@@ -448,10 +460,14 @@ impl RemoteTurn<'_> {
                                 "  press y (allow once), a (allow always) or n (deny)",
                             ),
                         }
-                    } else if let Some(line) = typed.take(key) {
-                        console.styled_line(Style::Bold, &format!("you> {line}"));
-                        if self.send(&line) {
-                            unanswered += 1;
+                    } else {
+                        let sent = typed.take(key);
+                        console.show_typed(typed.text());
+                        if let Some(line) = sent {
+                            console.styled_line(Style::Bold, &format!("you> {line}"));
+                            if self.send(&line) {
+                                unanswered += 1;
+                            }
                         }
                     }
                 }

@@ -118,6 +118,9 @@ pub struct Console {
     thinking_lines: AtomicU64,
     /// The last tool call's name, arguments and output (`/last` shows it).
     last_output: Mutex<Option<(String, String, String)>>,
+    /// The terminal's width in columns (0: unknown); a live line is kept within it, so
+    /// rewriting it never leaves a wrapped part behind.
+    columns: AtomicU64,
 }
 
 #[derive(Default)]
@@ -136,6 +139,8 @@ struct LineState {
     thinking: Option<Thinking>,
     /// Where the streamed answer's Markdown is.
     markdown: Markdown,
+    /// What the person is typing during the turn, not sent yet (shown on the live line).
+    typed: String,
 }
 
 /// A tool call shown as started and not yet ended.
@@ -362,6 +367,7 @@ impl Console {
             calls: AtomicU64::new(0),
             thinking_lines: AtomicU64::new(0),
             last_output: Mutex::new(None),
+            columns: AtomicU64::new(0),
         }
     }
 
@@ -370,6 +376,67 @@ impl Console {
     pub fn with_reasoning(mut self, show: bool) -> Self {
         self.show_reasoning = show;
         self
+    }
+
+    /// The terminal is `columns` wide.
+    pub fn set_columns(&self, columns: usize) {
+        self.columns.store(columns as u64, Ordering::Relaxed);
+    }
+
+    /// Shows what the person is typing during the turn on the live line (a running call's or
+    /// the thinking line), never in the streamed output; empty when it was sent.
+    pub fn show_typed(&self, typed: &str) {
+        let line = {
+            let mut state = self.lock();
+            state.typed = typed.to_string();
+            self.live_text(&state)
+        };
+        if let Some(line) = line {
+            self.write(&format!("\r\x1b[2K{line}"));
+        }
+    }
+
+    /// The live line as it is to be drawn now, if one is open: the running call's with its
+    /// seconds, or the thinking line; then what the person is typing. Cut to the terminal's
+    /// width.
+    fn live_text(&self, state: &LineState) -> Option<String> {
+        let (base, dim) = if let Some(call) = state.call.as_ref().filter(|call| call.open) {
+            let seconds = call.own_time().as_secs();
+            let text = if seconds == 0 {
+                format!("{} …", call.shown)
+            } else {
+                format!("{} … {seconds} s", call.shown)
+            };
+            (text, false)
+        } else if let Some(thinking) = &state.thinking {
+            let seconds = thinking.started.elapsed().as_secs();
+            let text = if seconds == 0 {
+                "  … thinking".to_string()
+            } else {
+                format!("  … thinking, {seconds} s")
+            };
+            (text, true)
+        } else {
+            return None;
+        };
+        let width = match self.columns.load(Ordering::Relaxed) {
+            0 => usize::MAX,
+            columns => (columns as usize).saturating_sub(1).max(20),
+        };
+        let base: String = base.chars().take(width).collect();
+        let mut line = if dim {
+            self.paint(Style::Dim, &base)
+        } else {
+            base.clone()
+        };
+        let room = width.saturating_sub(base.chars().count() + 8);
+        if !state.typed.is_empty() && room > 0 {
+            let typed = sanitize(&state.typed);
+            let count = typed.chars().count();
+            let tail: String = typed.chars().skip(count.saturating_sub(room)).collect();
+            line.push_str(&format!("   {} {tail}", self.paint(Style::Bold, "you>")));
+        }
+        Some(line)
     }
 
     /// Makes this console the one [`interject`] writes above.
@@ -446,10 +513,10 @@ impl Console {
             number,
             started: Instant::now(),
         });
-        self.write(&format!(
-            "\r\x1b[2K{}",
-            self.paint(Style::Dim, "  … thinking")
-        ));
+        let line = self.live_text(&self.lock());
+        if let Some(line) = line {
+            self.write(&format!("\r\x1b[2K{line}"));
+        }
         let console = Arc::downgrade(self);
         tokio::spawn(async move {
             loop {
@@ -457,14 +524,16 @@ impl Console {
                 let Some(console) = console.upgrade() else {
                     return;
                 };
-                let seconds = match &console.lock().thinking {
-                    Some(thinking) if thinking.number == number => {
-                        thinking.started.elapsed().as_secs()
+                let line = {
+                    let state = console.lock();
+                    match &state.thinking {
+                        Some(thinking) if thinking.number == number => console.live_text(&state),
+                        _ => return,
                     }
-                    _ => return,
                 };
-                let line = console.paint(Style::Dim, &format!("  … thinking, {seconds} s"));
-                console.write(&format!("\r\x1b[2K{line}"));
+                if let Some(line) = line {
+                    console.write(&format!("\r\x1b[2K{line}"));
+                }
             }
         });
     }
@@ -558,7 +627,10 @@ impl Console {
             self.write(&format!("{shown} …\n"));
             return;
         }
-        self.write(&format!("{shown} …"));
+        let line = self.live_text(&self.lock());
+        if let Some(line) = line {
+            self.write(&format!("\r\x1b[2K{line}"));
+        }
         if tokio::runtime::Handle::try_current().is_err() {
             return;
         }
@@ -573,12 +645,14 @@ impl Console {
                     let state = console.lock();
                     match &state.call {
                         Some(call) if call.number == number && call.open => {
-                            format!("\r\x1b[2K{} … {} s", call.shown, call.own_time().as_secs())
+                            console.live_text(&state)
                         }
                         _ => return,
                     }
                 };
-                console.write(&line);
+                if let Some(line) = line {
+                    console.write(&format!("\r\x1b[2K{line}"));
+                }
             }
         });
     }
@@ -611,37 +685,16 @@ impl Console {
     }
 
     /// Writes `line` on stderr above the live line, which is drawn again below it.
-    fn interject(self: &Arc<Self>, line: &str) {
-        let (call, thinking) = {
-            let state = self.lock();
-            (
-                state
-                    .call
-                    .as_ref()
-                    .filter(|call| call.open)
-                    .map(|call| call.number),
-                state.thinking.is_some(),
-            )
-        };
-        if call.is_some() || thinking {
+    fn interject(&self, line: &str) {
+        let live = self.live_text(&self.lock());
+        if live.is_some() {
             self.write("\r\x1b[2K");
         } else {
             self.break_line();
         }
         let _ = writeln!(std::io::stderr(), "{}", sanitize(line));
-        if let Some(number) = call {
-            self.draw_call(number);
-        } else if thinking {
-            let number = self.thinking_lines.load(Ordering::Relaxed);
-            let seconds = self
-                .lock()
-                .thinking
-                .as_ref()
-                .map_or(0, |thinking| thinking.started.elapsed().as_secs());
-            if number > 0 {
-                let text = self.paint(Style::Dim, &format!("  … thinking, {seconds} s"));
-                self.write(&text);
-            }
+        if let Some(live) = live {
+            self.write(&live);
         }
     }
 

@@ -375,10 +375,18 @@ async fn a_line_typed_during_a_turn_steers_it_and_is_not_smeared_over_the_output
     )
     .await;
     report.assert_ok();
-    let typing = report.screen_text("typing");
+    // What is typed shows on the running call's line only, never in the output.
+    let typing = report.screen("typing");
+    let with_typed: Vec<&String> = typing
+        .iter()
+        .filter(|line| line.contains("also say bye"))
+        .collect();
+    assert_eq!(with_typed.len(), 1, "{}", typing.join("\n"));
     assert!(
-        !typing.contains("also") && !typing.contains("say bye"),
-        "nothing typed is echoed into the output:\n{typing}"
+        with_typed[0].starts_with("  > exec {\"command\":\"sleep 5\"} … ")
+            && with_typed[0].ends_with("   you> also say bye"),
+        "on the live line: {}",
+        with_typed[0]
     );
     let after = report.screen_text("after");
     assert!(
@@ -682,4 +690,50 @@ async fn run_on_a_terminal_shows_the_thinking_line_on_stderr_and_clears_it() {
         answered.lines().any(|line| line == "The answer."),
         "{answered}"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_was_typed_and_not_sent_during_a_turn_starts_the_next_prompt() {
+    let Some(python) = screen_python("what_was_typed_and_not_sent") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let server = LlmServer::start_routed(|body| {
+        let messages = body["messages"].as_array().unwrap();
+        let last = messages.last().unwrap();
+        if tool_result_of(last).is_some() {
+            return anthropic::message(&[anthropic::text("Napped.")]);
+        }
+        if text_of(last) == "unsent words" {
+            return anthropic::message(&[anthropic::text("Got the words.")]);
+        }
+        anthropic::message(&[anthropic::tool("n1", "exec", json!({"command": "sleep 2"}))])
+    })
+    .await;
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Take a nap.\r"},
+            {"expect": "sleep 2", "timeout": 20},
+            {"send": "unsent words"},
+            {"expect": "Napped", "timeout": 30},
+            {"expect": "you> unsent words", "timeout": 10},
+            {"sleep": 0.3},
+            {"screen": "prompt"},
+            {"send": "\r"},
+            {"expect": "Got the words", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    report.assert_ok();
+    let prompt = report.screen("prompt");
+    let last = prompt.iter().rev().find(|line| !line.is_empty()).unwrap();
+    assert_eq!(last, "you> unsent words", "{}", prompt.join("\n"));
 }
