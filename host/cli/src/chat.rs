@@ -127,16 +127,25 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         let in_turn = in_turn.clone();
         let idle_console = idle_console.clone();
         tokio::spawn(async move {
+            // The requests shown above the prompt: their decisions are shown too.
+            let mut shown = std::collections::HashSet::new();
             while let Some(event) = watcher.next().await {
-                if let OperatorEvent::Requested(request) = event
-                    && !in_turn.load(Ordering::SeqCst)
-                {
-                    idle_console.line(&format!(
-                        "approval needed [{}]: {}\n  answer with /approve {} allow-once|allow-always|deny",
-                        request.id,
-                        request.describe(),
-                        request.id
-                    ));
+                match event {
+                    OperatorEvent::Requested(request) if !in_turn.load(Ordering::SeqCst) => {
+                        idle_console.line(&format!(
+                            "approval needed [{}]: {}\n  answer with /approve {} allow-once|allow-always|deny",
+                            request.id,
+                            request.describe(),
+                            request.id
+                        ));
+                        shown.insert(request.id);
+                    }
+                    OperatorEvent::Resolved { id, decision, by } if shown.remove(&id) => {
+                        if by != "chat" {
+                            idle_console.line(&format!("  {id}: {} (by {by})", decision.as_str()));
+                        }
+                    }
+                    _ => {}
                 }
             }
         })

@@ -737,3 +737,77 @@ async fn what_was_typed_and_not_sent_during_a_turn_starts_the_next_prompt() {
     let last = prompt.iter().rev().find(|line| !line.is_empty()).unwrap();
     assert_eq!(last, "you> unsent words", "{}", prompt.join("\n"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_while_the_prompt_waits_is_shown_and_so_is_its_timeout() {
+    let Some(python) = screen_python("a_request_while_the_prompt_waits") else {
+        return;
+    };
+    let setup = Setup::new(
+        "[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nallow = [\"ls *\"]\ntimeout_secs = 3\n",
+    );
+    std::fs::write(setup.workspace.path().join("scratch1.txt"), "x").unwrap();
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if let Some(result) = tool_result_of(&last) {
+            return anthropic::message(&[anthropic::text(&format!("Tried: {result}"))]);
+        }
+        anthropic::message(&[anthropic::tool(
+            "t1",
+            "exec",
+            json!({"command": "rm scratch1.txt"}),
+        )])
+    })
+    .await;
+    // A job of this chat's session that fires while the prompt waits.
+    let added = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+        .arg("--workspace")
+        .arg(setup.workspace.path())
+        .arg("--state-dir")
+        .arg(setup.state.path())
+        .arg("--config")
+        .arg(setup.config.path().join("clawcage.toml"))
+        .args(["cron", "add", "--every", "2", "--session", "chat"])
+        .args(["--message", "Clean up the scratch file."])
+        .output()
+        .unwrap();
+    assert!(
+        added.status.success(),
+        "{}",
+        String::from_utf8_lossy(&added.stderr)
+    );
+    let jobs = setup.state.path().join("cron/jobs.json");
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "approval needed \\[apr-", "timeout": 60},
+            {"sleep": 0.3},
+            {"screen": "asked"},
+            {"expect": ": deny \\(by timeout\\)", "timeout": 30},
+            {"sleep": 0.3},
+            {"screen": "expired"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    if !report.ok() {
+        panic!(
+            "step {} failed; jobs {}; output:\n{}",
+            report.0["failed_step"],
+            std::fs::read_to_string(&jobs).unwrap_or_default(),
+            report.raw()
+        );
+    }
+    let asked = report.screen_text("asked");
+    assert!(
+        asked.contains("rm scratch1.txt") && asked.contains("answer with /approve apr-"),
+        "{asked}"
+    );
+    let expired = report.screen_text("expired");
+    assert!(expired.contains(": deny (by timeout)"), "{expired}");
+    assert!(setup.workspace.path().join("scratch1.txt").exists());
+}
