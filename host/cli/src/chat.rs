@@ -140,10 +140,11 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                         ));
                         shown.insert(request.id);
                     }
-                    OperatorEvent::Resolved { id, decision, by } if shown.remove(&id) => {
-                        if by != "chat" {
-                            idle_console.line(&format!("  {id}: {} (by {by})", decision.as_str()));
-                        }
+                    // Forgotten in any case; said unless this terminal answered it.
+                    OperatorEvent::Resolved { id, decision, by }
+                        if shown.remove(&id) && by != "chat" =>
+                    {
+                        idle_console.line(&format!("  {id}: {} (by {by})", decision.as_str()));
                     }
                     _ => {}
                 }
