@@ -219,6 +219,7 @@ fn open_turns(dir: &Path) {
                         text: "What is the colour?".into(),
                         origin: Origin::of_key(&key),
                     },
+                    stop_requested: false,
                 },
             )
             .unwrap();

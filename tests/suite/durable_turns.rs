@@ -52,6 +52,7 @@ fn user_input(id: &str, text: &str) -> InputRecord {
             text: text.to_string(),
             origin: Origin::of_key(KEY),
         },
+        stop_requested: false,
     }
 }
 
@@ -466,4 +467,72 @@ async fn a_session_another_live_process_owns_is_left_to_it() {
             .len(),
         1
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_asked_to_stop_before_the_stop_ends_stopped_without_a_model_call() {
+    let state = tempfile::tempdir().unwrap();
+    stopped_turn(
+        state.path(),
+        "run-1",
+        "long job",
+        &[
+            Entry::Message {
+                at_ms: 2,
+                message: ChatMessage {
+                    role: Role::Assistant,
+                    cut: None,
+                    content: vec![tool_use("t1", "sleep 100")],
+                },
+            },
+            Entry::ToolStarted {
+                at_ms: 3,
+                tool_use_id: "t1".into(),
+            },
+        ],
+    );
+    FileInbox::new(state.path().join("inbox"))
+        .request_stop(KEY, "run-1")
+        .unwrap();
+    let server = LlmServer::start(vec![]).await;
+    let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
+    let recovered = sessions.recover(&|_, _| Arc::new(NoEvents));
+    let error = recovered
+        .into_iter()
+        .next()
+        .unwrap()
+        .pending
+        .wait()
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, clawcage_agent::AgentError::Interrupted),
+        "{error:?}"
+    );
+    assert!(server.requests().is_empty(), "no model call");
+    let text = std::fs::read_to_string(transcript(state.path()).path(KEY)).unwrap();
+    assert!(text.contains("interrupted by the user"), "{text}");
+    assert_eq!(kinds(state.path()).last().map(String::as_str), Some("turn"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_own_queue_settings_survive_a_restart() {
+    let state = tempfile::tempdir().unwrap();
+    let server = LlmServer::start(vec![]).await;
+    {
+        let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
+        let said = sessions
+            .queue_command(KEY, "/queue collect debounce:2s")
+            .unwrap();
+        assert!(said.contains("collect"), "{said}");
+    }
+    let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
+    sessions.recover(&|_, _| Arc::new(NoEvents));
+    let settings = sessions.queue_settings(KEY);
+    assert_eq!(
+        settings.mode,
+        clawcage_agent::session::QueueMode::Collect,
+        "{settings}"
+    );
+    assert_eq!(settings.debounce_ms, 2000);
 }

@@ -5,7 +5,9 @@
 //! starts is the work a stopped process left: the session's lane takes it up again
 //! ([`crate::session`]), resuming the turn that was open and queueing the rest in its order. An
 //! idempotency key given with an input is remembered with it, so a sender that retries after a
-//! crash finds the input it sent (and its fate) instead of sending it twice. [`LaneInbox`] is
+//! crash finds the input it sent (and its fate) instead of sending it twice. Controls that change
+//! what becomes of inputs are recorded in the same order: a stop asked for an input (it is
+//! stopped when its turn starts, also after a restart) and the session's own `/queue` settings. [`LaneInbox`] is
 //! the seam a distributed backend implements; [`FileInbox`] keeps one JSONL file per session
 //! (`inbox/<key>.jsonl`, the key escaped as for transcripts), rewritten to its live records when
 //! it grows.
@@ -18,7 +20,7 @@ use std::sync::{Mutex, MutexGuard};
 
 use serde::{Deserialize, Serialize};
 
-use crate::session::queue::QueuedJob;
+use crate::session::queue::{QueueOverride, QueuedJob};
 use crate::transcript::{key_file_stem, key_from_file_stem, now_ms};
 
 /// How long a finished input's idempotency key is remembered.
@@ -36,6 +38,9 @@ pub struct InputRecord {
     pub idempotency: Option<String>,
     /// What it asks.
     pub job: QueuedJob,
+    /// A stop was asked for it (`chat.abort`, Ctrl-C) before it was done.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stop_requested: bool,
 }
 
 /// How an input ended.
@@ -111,6 +116,13 @@ pub trait LaneInbox: Send + Sync + std::fmt::Debug {
     /// Make this process the owner of `key`'s lane until it ends: only the owner takes up
     /// what a stopped process left. False when another live process owns it.
     fn claim(&self, key: &str) -> std::io::Result<bool>;
+    /// Record that a stop was asked for input `id` of `key` (it stops when its turn starts, or
+    /// at once if it runs; a restart keeps that).
+    fn request_stop(&self, key: &str, id: &str) -> std::io::Result<()>;
+    /// Record `key`'s own queue settings (`None`: back to the configuration's).
+    fn set_queue_override(&self, key: &str, value: Option<QueueOverride>) -> std::io::Result<()>;
+    /// `key`'s own queue settings, as last recorded.
+    fn queue_override(&self, key: &str) -> std::io::Result<Option<QueueOverride>>;
 }
 
 /// One line of an inbox file.
@@ -127,6 +139,10 @@ enum Line {
     },
     /// A finished input kept for its idempotency key (written when the file is rewritten).
     Finished(FinishedInput),
+    /// A stop was asked for an input.
+    Stop { id: String },
+    /// The session's own queue settings.
+    Queue { value: Option<QueueOverride> },
 }
 
 /// One session's inbox as read.
@@ -134,6 +150,7 @@ enum Line {
 struct SessionInbox {
     pending: Vec<InputRecord>,
     finished: Vec<FinishedInput>,
+    queue_override: Option<QueueOverride>,
     /// Lines in the file.
     lines: usize,
 }
@@ -161,6 +178,12 @@ impl SessionInbox {
                 }
             }
             Line::Finished(finished) => self.finished.push(finished),
+            Line::Stop { id } => {
+                if let Some(record) = self.pending.iter_mut().find(|record| record.id == id) {
+                    record.stop_requested = true;
+                }
+            }
+            Line::Queue { value } => self.queue_override = value,
         }
     }
 
@@ -291,6 +314,11 @@ impl FileInbox {
         }
         let mut lines: Vec<Line> = inbox.finished.iter().cloned().map(Line::Finished).collect();
         lines.extend(inbox.pending.iter().cloned().map(Line::In));
+        if inbox.queue_override.is_some() {
+            lines.push(Line::Queue {
+                value: inbox.queue_override,
+            });
+        }
         let mut text = String::new();
         for line in &lines {
             text.push_str(&serde_json::to_string(line).map_err(std::io::Error::other)?);
@@ -394,6 +422,31 @@ impl LaneInbox for FileInbox {
         }
     }
 
+    fn request_stop(&self, key: &str, id: &str) -> std::io::Result<()> {
+        self.with_session(key, |inbox| {
+            if !inbox.pending.iter().any(|record| record.id == id) {
+                return Ok(());
+            }
+            let line = Line::Stop { id: id.to_string() };
+            self.write_lines(key, std::slice::from_ref(&line), true)?;
+            inbox.apply(line);
+            Ok(())
+        })
+    }
+
+    fn set_queue_override(&self, key: &str, value: Option<QueueOverride>) -> std::io::Result<()> {
+        self.with_session(key, |inbox| {
+            let line = Line::Queue { value };
+            self.write_lines(key, std::slice::from_ref(&line), true)?;
+            inbox.apply(line);
+            Ok(())
+        })
+    }
+
+    fn queue_override(&self, key: &str) -> std::io::Result<Option<QueueOverride>> {
+        self.with_session(key, |inbox| Ok(inbox.queue_override))
+    }
+
     fn remove(&self, key: &str) -> std::io::Result<()> {
         self.lock().remove(key);
         match std::fs::remove_file(self.path(key)) {
@@ -418,7 +471,42 @@ mod tests {
                 text: text.to_string(),
                 origin: Origin::of_key("s"),
             },
+            stop_requested: false,
         }
+    }
+
+    #[test]
+    fn stops_and_queue_settings_are_kept_across_processes_and_rewrites() {
+        use crate::session::queue::QueueMode;
+        let dir = tempfile::tempdir().unwrap();
+        let inbox = FileInbox::new(dir.path());
+        inbox.append("s", &user("r1", "one", None)).unwrap();
+        inbox.request_stop("s", "r1").unwrap();
+        inbox.request_stop("s", "unknown").unwrap();
+        let collect = QueueOverride {
+            mode: QueueMode::Collect,
+            debounce_ms: Some(500),
+            cap: None,
+            drop: None,
+        };
+        inbox.set_queue_override("s", Some(collect)).unwrap();
+        let again = FileInbox::new(dir.path());
+        assert!(again.pending("s").unwrap()[0].stop_requested);
+        assert_eq!(again.queue_override("s").unwrap(), Some(collect));
+        // Many inputs later (the file rewritten), the settings are still there.
+        for n in 0..200 {
+            let id = format!("x{n}");
+            again.append("s", &user(&id, "x", None)).unwrap();
+            again.done("s", &[id], InputStatus::Ok).unwrap();
+        }
+        let third = FileInbox::new(dir.path());
+        assert_eq!(third.queue_override("s").unwrap(), Some(collect));
+        assert!(third.pending("s").unwrap()[0].stop_requested);
+        third.set_queue_override("s", None).unwrap();
+        assert_eq!(
+            FileInbox::new(dir.path()).queue_override("s").unwrap(),
+            None
+        );
     }
 
     #[test]

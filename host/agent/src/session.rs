@@ -175,6 +175,9 @@ struct Waiter {
 struct ResumePlan {
     loaded: Loaded,
     tickets: Vec<u64>,
+    /// A stop was asked for the turn before its process stopped: it ends stopped, without a
+    /// model call.
+    stop: bool,
 }
 
 /// What every lane task shares. It does not hold the sender that keeps the lanes open, so
@@ -505,6 +508,7 @@ impl Sessions {
                 at_ms: now_ms(),
                 idempotency: meta.idempotency,
                 job: job.clone(),
+                stop_requested: false,
             };
             let refused = match inbox.append(key, &record) {
                 Ok(Appended::New) => None,
@@ -665,6 +669,15 @@ impl Sessions {
                 return Vec::new();
             }
         };
+        match inbox.queue_override(key) {
+            Ok(Some(value)) => with_state(shared.queue.as_ref(), key, |state| {
+                state.set_session_override(Some(value))
+            }),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(session = %key, %error, "cannot read the session's queue settings")
+            }
+        }
         if pending.is_empty() && loaded.open.is_none() {
             return Vec::new();
         }
@@ -722,6 +735,7 @@ impl Sessions {
             });
         }
         if loaded.open.is_some() {
+            let stop = resumed.iter().any(|record| record.stop_requested);
             let mut waiters = lock(&shared.waiters);
             let tickets = with_state(shared.queue.as_ref(), key, |state| {
                 state.resume(resumed.len())
@@ -750,7 +764,14 @@ impl Sessions {
                 });
             }
             drop(waiters);
-            lock(&shared.resuming).insert(key.to_string(), ResumePlan { loaded, tickets });
+            lock(&shared.resuming).insert(
+                key.to_string(),
+                ResumePlan {
+                    loaded,
+                    tickets,
+                    stop,
+                },
+            );
         }
         for record in waiting {
             let observer = observe(key, &record);
@@ -824,9 +845,24 @@ impl Sessions {
     /// Set (`Some`) or remove (`None`) session `key`'s own queue settings, which take precedence
     /// over the channel's and the configuration's. Applies to messages that arrive from now on.
     pub fn set_queue_override(&self, key: &str, value: Option<QueueOverride>) {
+        if let Some(inbox) = &self.inner.shared.inbox
+            && let Err(error) = inbox.set_queue_override(key, value)
+        {
+            tracing::warn!(session = %key, %error, "cannot record the session's queue settings; they hold until a restart");
+        }
         with_state(self.inner.shared.queue.as_ref(), key, |state| {
             state.set_session_override(value)
         });
+    }
+
+    /// Record that a stop was asked for input `id` of `key` (the gateway's run id): a restart
+    /// then stops it too instead of running it (or resuming its turn).
+    pub fn request_stop(&self, key: &str, id: &str) {
+        if let Some(inbox) = &self.inner.shared.inbox
+            && let Err(error) = inbox.request_stop(key, id)
+        {
+            tracing::warn!(session = %key, %error, "cannot record a stop in the inbox");
+        }
     }
 
     /// Carry out a `/queue` command line for session `key`: show the settings, set the
@@ -952,11 +988,15 @@ async fn run_lane(shared: Arc<Shared>, key: String, mut open: watch::Receiver<bo
     let plan = lock(&shared.resuming).remove(&key);
     let mut history = match plan {
         Some(plan) => {
-            let ResumePlan { loaded, tickets } = plan;
+            let ResumePlan {
+                loaded,
+                tickets,
+                stop,
+            } = plan;
             let open_turn = loaded.open.clone();
             let mut history = adopt_history(&shared, &key, loaded);
             if let Some(open_turn) = open_turn {
-                resume_turn(&shared, &key, &mut history, open_turn, tickets).await;
+                resume_turn(&shared, &key, &mut history, open_turn, tickets, stop).await;
             }
             history
         }
@@ -1355,6 +1395,7 @@ async fn resume_turn(
     history: &mut Vec<ChatMessage>,
     open: OpenTurn,
     tickets: Vec<u64>,
+    stop: bool,
 ) {
     let attempt = open.resumed + 1;
     shared.emit(
@@ -1370,6 +1411,26 @@ async fn resume_turn(
     let mut sink = JournalSink::new(shared, key);
     sink.write(&[Entry::Resumed { at_ms: now_ms() }]);
     let started: HashSet<&str> = open.started_calls.iter().map(String::as_str).collect();
+    if stop {
+        // Asked to stop before the process went away: it ends stopped, as it would have.
+        with_state(shared.queue.as_ref(), key, |state| state.turn_answered());
+        let why = StopCause::Operator.dangling_call_result();
+        for answer in answer_dangling_calls(history, |_| why.to_string()) {
+            sink.record(Journaled::ToolResult(answer));
+        }
+        let reply = finish_turn(
+            shared,
+            key,
+            history,
+            observer.as_ref(),
+            sink,
+            open.usage,
+            Err(AgentError::Interrupted),
+        )
+        .await;
+        shared.answer(key, &tickets, &reply);
+        return;
+    }
     for answer in answer_dangling_calls(history, |id| {
         if started.contains(id) {
             MAY_HAVE_PARTLY_RUN.to_string()

@@ -11,6 +11,8 @@
 //! - every session's event `seq` runs 1..N without a hole or a repeat, and a client that
 //!   resubscribed with `since` after each restart received exactly that log;
 //! - a resend with the same idempotency key returns the same run id;
+//! - stops asked just before a kill (`chat.abort`) hold across the restart (the run ends
+//!   `aborted`, its message kept);
 //! - a cron job firing every second into a sixth session through all of it: each firing (its
 //!   job and due time) entered the session's inbox once and became exactly one committed turn.
 //!
@@ -328,6 +330,14 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
         }
         if kills < KILLS {
             tokio::time::sleep(Duration::from_millis(100 + rng.below(1400))).await;
+            // Sometimes a stop is asked for a session's running (or next) run just before the
+            // kill: a restart keeps it.
+            if rng.below(4) == 0 {
+                let session = rng.below(SESSIONS.len() as u64) as usize;
+                let _ = client
+                    .request("chat.abort", json!({"sessionKey": SESSIONS[session]}))
+                    .await;
+            }
             // Sometimes a send is on its way when the kill lands: it is resent with its key.
             if rng.below(3) == 0 {
                 let open: Vec<usize> = (0..SESSIONS.len())
@@ -547,8 +557,12 @@ async fn finish(
         partly <= kills,
         "{partly} 'may have partly run' results for {kills} kills (seed {seed})"
     );
+    let aborted = statuses
+        .values()
+        .filter(|payload| payload["status"] == "aborted")
+        .count();
     eprintln!(
-        "crash suite: {kills} kills, {} acknowledged sends, {dropped_events} dropped by their queue, {} effects, {partly} calls that may have partly run, {} cron firings",
+        "crash suite: {kills} kills, {} acknowledged sends, {dropped_events} dropped by their queue, {aborted} stopped, {} effects, {partly} calls that may have partly run, {} cron firings",
         acked.len(),
         seen.len(),
         firings.len()

@@ -434,6 +434,7 @@ impl Hub {
                     RecoveredFate::Answered => {}
                 }
                 let run_id = record.id.clone();
+                let stop_requested = record.stop_requested;
                 {
                     let mut runs = lock(&self.runs);
                     if let Some(idempotency) = &record.idempotency {
@@ -489,7 +490,7 @@ impl Hub {
                         reply: Box::pin(pending.wait()),
                         waker: None,
                         joined: None,
-                        abort_on_start: false,
+                        abort_on_start: stop_requested,
                         dropped_said: false,
                     },
                 );
@@ -1152,6 +1153,10 @@ impl Hub {
             }
         }
         drop(state);
+        // Recorded, so a restart before the stop takes effect stops them too.
+        for run_id in &stopped {
+            self.parts.sessions.request_stop(key, run_id);
+        }
         if interrupt {
             self.parts.sessions.interrupt(key);
         }
