@@ -36,6 +36,7 @@ mod reasoning;
 mod sandbox_escape;
 mod sessions;
 mod skills;
+mod store_contracts;
 mod subagents;
 mod truncation;
 mod wasi_http;
