@@ -155,6 +155,7 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
     // What the person typed during the last turn and did not send: the next prompt starts
     // with it.
     let mut typed_before = String::new();
+    crate::keys::restore_on_termination();
     loop {
         let line = match prompt.read(&std::mem::take(&mut typed_before)).await? {
             Input::Line(line) => line,

@@ -8,8 +8,8 @@
 
 use std::io::{IsTerminal as _, Read as _};
 use std::process::{Command, Stdio};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use tokio::sync::mpsc;
@@ -37,6 +37,42 @@ pub struct TurnKeys {
     saved: String,
     /// The terminal's width in columns, if `stty size` says.
     pub columns: Option<usize>,
+}
+
+/// The terminal's settings while a turn has changed them, to give back if the process is told
+/// to end (SIGTERM, SIGHUP) before the turn does.
+static SAVED: Mutex<Option<String>> = Mutex::new(None);
+
+fn saved_settings() -> std::sync::MutexGuard<'static, Option<String>> {
+    SAVED
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Ends the process on SIGTERM or SIGHUP as those signals do, after giving the terminal back
+/// its settings if a turn had changed them (otherwise the shell would be left without echo).
+/// Call once, inside the runtime, before the first turn.
+pub fn restore_on_termination() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let (Ok(mut terminate), Ok(mut hangup)) = (
+            signal(SignalKind::terminate()),
+            signal(SignalKind::hangup()),
+        ) else {
+            return;
+        };
+        tokio::spawn(async move {
+            let status = tokio::select! {
+                _ = terminate.recv() => 143,
+                _ = hangup.recv() => 129,
+            };
+            if let Some(settings) = saved_settings().take() {
+                let _ = stty(&[settings.as_str()]);
+            }
+            std::process::exit(status);
+        });
+    }
 }
 
 /// Runs `stty` on standard input with `args`; its output when it succeeded.
@@ -67,7 +103,11 @@ impl TurnKeys {
         });
         // No line mode, no echo; a read returns after 0.1 s without a key, so the reader can
         // stop between keys and leave the rest of the input to the next prompt.
-        stty(&["-icanon", "-echo", "min", "0", "time", "1"])?;
+        *saved_settings() = Some(saved.clone());
+        if stty(&["-icanon", "-echo", "min", "0", "time", "1"]).is_none() {
+            *saved_settings() = None;
+            return None;
+        }
         let (sender, keys) = mpsc::unbounded_channel();
         let stop = Arc::new(AtomicBool::new(false));
         let reader = {
@@ -99,6 +139,7 @@ impl Drop for TurnKeys {
             let _ = reader.join();
         }
         let _ = stty(&[self.saved.as_str()]);
+        *saved_settings() = None;
     }
 }
 

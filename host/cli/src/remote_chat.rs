@@ -209,6 +209,7 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
     // What the person typed during the last turn and did not send: the next prompt starts
     // with it.
     let mut typed_before = String::new();
+    crate::keys::restore_on_termination();
     let result = loop {
         let line = match prompt.read(&std::mem::take(&mut typed_before)).await {
             Ok(Input::Line(line)) => line,

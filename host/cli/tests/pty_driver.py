@@ -8,7 +8,11 @@ as in a real terminal) and a 120x40 window. STEPS_JSON is a list of steps:
   {"expect": "regex", "timeout": s} wait until the output since the last expect matches
   {"sleep": s}                      wait
   {"screen": "name"}                keep the screen as a terminal shows it now, under that name
+  {"signal": n}                     send signal n to the program
+  {"exited": s}                     wait up to s seconds for the program to end; keep its status
+  {"echo": "name"}                  keep whether the terminal echoes now (its line discipline's ECHO)
 Prints one JSON object: {"ok": bool, "failed_step": n or null, "output": all output (ANSI kept),
+"echo": {name: bool}, "status": the wait status of an ended program or null,
 "marks": [[step, seconds since start, output length]], "screens": {name: [the 40 lines of the
 screen]} or null when no terminal emulator is installed, "screen_error": why}. The screen is
 rendered by pyte (a VT100 emulator) from everything written so far. Exits 0 even when a step
@@ -49,6 +53,8 @@ def main():
     searched_from = 0
     marks = []
     failed = None
+    echo = {}
+    status = None
     screens = {} if pyte else None
     if pyte:
         screen = pyte.Screen(120, 40)
@@ -79,6 +85,20 @@ def main():
     for number, step in enumerate(steps):
         if "send" in step:
             os.write(fd, step["send"].encode())
+        elif "signal" in step:
+            os.kill(pid, step["signal"])
+        elif "exited" in step:
+            deadline = time.monotonic() + step["exited"]
+            while status is None and time.monotonic() < deadline:
+                pump(time.monotonic() + 0.05)
+                ended, code = os.waitpid(pid, os.WNOHANG)
+                if ended:
+                    status = code
+            if status is None:
+                failed = number
+                break
+        elif "echo" in step:
+            echo[step["echo"]] = bool(termios.tcgetattr(fd)[3] & termios.ECHO)
         elif "screen" in step:
             if pyte:
                 screens[step["screen"]] = snapshot()
@@ -107,11 +127,12 @@ def main():
     end = time.monotonic() + 0.5
     while time.monotonic() < end and pump(end):
         pass
-    try:
-        os.kill(pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    os.waitpid(pid, 0)
+    if status is None:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        os.waitpid(pid, 0)
     print(
         json.dumps(
             {
@@ -120,6 +141,8 @@ def main():
                 "output": output.decode("utf-8", "replace"),
                 "marks": marks,
                 "screens": screens,
+                "echo": echo,
+                "status": status,
                 "screen_error": PYTE_ERROR,
             }
         )

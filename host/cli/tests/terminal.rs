@@ -811,3 +811,47 @@ async fn a_request_while_the_prompt_waits_is_shown_and_so_is_its_timeout() {
     assert!(expired.contains(": deny (by timeout)"), "{expired}");
     assert!(setup.workspace.path().join("scratch1.txt").exists());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_during_a_turn_gives_the_terminal_its_echo_back() {
+    let Some(python) = screen_python("sigterm_during_a_turn") else {
+        return;
+    };
+    let setup = Setup::new("");
+    let server = LlmServer::start_routed(|_| {
+        anthropic::message(&[anthropic::tool(
+            "n1",
+            "exec",
+            json!({"command": "sleep 20"}),
+        )])
+    })
+    .await;
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"echo": "at the prompt"},
+            {"send": "Take a nap.\r"},
+            {"expect": "sleep 20", "timeout": 20},
+            {"sleep": 0.5},
+            {"echo": "during the turn"},
+            {"signal": 15},
+            {"exited": 10},
+            {"echo": "after"},
+        ]),
+        &[],
+    )
+    .await;
+    report.assert_ok();
+    let echo = &report.0["echo"];
+    assert_eq!(
+        echo["during the turn"], false,
+        "typing is not echoed: {echo}"
+    );
+    assert_eq!(echo["after"], true, "the shell gets its echo back: {echo}");
+    // Ended as SIGTERM ends a program: exit status 143.
+    let status = report.0["status"].as_i64().unwrap();
+    assert_eq!(status >> 8, 143, "wait status {status}");
+}
