@@ -219,7 +219,7 @@ return {
   notes: texts(".msg.note"),
   usage: texts(".msg .usage"),
   tools: Array.from(document.querySelectorAll(".tool-card"), (c) => ({
-    name: c.dataset.tool, verdict: c.dataset.verdict, label: c.dataset.label || "",
+    id: c.dataset.id, name: c.dataset.tool, verdict: c.dataset.verdict, label: c.dataset.label || "",
     args: c.querySelector(".args").textContent,
     badge: c.querySelector(".verdict").textContent,
     approval: (c.querySelector(".approval") || {}).textContent || "",
@@ -227,6 +227,7 @@ return {
     folded: c.querySelector("details") ? !c.querySelector("details").open : null,
   })),
   sidebarApprovals: texts("#approvals li"),
+  approvalCalls: Array.from(state.approvals.values(), (ask) => ask.toolCallId || null),
   reasoning: Array.from(document.querySelectorAll("#messages .reasoning"), (d) => ({
     text: d.querySelector(".reasoning-text").textContent, open: d.open,
   })),
@@ -463,6 +464,10 @@ async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_
     assert_eq!(tools.len(), 1, "{page:#}");
     assert_eq!(tools[0]["verdict"], "denied", "{page:#}");
     assert_eq!(page["lastSeq"].as_u64().unwrap(), before_reload);
+    // The usage lines and the "stopped" note are the same as before the reload.
+    assert_eq!(page["usage"].as_array().unwrap().len(), 2, "{stopped:#}");
+    assert_eq!(page["usage"], stopped["usage"], "{page:#}\n{stopped:#}");
+    assert_eq!(page["notes"], json!(["stopped"]), "{page:#}");
     let screenshot = browser.screenshot().await.unwrap();
     std::fs::write(
         repo_target().join("gateway-webchat-reloaded.png"),
@@ -477,6 +482,7 @@ const OPERATOR: &str = r##"
 return {
   shown: !document.getElementById("operator").hidden,
   approvals: Array.from(document.querySelectorAll("#approvals li"), (e) => e.textContent),
+  sessionsOfApprovals: Array.from(document.querySelectorAll("#approvals li .where"), (e) => e.textContent),
   pairings: Array.from(document.querySelectorAll("#pairings li"), (e) => e.textContent),
   assistant: Array.from(document.querySelectorAll(".msg.assistant .body"), (e) => e.textContent.trim()),
 };
@@ -539,6 +545,9 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
     );
     assert_eq!(page["tools"][0]["name"], "exec", "{page:#}");
     assert_eq!(page["tools"][0]["verdict"], "waiting", "{page:#}");
+    // The gateway names the call the request gates.
+    assert_eq!(page["approvalCalls"], json!(["t1"]), "{page:#}");
+    assert_eq!(page["tools"][0]["id"], "t1", "{page:#}");
     assert_eq!(page["sidebarApprovals"], json!([]), "{page:#}");
     assert_eq!(page["thinking"], Value::Null, "{page:#}");
     // After a reload the question is on the card again.
@@ -592,6 +601,15 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
             .contains("exec wants to run:rm -r other"),
         "{panel:#}"
     );
+    // Named by the session's title (its first message), not its key.
+    wait_for(
+        &browser,
+        "the other session's title",
+        10,
+        OPERATOR,
+        |panel| panel["sessionsOfApprovals"] == json!(["remove other"]),
+    )
+    .await;
     let page = browser.execute(PAGE, vec![]).await.unwrap();
     assert_eq!(
         card_approval(&page),
@@ -1143,6 +1161,7 @@ return { found, raw: window.markdownit({ html: true }).render(arguments[0]).incl
         .clone();
     assert_eq!(tool["name"], "exec", "{page:#}");
     assert_eq!(tool["badge"], "not run", "{page:#}");
+    assert_eq!(tool["args"], r#"{"command":"echo skipped"}"#, "{page:#}");
 
     // Scrolled up on purpose, new output does not pull the view down; a button offers the way.
     send(&browser, "long").await;
@@ -1469,5 +1488,46 @@ return {
         1,
         "{page:#}"
     );
+
+    // Renamed: the gateway keeps the name, a reload shows it.
+    browser
+        .find(Locator::Id("rename"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    let field = browser
+        .find(Locator::Css("#session-title input"))
+        .await
+        .unwrap();
+    field.clear().await.unwrap();
+    field.send_keys("Release notes, v2\u{E007}").await.unwrap();
+    wait_for(&browser, "the new name", 10, PAGE, |page| {
+        page["title"] == "Release notes, v2"
+    })
+    .await;
+    let listed = other.request("sessions.list", json!({})).await;
+    let named = listed["payload"]["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|session| session["key"] == first.as_str())
+        .unwrap()
+        .clone();
+    assert_eq!(named["title"], "Release notes, v2", "{listed:#}");
+    browser.refresh().await.unwrap();
+    let page = wait_for(&browser, "the name after a reload", 30, PAGE, |page| {
+        page["status"] == "connected" && page["user"] == json!(["Plan the release notes"])
+    })
+    .await;
+    assert_eq!(page["title"], "Release notes, v2", "{page:#}");
+    let titles: Vec<&str> = page["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|entry| entry["title"].as_str().unwrap())
+        .collect();
+    assert_eq!(titles, ["Release notes, v2"], "{page:#}");
     browser.close().await.unwrap();
 }

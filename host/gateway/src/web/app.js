@@ -406,6 +406,8 @@ function showApprovalInSidebar(ask) {
   if (ask.sessionKey) where.onclick = () => switchSession(ask.sessionKey);
   item.append(what, plan, where, ...decisionButtons(ask));
   ui.approvals.append(item);
+  // A session this page has not listed yet: list again for its title.
+  if (ask.sessionKey && !state.listed.some((session) => session.key === ask.sessionKey)) refreshSessions();
 }
 
 function dropApproval(id) {
@@ -538,6 +540,7 @@ function drawSessions() {
     item.onclick = () => { switchSession(session.key); closeDrawer(); };
     return item;
   }));
+  for (const where of ui.approvals.querySelectorAll("button.where")) where.textContent = sessionTitle(where.title);
   showSessionHeader();
 }
 
@@ -933,8 +936,16 @@ function onAgentEvent(event) {
       followOutput();
       refreshSessions();
     } else if (data.phase === "resumed" && !skip) {
-      // The gateway was restarted during this turn and goes on with it.
-      addNote("the gateway restarted: this turn goes on");
+      // The gateway was restarted during this turn and takes it up again: the text the model was
+      // streaming when it stopped is asked for again, so its partial bubble goes.
+      const run = state.runs.get(event.runId);
+      if (run && run.bubble) {
+        if (run.timer) { clearTimeout(run.timer); run.timer = 0; }
+        run.bubble.remove();
+        run.bubble = null;
+        run.text = "";
+      }
+      addNote("resumed after a restart");
       setBusy(event.runId);
       showThinking();
     } else if (data.phase === "note" && !skip) {
