@@ -880,19 +880,15 @@ async fn print_tools(runtime: &Runtime, long: bool, json: bool) -> Result<(), Fa
         return Ok(());
     }
     if !long {
-        let width = catalog
-            .iter()
-            .map(|entry| entry.tool.spec().name.len())
-            .max()
-            .unwrap_or(0);
         for entry in &catalog {
             let tool = &entry.tool;
             let spec = tool.spec();
             outln!(
-                "{:width$}  {}  [{}]",
+                "{}  ({}; {})  — {}",
                 spec.name,
-                first_sentence(&spec.description),
-                tool.grants_summary()
+                tool.origin(),
+                tool.grants_summary(),
+                first_sentence(&spec.description)
             );
         }
         outln!(

@@ -391,7 +391,10 @@ fn tools_prints_one_line_per_tool_by_default() {
         .iter()
         .find(|line| line.starts_with("read_file "))
         .unwrap_or_else(|| panic!("read_file is listed: {text}"));
-    assert!(read.contains("[workspace"), "with what it reaches: {read}");
+    assert!(
+        read.starts_with("read_file  (bundled:file; workspace") && read.contains("  — Read"),
+        "its origin, what it reaches and what it does: {read}"
+    );
     assert!(!text.contains("schema:"), "no schemas: {text}");
     assert!(!text.contains("\"type\""), "no JSON: {text}");
     let listed = lines.iter().filter(|line| !line.starts_with(' ')).count();
