@@ -79,6 +79,18 @@ fn start_gateway_with(
     extra: &str,
     env: &[(&str, &str)],
 ) -> (GatewayProcess, SocketAddr) {
+    start_gateway_at(root, llm, extra, env, "127.0.0.1:0")
+}
+
+/// [`start_gateway_with`] listening on `bind` (started again on the same `root`, it is the same
+/// gateway after a restart).
+fn start_gateway_at(
+    root: &Path,
+    llm: &str,
+    extra: &str,
+    env: &[(&str, &str)],
+    bind: &str,
+) -> (GatewayProcess, SocketAddr) {
     let state = root.join("state");
     let workspace = root.join("ws");
     let cache = clawcage_tests::cli_state::shared_state_dir().join("cache");
@@ -88,7 +100,9 @@ fn start_gateway_with(
     std::fs::create_dir_all(&state).unwrap();
     std::fs::create_dir_all(&workspace).unwrap();
     std::fs::create_dir_all(&cache).unwrap();
-    std::os::unix::fs::symlink(&cache, state.join("cache")).unwrap();
+    if !state.join("cache").exists() {
+        std::os::unix::fs::symlink(&cache, state.join("cache")).unwrap();
+    }
     let config = root.join("clawcage.toml");
     std::fs::write(
         &config,
@@ -105,7 +119,7 @@ fn start_gateway_with(
         .arg(&state)
         .arg("--workspace")
         .arg(&workspace)
-        .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
+        .args(["gateway", "--bind", bind, "--token", TOKEN])
         .env_remove("RUST_LOG")
         .env("ANTHROPIC_API_KEY", "sk-browser-test")
         .envs(env.iter().copied());
@@ -1529,5 +1543,64 @@ return {
         .map(|entry| entry["title"].as_str().unwrap())
         .collect();
     assert_eq!(titles, ["Release notes, v2"], "{page:#}");
+    browser.close().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_web_chat_follows_a_turn_the_restarted_gateway_takes_up() {
+    let Some((chromium, driver)) =
+        browser_programs("the_web_chat_follows_a_turn_the_restarted_gateway_takes_up")
+    else {
+        return;
+    };
+    // The first model call never answers (the gateway is killed during it); the one the
+    // restarted gateway makes is answered.
+    let calls = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counted = calls.clone();
+    let server = LlmServer::start_routed(move |_| {
+        if counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst) == 0 {
+            Reply::Hang
+        } else {
+            anthropic::stream(&[anthropic::text("Taken up again.")], 16)
+        }
+    })
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let bind = format!("127.0.0.1:{}", free_port());
+    let (gateway, addr) = start_gateway_at(root.path(), server.url(), "", &[], &bind);
+    let (_driver, _profile, browser) = open_browser(&chromium, &driver).await;
+    connect_page(&browser, addr).await;
+    send(&browser, "Summarise the notes").await;
+    wait_for(&browser, "the model to be asked", 30, PAGE, |page| {
+        page["thinking"].is_string()
+    })
+    .await;
+    while server.requests().is_empty() {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    gateway.kill();
+    wait_for(&browser, "the page to notice", 30, PAGE, |page| {
+        page["status"] == "disconnected"
+    })
+    .await;
+    let (_gateway, again) = start_gateway_at(root.path(), server.url(), "", &[], &bind);
+    assert_eq!(again, addr);
+
+    let page = wait_for(&browser, "the turn taken up", 60, PAGE, |page| {
+        page["status"] == "connected" && count(&page["assistant"], "Taken up again.") == 1
+    })
+    .await;
+    assert_eq!(page["user"], json!(["Summarise the notes"]), "{page:#}");
+    assert_eq!(
+        count(&page["notes"], "resumed after a restart"),
+        1,
+        "{page:#}"
+    );
+    let page = wait_for(&browser, "the turn to end", 30, PAGE, |page| {
+        page["stopEnabled"] == false && page["thinking"].is_null()
+    })
+    .await;
+    assert_eq!(page["assistant"], json!(["Taken up again."]), "{page:#}");
     browser.close().await.unwrap();
 }
