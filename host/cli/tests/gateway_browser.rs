@@ -1515,7 +1515,7 @@ return {
         .find(Locator::Css("#session-title input"))
         .await
         .unwrap();
-    field.clear().await.unwrap();
+    // The field opens with the title selected: typing replaces it.
     field.send_keys("Release notes, v2\u{E007}").await.unwrap();
     wait_for(&browser, "the new name", 10, PAGE, |page| {
         page["title"] == "Release notes, v2"
