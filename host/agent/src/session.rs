@@ -201,6 +201,8 @@ struct Shared {
     waiters: Mutex<HashMap<String, HashMap<u64, Waiter>>>,
     listener: Mutex<Option<QueueListener>>,
     budget: std::sync::OnceLock<Arc<Budget>>,
+    /// Set by [`Sessions::halt`]: the lanes stop where they stand.
+    halted: watch::Sender<bool>,
 }
 
 impl Shared {
@@ -390,6 +392,7 @@ impl Sessions {
                     waiters: Mutex::new(HashMap::new()),
                     listener: Mutex::new(None),
                     budget: std::sync::OnceLock::new(),
+                    halted: watch::Sender::new(false),
                 }),
                 lanes: Mutex::new(HashMap::new()),
                 open: watch::Sender::new(true),
@@ -409,6 +412,17 @@ impl Sessions {
             tracing::warn!("the sessions are shared already: the inbox is not used");
         }
         self
+    }
+
+    /// Stop every lane where it stands, as a process that ends would, without committing the
+    /// running turns or answering the waiting inputs: with an inbox, what they did so far is in
+    /// the journal, their inputs stay pending, and the next start on this state directory
+    /// resumes them. For a service's graceful stop (a deploy, SIGTERM). Waiters hear
+    /// [`AgentError::LaneClosed`].
+    pub fn halt(&self) {
+        self.inner.shared.halted.send_replace(true);
+        // Their answers never come in this process.
+        lock(&self.inner.shared.waiters).clear();
     }
 
     /// The inbox, when there is one.
@@ -984,7 +998,22 @@ pub fn notification_text(message: &InboundMessage) -> String {
     )
 }
 
-async fn run_lane(shared: Arc<Shared>, key: String, mut open: watch::Receiver<bool>) {
+async fn run_lane(shared: Arc<Shared>, key: String, open: watch::Receiver<bool>) {
+    let mut halted = shared.halted.subscribe();
+    if *halted.borrow_and_update() {
+        return;
+    }
+    tokio::select! {
+        () = lane(&shared, &key, open) => {}
+        // Halted: the running job is dropped where it stands (its steps are journaled).
+        _ = halted.wait_for(|halted| *halted) => {
+            tracing::info!(session = %key, "the lane stops; what it was doing resumes at the next start");
+        }
+    }
+}
+
+async fn lane(shared: &Arc<Shared>, key: &str, mut open: watch::Receiver<bool>) {
+    let (shared, key) = (shared.clone(), key.to_string());
     let plan = lock(&shared.resuming).remove(&key);
     let mut history = match plan {
         Some(plan) => {

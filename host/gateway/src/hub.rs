@@ -7,9 +7,12 @@
 //! the rest). Every observation of a run becomes an [`AgentEvent`] appended to the session's
 //! [`EventLog`] (which gives it its `seq`) and sent, under the session's lock, to every
 //! subscriber: a subscriber replaying from the log and then following live sees each event
-//! exactly once, in order. The hub also keeps the runs (for `agent.wait` and idempotent sends)
-//! and a journal of runs in flight in the state directory, so runs cut off by a killed process
-//! are reported at the next start.
+//! exactly once, in order. The runs (for `agent.wait` and idempotent sends) are kept behind a
+//! [`RunRegistry`](crate::runs::RunRegistry). At its start the hub takes up what a stopped
+//! gateway left in the sessions' inboxes ([`clawcage_agent::inbox`]): finished inputs keep their
+//! idempotency keys and statuses, pending ones become runs again under their own ids, and a
+//! session's open turn is resumed with a `lifecycle {phase: "resumed"}` event. Cron firings
+//! arrive through [`Hub::firing_sink`], each under its key, exactly once.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::future::Future;
@@ -36,15 +39,14 @@ use clawcage_agent::{
 use clawcage_core::scheduler::Scheduler;
 use clawcage_core::{InboundMessage, ToolCall};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{self, Code, GatewayError};
-
-/// How long an idempotency key is remembered, and a finished run kept for `agent.wait`.
-pub const IDEMPOTENCY_WINDOW: Duration = Duration::from_secs(600);
+pub use crate::runs::{IDEMPOTENCY_WINDOW, RunResult, RunStatus};
+use crate::runs::{InMemoryRuns, RunRegistry};
 
 /// Submissions waiting on one session at most (beyond: `RATE_LIMITED`); the lane's own cap
 /// (`[queue] cap`) applies first.
@@ -81,73 +83,6 @@ pub struct GatewayParts {
     pub workspace: String,
     /// The state directory, for `status`.
     pub state_dir: PathBuf,
-}
-
-/// What a run is, as `agent.wait` and idempotent sends report it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RunStatus {
-    /// Queued or running.
-    InFlight,
-    /// Answered (or stopped by a guard with an explanation).
-    Ok,
-    /// Failed.
-    Error,
-    /// Stopped by `chat.abort` or a shutdown.
-    Aborted,
-    /// Cut off by a killed gateway (found at the next start).
-    Interrupted,
-    /// Left the session's queue without running (its cap and drop policy, or a newer message
-    /// in `interrupt` mode).
-    Dropped,
-}
-
-impl RunStatus {
-    /// The wire name.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::InFlight => "in_flight",
-            RunStatus::Ok => "ok",
-            RunStatus::Error => "error",
-            RunStatus::Aborted => "aborted",
-            RunStatus::Interrupted => "interrupted",
-            RunStatus::Dropped => "dropped",
-        }
-    }
-}
-
-/// A run's result: its status and the payload `agent` and `agent.wait` answer with.
-#[derive(Debug, Clone)]
-pub struct RunResult {
-    /// The status.
-    pub status: RunStatus,
-    /// `{runId, status, sessionKey, text?, usage?, error?}`.
-    pub payload: Value,
-}
-
-struct RunEntry {
-    session: String,
-    result: watch::Sender<Option<RunResult>>,
-    finished: Option<Instant>,
-}
-
-#[derive(Default)]
-struct Runs {
-    entries: HashMap<String, RunEntry>,
-    /// `(session, idempotency key)` → run id and when it was first sent.
-    idempotency: HashMap<(String, String), (String, Instant)>,
-}
-
-impl Runs {
-    fn prune(&mut self) {
-        let now = Instant::now();
-        self.entries.retain(|_, entry| {
-            entry
-                .finished
-                .is_none_or(|at| now.duration_since(at) < IDEMPOTENCY_WINDOW)
-        });
-        self.idempotency
-            .retain(|_, (_, at)| now.duration_since(*at) < IDEMPOTENCY_WINDOW);
-    }
 }
 
 /// What [`Hub::send`] did.
@@ -315,7 +250,7 @@ pub struct Hub {
     /// The runtime's pieces.
     pub parts: GatewayParts,
     sessions: Mutex<HashMap<String, Arc<SessionHub>>>,
-    runs: Mutex<Runs>,
+    runs: Box<dyn RunRegistry>,
     connections: Mutex<HashMap<u64, Outbox>>,
     next_id: AtomicU64,
     run_prefix: String,
@@ -367,7 +302,7 @@ impl Hub {
         let hub = Arc::new_cyclic(|this| Hub {
             parts,
             sessions: Mutex::new(HashMap::new()),
-            runs: Mutex::new(Runs::default()),
+            runs: Box::new(InMemoryRuns::default()),
             connections: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             run_prefix: format!("run-{}", base36(clawcage_agent::transcript::now_ms())),
@@ -435,22 +370,13 @@ impl Hub {
                 }
                 let run_id = record.id.clone();
                 let stop_requested = record.stop_requested;
+                if let Err((earlier, _)) =
+                    self.runs
+                        .register(&key, &run_id, record.idempotency.as_deref())
                 {
-                    let mut runs = lock(&self.runs);
-                    if let Some(idempotency) = &record.idempotency {
-                        runs.idempotency.insert(
-                            (key.clone(), idempotency.clone()),
-                            (run_id.clone(), Instant::now()),
-                        );
-                    }
-                    runs.entries.insert(
-                        run_id.clone(),
-                        RunEntry {
-                            session: key.clone(),
-                            result: watch::channel(None).0,
-                            finished: None,
-                        },
-                    );
+                    // Two pending inputs under one key cannot come from the inbox; keep both.
+                    tracing::warn!(run = %run_id, %earlier, "two pending runs share an idempotency key");
+                    let _ = self.runs.register(&key, &run_id, None);
                 }
                 let (kind, text, sender) = match &record.job {
                     QueuedJob::User { text, .. } => ("user", text.clone(), None),
@@ -551,35 +477,19 @@ impl Hub {
         let age = Duration::from_millis(
             clawcage_agent::transcript::now_ms().saturating_sub(finished.at_ms),
         );
-        let at = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
         let status = match finished.status {
             InputStatus::Ok => RunStatus::Ok,
             InputStatus::Error => RunStatus::Error,
             InputStatus::Aborted => RunStatus::Aborted,
             InputStatus::Dropped | InputStatus::Refused => RunStatus::Dropped,
         };
-        let mut runs = lock(&self.runs);
         // A refused input was never taken: its key may be sent again (as the inbox allows).
-        if let Some(idempotency) = &finished.idempotency
-            && finished.status != InputStatus::Refused
-        {
-            runs.idempotency.insert(
-                (key.to_string(), idempotency.clone()),
-                (finished.id.clone(), at),
-            );
-        }
-        let (sender, _) = watch::channel(Some(RunResult {
-            status,
-            payload: json!({"runId": finished.id, "status": status.as_str(), "sessionKey": key}),
-        }));
-        runs.entries.insert(
-            finished.id.clone(),
-            RunEntry {
-                session: key.to_string(),
-                result: sender,
-                finished: Some(at),
-            },
-        );
+        let idempotency = finished
+            .idempotency
+            .as_deref()
+            .filter(|_| finished.status != InputStatus::Refused);
+        self.runs
+            .remember(key, &finished.id, idempotency, status, age);
     }
 
     /// A fresh id for a connection or a run.
@@ -687,46 +597,13 @@ impl Hub {
         // the event log, the lane, the transcript and the model all get the scrubbed text.
         let text = self.parts.sessions.agent().redactor().redact(&text);
         self.title_from_first_message(key, &text);
-        let run_id = {
-            let mut runs = lock(&self.runs);
-            if let Some(idempotency) = idempotency
-                && let Some((run_id, at)) = runs
-                    .idempotency
-                    .get(&(key.to_string(), idempotency.to_string()))
-                && at.elapsed() < IDEMPOTENCY_WINDOW
-            {
-                let status = runs.entries.get(run_id).map_or(RunStatus::Ok, |entry| {
-                    entry
-                        .result
-                        .borrow()
-                        .as_ref()
-                        .map_or(RunStatus::InFlight, |result| result.status)
-                });
-                return Ok(Sent::Duplicate(run_id.clone(), status));
-            }
-            runs.prune();
-            let run_id = format!("{}-{}", self.run_prefix, self.next_id());
-            if let Some(idempotency) = idempotency {
-                runs.idempotency.insert(
-                    (key.to_string(), idempotency.to_string()),
-                    (run_id.clone(), Instant::now()),
-                );
-            }
-            runs.entries.insert(
-                run_id.clone(),
-                RunEntry {
-                    session: key.to_string(),
-                    result: watch::channel(None).0,
-                    finished: None,
-                },
-            );
-            run_id
-        };
+        let run_id = format!("{}-{}", self.run_prefix, self.next_id());
+        if let Err((earlier, status)) = self.runs.register(key, &run_id, idempotency) {
+            return Ok(Sent::Duplicate(earlier, status));
+        }
         let forget = |status: RunStatus, why: &str| {
             if let Some(idempotency) = idempotency {
-                lock(&self.runs)
-                    .idempotency
-                    .remove(&(key.to_string(), idempotency.to_string()));
+                self.runs.forget_key(key, idempotency);
             }
             self.finish_run(&run_id, status, json!({"error": why}));
         };
@@ -842,6 +719,10 @@ impl Hub {
         };
         if let Some(waker) = entry.waker {
             waker.wake();
+        }
+        if self.shutting_down() && matches!(reply, Err(AgentError::LaneClosed)) {
+            // Halted for the stop: the run is taken up again at the next start, not ended.
+            return;
         }
         let dropped_said = entry.dropped_said;
         let (run_id, joined) = match entry.kind {
@@ -1087,22 +968,12 @@ impl Hub {
 
     /// The run `run_id`'s status (and its session), if known.
     pub fn run_status(&self, run_id: &str) -> Option<(String, RunStatus)> {
-        let runs = lock(&self.runs);
-        let entry = runs.entries.get(run_id)?;
-        let status = entry
-            .result
-            .borrow()
-            .as_ref()
-            .map_or(RunStatus::InFlight, |result| result.status);
-        Some((entry.session.clone(), status))
+        self.runs.status(run_id)
     }
 
     /// Waits for `run_id` to end, at most `timeout`; `None` if it is unknown.
     pub async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<Option<RunResult>> {
-        let mut receiver = {
-            let runs = lock(&self.runs);
-            runs.entries.get(run_id)?.result.subscribe()
-        };
+        let mut receiver = self.runs.watch(run_id)?;
         let waited = tokio::time::timeout(timeout, receiver.wait_for(Option::is_some)).await;
         Some(match waited {
             Ok(Ok(result)) => result.clone(),
@@ -1110,17 +981,8 @@ impl Hub {
         })
     }
 
-    fn finish_run(&self, run_id: &str, status: RunStatus, mut payload: Value) {
-        let mut runs = lock(&self.runs);
-        if let Some(entry) = runs.entries.get_mut(run_id) {
-            payload["runId"] = json!(run_id);
-            payload["status"] = json!(status.as_str());
-            payload["sessionKey"] = json!(entry.session);
-            entry.finished = Some(Instant::now());
-            entry
-                .result
-                .send_replace(Some(RunResult { status, payload }));
-        }
+    fn finish_run(&self, run_id: &str, status: RunStatus, payload: Value) {
+        self.runs.finish(run_id, status, payload);
     }
 
     /// Stops a run of `key`: `run_id`, or the current one when `None` (the next one when none
@@ -1271,32 +1133,11 @@ impl Hub {
             ));
         }
         let key = message.session_key.clone();
-        let run_id = {
-            let mut runs = lock(&self.runs);
-            if let Some(idempotency) = idempotency
-                && runs
-                    .idempotency
-                    .contains_key(&(key.clone(), idempotency.to_string()))
-            {
-                return Ok(());
-            }
-            let run_id = format!("{}-{}", self.run_prefix, self.next_id());
-            if let Some(idempotency) = idempotency {
-                runs.idempotency.insert(
-                    (key.clone(), idempotency.to_string()),
-                    (run_id.clone(), Instant::now()),
-                );
-            }
-            runs.entries.insert(
-                run_id.clone(),
-                RunEntry {
-                    session: key.clone(),
-                    result: watch::channel(None).0,
-                    finished: None,
-                },
-            );
-            run_id
-        };
+        let run_id = format!("{}-{}", self.run_prefix, self.next_id());
+        if self.runs.register(&key, &run_id, idempotency).is_err() {
+            // Delivered before (a firing fired again after a restart).
+            return Ok(());
+        }
         let session = self.session(&key);
         let _admit = lock(&session.admit);
         let observer = HubObserver::new(self.this.clone(), session.clone(), &key, &run_id);
@@ -1319,9 +1160,7 @@ impl Hub {
             );
             if let DropReason::NotRecorded { why } = reason {
                 if let Some(idempotency) = idempotency {
-                    lock(&self.runs)
-                        .idempotency
-                        .remove(&(key.clone(), idempotency.to_string()));
+                    self.runs.forget_key(&key, idempotency);
                 }
                 return Err(why.clone());
             }
@@ -1647,28 +1486,44 @@ impl Hub {
 
     // ---- shutdown and recovery -------------------------------------------------------------
 
-    /// Stops taking work, aborts queued and running runs (their messages are kept, dangling
-    /// tool calls answered), waits up to `grace` for them to end, makes the events durable,
-    /// and tells every connection.
+    /// Stops taking work and stops the lanes where they stand: with the sessions' inboxes, the
+    /// running and queued runs stay recorded and the next start takes them up under the same
+    /// ids (without an inbox they are aborted, their messages kept, and waited for up to
+    /// `grace`); then makes the events durable and tells every connection.
     pub async fn shut_down(&self, grace: Duration) {
         self.shutting_down.store(true, Ordering::Relaxed);
         let sessions: Vec<Arc<SessionHub>> = lock(&self.sessions).values().cloned().collect();
-        for session in &sessions {
-            let mut state = session.lock();
-            self.settle_current(&session.key, &mut state);
-            for entry in state.tickets.values_mut() {
-                entry.abort_on_start = true;
+        if self.parts.sessions.inbox().is_some() {
+            // Durable: the lanes stop where they stand, their runs stay in the inboxes and the
+            // next start resumes them under the same ids (a deploy loses nothing).
+            for session in &sessions {
+                let mut state = session.lock();
+                self.settle_current(&session.key, &mut state);
             }
-            let running = match state.current.as_mut() {
-                Some(current) => {
-                    current.aborting = true;
-                    true
+            self.parts.sessions.halt();
+            for session in &sessions {
+                let mut state = session.lock();
+                state.tickets.clear();
+                state.current = None;
+            }
+        } else {
+            for session in &sessions {
+                let mut state = session.lock();
+                self.settle_current(&session.key, &mut state);
+                for entry in state.tickets.values_mut() {
+                    entry.abort_on_start = true;
                 }
-                None => false,
-            };
-            drop(state);
-            if running {
-                self.parts.sessions.interrupt(&session.key);
+                let running = match state.current.as_mut() {
+                    Some(current) => {
+                        current.aborting = true;
+                        true
+                    }
+                    None => false,
+                };
+                drop(state);
+                if running {
+                    self.parts.sessions.interrupt(&session.key);
+                }
             }
         }
         let deadline = Instant::now() + grace;
@@ -1723,14 +1578,7 @@ impl Hub {
                 let mut state = session.lock();
                 self.publish(&mut state, AgentEvent::run_interrupted(key, run_id, why));
             }
-            lock(&self.runs).entries.insert(
-                run_id.to_string(),
-                RunEntry {
-                    session: key.to_string(),
-                    result: watch::channel(None).0,
-                    finished: None,
-                },
-            );
+            let _ = self.runs.register(key, run_id, None);
             self.finish_run(run_id, RunStatus::Interrupted, json!({"error": why}));
             tracing::warn!(
                 run = run_id,

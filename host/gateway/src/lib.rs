@@ -16,6 +16,7 @@ mod keys;
 pub mod limits;
 mod methods;
 pub mod protocol;
+pub mod runs;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
