@@ -677,7 +677,10 @@ async fn with_a_sink_a_refused_firing_stays_due_and_the_same_slot_keeps_its_key(
     runner.abort();
     let refused = sink.refused.lock().unwrap().clone();
     assert_eq!(refused.len(), 1);
-    assert_eq!(keys[0], refused[0], "the refused slot is delivered later, same key");
+    assert_eq!(
+        keys[0], refused[0],
+        "the refused slot is delivered later, same key"
+    );
     assert_ne!(keys[0], keys[1]);
     assert!(keys[0].starts_with("cron:job-1:"), "{keys:?}");
     assert_eq!(

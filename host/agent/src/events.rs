@@ -408,7 +408,11 @@ mod tests {
             name: "exec".into(),
             arguments: json!({"command": "ls"}),
         };
-        observer.tool_finished(&call, &Verdict::NotRun("not run: skipped".into()), "not run");
+        observer.tool_finished(
+            &call,
+            &Verdict::NotRun("not run: skipped".into()),
+            "not run",
+        );
         let end = events.try_recv().ok().map(|e| e.data).unwrap_or_default();
         assert_eq!(end["args"], json!({"command": "ls"}), "{end}");
         observer.tool_started(&call);
