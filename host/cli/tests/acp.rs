@@ -1086,3 +1086,98 @@ async fn an_external_agent_asks_the_editor_of_its_parent_session_under_ask() {
         "{announcement}"
     );
 }
+
+/// `clawcage acp` killed with SIGKILL while its prompt runs a real `exec` call: the next process
+/// loads the session and, at its next prompt, takes the open turn up first (the call answered
+/// "may have partly run", not run again), then answers the new prompt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_acp_process_leaves_its_turn_to_the_next_one() {
+    let server = LlmServer::start_routed(|body| {
+        let (text, results) = last_user(body);
+        if results {
+            answer("It may have run; I checked.")
+        } else if text.contains("first task") {
+            anthropic::stream(
+                &[anthropic::tool(
+                    "x1",
+                    "exec",
+                    json!({"command": "echo ran >> effects.log && sleep 60"}),
+                )],
+                40,
+            )
+        } else {
+            answer("second done")
+        }
+    })
+    .await;
+    let setup = Setup::new(server.url(), "[subagents]\nenabled = false\n");
+    let workspace = setup.workspace();
+    let effects = workspace.join("effects.log");
+
+    // The first process: killed once the call has written its mark.
+    let mut child = setup.command().spawn().expect("clawcage acp starts");
+    let stdin = child.stdin.take().unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
+    let cwd = workspace.clone();
+    let marked = effects.clone();
+    let session_id = Client
+        .v1()
+        .name("acp-test")
+        .connect_with(transport, async move |cx: ConnectionTo<Agent>| {
+            cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+                .block_task()
+                .await?;
+            let session = cx
+                .send_request(NewSessionRequest::new(cwd))
+                .block_task()
+                .await?;
+            let id = session.session_id.clone();
+            let prompt = cx
+                .send_request(PromptRequest::new(id.clone(), text("first task")))
+                .block_task();
+            let ran = async {
+                while !std::fs::read_to_string(&marked).is_ok_and(|text| text.contains("ran")) {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+            };
+            tokio::select! {
+                _ = prompt => panic!("the prompt ended before the kill"),
+                () = ran => {}
+            }
+            Ok(id)
+        })
+        .await
+        .expect("the first exchange");
+    child.kill().await.unwrap();
+
+    let replayed: Updates = Arc::default();
+    let id = session_id.0.to_string();
+    with_client(&setup, replayed.clone(), async |cx| {
+        cx.send_request(InitializeRequest::new(ProtocolVersion::V1))
+            .block_task()
+            .await?;
+        cx.send_request(LoadSessionRequest::new(id.clone(), workspace.clone()))
+            .block_task()
+            .await?;
+        let response = cx
+            .send_request(PromptRequest::new(id.clone(), text("second task")))
+            .block_task()
+            .await?;
+        assert_eq!(response.stop_reason, StopReason::EndTurn);
+        Ok(())
+    })
+    .await;
+    assert_eq!(
+        std::fs::read_to_string(&effects).unwrap(),
+        "ran\n",
+        "the call is never run twice"
+    );
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 3, "first call, the resumed step, the second prompt");
+    assert!(bodies[1].to_string().contains("may have partly run"));
+    assert_eq!(last_user(&bodies[2]).0, "second task");
+    assert!(bodies[2].to_string().contains("It may have run; I checked."));
+    let seen = replayed.lock().unwrap().clone();
+    assert!(agent_text(&seen).ends_with("second done"), "{seen:#?}");
+}
