@@ -5,8 +5,8 @@
 //! and a reload that shows the same history; replies rendered from Markdown and attacks on that
 //! rendering (scripts, event handlers, `javascript:` and `data:` links, raw HTML, partial fences
 //! while streaming); approvals on their tool cards; the thinking indicator; scrolling; a
-//! phone-sized window; session titles; the token dialog. Screenshots go to `target/`, and those
-//! the README shows to `docs/screenshots/`.
+//! phone-sized window; session titles; the token dialog. Screenshots go to `target/`; those the
+//! README shows also to `docs/screenshots/` with `CLAWCAGE_UPDATE_SCREENSHOTS=1`.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -30,11 +30,16 @@ fn repo_target() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target")
 }
 
-/// Where the screenshots the README shows are kept.
-fn screenshots() -> PathBuf {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
+/// Keeps a screenshot the README shows: in `target/`, and in `docs/screenshots/` when
+/// `CLAWCAGE_UPDATE_SCREENSHOTS` is set (each run's session keys differ, so a plain run leaves
+/// the checked-in pictures alone).
+fn keep_screenshot(name: &str, png: &[u8]) {
+    std::fs::write(repo_target().join(name), png).unwrap();
+    if std::env::var_os("CLAWCAGE_UPDATE_SCREENSHOTS").is_some() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/screenshots");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), png).unwrap();
+    }
 }
 
 /// A child process killed when dropped.
@@ -313,6 +318,22 @@ async fn answer_approval(browser: &fantoccini::Client, decision: &str) {
         .unwrap();
 }
 
+/// Clicks the element `css` finds; again if the list it is in was drawn anew in between (the
+/// session list is redrawn whenever the gateway's list is read).
+async fn click_retrying(browser: &fantoccini::Client, css: &str) {
+    for attempt in 0.. {
+        let clicked = match browser.find(Locator::Css(css)).await {
+            Ok(element) => element.click().await.map(|_| ()),
+            Err(error) => Err(error),
+        };
+        match clicked {
+            Ok(()) => return,
+            Err(error) if attempt >= 20 => panic!("cannot click {css}: {error}"),
+            Err(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+        }
+    }
+}
+
 async fn send(browser: &fantoccini::Client, text: &str) {
     let input = browser.find(Locator::Id("input")).await.unwrap();
     input.send_keys(text).await.unwrap();
@@ -574,7 +595,7 @@ async fn the_web_chat_answers_exec_approvals_and_approves_a_telegram_sender() {
     assert_eq!(page["tools"].as_array().unwrap().len(), 1, "{page:#}");
     assert_eq!(page["sidebarApprovals"], json!([]), "{page:#}");
     let screenshot = browser.screenshot().await.unwrap();
-    std::fs::write(screenshots().join("webchat-approval.png"), screenshot).unwrap();
+    keep_screenshot("webchat-approval.png", &screenshot);
     assert!(root.path().join("ws/build").exists(), "ran before approval");
     answer_approval(&browser, "allow-once").await;
     let page = wait_for(&browser, "the answer after approval", 60, PAGE, |page| {
@@ -993,7 +1014,7 @@ async fn the_web_chat_renders_markdown_safely_shows_thinking_and_follows_the_out
     assert!(reply["bubbleWidth"].as_f64().unwrap() <= 830.0, "{reply:#}");
     assert!(!reply["text"].as_str().unwrap().contains("**"), "{reply:#}");
     let screenshot = browser.screenshot().await.unwrap();
-    std::fs::write(screenshots().join("webchat-markdown.png"), screenshot).unwrap();
+    keep_screenshot("webchat-markdown.png", &screenshot);
 
     // The copy button puts the code on the clipboard: pasted into the message box, it is there.
     browser
@@ -1400,7 +1421,7 @@ return {
     let shape = browser.execute(layout, vec![]).await.unwrap();
     assert!(shape["pageWidth"].as_f64().unwrap() <= 420.0, "{shape:#}");
     let screenshot = browser.screenshot().await.unwrap();
-    std::fs::write(screenshots().join("webchat-phone.png"), screenshot).unwrap();
+    keep_screenshot("webchat-phone.png", &screenshot);
 
     // The drawer opens with the menu button and lists the session by its title and time.
     browser
@@ -1451,7 +1472,7 @@ return {
         .await
         .unwrap();
     wait_for(&browser, "the drawer to open again", 10, layout, |shape| {
-        shape["sidebarVisible"] == true
+        shape["sidebarVisible"] == true && shape["sidebar"]["left"].as_f64().unwrap() >= 0.0
     })
     .await;
     browser
@@ -1485,13 +1506,17 @@ return {
         .click()
         .await
         .unwrap();
-    browser
-        .find(Locator::Css(&format!("#sessions li[data-key=\"{first}\"]")))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
+    wait_for(
+        &browser,
+        "the drawer to open once more",
+        10,
+        layout,
+        |shape| {
+            shape["sidebarVisible"] == true && shape["sidebar"]["left"].as_f64().unwrap() >= 0.0
+        },
+    )
+    .await;
+    click_retrying(&browser, &format!("#sessions li[data-key=\"{first}\"]")).await;
     let page = wait_for(&browser, "the first chat again", 30, PAGE, |page| {
         page["user"] == json!(["Plan the release notes"])
     })
