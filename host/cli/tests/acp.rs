@@ -1174,10 +1174,18 @@ async fn a_killed_acp_process_leaves_its_turn_to_the_next_one() {
         "the call is never run twice"
     );
     let bodies = server.bodies();
-    assert_eq!(bodies.len(), 3, "first call, the resumed step, the second prompt");
+    assert_eq!(
+        bodies.len(),
+        3,
+        "first call, the resumed step, the second prompt"
+    );
     assert!(bodies[1].to_string().contains("may have partly run"));
     assert_eq!(last_user(&bodies[2]).0, "second task");
-    assert!(bodies[2].to_string().contains("It may have run; I checked."));
+    assert!(
+        bodies[2]
+            .to_string()
+            .contains("It may have run; I checked.")
+    );
     let seen = replayed.lock().unwrap().clone();
     assert!(agent_text(&seen).ends_with("second done"), "{seen:#?}");
 }

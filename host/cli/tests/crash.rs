@@ -40,6 +40,9 @@ const SESSIONS: [&str; 5] = [
 ];
 const MESSAGES: usize = 10;
 const CRON_SESSION: &str = "agent:main:cron:z";
+/// A small window, so histories are compacted during the run (and kills land in compactions).
+const WINDOW: u64 = 8192;
+const THRESHOLD: f64 = 0.3;
 const KILLS: usize = 12;
 /// How long the whole suite may take before it fails.
 const BUDGET: Duration = Duration::from_secs(240);
@@ -94,7 +97,13 @@ fn model(seed: u64) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
             .cloned()
             .unwrap_or_default();
         let words = tokens(&text_of(&last));
-        let block = if words.is_empty() {
+        let summarising = body["system"]
+            .to_string()
+            .contains("You condense conversations");
+        let block = if summarising {
+            // A compaction's summary request.
+            anthropic::text("Summary: tasks were noted in effects.log.")
+        } else if words.is_empty() {
             anthropic::text("done.")
         } else {
             let command = format!("echo {} >> effects.log && sleep 0.3", words.join(" "));
@@ -145,7 +154,9 @@ impl Setup {
                 "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{llm}\"\nmax_retries = 0\n\n\
                  [subagents]\nenabled = false\n\n\
                  [queue]\nmode = \"steer\"\ndebounce_ms = 300\ncap = 4\ndrop = \"old\"\n\n\
-                 [queue.by_channel]\nfollowup = \"followup\"\ncollect = \"collect\"\ninterrupt = \"interrupt\"\n"
+                 [queue.by_channel]\nfollowup = \"followup\"\ncollect = \"collect\"\ninterrupt = \"interrupt\"\n\n\
+                 [models.\"claude-test\"]\ncontext_window = {WINDOW}\n\n\
+                 [context]\ncompact_threshold = {THRESHOLD}\n"
             ),
         )
         .unwrap();
@@ -548,10 +559,17 @@ async fn finish(
         doubled.is_empty(),
         "tool effects ran twice: {doubled:?} (seed {seed})"
     );
-    let partly = std::fs::read_dir(setup.state.join("sessions"))
+    let transcripts: Vec<String> = std::fs::read_dir(setup.state.join("sessions"))
         .unwrap()
         .map(|entry| std::fs::read_to_string(entry.unwrap().path()).unwrap_or_default())
+        .collect();
+    let partly = transcripts
+        .iter()
         .map(|text| text.matches("it may have partly run").count())
+        .sum::<usize>();
+    let compactions = transcripts
+        .iter()
+        .map(|text| text.matches("\"kind\":\"compaction\"").count())
         .sum::<usize>();
     assert!(
         partly <= kills,
@@ -562,7 +580,7 @@ async fn finish(
         .filter(|payload| payload["status"] == "aborted")
         .count();
     eprintln!(
-        "crash suite: {kills} kills, {} acknowledged sends, {dropped_events} dropped by their queue, {aborted} stopped, {} effects, {partly} calls that may have partly run, {} cron firings",
+        "crash suite: {kills} kills, {} acknowledged sends, {dropped_events} dropped by their queue, {aborted} stopped, {} effects, {partly} calls that may have partly run, {compactions} compactions, {} cron firings",
         acked.len(),
         seen.len(),
         firings.len()
