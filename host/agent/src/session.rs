@@ -517,11 +517,13 @@ impl Sessions {
             )
         });
         if let Some(inbox) = &shared.inbox {
+            // On the disk like the transcript: with every secret value the runtime knows
+            // replaced (the model only ever sees it replaced as well).
             let record = InputRecord {
                 id: id.clone(),
                 at_ms: now_ms(),
                 idempotency: meta.idempotency,
-                job: job.clone(),
+                job: redacted_job(&job, shared.agent.redactor()),
                 stop_requested: false,
             };
             let refused = match inbox.append(key, &record) {
@@ -987,6 +989,26 @@ impl Sessions {
                 });
             }
         })
+    }
+}
+
+/// `job` with the values `redactor` knows replaced in its texts.
+fn redacted_job(job: &QueuedJob, redactor: &clawcage_core::redact::Redactor) -> QueuedJob {
+    if redactor.is_empty() {
+        return job.clone();
+    }
+    match job {
+        QueuedJob::User { text, origin } => QueuedJob::User {
+            text: redactor.redact(text),
+            origin: origin.clone(),
+        },
+        QueuedJob::Notification { message } => QueuedJob::Notification {
+            message: InboundMessage {
+                content: redactor.redact(&message.content),
+                ..message.clone()
+            },
+        },
+        QueuedJob::Reset | QueuedJob::Compact => job.clone(),
     }
 }
 

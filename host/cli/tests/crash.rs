@@ -18,6 +18,12 @@
 //!
 //! The seed changes per run and is printed; `CLAWCAGE_CRASH_SEED=N` replays one.
 
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

@@ -24,14 +24,9 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use clawcage_agent::agent_loop::{TurnObserver, Verdict};
-use clawcage_agent::cron::FiringSink;
 use clawcage_agent::events::{AgentEvent, EventLog, EventObserver, Stream};
-use clawcage_agent::inbox::{FinishedInput, InputRecord, InputStatus};
-use clawcage_agent::session::queue::QueuedJob;
-use clawcage_agent::session::{
-    Admission, DropReason, InputMeta, QueueEvent, Recovered, RecoveredFate,
-};
-use clawcage_agent::transcript::{Position, TurnMark};
+use clawcage_agent::session::{Admission, DropReason, InputMeta, QueueEvent};
+use clawcage_agent::transcript::Position;
 use clawcage_agent::{
     AgentError, Compaction, LaneInput, MessageBus, ProviderEvents, Sessions, SubagentManager,
     ToolRegistry, TranscriptStore, TurnOutcome,
@@ -45,6 +40,9 @@ use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_util::sync::CancellationToken;
 
 use crate::protocol::{self, Code, GatewayError};
+
+mod reading;
+mod recovery;
 pub use crate::runs::{IDEMPOTENCY_WINDOW, RunResult, RunStatus};
 use crate::runs::{InMemoryRuns, RunRegistry};
 
@@ -262,19 +260,6 @@ pub struct Hub {
     this: Weak<Hub>,
 }
 
-/// Characters of a title made from a first message.
-const TITLE_CHARS: usize = 80;
-
-/// The title a first message gives its session: its first non-empty line, cut to 80 characters.
-fn title_of(text: &str) -> Option<String> {
-    let line = text.lines().map(str::trim).find(|line| !line.is_empty())?;
-    let mut title: String = line.chars().take(TITLE_CHARS).collect();
-    if line.chars().count() > TITLE_CHARS {
-        title.push('…');
-    }
-    Some(title)
-}
-
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
@@ -323,173 +308,6 @@ impl Hub {
         )));
         hub.take_up_inboxes();
         hub
-    }
-
-    /// Takes up what a stopped gateway left in the sessions' inboxes: finished inputs keep
-    /// their idempotency keys and statuses (for duplicates and `agent.wait`); pending ones
-    /// become runs again under their own ids, the open turn of a session resumed.
-    fn take_up_inboxes(&self) {
-        let Some(inbox) = self.parts.sessions.inbox().cloned() else {
-            return;
-        };
-        let keys = match inbox.sessions() {
-            Ok(keys) => keys,
-            Err(error) => {
-                tracing::error!(%error, "cannot list the sessions' inboxes: no run is resumed");
-                return;
-            }
-        };
-        let (mut resumed, mut queued) = (0usize, 0usize);
-        for key in keys {
-            for finished in inbox.finished(&key).unwrap_or_default() {
-                self.remember_finished(&key, &finished);
-            }
-            let session = self.session(&key);
-            let _admit = lock(&session.admit);
-            let observe = |key: &str, record: &InputRecord| -> Arc<dyn TurnObserver> {
-                Arc::new(HubObserver::new(
-                    self.this.clone(),
-                    session.clone(),
-                    key,
-                    &record.id,
-                ))
-            };
-            let recovered = self.parts.sessions.recover_session(&key, &observe);
-            let mut state = session.lock();
-            for item in recovered {
-                let Recovered {
-                    record,
-                    pending,
-                    fate,
-                    ..
-                } = item;
-                match fate {
-                    RecoveredFate::Resumed => resumed += 1,
-                    RecoveredFate::Queued => queued += 1,
-                    RecoveredFate::Answered => {}
-                }
-                let run_id = record.id.clone();
-                let stop_requested = record.stop_requested;
-                if let Err((earlier, _)) =
-                    self.runs
-                        .register(&key, &run_id, record.idempotency.as_deref())
-                {
-                    // Two pending inputs under one key cannot come from the inbox; keep both.
-                    tracing::warn!(run = %run_id, %earlier, "two pending runs share an idempotency key");
-                    let _ = self.runs.register(&key, &run_id, None);
-                }
-                let (kind, text, sender) = match &record.job {
-                    QueuedJob::User { text, .. } => ("user", text.clone(), None),
-                    QueuedJob::Notification { message } => (
-                        "notification",
-                        message.content.clone(),
-                        Some(message.sender.clone()),
-                    ),
-                    QueuedJob::Reset | QueuedJob::Compact => {
-                        // A reset or compaction nobody waits for any more: it just runs.
-                        continue;
-                    }
-                };
-                if fate == RecoveredFate::Answered {
-                    // Committed just before the stop: its end is said now, unless it was then.
-                    let said = self.run_has_ended(&key, &run_id);
-                    let hub = self.this.clone();
-                    let session_key = key.clone();
-                    tokio::spawn(async move {
-                        let reply = pending.wait().await;
-                        if let Some(hub) = hub.upgrade() {
-                            hub.settle_answered(&session_key, &run_id, reply, said);
-                        }
-                    });
-                    continue;
-                }
-                let ticket = pending.ticket();
-                state.tickets.insert(
-                    ticket,
-                    Ticket {
-                        kind: TicketKind::Run {
-                            run_id,
-                            kind,
-                            text,
-                            sender,
-                        },
-                        reply: Box::pin(pending.wait()),
-                        waker: None,
-                        joined: None,
-                        abort_on_start: stop_requested,
-                        dropped_said: false,
-                    },
-                );
-                drop(state);
-                self.follow(&session, ticket);
-                state = session.lock();
-            }
-        }
-        if resumed + queued > 0 {
-            tracing::info!(
-                resumed,
-                queued,
-                "took up the runs the last gateway left in flight"
-            );
-        }
-    }
-
-    /// Whether `key`'s events hold the end of `run_id`.
-    fn run_has_ended(&self, key: &str, run_id: &str) -> bool {
-        let Ok(replay) = self.parts.events.read(key, 0, usize::MAX) else {
-            return false;
-        };
-        replay.events.iter().any(|event| {
-            event.run_id == run_id
-                && event.stream == Stream::Lifecycle
-                && matches!(
-                    event.data.get("phase").and_then(Value::as_str),
-                    Some("end" | "error")
-                )
-        })
-    }
-
-    /// A run whose turn was committed just before the last stop: its status, and its end event
-    /// unless `said` already.
-    fn settle_answered(&self, key: &str, run_id: &str, reply: LaneReply, said: bool) {
-        let (end, status, payload) = match &reply {
-            Ok(Some(outcome)) => (
-                AgentEvent::run_ended(key, run_id, outcome),
-                RunStatus::Ok,
-                outcome_payload(outcome),
-            ),
-            Ok(None) => return,
-            Err(error) => (
-                AgentEvent::run_failed(key, run_id, error, false),
-                RunStatus::Error,
-                json!({"error": error.to_string()}),
-            ),
-        };
-        if !said {
-            self.publish_event(end);
-        }
-        self.finish_run(run_id, status, payload);
-    }
-
-    /// An input finished before the last stop: its idempotency key and status stay known for
-    /// the window.
-    fn remember_finished(&self, key: &str, finished: &FinishedInput) {
-        let age = Duration::from_millis(
-            clawcage_agent::transcript::now_ms().saturating_sub(finished.at_ms),
-        );
-        let status = match finished.status {
-            InputStatus::Ok => RunStatus::Ok,
-            InputStatus::Error => RunStatus::Error,
-            InputStatus::Aborted => RunStatus::Aborted,
-            InputStatus::Dropped | InputStatus::Refused => RunStatus::Dropped,
-        };
-        // A refused input was never taken: its key may be sent again (as the inbox allows).
-        let idempotency = finished
-            .idempotency
-            .as_deref()
-            .filter(|_| finished.status != InputStatus::Refused);
-        self.runs
-            .remember(key, &finished.id, idempotency, status, age);
     }
 
     /// A fresh id for a connection or a run.
@@ -1186,11 +1004,6 @@ impl Hub {
         Ok(())
     }
 
-    /// Where the cron service delivers its firings: this hub, exactly once.
-    pub fn firing_sink(&self) -> Arc<dyn FiringSink> {
-        Arc::new(HubFirings(self.this.clone()))
-    }
-
     // ---- reading ----------------------------------------------------------------------------
 
     /// Subscribes `outbox` to `key`: with `since`, first replays the events after it (a `gap`
@@ -1280,193 +1093,6 @@ impl Hub {
         }
     }
 
-    /// The history of `key` (at most `limit` messages since its last reset), with the cursor to
-    /// subscribe from: the transcript is read as it was at one instant, and the cursor is the
-    /// last event it already contains. `skipRuns` lists runs whose messages are in it though
-    /// their end event is still to come.
-    pub async fn history(&self, key: &str, limit: usize) -> Result<Value, GatewayError> {
-        let session = self.session(key);
-        let (cursor, skip, running, bytes) = {
-            let state = session.lock();
-            let last = self.parts.events.last_seq(key).map_err(|error| {
-                GatewayError::internal("cannot read the session's events", error)
-            })?;
-            let committed = self
-                .parts
-                .transcripts
-                .committed_position(key)
-                .map_err(|error| GatewayError::internal("cannot read the transcript", error))?;
-            match &state.current {
-                Some(run) if committed > run.committed_at => (
-                    last,
-                    vec![run.run_id.clone()],
-                    Some(run.run_id.clone()),
-                    committed,
-                ),
-                Some(run) => (
-                    run.start_seq.saturating_sub(1),
-                    Vec::new(),
-                    Some(run.run_id.clone()),
-                    committed,
-                ),
-                None => (last, Vec::new(), None, committed),
-            }
-        };
-        let store = self.parts.transcripts.clone();
-        let events = self.parts.events.clone();
-        let owned_key = key.to_string();
-        let (loaded, verdicts) = tokio::task::spawn_blocking(move || {
-            let loaded = store.load_until(&owned_key, limit, bytes);
-            (loaded, tool_verdicts(events.as_ref(), &owned_key))
-        })
-        .await
-        .map_err(|error| GatewayError::internal("reading the history failed", error))?;
-        let loaded =
-            loaded.map_err(|error| GatewayError::internal("cannot read the transcript", error))?;
-        let mut messages = serde_json::to_value(&loaded.messages).unwrap_or_else(|_| json!([]));
-        annotate_verdicts(&mut messages, &verdicts);
-        let turns: Vec<Value> = loaded.turns.iter().map(turn_json).collect();
-        Ok(json!({
-            "sessionKey": key,
-            "messages": messages,
-            "turns": turns,
-            "cursor": cursor,
-            "skipRuns": skip,
-            "running": running,
-        }))
-    }
-
-    fn titles_path(&self) -> PathBuf {
-        self.parts.state_dir.join("gateway").join("titles.json")
-    }
-
-    fn read_titles(&self) -> BTreeMap<String, String> {
-        std::fs::read(self.titles_path())
-            .ok()
-            .and_then(|bytes| serde_json::from_slice(&bytes).ok())
-            .unwrap_or_default()
-    }
-
-    fn save_titles(&self, titles: &BTreeMap<String, String>) -> Result<(), GatewayError> {
-        let text = serde_json::to_vec_pretty(titles)
-            .map_err(|error| GatewayError::internal("cannot write the titles", error))?;
-        let path = self.titles_path();
-        if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|error| GatewayError::internal("cannot write the titles", error))?;
-        }
-        clawcage_core::files::write_atomically(&path, &text, true)
-            .map_err(|error| GatewayError::internal("cannot write the titles", error))
-    }
-
-    /// Gives `key` the title of its first message unless it has one.
-    fn title_from_first_message(&self, key: &str, text: &str) {
-        let mut titles = lock(&self.titles);
-        if titles.contains_key(key) {
-            return;
-        }
-        let Some(title) = title_of(text) else {
-            return;
-        };
-        titles.insert(key.to_string(), title);
-        if let Err(error) = self.save_titles(&titles) {
-            tracing::warn!(?error, "cannot record a session's title");
-        }
-    }
-
-    /// `key`'s title: its own, else its transcript's first user message (remembered).
-    fn title(&self, key: &str) -> Option<String> {
-        if let Some(title) = lock(&self.titles).get(key) {
-            return Some(title.clone());
-        }
-        let loaded = self.parts.transcripts.load(key, usize::MAX).ok()?;
-        let first = loaded
-            .messages
-            .iter()
-            .find(|message| {
-                message.role == clawcage_core::Role::User && !message.has_tool_results()
-            })?
-            .text();
-        let title = title_of(&first)?;
-        self.title_from_first_message(key, &first);
-        Some(title)
-    }
-
-    /// `sessions.rename`: sets `key`'s title (an empty one goes back to the first message's).
-    pub fn rename(&self, key: &str, title: &str) -> Result<Value, GatewayError> {
-        let title = title.trim();
-        if title.chars().count() > 200 || title.chars().any(char::is_control) {
-            return Err(GatewayError::new(
-                Code::InvalidParams,
-                "invalid title: at most 200 characters, no control characters",
-            ));
-        }
-        let mut titles = lock(&self.titles);
-        if title.is_empty() {
-            titles.remove(key);
-        } else {
-            titles.insert(key.to_string(), title.to_string());
-        }
-        self.save_titles(&titles)?;
-        drop(titles);
-        Ok(json!({"sessionKey": key, "title": self.title(key)}))
-    }
-
-    /// Every session: with a transcript or a run in flight, newest first. A session only
-    /// subscribed to or asked for its history, with nothing sent, is not listed.
-    pub fn list_sessions(&self, limit: usize) -> Result<Value, GatewayError> {
-        let files = self
-            .parts
-            .transcripts
-            .sessions()
-            .map_err(|error| GatewayError::internal("cannot list the transcripts", error))?;
-        let mut listed: Vec<(String, u64)> = files
-            .into_iter()
-            .map(|file| (file.key, file.modified_ms))
-            .collect();
-        let live: Vec<(String, Arc<SessionHub>)> = lock(&self.sessions)
-            .iter()
-            .map(|(key, session)| (key.clone(), session.clone()))
-            .collect();
-        for (key, session) in &live {
-            let busy = {
-                let state = session.lock();
-                state.current.is_some() || !state.tickets.is_empty()
-            };
-            if busy && !listed.iter().any(|(known, _)| known == key) {
-                listed.push((key.clone(), clawcage_agent::transcript::now_ms()));
-            }
-        }
-        listed.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
-        let sessions: Vec<Value> = listed
-            .into_iter()
-            .take(limit)
-            .map(|(key, updated)| {
-                let (running, queued) = live
-                    .iter()
-                    .find(|(known, _)| *known == key)
-                    .map(|(_, session)| {
-                        let state = session.lock();
-                        (
-                            state.current.as_ref().map(|run| run.run_id.clone()),
-                            state.queued(),
-                        )
-                    })
-                    .unwrap_or_default();
-                json!({
-                    "key": key,
-                    "updatedAt": updated,
-                    "lastActivityMs": updated,
-                    "title": self.title(&key),
-                    "running": running,
-                    "queued": queued,
-                    "writable": crate::keys::is_gateway_key(&key),
-                })
-            })
-            .collect();
-        Ok(json!({"sessions": sessions}))
-    }
-
     /// Runs in flight and queued, across sessions.
     pub fn load(&self) -> (usize, usize) {
         let sessions: Vec<Arc<SessionHub>> = lock(&self.sessions).values().cloned().collect();
@@ -1551,57 +1177,6 @@ impl Hub {
                 "the gateway is shutting down".to_string(),
             );
         }
-    }
-
-    /// Runs left in the run journal of an older gateway (before the inbox) were cut off by a
-    /// killed gateway: report each in its session's events and to `agent.wait`.
-    fn recover_interrupted_runs(&self) {
-        let Ok(entries) = std::fs::read_dir(&self.parts.runs_dir) else {
-            return;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let record = std::fs::read(&path)
-                .ok()
-                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
-            let _ = std::fs::remove_file(&path);
-            let Some(record) = record else { continue };
-            let (Some(run_id), Some(key)) = (
-                record.get("runId").and_then(Value::as_str),
-                record.get("sessionKey").and_then(Value::as_str),
-            ) else {
-                continue;
-            };
-            let why = "the gateway stopped while this run was in progress; what the transcript holds from before it is intact, the run's own messages were not saved";
-            let session = self.session(key);
-            {
-                let mut state = session.lock();
-                self.publish(&mut state, AgentEvent::run_interrupted(key, run_id, why));
-            }
-            let _ = self.runs.register(key, run_id, None);
-            self.finish_run(run_id, RunStatus::Interrupted, json!({"error": why}));
-            tracing::warn!(
-                run = run_id,
-                session = key,
-                "reported a run cut off by the last stop"
-            );
-        }
-        if let Err(error) = self.parts.events.sync() {
-            tracing::error!(%error, "cannot sync the event log");
-        }
-    }
-}
-
-/// Cron firings into the hub: each a notification run recorded under its key.
-struct HubFirings(Weak<Hub>);
-
-impl FiringSink for HubFirings {
-    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String> {
-        let hub = self
-            .0
-            .upgrade()
-            .ok_or_else(|| "the gateway has stopped".to_string())?;
-        hub.notify_keyed(message, Some(key))
     }
 }
 
@@ -1706,73 +1281,4 @@ fn outcome_payload(outcome: &TurnOutcome) -> Value {
         "iterations": outcome.iterations,
         "answeredBy": outcome.answered_by,
     })
-}
-
-/// The verdict of every tool call still in the retained events, by tool call id.
-fn tool_verdicts(events: &dyn EventLog, key: &str) -> HashMap<String, (String, String)> {
-    let mut verdicts = HashMap::new();
-    let Ok(replay) = events.read(key, 0, usize::MAX) else {
-        return verdicts;
-    };
-    for event in replay.events {
-        if event.stream != clawcage_agent::events::Stream::Tool || event.phase() != Some("end") {
-            continue;
-        }
-        let field = |name: &str| {
-            event
-                .data
-                .get(name)
-                .and_then(Value::as_str)
-                .unwrap_or_default()
-                .to_string()
-        };
-        verdicts.insert(field("toolCallId"), (field("verdict"), field("label")));
-    }
-    verdicts
-}
-
-/// Adds `verdict` and `label` to each `tool_result` block whose call is in `verdicts`.
-/// A committed turn's end as `chat.history` gives it.
-fn turn_json(mark: &TurnMark) -> Value {
-    let error = mark.outcome.strip_prefix("error: ");
-    json!({
-        "afterMessage": mark.after_messages,
-        "atMs": mark.at_ms,
-        "usage": {"inputTokens": mark.usage.input_tokens, "outputTokens": mark.usage.output_tokens},
-        "answeredBy": if error.is_none() && !mark.outcome.is_empty() { Some(mark.outcome.as_str()) } else { None },
-        "error": error,
-        "aborted": error.is_some_and(|text| text == AgentError::Interrupted.to_string()),
-    })
-}
-
-fn annotate_verdicts(messages: &mut Value, verdicts: &HashMap<String, (String, String)>) {
-    let Some(messages) = messages.as_array_mut() else {
-        return;
-    };
-    for message in messages {
-        let Some(blocks) = message.get_mut("content").and_then(Value::as_array_mut) else {
-            continue;
-        };
-        for block in blocks {
-            if block.get("type").and_then(Value::as_str) != Some("tool_result") {
-                continue;
-            }
-            let id = block
-                .get("tool_use_id")
-                .and_then(Value::as_str)
-                .unwrap_or_default();
-            if let Some((verdict, label)) = verdicts.get(id) {
-                block["verdict"] = json!(verdict);
-                block["label"] = json!(label);
-            } else if block
-                .get("content")
-                .and_then(Value::as_str)
-                .is_some_and(|text| text.starts_with("not run:"))
-            {
-                // Its event is no longer kept; the loop's own wording says it never ran.
-                block["verdict"] = json!("error");
-                block["label"] = json!("not_run");
-            }
-        }
-    }
 }

@@ -1,0 +1,242 @@
+//! How the hub takes up what a stopped gateway left: the sessions' inboxes at its start
+//! (finished inputs keep their keys and statuses; pending ones become runs again under their
+//! ids, an open turn resumed), the run journal of an older gateway, and cron firings delivered
+//! exactly once through [`Hub::firing_sink`].
+
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use clawcage_agent::agent_loop::TurnObserver;
+use clawcage_agent::cron::FiringSink;
+use clawcage_agent::events::{AgentEvent, Stream};
+use clawcage_agent::inbox::{FinishedInput, InputRecord, InputStatus};
+use clawcage_agent::session::queue::QueuedJob;
+use clawcage_agent::session::{Recovered, RecoveredFate};
+use clawcage_core::InboundMessage;
+use serde_json::{Value, json};
+
+use super::{Hub, HubObserver, LaneReply, RunStatus, Ticket, TicketKind, lock, outcome_payload};
+
+impl Hub {
+    /// Takes up what a stopped gateway left in the sessions' inboxes: finished inputs keep
+    /// their idempotency keys and statuses (for duplicates and `agent.wait`); pending ones
+    /// become runs again under their own ids, the open turn of a session resumed.
+    pub(super) fn take_up_inboxes(&self) {
+        let Some(inbox) = self.parts.sessions.inbox().cloned() else {
+            return;
+        };
+        let keys = match inbox.sessions() {
+            Ok(keys) => keys,
+            Err(error) => {
+                tracing::error!(%error, "cannot list the sessions' inboxes: no run is resumed");
+                return;
+            }
+        };
+        let (mut resumed, mut queued) = (0usize, 0usize);
+        for key in keys {
+            for finished in inbox.finished(&key).unwrap_or_default() {
+                self.remember_finished(&key, &finished);
+            }
+            let session = self.session(&key);
+            let _admit = lock(&session.admit);
+            let observe = |key: &str, record: &InputRecord| -> Arc<dyn TurnObserver> {
+                Arc::new(HubObserver::new(
+                    self.this.clone(),
+                    session.clone(),
+                    key,
+                    &record.id,
+                ))
+            };
+            let recovered = self.parts.sessions.recover_session(&key, &observe);
+            let mut state = session.lock();
+            for item in recovered {
+                let Recovered {
+                    record,
+                    pending,
+                    fate,
+                    ..
+                } = item;
+                match fate {
+                    RecoveredFate::Resumed => resumed += 1,
+                    RecoveredFate::Queued => queued += 1,
+                    RecoveredFate::Answered => {}
+                }
+                let run_id = record.id.clone();
+                let stop_requested = record.stop_requested;
+                if let Err((earlier, _)) =
+                    self.runs
+                        .register(&key, &run_id, record.idempotency.as_deref())
+                {
+                    // Two pending inputs under one key cannot come from the inbox; keep both.
+                    tracing::warn!(run = %run_id, %earlier, "two pending runs share an idempotency key");
+                    let _ = self.runs.register(&key, &run_id, None);
+                }
+                let (kind, text, sender) = match &record.job {
+                    QueuedJob::User { text, .. } => ("user", text.clone(), None),
+                    QueuedJob::Notification { message } => (
+                        "notification",
+                        message.content.clone(),
+                        Some(message.sender.clone()),
+                    ),
+                    QueuedJob::Reset | QueuedJob::Compact => {
+                        // A reset or compaction nobody waits for any more: it just runs.
+                        continue;
+                    }
+                };
+                if fate == RecoveredFate::Answered {
+                    // Committed just before the stop: its end is said now, unless it was then.
+                    let said = self.run_has_ended(&key, &run_id);
+                    let hub = self.this.clone();
+                    let session_key = key.clone();
+                    tokio::spawn(async move {
+                        let reply = pending.wait().await;
+                        if let Some(hub) = hub.upgrade() {
+                            hub.settle_answered(&session_key, &run_id, reply, said);
+                        }
+                    });
+                    continue;
+                }
+                let ticket = pending.ticket();
+                state.tickets.insert(
+                    ticket,
+                    Ticket {
+                        kind: TicketKind::Run {
+                            run_id,
+                            kind,
+                            text,
+                            sender,
+                        },
+                        reply: Box::pin(pending.wait()),
+                        waker: None,
+                        joined: None,
+                        abort_on_start: stop_requested,
+                        dropped_said: false,
+                    },
+                );
+                drop(state);
+                self.follow(&session, ticket);
+                state = session.lock();
+            }
+        }
+        if resumed + queued > 0 {
+            tracing::info!(
+                resumed,
+                queued,
+                "took up the runs the last gateway left in flight"
+            );
+        }
+    }
+
+    /// Whether `key`'s events hold the end of `run_id`.
+    fn run_has_ended(&self, key: &str, run_id: &str) -> bool {
+        let Ok(replay) = self.parts.events.read(key, 0, usize::MAX) else {
+            return false;
+        };
+        replay.events.iter().any(|event| {
+            event.run_id == run_id
+                && event.stream == Stream::Lifecycle
+                && matches!(
+                    event.data.get("phase").and_then(Value::as_str),
+                    Some("end" | "error")
+                )
+        })
+    }
+
+    /// A run whose turn was committed just before the last stop: its status, and its end event
+    /// unless `said` already.
+    fn settle_answered(&self, key: &str, run_id: &str, reply: LaneReply, said: bool) {
+        let (end, status, payload) = match &reply {
+            Ok(Some(outcome)) => (
+                AgentEvent::run_ended(key, run_id, outcome),
+                RunStatus::Ok,
+                outcome_payload(outcome),
+            ),
+            Ok(None) => return,
+            Err(error) => (
+                AgentEvent::run_failed(key, run_id, error, false),
+                RunStatus::Error,
+                json!({"error": error.to_string()}),
+            ),
+        };
+        if !said {
+            self.publish_event(end);
+        }
+        self.finish_run(run_id, status, payload);
+    }
+
+    /// An input finished before the last stop: its idempotency key and status stay known for
+    /// the window.
+    fn remember_finished(&self, key: &str, finished: &FinishedInput) {
+        let age = Duration::from_millis(
+            clawcage_agent::transcript::now_ms().saturating_sub(finished.at_ms),
+        );
+        let status = match finished.status {
+            InputStatus::Ok => RunStatus::Ok,
+            InputStatus::Error => RunStatus::Error,
+            InputStatus::Aborted => RunStatus::Aborted,
+            InputStatus::Dropped | InputStatus::Refused => RunStatus::Dropped,
+        };
+        // A refused input was never taken: its key may be sent again (as the inbox allows).
+        let idempotency = finished
+            .idempotency
+            .as_deref()
+            .filter(|_| finished.status != InputStatus::Refused);
+        self.runs
+            .remember(key, &finished.id, idempotency, status, age);
+    }
+
+    /// Runs left in the run journal of an older gateway (before the inbox) were cut off by a
+    /// killed gateway: report each in its session's events and to `agent.wait`.
+    pub(super) fn recover_interrupted_runs(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.parts.runs_dir) else {
+            return;
+        };
+        for entry in entries.flatten() {
+            let path = entry.path();
+            let record = std::fs::read(&path)
+                .ok()
+                .and_then(|bytes| serde_json::from_slice::<Value>(&bytes).ok());
+            let _ = std::fs::remove_file(&path);
+            let Some(record) = record else { continue };
+            let (Some(run_id), Some(key)) = (
+                record.get("runId").and_then(Value::as_str),
+                record.get("sessionKey").and_then(Value::as_str),
+            ) else {
+                continue;
+            };
+            let why = "the gateway stopped while this run was in progress; what the transcript holds from before it is intact, the run's own messages were not saved";
+            let session = self.session(key);
+            {
+                let mut state = session.lock();
+                self.publish(&mut state, AgentEvent::run_interrupted(key, run_id, why));
+            }
+            let _ = self.runs.register(key, run_id, None);
+            self.finish_run(run_id, RunStatus::Interrupted, json!({"error": why}));
+            tracing::warn!(
+                run = run_id,
+                session = key,
+                "reported a run cut off by the last stop"
+            );
+        }
+        if let Err(error) = self.parts.events.sync() {
+            tracing::error!(%error, "cannot sync the event log");
+        }
+    }
+    /// Where the cron service delivers its firings: this hub, exactly once.
+    pub fn firing_sink(&self) -> Arc<dyn FiringSink> {
+        Arc::new(HubFirings(self.this.clone()))
+    }
+}
+
+/// Cron firings into the hub: each a notification run recorded under its key.
+struct HubFirings(Weak<Hub>);
+
+impl FiringSink for HubFirings {
+    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String> {
+        let hub = self
+            .0
+            .upgrade()
+            .ok_or_else(|| "the gateway has stopped".to_string())?;
+        hub.notify_keyed(message, Some(key))
+    }
+}
