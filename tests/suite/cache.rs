@@ -244,3 +244,64 @@ async fn an_entry_the_cache_did_not_seal_is_never_run_or_believed() {
     );
     drop((loaded, sandbox));
 }
+
+/// The exec tool of a new engine `sandbox`, granted `workspace` read-only, and its programs.
+async fn exec_tool(
+    sandbox: std::sync::Arc<Sandbox>,
+    workspace: &std::path::Path,
+) -> (clawcage_sandbox::WasmTool, clawcage_sandbox::ProgramCatalog) {
+    let catalog = sandbox.programs_on_demand(None);
+    let grants = clawcage_tests::grants(
+        workspace,
+        clawcage_sandbox::FsMode::ReadOnly,
+        clawcage_sandbox::Limits::default(),
+    )
+    .with_exec(clawcage_sandbox::ExecGrant::new(catalog.clone()));
+    let loaded = sandbox
+        .load("exec", "bundled:exec", bundled::EXEC, grants)
+        .await
+        .unwrap();
+    (loaded.into_tools().remove(0), catalog)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cached_program_is_read_and_checked_only_when_it_first_runs() {
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("a.txt"), "one\ntwo\n").unwrap();
+    let fresh_sandbox = || {
+        Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(
+            clawcage_tests::cache_dir(),
+        )))
+        .unwrap()
+    };
+    // Whatever the shared cache held before, every program is compiled and stored now.
+    let (_, catalog) = exec_tool(fresh_sandbox(), workspace.path()).await;
+    catalog.load_all().await.unwrap();
+
+    // A new engine over that cache: a call that runs no program loads none, and one that runs
+    // `wc` loads coreutils (which holds wc) and nothing else.
+    let (exec, catalog) = exec_tool(fresh_sandbox(), workspace.path()).await;
+    let text = exec
+        .call_json(r#"{"command":"echo hi"}"#)
+        .await
+        .unwrap()
+        .text;
+    assert!(text.starts_with("hi"), "{text}");
+    for name in ["wc", "grep", "sed", "jq"] {
+        assert!(!catalog.is_loaded(name), "{name} was loaded for echo");
+    }
+    let text = exec
+        .call_json(r#"{"command":"wc -l a.txt"}"#)
+        .await
+        .unwrap()
+        .text;
+    assert!(text.contains("2 a.txt"), "{text}");
+    assert!(catalog.is_loaded("wc"));
+    assert!(
+        catalog.is_loaded("cat"),
+        "cat is the same coreutils program"
+    );
+    for name in ["grep", "sed", "jq"] {
+        assert!(!catalog.is_loaded(name), "{name} was loaded for wc");
+    }
+}

@@ -95,14 +95,15 @@ impl ArtifactCache {
     /// of that digest, the wasmtime version and the engine's compatibility hash. Cheap: bundled
     /// components have their digest computed at build time.
     pub fn key_for_digest(engine: &Engine, sha256: &str) -> String {
-        let mut engine_hasher = DefaultHasher::new();
-        engine
-            .precompile_compatibility_hash()
-            .hash(&mut engine_hasher);
+        Self::key_for_engine_hash(engine_hash(engine), sha256)
+    }
+
+    /// [`ArtifactCache::key_for_digest`] with the engine's [`engine_hash`] already known.
+    pub(crate) fn key_for_engine_hash(engine_hash: u64, sha256: &str) -> String {
         let mut digest = Sha256::new();
         digest.update(sha256.as_bytes());
         digest.update(WASMTIME_VERSION.as_bytes());
-        digest.update(engine_hasher.finish().to_le_bytes());
+        digest.update(engine_hash.to_le_bytes());
         hex::encode(digest.finalize())
     }
 
@@ -201,6 +202,17 @@ impl ArtifactCache {
 
 /// Records beside an artifact are small JSON documents; anything larger is not one of ours.
 const RECORD_MAX_BYTES: u64 = 16 << 20;
+
+/// What of `engine`'s configuration decides whether an artifact it compiled can run in another:
+/// part of every cache key. Hashing it walks the whole configuration, so a [`crate::Sandbox`]
+/// computes it once.
+pub(crate) fn engine_hash(engine: &Engine) -> u64 {
+    let mut engine_hasher = DefaultHasher::new();
+    engine
+        .precompile_compatibility_hash()
+        .hash(&mut engine_hasher);
+    engine_hasher.finish()
+}
 
 /// Lowercase hex SHA-256 of `bytes`.
 pub fn sha256_hex(bytes: &[u8]) -> String {

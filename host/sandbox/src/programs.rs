@@ -50,14 +50,19 @@ pub(crate) struct LazyProgram {
 }
 
 impl LazyProgram {
-    /// The program ready to run, loaded on its first run.
+    /// The program ready to run, loaded on its first run. Loading is not the calling tool's
+    /// work: the clock of the call it happens in stands still meanwhile (reading and checking
+    /// a cached artifact takes milliseconds; a program whose artifact has gone is compiled).
     pub(crate) async fn ready(&self) -> Result<&Arc<Program>, String> {
         if let Some(problem) = self.problem.get() {
             return Err(self.cannot_run(problem));
         }
         let loaded = self
             .ready
-            .get_or_try_init(|| async { self.load().await.map(Arc::new) })
+            .get_or_try_init(|| async {
+                let _paused = crate::clock::pause_current_call();
+                self.load().await.map(Arc::new)
+            })
             .await;
         loaded.map_err(|problem| {
             let message = self.cannot_run(&problem);
@@ -231,9 +236,11 @@ impl ProgramCatalog {
             .await
     }
 
-    /// Finds the programs and loads every one of them (compiling those the artifact cache does
-    /// not hold yet), once. The exec tool calls this before its time limit starts, so a call's
-    /// limit is never spent on loading code. A program that cannot be loaded does not stop the
+    /// Finds the programs and compiles those neither this process nor the artifact cache holds
+    /// yet, once. The exec tool calls this before its time limit starts, so a call's limit is
+    /// never spent on compiling. A program whose artifact is cached is loaded (read and its seal
+    /// checked) when it first runs, with the calling tool's clock paused: an exec call that runs
+    /// no program, or a few, reads no others. A program that cannot be loaded does not stop the
     /// others: it is logged here and running it says why it cannot run.
     pub async fn load_all(&self) -> Result<(), String> {
         self.inner
@@ -246,18 +253,19 @@ impl ProgramCatalog {
                         distinct.push(program);
                     }
                 }
-                if let Some(first) = distinct.first() {
-                    let sandbox = &first.sandbox;
-                    let to_compile = distinct
-                        .iter()
-                        .filter(|program| {
-                            sandbox.compiled(&program.key).is_none()
-                                && !sandbox.cache().has_artifact(&program.key)
-                        })
-                        .count();
-                    sandbox.progress().expect(to_compile);
+                let to_compile: Vec<&Arc<LazyProgram>> = distinct
+                    .into_iter()
+                    .filter(|program| {
+                        program.ready.get().is_none()
+                            && program.problem.get().is_none()
+                            && program.sandbox.compiled(&program.key).is_none()
+                            && !program.sandbox.cache().has_artifact(&program.key)
+                    })
+                    .collect();
+                if let Some(first) = to_compile.first() {
+                    first.sandbox.progress().expect(to_compile.len());
                 }
-                for program in distinct {
+                for program in to_compile {
                     // Reported when it was found, and again to whoever runs it.
                     let _ = program.ready().await;
                 }
@@ -291,6 +299,16 @@ impl ProgramCatalog {
         infos.extend(self.inner.rejected.get().cloned().unwrap_or_default());
         infos.sort_by(|a, b| a.name.cmp(&b.name).then_with(|| a.source.cmp(&b.source)));
         Ok(infos)
+    }
+
+    /// Whether program `name`'s code has been loaded in this process (it is when it first
+    /// runs, or by [`ProgramCatalog::load_all`] when it had to be compiled).
+    pub fn is_loaded(&self, name: &str) -> bool {
+        self.inner
+            .programs
+            .get()
+            .and_then(|programs| programs.get(name))
+            .is_some_and(|program| program.ready.initialized())
     }
 
     /// Whether the programs have been found yet.
@@ -472,7 +490,7 @@ impl Sandbox {
                     BundledNames::Own => ProgramKind::P2Component,
                     BundledNames::Asked | BundledNames::Fixed(_) => ProgramKind::Multicall,
                 },
-                key: crate::cache::ArtifactCache::key_for_digest(self.engine(), &sha256),
+                key: self.key_for_digest(&sha256),
                 sha256,
                 ready: OnceCell::new(),
                 problem: OnceLock::new(),
@@ -550,7 +568,7 @@ impl Sandbox {
             code: Code::Shared(Arc::from(bytes)),
             kind,
             sha256,
-            key: crate::cache::ArtifactCache::key_for_digest(self.engine(), &keyed),
+            key: self.key_for_digest(&keyed),
             ready: OnceCell::new(),
             problem,
         }

@@ -134,6 +134,10 @@ pub struct Sandbox {
     ticker: Arc<EpochTicker>,
     /// Components and programs loaded in this process, by cache key, so none loads twice.
     compiled: Mutex<HashMap<String, Component>>,
+    /// The engine's part of every cache key ([`crate::cache::engine_hash`]).
+    engine_hash: u64,
+    /// Descriptions read from the cache in this process, by cache key, so none is read twice.
+    descriptions: Mutex<HashMap<String, Description>>,
     /// Tells the operator, once, that the first start compiles.
     progress: crate::progress::CompileProgress,
 }
@@ -174,10 +178,12 @@ impl Sandbox {
 
         let ticker = EpochTicker::start(&engine)?;
         Ok(Arc::new(Sandbox {
+            engine_hash: crate::cache::engine_hash(&engine),
             engine,
             cache: options.cache,
             ticker,
             compiled: Mutex::new(HashMap::new()),
+            descriptions: Mutex::new(HashMap::new()),
             progress: options.progress.clone(),
         }))
     }
@@ -185,6 +191,11 @@ impl Sandbox {
     /// The wasmtime engine.
     pub fn engine(&self) -> &Engine {
         &self.engine
+    }
+
+    /// The cache key of the component whose hex SHA-256 is `sha256` in this engine.
+    pub(crate) fn key_for_digest(&self, sha256: &str) -> String {
+        ArtifactCache::key_for_engine_hash(self.engine_hash, sha256)
     }
 
     /// The artifact cache.
@@ -286,7 +297,7 @@ impl Sandbox {
         sha256: &str,
         grants: Grants,
     ) -> Result<LoadedComponent, LoadError> {
-        let key = ArtifactCache::key_for_digest(&self.engine, sha256);
+        let key = self.key_for_digest(sha256);
         let (description, outcome) = match self.recorded_description(&key) {
             Some(description) => (description, CacheOutcome::Hit),
             None => {
@@ -326,18 +337,32 @@ impl Sandbox {
     /// artifact cache knows it), so a front end can announce how many compilations are ahead.
     pub fn needs_compile(&self, bytes: &[u8]) -> bool {
         let key = match crate::components::bundled::digest_of(bytes) {
-            Some(digest) => ArtifactCache::key_for_digest(&self.engine, digest),
-            None => ArtifactCache::key(&self.engine, bytes),
+            Some(digest) => self.key_for_digest(digest),
+            None => self.key_for_digest(&sha256_hex(bytes)),
         };
         self.compiled(&key).is_none()
             && (self.recorded_description(&key).is_none() && !self.cache.has_artifact(&key))
     }
 
-    /// What an earlier run recorded about the component of `key`, if it is usable.
+    /// What an earlier run recorded about the component of `key`, if it is usable: read from
+    /// the cache once per process.
     fn recorded_description(&self, key: &str) -> Option<Description> {
+        if let Some(known) = self
+            .descriptions
+            .lock()
+            .ok()
+            .and_then(|descriptions| descriptions.get(key).cloned())
+        {
+            return Some(known);
+        }
         let bytes = self.cache.record(key, DESCRIPTION_RECORD)?;
         match serde_json::from_slice::<Description>(&bytes) {
-            Ok(description) if !description.specs.is_empty() => Some(description),
+            Ok(description) if !description.specs.is_empty() => {
+                if let Ok(mut descriptions) = self.descriptions.lock() {
+                    descriptions.insert(key.to_string(), description.clone());
+                }
+                Some(description)
+            }
             _ => {
                 tracing::warn!(
                     key,
@@ -449,14 +474,14 @@ impl Code {
 }
 
 /// What the host learns by loading a component once, recorded beside its artifact.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 struct Description {
     specs: Vec<ToolSpec>,
     imports: Vec<RecordedImport>,
 }
 
 /// One import of a component.
-#[derive(Debug, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub(crate) struct RecordedImport {
     /// Its full name, e.g. `wasi:http/outgoing-handler@0.2.6`.
     name: String,
