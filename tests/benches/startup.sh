@@ -1,15 +1,23 @@
 #!/usr/bin/env bash
 # Whole-process start-up of the clawcage binary, beside `cat` of the same file in the same run:
-# `clawcage call read_file`, `clawcage tools` and `clawcage call exec '{"command":"echo hi"}'`,
+# `clawcage --version` (loading the binary, no work), `clawcage call read_file`, `clawcage tools`
+# and `clawcage call exec '{"command":"echo hi"}'`,
 # each started RUNS times (default 15) with a warm compiled-component cache, median and spread
 # printed, interleaved so that machine noise hits every command alike.
 #
-# Usage: tests/benches/startup.sh [RUNS]   (or `just bench-startup`); builds the release binary.
+# Usage: tests/benches/startup.sh [RUNS]   (or `just bench-startup`); builds the release binary,
+# or measures CLAWCAGE_BIN when set (e.g. a copy of an earlier build, to compare in one run).
+# Where the time goes: `perf record -F 20000 -g` over a loop of starts, on a build that keeps its
+# symbols (`CARGO_PROFILE_RELEASE_STRIP=false cargo build --release`).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 runs=${1:-15}
-cargo build --release -q -p clawcage-cli
-bin=$PWD/target/release/clawcage
+if [[ -n ${CLAWCAGE_BIN:-} ]]; then
+  bin=$(realpath "$CLAWCAGE_BIN")
+else
+  cargo build --release -q -p clawcage-cli
+  bin=$PWD/target/release/clawcage
+fi
 
 scratch=$(mktemp -d)
 trap 'rm -rf "$scratch"' EXIT
@@ -18,14 +26,15 @@ seq 1 100 | sed 's/^/line of the start-up benchmark file /' > "$scratch/workspac
 cd "$scratch/workspace"
 export CLAWCAGE_STATE_DIR="$scratch/state"
 
-labels=("cat" "clawcage call read_file" "clawcage tools" "clawcage call exec echo hi")
+labels=("cat" "clawcage --version" "clawcage call read_file" "clawcage tools" "clawcage call exec echo hi")
 # One function per command, so that arguments with spaces stay whole.
 run_command() {
   case $1 in
     0) cat notes.txt ;;
-    1) "$bin" call read_file '{"path":"notes.txt"}' ;;
-    2) "$bin" tools ;;
-    3) "$bin" call exec '{"command":"echo hi"}' ;;
+    1) "$bin" --version ;;
+    2) "$bin" call read_file '{"path":"notes.txt"}' ;;
+    3) "$bin" tools ;;
+    4) "$bin" call exec '{"command":"echo hi"}' ;;
   esac
 }
 
