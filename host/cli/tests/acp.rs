@@ -1116,6 +1116,7 @@ async fn a_killed_acp_process_leaves_its_turn_to_the_next_one() {
 
     // The first process: killed once the call has written its mark.
     let mut child = setup.command().spawn().expect("clawcage acp starts");
+    let pid = child.id().unwrap();
     let stdin = child.stdin.take().unwrap();
     let stdout = child.stdout.take().unwrap();
     let transport = ByteStreams::new(stdin.compat_write(), stdout.compat());
@@ -1145,11 +1146,18 @@ async fn a_killed_acp_process_leaves_its_turn_to_the_next_one() {
                 _ = prompt => panic!("the prompt ended before the kill"),
                 () = ran => {}
             }
+            // Killed while the connection is still open (closing it first would let the
+            // process stop the turn itself).
+            let killed = std::process::Command::new("kill")
+                .args(["-9", &pid.to_string()])
+                .status()
+                .unwrap();
+            assert!(killed.success());
             Ok(id)
         })
         .await
         .expect("the first exchange");
-    child.kill().await.unwrap();
+    child.wait().await.unwrap();
 
     let replayed: Updates = Arc::default();
     let id = session_id.0.to_string();
