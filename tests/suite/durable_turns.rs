@@ -103,6 +103,13 @@ fn results_of(body: &Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The reply to the first recovered input.
+async fn first_reply(
+    recovered: Vec<clawcage_agent::session::Recovered>,
+) -> Result<Option<clawcage_agent::TurnOutcome>, clawcage_agent::AgentError> {
+    recovered.into_iter().next().unwrap().pending.wait().await
+}
+
 fn kinds(state: &Path) -> Vec<String> {
     std::fs::read_to_string(transcript(state).path(KEY))
         .unwrap()
@@ -179,15 +186,7 @@ async fn a_process_dropped_during_a_real_exec_call_resumes_without_running_it_ag
     assert_eq!(recovered.len(), 1);
     assert_eq!(recovered[0].record.id, "run-1");
     assert_eq!(recovered[0].fate, RecoveredFate::Resumed);
-    let outcome = recovered
-        .into_iter()
-        .next()
-        .unwrap()
-        .pending
-        .wait()
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = first_reply(recovered).await.unwrap().unwrap();
     assert_eq!(outcome.text, "It may have run; I checked: done.");
     let bodies = server.bodies();
     assert_eq!(bodies.len(), 2, "the model is asked once more, not twice");
@@ -244,15 +243,7 @@ async fn a_finished_call_keeps_its_result_and_the_started_one_may_have_partly_ru
     let server = LlmServer::start(vec![anthropic::message(&[anthropic::text("ok")])]).await;
     let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
     let recovered = sessions.recover(&|_, _| Arc::new(NoEvents));
-    let outcome = recovered
-        .into_iter()
-        .next()
-        .unwrap()
-        .pending
-        .wait()
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = first_reply(recovered).await.unwrap().unwrap();
     assert_eq!(outcome.text, "ok");
     let results = results_of(&server.bodies()[0]);
     assert_eq!(results[0], ("t1".to_string(), "one".to_string()));
@@ -284,14 +275,7 @@ async fn a_call_that_never_started_is_said_not_to_have_run() {
     let server = LlmServer::start(vec![anthropic::message(&[anthropic::text("ok")])]).await;
     let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
     let recovered = sessions.recover(&|_, _| Arc::new(NoEvents));
-    recovered
-        .into_iter()
-        .next()
-        .unwrap()
-        .pending
-        .wait()
-        .await
-        .unwrap();
+    first_reply(recovered).await.unwrap();
     let results = results_of(&server.bodies()[0]);
     assert_eq!(results.len(), 1);
     assert!(
@@ -327,15 +311,7 @@ async fn an_answer_that_lacked_only_its_commit_is_committed_without_a_model_call
     let server = LlmServer::start(vec![]).await;
     let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
     let recovered = sessions.recover(&|_, _| Arc::new(NoEvents));
-    let outcome = recovered
-        .into_iter()
-        .next()
-        .unwrap()
-        .pending
-        .wait()
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = first_reply(recovered).await.unwrap().unwrap();
     assert_eq!(outcome.text, "hello to you");
     assert!(server.requests().is_empty(), "no model call");
     let loaded = transcript(state.path()).load(KEY, 100).unwrap();
@@ -369,15 +345,7 @@ async fn a_committed_turn_whose_input_was_not_marked_done_is_answered_at_once() 
     let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
     let recovered = sessions.recover(&|_, _| Arc::new(NoEvents));
     assert_eq!(recovered[0].fate, RecoveredFate::Answered);
-    let outcome = recovered
-        .into_iter()
-        .next()
-        .unwrap()
-        .pending
-        .wait()
-        .await
-        .unwrap()
-        .unwrap();
+    let outcome = first_reply(recovered).await.unwrap().unwrap();
     assert_eq!(outcome.text, "answered before the stop");
     assert!(server.requests().is_empty());
     let inbox = FileInbox::new(state.path().join("inbox"));
@@ -497,14 +465,7 @@ async fn a_turn_asked_to_stop_before_the_stop_ends_stopped_without_a_model_call(
     let server = LlmServer::start(vec![]).await;
     let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
     let recovered = sessions.recover(&|_, _| Arc::new(NoEvents));
-    let error = recovered
-        .into_iter()
-        .next()
-        .unwrap()
-        .pending
-        .wait()
-        .await
-        .unwrap_err();
+    let error = first_reply(recovered).await.unwrap_err();
     assert!(
         matches!(error, clawcage_agent::AgentError::Interrupted),
         "{error:?}"

@@ -21,7 +21,7 @@ use std::sync::{Mutex, MutexGuard};
 use serde::{Deserialize, Serialize};
 
 use crate::session::queue::{QueueOverride, QueuedJob};
-use crate::transcript::{key_file_stem, key_from_file_stem, now_ms};
+use crate::transcript::{key_file_stem, now_ms};
 
 /// How long a finished input's idempotency key is remembered.
 pub const IDEMPOTENCY_WINDOW_MS: u64 = 600_000;
@@ -293,16 +293,7 @@ impl FileInbox {
             text.push_str(&serde_json::to_string(line).map_err(std::io::Error::other)?);
             text.push('\n');
         }
-        let mut options = OpenOptions::new();
-        options.create(true).append(true);
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(self.path(key))?;
-        file.write_all(text.as_bytes())?;
-        if sync {
-            file.sync_data()?;
-        }
-        Ok(())
+        clawcage_core::files::append_private(&self.path(key), text.as_bytes(), sync).map(drop)
     }
 
     /// Rewrite `key`'s file to its live records when dead lines outnumber them.
@@ -377,24 +368,7 @@ impl LaneInbox for FileInbox {
     }
 
     fn sessions(&self) -> std::io::Result<Vec<String>> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(error),
-        };
-        let mut keys = Vec::new();
-        for entry in entries {
-            let name = entry?.file_name();
-            if let Some(key) = name
-                .to_str()
-                .and_then(|name| name.strip_suffix(".jsonl"))
-                .and_then(key_from_file_stem)
-            {
-                keys.push(key);
-            }
-        }
-        keys.sort();
-        Ok(keys)
+        crate::transcript::keys_in_dir(&self.dir)
     }
 
     fn claim(&self, key: &str) -> std::io::Result<bool> {

@@ -1493,12 +1493,13 @@ async fn resume_turn(
     }
     let answered = history
         .last()
-        .filter(|message| message.role == Role::Assistant && message.tool_uses().next().is_none());
+        .filter(|message| message.role == Role::Assistant && message.tool_uses().next().is_none())
+        .map(ChatMessage::text);
+    let mut tickets = tickets;
     let result = match answered {
         // The model had answered; only the commit was missing.
-        Some(message) => {
+        Some(text) => {
             with_state(shared.queue.as_ref(), key, |state| state.turn_answered());
-            let text = message.text();
             Ok(TurnOutcome {
                 end: if text.trim().is_empty() {
                     TurnEnd::NoAnswer
@@ -1526,21 +1527,8 @@ async fn resume_turn(
                 &mut sink,
             )
             .await;
-            let taken: Vec<u64> = lock(&steering.taken).drain(..).collect();
-            let mut tickets = tickets.clone();
-            tickets.extend(taken);
-            let reply = finish_turn(
-                shared,
-                key,
-                history,
-                observer.as_ref(),
-                sink,
-                open.usage,
-                result,
-            )
-            .await;
-            shared.answer(key, &tickets, &reply);
-            return;
+            tickets.extend(lock(&steering.taken).drain(..));
+            result
         }
     };
     let reply = finish_turn(

@@ -21,8 +21,8 @@
 //! a person typed or pasted, and anything else that would put a value on the disk.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Read, Write};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
@@ -354,17 +354,8 @@ impl JsonlTranscripts {
             text.push_str(&line.map_err(std::io::Error::other)?);
             text.push('\n');
         }
-        let mut options = OpenOptions::new();
-        options.create(true).append(true);
         // A conversation can hold anything the user or a tool said: only its owner reads it.
-        #[cfg(unix)]
-        std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
-        let mut file = options.open(self.path(key))?;
-        file.write_all(text.as_bytes())?;
-        file.flush()?;
-        if commit {
-            file.sync_data()?;
-        }
+        let file = clawcage_core::files::append_private(&self.path(key), text.as_bytes(), commit)?;
         let end = file.metadata()?.len();
         let mut cache = self.committed_cache();
         let mut offset = end - text.len() as u64;
@@ -701,6 +692,29 @@ pub fn key_file_stem(key: &str) -> String {
         name.push_str("%00");
     }
     name
+}
+
+/// The session keys of the `<stem>.jsonl` files in `dir`, sorted (names a key cannot have
+/// produced are left out; a missing directory has none).
+pub fn keys_in_dir(dir: &Path) -> std::io::Result<Vec<String>> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(entries) => entries,
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(error) => return Err(error),
+    };
+    let mut keys = Vec::new();
+    for entry in entries {
+        let name = entry?.file_name();
+        if let Some(key) = name
+            .to_str()
+            .and_then(|name| name.strip_suffix(".jsonl"))
+            .and_then(key_from_file_stem)
+        {
+            keys.push(key);
+        }
+    }
+    keys.sort();
+    Ok(keys)
 }
 
 /// The session key a [`key_file_stem`] came from; `None` for a name it cannot have produced.

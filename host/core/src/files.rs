@@ -130,6 +130,21 @@ pub fn describe_file_type(file_type: &std::fs::FileType) -> &'static str {
     }
 }
 
+/// Append `bytes` to `path`, creating it readable by its owner only (0600 on Unix), and flush
+/// them to the disk when `sync`. For files that only ever grow (transcripts, inboxes).
+pub fn append_private(path: &Path, bytes: &[u8], sync: bool) -> io::Result<std::fs::File> {
+    let mut options = std::fs::OpenOptions::new();
+    options.create(true).append(true);
+    #[cfg(unix)]
+    std::os::unix::fs::OpenOptionsExt::mode(&mut options, 0o600);
+    let mut file = options.open(path)?;
+    std::io::Write::write_all(&mut file, bytes)?;
+    if sync {
+        file.sync_data()?;
+    }
+    Ok(file)
+}
+
 /// Replaces `path` with `bytes` atomically: the bytes go to a new temporary file in the same
 /// directory, which is synced, renamed over `path`, and then the directory is synced, so after a
 /// crash `path` holds either its old content or the new one, never a mix. On Unix a new file is

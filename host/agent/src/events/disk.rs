@@ -75,27 +75,7 @@ impl DiskEventLog {
 
     /// The session keys that have events on disk.
     pub fn session_keys(&self) -> std::io::Result<Vec<String>> {
-        let entries = match std::fs::read_dir(&self.dir) {
-            Ok(entries) => entries,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-            Err(error) => return Err(error),
-        };
-        let mut keys = Vec::new();
-        for entry in entries {
-            let name = entry?.file_name();
-            let Some(name) = name.to_str() else { continue };
-            let Some(stem) = name.strip_suffix(".jsonl") else {
-                continue;
-            };
-            if stem.contains('.') {
-                continue;
-            }
-            if let Some(key) = crate::transcript::key_from_file_stem(stem) {
-                keys.push(key);
-            }
-        }
-        keys.sort();
-        Ok(keys)
+        crate::transcript::keys_in_dir(&self.dir)
     }
 
     fn session(&self, key: &str) -> std::io::Result<Arc<Mutex<SessionFiles>>> {
