@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::fs::OpenOptions;
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
@@ -435,6 +435,7 @@ impl LaneInbox for FileInbox {
 mod tests {
     use super::*;
     use crate::session::queue::Origin;
+    use std::io::Write;
 
     fn user(id: &str, text: &str, key: Option<&str>) -> InputRecord {
         InputRecord {
