@@ -16,10 +16,16 @@ pub struct CompileProgress {
     counts: Arc<Counts>,
 }
 
+/// Compilations come in batches (the bundled tools at start, exec's programs when a command
+/// first needs them): a line counts within its batch, "2 of 5", and a batch of one says no count.
 #[derive(Default)]
 struct Counts {
+    /// Compilations announced, all batches together.
     expected: AtomicUsize,
+    /// Compilations started, all batches together.
     started: AtomicUsize,
+    /// `started` when the current batch began.
+    batch_base: AtomicUsize,
 }
 
 impl std::fmt::Debug for CompileProgress {
@@ -47,7 +53,16 @@ impl CompileProgress {
     /// Announces that `count` more components are about to be compiled, so lines can say "2 of
     /// 5".
     pub fn expect(&self, count: usize) {
-        self.counts.expected.fetch_add(count, Ordering::Relaxed);
+        let started = self.counts.started.load(Ordering::Relaxed);
+        if self.counts.expected.load(Ordering::Relaxed) <= started {
+            // The earlier batches are done: this one counts from 1 again.
+            self.counts.batch_base.store(started, Ordering::Relaxed);
+            self.counts
+                .expected
+                .store(started + count, Ordering::Relaxed);
+        } else {
+            self.counts.expected.fetch_add(count, Ordering::Relaxed);
+        }
     }
 
     /// Reports that `name` is being compiled now.
@@ -55,16 +70,22 @@ impl CompileProgress {
         let Some(report) = &self.report else {
             return;
         };
-        let number = self.counts.started.fetch_add(1, Ordering::Relaxed) + 1;
-        let expected = self.counts.expected.load(Ordering::Relaxed).max(number);
-        let first = if number == 1 {
+        let started = self.counts.started.fetch_add(1, Ordering::Relaxed);
+        let base = self.counts.batch_base.load(Ordering::Relaxed).min(started);
+        let expected = self.counts.expected.load(Ordering::Relaxed);
+        let number = started + 1 - base;
+        let count = if expected > started {
+            format!(" ({number} of {})", expected - base)
+        } else {
+            // Not announced: no total to count against.
+            String::new()
+        };
+        let first = if started == 0 {
             " (the first start compiles each component for this machine once; later starts load the result)"
         } else {
             ""
         };
-        report(&format!(
-            "compiling `{name}` ({number} of {expected}){first}…"
-        ));
+        report(&format!("compiling `{name}`{count}{first}…"));
     }
 }
 
@@ -81,11 +102,27 @@ mod tests {
         progress.expect(2);
         progress.compiling("file");
         progress.compiling("web");
+        // Not announced: no total that would grow as it goes.
         progress.compiling("extra");
+        // A later batch counts from 1 again.
+        progress.expect(3);
+        progress.compiling("find");
+        progress.compiling("grep");
+        progress.expect(1);
+        progress.compiling("sed");
+        progress.expect(1);
+        progress.compiling("awk");
         let lines = lines.lock().unwrap();
         assert!(lines[0].starts_with("compiling `file` (1 of 2) (the first start"));
         assert_eq!(lines[1], "compiling `web` (2 of 2)…");
-        assert_eq!(lines[2], "compiling `extra` (3 of 3)…");
+        assert_eq!(lines[2], "compiling `extra`…");
+        assert_eq!(lines[3], "compiling `find` (1 of 3)…");
+        assert_eq!(lines[4], "compiling `grep` (2 of 3)…");
+        assert_eq!(
+            lines[5], "compiling `sed` (3 of 4)…",
+            "joined the running batch"
+        );
+        assert_eq!(lines[6], "compiling `awk` (4 of 5)…");
         CompileProgress::quiet().compiling("silent");
     }
 }
