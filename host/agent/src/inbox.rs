@@ -113,9 +113,12 @@ pub trait LaneInbox: Send + Sync + std::fmt::Debug {
     fn sessions(&self) -> std::io::Result<Vec<String>>;
     /// Forget `key`'s inbox (the session was deleted).
     fn remove(&self, key: &str) -> std::io::Result<()>;
-    /// Make this process the owner of `key`'s lane until it ends: only the owner takes up
-    /// what a stopped process left. False when another live process owns it.
+    /// Make this process the owner of `key`'s lane while the session has inputs in flight:
+    /// only the owner takes up what a stopped process left. False when another live process
+    /// owns it. An append claims too; the last input done releases the claim.
     fn claim(&self, key: &str) -> std::io::Result<bool>;
+    /// Give up the claim on `key` (nothing of it is in flight).
+    fn release(&self, key: &str);
     /// Record that a stop was asked for input `id` of `key` (it stops when its turn starts, or
     /// at once if it runs; a restart keeps that).
     fn request_stop(&self, key: &str, id: &str) -> std::io::Result<()>;
@@ -334,6 +337,12 @@ impl LaneInbox for FileInbox {
             }
             self.write_lines(key, &[Line::In(record.clone())], true)?;
             inbox.apply(Line::In(record.clone()));
+            if !self.claim(key)? {
+                tracing::warn!(
+                    session = key,
+                    "another clawcage process has inputs in flight in this session"
+                );
+            }
             Ok(Appended::New)
         })
     }
@@ -352,6 +361,11 @@ impl LaneInbox for FileInbox {
             // marked done again at the next start.
             self.write_lines(key, std::slice::from_ref(&line), false)?;
             inbox.apply(line);
+            if inbox.pending.is_empty() {
+                // Nothing in flight: nothing a stopped process would leave. The lock (and its
+                // descriptor) is not held for every session a long-running process ever served.
+                self.release(key);
+            }
             self.rewrite_if_large(key, inbox)
         })
     }
@@ -394,6 +408,13 @@ impl LaneInbox for FileInbox {
             Err(std::fs::TryLockError::WouldBlock) => Ok(false),
             Err(std::fs::TryLockError::Error(error)) => Err(error),
         }
+    }
+
+    fn release(&self, key: &str) {
+        self.claimed
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .remove(key);
     }
 
     fn request_stop(&self, key: &str, id: &str) -> std::io::Result<()> {
@@ -534,10 +555,16 @@ mod tests {
             second.claim("s").unwrap(),
             "an owner that ended leaves it free"
         );
+        // An append claims; the last input done releases the claim.
+        let third = FileInbox::new(dir.path());
+        third.append("u", &user("r1", "one", None)).unwrap();
+        assert!(!second.claim("u").unwrap(), "in flight: owned");
+        third.done("u", &["r1".into()], InputStatus::Ok).unwrap();
+        assert!(second.claim("u").unwrap(), "nothing in flight: free");
         assert_eq!(
             second.sessions().unwrap(),
-            Vec::<String>::new(),
-            "lock files are no inboxes"
+            ["u"],
+            "lock files (s, t) are no inboxes"
         );
     }
 

@@ -695,6 +695,7 @@ impl Sessions {
             }
         }
         if pending.is_empty() && loaded.open.is_none() {
+            inbox.release(key);
             return Vec::new();
         }
         let mut recovered = Vec::new();
