@@ -205,7 +205,7 @@ pub fn protected_dirs(
             path: cache_dir
                 .map(Path::to_path_buf)
                 .unwrap_or_else(|| state_dir.join("cache").join("components")),
-            holds: "native code compiled from the tools, which runs without a further check",
+            holds: "native code compiled from the tools, sealed with the cache's own key (seal.key) and checked before it runs",
             fix: "pass --state-dir DIR whose cache lies outside it",
         },
     ];
