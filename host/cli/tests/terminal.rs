@@ -6,7 +6,8 @@
 //! has said nothing; a line typed during a turn is steered into it with a notice, not smeared
 //! over the output; escape sequences from the model never reach the terminal raw; colour and
 //! Markdown styling, and none with `NO_COLOR`; `/last` shows a tool's output; a resumed session
-//! shows its last messages.
+//! shows its last messages; a program compiled during a call is announced on a line of its own
+//! above the call's line, never written into it.
 //!
 //! The emulator comes from `target/toolchains/python` (`pip install pyte` there; `.ci/run`
 //! installs it). Without it the tests are skipped, except under CI, where they fail.
@@ -854,4 +855,114 @@ async fn sigterm_during_a_turn_gives_the_terminal_its_echo_back() {
     // Ended as SIGTERM ends a program: exit status 143.
     let status = report.0["status"].as_i64().unwrap();
     assert_eq!(status >> 8, 143, "wait status {status}");
+}
+
+/// `bytes` with a custom section that makes them a program no cache has seen.
+fn never_compiled(bytes: &[u8]) -> Vec<u8> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    let name = b"clawcage-test";
+    let payload = format!("{nanos}-{}", std::process::id()).into_bytes();
+    let mut section = vec![name.len() as u8];
+    section.extend_from_slice(name);
+    section.extend_from_slice(&payload);
+    let mut out = bytes.to_vec();
+    out.push(0);
+    // The section's size as unsigned LEB128.
+    let mut size = section.len();
+    loop {
+        let byte = (size & 0x7f) as u8;
+        size >>= 7;
+        if size == 0 {
+            out.push(byte);
+            break;
+        }
+        out.push(byte | 0x80);
+    }
+    out.extend_from_slice(&section);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_program_compiled_during_a_call_is_announced_above_its_line() {
+    let Some(python) = screen_python("a_program_compiled_during_a_call") else {
+        return;
+    };
+    // An operator's program no cache holds: exec compiles it when the call first runs it,
+    // while the call's line is on screen.
+    let programs = tempfile::tempdir().unwrap();
+    std::fs::write(
+        programs.path().join("mygrep.wasm"),
+        never_compiled(clawcage_sandbox::components::bundled::GREP),
+    )
+    .unwrap();
+    let setup = Setup::new(&format!(
+        "[exec]\nprograms_dir = \"{}\"\n",
+        programs.path().display()
+    ));
+    let server = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if let Some(result) = tool_result_of(&last) {
+            return anthropic::message(&[anthropic::text(&format!("Counted: {result}."))]);
+        }
+        anthropic::message(&[anthropic::tool(
+            "t1",
+            "exec",
+            json!({"command": "mygrep -c hello notes.txt"}),
+        )])
+    })
+    .await;
+    let report = drive(
+        &python,
+        &setup,
+        &server,
+        json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "Count the greetings.\r"},
+            {"expect": "compiling `mygrep`", "timeout": 120},
+            {"expect": "Counted", "timeout": 300},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "after"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]),
+        &[],
+    )
+    .await;
+    report.assert_ok();
+    let after = report.screen("after");
+    let compiling = after
+        .iter()
+        .position(|line| line.starts_with("clawcage: compiling `mygrep`"))
+        .unwrap_or_else(|| {
+            panic!(
+                "the compile line stands on a line of its own, from the first column:\n{}",
+                after.join("\n")
+            )
+        });
+    assert!(
+        !after
+            .iter()
+            .any(|line| line.contains("sclawcage") || line.contains("…clawcage")),
+        "nothing written into the call's line:\n{}",
+        after.join("\n")
+    );
+    let call = after
+        .iter()
+        .position(|line| {
+            line.starts_with("  > exec {\"command\":\"mygrep -c hello notes.txt\"}  ok")
+        })
+        .unwrap_or_else(|| {
+            panic!(
+                "the call's line is whole and ends ok:\n{}",
+                after.join("\n")
+            )
+        });
+    assert!(
+        call > compiling,
+        "the call's line is drawn again below the compile line:\n{}",
+        after.join("\n")
+    );
 }
