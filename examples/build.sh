@@ -23,6 +23,8 @@ PYTHON=${PYTHON:-python3}
 
 COMPONENTIZE_PY='componentize-py==0.25.*'
 MCP_CLIENT='mcp>=1.20,<2'
+# The terminal emulator the terminal tests render the screen with (host/cli/tests/terminal.rs).
+PYTE='pyte==0.8.2'
 COMPONENTIZE_JS='@bytecodealliance/componentize-js@0.19.3'
 ACP_SDK='@agentclientprotocol/sdk@2.4.0'
 
@@ -34,14 +36,14 @@ say() { echo "examples/build.sh: $*" >&2; }
 cannot_install() { say "cannot install the $1 toolchain: $2"; exit 3; }
 
 setup_python() {
-    if [[ -x $VENV/bin/componentize-py ]] && "$VENV/bin/python" -c 'import mcp' 2>/dev/null; then
+    if [[ -x $VENV/bin/componentize-py ]] && "$VENV/bin/python" -c 'import mcp, pyte' 2>/dev/null; then
         return
     fi
     command -v "$PYTHON" >/dev/null || cannot_install Python "$PYTHON is not installed"
-    say "installing $COMPONENTIZE_PY and $MCP_CLIENT into $VENV"
+    say "installing $COMPONENTIZE_PY, $MCP_CLIENT and $PYTE into $VENV"
     "$PYTHON" -m venv "$VENV" >&2 || cannot_install Python "'$PYTHON -m venv' failed (on Debian: apt-get install python3-venv)"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check "$COMPONENTIZE_PY" "$MCP_CLIENT" >&2 \
-        || cannot_install Python "pip could not install $COMPONENTIZE_PY and $MCP_CLIENT from PyPI"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check "$COMPONENTIZE_PY" "$MCP_CLIENT" "$PYTE" >&2 \
+        || cannot_install Python "pip could not install $COMPONENTIZE_PY, $MCP_CLIENT and $PYTE from PyPI"
 }
 
 # npm_install WHAT PREFIX PACKAGE: installs PACKAGE from npm into PREFIX, or exits 3 saying why.

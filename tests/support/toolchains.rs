@@ -69,13 +69,26 @@ pub fn python_command_program() -> Result<PathBuf, String> {
     build_script("python-command").map(PathBuf::from)
 }
 
-/// A Python interpreter with the `mcp` client package installed.
+/// A Python interpreter with the `mcp` client package and pyte (a VT100 emulator) installed.
 pub fn python_with_mcp() -> Result<PathBuf, String> {
     build_script("setup-python")?;
     let toolchains = std::env::var_os("CLAWCAGE_TOOLCHAINS")
         .map(PathBuf::from)
         .unwrap_or_else(|| repo_root().join("target").join("toolchains"));
     Ok(toolchains.join("python").join("bin").join("python"))
+}
+
+/// The Python whose pyte renders a pseudo-terminal's screen for the terminal tests (installed
+/// on first use, as the examples' toolchains are), or `None` after saying why `test` is skipped
+/// (a failure under CI).
+pub fn screen_python(test: &str) -> Option<PathBuf> {
+    match python_with_mcp() {
+        Ok(python) => Some(python),
+        Err(reason) => {
+            skip(test, &reason);
+            None
+        }
+    }
 }
 
 /// Prints why a test is skipped, in a form that stands out in the test output. Under CI

@@ -19,33 +19,8 @@ use clawcage_tests::cli_state::{shared_state_dir, warm_components};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, anthropic, text_of, tool_result_of};
+use clawcage_tests::toolchains::screen_python;
 use serde_json::{Value, json};
-
-/// A Python that can import pyte, or `None` after saying why the test is skipped (a failure
-/// under CI).
-fn screen_python(test: &str) -> Option<PathBuf> {
-    let toolchains = std::env::var_os("CLAWCAGE_TOOLCHAINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/toolchains"));
-    for python in [
-        toolchains.join("python/bin/python"),
-        PathBuf::from("python3"),
-    ] {
-        let imports = Command::new(&python)
-            .args(["-c", "import pyte"])
-            .output()
-            .is_ok_and(|output| output.status.success());
-        if imports {
-            return Some(python);
-        }
-    }
-    let reason = "no Python with pyte (target/toolchains/python/bin/pip install pyte==0.8.2)";
-    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
-        panic!("{test}: {reason}; .ci/run must install it");
-    }
-    eprintln!("SKIPPED {test}: {reason}");
-    None
-}
 
 /// The session a terminal attached to a gateway uses by default.
 const SESSION: &str = "agent:main:cli:main";

@@ -9,52 +9,23 @@
 //! shows its last messages; a program compiled during a call is announced on a line of its own
 //! above the call's line, never written into it.
 //!
-//! The emulator comes from `target/toolchains/python` (`pip install pyte` there; `.ci/run`
-//! installs it). Without it the tests are skipped, except under CI, where they fail.
+//! The emulator is pyte in `target/toolchains/python`, installed on first use with the examples'
+//! Python toolchain (`examples/build.sh setup-python`). When it cannot be installed the tests are
+//! skipped, except under CI, where they fail.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     reason = "tests fail by panicking"
 )]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 use clawcage_tests::cli_state::{private_state_dir, warm_components};
 use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, text_of, tool_result_of};
+use clawcage_tests::toolchains::screen_python;
 use serde_json::{Value, json};
-
-/// A Python that can import pyte, or `None` after saying why the test is skipped (a failure
-/// under CI).
-fn screen_python(test: &str) -> Option<PathBuf> {
-    let toolchains = std::env::var_os("CLAWCAGE_TOOLCHAINS")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            Path::new(env!("CARGO_MANIFEST_DIR"))
-                .join("../../target/toolchains")
-                .to_path_buf()
-        });
-    let candidates = [
-        toolchains.join("python/bin/python"),
-        PathBuf::from("python3"),
-    ];
-    for python in candidates {
-        let imports = Command::new(&python)
-            .args(["-c", "import pyte"])
-            .output()
-            .is_ok_and(|output| output.status.success());
-        if imports {
-            return Some(python);
-        }
-    }
-    let reason = "no Python with pyte (target/toolchains/python/bin/pip install pyte==0.8.2)";
-    if std::env::var("CI").is_ok_and(|value| value == "true" || value == "1") {
-        panic!("{test}: {reason}; .ci/run must install it");
-    }
-    eprintln!("SKIPPED {test}: {reason}");
-    None
-}
 
 /// A workspace, a state directory and a configuration file outside both.
 struct Setup {
