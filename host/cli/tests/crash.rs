@@ -416,12 +416,10 @@ async fn finish(
 
     let mut dropped_events = 0;
     for (index, session) in SESSIONS.iter().enumerate() {
-        let transcript = std::fs::read_to_string(
-            setup
-                .state
-                .join("sessions")
-                .join(format!("{}.jsonl", escape(session))),
-        )
+        let transcript = std::fs::read_to_string(setup.state.join("sessions").join(format!(
+            "{}.jsonl",
+            clawcage_agent::transcript::key_file_stem(session)
+        )))
         .unwrap_or_default();
         let committed = committed_user_texts(&transcript);
         // The whole event log, from the start.
@@ -488,12 +486,10 @@ async fn finish(
         }
     }
     // The cron job: every firing went into the inbox once and became one committed turn.
-    let cron_inbox = std::fs::read_to_string(
-        setup
-            .state
-            .join("inbox")
-            .join(format!("{}.jsonl", escape(CRON_SESSION))),
-    )
+    let cron_inbox = std::fs::read_to_string(setup.state.join("inbox").join(format!(
+        "{}.jsonl",
+        clawcage_agent::transcript::key_file_stem(CRON_SESSION)
+    )))
     .unwrap_or_default();
     let mut firings: BTreeMap<String, usize> = BTreeMap::new();
     let mut ids: HashMap<String, String> = HashMap::new();
@@ -531,12 +527,10 @@ async fn finish(
         twice.is_empty(),
         "cron firings recorded twice: {twice:?} (seed {seed})"
     );
-    let cron_transcript = std::fs::read_to_string(
-        setup
-            .state
-            .join("sessions")
-            .join(format!("{}.jsonl", escape(CRON_SESSION))),
-    )
+    let cron_transcript = std::fs::read_to_string(setup.state.join("sessions").join(format!(
+        "{}.jsonl",
+        clawcage_agent::transcript::key_file_stem(CRON_SESSION)
+    )))
     .unwrap_or_default();
     let cron_turns = committed_user_texts(&cron_transcript)
         .iter()
@@ -594,19 +588,6 @@ async fn finish(
     drop(client);
     gateway.kill();
     let _ = follower.await;
-}
-
-/// A session key as its file name.
-fn escape(key: &str) -> String {
-    key.bytes()
-        .map(|byte| {
-            if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
-                (byte as char).to_string()
-            } else {
-                format!("%{byte:02X}")
-            }
-        })
-        .collect()
 }
 
 /// The texts of the user messages of committed turns (an open turn's lines are left out).

@@ -59,14 +59,17 @@ fn state_dir() -> tempfile::TempDir {
     state
 }
 
-/// Starts `first` and kills it once the call has written its mark.
-async fn killed_during_the_call(mut first: Command, workspace: &Path) {
+/// Starts `first` (given `input` on a standard input kept open) and kills it once the call has
+/// written its mark.
+async fn killed_during_the_call(mut first: Command, input: &[u8], workspace: &Path) {
     let mut child = first
-        .stdin(Stdio::null())
+        .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::io::Write::write_all(&mut stdin, input).unwrap();
     let effects = workspace.join("effects.log");
     let ran = tokio::time::timeout(Duration::from_secs(120), async {
         while !std::fs::read_to_string(&effects).is_ok_and(|text| text.contains("ran")) {
@@ -76,20 +79,12 @@ async fn killed_during_the_call(mut first: Command, workspace: &Path) {
     .await;
     child.kill().unwrap();
     child.wait().unwrap();
+    drop(stdin);
     ran.expect("the call ran");
 }
 
 fn transcript_turns(state: &Path, key: &str) -> usize {
-    let name: String = key
-        .bytes()
-        .map(|byte| {
-            if byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'-' {
-                (byte as char).to_string()
-            } else {
-                format!("%{byte:02X}")
-            }
-        })
-        .collect();
+    let name = clawcage_agent::transcript::key_file_stem(key);
     std::fs::read_to_string(state.join("sessions").join(format!("{name}.jsonl")))
         .unwrap()
         .lines()
@@ -142,6 +137,7 @@ async fn run_resumes_the_turn_its_killed_process_left_open() {
             workspace.path(),
             &["run", "first task", "--session", key],
         ),
+        b"",
         workspace.path(),
     )
     .await;
@@ -173,36 +169,18 @@ async fn chat_resumes_the_turn_its_killed_process_left_open() {
     let state = state_dir();
     let workspace = tempfile::tempdir().unwrap();
     let key = "agent:main:cli:durable-chat";
-    // The first chat is killed while its turn runs the call.
-    let mut first = command(
-        &server,
-        state.path(),
+    // The first chat is killed while its turn runs the call (its input stays open: it waits).
+    killed_during_the_call(
+        command(
+            &server,
+            state.path(),
+            workspace.path(),
+            &["chat", "--session", key],
+        ),
+        b"first task\n",
         workspace.path(),
-        &["chat", "--session", key],
-    );
-    let mut child = first
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    {
-        use std::io::Write;
-        let mut input = child.stdin.take().unwrap();
-        input.write_all(b"first task\n").unwrap();
-        // Kept open: the chat waits for more.
-        std::mem::forget(input);
-    }
-    let effects = workspace.path().join("effects.log");
-    let ran = tokio::time::timeout(Duration::from_secs(120), async {
-        while !std::fs::read_to_string(&effects).is_ok_and(|text| text.contains("ran")) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    )
     .await;
-    child.kill().unwrap();
-    child.wait().unwrap();
-    ran.expect("the call ran");
 
     let mut second = command(
         &server,
