@@ -1852,6 +1852,23 @@ async fn sessions_have_titles_and_the_history_says_how_each_turn_ended() {
         )
         .await;
     assert_eq!(renamed["payload"]["title"], "Lisbon", "{renamed}");
+    // A title is kept on the disk: a secret value pasted into one is scrubbed first.
+    let pasted = client
+        .request(
+            "sessions.rename",
+            json!({"sessionKey": key, "title": "key sk-gateway-test"}),
+        )
+        .await;
+    let shown = pasted["payload"]["title"].as_str().unwrap().to_string();
+    assert!(!shown.contains("sk-gateway-test"), "{pasted}");
+    let stored = std::fs::read_to_string(setup.state.join("gateway/titles.json")).unwrap();
+    assert!(!stored.contains("sk-gateway-test"), "{stored}");
+    client
+        .request(
+            "sessions.rename",
+            json!({"sessionKey": key, "title": "Lisbon"}),
+        )
+        .await;
     let bad = client
         .request(
             "sessions.rename",
