@@ -81,6 +81,8 @@ fn child(llm: &str) {
             cron_note: "not in this benchmark".to_string(),
             transcripts,
             events: Arc::new(DiskEventLog::new(state.path().join("events"))),
+            epoch: 1,
+            runs: Arc::new(clawcage_gateway::runs::InMemoryRuns::default()),
             runs_dir: state.path().join("runs"),
             history_limit: HISTORY,
             label: "anthropic/bench".to_string(),
@@ -89,7 +91,7 @@ fn child(llm: &str) {
         };
         let mut settings = Settings::new(Token::explicit(TOKEN));
         settings.sends_per_minute = 1_000_000;
-        let gateway = Gateway::new(parts, settings);
+        let gateway = Gateway::start(parts, settings).await;
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         println!("listening {}", listener.local_addr().unwrap());
         let shutdown = CancellationToken::new();

@@ -626,17 +626,26 @@ struct RecordingSink {
 }
 
 impl clawcage_agent::cron::FiringSink for RecordingSink {
-    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String> {
-        assert!(message.content.contains("tick"), "{message:?}");
-        let left = self.refusals.load(std::sync::atomic::Ordering::SeqCst);
-        if left > 0 {
-            self.refusals
-                .store(left - 1, std::sync::atomic::Ordering::SeqCst);
-            self.refused.lock().unwrap().push(key.to_string());
-            return Err("the inbox's disk is full".to_string());
-        }
-        self.delivered.lock().unwrap().push(key.to_string());
-        Ok(())
+    fn deliver<'a>(
+        &'a self,
+        message: InboundMessage,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            assert!(message.content.contains("tick"), "{message:?}");
+            // Delivery takes a while, as it does through a durable inbox: the runner holds
+            // no lock meanwhile.
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let left = self.refusals.load(std::sync::atomic::Ordering::SeqCst);
+            if left > 0 {
+                self.refusals
+                    .store(left - 1, std::sync::atomic::Ordering::SeqCst);
+                self.refused.lock().unwrap().push(key.to_string());
+                return Err("the inbox's disk is full".to_string());
+            }
+            self.delivered.lock().unwrap().push(key.to_string());
+            Ok(())
+        })
     }
 }
 

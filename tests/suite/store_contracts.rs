@@ -1,16 +1,22 @@
 //! The contracts of the durable stores, written once against the traits: every implementation
-//! of [`LaneInbox`] and [`TranscriptStore`] must pass them (the files today; a distributed
-//! backend adds its constructor to the list). Each contract starts from an empty store and a
-//! second handle on the same storage stands for the next process.
+//! of [`LaneInbox`], [`TranscriptStore`], [`EventLog`] and [`RunRegistry`] must pass them (the
+//! files and memory today; a distributed backend adds its constructor to the lists). Each
+//! contract starts from an empty store and a second handle on the same storage stands for the
+//! next process.
 
 use std::path::Path;
 use std::sync::Arc;
 
+use std::time::Duration;
+
+use clawcage_agent::events::{AgentEvent, DiskEventLog, EventLog, EventLogError, Stream};
 use clawcage_agent::inbox::{Appended, InputRecord, InputStatus, LaneInbox};
 use clawcage_agent::session::queue::{Origin, QueueMode, QueueOverride, QueuedJob};
 use clawcage_agent::transcript::{Entry, Position, now_ms};
 use clawcage_agent::{FileInbox, JsonlTranscripts, TranscriptStore};
 use clawcage_core::{ChatMessage, Usage};
+use clawcage_gateway::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
+use serde_json::json;
 
 type MakeInbox = fn(&Path) -> Arc<dyn LaneInbox>;
 type MakeTranscripts = fn(&Path) -> Arc<dyn TranscriptStore>;
@@ -18,6 +24,12 @@ type MakeTranscripts = fn(&Path) -> Arc<dyn TranscriptStore>;
 const INBOXES: &[(&str, MakeInbox)] = &[("files", |dir| Arc::new(FileInbox::new(dir)))];
 const TRANSCRIPTS: &[(&str, MakeTranscripts)] =
     &[("jsonl", |dir| JsonlTranscripts::new(dir).shared())];
+
+type MakeEvents = fn(&Path) -> Arc<dyn EventLog>;
+type MakeRuns = fn() -> Arc<dyn RunRegistry>;
+
+const EVENT_LOGS: &[(&str, MakeEvents)] = &[("files", |dir| Arc::new(DiskEventLog::new(dir)))];
+const RUN_REGISTRIES: &[(&str, MakeRuns)] = &[("memory", || Arc::new(InMemoryRuns::default()))];
 
 fn input(id: &str, key: Option<&str>) -> InputRecord {
     InputRecord {
@@ -177,5 +189,219 @@ fn every_transcript_store_journals_commits_and_knows_the_open_turn() {
         next.remove(key).unwrap();
         assert!(!next.exists(key).unwrap(), "{name}");
         assert_eq!(next.committed_position(key).unwrap(), Position(0), "{name}");
+    }
+}
+
+/// Event `seq` of `key`, numbered as its owner numbers it.
+fn numbered(key: &str, seq: u64) -> AgentEvent {
+    let mut event = AgentEvent::new(
+        key,
+        "r",
+        Stream::Assistant,
+        json!({"delta": seq.to_string()}),
+    );
+    event.seq = seq;
+    event
+}
+
+#[tokio::test]
+async fn every_event_log_keeps_the_owners_numbering_and_fences_older_owners() {
+    for (name, make) in EVENT_LOGS {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "agent:main:test:events";
+        let log = make(dir.path());
+        assert_eq!(log.last_seq(key).await.unwrap(), 0, "{name}");
+        for seq in 1..=5 {
+            let stored = log.append(numbered(key, seq), 2).await.unwrap();
+            assert_eq!(stored.seq, seq, "{name}");
+        }
+        let page = log.read(key, 2, 2).await.unwrap();
+        let seqs: Vec<u64> = page.events.iter().map(|e| e.seq).collect();
+        assert_eq!(seqs, [3, 4], "{name}");
+        assert_eq!((page.first_retained, page.last_seq), (1, 5), "{name}");
+        let again = log.append(numbered(key, 5), 2).await;
+        assert!(
+            matches!(
+                again,
+                Err(EventLogError::OutOfOrder {
+                    seq: 5,
+                    last: 5,
+                    ..
+                })
+            ),
+            "{name}: a place already numbered is refused: {again:?}"
+        );
+        let stale = log.append(numbered(key, 6), 1).await;
+        assert!(
+            matches!(
+                stale,
+                Err(EventLogError::Fenced {
+                    epoch: 1,
+                    current: 2,
+                    ..
+                })
+            ),
+            "{name}: an older owner is refused: {stale:?}"
+        );
+        assert_eq!(
+            log.last_seq(key).await.unwrap(),
+            5,
+            "{name}: nothing refused was kept"
+        );
+
+        // The next process: the numbering and the fence hold; a newer owner goes on.
+        let next = make(dir.path());
+        assert_eq!(next.last_seq(key).await.unwrap(), 5, "{name}");
+        assert!(
+            matches!(
+                next.append(numbered(key, 6), 1).await,
+                Err(EventLogError::Fenced { .. })
+            ),
+            "{name}: the fence survives the process"
+        );
+        next.append(numbered(key, 6), 3).await.unwrap();
+        assert_eq!(
+            next.read(key, 0, 100).await.unwrap().events.len(),
+            6,
+            "{name}"
+        );
+        next.remove(key).await.unwrap();
+        assert_eq!(next.last_seq(key).await.unwrap(), 0, "{name}");
+        next.append(numbered(key, 1), 3).await.unwrap();
+        assert_eq!(
+            next.last_seq(key).await.unwrap(),
+            1,
+            "{name}: numbered from 1 again"
+        );
+    }
+}
+
+/// Collects `count` events from `events`, failing after 30 s.
+async fn collect(events: &mut tokio::sync::mpsc::Receiver<AgentEvent>, count: usize) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    while seqs.len() < count {
+        match tokio::time::timeout(Duration::from_secs(30), events.recv()).await {
+            Ok(Some(event)) => seqs.push(event.seq),
+            Ok(None) => panic!("the follower ended after {seqs:?}"),
+            Err(_) => panic!("no event for 30 s after {} of {count}", seqs.len()),
+        }
+    }
+    seqs
+}
+
+#[tokio::test]
+async fn every_event_log_feeds_each_follower_every_event_once_in_order() {
+    const TOTAL: u64 = 3_000;
+    for (name, make) in EVENT_LOGS {
+        let dir = tempfile::tempdir().unwrap();
+        let key = "agent:main:test:follow";
+        let log = make(dir.path());
+        for seq in 1..=10 {
+            log.append(numbered(key, seq), 1).await.unwrap();
+        }
+        let mut from_start = log.follow(key, 0).await.unwrap();
+        assert_eq!(
+            (from_start.first_retained, from_start.last_seq),
+            (1, 10),
+            "{name}"
+        );
+        // The owner writes on while others start following in the middle.
+        let writer = {
+            let log = log.clone();
+            tokio::spawn(async move {
+                for seq in 11..=TOTAL {
+                    log.append(numbered(key, seq), 1).await.unwrap();
+                    if seq % 100 == 0 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            })
+        };
+        let mut midway = log.follow(key, 7).await.unwrap();
+        // Ahead of what is stored (an owner's numbering runs ahead of its writes).
+        let mut ahead = log.follow(key, TOTAL + 2).await.unwrap();
+        let first = collect(&mut from_start.events, TOTAL as usize).await;
+        assert_eq!(
+            first,
+            (1..=TOTAL).collect::<Vec<_>>(),
+            "{name}: from the start"
+        );
+        let second = collect(&mut midway.events, (TOTAL - 7) as usize).await;
+        assert_eq!(
+            second,
+            (8..=TOTAL).collect::<Vec<_>>(),
+            "{name}: from the middle"
+        );
+        writer.await.unwrap();
+        log.append(numbered(key, TOTAL + 1), 1).await.unwrap();
+        log.append(numbered(key, TOTAL + 3), 1).await.unwrap();
+        let third = collect(&mut ahead.events, 1).await;
+        assert_eq!(third, [TOTAL + 3], "{name}: only what is after `since`");
+        // A removed session's followers end.
+        log.remove(key).await.unwrap();
+        let end = tokio::time::timeout(Duration::from_secs(30), async {
+            while from_start.events.recv().await.is_some() {}
+        })
+        .await;
+        assert!(end.is_ok(), "{name}: a follower of a removed session ends");
+    }
+}
+
+#[tokio::test]
+async fn every_run_registry_dedupes_keys_once_even_when_raced_and_reports_results() {
+    for (name, make) in RUN_REGISTRIES {
+        let runs = make();
+        let session = "agent:main:test:runs";
+        // Fifty sends with one key at once: exactly one run.
+        let racing: Vec<_> = (0..50)
+            .map(|n| runs.register(session, &format!("run-{n}"), Some("key")))
+            .collect();
+        let mut new = Vec::new();
+        let mut duplicates = Vec::new();
+        for (n, registering) in racing.into_iter().enumerate() {
+            match registering.await.unwrap() {
+                Registered::New => new.push(format!("run-{n}")),
+                Registered::Duplicate { run_id, status } => {
+                    assert_eq!(status, RunStatus::InFlight, "{name}");
+                    duplicates.push(run_id);
+                }
+            }
+        }
+        assert_eq!(new.len(), 1, "{name}: one run for one key: {new:?}");
+        assert!(
+            duplicates.iter().all(|id| *id == new[0]),
+            "{name}: {duplicates:?}"
+        );
+        let winner = new[0].clone();
+        let waiting = tokio::spawn(runs.wait(&winner, Duration::from_secs(30)));
+        runs.finish(&winner, RunStatus::Ok, json!({"text": "done"}))
+            .await
+            .unwrap();
+        let result = waiting.await.unwrap().unwrap().unwrap().unwrap();
+        assert_eq!(result.status, RunStatus::Ok, "{name}");
+        assert_eq!(result.payload["text"], "done", "{name}");
+        assert_eq!(result.payload["runId"], winner.as_str(), "{name}");
+        assert_eq!(
+            runs.register(session, "late", Some("key")).await.unwrap(),
+            Registered::Duplicate {
+                run_id: winner.clone(),
+                status: RunStatus::Ok
+            },
+            "{name}: a finished run's key still answers with it"
+        );
+        runs.forget_key(session, "key").await.unwrap();
+        assert_eq!(
+            runs.register(session, "again", Some("key")).await.unwrap(),
+            Registered::New,
+            "{name}: a forgotten key may be sent again"
+        );
+        assert!(runs.status("unknown").await.unwrap().is_none(), "{name}");
+        assert!(
+            runs.wait("unknown", Duration::ZERO)
+                .await
+                .unwrap()
+                .is_none(),
+            "{name}"
+        );
     }
 }

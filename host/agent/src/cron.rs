@@ -373,13 +373,52 @@ impl std::ops::DerefMut for Locked<'_> {
     }
 }
 
+/// Where a job fired at `due` goes next: on time, it keeps its cadence; late, it counts from
+/// `now`.
+fn next_after(
+    compiled: &CompiledSchedule,
+    due: DateTime<Utc>,
+    now: DateTime<Utc>,
+) -> Option<DateTime<Utc>> {
+    match compiled {
+        CompiledSchedule::Every(_) => compiled
+            .next_fire(due)
+            .filter(|next| *next > now)
+            .or_else(|| compiled.next_fire(now)),
+        CompiledSchedule::Cron(..) => compiled.next_fire(now),
+    }
+}
+
+/// The message a firing of `job` sends to its session.
+fn firing_message(job: &Job) -> InboundMessage {
+    InboundMessage {
+        channel: SYSTEM_CHANNEL.to_string(),
+        sender: format!("cron:{}", job.stored.id),
+        session_key: job.stored.session.clone(),
+        content: format!("[cron job {}] {}", job.stored.name, job.stored.message),
+    }
+}
+
 /// Where firings go when they must arrive exactly once: into their session's inbox, durably,
 /// recognising a firing delivered before by its key.
 pub trait FiringSink: Send + Sync {
-    /// Deliver `message` under `key` (`cron:<job id>:<due time>`), durable when this returns
-    /// `Ok`; a key delivered before is `Ok` without a second delivery. An error keeps the job
-    /// due, to be tried again.
-    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String>;
+    /// Deliver `message` under `key` (`cron:<job id>:<due time>`), durable when the future
+    /// ends `Ok`; a key delivered before is `Ok` without a second delivery. An error keeps the
+    /// job due, to be tried again.
+    fn deliver<'a>(
+        &'a self,
+        message: InboundMessage,
+        key: &'a str,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+}
+
+/// A firing due for a [`FiringSink`]: handed over with no lock held, then its job moves on.
+struct DueFiring {
+    job: String,
+    due: DateTime<Utc>,
+    next: Option<DateTime<Utc>>,
+    key: String,
+    message: InboundMessage,
 }
 
 /// The cron service. Share it as an `Arc`; give it to the `cron` component with
@@ -451,7 +490,7 @@ impl CronService {
             // Register before looking, so an add between the look and the wait is not missed.
             notified.as_mut().enable();
             let now = Utc::now();
-            let earliest = self.fire_due(now);
+            let earliest = self.fire_due(now).await;
             // Looked at again at least every POLL, for jobs another process added.
             let sleep = earliest
                 .and_then(|next| (next - Utc::now()).to_std().ok())
@@ -470,63 +509,47 @@ impl CronService {
     }
 
     /// Fires every job due at `now` (once each, however late), moves them on, saves, publishes,
-    /// and returns the earliest next firing of all jobs.
-    fn fire_due(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    /// and returns the earliest next firing of all jobs. With a sink, the firings are handed to
+    /// it with no lock held, and each job moves on once its firing was taken.
+    async fn fire_due(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let sink = self
             .sink
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner())
             .clone();
+        let mut failed = false;
+        if let Some(sink) = &sink {
+            let due = self.due_firings(now);
+            let mut taken = Vec::new();
+            for firing in due {
+                match sink.deliver(firing.message.clone(), &firing.key).await {
+                    Ok(()) => taken.push(firing),
+                    Err(error) => {
+                        tracing::warn!(job = %firing.job, %error, "a cron firing could not be delivered; it is tried again in a second");
+                        failed = true;
+                    }
+                }
+            }
+            self.move_on(&taken);
+        }
         let mut state = self.lock();
         let mut firings = Vec::new();
-        let mut delivered = 0usize;
-        let mut failed = false;
-        for job in &mut state.jobs {
-            let Some(due) = job.stored.next_fire else {
-                continue;
-            };
-            if due > now {
-                continue;
-            }
-            let next = match &job.compiled {
-                // Keep the cadence when on time; after a delay, count from now.
-                CompiledSchedule::Every(_) => job
-                    .compiled
-                    .next_fire(due)
-                    .filter(|next| *next > now)
-                    .or_else(|| job.compiled.next_fire(now)),
-                CompiledSchedule::Cron(..) => job.compiled.next_fire(now),
-            };
-            let message = InboundMessage {
-                channel: SYSTEM_CHANNEL.to_string(),
-                sender: format!("cron:{}", job.stored.id),
-                session_key: job.stored.session.clone(),
-                content: format!("[cron job {}] {}", job.stored.name, job.stored.message),
-            };
-            if let Some(sink) = &sink {
-                // Delivered before the job moves on: a crash between the two fires this slot
-                // again, and its key makes the inbox recognise it.
-                let key = format!(
-                    "cron:{}:{}",
-                    job.stored.id,
-                    due.to_rfc3339_opts(SecondsFormat::Millis, true)
-                );
-                if let Err(error) = sink.deliver(message, &key) {
-                    tracing::warn!(job = %job.stored.id, %error, "a cron firing could not be delivered; it is tried again in a second");
-                    failed = true;
+        if sink.is_none() {
+            for job in &mut state.jobs {
+                let Some(due) = job.stored.next_fire else {
+                    continue;
+                };
+                if due > now {
                     continue;
                 }
-                job.stored.next_fire = next;
-                delivered += 1;
-                continue;
+                job.stored.next_fire = next_after(&job.compiled, due, now);
+                firings.push(firing_message(job));
             }
-            job.stored.next_fire = next;
-            firings.push(message);
-        }
-        if (!firings.is_empty() || delivered > 0)
-            && let Err(error) = self.save(&mut state)
-        {
-            tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
+            if !firings.is_empty()
+                && let Err(error) = self.save(&mut state)
+            {
+                tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
+            }
         }
         let mut earliest = state
             .jobs
@@ -547,6 +570,55 @@ impl CronService {
             }
         }
         earliest
+    }
+
+    /// The firings due at `now`, for a sink, each with its key and where its job goes next.
+    fn due_firings(&self, now: DateTime<Utc>) -> Vec<DueFiring> {
+        let state = self.lock();
+        let mut due_firings = Vec::new();
+        for job in &state.jobs {
+            let Some(due) = job.stored.next_fire else {
+                continue;
+            };
+            if due > now {
+                continue;
+            }
+            due_firings.push(DueFiring {
+                job: job.stored.id.clone(),
+                due,
+                next: next_after(&job.compiled, due, now),
+                // Delivered before the job moves on: a crash between the two fires this slot
+                // again, and its key makes the inbox recognise it.
+                key: format!(
+                    "cron:{}:{}",
+                    job.stored.id,
+                    due.to_rfc3339_opts(SecondsFormat::Millis, true)
+                ),
+                message: firing_message(job),
+            });
+        }
+        due_firings
+    }
+
+    /// Moves the jobs of `taken` firings on (a job changed or removed meanwhile is left as it
+    /// is now), and saves.
+    fn move_on(&self, taken: &[DueFiring]) {
+        if taken.is_empty() {
+            return;
+        }
+        let mut state = self.lock();
+        for firing in taken {
+            if let Some(job) = state
+                .jobs
+                .iter_mut()
+                .find(|job| job.stored.id == firing.job && job.stored.next_fire == Some(firing.due))
+            {
+                job.stored.next_fire = firing.next;
+            }
+        }
+        if let Err(error) = self.save(&mut state) {
+            tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
+        }
     }
 
     /// The state, after taking the jobs file's lock and reading the file again if another

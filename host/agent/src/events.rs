@@ -4,10 +4,14 @@
 //! into such events on a channel, and the `AgentEvent::run_*` constructors give the lifecycle
 //! events a front end emits around a turn, so a terminal, the gateway's WebSocket and ACP all see
 //! the same shapes. [`EventLog`] keeps each session's events in order with a strictly increasing
-//! `seq` (the scale-out seam: [`DiskEventLog`], bounded files in the state directory, is the
-//! in-process implementation; a distributed one can replace it behind the trait).
+//! `seq` and feeds its followers (the scale-out seam, asynchronous, with appends fenced by the
+//! writer's [`Epoch`]: [`DiskEventLog`], bounded files in the state directory with an in-memory
+//! fan-out, is the in-process implementation; a distributed one replaces it behind the trait).
 
 mod disk;
+
+use std::future::Future;
+use std::pin::Pin;
 
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -65,8 +69,8 @@ impl Stream {
 pub struct AgentEvent {
     /// The run (one turn) it belongs to; empty for session-level events such as a reset.
     pub run_id: String,
-    /// Its position in the session's event log, from 1, strictly increasing. 0 until an
-    /// [`EventLog`] assigns it.
+    /// Its position in the session's event log, from 1, strictly increasing. 0 until the
+    /// session's owner numbers it (see [`EventLog`]).
     pub seq: u64,
     /// Which part of the run.
     pub stream: Stream,
@@ -366,20 +370,92 @@ pub struct Replay {
     pub last_seq: u64,
 }
 
+/// The fencing token of a session's writer. Whoever owns a session (one gateway process; in a
+/// cluster, the holder of the session's partition lease, whose lease revision is its epoch)
+/// writes its events under its epoch, and a log refuses a write under an epoch older than one it
+/// has stored for that session: a writer that lost its session cannot add to it afterwards.
+pub type Epoch = u64;
+
+/// Why an [`EventLog`] refused an append or could not serve a call.
+#[derive(Debug, thiserror::Error)]
+pub enum EventLogError {
+    /// The store failed (a file, a connection).
+    #[error("the event log failed: {0}")]
+    Io(#[from] std::io::Error),
+    /// A writer with a newer epoch has written this session: this writer no longer owns it.
+    #[error(
+        "session {session}: refused an event written under epoch {epoch}, older than epoch {current} that wrote since; this process no longer owns the session"
+    )]
+    Fenced {
+        /// The session.
+        session: String,
+        /// The refused writer's epoch.
+        epoch: Epoch,
+        /// The newest epoch the log has stored for the session.
+        current: Epoch,
+    },
+    /// The event's `seq` is not after the last one stored: another writer numbered the same
+    /// place.
+    #[error(
+        "session {session}: event {seq} is not after the last stored event {last}; another writer has numbered it"
+    )]
+    OutOfOrder {
+        /// The session.
+        session: String,
+        /// The refused event's `seq`.
+        seq: u64,
+        /// The last `seq` stored.
+        last: u64,
+    },
+}
+
+/// What the calls of an [`EventLog`] return.
+pub type EventFuture<'a, T> = Pin<Box<dyn Future<Output = Result<T, EventLogError>> + Send + 'a>>;
+
+/// What [`EventLog::follow`] returns: where the session's log stood when following began, and
+/// the events themselves.
+#[derive(Debug)]
+pub struct Follow {
+    /// The oldest `seq` still kept when following began (`last_seq + 1` for a log without
+    /// events): a follower from before it missed `since + 1 .. first_retained` (a gap).
+    pub first_retained: u64,
+    /// The newest `seq` stored when following began.
+    pub last_seq: u64,
+    /// Every event after `since` that is kept, stored ones first and then each new one as it is
+    /// stored, in `seq` order, each once. Ends when the session is removed or the log stops
+    /// (the follower then subscribes again with the last `seq` it had).
+    pub events: mpsc::Receiver<AgentEvent>,
+}
+
 /// Each session's events in order, with a strictly increasing `seq` per session, kept within a
-/// bounded window. Implementations must be safe to call from many tasks; calls for one session
-/// are ordered by the caller.
+/// bounded window, and followed live. Only the session's owner appends (and numbers its
+/// events: one more than the last stored, which it learns from [`EventLog::last_seq`] when it
+/// takes the session up); anyone may read and follow. Implementations must be safe to call
+/// from many tasks; appends for one session are made one after another by their owner.
 pub trait EventLog: Send + Sync + std::fmt::Debug {
-    /// Store `event` as the next of its session, giving it its `seq`; returns it as stored.
-    fn append(&self, event: AgentEvent) -> std::io::Result<AgentEvent>;
+    /// Store `event` under the `seq` it carries, written by the owner holding `epoch`: refused
+    /// with [`EventLogError::Fenced`] when a newer epoch has written the session, and with
+    /// [`EventLogError::OutOfOrder`] when `seq` is not after the last stored. Returns the event
+    /// as stored (with its time).
+    fn append(&self, event: AgentEvent, epoch: Epoch) -> EventFuture<'_, AgentEvent>;
     /// The events of `session_key` with `seq > since`, at most `limit` of them.
-    fn read(&self, session_key: &str, since: u64, limit: usize) -> std::io::Result<Replay>;
+    fn read<'a>(
+        &'a self,
+        session_key: &'a str,
+        since: u64,
+        limit: usize,
+    ) -> EventFuture<'a, Replay>;
     /// The newest `seq` of `session_key` (0 when it has none).
-    fn last_seq(&self, session_key: &str) -> std::io::Result<u64>;
-    /// Forget `session_key`'s events; its next event is `seq` 1 again.
-    fn remove(&self, session_key: &str) -> std::io::Result<()>;
+    fn last_seq<'a>(&'a self, session_key: &'a str) -> EventFuture<'a, u64>;
+    /// Follows `session_key` from `since`: the kept events after it, then each new one as it is
+    /// stored, with nothing missed or repeated in between. `since` may be ahead of the last
+    /// stored event (an owner's numbering runs ahead of its stores): the follower then starts
+    /// with the first event after it.
+    fn follow<'a>(&'a self, session_key: &'a str, since: u64) -> EventFuture<'a, Follow>;
+    /// Forget `session_key`'s events (its followers end); its next event is `seq` 1 again.
+    fn remove<'a>(&'a self, session_key: &'a str) -> EventFuture<'a, ()>;
     /// Make every appended event durable (on disk: synced).
-    fn sync(&self) -> std::io::Result<()>;
+    fn sync(&self) -> EventFuture<'_, ()>;
 }
 
 #[cfg(test)]

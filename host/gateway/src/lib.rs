@@ -23,11 +23,15 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
-use clawcage_agent::events::{AgentEvent, DiskEventLog, Stream};
+use clawcage_agent::events::{
+    AgentEvent, DiskEventLog, Epoch, EventFuture, EventLog, Follow, Replay, Stream,
+};
 use clawcage_agent::{JsonlTranscripts, OutboundMessage, SendCallback};
 use clawcage_core::BoxFuture;
 use clawcage_core::scheduler::Scheduler;
 use clawcage_runtime::{AgentOptions, CronStatus, Error, Options, Runtime};
+
+use crate::runs::InMemoryRuns;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -102,10 +106,10 @@ pub struct Gateway {
 }
 
 impl Gateway {
-    /// A gateway over `parts`.
-    pub fn new(parts: GatewayParts, settings: Settings) -> Arc<Self> {
+    /// A gateway over `parts`; takes up what a stopped gateway left (see [`Hub::start`]).
+    pub async fn start(parts: GatewayParts, settings: Settings) -> Arc<Self> {
         Arc::new(Self {
-            hub: Hub::new(parts),
+            hub: Hub::start(parts).await,
             admissions: limits::Admissions::new(settings.limits.clone(), settings.loopback),
             settings,
             channels: OnceLock::new(),
@@ -169,7 +173,7 @@ impl Gateway {
             let hub = self.hub.clone();
             tokio::spawn(async move {
                 while let Some(message) = notifications.recv().await {
-                    hub.notify(message);
+                    hub.notify(message).await;
                 }
             })
         };
@@ -186,8 +190,9 @@ impl Gateway {
                 let mut every = tokio::time::interval(Duration::from_secs(1));
                 loop {
                     every.tick().await;
-                    let events = events.clone();
-                    let _ = tokio::task::spawn_blocking(move || events.sync()).await;
+                    if let Err(error) = events.sync().await {
+                        tracing::warn!(%error, "cannot sync the event log");
+                    }
                 }
             })
         };
@@ -447,6 +452,8 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         events: Arc::new(LoggedEvents(DiskEventLog::new(
             state.join("gateway").join("events"),
         ))),
+        epoch: next_epoch(&state.join("gateway"))?,
+        runs: Arc::new(InMemoryRuns::default()),
         runs_dir: state.join("gateway").join("runs"),
         history_limit: runtime
             .config()
@@ -471,7 +478,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     settings.loopback = bound.ip().is_loopback();
     settings.sends_per_minute = args.sends_per_minute.max(1);
     settings.limits = connection_limits;
-    let gateway = Gateway::new(parts, settings);
+    let gateway = Gateway::start(parts, settings).await;
     // Cron firings go into their sessions' inboxes exactly once; the runner starts only now,
     // so none goes past the hub.
     let runner = runtime.cron().map(|cron| {
@@ -588,8 +595,8 @@ fn channel_lines(
 #[derive(Debug)]
 struct LoggedEvents(DiskEventLog);
 
-impl clawcage_agent::events::EventLog for LoggedEvents {
-    fn append(&self, event: AgentEvent) -> std::io::Result<AgentEvent> {
+impl EventLog for LoggedEvents {
+    fn append(&self, event: AgentEvent, epoch: Epoch) -> EventFuture<'_, AgentEvent> {
         if event.stream == Stream::Lifecycle {
             let phase = event
                 .data
@@ -608,29 +615,58 @@ impl clawcage_agent::events::EventLog for LoggedEvents {
                 _ => {}
             }
         }
-        self.0.append(event)
+        self.0.append(event, epoch)
     }
 
-    fn read(
-        &self,
-        session_key: &str,
+    fn read<'a>(
+        &'a self,
+        session_key: &'a str,
         since: u64,
         limit: usize,
-    ) -> std::io::Result<clawcage_agent::events::Replay> {
+    ) -> EventFuture<'a, Replay> {
         self.0.read(session_key, since, limit)
     }
 
-    fn last_seq(&self, session_key: &str) -> std::io::Result<u64> {
+    fn last_seq<'a>(&'a self, session_key: &'a str) -> EventFuture<'a, u64> {
         self.0.last_seq(session_key)
     }
 
-    fn remove(&self, session_key: &str) -> std::io::Result<()> {
+    fn follow<'a>(&'a self, session_key: &'a str, since: u64) -> EventFuture<'a, Follow> {
+        self.0.follow(session_key, since)
+    }
+
+    fn remove<'a>(&'a self, session_key: &'a str) -> EventFuture<'a, ()> {
         self.0.remove(session_key)
     }
 
-    fn sync(&self) -> std::io::Result<()> {
+    fn sync(&self) -> EventFuture<'_, ()> {
         self.0.sync()
     }
+}
+
+/// This start's epoch as the sessions' writer, recorded in `<gateway-dir>/epoch`: one more than
+/// the last start's, and never less than the time in milliseconds (so a lost file cannot give
+/// an epoch older than the events already written). The gateway's lock is held.
+fn next_epoch(gateway_dir: &Path) -> Result<Epoch, Error> {
+    let path = gateway_dir.join("epoch");
+    let previous = std::fs::read_to_string(&path)
+        .ok()
+        .and_then(|text| text.trim().parse::<Epoch>().ok())
+        .unwrap_or(0);
+    let epoch = previous
+        .saturating_add(1)
+        .max(clawcage_agent::transcript::now_ms());
+    std::fs::create_dir_all(gateway_dir)
+        .and_then(|()| {
+            clawcage_core::files::write_atomically(&path, epoch.to_string().as_bytes(), true)
+        })
+        .map_err(|error| {
+            Error::Failed(format!(
+                "cannot record the gateway's epoch in {}: {error}; check that the state directory is writable",
+                path.display()
+            ))
+        })?;
+    Ok(epoch)
 }
 
 /// Cancels `shutdown` on SIGINT or SIGTERM.
@@ -684,7 +720,8 @@ fn message_sender(
                         .deliver_message(&key, &message.channel, &message.content)
                         .await?;
                 }
-                hub.post_message(&key, &message.channel, &message.content);
+                hub.post_message(&key, &message.channel, &message.content)
+                    .await;
                 Ok(())
             })
         },
@@ -693,14 +730,15 @@ fn message_sender(
 
 impl Hub {
     /// Publishes a `message` tool's text as an `assistant` event of `key`'s current run.
-    pub fn post_message(&self, key: &str, channel: &str, content: &str) {
+    pub async fn post_message(&self, key: &str, channel: &str, content: &str) {
         let run_id = self.current_run(key).unwrap_or_default();
         self.publish_event(AgentEvent::new(
             key,
             &run_id,
             Stream::Assistant,
             json!({"kind": "message", "channel": channel, "content": content}),
-        ));
+        ))
+        .await;
     }
 }
 

@@ -123,7 +123,7 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
         "chat.send" => return chat_send(gateway, conn, &id, &params, false).await,
         "agent" => return chat_send(gateway, conn, &id, &params, true).await,
         "agent.wait" => agent_wait(gateway, &params).await,
-        "chat.abort" => chat_abort(gateway, &params),
+        "chat.abort" => chat_abort(gateway, &params).await,
         "chat.history" => chat_history(gateway, &params).await,
         "sessions.list" => self::params::<List>(&method, &params).and_then(|list| {
             gateway
@@ -135,14 +135,17 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
                 .and_then(|p| check_readable_key(&p.session_key).map(|()| p))
             {
                 Ok(p) => {
-                    let mut subscriptions = conn.subscriptions();
-                    match gateway.hub.subscribe(
-                        &p.session_key,
-                        p.since,
-                        &conn.outbox,
-                        &mut subscriptions,
-                        &id,
-                    ) {
+                    match gateway
+                        .hub
+                        .subscribe(
+                            &p.session_key,
+                            p.since,
+                            &conn.outbox,
+                            &conn.subscriptions,
+                            &id,
+                        )
+                        .await
+                    {
                         // The response was queued with the replay.
                         Ok(()) => return,
                         Err(error) => Err(error),
@@ -276,18 +279,18 @@ async fn chat_send(
             )),
         );
     }
-    let sent = {
-        let mut subscriptions = conn.subscriptions();
-        gateway.hub.send(
+    let sent = gateway
+        .hub
+        .send(
             &send.session_key,
             send.message,
             send.idempotency_key.as_deref(),
-            Some((&conn.outbox, &mut subscriptions)),
+            Some((&conn.outbox, &conn.subscriptions)),
             |run_id, admission, into| {
                 conn.respond(id, acknowledgement(run_id, admission, into, wait_final))
             },
         )
-    };
+        .await;
     let run_id = match sent {
         Ok(Sent::Started(run_id)) => run_id,
         Ok(Sent::Refused) => return,
@@ -359,11 +362,11 @@ async fn agent_wait(gateway: &Gateway, params: &Value) -> Result<Value, GatewayE
     }
 }
 
-fn chat_abort(gateway: &Gateway, params: &Value) -> Result<Value, GatewayError> {
+async fn chat_abort(gateway: &Gateway, params: &Value) -> Result<Value, GatewayError> {
     let abort = self::params::<Abort>("chat.abort", params)?;
     check_readable_key(&abort.session_key)?;
     if let Some(run_id) = &abort.run_id {
-        match gateway.hub.run_status(run_id) {
+        match gateway.hub.run_status(run_id).await {
             Some((session, _)) if session == abort.session_key => {}
             _ => {
                 return Err(GatewayError::new(

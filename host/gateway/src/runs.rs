@@ -1,11 +1,14 @@
 //! The gateway's runs: each run in flight or finished within the idempotency window, its
 //! status and result (what `agent.wait` waits for), and the idempotency keys of the sends that
 //! made them. [`RunRegistry`] is the seam a shared registry (a key-value store across gateway
-//! hosts) implements; [`InMemoryRuns`] is the one implementation today, rebuilt at each start
-//! from the sessions' inboxes (pending inputs are runs in flight, done ones keep their keys).
+//! hosts) implements, asynchronous like any store across a network; [`InMemoryRuns`] is the one
+//! implementation today, rebuilt at each start from the sessions' inboxes (pending inputs are
+//! runs in flight, done ones keep their keys).
 
 use std::collections::HashMap;
-use std::sync::{Mutex, MutexGuard};
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
@@ -55,17 +58,35 @@ pub struct RunResult {
     pub payload: Value,
 }
 
-/// The runs a gateway knows.
+/// What the calls of a [`RunRegistry`] return: futures that own what they need, so a caller
+/// may hand them to a task of their own.
+pub type RunFuture<T> = Pin<Box<dyn Future<Output = std::io::Result<T>> + Send + 'static>>;
+
+/// What [`RunRegistry::register`] made of a run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Registered {
+    /// Registered, in flight.
+    New,
+    /// Its idempotency key was sent before within the window: this is that run.
+    Duplicate {
+        /// The earlier run's id.
+        run_id: String,
+        /// Its status now.
+        status: RunStatus,
+    },
+}
+
+/// The runs a gateway knows. A change may take effect when the call is made (in memory) or
+/// only when its future completes (over a network): a caller that depends on it awaits it.
 pub trait RunRegistry: Send + Sync {
     /// Register run `run_id` of `session`, in flight. With an `idempotency` key already known
-    /// in `session` within the window, nothing is registered: the earlier run's id and status
-    /// are returned instead.
+    /// in `session` within the window, nothing is registered: the earlier run is returned.
     fn register(
         &self,
         session: &str,
         run_id: &str,
         idempotency: Option<&str>,
-    ) -> Result<(), (String, RunStatus)>;
+    ) -> RunFuture<Registered>;
     /// Record a run that ended before this process started, `age` ago (a restart): its key
     /// (unless `None`) and status stay known for the rest of the window.
     fn remember(
@@ -75,15 +96,16 @@ pub trait RunRegistry: Send + Sync {
         idempotency: Option<&str>,
         status: RunStatus,
         age: Duration,
-    );
+    ) -> RunFuture<()>;
     /// Forget `session`'s key `idempotency`: its send was refused, so it may be sent again.
-    fn forget_key(&self, session: &str, idempotency: &str);
+    fn forget_key(&self, session: &str, idempotency: &str) -> RunFuture<()>;
     /// End `run_id` with `status`; `payload` gains `runId`, `status` and `sessionKey`.
-    fn finish(&self, run_id: &str, status: RunStatus, payload: Value);
+    fn finish(&self, run_id: &str, status: RunStatus, payload: Value) -> RunFuture<()>;
     /// `run_id`'s session and status, if known.
-    fn status(&self, run_id: &str) -> Option<(String, RunStatus)>;
-    /// Sees `run_id`'s result once it has one (`None` while in flight); `None` if unknown.
-    fn watch(&self, run_id: &str) -> Option<watch::Receiver<Option<RunResult>>>;
+    fn status(&self, run_id: &str) -> RunFuture<Option<(String, RunStatus)>>;
+    /// Waits at most `timeout` for `run_id`'s result: `None` if the run is unknown, `Some(None)`
+    /// if it is still in flight when the time is up.
+    fn wait(&self, run_id: &str, timeout: Duration) -> RunFuture<Option<Option<RunResult>>>;
 }
 
 struct RunEntry {
@@ -122,10 +144,14 @@ impl Runs {
     }
 }
 
-/// The runs in this process's memory.
-#[derive(Default)]
+/// The runs in this process's memory. Every change takes effect when its call is made.
+#[derive(Default, Clone)]
 pub struct InMemoryRuns {
-    runs: Mutex<Runs>,
+    runs: Arc<Mutex<Runs>>,
+}
+
+fn done<T: Send + 'static>(value: T) -> RunFuture<T> {
+    Box::pin(std::future::ready(Ok(value)))
 }
 
 impl InMemoryRuns {
@@ -142,7 +168,7 @@ impl RunRegistry for InMemoryRuns {
         session: &str,
         run_id: &str,
         idempotency: Option<&str>,
-    ) -> Result<(), (String, RunStatus)> {
+    ) -> RunFuture<Registered> {
         let mut runs = self.lock();
         if let Some(idempotency) = idempotency
             && let Some((earlier, at)) = runs
@@ -152,7 +178,10 @@ impl RunRegistry for InMemoryRuns {
         {
             let earlier = earlier.clone();
             let status = runs.status_of(&earlier);
-            return Err((earlier, status));
+            return done(Registered::Duplicate {
+                run_id: earlier,
+                status,
+            });
         }
         runs.prune();
         if let Some(idempotency) = idempotency {
@@ -169,7 +198,7 @@ impl RunRegistry for InMemoryRuns {
                 finished: None,
             },
         );
-        Ok(())
+        done(Registered::New)
     }
 
     fn remember(
@@ -179,7 +208,7 @@ impl RunRegistry for InMemoryRuns {
         idempotency: Option<&str>,
         status: RunStatus,
         age: Duration,
-    ) {
+    ) -> RunFuture<()> {
         let at = Instant::now().checked_sub(age).unwrap_or_else(Instant::now);
         let mut runs = self.lock();
         if let Some(idempotency) = idempotency {
@@ -200,15 +229,17 @@ impl RunRegistry for InMemoryRuns {
                 finished: Some(at),
             },
         );
+        done(())
     }
 
-    fn forget_key(&self, session: &str, idempotency: &str) {
+    fn forget_key(&self, session: &str, idempotency: &str) -> RunFuture<()> {
         self.lock()
             .idempotency
             .remove(&(session.to_string(), idempotency.to_string()));
+        done(())
     }
 
-    fn finish(&self, run_id: &str, status: RunStatus, mut payload: Value) {
+    fn finish(&self, run_id: &str, status: RunStatus, mut payload: Value) -> RunFuture<()> {
         let mut runs = self.lock();
         if let Some(entry) = runs.entries.get_mut(run_id) {
             payload["runId"] = json!(run_id);
@@ -219,16 +250,34 @@ impl RunRegistry for InMemoryRuns {
                 .result
                 .send_replace(Some(RunResult { status, payload }));
         }
+        done(())
     }
 
-    fn status(&self, run_id: &str) -> Option<(String, RunStatus)> {
+    fn status(&self, run_id: &str) -> RunFuture<Option<(String, RunStatus)>> {
         let runs = self.lock();
-        let entry = runs.entries.get(run_id)?;
-        Some((entry.session.clone(), runs.status_of(run_id)))
+        let status = runs
+            .entries
+            .get(run_id)
+            .map(|entry| (entry.session.clone(), runs.status_of(run_id)));
+        done(status)
     }
 
-    fn watch(&self, run_id: &str) -> Option<watch::Receiver<Option<RunResult>>> {
-        Some(self.lock().entries.get(run_id)?.result.subscribe())
+    fn wait(&self, run_id: &str, timeout: Duration) -> RunFuture<Option<Option<RunResult>>> {
+        let receiver = self
+            .lock()
+            .entries
+            .get(run_id)
+            .map(|entry| entry.result.subscribe());
+        Box::pin(async move {
+            let Some(mut receiver) = receiver else {
+                return Ok(None);
+            };
+            let waited = tokio::time::timeout(timeout, receiver.wait_for(Option::is_some)).await;
+            Ok(Some(match waited {
+                Ok(Ok(result)) => result.clone(),
+                _ => None,
+            }))
+        })
     }
 }
 
@@ -236,36 +285,56 @@ impl RunRegistry for InMemoryRuns {
 mod tests {
     use super::*;
 
-    #[test]
-    fn keys_find_their_run_until_forgotten_and_results_are_seen() {
+    #[tokio::test]
+    async fn keys_find_their_run_until_forgotten_and_results_are_seen() {
         let runs = InMemoryRuns::default();
-        assert!(runs.register("s", "r1", Some("k")).is_ok());
+        let new = Registered::New;
+        let duplicate = |run_id: &str, status| Registered::Duplicate {
+            run_id: run_id.to_string(),
+            status,
+        };
+        assert_eq!(runs.register("s", "r1", Some("k")).await.unwrap(), new);
         assert_eq!(
-            runs.register("s", "r2", Some("k")),
-            Err(("r1".to_string(), RunStatus::InFlight))
+            runs.register("s", "r2", Some("k")).await.unwrap(),
+            duplicate("r1", RunStatus::InFlight)
         );
-        assert!(
-            runs.register("other", "r3", Some("k")).is_ok(),
+        assert_eq!(
+            runs.register("other", "r3", Some("k")).await.unwrap(),
+            new,
             "keys are per session"
         );
-        let mut watching = runs.watch("r1").unwrap();
-        runs.finish("r1", RunStatus::Ok, json!({"text": "hi"}));
-        let seen = watching.borrow_and_update().clone().unwrap();
+        assert!(
+            matches!(
+                runs.wait("r1", Duration::from_millis(10)).await.unwrap(),
+                Some(None)
+            ),
+            "in flight when the time is up"
+        );
+        let waiting = tokio::spawn(runs.wait("r1", Duration::from_secs(30)));
+        runs.finish("r1", RunStatus::Ok, json!({"text": "hi"}))
+            .await
+            .unwrap();
+        let seen = waiting.await.unwrap().unwrap().unwrap().unwrap();
         assert_eq!(seen.payload["status"], "ok");
         assert_eq!(seen.payload["sessionKey"], "s");
-        assert_eq!(runs.status("r1"), Some(("s".to_string(), RunStatus::Ok)));
-        runs.forget_key("s", "k");
-        assert!(runs.register("s", "r4", Some("k")).is_ok());
+        assert_eq!(
+            runs.status("r1").await.unwrap(),
+            Some(("s".to_string(), RunStatus::Ok))
+        );
+        runs.forget_key("s", "k").await.unwrap();
+        assert_eq!(runs.register("s", "r4", Some("k")).await.unwrap(), new);
         runs.remember(
             "s",
             "old",
             Some("ko"),
             RunStatus::Aborted,
             Duration::from_secs(5),
-        );
+        )
+        .await
+        .unwrap();
         assert_eq!(
-            runs.register("s", "r5", Some("ko")),
-            Err(("old".to_string(), RunStatus::Aborted))
+            runs.register("s", "r5", Some("ko")).await.unwrap(),
+            duplicate("old", RunStatus::Aborted)
         );
         runs.remember(
             "s",
@@ -273,11 +342,18 @@ mod tests {
             Some("ka"),
             RunStatus::Ok,
             IDEMPOTENCY_WINDOW,
-        );
-        assert!(
-            runs.register("s", "r6", Some("ka")).is_ok(),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            runs.register("s", "r6", Some("ka")).await.unwrap(),
+            new,
             "a key older than the window is forgotten"
         );
-        assert!(runs.status("nope").is_none());
+        assert!(runs.status("nope").await.unwrap().is_none());
+        assert!(
+            runs.wait("nope", Duration::ZERO).await.unwrap().is_none(),
+            "an unknown run"
+        );
     }
 }

@@ -155,13 +155,15 @@ pub(crate) enum Submitted {
 }
 
 /// Hands `text` from a channel to `key`'s lane.
-pub(crate) fn submit(hub: &Hub, key: &str, text: String, idempotency: &str) -> Submitted {
+pub(crate) async fn submit(hub: &Hub, key: &str, text: String, idempotency: &str) -> Submitted {
     let mut refused = None;
-    let sent = hub.send(key, text, Some(idempotency), None, |_, admission, _| {
-        if let Admission::Dropped { reason } = admission {
-            refused = Some(reason.to_string());
-        }
-    });
+    let sent = hub
+        .send(key, text, Some(idempotency), None, |_, admission, _| {
+            if let Admission::Dropped { reason } = admission {
+                refused = Some(reason.to_string());
+            }
+        })
+        .await;
     match sent {
         Ok(Sent::Started(run_id)) | Ok(Sent::Duplicate(run_id, _)) => Submitted::Run(run_id),
         Ok(Sent::Refused) => Submitted::Refused(

@@ -441,7 +441,7 @@ impl Telegram {
         // What the last process left: deliver the known replies, hand the rest to the lanes.
         let left: Vec<Pending> = lock(&self.journal).pending.clone();
         for pending in left {
-            self.dispatch(pending);
+            self.dispatch(pending).await;
         }
         let mut attempt = 0;
         loop {
@@ -466,7 +466,7 @@ impl Telegram {
                         );
                     }
                     attempt = 0;
-                    if let Err(error) = self.take(updates) {
+                    if let Err(error) = self.take(updates).await {
                         tracing::error!("{error}");
                         status.set("telegram", json!({"state": "error", "error": error}));
                         backoff(5)
@@ -506,7 +506,7 @@ impl Telegram {
     }
 
     /// Records a batch (and the offset after it) in the journal, then handles it.
-    fn take(self: &Arc<Self>, updates: Vec<Value>) -> Result<(), String> {
+    async fn take(self: &Arc<Self>, updates: Vec<Value>) -> Result<(), String> {
         let mut taken = Vec::new();
         {
             let mut journal = lock(&self.journal);
@@ -532,7 +532,7 @@ impl Telegram {
             *journal = next;
         }
         for pending in taken {
-            self.dispatch(pending);
+            self.dispatch(pending).await;
         }
         Ok(())
     }
@@ -767,7 +767,7 @@ impl Telegram {
     }
 
     /// Hands a record's text to its lane (in update order) and queues its delivery.
-    fn dispatch(self: &Arc<Self>, pending: Pending) {
+    async fn dispatch(self: &Arc<Self>, pending: Pending) {
         let run = match (&pending.reply, &pending.session_key, &pending.text) {
             (None, Some(key), Some(text)) => {
                 match submit(
@@ -775,7 +775,9 @@ impl Telegram {
                     key,
                     text.clone(),
                     &format!("telegram:{}", pending.update_id),
-                ) {
+                )
+                .await
+                {
                     Submitted::Run(run) => Some(run),
                     Submitted::Refused(why) => {
                         let why = format!("(your message was not taken: {why})");

@@ -4,11 +4,13 @@
 //! what a message to a busy session does (steered into the running turn, queued, interrupting,
 //! or refused) and `chat.send` answers with that; the lane's queue changes arrive through its
 //! queue listener and become `lifecycle` events (`start` when a run's turn begins, `queue` for
-//! the rest). Every observation of a run becomes an [`AgentEvent`] appended to the session's
-//! [`EventLog`] (which gives it its `seq`) and sent, under the session's lock, to every
-//! subscriber: a subscriber replaying from the log and then following live sees each event
-//! exactly once, in order. The runs (for `agent.wait` and idempotent sends) are kept behind a
-//! [`RunRegistry`](crate::runs::RunRegistry). At its start the hub takes up what a stopped
+//! the rest). Every observation of a run becomes an [`AgentEvent`], numbered under the session's
+//! lock (the next `seq`, so the order of events is the order of what happened) and handed to
+//! the session's writer task, which appends it to the [`EventLog`] under this process's
+//! [`Epoch`]. Subscribers never get events from the hub: each follows the log
+//! ([`EventLog::follow`]) from its `since`, so it sees each stored event exactly once, in order,
+//! whichever process stored it. The runs (for `agent.wait` and idempotent sends) are kept behind
+//! a [`RunRegistry`]; both stores are asynchronous traits a shared backend implements. At its start the hub takes up what a stopped
 //! gateway left in the sessions' inboxes ([`clawcage_agent::inbox`]): finished inputs keep their
 //! idempotency keys and statuses, pending ones become runs again under their own ids, and a
 //! session's open turn is resumed with a `lifecycle {phase: "resumed"}` event. Cron firings
@@ -24,7 +26,7 @@ use std::task::{Context, Poll, Waker};
 use std::time::{Duration, Instant};
 
 use clawcage_agent::agent_loop::{TurnObserver, Verdict};
-use clawcage_agent::events::{AgentEvent, EventLog, EventObserver, Stream};
+use clawcage_agent::events::{AgentEvent, Epoch, EventLog, EventObserver, Stream};
 use clawcage_agent::session::{Admission, DropReason, InputMeta, QueueEvent};
 use clawcage_agent::transcript::Position;
 use clawcage_agent::{
@@ -44,7 +46,10 @@ use crate::protocol::{self, Code, GatewayError};
 mod reading;
 mod recovery;
 pub use crate::runs::{IDEMPOTENCY_WINDOW, RunResult, RunStatus};
-use crate::runs::{InMemoryRuns, RunRegistry};
+use crate::runs::{Registered, RunRegistry};
+
+mod subscribers;
+use subscribers::{Publish, Subscriber};
 
 /// Submissions waiting on one session at most (beyond: `RATE_LIMITED`); the lane's own cap
 /// (`[queue] cap`) applies first.
@@ -71,6 +76,11 @@ pub struct GatewayParts {
     pub transcripts: Arc<dyn TranscriptStore>,
     /// Each session's events.
     pub events: Arc<dyn EventLog>,
+    /// This process's epoch as the sessions' writer: greater than any earlier gateway's on the
+    /// same state (see [`Epoch`]).
+    pub epoch: Epoch,
+    /// The runs, their results and the idempotency keys of their sends.
+    pub runs: Arc<dyn RunRegistry>,
     /// Where the journal of runs in flight is kept (`<state-dir>/gateway/runs`).
     pub runs_dir: PathBuf,
     /// Messages a session keeps (the lanes' history limit).
@@ -206,9 +216,13 @@ struct CurrentRun {
     aborting: bool,
 }
 
-#[derive(Default)]
 struct SessionState {
-    subscribers: Vec<Outbox>,
+    /// The connections following the session's events.
+    subscribers: Vec<Subscriber>,
+    /// The `seq` the next event gets.
+    next_seq: u64,
+    /// The session's writer task: events to append, in order.
+    writer: mpsc::UnboundedSender<Publish>,
     /// By lane ticket, in admission order.
     tickets: BTreeMap<u64, Ticket>,
     current: Option<CurrentRun>,
@@ -248,7 +262,7 @@ pub struct Hub {
     /// The runtime's pieces.
     pub parts: GatewayParts,
     sessions: Mutex<HashMap<String, Arc<SessionHub>>>,
-    runs: Box<dyn RunRegistry>,
+    runs: Arc<dyn RunRegistry>,
     connections: Mutex<HashMap<u64, Outbox>>,
     next_id: AtomicU64,
     run_prefix: String,
@@ -282,12 +296,14 @@ fn base36(mut value: u64) -> String {
 }
 
 impl Hub {
-    /// A hub over `parts`. Reports the runs a previous process left in flight.
-    pub fn new(parts: GatewayParts) -> Arc<Hub> {
+    /// A hub over `parts`. Reports the runs a previous process left in flight and takes up
+    /// what it left in the sessions' inboxes.
+    pub async fn start(parts: GatewayParts) -> Arc<Hub> {
+        let runs = parts.runs.clone();
         let hub = Arc::new_cyclic(|this| Hub {
             parts,
             sessions: Mutex::new(HashMap::new()),
-            runs: Box::new(InMemoryRuns::default()),
+            runs,
             connections: Mutex::new(HashMap::new()),
             next_id: AtomicU64::new(1),
             run_prefix: format!("run-{}", base36(clawcage_agent::transcript::now_ms())),
@@ -297,7 +313,7 @@ impl Hub {
             this: this.clone(),
         });
         *lock(&hub.titles) = hub.read_titles();
-        hub.recover_interrupted_runs();
+        hub.recover_interrupted_runs().await;
         let weak = Arc::downgrade(&hub);
         hub.parts.sessions.set_queue_listener(Some(Arc::new(
             move |key: &str, event: &QueueEvent| {
@@ -306,7 +322,7 @@ impl Hub {
                 }
             },
         )));
-        hub.take_up_inboxes();
+        hub.take_up_inboxes().await;
         hub
     }
 
@@ -320,53 +336,97 @@ impl Hub {
         self.shutting_down.load(Ordering::Relaxed)
     }
 
-    fn session(&self, key: &str) -> Arc<SessionHub> {
-        lock(&self.sessions)
-            .entry(key.to_string())
-            .or_insert_with(|| {
-                Arc::new(SessionHub {
-                    key: key.to_string(),
-                    state: Mutex::new(SessionState::default()),
-                    admit: Mutex::new(()),
-                })
-            })
-            .clone()
+    /// `key`'s session, opened (its numbering taken up from its log, its writer started) on
+    /// first use.
+    async fn open_session(&self, key: &str) -> Result<Arc<SessionHub>, GatewayError> {
+        if let Some(session) = self.session(key) {
+            return Ok(session);
+        }
+        let last =
+            self.parts.events.last_seq(key).await.map_err(|error| {
+                GatewayError::internal("cannot read the session's events", error)
+            })?;
+        let mut sessions = lock(&self.sessions);
+        if let Some(session) = sessions.get(key) {
+            return Ok(session.clone());
+        }
+        let (writer, queue) = mpsc::unbounded_channel();
+        tokio::spawn(subscribers::write_events(
+            self.parts.events.clone(),
+            self.parts.epoch,
+            key.to_string(),
+            queue,
+        ));
+        let session = Arc::new(SessionHub {
+            key: key.to_string(),
+            state: Mutex::new(SessionState {
+                subscribers: Vec::new(),
+                next_seq: last + 1,
+                writer,
+                tickets: BTreeMap::new(),
+                current: None,
+            }),
+            admit: Mutex::new(()),
+        });
+        sessions.insert(key.to_string(), session.clone());
+        Ok(session)
     }
 
-    /// Appends `event` to its session's log and sends it to the subscribers; the caller holds
-    /// the session's lock. Returns the event with its `seq`.
-    fn publish(&self, state: &mut SessionState, event: AgentEvent) -> Option<AgentEvent> {
-        let stored = match self.parts.events.append(event) {
-            Ok(stored) => stored,
-            Err(error) => {
-                tracing::error!(%error, "cannot append to the event log; the event is lost");
-                return None;
+    /// `key`'s session, if it was opened.
+    fn session(&self, key: &str) -> Option<Arc<SessionHub>> {
+        lock(&self.sessions).get(key).cloned()
+    }
+
+    /// Numbers `event` as the session's next and hands it to the session's writer; the caller
+    /// holds the session's lock, so events are numbered in the order they happen. Returns the
+    /// event with its `seq`.
+    fn publish(&self, state: &mut SessionState, mut event: AgentEvent) -> AgentEvent {
+        event.seq = state.next_seq;
+        state.next_seq += 1;
+        if state.writer.send(Publish::Event(event.clone())).is_err() {
+            tracing::error!(session = %event.session_key, "the session's event writer has stopped; the event is lost");
+        }
+        event
+    }
+
+    /// Numbers `event` and hands it to its session's writer (a session not opened yet is
+    /// opened first).
+    pub async fn publish_event(&self, event: AgentEvent) {
+        match self.open_session(&event.session_key).await {
+            Ok(session) => {
+                let mut state = session.lock();
+                self.publish(&mut state, event);
             }
-        };
-        let frames = protocol::agent_frames(&stored);
-        state
-            .subscribers
-            .retain(|out| frames.iter().all(|frame| out.push(frame.clone())));
-        Some(stored)
+            Err(error) => tracing::error!(?error, "cannot open a session; its event is lost"),
+        }
     }
 
-    /// Appends `event` to its session's log and sends it to the subscribers.
-    pub fn publish_event(&self, event: AgentEvent) {
-        let session = self.session(&event.session_key);
-        let mut state = session.lock();
-        self.publish(&mut state, event);
+    /// Numbers `event` and hands it to its session's writer, when the session is open (a run's
+    /// session always is).
+    pub fn publish_to_open(&self, event: AgentEvent) {
+        match self.session(&event.session_key) {
+            Some(session) => {
+                let mut state = session.lock();
+                self.publish(&mut state, event);
+            }
+            None => {
+                tracing::warn!(session = %event.session_key, "an event for a session not open here is dropped")
+            }
+        }
     }
 
     /// The run `key` is running now, if any.
     pub fn current_run(&self, key: &str) -> Option<String> {
-        let session = lock(&self.sessions).get(key).cloned()?;
+        let session = self.session(key)?;
         let state = session.lock();
         state.current.as_ref().map(|run| run.run_id.clone())
     }
 
     /// Sends a frame that is not logged to the session's subscribers.
     fn broadcast_unlogged(&self, state: &mut SessionState, frame: Utf8Bytes) {
-        state.subscribers.retain(|out| out.push(frame.clone()));
+        state
+            .subscribers
+            .retain(|subscriber| subscriber.outbox.push(frame.clone()));
     }
 
     // ---- connections ------------------------------------------------------------------------
@@ -380,8 +440,8 @@ impl Hub {
     pub fn disconnect(&self, id: u64, subscriptions: &HashSet<String>) {
         lock(&self.connections).remove(&id);
         for key in subscriptions {
-            if let Some(session) = lock(&self.sessions).get(key).cloned() {
-                session.lock().subscribers.retain(|out| out.id != id);
+            if let Some(session) = self.session(key) {
+                subscribers::drop_subscriber(&mut session.lock(), id);
             }
         }
     }
@@ -397,12 +457,12 @@ impl Hub {
     /// session first; `acknowledge` hears the new run's id, what the lane's queue made of it,
     /// and the run it was steered into, before the run can emit anything. With an idempotency
     /// key seen in the last ten minutes, returns that run instead.
-    pub fn send(
+    pub async fn send(
         &self,
         key: &str,
         text: String,
         idempotency: Option<&str>,
-        subscriber: Option<(&Outbox, &mut HashSet<String>)>,
+        subscriber: Option<(&Outbox, &Mutex<HashSet<String>>)>,
         acknowledge: impl FnOnce(&str, &Admission, Option<&str>),
     ) -> Result<Sent, GatewayError> {
         if self.shutting_down() {
@@ -416,16 +476,27 @@ impl Hub {
         let text = self.parts.sessions.agent().redactor().redact(&text);
         self.title_from_first_message(key, &text);
         let run_id = format!("{}-{}", self.run_prefix, self.next_id());
-        if let Err((earlier, status)) = self.runs.register(key, &run_id, idempotency) {
-            return Ok(Sent::Duplicate(earlier, status));
+        let registered = self
+            .runs
+            .register(key, &run_id, idempotency)
+            .await
+            .map_err(|error| GatewayError::internal("cannot record the run", error))?;
+        if let Registered::Duplicate { run_id, status } = registered {
+            return Ok(Sent::Duplicate(run_id, status));
         }
         let forget = |status: RunStatus, why: &str| {
             if let Some(idempotency) = idempotency {
-                self.runs.forget_key(key, idempotency);
+                self.forget_key(key, idempotency);
             }
             self.finish_run(&run_id, status, json!({"error": why}));
         };
-        let session = self.session(key);
+        let session = match self.open_session(key).await {
+            Ok(session) => session,
+            Err(error) => {
+                forget(RunStatus::Error, "the session could not be opened");
+                return Err(error);
+            }
+        };
         let _admit = lock(&session.admit);
         {
             let mut state = session.lock();
@@ -440,10 +511,16 @@ impl Hub {
                 ));
             }
             if let Some((outbox, subscriptions)) = subscriber
-                && !state.subscribers.iter().any(|out| out.id == outbox.id)
+                && !state
+                    .subscribers
+                    .iter()
+                    .any(|subscriber| subscriber.outbox.id == outbox.id)
             {
-                state.subscribers.push(outbox.clone());
-                subscriptions.insert(key.to_string());
+                // From the next event on: every event of the new run.
+                let since = state.next_seq - 1;
+                let follower = self.follow_live(key, since, outbox.clone());
+                state.subscribers.push(follower);
+                lock(subscriptions).insert(key.to_string());
             }
         }
         let observer = HubObserver::new(self.this.clone(), session.clone(), key, &run_id);
@@ -627,7 +704,9 @@ impl Hub {
             // The submitter reports its own admission.
             QueueEvent::Admitted { .. } => {}
             QueueEvent::Dropped { ticket, reason } => {
-                let session = self.session(key);
+                let Some(session) = self.session(key) else {
+                    return;
+                };
                 let mut state = session.lock();
                 let run_id = state.tickets.get_mut(ticket).and_then(|entry| {
                     entry.dropped_said = true;
@@ -646,13 +725,22 @@ impl Hub {
                 }
             }
             QueueEvent::Resumed { tickets, attempt } => {
-                let session = self.session(key);
+                let Some(session) = self.session(key) else {
+                    tracing::warn!(
+                        session = key,
+                        "a session resumed a turn before it was opened"
+                    );
+                    return;
+                };
                 let _admit = lock(&session.admit);
                 let mut state = session.lock();
                 self.resume(key, &mut state, tickets, *attempt);
             }
             QueueEvent::Taken { tickets, steered } => {
-                let session = self.session(key);
+                let Some(session) = self.session(key) else {
+                    tracing::warn!(session = key, "a session took a job before it was opened");
+                    return;
+                };
                 let _admit = lock(&session.admit);
                 let mut state = session.lock();
                 if *steered {
@@ -661,7 +749,7 @@ impl Hub {
                 } else {
                     // The lane has answered the job before: its end goes first.
                     self.settle_current(key, &mut state);
-                    let interrupt = self.start(key, &mut state, tickets);
+                    let interrupt = self.start_run(key, &mut state, tickets);
                     drop(state);
                     if interrupt {
                         self.parts.sessions.interrupt(key);
@@ -700,7 +788,7 @@ impl Hub {
 
     /// The lane took `tickets` as one job: the first one's run starts (the others were
     /// collected into it). Returns whether the run must be stopped at once.
-    fn start(&self, key: &str, state: &mut SessionState, tickets: &[u64]) -> bool {
+    fn start_run(&self, key: &str, state: &mut SessionState, tickets: &[u64]) -> bool {
         let Some((&first, rest)) = tickets.split_first() else {
             return false;
         };
@@ -735,7 +823,7 @@ impl Hub {
         state.current = Some(CurrentRun {
             run_id: run_id.clone(),
             ticket: first,
-            start_seq: start.map_or(1, |event| event.seq),
+            start_seq: start.seq,
             committed_at,
             aborting: abort,
         });
@@ -773,7 +861,7 @@ impl Hub {
         state.current = Some(CurrentRun {
             run_id: run_id.clone(),
             ticket: first,
-            start_seq: start.map_or(1, |event| event.seq),
+            start_seq: start.seq,
             committed_at,
             aborting: false,
         });
@@ -785,29 +873,57 @@ impl Hub {
     }
 
     /// The run `run_id`'s status (and its session), if known.
-    pub fn run_status(&self, run_id: &str) -> Option<(String, RunStatus)> {
-        self.runs.status(run_id)
+    pub async fn run_status(&self, run_id: &str) -> Option<(String, RunStatus)> {
+        match self.runs.status(run_id).await {
+            Ok(status) => status,
+            Err(error) => {
+                tracing::error!(run = run_id, %error, "cannot read a run's status");
+                None
+            }
+        }
     }
 
     /// Waits for `run_id` to end, at most `timeout`; `None` if it is unknown.
     pub async fn wait_run(&self, run_id: &str, timeout: Duration) -> Option<Option<RunResult>> {
-        let mut receiver = self.runs.watch(run_id)?;
-        let waited = tokio::time::timeout(timeout, receiver.wait_for(Option::is_some)).await;
-        Some(match waited {
-            Ok(Ok(result)) => result.clone(),
-            _ => None,
-        })
+        match self.runs.wait(run_id, timeout).await {
+            Ok(waited) => waited,
+            Err(error) => {
+                tracing::error!(run = run_id, %error, "cannot wait for a run");
+                Some(None)
+            }
+        }
     }
 
+    /// Records `run_id`'s end (in a task of its own: the callers hold the session's lock; the
+    /// in-memory registry records it before this returns).
     fn finish_run(&self, run_id: &str, status: RunStatus, payload: Value) {
-        self.runs.finish(run_id, status, payload);
+        let finishing = self.runs.finish(run_id, status, payload);
+        let run = run_id.to_string();
+        tokio::spawn(async move {
+            if let Err(error) = finishing.await {
+                tracing::error!(%run, %error, "cannot record a run's end");
+            }
+        });
+    }
+
+    /// Forgets `key`'s idempotency key `idempotency` (its send was refused), in a task of its
+    /// own like [`Hub::finish_run`].
+    fn forget_key(&self, key: &str, idempotency: &str) {
+        let forgetting = self.runs.forget_key(key, idempotency);
+        tokio::spawn(async move {
+            if let Err(error) = forgetting.await {
+                tracing::error!(%error, "cannot forget a refused send's idempotency key");
+            }
+        });
     }
 
     /// Stops a run of `key`: `run_id`, or the current one when `None` (the next one when none
     /// runs yet). A run still waiting is stopped as soon as its turn starts (the lane keeps its
     /// message, marked as stopped). Returns the ids stopped.
     pub fn abort(&self, key: &str, run_id: Option<&str>) -> Vec<String> {
-        let session = self.session(key);
+        let Some(session) = self.session(key) else {
+            return Vec::new();
+        };
         let mut state = session.lock();
         self.settle_current(key, &mut state);
         let mut stopped = Vec::new();
@@ -852,7 +968,7 @@ impl Hub {
                 "the gateway is shutting down",
             ));
         }
-        let session = self.session(key);
+        let session = self.open_session(key).await?;
         let (done, answer) = oneshot::channel();
         {
             let _admit = lock(&session.admit);
@@ -889,14 +1005,20 @@ impl Hub {
         }
         let cleared = answer.await.unwrap_or(Err(AgentError::LaneClosed));
         cleared.map_err(|error| GatewayError::internal("cannot reset the session", error))?;
-        let mut state = session.lock();
         if !delete {
-            self.publish(&mut state, AgentEvent::session_reset(key));
+            self.publish(&mut session.lock(), AgentEvent::session_reset(key));
             return Ok(());
         }
-        let frame = protocol::event("session.deleted", json!({"sessionKey": key}), None);
-        self.broadcast_unlogged(&mut state, frame);
-        state.subscribers.clear();
+        {
+            let mut state = session.lock();
+            let frame = protocol::event("session.deleted", json!({"sessionKey": key}), None);
+            self.broadcast_unlogged(&mut state, frame);
+            for subscriber in state.subscribers.drain(..) {
+                subscriber.stop();
+            }
+        }
+        // What the session's writer holds is stored before the events are removed.
+        subscribers::written(&session).await;
         if let Err(error) = self.parts.transcripts.remove(key) {
             return Err(GatewayError::internal(
                 &format!(
@@ -925,13 +1047,16 @@ impl Hub {
         self.parts
             .events
             .remove(key)
-            .map_err(|error| GatewayError::internal("cannot delete the session's events", error))
+            .await
+            .map_err(|error| GatewayError::internal("cannot delete the session's events", error))?;
+        session.lock().next_seq = 1;
+        Ok(())
     }
 
     /// Hands a notification (a sub-agent's result, a cron firing) to its session's lane as a
     /// run (it always waits for its own turn).
-    pub fn notify(&self, message: InboundMessage) {
-        if let Err(error) = self.notify_keyed(message, None) {
+    pub async fn notify(&self, message: InboundMessage) {
+        if let Err(error) = self.notify_keyed(message, None).await {
             tracing::warn!(%error, "a notification was not taken");
         }
     }
@@ -939,7 +1064,7 @@ impl Hub {
     /// [`Hub::notify`] under an idempotency key (a cron firing's `cron:<job>:<due>`): recorded in
     /// the session's inbox when this returns `Ok`; a key taken before is `Ok` without a second
     /// run.
-    pub fn notify_keyed(
+    pub async fn notify_keyed(
         &self,
         message: InboundMessage,
         idempotency: Option<&str>,
@@ -952,11 +1077,25 @@ impl Hub {
         }
         let key = message.session_key.clone();
         let run_id = format!("{}-{}", self.run_prefix, self.next_id());
-        if self.runs.register(&key, &run_id, idempotency).is_err() {
+        let registered = self
+            .runs
+            .register(&key, &run_id, idempotency)
+            .await
+            .map_err(|error| format!("cannot record the run: {error}"))?;
+        if registered != Registered::New {
             // Delivered before (a firing fired again after a restart).
             return Ok(());
         }
-        let session = self.session(&key);
+        let session = match self.open_session(&key).await {
+            Ok(session) => session,
+            Err(error) => {
+                if let Some(idempotency) = idempotency {
+                    self.forget_key(&key, idempotency);
+                }
+                self.finish_run(&run_id, RunStatus::Error, json!({"error": error.message}));
+                return Err(error.message);
+            }
+        };
         let _admit = lock(&session.admit);
         let observer = HubObserver::new(self.this.clone(), session.clone(), &key, &run_id);
         let (text, sender) = (message.content.clone(), message.sender.clone());
@@ -978,7 +1117,7 @@ impl Hub {
             );
             if let DropReason::NotRecorded { why } = reason {
                 if let Some(idempotency) = idempotency {
-                    self.runs.forget_key(&key, idempotency);
+                    self.forget_key(&key, idempotency);
                 }
                 return Err(why.clone());
             }
@@ -1007,89 +1146,90 @@ impl Hub {
     // ---- reading ----------------------------------------------------------------------------
 
     /// Subscribes `outbox` to `key`: with `since`, first replays the events after it (a `gap`
-    /// event first when some are no longer kept), then follows live. The response is queued
-    /// before the replay, all under the session's lock, so nothing is lost or repeated.
-    pub fn subscribe(
+    /// event first when some are no longer kept), then follows live; the response goes out
+    /// before any event. A replay longer than a page ends the subscription after the page
+    /// (`more`): the client subscribes again from `nextSince`.
+    pub async fn subscribe(
         &self,
         key: &str,
         since: Option<u64>,
         outbox: &Outbox,
-        subscriptions: &mut HashSet<String>,
+        subscriptions: &Mutex<HashSet<String>>,
         id: &Value,
     ) -> Result<(), GatewayError> {
-        let session = self.session(key);
-        let mut state = session.lock();
-        state.subscribers.retain(|out| out.id != outbox.id);
-        subscriptions.remove(key);
-        let log = &self.parts.events;
-        let cannot = |error| GatewayError::internal("cannot read the session's events", error);
+        let session = self.open_session(key).await?;
+        let numbered = {
+            let mut state = session.lock();
+            subscribers::drop_subscriber(&mut state, outbox.id);
+            state.next_seq - 1
+        };
+        lock(subscriptions).remove(key);
         let Some(since) = since else {
-            let last = log.last_seq(key).map_err(cannot)?;
             outbox.push(protocol::ok(
                 id,
-                json!({"sessionKey": key, "lastSeq": last, "replayed": 0, "more": false}),
+                json!({"sessionKey": key, "lastSeq": numbered, "replayed": 0, "more": false}),
             ));
-            state.subscribers.push(outbox.clone());
-            subscriptions.insert(key.to_string());
+            self.add_subscriber(&session, self.follow_live(key, numbered, outbox.clone()));
+            lock(subscriptions).insert(key.to_string());
             return Ok(());
         };
-        let replay = log.read(key, since, REPLAY_PAGE).map_err(cannot)?;
-        if since > replay.last_seq {
+        if since > numbered {
             return Err(GatewayError::new(
                 Code::InvalidParams,
                 format!(
-                    "since {since} is after the session's last event {} (its events were deleted or reset): fetch chat.history again and subscribe from its cursor",
-                    replay.last_seq
+                    "since {since} is after the session's last event {numbered} (its events were deleted or reset): fetch chat.history again and subscribe from its cursor"
                 ),
             ));
         }
-        let next = replay.events.last().map_or(
-            since.max(replay.first_retained.saturating_sub(1)),
-            |event| event.seq,
-        );
-        let more = next < replay.last_seq;
+        let follow = self
+            .parts
+            .events
+            .follow(key, since)
+            .await
+            .map_err(|error| GatewayError::internal("cannot read the session's events", error))?;
+        let last = follow.last_seq.max(numbered);
+        let start = since.max(follow.first_retained.saturating_sub(1));
+        let waiting = last.saturating_sub(start);
+        let replayed = waiting.min(REPLAY_PAGE as u64);
+        let more = waiting > replayed;
         outbox.push(protocol::ok(
             id,
             json!({
                 "sessionKey": key,
                 "since": since,
-                "lastSeq": replay.last_seq,
-                "firstRetained": replay.first_retained,
-                "replayed": replay.events.len(),
+                "lastSeq": last,
+                "firstRetained": follow.first_retained,
+                "replayed": replayed,
                 "more": more,
-                "nextSince": next,
+                "nextSince": start + replayed,
             }),
         ));
-        if since + 1 < replay.first_retained {
+        if since + 1 < follow.first_retained {
             outbox.push(protocol::event(
                 "gap",
                 json!({
                     "sessionKey": key,
                     "from": since + 1,
-                    "to": replay.first_retained - 1,
+                    "to": follow.first_retained - 1,
                     "reason": "these events are older than the retained window",
                 }),
                 None,
             ));
         }
-        for event in &replay.events {
-            for frame in protocol::agent_frames(event) {
-                if !outbox.push(frame) {
-                    return Ok(());
-                }
-            }
+        if more {
+            // One page, then the client asks again.
+            subscribers::forward_page(follow.events, outbox.clone(), replayed);
+            return Ok(());
         }
-        if !more {
-            state.subscribers.push(outbox.clone());
-            subscriptions.insert(key.to_string());
-        }
+        self.add_subscriber(&session, Subscriber::forward(follow.events, outbox.clone()));
+        lock(subscriptions).insert(key.to_string());
         Ok(())
     }
 
     /// Stops sending `key`'s events to `outbox`.
     pub fn unsubscribe(&self, key: &str, outbox: &Outbox) {
-        if let Some(session) = lock(&self.sessions).get(key).cloned() {
-            session.lock().subscribers.retain(|out| out.id != outbox.id);
+        if let Some(session) = self.session(key) {
+            subscribers::drop_subscriber(&mut session.lock(), outbox.id);
         }
     }
 
@@ -1161,7 +1301,10 @@ impl Hub {
         {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if let Err(error) = self.parts.events.sync() {
+        for session in &sessions {
+            subscribers::written(session).await;
+        }
+        if let Err(error) = self.parts.events.sync().await {
             tracing::error!(%error, "cannot sync the event log");
         }
         let connections: Vec<Outbox> = lock(&self.connections).values().cloned().collect();

@@ -33,12 +33,12 @@ impl Hub {
     /// last event it already contains. `skipRuns` lists runs whose messages are in it though
     /// their end event is still to come.
     pub async fn history(&self, key: &str, limit: usize) -> Result<Value, GatewayError> {
-        let session = self.session(key);
+        let session = self.open_session(key).await?;
         let (cursor, skip, running, bytes) = {
             let state = session.lock();
-            let last = self.parts.events.last_seq(key).map_err(|error| {
-                GatewayError::internal("cannot read the session's events", error)
-            })?;
+            // The last event numbered: what the snapshot below already contains (it may still
+            // be on its way to the log; a subscriber from here gets it).
+            let last = state.next_seq - 1;
             let committed = self
                 .parts
                 .transcripts
@@ -63,12 +63,11 @@ impl Hub {
         let store = self.parts.transcripts.clone();
         let events = self.parts.events.clone();
         let owned_key = key.to_string();
-        let (loaded, verdicts) = tokio::task::spawn_blocking(move || {
-            let loaded = store.load_until(&owned_key, limit, bytes);
-            (loaded, tool_verdicts(events.as_ref(), &owned_key))
-        })
-        .await
-        .map_err(|error| GatewayError::internal("reading the history failed", error))?;
+        let loaded =
+            tokio::task::spawn_blocking(move || store.load_until(&owned_key, limit, bytes))
+                .await
+                .map_err(|error| GatewayError::internal("reading the history failed", error))?;
+        let verdicts = tool_verdicts(events.as_ref(), key).await;
         let loaded =
             loaded.map_err(|error| GatewayError::internal("cannot read the transcript", error))?;
         let mut messages = serde_json::to_value(&loaded.messages).unwrap_or_else(|_| json!([]));
@@ -223,9 +222,9 @@ impl Hub {
 }
 
 /// The verdict of every tool call still in the retained events, by tool call id.
-fn tool_verdicts(events: &dyn EventLog, key: &str) -> HashMap<String, (String, String)> {
+async fn tool_verdicts(events: &dyn EventLog, key: &str) -> HashMap<String, (String, String)> {
     let mut verdicts = HashMap::new();
-    let Ok(replay) = events.read(key, 0, usize::MAX) else {
+    let Ok(replay) = events.read(key, 0, usize::MAX).await else {
         return verdicts;
     };
     for event in replay.events {

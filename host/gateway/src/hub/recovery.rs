@@ -3,6 +3,8 @@
 //! ids, an open turn resumed), the run journal of an older gateway, and cron firings delivered
 //! exactly once through [`Hub::firing_sink`].
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
@@ -15,13 +17,15 @@ use clawcage_agent::session::{Recovered, RecoveredFate};
 use clawcage_core::InboundMessage;
 use serde_json::{Value, json};
 
-use super::{Hub, HubObserver, LaneReply, RunStatus, Ticket, TicketKind, lock, outcome_payload};
+use super::{
+    Hub, HubObserver, LaneReply, Registered, RunStatus, Ticket, TicketKind, lock, outcome_payload,
+};
 
 impl Hub {
     /// Takes up what a stopped gateway left in the sessions' inboxes: finished inputs keep
     /// their idempotency keys and statuses (for duplicates and `agent.wait`); pending ones
     /// become runs again under their own ids, the open turn of a session resumed.
-    pub(super) fn take_up_inboxes(&self) {
+    pub(super) async fn take_up_inboxes(&self) {
         let Some(inbox) = self.parts.sessions.inbox().cloned() else {
             return;
         };
@@ -35,9 +39,15 @@ impl Hub {
         let (mut resumed, mut queued) = (0usize, 0usize);
         for key in keys {
             for finished in inbox.finished(&key).unwrap_or_default() {
-                self.remember_finished(&key, &finished);
+                self.remember_finished(&key, &finished).await;
             }
-            let session = self.session(&key);
+            let session = match self.open_session(&key).await {
+                Ok(session) => session,
+                Err(error) => {
+                    tracing::error!(session = %key, ?error, "cannot open a session: its runs are not resumed");
+                    continue;
+                }
+            };
             let _admit = lock(&session.admit);
             let observe = |key: &str, record: &InputRecord| -> Arc<dyn TurnObserver> {
                 Arc::new(HubObserver::new(
@@ -63,14 +73,29 @@ impl Hub {
                 }
                 let run_id = record.id.clone();
                 let stop_requested = record.stop_requested;
-                if let Err((earlier, _)) =
-                    self.runs
-                        .register(&key, &run_id, record.idempotency.as_deref())
-                {
-                    // Two pending inputs under one key cannot come from the inbox; keep both.
-                    tracing::warn!(run = %run_id, %earlier, "two pending runs share an idempotency key");
-                    let _ = self.runs.register(&key, &run_id, None);
-                }
+                // Known to the registry before anything of it is said (the in-memory registry at
+                // once; another one in the task's order).
+                let registering = self
+                    .runs
+                    .register(&key, &run_id, record.idempotency.as_deref());
+                let (runs, registered_key, registered_run) =
+                    (self.runs.clone(), key.clone(), run_id.clone());
+                tokio::spawn(async move {
+                    match registering.await {
+                        Ok(Registered::New) => {}
+                        Ok(Registered::Duplicate {
+                            run_id: earlier, ..
+                        }) => {
+                            // Two pending inputs under one key cannot come from the inbox; keep
+                            // both.
+                            tracing::warn!(run = %registered_run, %earlier, "two pending runs share an idempotency key");
+                            let _ = runs.register(&registered_key, &registered_run, None).await;
+                        }
+                        Err(error) => {
+                            tracing::error!(run = %registered_run, %error, "cannot record a resumed run");
+                        }
+                    }
+                });
                 let (kind, text, sender) = match &record.job {
                     QueuedJob::User { text, .. } => ("user", text.clone(), None),
                     QueuedJob::Notification { message } => (
@@ -85,10 +110,14 @@ impl Hub {
                 };
                 if fate == RecoveredFate::Answered {
                     // Committed just before the stop: its end is said now, unless it was then.
-                    let said = self.run_has_ended(&key, &run_id);
                     let hub = self.this.clone();
                     let session_key = key.clone();
                     tokio::spawn(async move {
+                        let Some(strong) = hub.upgrade() else {
+                            return;
+                        };
+                        let said = strong.run_has_ended(&session_key, &run_id).await;
+                        drop(strong);
                         let reply = pending.wait().await;
                         if let Some(hub) = hub.upgrade() {
                             hub.settle_answered(&session_key, &run_id, reply, said);
@@ -128,8 +157,8 @@ impl Hub {
     }
 
     /// Whether `key`'s events hold the end of `run_id`.
-    fn run_has_ended(&self, key: &str, run_id: &str) -> bool {
-        let Ok(replay) = self.parts.events.read(key, 0, usize::MAX) else {
+    async fn run_has_ended(&self, key: &str, run_id: &str) -> bool {
+        let Ok(replay) = self.parts.events.read(key, 0, usize::MAX).await else {
             return false;
         };
         replay.events.iter().any(|event| {
@@ -159,14 +188,14 @@ impl Hub {
             ),
         };
         if !said {
-            self.publish_event(end);
+            self.publish_to_open(end);
         }
         self.finish_run(run_id, status, payload);
     }
 
     /// An input finished before the last stop: its idempotency key and status stay known for
     /// the window.
-    fn remember_finished(&self, key: &str, finished: &FinishedInput) {
+    async fn remember_finished(&self, key: &str, finished: &FinishedInput) {
         let age = Duration::from_millis(
             clawcage_agent::transcript::now_ms().saturating_sub(finished.at_ms),
         );
@@ -181,13 +210,18 @@ impl Hub {
             .idempotency
             .as_deref()
             .filter(|_| finished.status != InputStatus::Refused);
-        self.runs
-            .remember(key, &finished.id, idempotency, status, age);
+        if let Err(error) = self
+            .runs
+            .remember(key, &finished.id, idempotency, status, age)
+            .await
+        {
+            tracing::error!(run = %finished.id, %error, "cannot record a finished run");
+        }
     }
 
     /// Runs left in the run journal of an older gateway (before the inbox) were cut off by a
     /// killed gateway: report each in its session's events and to `agent.wait`.
-    pub(super) fn recover_interrupted_runs(&self) {
+    pub(super) async fn recover_interrupted_runs(&self) {
         let Ok(entries) = std::fs::read_dir(&self.parts.runs_dir) else {
             return;
         };
@@ -205,12 +239,11 @@ impl Hub {
                 continue;
             };
             let why = "the gateway stopped while this run was in progress; what the transcript holds from before it is intact, the run's own messages were not saved";
-            let session = self.session(key);
-            {
-                let mut state = session.lock();
-                self.publish(&mut state, AgentEvent::run_interrupted(key, run_id, why));
+            self.publish_event(AgentEvent::run_interrupted(key, run_id, why))
+                .await;
+            if let Err(error) = self.runs.register(key, run_id, None).await {
+                tracing::error!(run = run_id, %error, "cannot record an interrupted run");
             }
-            let _ = self.runs.register(key, run_id, None);
             self.finish_run(run_id, RunStatus::Interrupted, json!({"error": why}));
             tracing::warn!(
                 run = run_id,
@@ -218,7 +251,12 @@ impl Hub {
                 "reported a run cut off by the last stop"
             );
         }
-        if let Err(error) = self.parts.events.sync() {
+        let sessions: Vec<Arc<super::SessionHub>> =
+            lock(&self.sessions).values().cloned().collect();
+        for session in &sessions {
+            super::subscribers::written(session).await;
+        }
+        if let Err(error) = self.parts.events.sync().await {
             tracing::error!(%error, "cannot sync the event log");
         }
     }
@@ -232,11 +270,17 @@ impl Hub {
 struct HubFirings(Weak<Hub>);
 
 impl FiringSink for HubFirings {
-    fn deliver(&self, message: InboundMessage, key: &str) -> Result<(), String> {
-        let hub = self
-            .0
-            .upgrade()
-            .ok_or_else(|| "the gateway has stopped".to_string())?;
-        hub.notify_keyed(message, Some(key))
+    fn deliver<'a>(
+        &'a self,
+        message: InboundMessage,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        Box::pin(async move {
+            let hub = self
+                .0
+                .upgrade()
+                .ok_or_else(|| "the gateway has stopped".to_string())?;
+            hub.notify_keyed(message, Some(key)).await
+        })
     }
 }

@@ -331,11 +331,17 @@ function decisionButtons(ask) {
   });
 }
 
-// The tool card a request belongs to: the one of its toolCallId, or (when the gateway does not
-// say) the newest running card of its session that fits the kind of request.
+// The tool card a request belongs to: the running one of its toolCallId, or (when the gateway
+// does not say) the newest running card of its session that fits the kind of request. A request
+// may arrive before its call's start event (they travel apart): it waits in the sidebar until
+// the card is there, never on a finished card of an earlier call with the same id.
 function cardForApproval(ask) {
   if (ask.sessionKey !== state.session) return null;
-  if (ask.toolCallId) return state.tools.get(ask.toolCallId) || null;
+  if (ask.toolCallId) {
+    const card = state.tools.get(ask.toolCallId);
+    const running = card && (card.dataset.verdict === "running" || card.dataset.verdict === "waiting");
+    return running ? card : null;
+  }
   const free = [...state.tools.values()].reverse()
     .filter((card) => card.dataset.verdict === "running" && !card.querySelector(".approval"));
   const fits = (name) => ask.tool === "exec" ? name === "exec"
