@@ -82,7 +82,7 @@ fn child(llm: &str) {
             transcripts,
             events: Arc::new(DiskEventLog::new(state.path().join("events"))),
             epoch: 1,
-            runs: Arc::new(clawcage_gateway::runs::InMemoryRuns::default()),
+            runs: Arc::new(clawcage_agent::runs::InMemoryRuns::default()),
             runs_dir: state.path().join("runs"),
             history_limit: HISTORY,
             label: "anthropic/bench".to_string(),

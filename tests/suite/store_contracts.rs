@@ -15,7 +15,7 @@ use clawcage_agent::session::queue::{Origin, QueueMode, QueueOverride, QueuedJob
 use clawcage_agent::transcript::{Entry, Position, now_ms};
 use clawcage_agent::{FileInbox, JsonlTranscripts, TranscriptStore};
 use clawcage_core::{ChatMessage, Usage};
-use clawcage_gateway::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
+use clawcage_agent::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
 use serde_json::json;
 
 type MakeInbox = fn(&Path) -> Arc<dyn LaneInbox>;

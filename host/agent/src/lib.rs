@@ -21,6 +21,7 @@ pub mod memory;
 pub mod message_tool;
 pub mod provider;
 pub mod registry;
+pub mod runs;
 pub mod session;
 pub mod skills;
 pub mod subagent;

@@ -16,7 +16,6 @@ mod keys;
 pub mod limits;
 mod methods;
 pub mod protocol;
-pub mod runs;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -31,7 +30,7 @@ use clawcage_core::BoxFuture;
 use clawcage_core::scheduler::Scheduler;
 use clawcage_runtime::{AgentOptions, CronStatus, Error, Options, Runtime};
 
-use crate::runs::InMemoryRuns;
+use clawcage_agent::runs::InMemoryRuns;
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;

@@ -45,8 +45,8 @@ use crate::protocol::{self, Code, GatewayError};
 
 mod reading;
 mod recovery;
-pub use crate::runs::{IDEMPOTENCY_WINDOW, RunResult, RunStatus};
-use crate::runs::{Registered, RunRegistry};
+pub use clawcage_agent::runs::{IDEMPOTENCY_WINDOW, RunResult, RunStatus};
+use clawcage_agent::runs::{Registered, RunRegistry};
 
 mod subscribers;
 use subscribers::{Publish, Subscriber};

@@ -1,9 +1,9 @@
-//! The gateway's runs: each run in flight or finished within the idempotency window, its
-//! status and result (what `agent.wait` waits for), and the idempotency keys of the sends that
-//! made them. [`RunRegistry`] is the seam a shared registry (a key-value store across gateway
-//! hosts) implements, asynchronous like any store across a network; [`InMemoryRuns`] is the one
-//! implementation today, rebuilt at each start from the sessions' inboxes (pending inputs are
-//! runs in flight, done ones keep their keys).
+//! The runs a long-running front end (the gateway) serves: each run in flight or finished within
+//! the idempotency window, its status and result (what `agent.wait` waits for), and the
+//! idempotency keys of the sends that made them. [`RunRegistry`] is the seam a shared registry (a
+//! key-value store across gateway hosts) implements, asynchronous like any store across a
+//! network; [`InMemoryRuns`] is the in-process implementation, rebuilt at each start from the
+//! sessions' inboxes (pending inputs are runs in flight, done ones keep their keys).
 
 use std::collections::HashMap;
 use std::future::Future;
