@@ -277,6 +277,24 @@ impl LlmServer {
         self.state.lock().expect("server state").requests.clone()
     }
 
+    /// Waits until at least `count` requests were received, at most 60 seconds (then panics,
+    /// saying how many came): a test waiting on the model never hangs.
+    pub async fn wait_for_requests(&self, count: usize) -> Vec<Recorded> {
+        let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(60);
+        loop {
+            let requests = self.requests();
+            if requests.len() >= count {
+                return requests;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the model server received {} of {count} requests within 60 s",
+                requests.len()
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+    }
+
     /// The JSON bodies received so far.
     pub fn bodies(&self) -> Vec<Value> {
         self.requests().into_iter().map(|r| r.body).collect()

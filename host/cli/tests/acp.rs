@@ -1137,14 +1137,14 @@ async fn a_killed_acp_process_leaves_its_turn_to_the_next_one() {
             let prompt = cx
                 .send_request(PromptRequest::new(id.clone(), text("first task")))
                 .block_task();
-            let ran = async {
+            let ran = tokio::time::timeout(Duration::from_secs(120), async {
                 while !std::fs::read_to_string(&marked).is_ok_and(|text| text.contains("ran")) {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                 }
-            };
+            });
             tokio::select! {
                 _ = prompt => panic!("the prompt ended before the kill"),
-                () = ran => {}
+                waited = ran => waited.expect("the tool call ran within 120 s"),
             }
             // Killed while the connection is still open (closing it first would let the
             // process stop the turn itself).

@@ -633,9 +633,7 @@ async fn abort_mid_turn_keeps_the_messages_and_answers_the_tool_call() {
         .collect();
     assert_eq!(text, "Reading it.");
     // The model's second request never answers: stop the turn there.
-    while server.requests().len() < 2 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_for_requests(2).await;
     let aborted = client
         .request("chat.abort", json!({"sessionKey": session, "runId": run}))
         .await;
@@ -777,9 +775,7 @@ async fn kill_9_mid_turn_then_a_restart_resumes_the_run_under_its_id() {
         .request("chat.send", send_params(session, "second", "c2"))
         .await;
     let second_run = second["payload"]["runId"].as_str().unwrap().to_string();
-    while server.requests().len() < 2 {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_for_requests(2).await;
     let before = client
         .request(
             "sessions.subscribe",
@@ -862,9 +858,7 @@ async fn sigterm_leaves_the_running_turn_to_the_next_start_and_exits_0() {
         .request("chat.send", send_params(session, "wait forever", "t1"))
         .await;
     let run = sent["payload"]["runId"].as_str().unwrap().to_string();
-    while server.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_for_requests(1).await;
     let status = tokio::task::spawn_blocking(move || gateway.terminate())
         .await
         .unwrap();
@@ -1393,9 +1387,7 @@ async fn interrupt_stops_the_running_turn_and_collect_drains_the_waiting_message
     let first = client
         .request("chat.send", send_params(session, "never answered", "i1"))
         .await;
-    while server.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    server.wait_for_requests(1).await;
     let urgent = client
         .request("chat.send", send_params(session, "urgent", "i2"))
         .await;

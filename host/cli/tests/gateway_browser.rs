@@ -455,9 +455,7 @@ async fn the_web_chat_streams_shows_the_sandbox_verdict_stops_and_resumes_after_
         page["stopEnabled"] == true
     })
     .await;
-    while server.requests().len() < 4 {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    server.wait_for_requests(4).await;
     browser
         .find(Locator::Id("stop"))
         .await
@@ -1600,9 +1598,7 @@ async fn the_web_chat_follows_a_turn_the_restarted_gateway_takes_up() {
         page["thinking"].is_string()
     })
     .await;
-    while server.requests().is_empty() {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    server.wait_for_requests(1).await;
 
     gateway.kill();
     wait_for(&browser, "the page to notice", 30, PAGE, |page| {
