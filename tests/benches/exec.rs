@@ -1,6 +1,6 @@
 //! Benchmarks of the exec tool, each beside the native program measured in the same run: `ls` of
-//! a directory, `wc -l` of a 10,000-line file, and `grep -rn` over a generated tree of 2,000
-//! files. The sandboxed side is the whole tool call: schema validation, a fresh instance of the
+//! a directory, `wc -l` of a 10,000-line file, and `grep -rn` and `find -name` over a generated
+//! tree of 2,000 files. The sandboxed side is the whole tool call: schema validation, a fresh instance of the
 //! shell component, parsing, and one fresh instance of each program through the `process`
 //! import. The native side starts the program in `/usr/bin` as a process and collects its
 //! output. Also the start-up of the bundled program catalog with a warm and a cold
@@ -169,6 +169,14 @@ fn main() {
             &root,
             "grep -rn TODO tree",
             ("/usr/bin/grep", &["-rn", "TODO", "tree"]),
+            20,
+        )
+        .await;
+        compare(
+            &registry,
+            &root,
+            "find . -name '*.rs'",
+            ("/usr/bin/find", &[".", "-name", "*.rs"]),
             20,
         )
         .await;

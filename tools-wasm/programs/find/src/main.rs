@@ -9,6 +9,7 @@ use std::io::{self, BufWriter, Write};
 use std::path::Path;
 use std::time::{Duration, SystemTime};
 
+use clawcage_program_support::walk::{Entry, WalkOptions, Walker};
 use clawcage_program_support::{enter_working_directory, report_io};
 use globset::{GlobBuilder, GlobMatcher};
 
@@ -231,19 +232,22 @@ impl Parser {
     }
 }
 
-struct Walk<'a> {
+/// What evaluating the expression for the entries of a walk writes and remembers.
+struct Evaluator<'a> {
     out: &'a mut BufWriter<io::StdoutLock<'static>>,
     now: SystemTime,
     failed: bool,
     quit: bool,
 }
 
-impl Walk<'_> {
-    /// Evaluates `expr` for one entry; `prune` is set when `-prune` was true.
+impl Evaluator<'_> {
+    /// Evaluates `expr` for one entry, the one `walker` yielded last; `prune` is set when
+    /// `-prune` was true.
     fn eval(
         &mut self,
         expr: &Expr,
-        entry: &walkdir::DirEntry,
+        entry: &Entry,
+        walker: &mut Walker,
         shown: &str,
         prune: &mut bool,
     ) -> io::Result<bool> {
@@ -261,16 +265,17 @@ impl Walk<'_> {
                 glob.is_match(name)
             }
             Expr::Path(glob) => glob.is_match(shown),
-            Expr::Type(kind) => {
-                let file_type = entry.file_type();
-                match kind {
-                    'd' => file_type.is_dir(),
-                    'l' => file_type.is_symlink(),
-                    _ => file_type.is_file(),
-                }
-            }
+            Expr::Type(kind) => match kind {
+                'd' => entry.is_dir(),
+                'l' => entry.is_symlink(),
+                _ => entry.is_file(),
+            },
             Expr::Age { compare, unit } => {
-                match entry.metadata().ok().and_then(|m| m.modified().ok()) {
+                match walker
+                    .metadata(entry)
+                    .ok()
+                    .map(|metadata| metadata.modified)
+                {
                     Some(modified) => {
                         let age = self
                             .now
@@ -282,22 +287,20 @@ impl Walk<'_> {
                     None => false,
                 }
             }
-            Expr::Newer(reference) => entry
-                .metadata()
-                .ok()
-                .and_then(|metadata| metadata.modified().ok())
-                .is_some_and(|modified| modified > *reference),
-            Expr::Size { compare, unit } => match entry.metadata() {
-                Ok(metadata) => compare.holds(metadata.len().div_ceil(*unit)),
+            Expr::Newer(reference) => walker
+                .metadata(entry)
+                .is_ok_and(|metadata| metadata.modified > *reference),
+            Expr::Size { compare, unit } => match walker.metadata(entry) {
+                Ok(metadata) => compare.holds(metadata.len.div_ceil(*unit)),
                 Err(_) => false,
             },
             Expr::Empty => {
-                if entry.file_type().is_dir() {
-                    std::fs::read_dir(entry.path())
-                        .map(|mut entries| entries.next().is_none())
-                        .unwrap_or(false)
+                if entry.is_dir() {
+                    walker.is_empty_dir(entry).unwrap_or(false)
                 } else {
-                    entry.metadata().map(|m| m.len() == 0).unwrap_or(false)
+                    walker
+                        .metadata(entry)
+                        .is_ok_and(|metadata| metadata.len == 0)
                 }
             }
             Expr::Constant(value) => *value,
@@ -310,7 +313,7 @@ impl Walk<'_> {
                 true
             }
             Expr::Delete => {
-                let result = if entry.file_type().is_dir() {
+                let result = if entry.is_dir() {
                     std::fs::remove_dir(entry.path())
                 } else {
                     std::fs::remove_file(entry.path())
@@ -332,12 +335,14 @@ impl Walk<'_> {
                 self.quit = true;
                 true
             }
-            Expr::Not(inner) => !self.eval(inner, entry, shown, prune)?,
+            Expr::Not(inner) => !self.eval(inner, entry, walker, shown, prune)?,
             Expr::And(a, b) => {
-                self.eval(a, entry, shown, prune)? && self.eval(b, entry, shown, prune)?
+                self.eval(a, entry, walker, shown, prune)?
+                    && self.eval(b, entry, walker, shown, prune)?
             }
             Expr::Or(a, b) => {
-                self.eval(a, entry, shown, prune)? || self.eval(b, entry, shown, prune)?
+                self.eval(a, entry, walker, shown, prune)?
+                    || self.eval(b, entry, walker, shown, prune)?
             }
         })
     }
@@ -384,7 +389,7 @@ fn run(args: Vec<String>) -> i32 {
     };
     let deletes = contains_delete(&expr);
     let mut out = BufWriter::with_capacity(64 << 10, io::stdout().lock());
-    let mut walk = Walk {
+    let mut evaluator = Evaluator {
         out: &mut out,
         now: parser.now,
         failed: false,
@@ -392,50 +397,41 @@ fn run(args: Vec<String>) -> i32 {
     };
     let result = (|| -> io::Result<()> {
         for root in &roots {
-            let mut walker = walkdir::WalkDir::new(root)
-                .follow_links(false)
-                .min_depth(parser.min_depth)
-                .sort_by_file_name()
+            let options = WalkOptions {
+                min_depth: parser.min_depth,
+                max_depth: parser.max_depth.unwrap_or(usize::MAX),
                 // -delete removes a directory's contents before the directory itself.
-                .contents_first(deletes);
-            if let Some(max) = parser.max_depth {
-                walker = walker.max_depth(max);
-            }
-            let mut entries = walker.into_iter();
-            while let Some(entry) = entries.next() {
+                contents_first: deletes,
+            };
+            let mut walker = Walker::new(root, options);
+            while let Some(entry) = walker.next() {
                 let entry = match entry {
                     Ok(entry) => entry,
                     Err(error) => {
-                        let path = error
-                            .path()
-                            .map(|path| path.display().to_string())
-                            .unwrap_or_else(|| root.clone());
-                        let reason = error
-                            .io_error()
-                            .map(|error| match error.kind() {
-                                io::ErrorKind::NotFound => "No such file or directory".to_string(),
-                                _ => error.to_string(),
-                            })
-                            .unwrap_or_else(|| error.to_string());
-                        eprintln!("find: '{path}': {reason}");
-                        walk.failed = true;
+                        let error_text = error.io_error();
+                        let reason = match error_text.kind() {
+                            io::ErrorKind::NotFound => "No such file or directory".to_string(),
+                            _ => error_text.to_string(),
+                        };
+                        eprintln!("find: '{}': {reason}", error.path().display());
+                        evaluator.failed = true;
                         continue;
                     }
                 };
                 let shown = entry.path().display().to_string();
                 let mut prune = false;
-                walk.eval(&expr, &entry, &shown, &mut prune)?;
-                if walk.quit {
+                evaluator.eval(&expr, &entry, &mut walker, &shown, &mut prune)?;
+                if evaluator.quit {
                     return Ok(());
                 }
-                if prune && entry.file_type().is_dir() && !deletes {
-                    entries.skip_current_dir();
+                if prune && entry.is_dir() && !deletes {
+                    walker.skip_current_dir();
                 }
             }
         }
         Ok(())
     })();
-    let failed = walk.failed;
+    let failed = evaluator.failed;
     let flushed = result.and_then(|()| out.flush());
     let status = report_io("find", flushed);
     if status != 0 || failed { 1 } else { 0 }

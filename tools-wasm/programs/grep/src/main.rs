@@ -8,6 +8,7 @@
 use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;
 
+use clawcage_program_support::walk::{WalkOptions, Walker};
 use clawcage_program_support::{bre_to_regex, enter_working_directory, ere_to_regex};
 use globset::{Glob, GlobSet, GlobSetBuilder};
 use regex::bytes::{Regex, RegexBuilder};
@@ -396,29 +397,21 @@ impl Searcher {
             self.warn(format!("{operand}: Is a directory"));
             return Ok(());
         }
-        let walker = walkdir::WalkDir::new(path)
-            .follow_links(false)
-            .sort_by_file_name()
-            .into_iter();
-        let mut walker = walker;
+        let mut walker = Walker::new(operand, WalkOptions::default());
         while let Some(entry) = walker.next() {
             let entry = match entry {
                 Ok(entry) => entry,
                 Err(error) => {
-                    let name = error
-                        .path()
-                        .map(|path| path.display().to_string())
-                        .unwrap_or_else(|| operand.to_string());
-                    let reason = error
-                        .io_error()
-                        .map(describe)
-                        .unwrap_or_else(|| error.to_string());
-                    self.warn(format!("{name}: {reason}"));
+                    self.warn(format!(
+                        "{}: {}",
+                        error.path().display(),
+                        describe(error.io_error())
+                    ));
                     continue;
                 }
             };
             let name = entry.file_name().to_string_lossy();
-            if entry.file_type().is_dir() {
+            if entry.is_dir() {
                 if entry.depth() > 0
                     && self
                         .exclude_dir
@@ -429,7 +422,7 @@ impl Searcher {
                 }
                 continue;
             }
-            if !entry.file_type().is_file() {
+            if !entry.is_file() {
                 continue;
             }
             if let Some(include) = &self.include
@@ -454,7 +447,10 @@ impl Searcher {
             } else {
                 entry.path().display().to_string()
             };
-            self.file(entry.path(), &shown)?;
+            match walker.read_file(&entry) {
+                Ok(data) => self.search(&shown, &data)?,
+                Err(error) => self.warn(format!("{shown}: {}", describe(&error))),
+            }
             if self.options.quiet && self.matched_any {
                 break;
             }
@@ -462,7 +458,7 @@ impl Searcher {
         Ok(())
     }
 
-    /// Reads the file at `path` into the kept buffer and searches it.
+    /// Reads the file named on the command line at `path` into the kept buffer and searches it.
     fn file(&mut self, path: &Path, shown: &str) -> io::Result<()> {
         let mut data = std::mem::take(&mut self.buffer);
         data.clear();

@@ -5,6 +5,11 @@
 //! directory in `PWD`, so each bundled program calls [`enter_working_directory`] first. wasi-libc's
 //! chdir emulation then resolves relative paths (and `..`) from there, inside the preopened
 //! workspace; a path leading out is still refused by the host.
+//!
+//! Also here: exact exit codes, the translation of POSIX regular expressions, and [`walk`], the
+//! directory walk of `grep -r` and `find`, which speaks `wasi:filesystem` itself.
+
+pub mod walk;
 
 /// Make `$PWD` the current directory. Does nothing when `PWD` is unset or empty; when it cannot
 /// be entered the program says so on stderr and exits with status 1 (running from `/` instead
