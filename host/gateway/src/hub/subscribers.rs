@@ -2,16 +2,19 @@
 //! them to the [`EventLog`], one after another under this process's epoch, and each subscribed
 //! connection has a forwarder that follows the log and pushes the stored events to its outbox.
 //! The hub never sends an event to a client itself, so what a client sees is exactly what the
-//! log stored, in the log's order, whoever stored it.
+//! log stored, in the log's order, whoever stored it. `sessions.subscribe` and
+//! `sessions.unsubscribe` are here.
 
-use std::sync::Arc;
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
 
 use clawcage_agent::events::{AgentEvent, Epoch, EventLog, EventLogError};
+use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::{Hub, Outbox, SessionHub, SessionState};
-use crate::protocol;
+use super::{Hub, Outbox, REPLAY_PAGE, SessionHub, SessionState, lock};
+use crate::protocol::{self, Code, GatewayError};
 
 /// What a session's writer task is handed.
 pub(super) enum Publish {
@@ -146,5 +149,95 @@ impl Hub {
         let mut state = session.lock();
         drop_subscriber(&mut state, subscriber.outbox.id);
         state.subscribers.push(subscriber);
+    }
+}
+
+impl Hub {
+    /// Subscribes `outbox` to `key`: with `since`, first replays the events after it (a `gap`
+    /// event first when some are no longer kept), then follows live; the response goes out
+    /// before any event. A replay longer than a page ends the subscription after the page
+    /// (`more`): the client subscribes again from `nextSince`.
+    pub async fn subscribe(
+        &self,
+        key: &str,
+        since: Option<u64>,
+        outbox: &Outbox,
+        subscriptions: &Mutex<HashSet<String>>,
+        id: &Value,
+    ) -> Result<(), GatewayError> {
+        let session = self.open_session(key).await?;
+        let numbered = {
+            let mut state = session.lock();
+            drop_subscriber(&mut state, outbox.id);
+            state.next_seq - 1
+        };
+        lock(subscriptions).remove(key);
+        let Some(since) = since else {
+            outbox.push(protocol::ok(
+                id,
+                json!({"sessionKey": key, "lastSeq": numbered, "replayed": 0, "more": false}),
+            ));
+            self.add_subscriber(&session, self.follow_live(key, numbered, outbox.clone()));
+            lock(subscriptions).insert(key.to_string());
+            return Ok(());
+        };
+        if since > numbered {
+            return Err(GatewayError::new(
+                Code::InvalidParams,
+                format!(
+                    "since {since} is after the session's last event {numbered} (its events were deleted or reset): fetch chat.history again and subscribe from its cursor"
+                ),
+            ));
+        }
+        let follow = self
+            .parts
+            .events
+            .follow(key, since)
+            .await
+            .map_err(|error| GatewayError::internal("cannot read the session's events", error))?;
+        let last = follow.last_seq.max(numbered);
+        let start = since.max(follow.first_retained.saturating_sub(1));
+        let waiting = last.saturating_sub(start);
+        let replayed = waiting.min(REPLAY_PAGE as u64);
+        let more = waiting > replayed;
+        outbox.push(protocol::ok(
+            id,
+            json!({
+                "sessionKey": key,
+                "since": since,
+                "lastSeq": last,
+                "firstRetained": follow.first_retained,
+                "replayed": replayed,
+                "more": more,
+                "nextSince": start + replayed,
+            }),
+        ));
+        if since + 1 < follow.first_retained {
+            outbox.push(protocol::event(
+                "gap",
+                json!({
+                    "sessionKey": key,
+                    "from": since + 1,
+                    "to": follow.first_retained - 1,
+                    "reason": "these events are older than the retained window",
+                }),
+                None,
+            ));
+        }
+        if more {
+            // One page, then the client asks again.
+            forward_page(follow.events, outbox.clone(), replayed);
+            return Ok(());
+        }
+        self.add_subscriber(&session, Subscriber::forward(follow.events, outbox.clone()));
+        lock(subscriptions).insert(key.to_string());
+        Ok(())
+    }
+
+    /// Stops sending `key`'s events to `outbox`.
+    pub fn unsubscribe(&self, key: &str, outbox: &Outbox) {
+        if let Some(session) = self.session(key) {
+            drop_subscriber(&mut session.lock(), outbox.id);
+        }
     }
 }
