@@ -12,6 +12,7 @@ mod approvals;
 mod architecture;
 mod audit;
 mod cache;
+mod cluster;
 mod context_windows;
 mod cron;
 mod durable_turns;

@@ -1,21 +1,25 @@
 //! The contracts of the durable stores, written once against the traits: every implementation
 //! of [`LaneInbox`], [`TranscriptStore`], [`EventLog`] and [`RunRegistry`] must pass them (the
-//! files and memory today; a distributed backend adds its constructor to the lists). Each
-//! contract starts from an empty store and a second handle on the same storage stands for the
-//! next process.
+//! files and memory, and the event log and run registry on NATS JetStream against a real
+//! `nats-server`; a backend adds its constructor to the lists). Each contract starts from an
+//! empty store and a second handle on the same storage stands for the next process.
 
+use std::future::Future;
 use std::path::Path;
+use std::pin::Pin;
 use std::sync::Arc;
 
 use std::time::Duration;
 
 use clawcage_agent::events::{AgentEvent, DiskEventLog, EventLog, EventLogError, Stream};
 use clawcage_agent::inbox::{Appended, InputRecord, InputStatus, LaneInbox};
+use clawcage_agent::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
 use clawcage_agent::session::queue::{Origin, QueueMode, QueueOverride, QueuedJob};
 use clawcage_agent::transcript::{Entry, Position, now_ms};
 use clawcage_agent::{FileInbox, JsonlTranscripts, TranscriptStore};
+use clawcage_cluster::{Cluster, ClusterOptions};
 use clawcage_core::{ChatMessage, Usage};
-use clawcage_agent::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
+use clawcage_tests::nats::NatsServer;
 use serde_json::json;
 
 type MakeInbox = fn(&Path) -> Arc<dyn LaneInbox>;
@@ -25,11 +29,74 @@ const INBOXES: &[(&str, MakeInbox)] = &[("files", |dir| Arc::new(FileInbox::new(
 const TRANSCRIPTS: &[(&str, MakeTranscripts)] =
     &[("jsonl", |dir| JsonlTranscripts::new(dir).shared())];
 
-type MakeEvents = fn(&Path) -> Arc<dyn EventLog>;
-type MakeRuns = fn() -> Arc<dyn RunRegistry>;
+type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-const EVENT_LOGS: &[(&str, MakeEvents)] = &[("files", |dir| Arc::new(DiskEventLog::new(dir)))];
-const RUN_REGISTRIES: &[(&str, MakeRuns)] = &[("memory", || Arc::new(InMemoryRuns::default()))];
+/// One empty storage a contract runs on; each [`Storage::open`] is a handle on it as a new
+/// process opens it.
+trait Storage<T: ?Sized>: Send + Sync {
+    fn open(&self) -> Pending<'_, Arc<T>>;
+}
+
+/// Makes a storage for the test named, or gives `None` after saying why it is skipped (a
+/// failure under CI).
+type MakeStorage<T> = fn(&'static str) -> Pending<'static, Option<Box<dyn Storage<T>>>>;
+
+const EVENT_LOGS: &[(&str, MakeStorage<dyn EventLog>)] = &[
+    ("files", |_| {
+        Box::pin(async { Some(Box::new(EventFiles(tempfile::tempdir().unwrap())) as _) })
+    }),
+    ("jetstream", |test| {
+        Box::pin(async move { NatsServer::start(test).map(|server| Box::new(OnNats(server)) as _) })
+    }),
+];
+const RUN_REGISTRIES: &[(&str, MakeStorage<dyn RunRegistry>)] = &[
+    ("memory", |_| {
+        Box::pin(async { Some(Box::new(RunsInMemory(InMemoryRuns::default())) as _) })
+    }),
+    ("jetstream", |test| {
+        Box::pin(async move { NatsServer::start(test).map(|server| Box::new(OnNats(server)) as _) })
+    }),
+];
+
+struct EventFiles(tempfile::TempDir);
+
+impl Storage<dyn EventLog> for EventFiles {
+    fn open(&self) -> Pending<'_, Arc<dyn EventLog>> {
+        Box::pin(async { Arc::new(DiskEventLog::new(self.0.path())) as _ })
+    }
+}
+
+struct RunsInMemory(InMemoryRuns);
+
+impl Storage<dyn RunRegistry> for RunsInMemory {
+    fn open(&self) -> Pending<'_, Arc<dyn RunRegistry>> {
+        // One process's memory: every handle shares it.
+        Box::pin(async { Arc::new(self.0.clone()) as _ })
+    }
+}
+
+/// A `nats-server` of the test's own; each handle is a connection of its own.
+struct OnNats(NatsServer);
+
+impl OnNats {
+    async fn connect(&self) -> Cluster {
+        Cluster::connect(&self.0.url(), &ClusterOptions::default())
+            .await
+            .unwrap_or_else(|error| panic!("{error}\n{}", self.0.log()))
+    }
+}
+
+impl Storage<dyn EventLog> for OnNats {
+    fn open(&self) -> Pending<'_, Arc<dyn EventLog>> {
+        Box::pin(async { self.connect().await.event_log() })
+    }
+}
+
+impl Storage<dyn RunRegistry> for OnNats {
+    fn open(&self) -> Pending<'_, Arc<dyn RunRegistry>> {
+        Box::pin(async { self.connect().await.run_registry() })
+    }
+}
 
 fn input(id: &str, key: Option<&str>) -> InputRecord {
     InputRecord {
@@ -207,9 +274,11 @@ fn numbered(key: &str, seq: u64) -> AgentEvent {
 #[tokio::test]
 async fn every_event_log_keeps_the_owners_numbering_and_fences_older_owners() {
     for (name, make) in EVENT_LOGS {
-        let dir = tempfile::tempdir().unwrap();
+        let Some(storage) = make("every_event_log_keeps_the_owners_numbering").await else {
+            continue;
+        };
         let key = "agent:main:test:events";
-        let log = make(dir.path());
+        let log = storage.open().await;
         assert_eq!(log.last_seq(key).await.unwrap(), 0, "{name}");
         for seq in 1..=5 {
             let stored = log.append(numbered(key, seq), 2).await.unwrap();
@@ -250,7 +319,7 @@ async fn every_event_log_keeps_the_owners_numbering_and_fences_older_owners() {
         );
 
         // The next process: the numbering and the fence hold; a newer owner goes on.
-        let next = make(dir.path());
+        let next = storage.open().await;
         assert_eq!(next.last_seq(key).await.unwrap(), 5, "{name}");
         assert!(
             matches!(
@@ -293,9 +362,11 @@ async fn collect(events: &mut tokio::sync::mpsc::Receiver<AgentEvent>, count: us
 async fn every_event_log_feeds_each_follower_every_event_once_in_order() {
     const TOTAL: u64 = 3_000;
     for (name, make) in EVENT_LOGS {
-        let dir = tempfile::tempdir().unwrap();
+        let Some(storage) = make("every_event_log_feeds_each_follower").await else {
+            continue;
+        };
         let key = "agent:main:test:follow";
-        let log = make(dir.path());
+        let log = storage.open().await;
         for seq in 1..=10 {
             log.append(numbered(key, seq), 1).await.unwrap();
         }
@@ -350,16 +421,23 @@ async fn every_event_log_feeds_each_follower_every_event_once_in_order() {
 #[tokio::test]
 async fn every_run_registry_dedupes_keys_once_even_when_raced_and_reports_results() {
     for (name, make) in RUN_REGISTRIES {
-        let runs = make();
+        let Some(storage) = make("every_run_registry_dedupes_keys_once").await else {
+            continue;
+        };
+        // Two processes' handles on the same registry.
+        let (runs, other) = (storage.open().await, storage.open().await);
         let session = "agent:main:test:runs";
-        // Fifty sends with one key at once: exactly one run.
+        // Fifty sends with one key at once, through both handles: exactly one run.
         let racing: Vec<_> = (0..50)
-            .map(|n| runs.register(session, &format!("run-{n}"), Some("key")))
+            .map(|n| {
+                let handle = if n % 2 == 0 { &runs } else { &other };
+                tokio::spawn(handle.register(session, &format!("run-{n}"), Some("key")))
+            })
             .collect();
         let mut new = Vec::new();
         let mut duplicates = Vec::new();
         for (n, registering) in racing.into_iter().enumerate() {
-            match registering.await.unwrap() {
+            match registering.await.unwrap().unwrap() {
                 Registered::New => new.push(format!("run-{n}")),
                 Registered::Duplicate { run_id, status } => {
                     assert_eq!(status, RunStatus::InFlight, "{name}");
@@ -373,7 +451,7 @@ async fn every_run_registry_dedupes_keys_once_even_when_raced_and_reports_result
             "{name}: {duplicates:?}"
         );
         let winner = new[0].clone();
-        let waiting = tokio::spawn(runs.wait(&winner, Duration::from_secs(30)));
+        let waiting = tokio::spawn(other.wait(&winner, Duration::from_secs(30)));
         runs.finish(&winner, RunStatus::Ok, json!({"text": "done"}))
             .await
             .unwrap();
@@ -381,6 +459,12 @@ async fn every_run_registry_dedupes_keys_once_even_when_raced_and_reports_result
         assert_eq!(result.status, RunStatus::Ok, "{name}");
         assert_eq!(result.payload["text"], "done", "{name}");
         assert_eq!(result.payload["runId"], winner.as_str(), "{name}");
+        assert_eq!(result.payload["sessionKey"], session, "{name}");
+        assert_eq!(
+            other.status(&winner).await.unwrap(),
+            Some((session.to_string(), RunStatus::Ok)),
+            "{name}: seen by the other process"
+        );
         assert_eq!(
             runs.register(session, "late", Some("key")).await.unwrap(),
             Registered::Duplicate {
@@ -389,11 +473,61 @@ async fn every_run_registry_dedupes_keys_once_even_when_raced_and_reports_result
             },
             "{name}: a finished run's key still answers with it"
         );
+        assert!(
+            runs.wait("late", Duration::ZERO).await.unwrap().is_none(),
+            "{name}: a duplicate send made no run"
+        );
         runs.forget_key(session, "key").await.unwrap();
         assert_eq!(
             runs.register(session, "again", Some("key")).await.unwrap(),
             Registered::New,
             "{name}: a forgotten key may be sent again"
+        );
+        assert!(
+            matches!(
+                runs.wait("again", Duration::from_millis(50)).await.unwrap(),
+                Some(None)
+            ),
+            "{name}: in flight when the time is up"
+        );
+        assert_eq!(
+            runs.register("agent:main:test:elsewhere", "other-session", Some("key"))
+                .await
+                .unwrap(),
+            Registered::New,
+            "{name}: keys are per session"
+        );
+        // Runs that ended before this process started keep their keys for the rest of the window.
+        runs.remember(
+            session,
+            "before",
+            Some("kb"),
+            RunStatus::Aborted,
+            Duration::from_secs(5),
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            other.register(session, "retry", Some("kb")).await.unwrap(),
+            Registered::Duplicate {
+                run_id: "before".into(),
+                status: RunStatus::Aborted
+            },
+            "{name}"
+        );
+        runs.remember(
+            session,
+            "ancient",
+            Some("ka"),
+            RunStatus::Ok,
+            clawcage_agent::runs::IDEMPOTENCY_WINDOW,
+        )
+        .await
+        .unwrap();
+        assert_eq!(
+            other.register(session, "fresh", Some("ka")).await.unwrap(),
+            Registered::New,
+            "{name}: a key older than the window is forgotten"
         );
         assert!(runs.status("unknown").await.unwrap().is_none(), "{name}");
         assert!(

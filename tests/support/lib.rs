@@ -19,6 +19,7 @@ pub mod gateway_process;
 pub mod host_tools;
 pub mod installed;
 pub mod llm_server;
+pub mod nats;
 pub mod outside;
 pub mod toolchains;
 pub mod web;

