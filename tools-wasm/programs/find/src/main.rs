@@ -6,7 +6,6 @@
 //! processes do not exist here: pipe the paths into the next program instead.
 
 use std::io::{self, BufWriter, Write};
-use std::path::Path;
 use std::time::{Duration, SystemTime};
 
 use clawcage_program_support::walk::{Entry, WalkOptions, Walker};
@@ -41,9 +40,46 @@ impl Compare {
     }
 }
 
+/// A `-name` pattern. The common shapes, `*.rs` and `Makefile`, are compared as text: the same
+/// answers as the glob, without building a candidate path for every entry.
+#[derive(Debug)]
+enum NamePattern {
+    /// `*` and then text without wildcards: the names that end with the text.
+    Suffix(String),
+    /// Text without wildcards: that name.
+    Exact(String),
+    /// Any other pattern.
+    Glob(GlobMatcher),
+}
+
+impl NamePattern {
+    /// `pattern` as a suffix or a name, when it has no other wildcard than a leading `*` (and no
+    /// character that starts a class, an alternation or an escape).
+    fn plain(pattern: &str) -> Option<NamePattern> {
+        let literal = |text: &str| {
+            !text
+                .chars()
+                .any(|c| matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\'))
+        };
+        match pattern.strip_prefix('*') {
+            Some(suffix) if literal(suffix) => Some(NamePattern::Suffix(suffix.to_string())),
+            None if literal(pattern) => Some(NamePattern::Exact(pattern.to_string())),
+            _ => None,
+        }
+    }
+
+    fn is_match(&self, name: &str) -> bool {
+        match self {
+            NamePattern::Suffix(suffix) => name.ends_with(suffix.as_str()),
+            NamePattern::Exact(exact) => name == exact,
+            NamePattern::Glob(glob) => glob.is_match(name),
+        }
+    }
+}
+
 #[derive(Debug)]
 enum Expr {
-    Name(GlobMatcher),
+    Name(NamePattern),
     Path(GlobMatcher),
     Type(char),
     /// Age in units of `unit` seconds, rounded down (`-mtime`: days, `-mmin`: minutes).
@@ -156,8 +192,14 @@ impl Parser {
                 }
                 inner
             }
-            "-name" => Expr::Name(glob(&self.value("-name")?, false)?),
-            "-iname" => Expr::Name(glob(&self.value("-iname")?, true)?),
+            "-name" => {
+                let pattern = self.value("-name")?;
+                Expr::Name(match NamePattern::plain(&pattern) {
+                    Some(plain) => plain,
+                    None => NamePattern::Glob(glob(&pattern, false)?),
+                })
+            }
+            "-iname" => Expr::Name(NamePattern::Glob(glob(&self.value("-iname")?, true)?)),
             "-path" | "-wholename" => Expr::Path(glob(&self.value(&token)?, false)?),
             "-ipath" | "-iwholename" => Expr::Path(glob(&self.value(&token)?, true)?),
             "-type" => {
@@ -252,18 +294,8 @@ impl Evaluator<'_> {
         prune: &mut bool,
     ) -> io::Result<bool> {
         Ok(match expr {
-            Expr::Name(glob) => {
-                let name = if entry.depth() == 0 {
-                    // The starting point's name is its last component as written.
-                    Path::new(shown)
-                        .file_name()
-                        .map(|name| name.to_string_lossy().into_owned())
-                        .unwrap_or_else(|| shown.to_string())
-                } else {
-                    entry.file_name().to_string_lossy().into_owned()
-                };
-                glob.is_match(name)
-            }
+            // A starting point's name is its last component as written (the whole of `.`).
+            Expr::Name(pattern) => pattern.is_match(&entry.file_name().to_string_lossy()),
             Expr::Path(glob) => glob.is_match(shown),
             Expr::Type(kind) => match kind {
                 'd' => entry.is_dir(),
@@ -305,11 +337,13 @@ impl Evaluator<'_> {
             }
             Expr::Constant(value) => *value,
             Expr::Print => {
-                writeln!(self.out, "{shown}")?;
+                self.out.write_all(shown.as_bytes())?;
+                self.out.write_all(b"\n")?;
                 true
             }
             Expr::Print0 => {
-                write!(self.out, "{shown}\0")?;
+                self.out.write_all(shown.as_bytes())?;
+                self.out.write_all(b"\0")?;
                 true
             }
             Expr::Delete => {
@@ -418,7 +452,7 @@ fn run(args: Vec<String>) -> i32 {
                         continue;
                     }
                 };
-                let shown = entry.path().display().to_string();
+                let shown = entry.path().to_string_lossy();
                 let mut prune = false;
                 evaluator.eval(&expr, &entry, &mut walker, &shown, &mut prune)?;
                 if evaluator.quit {
@@ -459,6 +493,35 @@ mod tests {
             now: SystemTime::now(),
         };
         parser.or()
+    }
+
+    #[test]
+    fn plain_name_patterns_answer_as_the_glob_does() {
+        let names = [
+            "main.rs", ".rs", "rs", "a.rs.bak", "Makefile", "makefile", ".hidden", "x", "a b.rs",
+            "café.rs", "*.rs", "",
+        ];
+        for pattern in [
+            "*.rs", "*", "Makefile", ".hidden", "*rs", "*.RS", "a b.rs", "*é.rs", "", "x",
+        ] {
+            let plain = NamePattern::plain(pattern).unwrap();
+            let glob = GlobBuilder::new(pattern)
+                .literal_separator(false)
+                .backslash_escape(true)
+                .build()
+                .unwrap()
+                .compile_matcher();
+            for name in names {
+                assert_eq!(
+                    plain.is_match(name),
+                    glob.is_match(name),
+                    "{pattern} on {name}"
+                );
+            }
+        }
+        for pattern in ["*.[ch]", "a?c", "*.{rs,toml}", "\\*x", "**.rs", "x*", "a]"] {
+            assert!(NamePattern::plain(pattern).is_none(), "{pattern}");
+        }
     }
 
     #[test]

@@ -208,9 +208,10 @@ fn parse(args: Vec<String>) -> Result<Options, String> {
     Ok(options)
 }
 
-fn build_regex(options: &Options) -> Result<Regex, String> {
-    // Each -e (and each line of a pattern) is one alternative.
-    let alternatives: Vec<String> = options
+/// The patterns in the `regex` crate's syntax: each -e, and each line of a pattern, is one
+/// alternative.
+fn alternatives(options: &Options) -> Vec<String> {
+    options
         .patterns
         .iter()
         .flat_map(|pattern| pattern.split('\n'))
@@ -219,7 +220,21 @@ fn build_regex(options: &Options) -> Result<Regex, String> {
             Syntax::Extended => ere_to_regex(pattern),
             Syntax::Fixed => regex::escape(pattern),
         })
-        .collect();
+        .collect()
+}
+
+/// Whether every line that matches on its own also has a match that starts in it when the
+/// whole file is searched (`^`, `$` and `\b` behave the same at a newline as at the ends of a
+/// line). Not so with the absolute anchors `\A` and `\z` or inline flags such as `(?-m)`, so
+/// those patterns are matched line by line.
+fn matches_start_in_their_line(options: &Options) -> bool {
+    alternatives(options).iter().all(|alternative| {
+        !(alternative.contains("(?") || alternative.contains(r"\A") || alternative.contains(r"\z"))
+    })
+}
+
+fn build_regex(options: &Options) -> Result<Regex, String> {
+    let alternatives = alternatives(options);
     let mut joined = alternatives
         .iter()
         .map(|alternative| format!("(?:{alternative})"))
@@ -283,18 +298,21 @@ impl SearchFlags {
     }
 }
 
-struct Searcher {
+/// One run's search: the options, the compiled patterns, where the output goes, what happened.
+struct Searcher<W: Write> {
     options: Options,
     regex: Regex,
     include: Option<GlobSet>,
     exclude: Option<GlobSet>,
     exclude_dir: Option<GlobSet>,
     show_names: bool,
-    out: BufWriter<io::StdoutLock<'static>>,
+    out: BufWriter<W>,
     matched_any: bool,
     had_error: bool,
     /// The buffer every file is read into, kept between files.
     buffer: Vec<u8>,
+    /// Whether lines are found by searching the whole file (see [`Searcher::search_by_matches`]).
+    by_matches: bool,
 }
 
 fn run(options: Options) -> i32 {
@@ -328,7 +346,13 @@ fn run(options: Options) -> i32 {
     let show_names = options
         .with_filename
         .unwrap_or(options.recursive || operands.len() > 1);
+    let by_matches = !options.invert
+        && !options.only_matching
+        && options.before == 0
+        && options.after == 0
+        && matches_start_in_their_line(&options);
     let mut searcher = Searcher {
+        by_matches,
         options,
         regex,
         include,
@@ -365,7 +389,7 @@ fn run(options: Options) -> i32 {
     }
 }
 
-impl Searcher {
+impl<W: Write> Searcher<W> {
     fn warn(&mut self, message: String) {
         self.had_error = true;
         if !self.options.no_messages {
@@ -437,16 +461,12 @@ impl Searcher {
             {
                 continue;
             }
-            let shown = if implicit_dot {
-                entry
-                    .path()
-                    .strip_prefix(".")
-                    .unwrap_or(entry.path())
-                    .display()
-                    .to_string()
+            let path = if implicit_dot {
+                entry.path().strip_prefix(".").unwrap_or(entry.path())
             } else {
-                entry.path().display().to_string()
+                entry.path()
             };
+            let shown = path.to_string_lossy();
             match walker.read_file(&entry) {
                 Ok(data) => self.search(&shown, &data)?,
                 Err(error) => self.warn(format!("{shown}: {}", describe(&error))),
@@ -476,6 +496,9 @@ impl Searcher {
 
     fn search(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
         let options = SearchFlags::of(&self.options);
+        if self.by_matches {
+            return self.search_by_matches(name, data, options);
+        }
         // Fast path: nothing to print when the file has no match at all.
         if !options.invert && !options.files_without_match && !self.regex.is_match(data) {
             if options.count {
@@ -540,6 +563,80 @@ impl Searcher {
             }
             last_printed = Some(index);
             pending_after = options.after;
+        }
+        if options.quiet {
+            return Ok(());
+        }
+        if options.count {
+            return self.count_line(name, selected);
+        }
+        if (options.files_with_matches && selected > 0)
+            || (options.files_without_match && selected == 0)
+        {
+            writeln!(self.out, "{name}")?;
+        }
+        Ok(())
+    }
+
+    /// [`Searcher::search`] without context lines or inverted matching: instead of matching
+    /// every line on its own, the whole file is searched, and only a line in which a match
+    /// starts is matched on its own (a match can reach over a newline, as `\s` does, where the
+    /// line alone does not match). The same lines are selected, as `matches_start_in_their_line`
+    /// ensures, with a search or two per selected line instead of one per line.
+    fn search_by_matches(
+        &mut self,
+        name: &str,
+        data: &[u8],
+        options: SearchFlags,
+    ) -> io::Result<()> {
+        let list_only = options.files_with_matches || options.files_without_match;
+        let mut binary: Option<bool> = None;
+        let mut selected: u64 = 0;
+        // Lines before `counted_to` (a line start) number `newlines_before`.
+        let (mut counted_to, mut newlines_before) = (0usize, 0usize);
+        let mut start = 0;
+        while start <= data.len() {
+            if options.max_count.is_some_and(|max| selected >= max) {
+                break;
+            }
+            let Some(found) = self.regex.find_at(data, start) else {
+                break;
+            };
+            let line_start = data[start..found.start()]
+                .iter()
+                .rposition(|byte| *byte == b'\n')
+                .map_or(start, |newline| start + newline + 1);
+            if line_start == data.len() {
+                // After the final newline: no line is there.
+                break;
+            }
+            let line_end = data[found.start()..]
+                .iter()
+                .position(|byte| *byte == b'\n')
+                .map_or(data.len(), |newline| found.start() + newline);
+            start = line_end + 1;
+            let line = &data[line_start..line_end];
+            if !self.regex.is_match(line) {
+                continue;
+            }
+            newlines_before += data[counted_to..line_start]
+                .iter()
+                .filter(|byte| **byte == b'\n')
+                .count();
+            counted_to = line_start;
+            selected += 1;
+            self.matched_any = true;
+            if options.quiet || list_only || options.count {
+                if options.quiet || options.files_with_matches {
+                    break;
+                }
+                continue;
+            }
+            if *binary.get_or_insert_with(|| data[..data.len().min(8192)].contains(&0)) {
+                writeln!(self.out, "Binary file {name} matches")?;
+                break;
+            }
+            self.print_line(name, newlines_before, line, b':')?;
         }
         if options.quiet {
             return Ok(());
@@ -659,6 +756,89 @@ mod tests {
         assert!(regex.is_match(b"a cat.") && !regex.is_match(b"concat"));
         let regex = build_regex(&options(&["-x", "-i", "abc"])).unwrap();
         assert!(regex.is_match(b"ABC") && !regex.is_match(b"abcd"));
+    }
+
+    /// What searching `data` as the file `f` prints, with lines found by whole-file matches or
+    /// one line at a time.
+    fn searched(args: &[&str], data: &[u8], by_matches: bool) -> String {
+        let options = options(args);
+        let regex = build_regex(&options).unwrap();
+        let mut searcher = Searcher {
+            show_names: options.with_filename.unwrap_or(false),
+            options,
+            regex,
+            include: None,
+            exclude: None,
+            exclude_dir: None,
+            out: BufWriter::new(Vec::new()),
+            matched_any: false,
+            had_error: false,
+            buffer: Vec::new(),
+            by_matches,
+        };
+        searcher.search("f", data).unwrap();
+        let matched = searcher.matched_any;
+        let out = searcher.out.into_inner().unwrap();
+        format!("{}matched={matched}", String::from_utf8(out).unwrap())
+    }
+
+    #[test]
+    fn whole_file_matches_select_the_lines_that_line_matches_select() {
+        let texts: &[&[u8]] = &[
+            b"",
+            b"\n",
+            b"\n\n",
+            b"a TODO\nb\nTODO c\n",
+            b"a\nb\nc",
+            b"TODO\n\nTODO",
+            b"x y\nx\ny\n",
+            b"ab\ncd\nabcd\n",
+            b"word\nswordfish\nword word\n",
+            b"bin TODO\0ary\nTODO\n",
+            b"a\tb\n\n  \nend",
+        ];
+        let cases: &[&[&str]] = &[
+            &["TODO"],
+            &["-n", "TODO"],
+            &["-c", "TODO"],
+            &["-l", "TODO"],
+            &["-L", "TODO"],
+            &["-q", "TODO"],
+            &["-n", "-m", "1", "TODO"],
+            &["-n", "-m", "0", "TODO"],
+            &["-n", "^"],
+            &["-n", "$"],
+            &["-n", "^$"],
+            &["-n", "-E", "x*"],
+            &["-n", "-E", "x\\sy"],
+            &["-n", "-E", "[^z]+"],
+            &["-n", "-E", "b$|^c"],
+            &["-n", "-w", "word"],
+            &["-n", "-x", "x"],
+            &["-n", "-i", "todo"],
+            &["-n", "-F", "a.b"],
+            &["-n", "-E", "\\W"],
+            &["-n", "-H", "-e", "b", "-e", "cd"],
+        ];
+        for text in texts {
+            for args in cases {
+                assert_eq!(
+                    searched(args, text, true),
+                    searched(args, text, false),
+                    "{args:?} on {:?}",
+                    String::from_utf8_lossy(text)
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn anchors_of_the_whole_text_and_inline_flags_are_matched_line_by_line() {
+        for pattern in [r"\Ax", r"x\z", "(?-m)^x", "(?s)a.b"] {
+            assert!(!matches_start_in_their_line(&options(&["-E", pattern])));
+        }
+        assert!(matches_start_in_their_line(&options(&["-E", "^x$|\\by"])));
+        assert!(matches_start_in_their_line(&options(&["-F", "(?"])));
     }
 
     #[test]

@@ -209,7 +209,6 @@ struct Pending {
 }
 
 /// Where the entry yielded last is.
-#[derive(Clone)]
 enum Current {
     None,
     Root,
@@ -311,33 +310,38 @@ impl Walker {
     /// Reads the regular file `entry` (the entry yielded last) to its end, without following a
     /// link.
     pub fn read_file(&mut self, entry: &Entry) -> io::Result<Vec<u8>> {
-        match self.location(entry) {
-            Some(Current::Child(frame, name)) => self.directory(frame)?.read_file(&name),
-            _ => std::fs::read(entry.path()),
+        match self.parent_of(entry) {
+            Some(parent) => {
+                let (directory, name) = parent?;
+                directory.read_file(name)
+            }
+            None => std::fs::read(entry.path()),
         }
     }
 
     /// The metadata of `entry` itself, a link not followed.
     pub fn metadata(&mut self, entry: &Entry) -> io::Result<Metadata> {
-        match self.location(entry) {
-            Some(Current::Child(frame, name)) => self.directory(frame)?.stat(&name),
-            Some(Current::Root) => match &self.root {
-                Some(root) => root.stat(false),
-                None => sys::metadata_of_path(entry.path()),
-            },
+        if let Some(parent) = self.parent_of(entry) {
+            let (directory, name) = parent?;
+            return directory.stat(name);
+        }
+        match (&self.root, self.is_root(entry)) {
+            (Some(root), true) => root.stat(false),
             _ => sys::metadata_of_path(entry.path()),
         }
     }
 
     /// Whether the directory `entry` has no entries.
     pub fn is_empty_dir(&mut self, entry: &Entry) -> io::Result<bool> {
-        let directory = match self.location(entry) {
-            Some(Current::Child(frame, name)) => self.directory(frame)?.open_dir(&name)?,
-            Some(Current::Root) => match &self.root {
-                Some(root) => root.open_dir()?,
-                None => return sys::is_empty_dir_at_path(entry.path()),
+        let directory = match self.parent_of(entry) {
+            Some(parent) => {
+                let (directory, name) = parent?;
+                directory.open_dir(name)?
+            }
+            None => match (&self.root, self.is_root(entry)) {
+                (Some(root), true) => root.open_dir()?,
+                _ => return sys::is_empty_dir_at_path(entry.path()),
             },
-            _ => return sys::is_empty_dir_at_path(entry.path()),
         };
         directory.is_empty()
     }
@@ -491,9 +495,33 @@ impl Walker {
         reopened.ok_or_else(|| io::Error::from(io::ErrorKind::NotFound))
     }
 
-    /// Where `entry` is, when it is the entry yielded last.
-    fn location(&self, entry: &Entry) -> Option<Current> {
-        (entry.serial == self.serial && self.serial != 0).then(|| self.current.clone())
+    /// Whether `entry` is the entry yielded last, so that [`Walker::current`] says where it is.
+    fn is_current(&self, entry: &Entry) -> bool {
+        entry.serial == self.serial && self.serial != 0
+    }
+
+    /// Whether `entry` is the starting path, yielded last.
+    fn is_root(&self, entry: &Entry) -> bool {
+        self.is_current(entry) && matches!(self.current, Current::Root)
+    }
+
+    /// The open directory holding `entry` and its name there, when `entry` is the entry yielded
+    /// last and lies below the starting path.
+    fn parent_of(&mut self, entry: &Entry) -> Option<io::Result<(&sys::Dir, &OsStr)>> {
+        if !self.is_current(entry) {
+            return None;
+        }
+        let Current::Child(frame, _) = &self.current else {
+            return None;
+        };
+        let frame = *frame;
+        if let Err(error) = self.directory(frame) {
+            return Some(Err(error));
+        }
+        match (&self.frames[frame].directory, &self.current) {
+            (Some(directory), Current::Child(_, name)) => Some(Ok((directory, name.as_os_str()))),
+            _ => Some(Err(io::Error::from(io::ErrorKind::NotFound))),
+        }
     }
 
     fn skippable(&self, depth: usize) -> bool {
