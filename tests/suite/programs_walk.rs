@@ -77,7 +77,11 @@ async fn walks_go_depth_first_in_byte_order_with_gnu_words() {
     );
     // Paths resolve from the working directory, up through `..` as well.
     assert_eq!(
-        run(&registry, "cd src/a && grep -rn again ../a && find .. -name x.rs").await,
+        run(
+            &registry,
+            "cd src/a && grep -rn again ../a && find .. -name x.rs"
+        )
+        .await,
         "../a/x.rs:3:// TODO again\n../a/x.rs\n[exit status: 0]"
     );
     // The errors and exit statuses of before.
@@ -148,7 +152,12 @@ async fn links_out_of_the_workspace_are_never_followed() {
         assert!(!text.contains("secret.txt"), "{command}: {text}");
     }
     // As starting paths the links lead nowhere: the host refuses the way out.
-    for command in ["grep -r TOP out", "grep -r TOP d/up", "find out/", "find d/up/"] {
+    for command in [
+        "grep -r TOP out",
+        "grep -r TOP d/up",
+        "find out/",
+        "find d/up/",
+    ] {
         let text = run(&registry, command).await;
         assert_no_secret(&text);
         assert!(!text.ends_with("[exit status: 0]"), "{command}: {text}");
@@ -194,7 +203,11 @@ async fn a_tree_deeper_than_a_path_can_be_long_is_walked_whole() {
         format!("{levels}\n[exit status: 0]")
     );
     assert_eq!(
-        run(&registry, "grep -rh level d | wc -l; grep -rh 'level 2100' d").await,
+        run(
+            &registry,
+            "grep -rh level d | wc -l; grep -rh 'level 2100' d"
+        )
+        .await,
         format!("{levels}\nlevel 2100\n[exit status: 0]")
     );
     assert_eq!(
@@ -214,15 +227,27 @@ async fn a_directory_of_thousands_of_entries_is_listed_in_order() {
     let many = dir.path().join("many");
     fs::create_dir(&many).unwrap();
     for index in (0..5_000).rev() {
-        fs::write(many.join(format!("f{index:05}")), format!("entry {index}\n")).unwrap();
+        fs::write(
+            many.join(format!("f{index:05}")),
+            format!("entry {index}\n"),
+        )
+        .unwrap();
     }
     let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
     assert_eq!(
-        run(&registry, "find many | wc -l; find many | head -3; find many | tail -1").await,
+        run(
+            &registry,
+            "find many | wc -l; find many | head -3; find many | tail -1"
+        )
+        .await,
         "5001\nmany\nmany/f00000\nmany/f00001\nmany/f04999\n[exit status: 0]"
     );
     assert_eq!(
-        run(&registry, "grep -r entry many | wc -l; grep -rl 'entry 4321$' many").await,
+        run(
+            &registry,
+            "grep -r entry many | wc -l; grep -rl 'entry 4321$' many"
+        )
+        .await,
         "5000\nmany/f04321\n[exit status: 0]"
     );
 }
@@ -263,7 +288,11 @@ async fn a_file_swapped_for_a_link_out_during_the_walk_is_not_followed() {
         })
     };
     for _ in 0..15 {
-        for command in ["grep -r TOP d", "grep -rc inside d | wc -l", "find d -size +0"] {
+        for command in [
+            "grep -r TOP d",
+            "grep -rc inside d | wc -l",
+            "find d -size +0",
+        ] {
             let text = run(&registry, command).await;
             assert_no_secret(&text);
             assert!(!text.starts_with("ERROR"), "{command}: {text}");
@@ -293,7 +322,11 @@ async fn names_that_are_not_utf8_or_hold_a_newline() {
          names/new\nline.txt:TODO newline\nnames/z.txt:TODO z\n2\n[exit status: 0]"
     );
     assert_eq!(
-        run(&registry, "find names -print0 2>/dev/null | tr '\\0' '|'; echo").await,
+        run(
+            &registry,
+            "find names -print0 2>/dev/null | tr '\\0' '|'; echo"
+        )
+        .await,
         "names|names/a.txt|names/new\nline.txt|names/z.txt|\n[exit status: 0]"
     );
     assert_eq!(
