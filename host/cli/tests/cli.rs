@@ -199,6 +199,58 @@ fn config_errors_are_usage_errors_and_read_only_is_honoured() {
     );
 }
 
+/// A wrong value is refused when the configuration is loaded, the same way by every command,
+/// whether or not the command goes on to use that section.
+#[test]
+fn every_command_refuses_a_wrong_value_at_load_with_the_same_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("ws");
+    std::fs::create_dir(&workspace).unwrap();
+    let wrong = [
+        (
+            "[queue]\nmode = \"bogus\"\n",
+            "[queue] mode = \"bogus\" is not valid",
+        ),
+        (
+            "[context]\ncompact_threshold = 5.0\n",
+            "[context] compact_threshold = 5 is out of range",
+        ),
+        (
+            "[models.\"tiny\"]\ncontext_window = 10\n",
+            "context_window = 10 is too small",
+        ),
+    ];
+    for (text, said) in wrong {
+        let config = dir.path().join("clawcage.toml");
+        std::fs::write(&config, text).unwrap();
+        let config = config.display().to_string();
+        let commands: [&[&str]; 6] = [
+            &["call", "read_file", r#"{"path":"a"}"#],
+            &["tools"],
+            &["run", "hello"],
+            &["mcp"],
+            &["acp"],
+            &["gateway", "--bind", "127.0.0.1:0"],
+        ];
+        for command in commands {
+            let mut args = vec!["--config", config.as_str()];
+            args.extend_from_slice(command);
+            let output = clawcage(&workspace, &args);
+            assert_eq!(
+                output.status.code(),
+                Some(2),
+                "{command:?} with {text:?}: {}",
+                stderr(&output)
+            );
+            assert!(
+                stderr(&output).contains("is not valid:") && stderr(&output).contains(said),
+                "{command:?} with {text:?}: {}",
+                stderr(&output)
+            );
+        }
+    }
+}
+
 /// Policy is never read from where tools can write: a configuration a tool wrote into the
 /// workspace is not used (it would grant the next run the network and move the audit log onto a
 /// host file), a planted symlink is refused without its target's content being shown, and a

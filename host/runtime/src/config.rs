@@ -222,6 +222,9 @@ impl Config {
             config.plugins.validate().map_err(|error| {
                 anyhow::anyhow!("the config file {} is not valid: {error}", path.display())
             })?;
+            config.validate().map_err(|error| {
+                anyhow::anyhow!("the config file {} is not valid: {error:#}", path.display())
+            })?;
             let source = ConfigSource {
                 path,
                 sha256,
@@ -230,6 +233,33 @@ impl Config {
             return Ok((config, Some(source)));
         }
         Ok((Config::default(), None))
+    }
+
+    /// Checks every value that can be checked without the environment (keys and tokens come
+    /// from it later), so every command refuses a wrong value at load, with the same message,
+    /// whichever sections it goes on to use.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        self.workspace_mode()?;
+        self.exec_write_limit()?;
+        self.limits()?;
+        self.agent.agent_config(false)?;
+        self.agent.history_limit()?;
+        self.network.limits()?;
+        self.web.search_endpoint()?;
+        self.subagents.config()?;
+        self.subagents.children_write()?;
+        self.cron.options()?;
+        self.queue.config()?;
+        self.budget.config()?;
+        self.approvals.settings()?;
+        crate::context_config::context_policy(
+            "",
+            u64::from(self.provider.max_tokens.unwrap_or(8192)),
+            &self.models,
+            &self.context,
+            &[],
+        )?;
+        Ok(())
     }
 
     /// The workspace mode (read-write unless the file says `"ro"`).
