@@ -20,6 +20,7 @@ use clawcage_agent::session::{Admission, LaneInput, Sessions};
 use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
 use clawcage_core::approval::ApprovalDecision;
+use clawcage_core::command::{APPROVE_USAGE, Command};
 use clawcage_runtime::{AgentOptions, Runtime};
 
 use crate::Failure;
@@ -165,21 +166,29 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         if line.is_empty() {
             continue;
         }
-        match line.as_str() {
-            "/exit" | "/quit" => break,
-            "/help" => outln!("{HELP}"),
-            "/last" => console.print_last_output(),
-            "/tools" => {
+        let command = match Command::parse(&line) {
+            None => None,
+            Some(Ok(command)) => Some(command),
+            Some(Err(error)) => {
+                outln!("  {error}");
+                continue;
+            }
+        };
+        match command {
+            Some(Command::Exit) => break,
+            Some(Command::Help) => outln!("{HELP}"),
+            Some(Command::Last) => console.print_last_output(),
+            Some(Command::Tools) => {
                 for tool in agent.tools.tools() {
                     let spec = tool.spec();
                     print_tool_summary(&spec.name, &spec.description, &tool.grants_summary());
                 }
             }
-            "/reset" => match sessions.reset(&key).await {
+            Some(Command::Reset) => match sessions.reset(&key).await {
                 Ok(()) => outln!("  history cleared"),
                 Err(error) => outln!("  error: {error}"),
             },
-            "/compact" => {
+            Some(Command::Compact) => {
                 // Compacting asks the model for a summary: not with the budget used up.
                 if let Some(why) = sessions
                     .budget()
@@ -197,19 +206,17 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                     Err(error) => outln!("  error: {error}"),
                 }
             }
-            "/usage" => {
+            Some(Command::Usage) => {
                 for line in sessions.usage_report(&key).lines() {
                     outln!("  {line}");
                 }
             }
-            command if command.split_whitespace().next() == Some("/queue") => {
-                match sessions.queue_command(&key, command) {
-                    Ok(said) => outln!("  {said}"),
-                    Err(error) => outln!("  {error}"),
-                }
-            }
-            command if command.split_whitespace().next() == Some("/approvals") => {
-                let words: Vec<&str> = command.split_whitespace().skip(1).collect();
+            Some(Command::Queue(command)) => match sessions.queue_command(&key, &command) {
+                Ok(said) => outln!("  {said}"),
+                Err(error) => outln!("  {error}"),
+            },
+            Some(Command::Approvals(words)) => {
+                let words: Vec<&str> = words.iter().map(String::as_str).collect();
                 match words.as_slice() {
                     [] => {}
                     ["reset"] => approvals.set_session_policy(&key, None),
@@ -220,21 +227,16 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 }
                 outln!("  {}", describe_policy(&approvals, &key));
             }
-            command if command.split_whitespace().next() == Some("/approve") => {
-                let words: Vec<&str> = command.split_whitespace().collect();
-                let decision = words.get(2).and_then(|word| ApprovalDecision::parse(word));
-                match (words.get(1), decision) {
-                    (Some(id), Some(decision)) => match approvals.resolve(id, decision, "chat") {
-                        Ok(()) => outln!("  {id}: {}", decision.as_str()),
-                        Err(error) => outln!("  {error}"),
-                    },
-                    _ => outln!("  usage: /approve ID allow-once|allow-always|deny"),
+            Some(Command::Approve { id, decision }) => {
+                match approvals.resolve(&id, decision, "chat") {
+                    Ok(()) => outln!("  {id}: {}", decision.as_str()),
+                    Err(error) => outln!("  {error}"),
                 }
             }
-            command if command.starts_with('/') => {
-                outln!("  unknown command {command}; /help lists the commands")
-            }
-            request => {
+            Some(Command::ApproveUsage) => outln!("  usage: {APPROVE_USAGE}"),
+            Some(other @ Command::Start) => outln!("  {}", other.not_here()),
+            None => {
+                let request = line.as_str();
                 in_turn.store(true, Ordering::SeqCst);
                 let turn = Turn {
                     sessions: &sessions,

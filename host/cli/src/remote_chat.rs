@@ -22,6 +22,7 @@ use clawcage_agent::Verdict;
 use clawcage_agent::provider::ProviderEvents as _;
 use clawcage_core::ToolCall;
 use clawcage_core::approval::ApprovalDecision;
+use clawcage_core::command::{APPROVE_USAGE, Command};
 use clawcage_gateway::{Client, ClientError};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -221,11 +222,19 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
             continue;
         }
         let client = link.client();
-        match line.as_str() {
-            "/exit" | "/quit" => break Ok(()),
-            "/help" => outln!("{HELP}"),
-            "/last" => busy_console.print_last_output(),
-            "/tools" => match client.request("tools.list", json!({})).await {
+        let command = match Command::parse(&line) {
+            None => None,
+            Some(Ok(command)) => Some(command),
+            Some(Err(error)) => {
+                outln!("  {error}");
+                continue;
+            }
+        };
+        match command {
+            Some(Command::Exit) => break Ok(()),
+            Some(Command::Help) => outln!("{HELP}"),
+            Some(Command::Last) => busy_console.print_last_output(),
+            Some(Command::Tools) => match client.request("tools.list", json!({})).await {
                 Ok(list) => {
                     for tool in list["tools"].as_array().into_iter().flatten() {
                         print_tool_summary(
@@ -237,7 +246,7 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
                 }
                 Err(error) => busy_console.error(&error.to_string()),
             },
-            "/reset" => {
+            Some(Command::Reset) => {
                 if let Err(error) = client
                     .request("sessions.reset", json!({"sessionKey": key}))
                     .await
@@ -245,23 +254,17 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
                     busy_console.error(&error.to_string());
                 }
             }
-            command if command.split_whitespace().next() == Some("/approve") => {
-                let words: Vec<&str> = command.split_whitespace().collect();
-                let decision = words.get(2).and_then(|word| ApprovalDecision::parse(word));
-                match (words.get(1), decision) {
-                    (Some(id), Some(decision)) => {
-                        resolve(&client, &busy_console, id, decision).await;
-                    }
-                    _ => outln!("  usage: /approve ID allow-once|allow-always|deny"),
-                }
+            Some(Command::Approve { id, decision }) => {
+                resolve(&client, &busy_console, &id, decision).await;
             }
-            command
-                if command.starts_with('/')
-                    && command.split_whitespace().next() != Some("/queue") =>
-            {
-                outln!("  unknown command {command}; /help lists the commands")
-            }
-            message => {
+            Some(Command::ApproveUsage) => outln!("  usage: {APPROVE_USAGE}"),
+            Some(
+                other
+                @ (Command::Start | Command::Compact | Command::Usage | Command::Approvals(_)),
+            ) => outln!("  {}", other.not_here()),
+            // The gateway answers `/queue` itself (`chat.send` with the line).
+            Some(Command::Queue(_)) | None => {
+                let message = line.as_str();
                 busy.store(true, Ordering::Relaxed);
                 busy_console.activate();
                 let turn = RemoteTurn {

@@ -773,13 +773,22 @@ async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
         bot.delivered_texts(group)
     );
     assert_eq!(server.requests().len(), 1, "the turn still waits");
+    // A word too many is refused, as in every front end (one parser), and decides nothing.
+    bot.private_message(42, "Ada", &format!("/approve {id} allow-once please"));
+    bot.wait_delivered(42, 3).await;
+    assert!(
+        bot.delivered_texts(42)[2].contains("`please` is one word too many; use /approve ID"),
+        "{:?}",
+        bot.delivered_texts(42)
+    );
+    assert_eq!(server.requests().len(), 1, "the turn still waits");
 
     bot.private_message(
         42,
         "Ada",
         &format!("/approve@{BOT_USERNAME} {id} allow-once"),
     );
-    bot.wait_delivered(42, 4).await;
+    bot.wait_delivered(42, 5).await;
     let texts = bot.delivered_texts(42);
     assert!(texts.contains(&format!("{id}: allow-once")), "{texts:?}");
     assert!(

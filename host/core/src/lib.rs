@@ -1,6 +1,7 @@
 //! The vocabulary every clawcage crate shares: what a tool is ([`ToolSpec`], the [`Tool`] trait),
 //! what a call returns ([`ToolOutput`]) and how it fails ([`ToolError`]), and the chat messages
-//! providers and transcripts share ([`chat`]), and the [`Scheduler`] contract between the `cron`
+//! providers and transcripts share ([`chat`]), the slash commands every front end reads
+//! ([`command`]), and the [`Scheduler`] contract between the `cron`
 //! tool and the host ([`scheduler`]). This crate holds plain
 //! serde types and object-safe traits, plus the host-side file helpers every crate shares
 //! ([`files`]); it depends on no engine and no async runtime, so the agent's tests and any front
@@ -8,6 +9,7 @@
 
 pub mod approval;
 pub mod chat;
+pub mod command;
 pub mod files;
 pub mod redact;
 pub mod scheduler;

@@ -2,6 +2,7 @@
 //! pieces, and answers under the request's id. Parameters are checked before anything happens;
 //! wrong ones get `INVALID_PARAMS` with what was expected.
 
+use clawcage_core::command::Command;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -243,12 +244,12 @@ async fn chat_send(
         Err(error) => return conn.respond(id, Err(error)),
     };
     // `/queue ...` is a command: it answers with the session's queue settings, runs no turn.
-    if send.message.split_whitespace().next() == Some("/queue") {
+    if let Some(Ok(Command::Queue(line))) = Command::parse(&send.message) {
         let said = gateway
             .hub
             .parts
             .sessions
-            .queue_command(&send.session_key, send.message.trim());
+            .queue_command(&send.session_key, &line);
         return conn.respond(
             id,
             said.map(|text| {

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::session::Admission;
 use clawcage_core::approval::ApprovalDecision;
+use clawcage_core::command::APPROVE_USAGE;
 use clawcage_runtime::Error;
 use clawcage_runtime::channel_config::{self, HttpPost};
 use serde_json::{Value, json};
@@ -360,14 +361,18 @@ fn request_of(key: &str, session: Option<&str>) -> bool {
 }
 
 /// `/approve ID allow-once|allow-always|deny` from the conversation `key`, by an approved
-/// person (`by` names them). Only the requests of this conversation's session can be answered.
-pub(crate) fn approve_command(shared: &Shared, key: &str, line: &str, by: &str) -> String {
-    const USAGE: &str = "use /approve ID allow-once|allow-always|deny";
+/// person (`by` names them): `decided` is the id and answer, or `None` for `/approve` without
+/// them (what waits is listed). Only the requests of this conversation's session can be answered.
+pub(crate) fn approve_command(
+    shared: &Shared,
+    key: &str,
+    decided: Option<(&str, ApprovalDecision)>,
+    by: &str,
+) -> String {
     let Some(broker) = &shared.approvals else {
         return "approvals are off in this gateway: nothing waits for an answer".to_string();
     };
-    let mut words = line.split_whitespace().skip(1);
-    let (Some(id), Some(decision), None) = (words.next(), words.next(), words.next()) else {
+    let Some((id, decision)) = decided else {
         let waiting: Vec<String> = broker
             .pending()
             .into_iter()
@@ -375,13 +380,10 @@ pub(crate) fn approve_command(shared: &Shared, key: &str, line: &str, by: &str) 
             .map(|request| format!("{}: {}", request.id, request.describe()))
             .collect();
         return if waiting.is_empty() {
-            format!("nothing waits for approval here; {USAGE}")
+            format!("nothing waits for approval here; use {APPROVE_USAGE}")
         } else {
-            format!("{USAGE}. Waiting:\n{}", waiting.join("\n"))
+            format!("use {APPROVE_USAGE}. Waiting:\n{}", waiting.join("\n"))
         };
-    };
-    let Some(decision) = ApprovalDecision::parse(decision) else {
-        return format!("`{decision}` is not a decision; {USAGE}");
     };
     let ours = broker
         .pending()

@@ -27,6 +27,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
+use clawcage_core::command::{Command, CommandError};
 
 use super::pairing::CodeRequest;
 use super::{Outcome, Shared, Submitted, outcome, session_key, submit};
@@ -650,44 +651,50 @@ impl Telegram {
             None => session_key("telegram", &chat_id.to_string()),
         };
         let trimmed = text.trim();
-        let command = trimmed.split_whitespace().next().unwrap_or_default();
-        let command = command.split('@').next().unwrap_or_default();
-        match command {
-            "/start" if private => {
+        let by = format!("telegram:{user}");
+        let parsed = Command::parse(trimmed);
+        let for_approved_people = matches!(
+            parsed,
+            Some(Ok(Command::Queue(_)
+                | Command::Approve { .. }
+                | Command::ApproveUsage))
+                | Some(Err(CommandError::BadApprove(_)))
+        );
+        if for_approved_people && !known {
+            let word = trimmed.split_whitespace().next().unwrap_or_default();
+            let word = word.split('@').next().unwrap_or(word);
+            return Some(reply(format!(
+                "{word} is for approved people: ask the operator to approve you (allow_from in [channels.telegram], or a pairing)."
+            )));
+        }
+        match parsed {
+            Some(Ok(Command::Start)) if private => {
                 return Some(reply(
                     "Hello! Write to me and the agent answers.".to_string(),
                 ));
             }
-            "/queue" | "/approve" if !known => {
-                return Some(reply(format!(
-                    "{command} is for approved people: ask the operator to approve you (allow_from in [channels.telegram], or a pairing)."
-                )));
-            }
-            "/queue" => {
-                let line = format!(
-                    "/queue {}",
-                    trimmed.split_once(' ').map_or("", |(_, rest)| rest)
-                );
-                let answer = match self
-                    .shared
-                    .hub
-                    .parts
-                    .sessions
-                    .queue_command(&key, line.trim())
-                {
+            Some(Ok(Command::Queue(line))) => {
+                let answer = match self.shared.hub.parts.sessions.queue_command(&key, &line) {
                     Ok(text) => text,
                     Err(error) => error.to_string(),
                 };
                 return Some(reply(answer));
             }
-            "/approve" => {
+            Some(Ok(Command::Approve { id, decision })) => {
                 return Some(reply(super::approve_command(
                     &self.shared,
                     &key,
-                    trimmed,
-                    &format!("telegram:{user}"),
+                    Some((&id, decision)),
+                    &by,
                 )));
             }
+            Some(Ok(Command::ApproveUsage)) => {
+                return Some(reply(super::approve_command(&self.shared, &key, None, &by)));
+            }
+            Some(Err(error @ CommandError::BadApprove(_))) => {
+                return Some(reply(error.to_string()));
+            }
+            // Other slash lines go to the agent as they are.
             _ => {}
         }
         if trimmed.is_empty() {
