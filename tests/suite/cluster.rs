@@ -1,10 +1,10 @@
 //! The JetStream backend (`clawcage-cluster`) against a real `nats-server`, beyond the store
-//! contracts every backend passes: servers it must refuse (no JetStream, unreadable
-//! credentials), a stale owner's appends refused by the server itself, an event larger than the
-//! server takes, a server that goes away and comes back under a follower, session keys full of
-//! subject syntax, the binary search that finds where a reader starts among many sessions'
-//! events, the bounded window, and a removal that neither lets an older owner back in nor leaves
-//! followers waiting.
+//! contracts every backend passes: servers it must refuse (Debian's 2.9, no JetStream,
+//! unreadable credentials, nobody listening), a stale owner's appends refused by the server
+//! itself, an event larger than the server takes, a server that goes away and comes back under
+//! a follower, session keys full of subject syntax, the binary search that finds where a reader
+//! starts among many sessions' events, the bounded window, and a removal that neither lets an
+//! older owner back in nor leaves followers waiting.
 
 use std::time::Duration;
 
@@ -52,6 +52,22 @@ async fn a_server_without_jetstream_is_refused_saying_how_to_start_it() {
         "{error}"
     );
     assert!(error.contains(&server.url()), "names the server: {error}");
+}
+
+#[tokio::test]
+async fn a_server_older_than_2_10_is_refused_naming_its_version() {
+    let Some(server) = NatsServer::start_old("a_server_older_than_2_10") else {
+        return;
+    };
+    let error = Cluster::connect(&server.url(), &ClusterOptions::default())
+        .await
+        .err()
+        .map(|error| error.to_string())
+        .expect("nats-server 2.9 is refused");
+    assert!(
+        error.contains("version 2.9.10") && error.contains("2.10 or newer"),
+        "{error}"
+    );
 }
 
 #[tokio::test]

@@ -1,5 +1,6 @@
 //! A NATS server for the cluster tests and benchmarks: `nats-server` (installed once per process
-//! by `tests/nats/setup.sh`, or the binary `NATS_SERVER` names) started on 127.0.0.1 on a free
+//! by `tests/nats/setup.sh`, or the binary `NATS_SERVER` names; an older one the backend must
+//! refuse by `setup.sh old` or `NATS_SERVER_OLD`) started on 127.0.0.1 on a free
 //! port the server picks itself (`-p -1`, read back from its ports file), with JetStream storing
 //! in a temporary directory, waited for until it accepts connections, and killed when dropped.
 //! It can be stopped and started again on the same port and store, as a server that went away
@@ -22,27 +23,41 @@ const START_TIMEOUT: Duration = Duration::from_secs(20);
 pub fn server_binary() -> Result<PathBuf, String> {
     static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
     BINARY
-        .get_or_init(|| {
-            if let Some(binary) = std::env::var_os("NATS_SERVER") {
-                return Ok(PathBuf::from(binary));
-            }
-            let script = repo_root().join("tests").join("nats").join("setup.sh");
-            let output = Command::new("bash")
-                .arg(&script)
-                .output()
-                .map_err(|error| format!("cannot run {}: {error}", script.display()))?;
-            let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-            match output.status.code() {
-                Some(0) => String::from_utf8_lossy(&output.stdout)
-                    .lines()
-                    .last()
-                    .map(PathBuf::from)
-                    .ok_or_else(|| format!("{} printed no path", script.display())),
-                Some(3) => Err(stderr),
-                _ => panic!("{} failed ({}):\n{stderr}", script.display(), output.status),
-            }
-        })
+        .get_or_init(|| installed("NATS_SERVER", None))
         .clone()
+}
+
+/// A server older than the backend accepts (Debian's 2.9.10): `NATS_SERVER_OLD`, else what
+/// `tests/nats/setup.sh old` installed (once per process).
+pub fn old_server_binary() -> Result<PathBuf, String> {
+    static BINARY: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+    BINARY
+        .get_or_init(|| installed("NATS_SERVER_OLD", Some("old")))
+        .clone()
+}
+
+/// The binary `variable` names, else the path `tests/nats/setup.sh [argument]` printed; `Err`
+/// when the script could not install it (its exit status 3); a panic on any other failure.
+fn installed(variable: &str, argument: Option<&str>) -> Result<PathBuf, String> {
+    if let Some(binary) = std::env::var_os(variable) {
+        return Ok(PathBuf::from(binary));
+    }
+    let script = repo_root().join("tests").join("nats").join("setup.sh");
+    let output = Command::new("bash")
+        .arg(&script)
+        .args(argument)
+        .output()
+        .map_err(|error| format!("cannot run {}: {error}", script.display()))?;
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    match output.status.code() {
+        Some(0) => String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .last()
+            .map(PathBuf::from)
+            .ok_or_else(|| format!("{} printed no path", script.display())),
+        Some(3) => Err(stderr),
+        _ => panic!("{} failed ({}):\n{stderr}", script.display(), output.status),
+    }
 }
 
 /// A running `nats-server`, killed on drop.
@@ -64,7 +79,17 @@ impl NatsServer {
     /// A server with JetStream (`jetstream`) or without, for `test`, or `None` after saying why
     /// it is skipped.
     pub fn start_with(test: &str, jetstream: bool) -> Option<Self> {
-        let binary = match server_binary() {
+        Self::start_binary(test, server_binary(), jetstream)
+    }
+
+    /// Debian's nats-server 2.9.10 with JetStream, older than the backend accepts, for `test`,
+    /// or `None` after saying why it is skipped.
+    pub fn start_old(test: &str) -> Option<Self> {
+        Self::start_binary(test, old_server_binary(), true)
+    }
+
+    fn start_binary(test: &str, binary: Result<PathBuf, String>, jetstream: bool) -> Option<Self> {
+        let binary = match binary {
             Ok(binary) => binary,
             Err(reason) => {
                 toolchains::skip(test, &reason);
