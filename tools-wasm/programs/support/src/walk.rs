@@ -269,7 +269,10 @@ impl Walker {
                 }
             };
             let depth = frame.depth + 1;
-            let path = frame.path.join(&name);
+            // `frame.path.join(&name)` in one allocation.
+            let mut path = PathBuf::with_capacity(frame.path.as_os_str().len() + 1 + name.len());
+            path.push(&frame.path);
+            path.push(&name);
             let entry = Entry {
                 path,
                 kind,
