@@ -30,6 +30,7 @@ mod programs_archive;
 mod programs_diff;
 mod programs_kinds;
 mod programs_text;
+mod programs_walk;
 mod providers;
 mod python;
 mod queue_modes;
