@@ -166,10 +166,9 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         if line.is_empty() {
             continue;
         }
-        let command = match Command::parse(&line) {
-            None => None,
-            Some(Ok(command)) => Some(command),
-            Some(Err(error)) => {
+        let command = match Command::parse(&line).transpose() {
+            Ok(command) => command,
+            Err(error) => {
                 outln!("  {error}");
                 continue;
             }

@@ -222,10 +222,9 @@ pub async fn run(url: &str, token: &str, key: String) -> Result<(), Failure> {
             continue;
         }
         let client = link.client();
-        let command = match Command::parse(&line) {
-            None => None,
-            Some(Ok(command)) => Some(command),
-            Some(Err(error)) => {
+        let command = match Command::parse(&line).transpose() {
+            Ok(command) => command,
+            Err(error) => {
                 outln!("  {error}");
                 continue;
             }
