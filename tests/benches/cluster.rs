@@ -1,12 +1,14 @@
 //! What the event log on NATS JetStream costs beside the file log, measured in the same run on
 //! one local `nats-server` (one node, file store, R1) and a temporary directory, interleaved
 //! round by round so both see the same machine:
-//! 1. One append of an assistant delta (the owner's write, acknowledged by the server).
+//! 1. One append of an assistant delta (the owner's write, acknowledged by the server), and one
+//!    event from its append to a follower's receiver.
 //! 2. A 16-event turn (16 appends one after another, as a turn's start, deltas, tool events and
 //!    end are written) with one follower subscribed: from the first append's start to the
 //!    follower receiving the sixteenth event (what a client waits for a turn to reach it).
 //! 3. Following from the middle of a long session (5,000 events among two other sessions'):
-//!    from `follow(since)` to the first event after `since` (the start's lookup).
+//!    from `follow(since)` to the first event after `since` (the start's lookup); and reading
+//!    the whole session (what the gateway's history and recovery read).
 //!
 //! Run: `cargo bench -p clawcage-tests --bench cluster` (installs nats-server 2.15.1 through
 //! tests/nats/setup.sh on first use, or uses the binary `NATS_SERVER` names).
@@ -31,6 +33,7 @@ const TURN_EVENTS: u64 = 16;
 const ROUNDS: usize = 20;
 const LONG_SESSION: u64 = 5_000;
 const FOLLOWS: usize = 100;
+const READS: usize = 20;
 
 /// One backend under measurement, with the next `seq` of each session it writes.
 struct Backend {
@@ -56,12 +59,13 @@ impl Backend {
         started.elapsed()
     }
 
-    /// One turn of [`TURN_EVENTS`] appends with a follower: until the follower has the last.
+    /// One turn of [`TURN_EVENTS`] appends with a follower: how long the appends took, and
+    /// how long until the follower had the last.
     async fn turn(
         &mut self,
         key: &str,
         follower: &mut tokio::sync::mpsc::Receiver<AgentEvent>,
-    ) -> Duration {
+    ) -> (Duration, Duration) {
         let started = Instant::now();
         let mut last = 0;
         for n in 0..TURN_EVENTS {
@@ -69,13 +73,14 @@ impl Backend {
             last = event.seq;
             self.log.append(event, 1).await.unwrap();
         }
+        let appended = started.elapsed();
         loop {
             let event = tokio::time::timeout(Duration::from_secs(30), follower.recv())
                 .await
                 .expect("the follower receives within 30 s")
                 .expect("the follower goes on");
             if event.seq == last {
-                return started.elapsed();
+                return (appended, started.elapsed());
             }
         }
     }
@@ -135,19 +140,48 @@ fn main() {
             Some(base),
         );
 
-        let mut turns: [Vec<Duration>; 2] = Default::default();
         let mut followers = Vec::new();
         for backend in &backends {
-            let key = "bench:turns";
-            followers.push(backend.log.follow(key, 0).await.unwrap().events);
+            followers.push(backend.log.follow("bench:turns", 0).await.unwrap().events);
         }
+        let mut singles: [Vec<Duration>; 2] = Default::default();
         for _ in 0..ROUNDS {
             for (n, backend) in backends.iter_mut().enumerate() {
-                for _ in 0..TURNS / ROUNDS {
-                    turns[n].push(backend.turn("bench:turns", &mut followers[n]).await);
+                for _ in 0..APPENDS / ROUNDS / 4 {
+                    let event = backend.event("bench:turns", "one");
+                    let started = Instant::now();
+                    backend.log.append(event, 1).await.unwrap();
+                    followers[n].recv().await.unwrap();
+                    singles[n].push(started.elapsed());
                 }
             }
         }
+        let [files, jetstream] = singles;
+        let base = report("one event, append to follower: files", files);
+        report_against(
+            "one event, append to follower: jetstream",
+            jetstream,
+            Some(base),
+        );
+
+        let mut appended: [Vec<Duration>; 2] = Default::default();
+        let mut turns: [Vec<Duration>; 2] = Default::default();
+        for _ in 0..ROUNDS {
+            for (n, backend) in backends.iter_mut().enumerate() {
+                for _ in 0..TURNS / ROUNDS {
+                    let (appends, turn) = backend.turn("bench:turns", &mut followers[n]).await;
+                    appended[n].push(appends);
+                    turns[n].push(turn);
+                }
+            }
+        }
+        let [files, jetstream] = appended;
+        let base = report("16-event turn, its appends: files", files);
+        report_against(
+            "16-event turn, its appends: jetstream",
+            jetstream,
+            Some(base),
+        );
         let [files, jetstream] = turns;
         let base = report("16-event turn to its follower: files", files);
         report_against(
@@ -182,6 +216,23 @@ fn main() {
         let base = report("follow from the middle of 5,000 events: files", files);
         report_against(
             "follow from the middle of 5,000 events: jetstream",
+            jetstream,
+            Some(base),
+        );
+
+        let mut reads: [Vec<Duration>; 2] = Default::default();
+        for _ in 0..READS {
+            for (n, backend) in backends.iter().enumerate() {
+                let started = Instant::now();
+                let replay = backend.log.read("bench:long", 0, usize::MAX).await.unwrap();
+                reads[n].push(started.elapsed());
+                assert_eq!(replay.events.len() as u64, LONG_SESSION, "{}", backend.name);
+            }
+        }
+        let [files, jetstream] = reads;
+        let base = report("read all 5,000 events of a session: files", files);
+        report_against(
+            "read all 5,000 events of a session: jetstream",
             jetstream,
             Some(base),
         );
