@@ -3,8 +3,9 @@
 //! unreadable credentials, nobody listening), a stale owner's appends refused by the server
 //! itself, an event larger than the server takes, a server that goes away and comes back under
 //! a follower, session keys full of subject syntax, the binary search that finds where a reader
-//! starts among many sessions' events, the bounded window, and a removal that neither lets an
-//! older owner back in nor leaves followers waiting.
+//! starts among many sessions' events, the bounded window, a removal that neither lets an older
+//! owner back in nor leaves followers waiting, and reads and followers that leave no consumer on
+//! the server once they are done.
 
 use std::time::Duration;
 
@@ -403,4 +404,42 @@ async fn a_removed_session_keeps_its_fence_and_ends_every_follower() {
         "numbered from 1 again"
     );
     assert_eq!(next(&mut fresh.events).await.map(|e| e.seq), Some(1));
+}
+
+#[tokio::test]
+async fn reads_and_ended_followers_leave_no_consumer_behind() {
+    let Some(server) = NatsServer::start("reads_and_ended_followers_leave_no_consumer") else {
+        return;
+    };
+    let cluster = connect(&server).await;
+    let log = cluster.event_log();
+    let key = "agent:main:webchat:consumers";
+    for seq in 1..=5 {
+        log.append(event(key, seq, "x"), 1).await.unwrap();
+    }
+    for since in 0..20 {
+        log.read(key, since % 5, 100).await.unwrap();
+    }
+    let mut follows = Vec::new();
+    for since in 0..5 {
+        follows.push(log.follow(key, since).await.unwrap());
+    }
+    assert!(
+        cluster.open_event_consumers().await.unwrap() >= 5,
+        "the followers' consumers"
+    );
+    drop(follows);
+    // The server would otherwise keep each for its 30 s inactivity threshold.
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let open = cluster.open_event_consumers().await.unwrap();
+        if open == 0 {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{open} consumers still open 10 s after the reads and followers ended"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -13,7 +13,8 @@
 //! event after `since` by a binary search over the stream with direct gets of the subject's next
 //! message, then read with an ordered consumer filtered on the subject from that stream sequence;
 //! a follower's task skips anything at or before the last `seq` it delivered, so a consumer the
-//! client recreates after a reconnection never repeats an event.
+//! client recreates after a reconnection never repeats an event. A read's or an ended follower's
+//! consumer is deleted on the server at once.
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
@@ -191,6 +192,20 @@ impl JetStreamEventLog {
                 reconnected,
             }),
         })
+    }
+}
+
+impl JetStreamEventLog {
+    /// How many consumers the event stream has: every live follower and read has one.
+    pub async fn open_consumers(&self) -> std::io::Result<usize> {
+        let mut stream = self
+            .inner
+            .context
+            .get_stream(EVENT_STREAM)
+            .await
+            .map_err(std::io::Error::other)?;
+        let info = stream.info().await.map_err(std::io::Error::other)?;
+        Ok(info.state.consumer_count)
     }
 }
 
@@ -433,7 +448,7 @@ impl Inner {
         session: &str,
         subject: &str,
         located: Located,
-    ) -> Result<consumer::pull::Ordered, EventLogError> {
+    ) -> Result<Reader, EventLogError> {
         let deliver_policy = match located.start {
             Some(start_sequence) => consumer::DeliverPolicy::ByStartSequence { start_sequence },
             None => consumer::DeliverPolicy::All,
@@ -447,10 +462,16 @@ impl Inner {
             })
             .await
             .map_err(|error| unreachable_store(session, error))?;
-        consumer
+        let name = consumer.cached_info().name.clone();
+        let messages = consumer
             .messages()
             .await
-            .map_err(|error| unreachable_store(session, error))
+            .map_err(|error| unreachable_store(session, error))?;
+        Ok(Reader {
+            messages: Some(messages),
+            name,
+            stream: self.stream.clone(),
+        })
     }
 
     async fn read(&self, session: &str, since: u64, limit: usize) -> Result<Replay, EventLogError> {
@@ -535,6 +556,37 @@ impl Inner {
     }
 }
 
+/// An ordered consumer that deletes itself on the server when dropped, rather than lingering
+/// for the server's inactivity threshold (30 s).
+struct Reader {
+    messages: Option<consumer::pull::Ordered>,
+    name: String,
+    stream: stream::Stream<()>,
+}
+
+impl Reader {
+    async fn next(&mut self) -> Option<Result<jetstream::Message, consumer::pull::OrderedError>> {
+        match self.messages.as_mut() {
+            Some(messages) => messages.next().await,
+            None => None,
+        }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // First stop pulling (a live ordered consumer would recreate what is deleted).
+        drop(self.messages.take());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (stream, name) = (self.stream.clone(), std::mem::take(&mut self.name));
+            runtime.spawn(async move {
+                // Best effort: one the client recreated under another name expires by itself.
+                let _ = stream.delete_consumer(&name).await;
+            });
+        }
+    }
+}
+
 /// Refuses `event` under `epoch` when the log's end `tail` is newer.
 fn refuse_behind(
     session: &str,
@@ -568,7 +620,7 @@ async fn feed_follower(
     inner: Arc<Inner>,
     session: String,
     since: u64,
-    messages: consumer::pull::Ordered,
+    messages: Reader,
     follower: mpsc::Sender<AgentEvent>,
 ) {
     let mut delivered = since;

@@ -209,6 +209,12 @@ impl Cluster {
         Arc::new(self.runs.clone())
     }
 
+    /// How many consumers the event stream has now (each live follower and read has one; a
+    /// number that only grows means followers are not ending).
+    pub async fn open_event_consumers(&self) -> std::io::Result<usize> {
+        self.events.open_consumers().await
+    }
+
     /// The version the server reported when this connection was made.
     pub fn server_version(&self) -> &str {
         &self.version
