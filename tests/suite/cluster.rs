@@ -1,16 +1,17 @@
 //! The JetStream backend (`clawcage-cluster`) against a real `nats-server`, beyond the store
 //! contracts every backend passes: servers it must refuse (Debian's 2.9, no JetStream,
-//! unreadable credentials, nobody listening), a stale owner's appends refused by the server
-//! itself, an event larger than the server takes, a server that goes away and comes back under
-//! a follower, session keys full of subject syntax, the binary search that finds where a reader
-//! starts among many sessions' events, the bounded window, a removal that neither lets an older
-//! owner back in nor leaves followers waiting, and reads and followers that leave no consumer on
-//! the server once they are done.
+//! unreadable credentials, nobody listening, a certificate from an authority it was not given,
+//! no TLS where TLS is required), TLS through a given authority, a stale owner's appends refused
+//! by the server itself, an event larger than the server takes, a server that goes away and
+//! comes back under a follower, session keys full of subject syntax, the binary search that
+//! finds where a reader starts among many sessions' events, the bounded window, a removal that
+//! neither lets an older owner back in nor leaves followers waiting, and reads and followers
+//! that leave no consumer on the server once they are done.
 
 use std::time::Duration;
 
 use clawcage_agent::events::{AgentEvent, EventLogError, Stream};
-use clawcage_cluster::{Cluster, ClusterOptions};
+use clawcage_cluster::{Cluster, ClusterOptions, TlsOptions};
 use clawcage_tests::nats::NatsServer;
 use serde_json::json;
 
@@ -67,6 +68,53 @@ async fn a_server_older_than_2_10_is_refused_naming_its_version() {
         .expect("nats-server 2.9 is refused");
     assert!(
         error.contains("version 2.9.10") && error.contains("2.10 or newer"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn tls_reaches_a_server_only_through_the_authority_it_was_given() {
+    let Some((server, authority)) = NatsServer::start_tls("tls_reaches_a_server") else {
+        return;
+    };
+    let trusting = ClusterOptions {
+        tls: TlsOptions {
+            required: true,
+            root_certificates: Some(authority),
+            client_certificate: None,
+        },
+        ..ClusterOptions::default()
+    };
+    let log = connect_with(&server, &trusting).await.event_log();
+    log.append(event("agent:main:webchat:tls", 1, "over TLS"), 1)
+        .await
+        .unwrap();
+    assert_eq!(log.last_seq("agent:main:webchat:tls").await.unwrap(), 1);
+    // The system's roots do not know the test authority: refused, and said where.
+    let options = ClusterOptions {
+        connect_timeout: Duration::from_secs(3),
+        ..ClusterOptions::default()
+    };
+    let error = Cluster::connect(&server.url(), &options)
+        .await
+        .err()
+        .map(|error| error.to_string())
+        .expect("an unknown certificate authority is refused");
+    assert!(
+        error.contains(&server.url()) && error.contains("certificate"),
+        "{error}"
+    );
+    // TLS required of a server that does not offer it.
+    let Some(plain) = NatsServer::start("tls_reaches_a_server (plain)") else {
+        return;
+    };
+    let error = Cluster::connect(&plain.url(), &trusting)
+        .await
+        .err()
+        .map(|error| error.to_string())
+        .expect("a server without TLS is refused when TLS is required");
+    assert!(
+        error.contains(&plain.url()) && error.contains("does the server offer TLS"),
         "{error}"
     );
 }

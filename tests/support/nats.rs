@@ -67,6 +67,8 @@ pub struct NatsServer {
     jetstream: bool,
     store: tempfile::TempDir,
     port: u16,
+    /// Further arguments (TLS).
+    extra: Vec<String>,
     child: Option<Child>,
 }
 
@@ -101,10 +103,119 @@ impl NatsServer {
             jetstream,
             store: tempfile::tempdir().expect("a temporary store directory"),
             port: 0,
+            extra: Vec::new(),
             child: None,
         };
         server.launch();
         Some(server)
+    }
+
+    /// A server with JetStream that speaks only TLS, with a certificate for 127.0.0.1 issued by
+    /// a certificate authority made for it (by the `openssl` command), for `test`; with the path
+    /// of that authority's PEM certificate. `None` after saying why it is skipped.
+    pub fn start_tls(test: &str) -> Option<(Self, PathBuf)> {
+        let mut server = Self::start(test)?;
+        server.kill();
+        let dir = server.store.path().join("tls");
+        std::fs::create_dir_all(&dir).expect("the TLS directory");
+        let openssl = |args: &[&str]| {
+            Command::new("openssl")
+                .args(args)
+                .current_dir(&dir)
+                .stdin(Stdio::null())
+                .output()
+                .map_err(|error| format!("cannot run openssl: {error}"))
+                .and_then(|output| {
+                    if output.status.success() {
+                        Ok(())
+                    } else {
+                        Err(format!(
+                            "openssl {} failed: {}",
+                            args.join(" "),
+                            String::from_utf8_lossy(&output.stderr)
+                        ))
+                    }
+                })
+        };
+        std::fs::write(
+            dir.join("server.ext"),
+            "subjectAltName=IP:127.0.0.1\nbasicConstraints=CA:FALSE\nkeyUsage=digitalSignature\nextendedKeyUsage=serverAuth\n",
+        )
+        .expect("the certificate's extensions");
+        let ec = [
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+        ];
+        let made = openssl(
+            &[
+                &["req", "-x509"][..],
+                &ec,
+                &[
+                    "-keyout",
+                    "ca.key",
+                    "-out",
+                    "ca.pem",
+                    "-days",
+                    "1",
+                    "-subj",
+                    "/CN=clawcage test CA",
+                ],
+            ]
+            .concat(),
+        )
+        .and_then(|()| {
+            openssl(
+                &[
+                    &["req"][..],
+                    &ec,
+                    &[
+                        "-keyout",
+                        "server.key",
+                        "-out",
+                        "server.csr",
+                        "-subj",
+                        "/CN=127.0.0.1",
+                    ],
+                ]
+                .concat(),
+            )
+        })
+        .and_then(|()| {
+            openssl(&[
+                "x509",
+                "-req",
+                "-in",
+                "server.csr",
+                "-CA",
+                "ca.pem",
+                "-CAkey",
+                "ca.key",
+                "-CAcreateserial",
+                "-out",
+                "server.pem",
+                "-days",
+                "1",
+                "-extfile",
+                "server.ext",
+            ])
+        });
+        if let Err(reason) = made {
+            toolchains::skip(test, &reason);
+            return None;
+        }
+        let path = |name: &str| dir.join(name).display().to_string();
+        server.extra = vec![
+            "--tls".into(),
+            "--tlscert".into(),
+            path("server.pem"),
+            "--tlskey".into(),
+            path("server.key"),
+        ];
+        server.launch();
+        Some((server, dir.join("ca.pem")))
     }
 
     /// `nats://127.0.0.1:PORT`.
@@ -155,6 +266,7 @@ impl NatsServer {
                 .arg("-sd")
                 .arg(self.store.path().join("js"));
         }
+        command.args(&self.extra);
         let mut child = command
             .spawn()
             .unwrap_or_else(|error| panic!("cannot start {}: {error}", self.binary.display()));

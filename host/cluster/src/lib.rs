@@ -170,7 +170,13 @@ impl Cluster {
             .await
             .map_err(|error| ClusterError::Connect {
                 url: shown.clone(),
-                reason: error.to_string(),
+                reason: if options.tls.required || options.tls.root_certificates.is_some() {
+                    format!(
+                        "{error} (TLS is required: does the server offer TLS, with a certificate from the authority given?)"
+                    )
+                } else {
+                    error.to_string()
+                },
             })?;
         let info = client.server_info();
         check_server(&info, &shown)?;
