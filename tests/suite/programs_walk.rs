@@ -334,3 +334,48 @@ async fn names_that_are_not_utf8_or_hold_a_newline() {
         "find: 'names': Illegal byte sequence (os error 25)\n1\n[exit status: 0]"
     );
 }
+
+/// Each entry's type comes from the directory listing itself (the host's `read-directory` no
+/// longer stats every entry): links to a file, to a directory and to nowhere, a directory and a
+/// file are each found by their own `-type`, and a FIFO and a socket beside them are listed but
+/// never opened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_kind_of_entry_is_listed_with_its_own_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path();
+    write(root, "kinds/file", "TODO\n");
+    fs::create_dir_all(root.join("kinds/dir")).unwrap();
+    symlink("file", root.join("kinds/to-file")).unwrap();
+    symlink("dir", root.join("kinds/to-dir")).unwrap();
+    symlink("nowhere", root.join("kinds/dangling")).unwrap();
+    let made = std::process::Command::new("mkfifo")
+        .arg(root.join("kinds/fifo"))
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let _socket = std::os::unix::net::UnixListener::bind(root.join("kinds/socket")).unwrap();
+    let registry = exec_registry(root, FsMode::ReadWrite).await;
+    for (kind, expected) in [
+        ("f", "kinds/file\n"),
+        ("d", "kinds\nkinds/dir\n"),
+        ("l", "kinds/dangling\nkinds/to-dir\nkinds/to-file\n"),
+    ] {
+        assert_eq!(
+            run(&registry, &format!("find kinds -type {kind}")).await,
+            format!("{expected}[exit status: 0]"),
+            "-type {kind}"
+        );
+    }
+    // The walk of grep reads the file and passes the FIFO and the socket by (a read of the FIFO
+    // would wait for a writer forever).
+    assert_eq!(
+        run(&registry, "grep -r TODO kinds").await,
+        "kinds/file:TODO\n[exit status: 0]"
+    );
+    // `ls -F` marks each entry by the type the listing gave (a directory `/`, a link `@`; the
+    // bundled ls has no mark for a FIFO or a socket inside WASI).
+    assert_eq!(
+        run(&registry, "ls -F kinds").await,
+        "dangling@\ndir/\nfifo\nfile\nsocket\nto-dir@\nto-file@\n[exit status: 0]"
+    );
+}

@@ -11,6 +11,7 @@ mod asked_writes;
 mod bindings;
 pub mod cache;
 mod clock;
+mod directory_listing;
 pub mod env;
 pub mod grants;
 mod host;

@@ -163,6 +163,7 @@ pub(crate) fn program_linker(engine: &Engine) -> wasmtime::Result<Linker<Program
     wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
     crate::special_files::refuse_special_files(&mut linker)?;
     crate::asked_writes::ask_before_writes(&mut linker)?;
+    crate::directory_listing::list_without_stat(&mut linker)?;
     // The socket functions of adapted p1 modules: every descriptor is "not a socket".
     let mut sockets = linker.instance(crate::adapter::SOCKETS_INTERFACE)?;
     const NOT_A_SOCKET: (u32,) = (crate::adapter::ENOTSOCK,);

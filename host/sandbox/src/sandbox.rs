@@ -435,6 +435,7 @@ impl Sandbox {
         wasmtime_wasi::p2::add_to_linker_async(&mut linker)?;
         crate::special_files::refuse_special_files(&mut linker)?;
         crate::asked_writes::ask_before_writes(&mut linker)?;
+        crate::directory_listing::list_without_stat(&mut linker)?;
         bindings::log::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| state)?;
         if imports.network {
             bindings::http::add_to_linker::<CallState, HasSelf<CallState>>(&mut linker, |state| {
