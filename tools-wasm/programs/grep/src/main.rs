@@ -564,18 +564,7 @@ impl<W: Write> Searcher<W> {
             last_printed = Some(index);
             pending_after = options.after;
         }
-        if options.quiet {
-            return Ok(());
-        }
-        if options.count {
-            return self.count_line(name, selected);
-        }
-        if (options.files_with_matches && selected > 0)
-            || (options.files_without_match && selected == 0)
-        {
-            writeln!(self.out, "{name}")?;
-        }
-        Ok(())
+        self.finish_file(options, name, selected)
     }
 
     /// [`Searcher::search`] without context lines or inverted matching: instead of matching
@@ -638,6 +627,12 @@ impl<W: Write> Searcher<W> {
             }
             self.print_line(name, newlines_before, line, b':')?;
         }
+        self.finish_file(options, name, selected)
+    }
+
+    /// What a file ends with once its `selected` lines are known: nothing when quiet, its
+    /// count, or its name for `-l` / `-L`.
+    fn finish_file(&mut self, options: SearchFlags, name: &str, selected: u64) -> io::Result<()> {
         if options.quiet {
             return Ok(());
         }
