@@ -359,9 +359,23 @@ impl Console {
             number,
             started: Instant::now(),
         });
+        self.keep_live_line(move |state| {
+            state
+                .thinking
+                .as_ref()
+                .is_some_and(|thinking| thinking.number == number)
+        });
+    }
+
+    /// Draws the live line (the thinking line or the running call's) now and again every
+    /// second, with its seconds counting, while `current` says it is still the one shown.
+    fn keep_live_line(self: &Arc<Self>, current: impl Fn(&LineState) -> bool + Send + 'static) {
         let line = self.live_text(&self.lock());
         if let Some(line) = line {
             self.write(&format!("\r\x1b[2K{line}"));
+        }
+        if tokio::runtime::Handle::try_current().is_err() {
+            return;
         }
         let console = Arc::downgrade(self);
         tokio::spawn(async move {
@@ -372,10 +386,10 @@ impl Console {
                 };
                 let line = {
                     let state = console.lock();
-                    match &state.thinking {
-                        Some(thinking) if thinking.number == number => console.live_text(&state),
-                        _ => return,
+                    if !current(&state) {
+                        return;
                     }
+                    console.live_text(&state)
                 };
                 if let Some(line) = line {
                     console.write(&format!("\r\x1b[2K{line}"));
@@ -473,33 +487,11 @@ impl Console {
             self.write(&format!("{shown} …\n"));
             return;
         }
-        let line = self.live_text(&self.lock());
-        if let Some(line) = line {
-            self.write(&format!("\r\x1b[2K{line}"));
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            return;
-        }
-        let console = Arc::downgrade(self);
-        tokio::spawn(async move {
-            loop {
-                tokio::time::sleep(Duration::from_secs(1)).await;
-                let Some(console) = console.upgrade() else {
-                    return;
-                };
-                let line = {
-                    let state = console.lock();
-                    match &state.call {
-                        Some(call) if call.number == number && call.open => {
-                            console.live_text(&state)
-                        }
-                        _ => return,
-                    }
-                };
-                if let Some(line) = line {
-                    console.write(&format!("\r\x1b[2K{line}"));
-                }
-            }
+        self.keep_live_line(move |state| {
+            state
+                .call
+                .as_ref()
+                .is_some_and(|call| call.number == number && call.open)
         });
     }
 
