@@ -257,6 +257,14 @@ impl SessionFiles {
     /// The stored events after `since`, at most `limit`, and the window they are in.
     fn read(&self, since: u64, limit: usize) -> std::io::Result<Replay> {
         let mut events = Vec::new();
+        // Nothing is after the last event: the files are not read (a follower from the tail).
+        if since >= self.last_seq {
+            return Ok(Replay {
+                events,
+                first_retained: self.first_retained.min(self.last_seq + 1),
+                last_seq: self.last_seq,
+            });
+        }
         if since + 1 < self.current_first {
             read_segment(&self.old_path, since, limit, &mut events)?;
         }

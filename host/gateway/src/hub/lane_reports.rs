@@ -271,7 +271,7 @@ impl Hub {
         state.current = Some(CurrentRun {
             run_id: run_id.clone(),
             ticket: first,
-            start_seq: start.seq,
+            start_seq: start,
             committed_at,
             aborting: abort,
         });
@@ -315,7 +315,7 @@ impl Hub {
         state.current = Some(CurrentRun {
             run_id: run_id.clone(),
             ticket: first,
-            start_seq: start.seq,
+            start_seq: start,
             committed_at,
             aborting: false,
         });

@@ -320,14 +320,18 @@ impl Hub {
 
     /// Numbers `event` as the session's next and hands it to the session's writer; the caller
     /// holds the session's lock, so events are numbered in the order they happen. Returns the
-    /// event with its `seq`.
-    fn publish(&self, state: &mut SessionState, mut event: AgentEvent) -> AgentEvent {
-        event.seq = state.next_seq;
+    /// `seq` it got.
+    fn publish(&self, state: &mut SessionState, mut event: AgentEvent) -> u64 {
+        let seq = state.next_seq;
+        event.seq = seq;
         state.next_seq += 1;
-        if state.writer.send(Publish::Event(event.clone())).is_err() {
-            tracing::error!(session = %event.session_key, "the session's event writer has stopped; the event is lost");
+        if state.writer.send(Publish::Event(event)).is_err() {
+            tracing::error!(
+                seq,
+                "the session's event writer has stopped; the event is lost"
+            );
         }
-        event
+        seq
     }
 
     /// Numbers `event` and hands it to its session's writer (a session not opened yet is
