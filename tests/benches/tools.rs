@@ -1,7 +1,9 @@
 //! Benchmarks of the sandboxed tool path, each beside a native baseline measured in the same
 //! run: `read_file` through the registry (fresh store and instance per call) against
-//! `std::fs::read` of the same file, and the start-up time to the first tool call with a cold
-//! and a warm compiled-artifact cache. Prints medians, p99 and ratios.
+//! `std::fs::read` of the same file — with the call's instance made ahead of it (the default) and
+//! made during the call (a sandbox that keeps none waiting), latency and calls per CPU-second —
+//! and the start-up time to the first tool call with a cold and a warm compiled-artifact cache.
+//! Prints medians, p99 and ratios.
 //!
 //! Run: `cargo bench --workspace --bench tools` (or `just bench`).
 #![allow(
@@ -16,26 +18,85 @@ use std::time::Instant;
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{
-    ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WorkspaceGrant,
+    ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WasmTool, WorkspaceGrant,
 };
 use std::sync::Arc;
+use std::time::Duration;
 
 const CALLS: usize = 3_000;
+
+/// Calls per tight loop of the throughput measurement.
+const LOOP_CALLS: usize = 20_000;
 
 async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
     registry_of(sandbox, bundled::FILE, grants).await
 }
 
 async fn registry_of(sandbox: &Arc<Sandbox>, component: &[u8], grants: Grants) -> ToolRegistry {
+    tools_of(sandbox, "file", component, grants).await.0
+}
+
+/// The registry of the component `bytes` and its first tool (to see its waiting instances).
+async fn tools_of(
+    sandbox: &Arc<Sandbox>,
+    name: &str,
+    component: &[u8],
+    grants: Grants,
+) -> (ToolRegistry, WasmTool) {
     let loaded = sandbox
-        .load("file", "bundled:file", component, grants)
+        .load(name, &format!("bench:{name}"), component, grants)
         .await
         .unwrap();
+    let first = loaded.tools()[0].clone();
     let mut registry = ToolRegistry::new();
     for tool in loaded.into_tools() {
         registry.register(Arc::new(tool)).unwrap();
     }
-    registry
+    (registry, first)
+}
+
+/// Waits (untimed) until an instance waits for `tool`: the state a call finds in a session,
+/// where model turns separate calls.
+async fn until_ready(tool: &WasmTool) {
+    while tool.waiting_instances() == 0 {
+        tokio::task::yield_now().await;
+    }
+}
+
+/// CPU time used by every thread of this process so far (`/proc/self/task/*/schedstat`).
+fn process_cpu() -> Duration {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
+            total += stat
+                .split_whitespace()
+                .next()
+                .and_then(|ns| ns.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Duration::from_nanos(total)
+}
+
+/// `LOOP_CALLS` calls of `read_file` back to back: calls per second of wall time and per
+/// second of CPU time (all threads, the background preparation included).
+async fn throughput(label: &str, registry: &ToolRegistry, args: &str) -> f64 {
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cpu = process_cpu();
+    let started = Instant::now();
+    for _ in 0..LOOP_CALLS {
+        std::hint::black_box(registry.execute("read_file", args).await.unwrap());
+    }
+    let wall = started.elapsed();
+    // Let the last background drop and preparation finish: they are part of the cost.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let cpu = process_cpu() - cpu;
+    let per_cpu_second = LOOP_CALLS as f64 / cpu.as_secs_f64();
+    println!(
+        "{label:<52} {:>8.0} calls/s   {per_cpu_second:>8.0} calls per CPU-second",
+        LOOP_CALLS as f64 / wall.as_secs_f64()
+    );
+    per_cpu_second
 }
 
 fn main() {
@@ -55,22 +116,26 @@ fn main() {
             text.len()
         );
         let sandbox = clawcage_tests::sandbox();
-        let registry = registry_with(&sandbox, grants.clone()).await;
+        // The same engine settings with no instance made ahead: every call makes its own.
+        let during = Sandbox::new(SandboxOptions {
+            idle_instances: Duration::ZERO,
+            ..SandboxOptions::new(ArtifactCache::in_dir(clawcage_tests::cache_dir()))
+        })
+        .unwrap();
+        let (registry, read_tool) = tools_of(&sandbox, "file", bundled::FILE, grants.clone()).await;
+        let (registry_during, _) = tools_of(&during, "file", bundled::FILE, grants.clone()).await;
         let args = r#"{"path":"bench.txt"}"#;
         for _ in 0..200 {
             registry.execute("read_file", args).await.unwrap();
+            registry_during.execute("read_file", args).await.unwrap();
         }
         // The same path with a tool that does no file work: where the time of a bare fresh
         // instance goes.
         let echo_bytes = std::fs::read(clawcage_sandbox::components::fixtures::ECHO).unwrap();
-        let echo = sandbox
-            .load("echo", "test:echo", &echo_bytes, grants.clone())
-            .await
-            .unwrap();
-        let mut echo_registry = ToolRegistry::new();
-        for tool in echo.into_tools() {
-            echo_registry.register(Arc::new(tool)).unwrap();
-        }
+        let (echo_registry, echo_tool) =
+            tools_of(&sandbox, "echo", &echo_bytes, grants.clone()).await;
+        let (echo_registry_during, _) =
+            tools_of(&during, "echo", &echo_bytes, grants.clone()).await;
         let echo_args = r#"{"text":"x"}"#;
         // For a profiler: `CLAWCAGE_BENCH_PROFILE_CALLS=N` makes N calls of `read_file` (of
         // `echo` with `CLAWCAGE_BENCH_PROFILE_TOOL=echo`) and stops.
@@ -105,16 +170,22 @@ fn main() {
         let path = workspace.path().join("bench.txt");
         let mut native = Vec::with_capacity(CALLS);
         let mut sandboxed = Vec::with_capacity(CALLS);
-        // Interleave the two so that machine noise hits both alike.
+        let mut sandboxed_during = Vec::with_capacity(CALLS);
+        // Interleave them so that machine noise hits all alike.
         for _ in 0..CALLS {
             let started = Instant::now();
             let bytes = std::fs::read(&path).unwrap();
             std::hint::black_box(String::from_utf8(bytes).unwrap());
             native.push(started.elapsed());
 
+            until_ready(&read_tool).await;
             let started = Instant::now();
             std::hint::black_box(registry.execute("read_file", args).await.unwrap());
             sandboxed.push(started.elapsed());
+
+            let started = Instant::now();
+            std::hint::black_box(registry_during.execute("read_file", args).await.unwrap());
+            sandboxed_during.push(started.elapsed());
 
             if let Some(baseline) = &baseline {
                 let started = Instant::now();
@@ -123,13 +194,15 @@ fn main() {
             }
         }
         let native_p50 = report("native std::fs::read", native);
-        let sandboxed_p50 = report(
-            "registry.execute(\"read_file\") (fresh instance)",
-            sandboxed,
+        let sandboxed_p50 = report("read_file, fresh instance made ahead (default)", sandboxed);
+        let during_p50 = report(
+            "read_file, fresh instance made during the call",
+            sandboxed_during,
         );
         println!(
-            "ratio sandboxed / native at p50: {:.1}x",
-            sandboxed_p50.as_secs_f64() / native_p50.as_secs_f64()
+            "ratio made ahead / native at p50: {:.1}x; made during the call / native: {:.1}x",
+            sandboxed_p50.as_secs_f64() / native_p50.as_secs_f64(),
+            during_p50.as_secs_f64() / native_p50.as_secs_f64()
         );
         if baseline.is_some() {
             let baseline_p50 = report(
@@ -143,12 +216,36 @@ fn main() {
         }
 
         let mut echo_samples = Vec::with_capacity(CALLS);
+        let mut echo_during = Vec::with_capacity(CALLS);
         for _ in 0..CALLS {
+            until_ready(&echo_tool).await;
             let started = Instant::now();
             std::hint::black_box(echo_registry.execute("echo", echo_args).await.unwrap());
             echo_samples.push(started.elapsed());
+
+            let started = Instant::now();
+            std::hint::black_box(
+                echo_registry_during
+                    .execute("echo", echo_args)
+                    .await
+                    .unwrap(),
+            );
+            echo_during.push(started.elapsed());
         }
-        report("registry.execute(\"echo\") (no file work)", echo_samples);
+        report("echo (no file work), made ahead", echo_samples);
+        report("echo (no file work), made during the call", echo_during);
+
+        println!("\n== read_file back to back ({LOOP_CALLS} calls each)");
+        let mut ahead = Vec::new();
+        let mut made_during = Vec::new();
+        for _ in 0..2 {
+            ahead.push(throughput("made ahead (default)", &registry, args).await);
+            made_during.push(throughput("made during the call", &registry_during, args).await);
+        }
+        println!(
+            "calls per CPU-second, made ahead / made during the call: {:.2}x",
+            ahead.iter().sum::<f64>() / made_during.iter().sum::<f64>()
+        );
 
         println!("\n== start-up to the first tool call (new engine, load, call)");
         let mut cold = Vec::new();

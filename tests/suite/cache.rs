@@ -305,3 +305,119 @@ async fn a_cached_program_is_read_and_checked_only_when_it_first_runs() {
         assert!(!catalog.is_loaded(name), "{name} was loaded for wc");
     }
 }
+
+/// Whether this process maps the file at `path` (as wasmtime does for an artifact it loads from
+/// the file rather than from bytes read into memory).
+fn mapped(path: &std::path::Path) -> bool {
+    let path = path.canonicalize().unwrap();
+    std::fs::read_to_string("/proc/self/maps")
+        .unwrap()
+        .lines()
+        .any(|line| line.ends_with(&*path.to_string_lossy()))
+}
+
+/// Once an artifact passed its seal check, the cache vouches for that file and later starts map
+/// it without reading or hashing it. A byte changed in place with its modification time set
+/// back, a file others may write, and a vouching record from another key are not taken: each
+/// start checks the seal in full again, and what fails it is compiled again.
+#[cfg(target_os = "linux")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checked_artifact_is_mapped_and_any_change_to_it_is_noticed() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("a.txt"), "the real file tool").unwrap();
+    let grants = clawcage_tests::grants(
+        workspace.path(),
+        clawcage_sandbox::FsMode::ReadOnly,
+        clawcage_sandbox::Limits::default(),
+    );
+    // The first start compiles and stores; the second checks the seal and vouches; the third
+    // maps the vouched file.
+    let (sandbox, loaded, key) = file_component(dir.path(), &grants).await;
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    drop((loaded, sandbox));
+    let artifact = dir.path().join(format!("{key}.cwasm"));
+    let vouched = dir.path().join(format!("{key}.vouched.json"));
+    assert!(!vouched.exists(), "nothing is vouched for before a check");
+    let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    assert!(
+        !mapped(&artifact),
+        "a file not yet vouched for is read, not mapped"
+    );
+    drop((loaded, sandbox));
+    assert!(vouched.exists());
+    let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    assert!(mapped(&artifact), "a vouched artifact is mapped");
+    drop((loaded, sandbox));
+    let genuine = std::fs::read(&artifact).unwrap();
+
+    // 1. One byte changed in place (same inode, same size) with the modification time set back:
+    //    the change time moved, so the seal is checked in full, fails, and the component is
+    //    compiled again.
+    let modified = std::fs::metadata(&artifact).unwrap().modified().unwrap();
+    let mut changed = genuine.clone();
+    let middle = changed.len() / 2;
+    changed[middle] ^= 0x40;
+    {
+        use std::io::{Seek as _, Write as _};
+        let mut file = std::fs::OpenOptions::new()
+            .write(true)
+            .open(&artifact)
+            .unwrap();
+        file.seek(std::io::SeekFrom::Start(middle as u64)).unwrap();
+        file.write_all(&changed[middle..=middle]).unwrap();
+        file.set_modified(modified).unwrap();
+    }
+    assert_eq!(
+        std::fs::metadata(&artifact).unwrap().modified().unwrap(),
+        modified
+    );
+    let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    assert!(!mapped(&artifact));
+    assert_eq!(std::fs::read(&artifact).unwrap(), genuine, "replaced");
+    drop((loaded, sandbox));
+
+    // 2. An artifact its group may write is never mapped, nor vouched for: each start checks it.
+    let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    assert!(read_a(&loaded).await.contains("the real file tool"));
+    drop((loaded, sandbox));
+    std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o664)).unwrap();
+    std::fs::remove_file(&vouched).unwrap();
+    for _ in 0..2 {
+        let (sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+        assert!(read_a(&loaded).await.contains("the real file tool"));
+        assert!(!mapped(&artifact), "a file others may write is not mapped");
+        drop((loaded, sandbox));
+        assert!(!vouched.exists());
+    }
+    std::fs::set_permissions(&artifact, std::fs::Permissions::from_mode(0o600)).unwrap();
+
+    // 3. A vouching record of another key (the echo fixture's, for its own artifact) put under
+    //    this key is not believed.
+    let echo_bytes = std::fs::read(clawcage_sandbox::components::fixtures::ECHO).unwrap();
+    let mut echo_key = String::new();
+    for _ in 0..2 {
+        let sandbox = Sandbox::new(SandboxOptions::new(ArtifactCache::in_dir(dir.path()))).unwrap();
+        let echo = sandbox
+            .load("echo", "test:echo", &echo_bytes, Grants::none())
+            .await
+            .unwrap();
+        echo.tools()[0].clone().call_json("{}").await.ok();
+        echo_key = ArtifactCache::key(sandbox.engine(), &echo_bytes);
+    }
+    let echo_vouched = dir.path().join(format!("{echo_key}.vouched.json"));
+    assert!(echo_vouched.exists());
+    std::fs::copy(dir.path().join(format!("{echo_key}.cwasm")), &artifact).unwrap();
+    std::fs::copy(&echo_vouched, &vouched).unwrap();
+    let (_sandbox, loaded, _) = file_component(dir.path(), &grants).await;
+    assert!(
+        read_a(&loaded).await.contains("the real file tool"),
+        "the echo artifact ran in place of the file tool"
+    );
+    assert!(!mapped(&artifact));
+    assert_eq!(std::fs::read(&artifact).unwrap(), genuine);
+}

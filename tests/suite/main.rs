@@ -26,6 +26,7 @@ mod llama_server;
 mod long_sessions;
 mod misbehaving;
 mod plugins;
+mod prepared;
 mod programs_archive;
 mod programs_diff;
 mod programs_kinds;

@@ -37,8 +37,8 @@ fn sandbox_and_dirs(options: &Options) -> Result<(Arc<Sandbox>, ProgramDirs), Fa
     let cache =
         clawcage_sandbox::ArtifactCache::in_dir(located.state_dir.join("cache").join("components"));
     let sandbox = Sandbox::new(clawcage_sandbox::SandboxOptions {
-        cache,
         progress: options.progress.clone(),
+        ..clawcage_sandbox::SandboxOptions::new(cache)
     })
     .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
     let dirs = ProgramDirs {

@@ -24,6 +24,14 @@ pub enum Symlinks {
 /// error of kind `InvalidInput` naming what it is. With [`Symlinks::Refuse`] a symlink at `path`
 /// is refused too. The error never contains the file's content.
 pub fn read_regular_file(path: &Path, max_bytes: u64, symlinks: Symlinks) -> io::Result<Vec<u8>> {
+    let (file, metadata) = open_regular_file(path, symlinks)?;
+    read_opened(file, &metadata, path, max_bytes)
+}
+
+/// Opens `path` as [`read_regular_file`] does (non-blocking, no controlling terminal, a symlink
+/// refused with [`Symlinks::Refuse`]) and returns it with its metadata, taken from the open file:
+/// for a caller that must know that what it checks and what it reads are the same file.
+pub fn open_regular_file(path: &Path, symlinks: Symlinks) -> io::Result<(File, std::fs::Metadata)> {
     let mut options = OpenOptions::new();
     options.read(true);
     #[cfg(unix)]
@@ -59,6 +67,17 @@ pub fn read_regular_file(path: &Path, max_bytes: u64, symlinks: Symlinks) -> io:
             ),
         ));
     }
+    Ok((file, metadata))
+}
+
+/// Reads the whole of `file`, opened by [`open_regular_file`] from `path`, if it holds at most
+/// `max_bytes` bytes.
+pub fn read_opened(
+    file: File,
+    metadata: &std::fs::Metadata,
+    path: &Path,
+    max_bytes: u64,
+) -> io::Result<Vec<u8>> {
     if metadata.len() > max_bytes {
         return Err(too_large(path, max_bytes));
     }

@@ -456,8 +456,8 @@ impl Runtime {
         let sandbox = match shared_sandbox {
             Some(sandbox) => sandbox,
             None => Sandbox::new(SandboxOptions {
-                cache: ArtifactCache::in_dir(cache_dir),
                 progress,
+                ..SandboxOptions::new(ArtifactCache::in_dir(cache_dir))
             })
             .map_err(failed)?,
         };

@@ -14,6 +14,15 @@
 //! copied from elsewhere, a valid artifact of another component moved under this key, a change
 //! made between the check and the use — is never run or believed: it is compiled or learnt again
 //! and replaced.
+//!
+//! Checking the seal means reading and hashing megabytes on every start, so once an artifact has
+//! passed it, the cache vouches for that very file in a sealed record beside it: its device,
+//! inode, size and modification and change times, taken from the open file that was checked.
+//! A later start maps the artifact (no read, no hash, no copy) when the file it opened is the one
+//! vouched for and only its owner — the user running clawcage — can write it. Whoever else could
+//! change it must replace it (a new inode and change time, which no one but root can set back)
+//! or be that user; a copied cache, a file moved under another key and a replaced file all fail
+//! the comparison and are checked in full again.
 
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
@@ -21,7 +30,9 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 
-use clawcage_core::files::{Symlinks, read_regular_file, write_atomically};
+use clawcage_core::files::{
+    Symlinks, open_regular_file, read_opened, read_regular_file, write_atomically,
+};
 
 use sha2::{Digest, Sha256};
 use wasmtime::Engine;
@@ -149,6 +160,48 @@ impl ArtifactCache {
         }
     }
 
+    /// The artifact of `key` at `path`, if present. When the open file is the one the cache
+    /// vouched for (see the module's description) and only its owner can write it, it is mapped
+    /// as it is. Otherwise it is read whole into memory, its seal checked on those bytes, and
+    /// only then given to wasmtime (which copies them into executable memory), so nothing that
+    /// changes the file afterwards reaches the code that runs; the cache then vouches for it.
+    /// `Ok(None)`: no entry.
+    fn load_sealed(
+        &self,
+        engine: &Engine,
+        seal: &Seal,
+        key: &str,
+        path: &Path,
+    ) -> wasmtime::Result<Option<Component>> {
+        let (file, metadata) = match open_regular_file(path, Symlinks::Refuse) {
+            Ok(opened) => opened,
+            Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(error) => return Err(wasmtime::Error::msg(format!("cannot read it: {error}"))),
+        };
+        let identity = FileIdentity::of(&metadata);
+        let private = seal.owns_alone(&metadata);
+        if private && self.vouched(key) == Some(identity) {
+            return map_opened(engine, &file, path).map(Some);
+        }
+        let sealed = read_opened(file, &metadata, path, ARTIFACT_MAX_BYTES)
+            .map_err(|error| wasmtime::Error::msg(format!("cannot read it: {error}")))?;
+        let Some(artifact) = seal.open_entry(&sealed, &[ARTIFACT_DOMAIN, key.as_bytes()]) else {
+            return Err(wasmtime::Error::msg(
+                "it fails its seal check: it was not written by this cache, or was changed since",
+            ));
+        };
+        let component = deserialize(engine, artifact)?;
+        if private && let Ok(record) = serde_json::to_vec(&identity) {
+            self.store_record(key, VOUCHED_RECORD, &record);
+        }
+        Ok(Some(component))
+    }
+
+    /// The file the cache vouched for as the artifact of `key`, if it did.
+    fn vouched(&self, key: &str) -> Option<FileIdentity> {
+        serde_json::from_slice(&self.record(key, VOUCHED_RECORD)?).ok()
+    }
+
     /// Whether a compiled artifact for `key` is on disk.
     pub fn has_artifact(&self, key: &str) -> bool {
         self.dir
@@ -181,7 +234,7 @@ impl ArtifactCache {
             return Ok((Component::new(engine, bytes)?, CacheOutcome::Compiled));
         };
         let path = dir.join(format!("{key}.cwasm"));
-        match load_sealed(engine, seal, key, &path) {
+        match self.load_sealed(engine, seal, key, &path) {
             Ok(Some(component)) => return Ok((component, CacheOutcome::Hit)),
             Ok(None) => {}
             Err(error) => tracing::warn!(
@@ -226,26 +279,75 @@ const ARTIFACT_MAX_BYTES: u64 = 2 << 30;
 const ARTIFACT_DOMAIN: &[u8] = b"clawcage compiled component";
 const RECORD_DOMAIN: &[u8] = b"clawcage cache record";
 
-/// The artifact of `key` at `path`, if present: read whole into memory, its seal checked on
-/// those bytes, and only then given to wasmtime (which copies them into executable memory), so
-/// nothing that changes the file afterwards reaches the code that runs. `Ok(None)`: no entry.
-fn load_sealed(
-    engine: &Engine,
-    seal: &Seal,
-    key: &str,
-    path: &Path,
-) -> wasmtime::Result<Option<Component>> {
-    let sealed = match read_regular_file(path, ARTIFACT_MAX_BYTES, Symlinks::Refuse) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(error) => return Err(wasmtime::Error::msg(format!("cannot read it: {error}"))),
-    };
-    let Some(artifact) = seal.open_entry(&sealed, &[ARTIFACT_DOMAIN, key.as_bytes()]) else {
-        return Err(wasmtime::Error::msg(
-            "it fails its seal check: it was not written by this cache, or was changed since",
-        ));
-    };
-    deserialize(engine, artifact).map(Some)
+/// The record in which the cache vouches for an artifact file it checked.
+const VOUCHED_RECORD: &str = "vouched";
+
+/// Which file, in which state: what a [`VOUCHED_RECORD`] holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+struct FileIdentity {
+    device: u64,
+    inode: u64,
+    bytes: u64,
+    modified_ns: i128,
+    changed_ns: i128,
+}
+
+impl FileIdentity {
+    #[cfg(unix)]
+    fn of(metadata: &std::fs::Metadata) -> FileIdentity {
+        use std::os::unix::fs::MetadataExt as _;
+        let nanoseconds =
+            |seconds: i64, nanos: i64| i128::from(seconds) * 1_000_000_000 + i128::from(nanos);
+        FileIdentity {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+            bytes: metadata.len(),
+            modified_ns: nanoseconds(metadata.mtime(), metadata.mtime_nsec()),
+            changed_ns: nanoseconds(metadata.ctime(), metadata.ctime_nsec()),
+        }
+    }
+
+    /// Without inodes and change times nothing is vouched for: every start checks the seal.
+    #[cfg(not(unix))]
+    fn of(_metadata: &std::fs::Metadata) -> FileIdentity {
+        FileIdentity {
+            device: 0,
+            inode: 0,
+            bytes: 0,
+            modified_ns: 0,
+            changed_ns: 0,
+        }
+    }
+}
+
+/// The artifact in the open `file`, mapped into memory by wasmtime. On Linux wasmtime opens the
+/// open file itself (through `/proc/self/fd`), never the path again, so what it maps is the file
+/// that was compared with the record.
+#[cfg(target_os = "linux")]
+#[allow(
+    unsafe_code,
+    reason = "loading precompiled code is unsafe by wasmtime's contract"
+)]
+fn map_opened(engine: &Engine, file: &std::fs::File, _path: &Path) -> wasmtime::Result<Component> {
+    use std::os::fd::AsRawFd as _;
+    let opened = PathBuf::from(format!("/proc/self/fd/{}", file.as_raw_fd()));
+    // SAFETY: the open file is the one this cache vouched for in a sealed record after checking
+    // its seal (same device, inode, size, modification and change time: any change since would
+    // have moved the change time, which only root can set), and only the user running clawcage
+    // can write it. Its content is therefore what `store` wrote under this key: the output of
+    // `Component::serialize` of an engine with the same compatibility hash (part of the key),
+    // followed by the seal, which the ELF reader ignores. wasmtime checks the header and the
+    // engine settings again and refuses a mismatch.
+    unsafe { Component::deserialize_file(engine, opened) }
+}
+
+/// Elsewhere the artifact is read and its seal checked on every start.
+#[cfg(not(target_os = "linux"))]
+fn map_opened(_engine: &Engine, _file: &std::fs::File, path: &Path) -> wasmtime::Result<Component> {
+    Err(wasmtime::Error::msg(format!(
+        "{} cannot be mapped on this system",
+        path.display()
+    )))
 }
 
 #[allow(
@@ -280,6 +382,8 @@ const SEAL_BYTES: usize = 32;
 /// entry sealed with it.
 struct Seal {
     key: [u8; SEAL_BYTES],
+    /// The user running clawcage, who owns the key.
+    owner: u32,
 }
 
 impl std::fmt::Debug for Seal {
@@ -307,11 +411,24 @@ impl Seal {
 
     fn read(dir: &Path, path: &Path) -> io::Result<Seal> {
         let bytes = read_regular_file(path, SEAL_BYTES as u64, Symlinks::Refuse)?;
-        check_private(dir, path)?;
+        let owner = check_private(dir, path)?;
         let key = <[u8; SEAL_BYTES]>::try_from(bytes.as_slice()).map_err(|_| {
             io::Error::new(io::ErrorKind::InvalidData, "the key has the wrong length")
         })?;
-        Ok(Seal { key })
+        Ok(Seal { key, owner })
+    }
+
+    /// Whether the file of `metadata` is owned by the user running clawcage and writable by no
+    /// one else (no one but root could change it behind this process's back).
+    #[cfg(unix)]
+    fn owns_alone(&self, metadata: &std::fs::Metadata) -> bool {
+        use std::os::unix::fs::MetadataExt as _;
+        metadata.uid() == self.owner && metadata.mode() & 0o022 == 0
+    }
+
+    #[cfg(not(unix))]
+    fn owns_alone(&self, _metadata: &std::fs::Metadata) -> bool {
+        false
     }
 
     /// Writes a new random key to `path`: without `replace`, only if none is there yet (a
@@ -409,9 +526,9 @@ impl Seal {
 }
 
 /// Fails unless the key file at `path` is owned by the user running clawcage and neither
-/// readable nor writable by anyone else.
+/// readable nor writable by anyone else; returns that user.
 #[cfg(unix)]
-fn check_private(dir: &Path, path: &Path) -> io::Result<()> {
+fn check_private(dir: &Path, path: &Path) -> io::Result<u32> {
     use std::os::unix::fs::MetadataExt as _;
     let key = std::fs::symlink_metadata(path)?;
     if key.mode() & 0o077 != 0 {
@@ -430,12 +547,12 @@ fn check_private(dir: &Path, path: &Path) -> io::Result<()> {
             format!("it is owned by user {}, not {owner}", key.uid()),
         ));
     }
-    Ok(())
+    Ok(owner)
 }
 
 #[cfg(not(unix))]
-fn check_private(_dir: &Path, _path: &Path) -> io::Result<()> {
-    Ok(())
+fn check_private(_dir: &Path, _path: &Path) -> io::Result<u32> {
+    Ok(0)
 }
 
 /// The user this process runs as: the owner of `/proc/self` on Linux; elsewhere the owner of

@@ -1,7 +1,7 @@
 //! The security boundary of clawcage and the only crate that depends on wasmtime. It owns the
 //! engine (pooling allocator, epoch interruption), the compiled-artifact cache, the capability
 //! [`Grants`] and [`WasmTool`], which runs one tool of a component in a fresh store and instance
-//! per call. Nothing a tool returns or does reaches the host except through the WIT contract in
+//! per call (made ahead of the call, used once). Nothing a tool returns or does reaches the host except through the WIT contract in
 //! `wit/`; a trap, timeout or exhausted memory comes back as [`clawcage_core::ToolError::Failed`].
 //! Third-party [`plugin`]s are verified and granted here too, so every grant decision lives in
 //! this crate.
@@ -18,6 +18,7 @@ mod host;
 pub mod install;
 pub mod network;
 pub mod plugin;
+mod prepared;
 mod process;
 mod program_store;
 pub mod programs;

@@ -18,13 +18,14 @@ use crate::bindings::{self, BasicToolPre};
 use crate::cache::{ArtifactCache, CacheOutcome, sha256_hex};
 use crate::grants::Grants;
 use crate::host::CallState;
+use crate::prepared::{WaitingBudget, WaitingInstances};
 use crate::tool::{Answer, Operation, WasmTool, run_in_fresh_instance};
 
 /// How often the epoch advances: the granularity of timeouts and of yielding to other tasks.
 pub(crate) const EPOCH_TICK: Duration = Duration::from_millis(5);
 
 /// Instances that may exist at once across the process; each reserves address space only.
-const POOL_INSTANCES: u32 = 200;
+pub(crate) const POOL_INSTANCES: u32 = 200;
 
 /// How a [`Sandbox`] is set up.
 #[derive(Debug, Clone)]
@@ -33,6 +34,10 @@ pub struct SandboxOptions {
     pub cache: ArtifactCache,
     /// Where the first start's compilation is reported (quiet by default).
     pub progress: crate::progress::CompileProgress,
+    /// How long an instance made ahead of its call waits unused before it is dropped; zero
+    /// makes none ahead (every call makes its own instance during the call, as a command that
+    /// makes one call and exits wants).
+    pub idle_instances: Duration,
 }
 
 impl SandboxOptions {
@@ -41,6 +46,7 @@ impl SandboxOptions {
         Self {
             cache,
             progress: crate::progress::CompileProgress::quiet(),
+            idle_instances: crate::prepared::IDLE,
         }
     }
 }
@@ -140,6 +146,8 @@ pub struct Sandbox {
     descriptions: Mutex<HashMap<String, Description>>,
     /// Tells the operator, once, that the first start compiles.
     progress: crate::progress::CompileProgress,
+    /// How many instances wait, made ahead of their calls, in this process.
+    waiting: Arc<WaitingBudget>,
 }
 
 impl std::fmt::Debug for Sandbox {
@@ -185,6 +193,7 @@ impl Sandbox {
             compiled: Mutex::new(HashMap::new()),
             descriptions: Mutex::new(HashMap::new()),
             progress: options.progress.clone(),
+            waiting: Arc::new(WaitingBudget::new(options.idle_instances)),
         }))
     }
 
@@ -201,6 +210,12 @@ impl Sandbox {
     /// The artifact cache.
     pub fn cache(&self) -> &ArtifactCache {
         &self.cache
+    }
+
+    /// How many instances wait in this process, made ahead of their calls
+    /// (see the `prepared` module).
+    pub fn waiting_instances(&self) -> usize {
+        self.waiting.waiting()
     }
 
     /// Where compilation is reported.
@@ -322,10 +337,11 @@ impl Sandbox {
             cache_outcome: outcome,
         });
         let grants = Arc::new(grants);
+        let waiting = Arc::new(WaitingInstances::new(grants.clone(), self.waiting.clone()));
         let tools = description
             .specs
             .into_iter()
-            .map(|spec| WasmTool::new(spec, lazy.clone(), grants.clone()))
+            .map(|spec| WasmTool::new(spec, lazy.clone(), grants.clone(), waiting.clone()))
             .collect();
         Ok(LoadedComponent {
             component: lazy,

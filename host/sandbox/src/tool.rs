@@ -1,7 +1,8 @@
 //! [`WasmTool`]: one tool of a component, run in a fresh store and instance per call so that no
 //! state leaks between calls. This module builds the store from the grants (preopen, memory cap,
-//! epoch deadline), bounds the call with a wall-clock timeout, and turns every way a call can end
-//! — result, tool error, trap, timeout, exhausted memory — into a result for the model.
+//! epoch deadline) — ahead of the call when it can ([`crate::prepared`]) —, bounds the call with a
+//! wall-clock timeout, and turns every way a call can end — result, tool error, trap, timeout,
+//! exhausted memory — into a result for the model.
 
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -17,6 +18,7 @@ use crate::bindings::{GuestToolError, exports::clawcage::tool::tool::ToolSpec as
 use crate::clock::CallClock;
 use crate::grants::Grants;
 use crate::host::CallState;
+use crate::prepared::{ReadyInstance, WaitingInstances};
 use crate::sandbox::{CompiledComponent, LazyComponent};
 
 /// Bytes of the guest's stderr kept to explain a crash.
@@ -30,6 +32,8 @@ pub struct WasmTool {
     spec: ToolSpec,
     component: Arc<LazyComponent>,
     grants: Arc<Grants>,
+    /// Instances made ahead for the calls of this component's tools under these grants.
+    waiting: Arc<WaitingInstances>,
 }
 
 impl std::fmt::Debug for WasmTool {
@@ -43,17 +47,29 @@ impl std::fmt::Debug for WasmTool {
 }
 
 impl WasmTool {
-    pub(crate) fn new(spec: ToolSpec, component: Arc<LazyComponent>, grants: Arc<Grants>) -> Self {
+    pub(crate) fn new(
+        spec: ToolSpec,
+        component: Arc<LazyComponent>,
+        grants: Arc<Grants>,
+        waiting: Arc<WaitingInstances>,
+    ) -> Self {
         Self {
             spec,
             component,
             grants,
+            waiting,
         }
     }
 
     /// The grants this tool runs with.
     pub fn grants(&self) -> &Grants {
         &self.grants
+    }
+
+    /// How many instances wait, made ahead, for the calls of this tool's component under these
+    /// grants (at most two; see the sandbox's `prepared` module).
+    pub fn waiting_instances(&self) -> usize {
+        self.waiting.len()
     }
 
     /// Run the tool with arguments as JSON text (already validated by the registry). The
@@ -70,14 +86,16 @@ impl WasmTool {
         self.component
             .instantiations
             .fetch_add(1, Ordering::Relaxed);
-        let answer = run_in_fresh_instance(
+        let (answer, used) = run_operation(
             compiled,
             &self.grants,
             Operation::Call { name, args },
             approved,
+            Some(&self.waiting),
         )
-        .await?;
-        match answer {
+        .await;
+        self.waiting.after_call(compiled, used);
+        match answer? {
             Answer::Call(Ok(text)) => Ok(ToolOutput::text(cap_output(
                 text,
                 self.grants.limits.max_output_chars,
@@ -206,7 +224,69 @@ pub(crate) async fn run_in_fresh_instance(
     operation: Operation<'_>,
     approved: Option<Arc<ApprovedExec>>,
 ) -> Result<Answer, ToolError> {
+    run_operation(component, grants, operation, approved, None)
+        .await
+        .0
+}
+
+/// A store built from `grants` for one instance: the WASI context (the preopen, the environment;
+/// with `asking_clock`, the guest clock that stops while an operator is asked), the memory limit,
+/// the network policy and the scheduler, yielding at every epoch tick. Nothing of a particular
+/// call is in it yet.
+fn new_store(
+    component: &CompiledComponent,
+    grants: &Grants,
+    stderr: MemoryOutputPipe,
+    asking_clock: Option<&CallClock>,
+) -> Result<Store<CallState>, ToolError> {
+    let wasi = wasi_context(grants, stderr, asking_clock)?;
+    let mut store = Store::new(
+        &component.engine,
+        CallState::new(wasi, grants.limits.memory_bytes, &component.name)
+            .with_network(grants.network.clone()),
+    );
+    store.limiter(|state| &mut state.limiter);
+    store.data_mut().scheduler = grants.scheduler().cloned();
+    // Yield to the executor at every epoch tick, so a timeout can stop a guest that never
+    // returns, including one inside a host call.
+    store.set_epoch_deadline(1);
+    store.epoch_deadline_async_yield_and_update(1);
+    Ok(store)
+}
+
+/// An instance of `component` under `grants`, made before any call: see [`crate::prepared`].
+pub(crate) async fn prepare_instance(
+    component: &CompiledComponent,
+    grants: &Grants,
+) -> Result<ReadyInstance, ToolError> {
     let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+    let mut store = new_store(component, grants, stderr.clone(), None)?;
+    let tool = component
+        .pre
+        .instantiate_async(&mut store)
+        .await
+        .map_err(|error| {
+            ToolError::Failed(format!(
+                "component `{}` could not be instantiated: {error:#}",
+                component.name
+            ))
+        })?;
+    Ok(ReadyInstance {
+        store,
+        tool,
+        stderr,
+    })
+}
+
+/// [`run_in_fresh_instance`], taking a call's instance from `waiting` when one is ready, and
+/// handing back the used store so the caller can drop it off the call's path.
+async fn run_operation(
+    component: &Arc<CompiledComponent>,
+    grants: &Grants,
+    operation: Operation<'_>,
+    approved: Option<Arc<ApprovedExec>>,
+    waiting: Option<&WaitingInstances>,
+) -> (Result<Answer, ToolError>, Option<Store<CallState>>) {
     let clock = CallClock::default();
     // Bound here, in the caller's task, so that programs on other tasks ask for its session.
     let writes = match (&grants.workspace, operation) {
@@ -216,23 +296,33 @@ pub(crate) async fn run_in_fresh_instance(
             .map(|reviewer| Arc::new(WriteAsker::new(reviewer, workspace.path(), clock.clone()))),
         _ => None,
     };
-    let wasi = wasi_context(grants, stderr.clone(), writes.is_some().then_some(&clock))?;
-    let mut store = Store::new(
-        &component.engine,
-        CallState::new(wasi, grants.limits.memory_bytes, &component.name)
-            .with_network(grants.network.clone()),
-    );
-    store.limiter(|state| &mut state.limiter);
+    // A call that asks before writes sees another guest clock and workspace mode: it makes its
+    // own instance.
+    let ready = match operation {
+        Operation::Call { .. } if writes.is_none() => waiting.and_then(WaitingInstances::take),
+        _ => None,
+    };
+    let (mut store, ready_tool, stderr) = match ready {
+        Some(ready) => (ready.store, Some(ready.tool), ready.stderr),
+        None => {
+            let stderr = MemoryOutputPipe::new(STDERR_CAPACITY);
+            match new_store(
+                component,
+                grants,
+                stderr.clone(),
+                writes.is_some().then_some(&clock),
+            ) {
+                Ok(store) => (store, None, stderr),
+                Err(error) => return (Err(error), None),
+            }
+        }
+    };
     let timeout = grants.limits.timeout;
     let deadline = std::time::Instant::now() + timeout;
     store.data_mut().exec = crate::process::ExecContext::for_call(grants, deadline, &clock)
         .map(|context| context.with_approved(approved).with_writes(writes.clone()));
-    store.data_mut().scheduler = grants.scheduler().cloned();
     store.data_mut().writes = writes.clone();
-    // Yield to the executor at every epoch tick, so the timeout below can stop a guest that
-    // never returns, including one inside a host call.
     store.set_epoch_deadline(1);
-    store.epoch_deadline_async_yield_and_update(1);
 
     let what = match operation {
         Operation::Specs => format!("component `{}`", component.name),
@@ -246,7 +336,10 @@ pub(crate) async fn run_in_fresh_instance(
                 if let Operation::Plan { name, args } = operation {
                     return plan_in(component, &mut store, name, args).await;
                 }
-                let tool = component.pre.instantiate_async(&mut store).await?;
+                let tool = match ready_tool {
+                    Some(tool) => tool,
+                    None => component.pre.instantiate_async(&mut store).await?,
+                };
                 let guest = tool.clawcage_tool_tool();
                 match operation {
                     Operation::Specs => guest.call_specs(&mut store).await.map(Answer::Specs),
@@ -275,7 +368,10 @@ pub(crate) async fn run_in_fresh_instance(
             &stderr.contents(),
         )),
     };
-    Ok(with_write_denials(answer?, &denials))
+    (
+        answer.map(|answer| with_write_denials(answer, &denials)),
+        Some(store),
+    )
 }
 
 /// A call's answer with the reasons its writes were refused, so the model knows why a write

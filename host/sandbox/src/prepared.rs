@@ -1,0 +1,281 @@
+//! Instances made before their call. A fresh instance per call costs its making (store, WASI
+//! context, instantiation) and its unmaking (the store's drop, the pooled memory's reset); both
+//! move off the call's path here. For each component loaded with one set of grants, a few
+//! instances wait ready — built from those grants and instantiated, never called — and a call
+//! takes one, calls it once and hands its store to a background task that drops it and prepares
+//! the next.
+//!
+//! The invariant is unchanged: **an instance serves exactly one call and is then destroyed.** A
+//! waiting instance has run no guest export; nothing of a call survives into another. What
+//! depends on the call (its deadline, the exec context with the approved commands, an operator
+//! asked before writes) is set when the call starts, never when the instance was made; a call
+//! that asks before writes (its guest clock and workspace mode differ) makes its own instance.
+//! The grants are those the tools were loaded with, so a grant change (another workspace, a
+//! read-only run, a plugin's narrowed grant) is another load with its own waiting instances; a
+//! workspace directory replaced at its path since an instance was made sends the call to a new
+//! one. Waiting instances are bounded ([`WAITING_PER_COMPONENT`] per loaded component, at most
+//! [`WAITING_PER_PROCESS`] in the process, out of the pooling allocator's slots) and dropped after
+//! [`IDLE`] unused (by default).
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use wasmtime::Store;
+use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
+
+use crate::bindings::BasicTool;
+use crate::grants::Grants;
+use crate::host::CallState;
+use crate::sandbox::CompiledComponent;
+
+/// Instances kept waiting for one loaded component (one set of grants): two, so a model's
+/// parallel calls of one tool (two reads at once) both find one.
+pub(crate) const WAITING_PER_COMPONENT: usize = 2;
+
+/// Waiting instances in the whole process, out of the pooling allocator's
+/// [`crate::sandbox::POOL_INSTANCES`] slots: each holds its slot and the memory its
+/// instantiation touched (about a megabyte for a bundled tool) until it is used or trimmed.
+pub(crate) const WAITING_PER_PROCESS: usize = 32;
+
+/// A waiting instance unused this long is dropped, so an idle session holds none (the default
+/// of [`crate::SandboxOptions::idle_instances`]).
+pub(crate) const IDLE: Duration = Duration::from_secs(30);
+
+/// The count of waiting instances in a process, shared by every component's
+/// [`WaitingInstances`].
+#[derive(Debug)]
+pub(crate) struct WaitingBudget {
+    waiting: AtomicUsize,
+    /// How long an instance may wait unused.
+    idle: Duration,
+}
+
+impl WaitingBudget {
+    pub(crate) fn new(idle: Duration) -> Self {
+        Self {
+            waiting: AtomicUsize::new(0),
+            idle,
+        }
+    }
+
+    /// A place for one more waiting instance, if the process has room.
+    fn claim(self: &Arc<Self>) -> Option<BudgetClaim> {
+        self.waiting
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |waiting| {
+                (waiting < WAITING_PER_PROCESS).then_some(waiting + 1)
+            })
+            .ok()
+            .map(|_| BudgetClaim(self.clone()))
+    }
+
+    /// How many instances wait in the process now.
+    pub(crate) fn waiting(&self) -> usize {
+        self.waiting.load(Ordering::Acquire)
+    }
+}
+
+/// One place in the [`WaitingBudget`], given back when dropped.
+struct BudgetClaim(Arc<WaitingBudget>);
+
+impl Drop for BudgetClaim {
+    fn drop(&mut self) {
+        self.0.waiting.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An instance ready for one call: its store (limits, WASI context with the grants' preopen and
+/// environment) and the instantiated component, of which no export has been called.
+pub(crate) struct ReadyInstance {
+    pub(crate) store: Store<CallState>,
+    pub(crate) tool: BasicTool,
+    pub(crate) stderr: MemoryOutputPipe,
+}
+
+/// A ready instance while it waits.
+struct Waiting {
+    ready: ReadyInstance,
+    /// The workspace directory as it was when the instance opened it.
+    workspace: Option<DirIdentity>,
+    serial: u64,
+    _claim: BudgetClaim,
+}
+
+/// The instances waiting for the tools of one loaded component.
+pub(crate) struct WaitingInstances {
+    grants: Arc<Grants>,
+    budget: Arc<WaitingBudget>,
+    waiting: Mutex<Vec<Waiting>>,
+    /// Preparations running now.
+    preparing: AtomicUsize,
+    serials: AtomicU64,
+}
+
+impl std::fmt::Debug for WaitingInstances {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("WaitingInstances")
+            .field("waiting", &self.len())
+            .finish()
+    }
+}
+
+impl WaitingInstances {
+    pub(crate) fn new(grants: Arc<Grants>, budget: Arc<WaitingBudget>) -> Self {
+        Self {
+            grants,
+            budget,
+            waiting: Mutex::new(Vec::new()),
+            preparing: AtomicUsize::new(0),
+            serials: AtomicU64::new(0),
+        }
+    }
+
+    /// How many instances wait now.
+    pub(crate) fn len(&self) -> usize {
+        self.waiting.lock().map_or(0, |waiting| waiting.len())
+    }
+
+    /// A waiting instance for a call, if one is ready and its workspace is still the directory
+    /// at the granted path; it no longer counts as waiting.
+    pub(crate) fn take(&self) -> Option<ReadyInstance> {
+        loop {
+            let waiting = self.waiting.lock().ok()?.pop()?;
+            if waiting.workspace == self.workspace_now() {
+                return Some(waiting.ready);
+            }
+            // The directory was replaced since: this instance sees the old one.
+            drop(waiting);
+        }
+    }
+
+    /// After a call of one of these tools: the used store is dropped off the call's path, and an
+    /// instance is prepared for the next call if fewer than [`WAITING_PER_COMPONENT`] wait.
+    /// Without a tokio runtime, or with no idle time allowed, the store is dropped here and
+    /// nothing is prepared.
+    pub(crate) fn after_call(
+        self: &Arc<Self>,
+        component: &Arc<CompiledComponent>,
+        used: Option<Store<CallState>>,
+    ) {
+        if self.budget.idle.is_zero() {
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let claim = self.claim_preparation();
+        if used.is_none() && claim.is_none() {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let component = component.clone();
+        runtime.spawn(async move {
+            drop(used);
+            if let Some(claim) = claim {
+                prepare_into(pool, component, claim).await;
+            }
+        });
+    }
+
+    /// Room for one more preparation: in this component (waiting and being prepared) and in the
+    /// process.
+    fn claim_preparation(&self) -> Option<BudgetClaim> {
+        let waiting = self.len();
+        let claimed = self
+            .preparing
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |preparing| {
+                (waiting + preparing < WAITING_PER_COMPONENT).then_some(preparing + 1)
+            })
+            .is_ok();
+        if !claimed {
+            return None;
+        }
+        let claim = self.budget.claim();
+        if claim.is_none() {
+            self.preparing.fetch_sub(1, Ordering::AcqRel);
+        }
+        claim
+    }
+
+    /// The identity of the workspace directory at its granted path now.
+    fn workspace_now(&self) -> Option<DirIdentity> {
+        self.grants
+            .workspace
+            .as_ref()
+            .and_then(|workspace| DirIdentity::of(workspace.path()))
+    }
+}
+
+/// Prepares one instance and puts it with the waiting ones, then drops it if it is still
+/// waiting after the budget's idle time. A preparation that fails (or outlives the grants' time limit) is
+/// logged and leaves the next call to make its own instance.
+async fn prepare_into(
+    pool: Weak<WaitingInstances>,
+    component: Arc<CompiledComponent>,
+    claim: BudgetClaim,
+) {
+    let Some(instances) = pool.upgrade() else {
+        return;
+    };
+    let workspace = instances.workspace_now();
+    let timeout = instances.grants.limits.timeout;
+    let prepared = tokio::time::timeout(
+        timeout,
+        crate::tool::prepare_instance(&component, &instances.grants),
+    )
+    .await;
+    instances.preparing.fetch_sub(1, Ordering::AcqRel);
+    let ready = match prepared {
+        Ok(Ok(ready)) => ready,
+        Ok(Err(error)) => {
+            tracing::debug!(component = %component.name, "no instance prepared ahead: {}", error.message());
+            return;
+        }
+        Err(_elapsed) => {
+            tracing::debug!(component = %component.name, "no instance prepared ahead: instantiation outlived the time limit");
+            return;
+        }
+    };
+    let serial = instances.serials.fetch_add(1, Ordering::Relaxed);
+    match instances.waiting.lock() {
+        Ok(mut waiting) => waiting.push(Waiting {
+            ready,
+            workspace,
+            serial,
+            _claim: claim,
+        }),
+        Err(_) => return,
+    }
+    let idle = instances.budget.idle;
+    drop(instances);
+    tokio::time::sleep(idle).await;
+    let Some(instances) = pool.upgrade() else {
+        return;
+    };
+    let idle = match instances.waiting.lock() {
+        Ok(mut waiting) => waiting
+            .iter()
+            .position(|waiting| waiting.serial == serial)
+            .map(|index| waiting.swap_remove(index)),
+        Err(_) => None,
+    };
+    drop(idle);
+}
+
+/// Which directory a path names: device and inode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct DirIdentity {
+    device: u64,
+    inode: u64,
+}
+
+impl DirIdentity {
+    fn of(path: &std::path::Path) -> Option<DirIdentity> {
+        use std::os::unix::fs::MetadataExt;
+        let metadata = std::fs::metadata(path).ok()?;
+        Some(DirIdentity {
+            device: metadata.dev(),
+            inode: metadata.ino(),
+        })
+    }
+}
