@@ -137,6 +137,11 @@ fn main() {
         let (echo_registry_during, _) =
             tools_of(&during, "echo", &echo_bytes, grants.clone()).await;
         let echo_args = r#"{"text":"x"}"#;
+        // Instances are made ahead once a tool has been called.
+        for _ in 0..200 {
+            echo_registry.execute("echo", echo_args).await.unwrap();
+            echo_registry_during.execute("echo", echo_args).await.unwrap();
+        }
         // For a profiler: `CLAWCAGE_BENCH_PROFILE_CALLS=N` makes N calls of `read_file` (of
         // `echo` with `CLAWCAGE_BENCH_PROFILE_TOOL=echo`) and stops.
         if let Some(calls) = std::env::var("CLAWCAGE_BENCH_PROFILE_CALLS")

@@ -520,6 +520,7 @@ fn runtime_options(cli: &Cli) -> Options {
         // must not fail that task, so the write's error is dropped.
         // Above a chat's live line (a running call's seconds), never through it.
         progress: CompileProgress::to(|line| render::interject(&format!("clawcage: {line}"))),
+        one_call: matches!(cli.command, Command::Call { .. } | Command::Tools { .. }),
     }
 }
 

@@ -35,7 +35,7 @@ fn sandbox_and_dirs(options: &Options) -> Result<(Arc<Sandbox>, ProgramDirs), Fa
     let located = clawcage_runtime::locate(options)?;
     located.check_trust()?;
     let cache =
-        clawcage_sandbox::ArtifactCache::in_dir(located.state_dir.join("cache").join("components"));
+        clawcage_sandbox::ArtifactCache::in_dir(clawcage_runtime::components_cache_dir(&located.state_dir));
     let sandbox = Sandbox::new(clawcage_sandbox::SandboxOptions {
         progress: options.progress.clone(),
         ..clawcage_sandbox::SandboxOptions::new(cache)

@@ -298,3 +298,32 @@ fn a_spinning_plugin_is_stopped_at_the_operators_limit() {
     }
     panic!("the spinning plugin's call did not end within its 1 s limit plus a second");
 }
+
+/// `clawcage call` allocates its one instance on its own (no pool): the operator's memory limit
+/// holds there too, and a tool that allocates without bound is an error result, exit 1, not a
+/// crash of the process.
+#[test]
+fn a_hogging_plugin_is_stopped_at_the_operators_memory_limit() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(root.path().join("workspace")).unwrap();
+    let hog = std::fs::read(fixtures::HOG).unwrap();
+    install(
+        &root.path().join("plugins"),
+        "hog",
+        "hog",
+        &hog,
+        &digest(&hog),
+        "",
+    );
+    std::fs::write(
+        root.path().join("clawcage.toml"),
+        "[limits]\nmemory_mib = 40\n\n[plugins]\ndir = \"plugins\"\n\n[plugins.grants.hog]\nworkspace = \"none\"\n\n[audit]\nenabled = false\n",
+    )
+    .unwrap();
+    for _ in 0..2 {
+        let output = clawcage(root.path(), &["call", "hog"]);
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains("memory limit of 40 MiB"), "{stderr}");
+    }
+}

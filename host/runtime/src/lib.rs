@@ -30,7 +30,7 @@ pub mod provider_config;
 pub mod queue_config;
 pub mod subagent_config;
 mod tools;
-pub use tools::installed_programs_dir;
+pub use tools::{components_cache_dir, installed_programs_dir};
 pub mod trust;
 
 use std::path::{Path, PathBuf};
@@ -106,6 +106,9 @@ pub struct Options {
     pub provider: ProviderOverrides,
     /// Where the first start's compilation is reported.
     pub progress: CompileProgress,
+    /// The process makes at most one tool call and exits (`clawcage call`, `clawcage tools`):
+    /// the engine reserves no pool of instance slots and no instance is made ahead.
+    pub one_call: bool,
 }
 
 /// Where configuration and state were found, before anything is checked or started.
@@ -204,7 +207,7 @@ pub fn protected_dirs(
             name: "the compiled-component cache",
             path: cache_dir
                 .map(Path::to_path_buf)
-                .unwrap_or_else(|| state_dir.join("cache").join("components")),
+                .unwrap_or_else(|| components_cache_dir(&state_dir)),
             holds: "native code compiled from the tools, sealed with the cache's own key (seal.key) and checked before it runs",
             fix: "pass --state-dir DIR whose cache lies outside it",
         },
@@ -362,7 +365,18 @@ impl Runtime {
     pub async fn open(options: Options) -> Result<Runtime, Error> {
         let located = locate(&options)?;
         located.check_trust()?;
-        Self::assemble(located, options.provider, options.progress, None, None).await
+        let sandbox = options.one_call.then(|| {
+            Sandbox::new(SandboxOptions {
+                progress: options.progress.clone(),
+                idle_instances: std::time::Duration::ZERO,
+                pooled: false,
+                ..SandboxOptions::new(ArtifactCache::in_dir(components_cache_dir(
+                    &located.state_dir,
+                )))
+            })
+        });
+        let sandbox = sandbox.transpose().map_err(failed)?;
+        Self::assemble(located, options.provider, options.progress, None, sandbox).await
     }
 
     /// The runtime of `clawcage demo`: the default configuration, the workspace `workspace`, no
@@ -398,7 +412,7 @@ impl Runtime {
             located,
             provider,
             progress,
-            Some(cache_state_dir.join("cache").join("components")),
+            Some(components_cache_dir(cache_state_dir)),
             None,
         )
         .await?;
@@ -451,7 +465,7 @@ impl Runtime {
         } else {
             tools::web_grants(&config, limits, &approvals)?
         };
-        let cache_dir = cache_dir.unwrap_or_else(|| state_dir.join("cache").join("components"));
+        let cache_dir = cache_dir.unwrap_or_else(|| components_cache_dir(&state_dir));
         // Runtimes of one process over different workspaces (ACP sessions) share one engine.
         let sandbox = match shared_sandbox {
             Some(sandbox) => sandbox,

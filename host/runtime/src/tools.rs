@@ -26,6 +26,11 @@ const BUNDLED: [(&str, &[u8], Which); 3] = [
     ("exec", components::bundled::EXEC, Which::Exec),
 ];
 
+/// Where compiled components are cached: `<state-dir>/cache/components`.
+pub fn components_cache_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("cache").join("components")
+}
+
 /// Where `clawcage programs install` puts programs: `<state-dir>/programs`.
 pub fn installed_programs_dir(state_dir: &Path) -> PathBuf {
     state_dir.join("programs")

@@ -38,6 +38,10 @@ pub struct SandboxOptions {
     /// makes none ahead (every call makes its own instance during the call, as a command that
     /// makes one call and exits wants).
     pub idle_instances: Duration,
+    /// Whether the engine reserves a pool of instance slots at start ([`POOL_INSTANCES`], each
+    /// reset cheaply and reused: what a session or a server wants) or allocates each instance on
+    /// its own (no start-up cost: what a command that makes one call and exits wants).
+    pub pooled: bool,
 }
 
 impl SandboxOptions {
@@ -47,6 +51,7 @@ impl SandboxOptions {
             cache,
             progress: crate::progress::CompileProgress::quiet(),
             idle_instances: crate::prepared::IDLE,
+            pooled: true,
         }
     }
 }
@@ -181,7 +186,11 @@ impl Sandbox {
         config
             .wasm_component_model(true)
             .epoch_interruption(true)
-            .allocation_strategy(InstanceAllocationStrategy::Pooling(pool));
+            .allocation_strategy(if options.pooled {
+                InstanceAllocationStrategy::Pooling(pool)
+            } else {
+                InstanceAllocationStrategy::OnDemand
+            });
         let engine = Engine::new(&config).map_err(|error| LoadError::Engine(error.to_string()))?;
 
         let ticker = EpochTicker::start(&engine)?;
