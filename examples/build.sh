@@ -124,9 +124,12 @@ build_js() {
 }
 
 # The WIT of WASI 0.2's command world, as published with the `wasip2` crate the guest workspace
-# already depends on (found through cargo, so no copy of it lives here).
+# already depends on (found through cargo, so no copy of it lives here). Filtered to the guests'
+# platform: offline, cargo can list only the packages that were downloaded, and a fresh machine
+# has downloaded those of wasm32-wasip2 alone, not (say) Android's.
 wasi_wit_dir() {
-    cargo metadata --manifest-path "$ROOT/tools-wasm/Cargo.toml" --format-version 1 --offline 2>/dev/null \
+    cargo metadata --manifest-path "$ROOT/tools-wasm/Cargo.toml" --format-version 1 --offline \
+        --filter-platform wasm32-wasip2 2>/dev/null \
         | "$PYTHON" -c 'import json, os, sys
 packages = json.load(sys.stdin)["packages"]
 print(next(os.path.join(os.path.dirname(p["manifest_path"]), "wit") for p in packages if p["name"] == "wasip2"))'

@@ -140,7 +140,10 @@ fn main() {
         // Instances are made ahead once a tool has been called.
         for _ in 0..200 {
             echo_registry.execute("echo", echo_args).await.unwrap();
-            echo_registry_during.execute("echo", echo_args).await.unwrap();
+            echo_registry_during
+                .execute("echo", echo_args)
+                .await
+                .unwrap();
         }
         // For a profiler: `CLAWCAGE_BENCH_PROFILE_CALLS=N` makes N calls of `read_file` (of
         // `echo` with `CLAWCAGE_BENCH_PROFILE_TOOL=echo`) and stops.

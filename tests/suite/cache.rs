@@ -145,6 +145,18 @@ async fn file_component(
     (sandbox, loaded, key)
 }
 
+/// A workspace whose `a.txt` says "the real file tool", and its read-only grant.
+fn real_file_tool_workspace() -> (tempfile::TempDir, Grants) {
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::write(workspace.path().join("a.txt"), "the real file tool").unwrap();
+    let grants = clawcage_tests::grants(
+        workspace.path(),
+        clawcage_sandbox::FsMode::ReadOnly,
+        clawcage_sandbox::Limits::default(),
+    );
+    (workspace, grants)
+}
+
 /// What `read_file` of `a.txt` answers, or its error.
 async fn read_a(loaded: &clawcage_sandbox::LoadedComponent) -> String {
     let tool = loaded
@@ -162,13 +174,7 @@ async fn read_a(loaded: &clawcage_sandbox::LoadedComponent) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_entry_the_cache_did_not_seal_is_never_run_or_believed() {
     let dir = tempfile::tempdir().unwrap();
-    let workspace = tempfile::tempdir().unwrap();
-    std::fs::write(workspace.path().join("a.txt"), "the real file tool").unwrap();
-    let grants = clawcage_tests::grants(
-        workspace.path(),
-        clawcage_sandbox::FsMode::ReadOnly,
-        clawcage_sandbox::Limits::default(),
-    );
+    let (_workspace, grants) = real_file_tool_workspace();
 
     // Fill the cache: the file component, and the echo fixture (another valid tool component).
     let (sandbox, loaded, key) = file_component(dir.path(), &grants).await;
@@ -325,13 +331,7 @@ fn mapped(path: &std::path::Path) -> bool {
 async fn a_checked_artifact_is_mapped_and_any_change_to_it_is_noticed() {
     use std::os::unix::fs::PermissionsExt as _;
     let dir = tempfile::tempdir().unwrap();
-    let workspace = tempfile::tempdir().unwrap();
-    std::fs::write(workspace.path().join("a.txt"), "the real file tool").unwrap();
-    let grants = clawcage_tests::grants(
-        workspace.path(),
-        clawcage_sandbox::FsMode::ReadOnly,
-        clawcage_sandbox::Limits::default(),
-    );
+    let (_workspace, grants) = real_file_tool_workspace();
     // The first start compiles and stores; the second checks the seal and vouches; the third
     // maps the vouched file.
     let (sandbox, loaded, key) = file_component(dir.path(), &grants).await;

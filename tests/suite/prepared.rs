@@ -50,6 +50,18 @@ async fn load(
         .into_tools()
 }
 
+/// The echo fixture's tools (`echo`, `leftovers`) in this file's sandbox, granted `dir`.
+async fn echo_fixture(dir: &std::path::Path) -> Vec<WasmTool> {
+    load(
+        &sandbox(),
+        "echo",
+        &fixture(fixtures::ECHO),
+        dir,
+        Limits::default(),
+    )
+    .await
+}
+
 fn tool<'a>(tools: &'a [WasmTool], name: &str) -> &'a WasmTool {
     tools
         .iter()
@@ -82,14 +94,7 @@ async fn until_waiting(tool: &WasmTool, count: usize) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_made_ahead_serves_exactly_one_call() {
     let dir = tempfile::tempdir().unwrap();
-    let tools = load(
-        &sandbox(),
-        "echo",
-        &fixture(fixtures::ECHO),
-        dir.path(),
-        Limits::default(),
-    )
-    .await;
+    let tools = echo_fixture(dir.path()).await;
     let leftovers = tool(&tools, "leftovers");
     let fresh = serde_json::json!({"earlier_calls": 0, "marked_bytes": 0});
     let first = call(leftovers, serde_json::json!({})).await.unwrap();
@@ -236,14 +241,7 @@ async fn a_workspace_replaced_at_its_path_is_what_the_next_call_sees() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_left_unused_is_dropped() {
     let dir = tempfile::tempdir().unwrap();
-    let tools = load(
-        &sandbox(),
-        "echo",
-        &fixture(fixtures::ECHO),
-        dir.path(),
-        Limits::default(),
-    )
-    .await;
+    let tools = echo_fixture(dir.path()).await;
     let echo = tool(&tools, "echo");
     call(echo, serde_json::json!({"text": "a"})).await.unwrap();
     until_waiting(echo, 1).await;

@@ -34,8 +34,9 @@ pub(crate) async fn run(options: Options, command: ProgramsCommand) -> Result<()
 fn sandbox_and_dirs(options: &Options) -> Result<(Arc<Sandbox>, ProgramDirs), Failure> {
     let located = clawcage_runtime::locate(options)?;
     located.check_trust()?;
-    let cache =
-        clawcage_sandbox::ArtifactCache::in_dir(clawcage_runtime::components_cache_dir(&located.state_dir));
+    let cache = clawcage_sandbox::ArtifactCache::in_dir(clawcage_runtime::components_cache_dir(
+        &located.state_dir,
+    ));
     let sandbox = Sandbox::new(clawcage_sandbox::SandboxOptions {
         progress: options.progress.clone(),
         ..clawcage_sandbox::SandboxOptions::new(cache)
