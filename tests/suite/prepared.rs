@@ -149,7 +149,7 @@ async fn the_limits_count_from_the_call_not_from_the_making() {
         "echo",
         &fixture(fixtures::ECHO),
         dir.path(),
-        limits.clone(),
+        limits,
     )
     .await;
     let echo = tool(&echo, "echo");
@@ -169,7 +169,7 @@ async fn the_limits_count_from_the_call_not_from_the_making() {
         "spin",
         &fixture(fixtures::SPIN),
         dir.path(),
-        limits.clone(),
+        limits,
     )
     .await;
     let spin = tool(&spin, "spin");

@@ -207,7 +207,7 @@ pub fn protected_dirs(
             name: "the compiled-component cache",
             path: cache_dir
                 .map(Path::to_path_buf)
-                .unwrap_or_else(|| components_cache_dir(&state_dir)),
+                .unwrap_or_else(|| components_cache_dir(state_dir)),
             holds: "native code compiled from the tools, sealed with the cache's own key (seal.key) and checked before it runs",
             fix: "pass --state-dir DIR whose cache lies outside it",
         },

@@ -341,7 +341,8 @@ fn map_opened(engine: &Engine, file: &std::fs::File, _path: &Path) -> wasmtime::
     unsafe { Component::deserialize_file(engine, opened) }
 }
 
-/// Elsewhere the artifact is read and its seal checked on every start.
+/// Elsewhere nothing is vouched for ([`Seal::owns_alone`]), so this is never reached: the
+/// artifact is read and its seal checked on every start.
 #[cfg(not(target_os = "linux"))]
 fn map_opened(_engine: &Engine, _file: &std::fs::File, path: &Path) -> wasmtime::Result<Component> {
     Err(wasmtime::Error::msg(format!(
@@ -419,15 +420,17 @@ impl Seal {
     }
 
     /// Whether the file of `metadata` is owned by the user running clawcage and writable by no
-    /// one else (no one but root could change it behind this process's back).
-    #[cfg(unix)]
+    /// one else (no one but root could change it behind this process's back). Only on Linux,
+    /// where an open file can be mapped by its descriptor: elsewhere nothing is vouched for.
+    #[cfg(target_os = "linux")]
     fn owns_alone(&self, metadata: &std::fs::Metadata) -> bool {
         use std::os::unix::fs::MetadataExt as _;
         metadata.uid() == self.owner && metadata.mode() & 0o022 == 0
     }
 
-    #[cfg(not(unix))]
+    #[cfg(not(target_os = "linux"))]
     fn owns_alone(&self, _metadata: &std::fs::Metadata) -> bool {
+        let _ = self.owner;
         false
     }
 

@@ -106,7 +106,8 @@ pub(crate) struct WaitingInstances {
     grants: Arc<Grants>,
     budget: Arc<WaitingBudget>,
     waiting: Mutex<Vec<Waiting>>,
-    /// Preparations running now.
+    /// Preparations running now: changed only under the lock of `waiting`, so the two are
+    /// counted together.
     preparing: AtomicUsize,
     serials: AtomicU64,
 }
@@ -180,21 +181,20 @@ impl WaitingInstances {
     /// Room for one more preparation: in this component (waiting and being prepared) and in the
     /// process.
     fn claim_preparation(&self) -> Option<BudgetClaim> {
-        let waiting = self.len();
-        let claimed = self
-            .preparing
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |preparing| {
-                (waiting + preparing < WAITING_PER_COMPONENT).then_some(preparing + 1)
-            })
-            .is_ok();
-        if !claimed {
+        let waiting = self.waiting.lock().ok()?;
+        if waiting.len() + self.preparing.load(Ordering::Acquire) >= WAITING_PER_COMPONENT {
             return None;
         }
-        let claim = self.budget.claim();
-        if claim.is_none() {
-            self.preparing.fetch_sub(1, Ordering::AcqRel);
-        }
-        claim
+        let claim = self.budget.claim()?;
+        self.preparing.fetch_add(1, Ordering::AcqRel);
+        drop(waiting);
+        Some(claim)
+    }
+
+    /// A preparation ended without an instance.
+    fn prepared_none(&self) {
+        let _waiting = self.waiting.lock();
+        self.preparing.fetch_sub(1, Ordering::AcqRel);
     }
 
     /// The identity of the workspace directory at its granted path now.
@@ -207,8 +207,8 @@ impl WaitingInstances {
 }
 
 /// Prepares one instance and puts it with the waiting ones, then drops it if it is still
-/// waiting after the budget's idle time. A preparation that fails (or outlives the grants' time limit) is
-/// logged and leaves the next call to make its own instance.
+/// waiting after the budget's idle time. A preparation that fails (or outlives the grants' time
+/// limit) is logged and leaves the next call to make its own instance.
 async fn prepare_into(
     pool: Weak<WaitingInstances>,
     component: Arc<CompiledComponent>,
@@ -224,26 +224,30 @@ async fn prepare_into(
         crate::tool::prepare_instance(&component, &instances.grants),
     )
     .await;
-    instances.preparing.fetch_sub(1, Ordering::AcqRel);
     let ready = match prepared {
         Ok(Ok(ready)) => ready,
         Ok(Err(error)) => {
+            instances.prepared_none();
             tracing::debug!(component = %component.name, "no instance prepared ahead: {}", error.message());
             return;
         }
         Err(_elapsed) => {
+            instances.prepared_none();
             tracing::debug!(component = %component.name, "no instance prepared ahead: instantiation outlived the time limit");
             return;
         }
     };
     let serial = instances.serials.fetch_add(1, Ordering::Relaxed);
     match instances.waiting.lock() {
-        Ok(mut waiting) => waiting.push(Waiting {
-            ready,
-            workspace,
-            serial,
-            _claim: claim,
-        }),
+        Ok(mut waiting) => {
+            waiting.push(Waiting {
+                ready,
+                workspace,
+                serial,
+                _claim: claim,
+            });
+            instances.preparing.fetch_sub(1, Ordering::AcqRel);
+        }
         Err(_) => return,
     }
     let idle = instances.budget.idle;
