@@ -185,7 +185,11 @@ async fn the_limits_count_from_the_call_not_from_the_making() {
             started.elapsed() >= Duration::from_millis(250),
             "round {round}"
         );
-        assert!(started.elapsed() < Duration::from_secs(10), "round {round}");
+        // The first call also loads (perhaps compiles) the component: only the second, on an
+        // instance made ahead, is held to a bound of its own.
+        if round > 0 {
+            assert!(started.elapsed() < Duration::from_secs(10), "round {round}");
+        }
     }
 
     let hog = load(&sandbox, "hog", &fixture(fixtures::HOG), dir.path(), limits).await;
