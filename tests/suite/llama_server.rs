@@ -19,13 +19,17 @@ use clawcage_agent::provider::{
     ProviderEvents, ProviderKind, StopReason,
 };
 use clawcage_agent::{AgentConfig, AgentLoop, ContextPolicy, Provider, ToolRegistry, WindowSource};
-use clawcage_core::{ChatMessage, ContentBlock};
+use clawcage_core::{ChatMessage, ContentBlock, ToolOutput};
+use clawcage_tests::host_tools::HostTool;
+use clawcage_tests::llm_server::ChannelBody;
 use clawcage_tests::toolchains::{repo_root, skip};
 
 /// The files `tests/llama/setup.sh` makes.
 struct LlamaFiles {
     server: PathBuf,
     model: PathBuf,
+    /// The Qwen2.5 chat template from llama.cpp's source: SmolLM2's own has no tool calls.
+    tool_template: PathBuf,
 }
 
 /// The server and the model, or the reason they are missing (the test is then skipped, or
@@ -37,8 +41,9 @@ fn llama_files(test: &str) -> Option<LlamaFiles> {
     let files = LlamaFiles {
         server: dir.join("llama-server"),
         model: dir.join("SmolLM2-135M-Instruct.Q4_1.gguf"),
+        tool_template: dir.join("qwen2.5.jinja"),
     };
-    for path in [&files.server, &files.model] {
+    for path in [&files.server, &files.model, &files.tool_template] {
         if !path.is_file() {
             skip(
                 test,
@@ -68,8 +73,18 @@ impl Drop for LlamaServer {
 }
 
 impl LlamaServer {
-    /// Start the server with a context of `context` tokens and wait until `/health` answers.
+    /// Start the server with a context of `context` tokens and the model's own chat template,
+    /// and wait until `/health` answers.
     async fn start(files: &LlamaFiles, context: u32) -> LlamaServer {
+        Self::start_with(files, context, &[]).await
+    }
+
+    /// Like [`LlamaServer::start`], with `extra` arguments for the server.
+    async fn start_with(
+        files: &LlamaFiles,
+        context: u32,
+        extra: &[&std::ffi::OsStr],
+    ) -> LlamaServer {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|listener| listener.local_addr())
             .expect("a free port")
@@ -82,6 +97,7 @@ impl LlamaServer {
             .args(["--host", "127.0.0.1", "--port", &port.to_string()])
             .args(["--jinja", "-c", &context.to_string(), "--parallel", "1"])
             .args(["--temp", "0", "--threads", "2"])
+            .args(extra)
             .stdin(Stdio::null())
             .stdout(log_file.try_clone().expect("the log file"))
             .stderr(log_file)
@@ -373,4 +389,224 @@ async fn a_wrong_base_path_is_named_with_its_url_and_the_flag() {
     assert!(error.contains(&url), "{error}");
     assert!(error.contains("--base-url"), "{error}");
     assert!(error.chars().count() < 600, "{error}");
+}
+
+/// A proxy in front of llama-server that makes the 135M model call a tool, and relays the answer
+/// chunk by chunk as the server writes it, so the tool-call chunks the provider reads are the
+/// server's own. To each chat request it adds `"tool_choice": "required"` (llama.cpp then holds
+/// the reply to its tool-call grammar, which still lets text come first), the call's opening tag
+/// `<tool_call>` as the start of the reply (an assistant message the server continues), one call
+/// only, and a stop at the closing tag (the grammar allows calls without end). Stops when dropped.
+struct ForcingProxy {
+    url: String,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for ForcingProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl ForcingProxy {
+    async fn start(upstream: String) -> ForcingProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind 127.0.0.1");
+        let url = format!("http://{}", listener.local_addr().expect("local address"));
+        let client = reqwest::Client::new();
+        let task = tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                let _ = stream.set_nodelay(true);
+                let client = client.clone();
+                let upstream = upstream.clone();
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |request| {
+                        let client = client.clone();
+                        let upstream = upstream.clone();
+                        async move {
+                            Ok::<_, std::convert::Infallible>(
+                                forward_forcing_a_call(&client, &upstream, request).await,
+                            )
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        ForcingProxy { url, task }
+    }
+}
+
+async fn forward_forcing_a_call(
+    client: &reqwest::Client,
+    upstream: &str,
+    request: hyper::Request<hyper::body::Incoming>,
+) -> hyper::Response<ChannelBody> {
+    use http_body_util::BodyExt;
+    let path = request
+        .uri()
+        .path_and_query()
+        .map(|path| path.as_str().to_string())
+        .unwrap_or_default();
+    let method = request.method().clone();
+    let body = request
+        .into_body()
+        .collect()
+        .await
+        .expect("the request body")
+        .to_bytes();
+    let body = if path.ends_with("/chat/completions") {
+        let mut json: serde_json::Value =
+            serde_json::from_slice(&body).expect("a JSON chat request");
+        json["tool_choice"] = serde_json::json!("required");
+        json["parallel_tool_calls"] = serde_json::json!(false);
+        json["stop"] = serde_json::json!(["</tool_call>"]);
+        json["messages"]
+            .as_array_mut()
+            .expect("the request's messages")
+            .push(serde_json::json!({"role": "assistant", "content": "<tool_call>\n"}));
+        json.to_string().into_bytes()
+    } else {
+        body.to_vec()
+    };
+    let mut answer = client
+        .request(method, format!("{upstream}{path}"))
+        .header("content-type", "application/json")
+        .body(body)
+        .send()
+        .await
+        .expect("llama-server answers the proxy");
+    let mut response = hyper::Response::builder().status(answer.status().as_u16());
+    if let Some(kind) = answer.headers().get("content-type") {
+        response = response.header("content-type", kind.as_bytes());
+    }
+    let (sender, body) = ChannelBody::new();
+    tokio::spawn(async move {
+        while let Ok(Some(chunk)) = answer.chunk().await {
+            if sender.send(chunk).await.is_err() {
+                return;
+            }
+        }
+    });
+    response.body(body).expect("a valid response")
+}
+
+/// The tool the model is made to call. Its argument is optional, so that the `{}` the provider
+/// repairs a cut call's `{` into would be valid: only the cut itself keeps it from running.
+fn weather_tool() -> Arc<HostTool> {
+    HostTool::new(
+        "get_weather",
+        "Get the current weather in a city.",
+        serde_json::json!({
+            "type": "object",
+            "properties": {"city": {"type": "string", "description": "The city's name"}},
+        }),
+        |_| Ok(ToolOutput::text("sunny, 21 °C")),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tool_call_comes_back_whole_plain_and_streamed_and_a_cut_one_is_never_run() {
+    let test = "llama_server::a_tool_call_comes_back_whole";
+    let Some(files) = llama_files(test) else {
+        return;
+    };
+    let template = files.tool_template.clone();
+    let server = LlamaServer::start_with(
+        &files,
+        4096,
+        &["--chat-template-file".as_ref(), template.as_os_str()],
+    )
+    .await;
+    let proxy = ForcingProxy::start(server.root()).await;
+    let tool = weather_tool();
+    let mut tools = ToolRegistry::new();
+    tools.register(tool.clone()).expect("one tool");
+    let provider_with = |max_tokens: u32| {
+        let mut settings = server.settings(ProviderKind::OpenAi, max_tokens);
+        settings.base_url = format!("{}/v1", proxy.url);
+        provider::build(ProviderConfig::OpenAi(settings), &tools).expect("a provider")
+    };
+    let provider = provider_with(256);
+    let messages = [ChatMessage::user("What is the weather in Paris?")];
+    let mut calls = Vec::new();
+    for stream in [false, true] {
+        let heard = Heard::default();
+        let response = provider
+            .complete(
+                ChatRequest {
+                    system: "You are a helpful assistant.",
+                    messages: &messages,
+                    tools: &tools,
+                    stream,
+                    max_tokens: None,
+                },
+                &heard,
+            )
+            .await
+            .unwrap_or_else(|error| panic!("stream {stream}: {error}"));
+        assert_eq!(
+            response.stop_reason,
+            StopReason::ToolUse,
+            "stream {stream}: {response:?}"
+        );
+        assert!(response.malformed.is_empty(), "{response:?}");
+        let (id, name, input) = response
+            .content
+            .iter()
+            .find_map(|block| match block {
+                ContentBlock::ToolUse { id, name, input } => Some((id, name, input)),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("stream {stream}: no tool call in {response:?}"));
+        assert!(!id.is_empty(), "{response:?}");
+        assert_eq!(name, "get_weather", "{response:?}");
+        assert!(
+            input.get("city").is_some_and(serde_json::Value::is_string),
+            "stream {stream}: {input}"
+        );
+        calls.push(input.clone());
+    }
+    // Temperature 0: the call streamed chunk by chunk is the call answered whole.
+    assert_eq!(calls[0], calls[1]);
+
+    // Cut at 12 output tokens the server sends the call with its arguments cut to `{`, which
+    // the provider would repair into a valid `{}`: the agent loop runs neither this call nor the
+    // next model call's, and tells the model why the first was not run.
+    let agent = AgentLoop::new(
+        provider_with(12),
+        tools.clone(),
+        AgentConfig {
+            max_iterations: 2,
+            ..AgentConfig::default()
+        },
+    );
+    let mut history = messages.to_vec();
+    let outcome = agent.run_turn(&mut history, &NoEvents).await;
+    assert_eq!(tool.calls(), 0, "{outcome:?} {history:?}");
+    let first_call = history
+        .iter()
+        .find(|message| message.tool_uses().next().is_some())
+        .unwrap_or_else(|| panic!("no tool call in {history:?}"));
+    assert_eq!(
+        first_call.cut,
+        Some(clawcage_core::Cut::MaxTokens),
+        "{history:?}"
+    );
+    let first_result = history
+        .iter()
+        .flat_map(|message| &message.content)
+        .find_map(|block| match block {
+            ContentBlock::ToolResult { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .unwrap_or_else(|| panic!("no tool result in {history:?}"));
+    assert_eq!(
+        first_result,
+        clawcage_agent::agent_loop::CUT_AT_OUTPUT_LIMIT,
+        "{history:?}"
+    );
 }

@@ -491,7 +491,8 @@ pub struct ChannelBody {
 }
 
 impl ChannelBody {
-    fn new() -> (mpsc::Sender<Bytes>, ChannelBody) {
+    /// A body and the sender whose chunks it yields; it ends when the sender is dropped.
+    pub fn new() -> (mpsc::Sender<Bytes>, ChannelBody) {
         let (sender, receiver) = mpsc::channel(4);
         (sender, ChannelBody { receiver })
     }

@@ -380,19 +380,15 @@ impl Server {
             .workspace(&request.cwd)
             .await
             .map_err(|error| acp_error(&error))?;
-        let store = JsonlTranscripts::new(self.host.state_dir().join("sessions"));
+        let store =
+            JsonlTranscripts::new(clawcage_agent::StateDir::new(self.host.state_dir()).sessions());
         if !store.exists(&key).unwrap_or(false) {
             return Err(invalid(format!(
                 "no session `{key}` in the state directory {}: open a new one with session/new",
                 self.host.state_dir().display()
             )));
         }
-        let limit = workspace
-            .runtime
-            .config()
-            .agent
-            .history_limit()
-            .unwrap_or(clawcage_agent::session::DEFAULT_HISTORY_LIMIT);
+        let limit = workspace.runtime.history_limit();
         let loaded = store.load(&key, limit).map_err(|error| {
             agent_client_protocol::Error::internal_error().data(json!({
                 "message": format!("cannot read the session's transcript: {error}")

@@ -275,7 +275,7 @@ impl ApprovalStore {
     /// The store in `state_dir`.
     pub fn in_state_dir(state_dir: &Path) -> ApprovalStore {
         ApprovalStore {
-            path: state_dir.join("approvals.json"),
+            path: crate::StateDir::new(state_dir).approvals(),
         }
     }
 

@@ -24,6 +24,7 @@ pub mod registry;
 pub mod runs;
 pub mod session;
 pub mod skills;
+pub mod state_dir;
 pub mod subagent;
 pub mod transcript;
 
@@ -45,5 +46,6 @@ pub use message_tool::{MessageTool, OutboundMessage, SendCallback};
 pub use provider::{Provider, ProviderError, ProviderEvents};
 pub use registry::{RegistryError, ToolRegistry};
 pub use session::{LaneInput, PendingTurn, Sessions, current_session_key};
+pub use state_dir::StateDir;
 pub use subagent::{RunRecord, RunStatus, SpawnError, SubagentConfig, SubagentManager};
 pub use transcript::{JsonlTranscripts, TranscriptStore};

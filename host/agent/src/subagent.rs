@@ -327,7 +327,7 @@ impl SubagentManager {
         excluded.push("spawn");
         let child_tools = child_tools.exclude(&excluded);
 
-        let runs_file = state_dir.map(|dir| dir.join("subagents").join("runs.json"));
+        let runs_file = state_dir.map(|dir| crate::StateDir::new(dir).subagent_runs());
         let mut state = State::default();
         if let Some(file) = &runs_file {
             for record in load_records(file)? {

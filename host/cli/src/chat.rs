@@ -49,7 +49,7 @@ Ctrl-C stops that turn; what it did so far is kept.";
 pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
     let state_dir = runtime.state_dir();
     let mut prompt = Prompt::new()?;
-    let history_file = state_dir.join("chat_history.txt");
+    let history_file = state_dir.chat_history();
     prompt.load_history(&history_file);
 
     // While the prompt waits, output goes through the editor's printer so the prompt survives.
@@ -100,9 +100,9 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         outln!("note: the answers come from a recorded script, not from a model");
     }
     // Say what resuming brings back: the history the model will see.
-    let transcripts = clawcage_agent::JsonlTranscripts::new(state_dir.join("sessions"));
+    let transcripts = clawcage_agent::JsonlTranscripts::new(state_dir.sessions());
     if clawcage_agent::TranscriptStore::exists(&transcripts, &key).unwrap_or(false) {
-        let limit = runtime.config().agent.history_limit().unwrap_or(200);
+        let limit = runtime.history_limit();
         match clawcage_agent::TranscriptStore::load(&transcripts, &key, limit) {
             Ok(loaded) if !loaded.messages.is_empty() => {
                 outln!(

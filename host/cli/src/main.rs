@@ -668,7 +668,8 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
 
 fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
-    let store = clawcage_agent::JsonlTranscripts::new(state_dir.join("sessions"));
+    let store =
+        clawcage_agent::JsonlTranscripts::new(clawcage_agent::StateDir::new(state_dir).sessions());
     let sessions = clawcage_agent::TranscriptStore::sessions(&store).map_err(|error| {
         Failure::Tool(format!(
             "clawcage: cannot list the sessions in {}: {error}",

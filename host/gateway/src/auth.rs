@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
+use clawcage_agent::StateDir;
 use clawcage_runtime::Error;
 
 /// The shortest explicit token accepted.
@@ -90,7 +91,7 @@ pub fn resolve_token(
             "refusing to listen on {bind}, which is not a loopback address, with a generated token: set the token explicitly (--token or CLAWCAGE_GATEWAY_TOKEN, at least {MIN_TOKEN_CHARS} characters) so you know who can connect, or bind 127.0.0.1"
         )));
     }
-    let file = state_dir.join("gateway").join("token");
+    let file = StateDir::new(state_dir).gateway_token();
     match std::fs::read_to_string(&file) {
         Ok(text) if text.trim().chars().count() >= MIN_TOKEN_CHARS => {
             return Ok(Token {

@@ -24,7 +24,7 @@ use std::sync::{Arc, OnceLock, Weak};
 use std::time::Duration;
 
 use clawcage_agent::events::{AgentEvent, DiskEventLog, Stream};
-use clawcage_agent::{JsonlTranscripts, OutboundMessage, SendCallback};
+use clawcage_agent::{JsonlTranscripts, OutboundMessage, SendCallback, StateDir};
 use clawcage_core::BoxFuture;
 use clawcage_core::scheduler::Scheduler;
 use clawcage_runtime::{AgentOptions, CronStatus, Error, Options, Runtime};
@@ -314,7 +314,7 @@ pub enum GatewayCommand {
 /// The token a gateway on `state_dir` generated (`<state-dir>/gateway/token`), for clients on
 /// the same machine. Says what to do when there is none.
 pub fn saved_token(state_dir: &Path) -> Result<String, Error> {
-    let file = state_dir.join("gateway").join("token");
+    let file = StateDir::new(state_dir).gateway_token();
     match std::fs::read_to_string(&file) {
         Ok(text) if !text.trim().is_empty() => Ok(text.trim().to_string()),
         Ok(_) => Err(Error::Usage(format!(
@@ -334,11 +334,11 @@ pub fn saved_token(state_dir: &Path) -> Result<String, Error> {
 
 /// What a running gateway writes into `<state-dir>/gateway/gateway.json`.
 fn info_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("gateway").join("gateway.json")
+    StateDir::new(state_dir).gateway_info()
 }
 
 fn lock_path(state_dir: &Path) -> PathBuf {
-    state_dir.join("gateway").join("gateway.lock")
+    StateDir::new(state_dir).gateway_lock()
 }
 
 /// Takes the state directory's gateway lock: `Ok(None)` when another process holds it.
@@ -432,7 +432,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             subagents: true,
         })
         .await?;
-    let state = runtime.state_dir().to_path_buf();
+    let state = runtime.state_dir().clone();
     let parts = GatewayParts {
         sessions: agent.sessions.clone(),
         tools: agent.tools.clone(),
@@ -446,21 +446,17 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             .sessions
             .transcripts()
             .cloned()
-            .unwrap_or_else(|| JsonlTranscripts::new(state.join("sessions")).shared()),
+            .unwrap_or_else(|| JsonlTranscripts::new(state.sessions()).shared()),
         events: Arc::new(stores::LoggedEvents(DiskEventLog::new(
-            state.join("gateway").join("events"),
+            state.gateway_events(),
         ))),
-        epoch: stores::next_epoch(&state.join("gateway"))?,
+        epoch: stores::next_epoch(&state.gateway())?,
         runs: Arc::new(InMemoryRuns::default()),
-        runs_dir: state.join("gateway").join("runs"),
-        history_limit: runtime
-            .config()
-            .agent
-            .history_limit()
-            .unwrap_or(clawcage_agent::session::DEFAULT_HISTORY_LIMIT),
+        runs_dir: state.gateway_runs(),
+        history_limit: runtime.history_limit(),
         label: agent.label.clone(),
         workspace: runtime.workspace().path().display().to_string(),
-        state_dir: state.clone(),
+        state_dir: state.to_path_buf(),
     };
     let listener = TcpListener::bind(args.bind).await.map_err(|error| {
         Error::Usage(format!(

@@ -146,7 +146,7 @@ impl Runtime {
         // (external agents' reported usage).
         let budget =
             (budget.session_tokens.is_some() || budget.daily_tokens.is_some()).then(|| {
-                let file = self.state_dir().join("usage").join("daily.json");
+                let file = self.state_dir().daily_usage();
                 Arc::new(Budget::new(budget, Some(file)))
             });
         let provider: Arc<dyn clawcage_agent::Provider> = match &budget {
@@ -165,7 +165,12 @@ impl Runtime {
         }
         let context = crate::context_config::context_policy(
             &label,
-            u64::from(config.provider.max_tokens.unwrap_or(8192)),
+            u64::from(
+                config
+                    .provider
+                    .max_tokens
+                    .unwrap_or(clawcage_agent::provider::DEFAULT_MAX_TOKENS),
+            ),
             &config.models,
             &config.context,
             &chosen.windows,
@@ -183,7 +188,7 @@ impl Runtime {
         let sessions = Sessions::with_queue(
             agent,
             Some(
-                JsonlTranscripts::new(self.state_dir().join("sessions"))
+                JsonlTranscripts::new(self.state_dir().sessions())
                     .with_redactor(self.redactor().clone())
                     .shared(),
             ),
@@ -197,7 +202,7 @@ impl Runtime {
                 .map_err(|error| usage(format!("{error:#}")))?,
         )
         // Every input is recorded before it is taken; what a stopped process left is resumed.
-        .with_inbox(Arc::new(FileInbox::new(self.state_dir().join("inbox"))));
+        .with_inbox(Arc::new(FileInbox::new(self.state_dir().inbox())));
         if let Some(budget) = budget {
             sessions.set_budget(budget);
         }

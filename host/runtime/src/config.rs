@@ -254,7 +254,11 @@ impl Config {
         self.approvals.settings()?;
         crate::context_config::context_policy(
             "",
-            u64::from(self.provider.max_tokens.unwrap_or(8192)),
+            u64::from(
+                self.provider
+                    .max_tokens
+                    .unwrap_or(clawcage_agent::provider::DEFAULT_MAX_TOKENS),
+            ),
             &self.models,
             &self.context,
             &[],

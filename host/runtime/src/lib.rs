@@ -37,7 +37,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use clawcage_agent::approvals::{ApprovalBroker, ApprovalStore};
-use clawcage_agent::{AuditLog, AuditedRegistry, CronService, MessageBus, ToolRegistry};
+use clawcage_agent::{AuditLog, AuditedRegistry, CronService, MessageBus, StateDir, ToolRegistry};
 use clawcage_core::redact::Redactor;
 use clawcage_sandbox::{
     ArtifactCache, CompileProgress, FsMode, Grants, Limits, PluginReport, Sandbox, SandboxOptions,
@@ -329,7 +329,7 @@ pub struct Runtime {
     config: Config,
     source: Option<ConfigSource>,
     workspace: WorkspaceGrant,
-    state_dir: PathBuf,
+    state_dir: StateDir,
     limits: Limits,
     provider: ProviderOverrides,
     sandbox: Arc<Sandbox>,
@@ -433,6 +433,7 @@ impl Runtime {
             workspace,
             state_dir,
         } = located;
+        let state_dir = StateDir::new(state_dir);
         // Whichever front end chose it, no runtime is built over a workspace from which a tool
         // could change the state, the cache, the plugins or the configuration.
         check_workspace(workspace.path(), &config, &state_dir, cache_dir.as_deref())?;
@@ -447,7 +448,7 @@ impl Runtime {
                     .audit
                     .path
                     .clone()
-                    .unwrap_or_else(|| state_dir.join("audit.jsonl")),
+                    .unwrap_or_else(|| state_dir.audit_log()),
             ),
         };
         let approvals = approvals_broker(&config, &state_dir, audit_path.as_deref(), demo)?;
@@ -545,7 +546,7 @@ impl Runtime {
         if self.cron.is_some() {
             return Ok(CronStatus::Owned);
         }
-        let dir = self.state_dir.join("cron");
+        let dir = self.state_dir.cron();
         let Some(owner) = tools::lock_cron(&dir)? else {
             return Ok(CronStatus::OwnedElsewhere(dir));
         };
@@ -577,7 +578,7 @@ impl Runtime {
             ));
         }
         let service = CronService::open(
-            self.state_dir.join("cron"),
+            self.state_dir.cron(),
             self.bus.clone(),
             self.config
                 .cron
@@ -675,8 +676,17 @@ impl Runtime {
         &self.workspace
     }
 
-    /// The state directory.
-    pub fn state_dir(&self) -> &Path {
+    /// How many messages of a session's transcript are loaded as its history (`[agent]
+    /// history_limit`, checked when the configuration was loaded).
+    pub fn history_limit(&self) -> usize {
+        self.config
+            .agent
+            .history_limit()
+            .unwrap_or(clawcage_agent::session::DEFAULT_HISTORY_LIMIT)
+    }
+
+    /// The state directory, whose methods name what lives in it.
+    pub fn state_dir(&self) -> &StateDir {
         &self.state_dir
     }
 

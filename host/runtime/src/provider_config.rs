@@ -187,7 +187,7 @@ pub fn choose_provider(
         ),
     };
     let max_tokens = match section.max_tokens {
-        None => 8192,
+        None => clawcage_agent::provider::DEFAULT_MAX_TOKENS,
         Some(n) if n >= 1 => n,
         Some(n) => bail!("[provider] max_tokens = {n} is too small"),
     };

@@ -28,12 +28,12 @@ const BUNDLED: [(&str, &[u8], Which); 3] = [
 
 /// Where compiled components are cached: `<state-dir>/cache/components`.
 pub fn components_cache_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("cache").join("components")
+    clawcage_agent::StateDir::new(state_dir).components_cache()
 }
 
 /// Where `clawcage programs install` puts programs: `<state-dir>/programs`.
 pub fn installed_programs_dir(state_dir: &Path) -> PathBuf {
-    state_dir.join("programs")
+    clawcage_agent::StateDir::new(state_dir).programs()
 }
 
 /// The bundled tools under `grants` (the web tools under `web_grants`), exec unless

@@ -16,9 +16,6 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::ConfigSource;
 
-/// The trust records' file name in the state directory.
-pub const TRUST_FILE: &str = "trusted-configs.json";
-
 /// The largest trust file read.
 const MAX_TRUST_BYTES: u64 = 4 << 20;
 
@@ -46,7 +43,7 @@ impl TrustStore {
     /// The records of the state directory `state_dir`.
     pub fn in_state_dir(state_dir: &Path) -> Self {
         Self {
-            path: state_dir.join(TRUST_FILE),
+            path: clawcage_agent::StateDir::new(state_dir).trusted_configs(),
         }
     }
 
@@ -265,7 +262,11 @@ mod tests {
     #[test]
     fn a_damaged_trust_file_is_an_error_that_says_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
-        std::fs::write(dir.path().join(TRUST_FILE), "{").unwrap();
+        std::fs::write(
+            clawcage_agent::StateDir::new(dir.path()).trusted_configs(),
+            "{",
+        )
+        .unwrap();
         let store = TrustStore::in_state_dir(dir.path());
         let error = store
             .is_trusted(&source(&dir.path().join("c.toml"), "aa"))

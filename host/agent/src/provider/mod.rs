@@ -59,6 +59,9 @@ pub enum StopReason {
     Other(String),
 }
 
+/// The output tokens a request asks for when `[provider] max_tokens` does not say.
+pub const DEFAULT_MAX_TOKENS: u32 = 8192;
+
 /// A tool call whose arguments could not be read as JSON: the call is not run, and the model gets
 /// `message` back as an error result.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -365,13 +368,14 @@ impl HttpSettings {
         }
     }
 
-    /// Settings with the defaults: 8192 output tokens, a 300 s timeout, 16 MiB of response.
+    /// Settings with the defaults: [`DEFAULT_MAX_TOKENS`] output tokens, a 300 s timeout,
+    /// 16 MiB of response.
     pub fn new(base_url: impl Into<String>, model: impl Into<String>) -> Self {
         Self {
             base_url: base_url.into(),
             model: model.into(),
             api_key: None,
-            max_tokens: 8192,
+            max_tokens: DEFAULT_MAX_TOKENS,
             timeout: Duration::from_secs(300),
             max_response_bytes: 16 << 20,
             prompt_cache: false,

@@ -17,6 +17,7 @@ use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
+use clawcage_agent::StateDir;
 use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::session::Admission;
 use clawcage_core::approval::ApprovalDecision;
@@ -53,7 +54,7 @@ struct StatusInner {
 impl ChannelStatus {
     fn new(state_dir: &Path) -> Self {
         Self {
-            file: state_dir.join("channels").join("status.json"),
+            file: StateDir::new(state_dir).channels_status(),
             inner: Mutex::new(StatusInner::default()),
         }
     }
@@ -123,7 +124,7 @@ impl ChannelStatus {
 
 /// The channels' status a gateway on `state_dir` wrote, if any.
 pub fn read_status(state_dir: &Path) -> Option<Value> {
-    let file = state_dir.join("channels").join("status.json");
+    let file = StateDir::new(state_dir).channels_status();
     clawcage_core::files::read_regular_file(&file, 1 << 20, clawcage_core::files::Symlinks::Refuse)
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())

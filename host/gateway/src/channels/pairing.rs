@@ -9,6 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
+use clawcage_agent::StateDir;
 use clawcage_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -119,7 +120,7 @@ fn normalize_code(code: &str) -> String {
 impl PairingStore {
     /// The records in `<state_dir>/channels/`.
     pub fn new(state_dir: &Path) -> Self {
-        let dir = state_dir.join("channels");
+        let dir = StateDir::new(state_dir).channels();
         Self {
             file: dir.join("pairing.json"),
             lock: dir.join("pairing.lock"),

@@ -6,9 +6,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use clawcage_agent::AgentError;
 use clawcage_agent::events::EventLog;
 use clawcage_agent::transcript::TurnMark;
+use clawcage_agent::{AgentError, StateDir};
 use serde_json::{Value, json};
 
 use super::{Hub, SessionHub, lock};
@@ -84,7 +84,7 @@ impl Hub {
     }
 
     fn titles_path(&self) -> PathBuf {
-        self.parts.state_dir.join("gateway").join("titles.json")
+        StateDir::new(&self.parts.state_dir).gateway_titles()
     }
 
     pub(super) fn read_titles(&self) -> BTreeMap<String, String> {
