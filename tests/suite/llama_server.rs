@@ -1,8 +1,9 @@
 //! clawcage's providers against a real llama.cpp `llama-server` serving SmolLM2-135M-Instruct
 //! (both built or fetched once by `tests/llama/setup.sh` into `target/llama/`): plain and
-//! streamed text in the OpenAI and the Anthropic wire formats, a reply cut at `max_tokens`, the
-//! context window read from the server, a context overflow compacted and retried, and a wrong
-//! base path named with its URL and the flag to fix. Each test starts its own server on a free
+//! streamed text in the OpenAI and the Anthropic wire formats, a reply cut at `max_tokens`, a
+//! tool call plain and streamed (with llama.cpp's Qwen2.5 template) and one cut at `max_tokens`
+//! that is never run, the context window read from the server, a context overflow compacted and
+//! retried, and a wrong base path named with its URL and the flag to fix. Each test starts its own server on a free
 //! port with `--temp 0` (the same answer each run) and stops it when it ends. Without the
 //! server or the model a test is skipped with the reason printed; under CI (`CI=true`) it fails.
 

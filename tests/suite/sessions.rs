@@ -349,7 +349,7 @@ async fn notifications_on_the_bus_reach_the_session_through_its_lane() {
         ]
     );
     assert_eq!(bus.queued("system"), 0);
-    router.abort();
+    router.stop();
 }
 
 /// Ctrl-C in the REPL: the running turn stops, what it did is kept (a call left without a result

@@ -33,7 +33,9 @@ use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, PermissionAsker, Su
 use clawcage_core::redact::Redactor;
 use clawcage_core::{BoxFuture, ToolError, ToolOutput};
 use clawcage_runtime::acp_config::{ExternalAgent, PermissionMode};
-use clawcage_runtime::{Error, Runtime};
+use clawcage_runtime::{
+    AttachExternalAgents, Error, ExternalAgents as ExternalAgentsHook, Runtime,
+};
 use clawcage_sandbox::{LineRange, WorkspaceGrant, WorkspaceTextError};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
@@ -52,6 +54,25 @@ const READ_TEXT_LIMIT: usize = 4 << 20;
 
 /// The most bytes of a terminal's output kept (the exec tool cuts its own output too).
 const TERMINAL_OUTPUT_LIMIT: usize = 1 << 20;
+
+/// The runtime's hook that attaches external ACP agents ([`attach`]), for
+/// `Options::external_agents`: with it every front end's sub-agents can `spawn` them.
+pub fn external_agents() -> ExternalAgentsHook {
+    ExternalAgentsHook(Arc::new(AcpAttach))
+}
+
+/// [`attach`] as the runtime's [`AttachExternalAgents`].
+struct AcpAttach;
+
+impl AttachExternalAgents for AcpAttach {
+    fn attach<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        manager: &'a Arc<SubagentManager>,
+    ) -> BoxFuture<'a, Result<(), Error>> {
+        Box::pin(attach(runtime, manager))
+    }
+}
 
 /// Gives `manager` the external agents `runtime`'s configuration allows (nothing when none is).
 pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result<(), Error> {

@@ -1,7 +1,9 @@
 //! clawcage over the Agent Client Protocol (ACP v1: newline-delimited JSON-RPC over stdio), on
 //! the official Rust SDK. Both sides live here: `clawcage acp` serves clawcage as an agent to
 //! editors (`server`), and `spawn` with `runtime: "acp"` drives an external ACP agent as a
-//! sub-agent (`external`), serving its file and terminal requests through the sandboxed tools.
+//! sub-agent (`external`, which the runtime attaches in every front end through
+//! `Options::external_agents`), serving its file and terminal requests through the sandboxed
+//! tools.
 //! It is a front end like the gateway: it gets runtimes, agents and tools from
 //! `clawcage-runtime` and renders their events (`updates`). Of the sandbox crate it uses only the
 //! workspace grant and its exact-text reads, for an external agent's file requests (the one
@@ -13,5 +15,5 @@ pub mod lines;
 pub mod server;
 pub mod updates;
 
-pub use external::attach;
+pub use external::{attach, external_agents};
 pub use server::run;

@@ -25,10 +25,10 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Client, UntypedMessage};
 use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
 use clawcage_agent::events::EventObserver;
-use clawcage_agent::subagent::{PermissionAsker, SYSTEM_CHANNEL};
+use clawcage_agent::subagent::PermissionAsker;
 use clawcage_agent::{
-    AgentError, JsonlTranscripts, LaneInput, OutboundMessage, SendCallback, TranscriptStore,
-    TurnEnd, current_session_key,
+    AgentError, JsonlTranscripts, LaneInput, NotificationFront, NotificationRoute, OutboundMessage,
+    SendCallback, TranscriptStore, TurnEnd, current_session_key,
 };
 use clawcage_core::BoxFuture;
 use clawcage_core::approval::ApprovalDecision;
@@ -46,6 +46,9 @@ pub const MAX_SESSION_ID_BYTES: usize = 256;
 struct Workspace {
     runtime: Runtime,
     agent: RuntimeAgent,
+    /// Sub-agent results and other notifications on its bus, as turns streamed to the client;
+    /// stops with the workspace.
+    _notifications: NotificationRoute,
 }
 
 /// One open session.
@@ -219,7 +222,6 @@ impl Server {
             })
             .await?;
         if let Some(manager) = &agent.subagents {
-            crate::external::attach(&runtime, manager).await?;
             let this = self.this.clone();
             manager.set_output(Arc::new(move |parent: &str, child: &str, text: &str| {
                 if let Some(server) = this.upgrade() {
@@ -230,56 +232,18 @@ impl Server {
                 }
             }));
             manager.set_asker(self.permission_asker());
-            let manager = manager.clone();
-            tokio::spawn(async move {
-                manager.recover().await;
-            });
         }
-        let workspace = Arc::new(Workspace { runtime, agent });
-        self.route_notifications(&workspace);
+        let notifications = agent.route_notifications(Arc::new(AcpNotifications {
+            server: self.this.clone(),
+            sessions: agent.sessions.clone(),
+        }));
+        let workspace = Arc::new(Workspace {
+            runtime,
+            agent,
+            _notifications: notifications,
+        });
         workspaces.insert(canonical, workspace.clone());
         Ok(workspace)
-    }
-
-    /// Sub-agent results (and other notifications on the bus) become turns of their sessions,
-    /// streamed to the client like any turn.
-    fn route_notifications(&self, workspace: &Arc<Workspace>) {
-        let mut subscription = workspace.agent.bus.subscribe(SYSTEM_CHANNEL);
-        let this = self.this.clone();
-        let weak = Arc::downgrade(workspace);
-        tokio::spawn(async move {
-            while let Some(message) = subscription.recv().await {
-                let (Some(server), Some(workspace)) = (this.upgrade(), weak.upgrade()) else {
-                    break;
-                };
-                let key = message.session_key.clone();
-                let run_id = format!("notify-{}", server.next_run.fetch_add(1, Ordering::Relaxed));
-                let (observer, mut events) = EventObserver::channel(&key, &run_id);
-                let pending = workspace.agent.sessions.submit(
-                    &key,
-                    LaneInput::Notification(message),
-                    Arc::new(observer),
-                );
-                tokio::spawn(async move {
-                    let mut wait = Box::pin(pending.wait());
-                    loop {
-                        tokio::select! {
-                            Some(event) = events.recv() => {
-                                if let Some(update) = updates::update_of(&event) {
-                                    server.send_update(&key, update);
-                                }
-                            }
-                            _ = &mut wait => break,
-                        }
-                    }
-                    while let Ok(event) = events.try_recv() {
-                        if let Some(update) = updates::update_of(&event) {
-                            server.send_update(&key, update);
-                        }
-                    }
-                });
-            }
-        });
     }
 
     /// An external sub-agent's permission request (`permission_mode = "ask"`) goes to the editor
@@ -605,7 +569,10 @@ fn answer<T: agent_client_protocol::JsonRpcResponse>(
 }
 
 /// `clawcage acp`: serves ACP on stdin and stdout until the client closes stdin.
-pub async fn run(options: Options) -> Result<(), Error> {
+pub async fn run(mut options: Options) -> Result<(), Error> {
+    options
+        .external_agents
+        .get_or_insert_with(crate::external::external_agents);
     let host = AcpHost::open(options)?;
     if host.roots().is_empty() {
         tracing::warn!(
@@ -692,5 +659,45 @@ pub async fn run(options: Options) -> Result<(), Error> {
         Ok(()) => Ok(()),
         Err(error) if agent_client_protocol::is_incoming_transport_closed(&error) => Ok(()),
         Err(error) => Err(Error::Failed(format!("the ACP connection failed: {error}"))),
+    }
+}
+
+/// Sub-agent results (and other notifications on the bus) become turns of their sessions,
+/// streamed to the client like any turn.
+struct AcpNotifications {
+    server: Weak<Server>,
+    sessions: clawcage_agent::Sessions,
+}
+
+impl NotificationFront for AcpNotifications {
+    fn admit(&self, message: clawcage_core::InboundMessage) -> BoxFuture<'_, ()> {
+        let Some(server) = self.server.upgrade() else {
+            return Box::pin(std::future::ready(()));
+        };
+        let key = message.session_key.clone();
+        let run_id = format!("notify-{}", server.next_run.fetch_add(1, Ordering::Relaxed));
+        let (observer, mut events) = EventObserver::channel(&key, &run_id);
+        let pending =
+            self.sessions
+                .submit(&key, LaneInput::Notification(message), Arc::new(observer));
+        tokio::spawn(async move {
+            let mut wait = Box::pin(pending.wait());
+            loop {
+                tokio::select! {
+                    Some(event) = events.recv() => {
+                        if let Some(update) = updates::update_of(&event) {
+                            server.send_update(&key, update);
+                        }
+                    }
+                    _ = &mut wait => break,
+                }
+            }
+            while let Ok(event) = events.try_recv() {
+                if let Some(update) = updates::update_of(&event) {
+                    server.send_update(&key, update);
+                }
+            }
+        });
+        Box::pin(std::future::ready(()))
     }
 }

@@ -19,6 +19,7 @@ pub mod events;
 pub mod inbox;
 pub mod memory;
 pub mod message_tool;
+pub mod notifications;
 pub mod provider;
 pub mod registry;
 pub mod runs;
@@ -43,6 +44,7 @@ pub use context::{ContextPolicy, ModelWindow, TokenEstimator, WindowSource, cont
 pub use cron::{CronOptions, CronService};
 pub use inbox::{FileInbox, LaneInbox};
 pub use message_tool::{MessageTool, OutboundMessage, SendCallback};
+pub use notifications::{NotificationFront, NotificationRoute};
 pub use provider::{Provider, ProviderError, ProviderEvents};
 pub use registry::{RegistryError, ToolRegistry};
 pub use session::{LaneInput, PendingTurn, Sessions, current_session_key};

@@ -30,13 +30,14 @@ use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use clawcage_core::{InboundMessage, Usage};
+use clawcage_core::{BoxFuture, InboundMessage, Usage};
 use tokio::sync::{oneshot, watch};
 
 use crate::agent_loop::{AgentError, AgentLoop, TurnObserver, TurnOutcome};
 use crate::budget::Budget;
 use crate::bus::Subscription;
 use crate::inbox::{Appended, InputRecord, InputStatus, LaneInbox};
+use crate::notifications::{NotificationFront, NotificationRoute};
 use crate::transcript::{TranscriptStore, now_ms};
 
 pub use queue::{
@@ -776,32 +777,55 @@ impl Sessions {
         lines.join("\n")
     }
 
-    /// Deliver every message of `subscription` to the lane of its `session_key` as a
-    /// notification, in a task that runs until the subscription ends; `done` hears each
-    /// outcome (the REPL prints it).
-    pub fn deliver_notifications(
+    /// A front end that admits each notification to the lane of its `session_key` with
+    /// `observer`, and lets `done` hear how its turn ended (the REPL prints it).
+    pub fn notification_front(
         &self,
-        mut subscription: Subscription,
         observer: Arc<dyn TurnObserver>,
         done: NotificationDone,
-    ) -> tokio::task::JoinHandle<()> {
-        let sessions = self.clone();
-        tokio::spawn(async move {
-            while let Some(message) = subscription.recv().await {
-                let pending = sessions.submit(
-                    &message.session_key,
-                    LaneInput::Notification(message.clone()),
-                    observer.clone(),
-                );
-                let done = done.clone();
-                tokio::spawn(async move {
-                    let outcome = pending.wait().await.and_then(|outcome| {
-                        outcome.ok_or_else(|| AgentError::History("no outcome".to_string()))
-                    });
-                    done(&message, outcome);
-                });
-            }
+    ) -> Arc<dyn NotificationFront> {
+        Arc::new(TurnsFront {
+            sessions: self.clone(),
+            observer,
+            done,
         })
+    }
+
+    /// Deliver every message of `subscription` to the lane of its `session_key` as a
+    /// notification ([`Sessions::notification_front`]), until the subscription ends or the
+    /// route is dropped.
+    pub fn deliver_notifications(
+        &self,
+        subscription: Subscription,
+        observer: Arc<dyn TurnObserver>,
+        done: NotificationDone,
+    ) -> NotificationRoute {
+        NotificationRoute::over(subscription, self.notification_front(observer, done))
+    }
+}
+
+/// Notifications as turns of [`Sessions`], each outcome told to a callback.
+struct TurnsFront {
+    sessions: Sessions,
+    observer: Arc<dyn TurnObserver>,
+    done: NotificationDone,
+}
+
+impl NotificationFront for TurnsFront {
+    fn admit(&self, message: InboundMessage) -> BoxFuture<'_, ()> {
+        let pending = self.sessions.submit(
+            &message.session_key,
+            LaneInput::Notification(message.clone()),
+            self.observer.clone(),
+        );
+        let done = self.done.clone();
+        tokio::spawn(async move {
+            let outcome = pending.wait().await.and_then(|outcome| {
+                outcome.ok_or_else(|| AgentError::History("no outcome".to_string()))
+            });
+            done(&message, outcome);
+        });
+        Box::pin(std::future::ready(()))
     }
 }
 

@@ -66,8 +66,8 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
         .await?;
     let sessions = agent.sessions.clone();
 
-    let router = sessions.deliver_notifications(
-        agent.bus.subscribe("system"),
+    // Sub-agent results and cron firings become turns of their sessions, printed when idle.
+    let router = agent.route_notifications(sessions.notification_front(
         idle_console.clone(),
         Arc::new({
             let idle_console = idle_console.clone();
@@ -83,13 +83,7 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
                 )),
             }
         }),
-    );
-    // Now that the `system` channel is routed: report runs cut off by the last exit.
-    if let Some(manager) = agent.subagents.clone() {
-        tokio::spawn(async move {
-            manager.recover().await;
-        });
-    }
+    ));
 
     outln!(
         "clawcage chat: {} · session {key} · {} tools · /help for commands",
@@ -249,7 +243,7 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
             }
         }
     }
-    router.abort();
+    router.stop();
     if let Some(task) = idle_approvals {
         task.abort();
     }

@@ -521,6 +521,7 @@ fn runtime_options(cli: &Cli) -> Options {
         // Above a chat's live line (a running call's seconds), never through it.
         progress: CompileProgress::to(|line| render::interject(&format!("clawcage: {line}"))),
         one_call: matches!(cli.command, Command::Call { .. } | Command::Tools { .. }),
+        external_agents: Some(clawcage_acp::external_agents()),
     }
 }
 
@@ -800,9 +801,8 @@ async fn run_task(
             subagents: true,
         })
         .await?;
-    // External ACP agents as sub-agents, when the configuration allows any.
+    // What external ACP agents (attached by the runtime) stream is shown as it comes.
     if let Some(manager) = &agent.subagents {
-        clawcage_acp::attach(runtime, manager).await?;
         let console = console.clone();
         manager.set_output(Arc::new(move |_parent: &str, child: &str, text: &str| {
             console.line(&format!("  [{child}] {text}"));

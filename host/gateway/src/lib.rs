@@ -162,24 +162,11 @@ impl Gateway {
     /// accepting, aborts the runs (messages kept), syncs the events, tells the clients.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
         // Sub-agent results and cron firings become runs of their sessions.
-        let mut notifications = self
-            .hub
-            .parts
-            .bus
-            .subscribe(clawcage_agent::subagent::SYSTEM_CHANNEL);
-        let router = {
-            let hub = self.hub.clone();
-            tokio::spawn(async move {
-                while let Some(message) = notifications.recv().await {
-                    hub.notify(message).await;
-                }
-            })
-        };
-        if let Some(manager) = self.hub.parts.subagents.clone() {
-            tokio::spawn(async move {
-                manager.recover().await;
-            });
-        }
+        let router = clawcage_agent::NotificationRoute::start(
+            &self.hub.parts.bus,
+            self.hub.parts.subagents.as_ref(),
+            self.hub.clone(),
+        );
         // What was appended is made durable once a second (a killed process loses nothing
         // written; this covers a crash of the machine).
         let syncer = {
@@ -200,7 +187,7 @@ impl Gateway {
         accepting.cancel();
         let _ = acceptor.await;
         self.hub.shut_down(SHUTDOWN_GRACE).await;
-        router.abort();
+        router.stop();
         syncer.abort();
         // Let the connections send their close frames.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);

@@ -358,7 +358,7 @@ impl AcpHost {
         };
         located.check_trust()?;
         let mut shared = self.sandbox.lock().await;
-        let runtime = Runtime::assemble(
+        let mut runtime = Runtime::assemble(
             located,
             self.options.provider.clone(),
             self.options.progress.clone(),
@@ -369,6 +369,7 @@ impl AcpHost {
         if shared.is_none() {
             *shared = Some(runtime.sandbox.clone());
         }
+        runtime.external_agents = self.options.external_agents.clone();
         Ok(runtime)
     }
 }

@@ -17,8 +17,8 @@ use clawcage_agent::skills::{AvailablePrograms, SkillDirs, Skills, read_skills};
 use clawcage_agent::subagent::SYSTEM_CHANNEL;
 use clawcage_agent::{
     AgentError, AgentLoop, Budget, FileInbox, JsonlTranscripts, LaneInput, MessageBus, MessageTool,
-    Metered, OutboundMessage, SendCallback, Sessions, SubagentManager, ToolRegistry, TurnObserver,
-    TurnOutcome,
+    Metered, NotificationFront, NotificationRoute, OutboundMessage, SendCallback, Sessions,
+    SubagentManager, ToolRegistry, TurnObserver, TurnOutcome,
 };
 use clawcage_core::BoxFuture;
 
@@ -206,6 +206,10 @@ impl Runtime {
         if let Some(budget) = budget {
             sessions.set_budget(budget);
         }
+        // External ACP agents as sub-agents, when the configuration allows any.
+        if let (Some(manager), Some(external)) = (&subagents, &self.external_agents) {
+            external.0.attach(self, manager).await?;
+        }
         Ok(Agent {
             sessions,
             tools,
@@ -301,6 +305,13 @@ fn memory_section(workspace: &Path) -> Option<String> {
 }
 
 impl Agent {
+    /// Route the bus's `system` channel (sub-agent results, cron firings on the bus) into
+    /// `front`, then report the sub-agent runs the last process left running. Every
+    /// long-running front end (chat, the gateway, ACP) starts one; it stops when dropped.
+    pub fn route_notifications(&self, front: Arc<dyn NotificationFront>) -> NotificationRoute {
+        NotificationRoute::start(&self.bus, self.subagents.as_ref(), front)
+    }
+
     /// Runs `task` in session `key` and returns the final outcome. When the task started
     /// sub-agents, waits for each one's announcement, lets the agent take it in (a turn each),
     /// and returns the last turn's outcome. `note` hears progress lines (waiting, each

@@ -109,6 +109,32 @@ pub struct Options {
     /// The process makes at most one tool call and exits (`clawcage call`, `clawcage tools`):
     /// the engine reserves no pool of instance slots and no instance is made ahead.
     pub one_call: bool,
+    /// How external ACP agents are attached to the sub-agents ([`Runtime::agent`] does it for
+    /// every front end); none: `spawn` offers no external agent.
+    pub external_agents: Option<ExternalAgents>,
+}
+
+/// Attaches the external ACP agents a runtime's configuration allows to its sub-agent manager.
+/// The ACP client lives above the runtime (`clawcage_acp`); the binary hands it in through
+/// [`Options::external_agents`], and [`Runtime::agent`] calls it, so `run`, `chat`, the gateway
+/// and `acp` all get the same external agents.
+pub trait AttachExternalAgents: Send + Sync {
+    /// Give `manager` the external agents `runtime` allows (nothing when it allows none).
+    fn attach<'a>(
+        &'a self,
+        runtime: &'a Runtime,
+        manager: &'a Arc<clawcage_agent::SubagentManager>,
+    ) -> clawcage_core::BoxFuture<'a, Result<(), Error>>;
+}
+
+/// The [`AttachExternalAgents`] a runtime uses.
+#[derive(Clone)]
+pub struct ExternalAgents(pub Arc<dyn AttachExternalAgents>);
+
+impl std::fmt::Debug for ExternalAgents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("ExternalAgents")
+    }
 }
 
 /// Where configuration and state were found, before anything is checked or started.
@@ -346,6 +372,8 @@ pub struct Runtime {
     channels: channel_config::Channels,
     /// The approvals broker exec asks, and operator front ends answer.
     approvals: ApprovalBroker,
+    /// How external ACP agents are attached to the sub-agents.
+    external_agents: Option<ExternalAgents>,
 }
 
 impl std::fmt::Debug for Runtime {
@@ -376,7 +404,10 @@ impl Runtime {
             })
         });
         let sandbox = sandbox.transpose().map_err(failed)?;
-        Self::assemble(located, options.provider, options.progress, None, sandbox).await
+        let mut runtime =
+            Self::assemble(located, options.provider, options.progress, None, sandbox).await?;
+        runtime.external_agents = options.external_agents;
+        Ok(runtime)
     }
 
     /// The runtime of `clawcage demo`: the default configuration, the workspace `workspace`, no
@@ -503,6 +534,7 @@ impl Runtime {
             cron: None,
             redactor: Redactor::default(),
             channels: channel_config::Channels::default(),
+            external_agents: None,
         };
         runtime.redactor = secrets_redactor(&runtime.web_grants);
         if !demo {

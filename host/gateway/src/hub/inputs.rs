@@ -371,3 +371,11 @@ impl Hub {
         Ok(())
     }
 }
+
+/// The bus's notifications become runs of their sessions ([`Hub::notify`]), admitted in arrival
+/// order.
+impl clawcage_agent::NotificationFront for Hub {
+    fn admit(&self, message: InboundMessage) -> clawcage_core::BoxFuture<'_, ()> {
+        Box::pin(self.notify(message))
+    }
+}
