@@ -3,6 +3,11 @@
 //! over WebSocket), each spawning `acp_reporting_agent.py` and taking its result back as a
 //! notification turn through the one notification route. (`run` and `acp` have their own tests
 //! in `external_agent_limits.rs` and `acp.rs`.)
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
 
 use std::io::{BufRead as _, Write as _};
 use std::path::Path;
@@ -49,9 +54,9 @@ struct Setup {
 impl Setup {
     fn new(model: &LlmServer) -> Setup {
         clawcage_tests::cli_state::warm_components(binary());
-        let root = tempfile::tempdir().unwrap();
+        let root = tempfile::tempdir().expect("a temporary directory");
         let state = clawcage_tests::cli_state::private_state_dir();
-        std::fs::create_dir_all(root.path().join("ws")).unwrap();
+        std::fs::create_dir_all(root.path().join("ws")).expect("the workspace");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/acp_reporting_agent.py");
         std::fs::write(
             root.path().join("clawcage.toml"),
@@ -64,7 +69,7 @@ impl Setup {
                 script = json!(script.display().to_string()),
             ),
         )
-        .unwrap();
+        .expect("the configuration");
         Setup { root, state }
     }
 
