@@ -22,7 +22,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::process::Stdio;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_client_protocol::v1::{ConnectionTo, Responder};
@@ -31,6 +31,7 @@ use clawcage_agent::AuditedRegistry;
 use clawcage_agent::provider::redacting::TextScrubber;
 use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, PermissionAsker, SubagentManager};
 use clawcage_core::redact::Redactor;
+use clawcage_core::sync::lock;
 use clawcage_core::{BoxFuture, ToolError, ToolOutput};
 use clawcage_runtime::acp_config::{ExternalAgent, PermissionMode};
 use clawcage_runtime::{
@@ -139,12 +140,6 @@ impl ExternalRuntime for ExternalAgents {
             result
         })
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A terminal: one exec call running in its own task.

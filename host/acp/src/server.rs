@@ -12,7 +12,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
@@ -32,6 +32,7 @@ use clawcage_agent::{
 };
 use clawcage_core::BoxFuture;
 use clawcage_core::approval::ApprovalDecision;
+use clawcage_core::sync::lock;
 use clawcage_runtime::acp_config::AcpHost;
 use clawcage_runtime::{Agent as RuntimeAgent, AgentOptions, Error, Options, Runtime};
 use serde_json::{Value, json};
@@ -75,12 +76,6 @@ pub struct Server {
     next_run: AtomicU64,
     prompts_running: AtomicU64,
     this: Weak<Server>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn acp_error(error: &Error) -> agent_client_protocol::Error {

@@ -28,8 +28,9 @@ pub use recovery::{MAY_HAVE_PARTLY_RUN, NOT_STARTED_BEFORE_STOP};
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
+use clawcage_core::sync::lock;
 use clawcage_core::{BoxFuture, InboundMessage, Usage};
 use tokio::sync::{oneshot, watch};
 
@@ -325,12 +326,6 @@ impl PendingTurn {
     pub async fn wait(self) -> Result<Option<TurnOutcome>, AgentError> {
         self.receiver.await.unwrap_or(Err(AgentError::LaneClosed))
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl Sessions {

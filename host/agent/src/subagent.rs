@@ -10,9 +10,10 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock, Weak};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
+use clawcage_core::sync::lock;
 use clawcage_core::{
     BoxFuture, ChatMessage, InboundMessage, Tool, ToolError, ToolOutput, ToolSpec,
 };
@@ -280,12 +281,6 @@ impl std::fmt::Debug for SubagentManager {
             .field("runs_file", &self.runs_file)
             .finish_non_exhaustive()
     }
-}
-
-fn lock(state: &Mutex<State>) -> MutexGuard<'_, State> {
-    state
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn number_of(id: &str) -> Option<u64> {

@@ -23,6 +23,7 @@ use clawcage_agent::provider::ProviderEvents as _;
 use clawcage_core::ToolCall;
 use clawcage_core::approval::ApprovalDecision;
 use clawcage_core::command::{APPROVE_USAGE, Command};
+use clawcage_core::sync::lock;
 use clawcage_gateway::{Client, ClientError};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -657,12 +658,6 @@ async fn follow(
             break frames;
         };
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 fn text<'a>(value: &'a Value, name: &str) -> &'a str {

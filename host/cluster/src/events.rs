@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::future::IntoFuture;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::HeaderMap;
@@ -27,6 +27,7 @@ use bytes::Bytes;
 use clawcage_agent::events::{
     AgentEvent, Epoch, EventFuture, EventLog, EventLogError, Follow, Replay,
 };
+use clawcage_core::sync::lock;
 use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
@@ -122,12 +123,6 @@ fn place_of(headers: Option<&HeaderMap>) -> Place {
         epoch: number(EPOCH_HEADER),
         removed: headers.is_some_and(|headers| headers.get(REMOVED_HEADER).is_some()),
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// An I/O error saying what failed and what to do.

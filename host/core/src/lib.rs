@@ -13,6 +13,7 @@ pub mod command;
 pub mod files;
 pub mod redact;
 pub mod scheduler;
+pub mod sync;
 
 pub use chat::{ChatMessage, ContentBlock, Cut, InboundMessage, Role, Usage};
 pub use scheduler::{JobInfo, JobRequest, Scheduler};

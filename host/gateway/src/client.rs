@@ -9,7 +9,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::{SinkExt as _, StreamExt as _};
@@ -19,6 +19,8 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 use tokio_tungstenite::tungstenite::protocol::WebSocketConfig;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+
+use clawcage_core::sync::lock;
 
 use crate::protocol::PROTOCOL_VERSION;
 
@@ -74,12 +76,6 @@ pub struct Client {
     events: Option<mpsc::UnboundedReceiver<Value>>,
     closed: Arc<Mutex<Option<String>>>,
     next_id: AtomicU64,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// `ws://host:port[/path]` as the address to dial and the URL to request (`/ws` by default).

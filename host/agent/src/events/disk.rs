@@ -13,10 +13,12 @@ use std::collections::HashMap;
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 use tokio::sync::{broadcast, mpsc};
+
+use clawcage_core::sync::lock;
 
 use super::{AgentEvent, Epoch, EventFuture, EventLog, EventLogError, Follow, Replay};
 use crate::transcript::key_file_stem;
@@ -81,12 +83,6 @@ struct StoredLine<'a> {
 
 fn is_zero(epoch: &Epoch) -> bool {
     *epoch == 0
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 impl DiskEventLog {

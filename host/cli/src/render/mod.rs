@@ -893,30 +893,11 @@ pub fn out(text: &str) {
 
 /// `ms` milliseconds since the Unix epoch as an RFC 3339 UTC time to the second.
 pub fn rfc3339(ms: u64) -> String {
-    let seconds = ms / 1000;
-    let days = seconds / 86_400;
-    let rest = seconds % 86_400;
-    let (year, month, day) = civil_from_days(days as i64);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
-/// The calendar date of `days` since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    (year, month, day)
+    let time = i64::try_from(ms)
+        .ok()
+        .and_then(chrono::DateTime::<chrono::Utc>::from_timestamp_millis)
+        .unwrap_or_default();
+    time.to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
 }
 
 /// `bytes` as `812 B`, `3.4 KiB` or `1.2 MiB`.

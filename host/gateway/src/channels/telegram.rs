@@ -18,6 +18,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use clawcage_core::sync::lock;
 use clawcage_runtime::Error;
 use clawcage_runtime::channel_config::{
     ChannelSecret, DmPolicy, GroupPolicy, Telegram as Settings,
@@ -271,12 +272,6 @@ pub struct Telegram {
     chats: Mutex<HashMap<Chat, mpsc::UnboundedSender<Job>>>,
     /// The sessions whose approval requests are posted to their chat.
     operators: Mutex<std::collections::HashSet<String>>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The next wait of an exponential backoff: 1, 2, 4, … 30 seconds.

@@ -36,6 +36,7 @@ use clawcage_agent::{
     AgentError, MessageBus, Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnOutcome,
 };
 use clawcage_core::scheduler::Scheduler;
+use clawcage_core::sync::lock;
 use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
@@ -213,12 +214,6 @@ pub struct Hub {
     /// Each session's title: set by `sessions.rename`, else its first message's first line.
     titles: Mutex<BTreeMap<String, String>>,
     this: Weak<Hub>,
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// The lowercase hex of `value` in base 36, for short run ids.
