@@ -12,7 +12,7 @@
 //! policy, kept in one place); `settings` the modes and settings; `command` the `/queue`
 //! parser; `tests` the policy's tests.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::Mutex;
 

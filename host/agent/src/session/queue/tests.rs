@@ -1,6 +1,8 @@
 //! The queue's policy on plain state, without a runtime: each mode, the cap and its drop
 //! policies, collect batches, and the `/queue` parser.
 
+use std::collections::BTreeMap;
+
 use super::*;
 
 fn user(text: &str) -> QueuedJob {
