@@ -948,9 +948,35 @@ pub struct ApprovedExec {
     pub approved_writes: Vec<PlannedWrite>,
 }
 
+/// Why the host refused a program or a write of an exec call: it is outside the operator's
+/// policy and outside the plan the operator approved. Shown to the model as a sentence.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ExecRefusal {
+    /// A program the call was about to start.
+    #[error(
+        "denied by the operator's exec policy: {reason}, and `{command}` is not part of the command that was approved; a different command needs its own approval"
+    )]
+    Program {
+        /// Why the policy does not cover it.
+        reason: String,
+        /// The program and its arguments, as shown.
+        command: String,
+    },
+    /// A file the shell was about to open for writing by redirection.
+    #[error(
+        "denied by the operator's exec policy: {reason}, and `{redirection}` is not part of the command that was approved; a different command needs its own approval"
+    )]
+    Write {
+        /// Why the policy does not cover it.
+        reason: String,
+        /// The redirection, e.g. `> /ws/notes.txt`.
+        redirection: String,
+    },
+}
+
 impl ApprovedExec {
-    /// Checks one program about to run; the error is a sentence for the model.
-    pub fn check(&self, program: &str, args: &[String]) -> Result<(), String> {
+    /// Checks one program about to run.
+    pub fn check(&self, program: &str, args: &[String]) -> Result<(), ExecRefusal> {
         match self.policy.covers(program, args) {
             Coverage::Miss(reason) => {
                 let effective = unwrap_program(program, args);
@@ -966,10 +992,10 @@ impl ApprovedExec {
                 if approved || approved_as_written {
                     Ok(())
                 } else {
-                    Err(format!(
-                        "denied by the operator's exec policy: {reason}, and `{}` is not part of the command that was approved; a different command needs its own approval",
-                        shown(program, args)
-                    ))
+                    Err(ExecRefusal::Program {
+                        reason,
+                        command: shown(program, args),
+                    })
                 }
             }
             _ => Ok(()),
@@ -979,11 +1005,11 @@ impl ApprovedExec {
 
 impl ApprovedExec {
     /// Checks one file the shell is about to open for writing by redirection (`path` absolute,
-    /// `append` for `>>`); the error is a sentence for the model. Under `full` every write passes;
+    /// `append` for `>>`). Under `full` every write passes;
     /// otherwise only a write the operator approved in this call's plan, so a write the plan did
     /// not show (a script rewritten after the plan, `sh -c "$X"`) is refused before the file is
     /// opened.
-    pub fn check_write(&self, path: &str, append: bool) -> Result<(), String> {
+    pub fn check_write(&self, path: &str, append: bool) -> Result<(), ExecRefusal> {
         if self.policy.mode == ExecMode::Full
             || self
                 .approved_writes
@@ -993,15 +1019,16 @@ impl ApprovedExec {
             return Ok(());
         }
         let redirection = format!("{} {path}", if append { ">>" } else { ">" });
-        let why = match self.policy.mode {
+        let reason = match self.policy.mode {
             ExecMode::Deny => "exec is disabled by the operator".to_string(),
             _ => format!(
                 "`{redirection}` writes a file, and writes by redirection are not on the allowlist"
             ),
         };
-        Err(format!(
-            "denied by the operator's exec policy: {why}, and `{redirection}` is not part of the command that was approved; a different command needs its own approval"
-        ))
+        Err(ExecRefusal::Write {
+            reason,
+            redirection,
+        })
     }
 }
 
@@ -1398,7 +1425,8 @@ mod tests {
         );
         let refused = approved
             .check("rm", &strings(&["-r", "/"]))
-            .expect_err("outside the plan");
+            .expect_err("outside the plan")
+            .to_string();
         assert!(refused.contains("needs its own approval"), "{refused}");
         let entry = AllowEntry::exactly(&command).expect("named program");
         assert_eq!(entry.to_string(), "rm -r out-* *");
@@ -1465,7 +1493,8 @@ mod tests {
         };
         let refused = nothing
             .check_write("/ws/notes.txt", false)
-            .expect_err("not approved");
+            .expect_err("not approved")
+            .to_string();
         assert!(
             refused.contains("`> /ws/notes.txt` writes a file, and writes by redirection are not on the allowlist"),
             "{refused}"
@@ -1473,7 +1502,8 @@ mod tests {
         assert!(!refused.contains("cat"), "{refused}");
         let refused = nothing
             .check_write("/ws/log", true)
-            .expect_err("not approved");
+            .expect_err("not approved")
+            .to_string();
         assert!(refused.contains("`>> /ws/log`"), "{refused}");
         // Approved writes pass, and only at the paths they name.
         let approved = ApprovedExec {

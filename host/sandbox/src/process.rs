@@ -154,7 +154,7 @@ impl wit::Host for CallState {
                 if file.mode != OpenMode::Read {
                     approved
                         .check_write(&file.path, file.mode == OpenMode::Append)
-                        .map_err(RunError::Redirect)?;
+                        .map_err(|refusal| RunError::Redirect(refusal.to_string()))?;
                 }
             }
             // The shell's own output into a file starts no program (the host writes it).
@@ -162,7 +162,7 @@ impl wit::Host for CallState {
                 for stage in &pipeline.stages {
                     approved
                         .check(&stage.program, &stage.args)
-                        .map_err(RunError::Invalid)?;
+                        .map_err(|refusal| RunError::Invalid(refusal.to_string()))?;
                 }
             }
         }
