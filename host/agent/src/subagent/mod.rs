@@ -7,6 +7,10 @@
 //! parent's session; and it keeps a record of every run in the state directory, so that runs cut
 //! off by a restart are reported as interrupted. The `spawn` and `subagents` tools are its face
 //! to the model.
+//!
+//! Here: the manager (over 700 lines: spawning, running, stopping, announcing and recovering all
+//! work on its one state); `records` the run records and their file; `tools` `spawn` and
+//! `subagents`.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -14,11 +18,8 @@ use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::{Duration, Instant};
 
 use clawcage_core::sync::lock;
-use clawcage_core::{
-    BoxFuture, ChatMessage, InboundMessage, Tool, ToolError, ToolOutput, ToolSpec,
-};
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use clawcage_core::{BoxFuture, ChatMessage, InboundMessage, Tool};
+use serde_json::Value;
 
 use crate::agent_loop::{AgentConfig, AgentLoop, TurnEnd};
 use crate::audit::AuditLog;
@@ -28,6 +29,13 @@ use crate::provider::{NoEvents, Provider};
 use crate::registry::ToolRegistry;
 use crate::session::{current_session_key, with_session_key};
 use crate::transcript::now_ms;
+
+mod records;
+mod tools;
+
+pub use records::{RunRecord, RunStatus};
+use records::{load_records, lock_records_file, process_alive, save_records};
+use tools::{SpawnTool, SubagentsTool};
 
 /// The bus channel completions are published on.
 pub const SYSTEM_CHANNEL: &str = "system";
@@ -65,76 +73,6 @@ impl Default for SubagentConfig {
             max_iterations: 15,
             excluded_tools: DEFAULT_EXCLUDED.iter().map(ToString::to_string).collect(),
             retention: Duration::from_secs(7 * 24 * 3600),
-        }
-    }
-}
-
-/// Where a run stands.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RunStatus {
-    /// Still working.
-    Running,
-    /// Answered.
-    Completed,
-    /// Its turn failed (provider error, iteration cap, loop).
-    Failed,
-    /// Stopped by its time limit.
-    TimedOut,
-    /// Stopped by the `subagents` tool.
-    Stopped,
-    /// Cut off by a restart of clawcage.
-    Interrupted,
-}
-
-impl RunStatus {
-    fn as_str(self) -> &'static str {
-        match self {
-            RunStatus::Running => "running",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::TimedOut => "timed out",
-            RunStatus::Stopped => "stopped",
-            RunStatus::Interrupted => "interrupted",
-        }
-    }
-}
-
-/// One child's run, as persisted in `runs.json`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRecord {
-    /// `sub-N`.
-    pub id: String,
-    /// The session its result is announced to.
-    pub parent_session: String,
-    /// A short name given by the parent.
-    pub label: Option<String>,
-    /// The task.
-    pub task: String,
-    /// 1 for a child of the main agent.
-    pub depth: u32,
-    /// The process that runs (or ran) it; a `running` record whose process is gone was cut off.
-    #[serde(default)]
-    pub pid: u32,
-    /// Where it stands.
-    pub status: RunStatus,
-    /// Milliseconds since the epoch.
-    pub started_ms: u64,
-    /// When it ended.
-    pub finished_ms: Option<u64>,
-    /// Model calls made.
-    pub turns: usize,
-    /// Tool calls made.
-    pub tool_calls: usize,
-    /// The final answer or the error, cut to [`MAX_RESULT_CHARS`].
-    pub result: Option<String>,
-}
-
-impl RunRecord {
-    fn name(&self) -> String {
-        match &self.label {
-            Some(label) => format!("{} ({label})", self.id),
-            None => self.id.clone(),
         }
     }
 }
@@ -928,254 +866,6 @@ fn count_turns(history: &[ChatMessage]) -> usize {
         .filter(|message| message.role == clawcage_core::Role::Assistant)
         .count()
 }
-
-fn load_records(file: &Path) -> std::io::Result<Vec<RunRecord>> {
-    match std::fs::read(file) {
-        Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
-            std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!(
-                    "{} is not a valid sub-agent record file ({error}); move it away to start afresh",
-                    file.display()
-                ),
-            )
-        }),
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(Vec::new()),
-        Err(error) => Err(error),
-    }
-}
-
-/// An exclusive advisory lock on `runs.lock` beside `file`, released when the file is dropped.
-fn lock_records_file(file: &Path) -> std::io::Result<std::fs::File> {
-    let dir = file.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let lock = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(dir.join("runs.lock"))?;
-    lock.lock()?;
-    Ok(lock)
-}
-
-/// Whether process `pid` still runs (Linux: `/proc/PID` exists; elsewhere assumed gone).
-fn process_alive(pid: u32) -> bool {
-    pid != 0 && cfg!(target_os = "linux") && Path::new("/proc").join(pid.to_string()).exists()
-}
-
-/// Write `records` to `file` atomically (`clawcage_core::files::write_atomically`: synced, renamed,
-/// the directory synced).
-fn save_records(file: &Path, records: &[RunRecord]) -> std::io::Result<()> {
-    let bytes = serde_json::to_vec_pretty(records).map_err(std::io::Error::other)?;
-    clawcage_core::files::write_atomically(file, &bytes, false)
-}
-
-/// The `spawn` tool.
-struct SpawnTool {
-    spec: ToolSpec,
-    manager: Weak<SubagentManager>,
-    /// The depth of the agent holding this tool (0 for the main agent).
-    depth: u32,
-    /// Where results go; `None`: the session whose turn calls the tool.
-    session: Option<String>,
-}
-
-impl std::fmt::Debug for SpawnTool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SpawnTool")
-            .field("depth", &self.depth)
-            .finish_non_exhaustive()
-    }
-}
-
-impl SpawnTool {
-    fn new(
-        manager: Weak<SubagentManager>,
-        depth: u32,
-        session: Option<String>,
-        config: &SubagentConfig,
-    ) -> Self {
-        let spec = ToolSpec {
-            name: "spawn".to_string(),
-            description: format!(
-                "Start a sub-agent that works on `task` in the background, with its own agent loop and no history, and return at once with its id. When it finishes, its result (or failure) is announced to you in a notification: do not wait or poll. A sub-agent has fewer tools than you (by default it can read but not change the workspace, and cannot send messages or schedule jobs). At most {} run at once; each has {} s.",
-                config.max_concurrent,
-                config.timeout.as_secs()
-            ),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "task": {
-                        "type": "string",
-                        "minLength": 1,
-                        "maxLength": 20000,
-                        "description": "Everything the sub-agent needs to know: it sees nothing of this conversation."
-                    },
-                    "label": {
-                        "type": "string",
-                        "maxLength": 80,
-                        "description": "A short name for the task, shown in the announcement and in `subagents` list."
-                    },
-                    "runtime": {
-                        "type": "string",
-                        "enum": ["clawcage", "acp"],
-                        "description": "`clawcage` (default): a sub-agent of your own kind. `acp`: an external coding agent the operator configured, named by `agent`; it works in the workspace only through clawcage's sandboxed tools."
-                    },
-                    "agent": {
-                        "type": "string",
-                        "maxLength": 64,
-                        "description": "With runtime `acp`: the configured external agent's name."
-                    }
-                },
-                "required": ["task"],
-                "additionalProperties": false
-            }),
-        };
-        Self {
-            spec,
-            manager,
-            depth,
-            session,
-        }
-    }
-}
-
-impl Tool for SpawnTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let manager = self.manager.upgrade().ok_or_else(|| {
-                ToolError::Failed("the runtime is shutting down; no sub-agent started".to_string())
-            })?;
-            let task = args["task"].as_str().unwrap_or_default();
-            let label = args["label"].as_str().map(ToString::to_string);
-            let session = self
-                .session
-                .clone()
-                .or_else(current_session_key)
-                .ok_or_else(|| ToolError::Denied(SpawnError::NoSession.to_string()))?;
-            if args["runtime"].as_str() == Some("acp") {
-                let Some(agent) = args["agent"].as_str() else {
-                    return Err(ToolError::InvalidArgs(
-                        "runtime `acp` needs `agent`: the configured external agent's name"
-                            .to_string(),
-                    ));
-                };
-                let spawned = manager
-                    .spawn_external(&session, self.depth + 1, agent, task, label)
-                    .map_err(ToolError::Denied)?;
-                return Ok(ToolOutput::text(format!(
-                    "Started external agent `{agent}` as sub-agent {} ({} running now). Its result will be announced to you when it finishes.",
-                    spawned.id, spawned.running
-                )));
-            }
-            let spawned = manager
-                .spawn(&session, self.depth + 1, task, label)
-                .map_err(|error| ToolError::Denied(error.to_string()))?;
-            Ok(ToolOutput::text(format!(
-                "Started sub-agent {} ({} running now). Its result will be announced to you when it finishes.",
-                spawned.id, spawned.running
-            )))
-        })
-    }
-
-    fn grants_summary(&self) -> String {
-        "starts sub-agents with fewer tools than the caller".to_string()
-    }
-}
-
-/// The `subagents` tool: list and stop.
-struct SubagentsTool {
-    spec: ToolSpec,
-    manager: Weak<SubagentManager>,
-}
-
-impl std::fmt::Debug for SubagentsTool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SubagentsTool").finish_non_exhaustive()
-    }
-}
-
-impl SubagentsTool {
-    fn new(manager: Weak<SubagentManager>) -> Self {
-        let spec = ToolSpec {
-            name: "subagents".to_string(),
-            description: "List your sub-agents (running ones first, then recent ones with how they ended), or stop a running one by id. A stopped sub-agent announces nothing.".to_string(),
-            input_schema: json!({
-                "type": "object",
-                "properties": {
-                    "action": {"type": "string", "enum": ["list", "stop"]},
-                    "id": {"type": "string", "description": "For `stop`: the sub-agent's id, e.g. sub-3."}
-                },
-                "required": ["action"],
-                "additionalProperties": false
-            }),
-        };
-        Self { spec, manager }
-    }
-}
-
-impl Tool for SubagentsTool {
-    fn spec(&self) -> &ToolSpec {
-        &self.spec
-    }
-
-    fn call<'a>(&'a self, args: &'a Value) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(async move {
-            let manager = self
-                .manager
-                .upgrade()
-                .ok_or_else(|| ToolError::Failed("the runtime is shutting down".to_string()))?;
-            match args["action"].as_str() {
-                Some("stop") => {
-                    let Some(id) = args["id"].as_str() else {
-                        return Err(ToolError::InvalidArgs(
-                            "`stop` needs the sub-agent's `id`, e.g. {\"action\": \"stop\", \"id\": \"sub-3\"}".to_string(),
-                        ));
-                    };
-                    let record = manager.stop(id).map_err(ToolError::Failed)?;
-                    Ok(ToolOutput::text(format!(
-                        "Stopped sub-agent {}.",
-                        record.name()
-                    )))
-                }
-                _ => {
-                    let session = current_session_key();
-                    let mut records: Vec<RunRecord> = manager
-                        .records()
-                        .into_iter()
-                        .filter(|record| {
-                            session
-                                .as_deref()
-                                .is_none_or(|key| record.parent_session == key)
-                        })
-                        .collect();
-                    records.sort_by_key(|record| record.status != RunStatus::Running);
-                    if records.is_empty() {
-                        return Ok(ToolOutput::text("No sub-agents."));
-                    }
-                    let lines: Vec<String> = records
-                        .iter()
-                        .take(30)
-                        .map(|record| {
-                            format!(
-                                "{} — {} — {}",
-                                record.name(),
-                                record.status.as_str(),
-                                record.task.chars().take(100).collect::<String>()
-                            )
-                        })
-                        .collect();
-                    Ok(ToolOutput::text(lines.join("\n")))
-                }
-            }
-        })
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
