@@ -194,14 +194,30 @@ async fn ask(
     stream: bool,
     events: &dyn ProviderEvents,
 ) -> Result<provider::ChatResponse, ProviderError> {
-    let tools = ToolRegistry::new();
-    let messages = [ChatMessage::user(text)];
+    ask_with_tools(
+        provider,
+        &[ChatMessage::user(text)],
+        &ToolRegistry::new(),
+        stream,
+        events,
+    )
+    .await
+}
+
+/// One request of `messages` offering `tools`, under the tests' system prompt.
+async fn ask_with_tools(
+    provider: &dyn Provider,
+    messages: &[ChatMessage],
+    tools: &ToolRegistry,
+    stream: bool,
+    events: &dyn ProviderEvents,
+) -> Result<provider::ChatResponse, ProviderError> {
     provider
         .complete(
             ChatRequest {
                 system: "You are a helpful assistant.",
-                messages: &messages,
-                tools: &tools,
+                messages,
+                tools,
                 stream,
                 max_tokens: None,
             },
@@ -536,17 +552,7 @@ async fn a_tool_call_comes_back_whole_plain_and_streamed_and_a_cut_one_is_never_
     let mut calls = Vec::new();
     for stream in [false, true] {
         let heard = Heard::default();
-        let response = provider
-            .complete(
-                ChatRequest {
-                    system: "You are a helpful assistant.",
-                    messages: &messages,
-                    tools: &tools,
-                    stream,
-                    max_tokens: None,
-                },
-                &heard,
-            )
+        let response = ask_with_tools(provider.as_ref(), &messages, &tools, stream, &heard)
             .await
             .unwrap_or_else(|error| panic!("stream {stream}: {error}"));
         assert_eq!(
