@@ -109,14 +109,7 @@ fn violations(graph: &BTreeMap<String, Vec<String>>) -> Vec<String> {
             "clawcage-gateway" => Some(&["clawcage-core", "clawcage-agent", "clawcage-runtime"]),
             // The store traits on NATS JetStream: a backend of the agent's seams, no front end.
             "clawcage-cluster" => Some(&["clawcage-core", "clawcage-agent"]),
-            // The ACP front end names the workspace grant of an external agent's file requests;
-            // the one front end besides the cli allowed to see sandbox types.
-            "clawcage-acp" => Some(&[
-                "clawcage-core",
-                "clawcage-agent",
-                "clawcage-runtime",
-                "clawcage-sandbox",
-            ]),
+            "clawcage-acp" => Some(&["clawcage-core", "clawcage-agent", "clawcage-runtime"]),
             _ => None,
         };
         if let Some(allowed) = allowed {

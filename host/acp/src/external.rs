@@ -35,9 +35,9 @@ use clawcage_core::sync::lock;
 use clawcage_core::{BoxFuture, ToolError, ToolOutput};
 use clawcage_runtime::acp_config::{ExternalAgent, PermissionMode};
 use clawcage_runtime::{
-    AttachExternalAgents, Error, ExternalAgents as ExternalAgentsHook, Runtime,
+    AttachExternalAgents, Error, ExternalAgents as ExternalAgentsHook, LineRange, Runtime,
+    WorkspaceGrant, WorkspaceTextError,
 };
-use clawcage_sandbox::{LineRange, WorkspaceGrant, WorkspaceTextError};
 use serde_json::{Value, json};
 use tokio::sync::{oneshot, watch};
 use tokio::time::Instant;

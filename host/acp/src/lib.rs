@@ -5,10 +5,9 @@
 //! `Options::external_agents`), serving its file and terminal requests through the sandboxed
 //! tools.
 //! It is a front end like the gateway: it gets runtimes, agents and tools from
-//! `clawcage-runtime` and renders their events (`updates`). Of the sandbox crate it uses only the
-//! workspace grant and its exact-text reads, for an external agent's file requests (the one
-//! front-end edge `tests/suite/architecture.rs` allows besides the cli's). Its own crate because
-//! only it needs the ACP SDK. See `docs/acp.md`.
+//! `clawcage-runtime` and renders their events (`updates`); the workspace grant whose exact-text
+//! reads serve an external agent's file requests comes from the runtime too, so it never depends
+//! on the sandbox crate. Its own crate because only it needs the ACP SDK. See `docs/acp.md`.
 
 pub mod external;
 pub mod lines;

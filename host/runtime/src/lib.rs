@@ -41,10 +41,12 @@ use clawcage_agent::{AuditLog, AuditedRegistry, CronService, MessageBus, StateDi
 use clawcage_core::redact::Redactor;
 use clawcage_sandbox::{
     ArtifactCache, CompileProgress, FsMode, Grants, Limits, PluginReport, Sandbox, SandboxOptions,
-    WorkspaceGrant,
 };
 
 pub use agent::{Agent, AgentOptions, print_messages_with};
+/// The workspace a runtime grants, and its exact-text reads (an external ACP agent's
+/// `fs/read_text_file`): handed to front ends, which never depend on the sandbox themselves.
+pub use clawcage_sandbox::{LineRange, WorkspaceGrant, WorkspaceTextError};
 pub use config::{Config, ConfigSource};
 pub use provider_config::ProviderOverrides;
 pub use trust::TrustStore;
