@@ -101,15 +101,22 @@ impl Hub {
             },
         );
         let (ticket, admission) = (pending.ticket(), pending.admission().clone());
+        if let Admission::Dropped { reason } = &admission {
+            // The key is forgotten before the refusal is said: the same key sent again at once
+            // is a new attempt, never a duplicate of the refused one.
+            forget(RunStatus::Dropped, &reason.to_string());
+            let into = session
+                .lock()
+                .current
+                .as_ref()
+                .map(|run| run.run_id.clone());
+            acknowledge(&run_id, &admission, into.as_deref());
+            return Ok(Sent::Refused);
+        }
         let mut state = session.lock();
         let into = state.current.as_ref().map(|run| run.run_id.clone());
         // The acknowledgement goes out before any event of the run can.
         acknowledge(&run_id, &admission, into.as_deref());
-        if let Admission::Dropped { reason } = &admission {
-            drop(state);
-            forget(RunStatus::Dropped, &reason.to_string());
-            return Ok(Sent::Refused);
-        }
         if admission != Admission::Started {
             let mut data = admission_json(&admission);
             data["phase"] = json!("queue");
