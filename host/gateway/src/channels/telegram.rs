@@ -12,6 +12,9 @@
 //! killed gateway saved none of the interrupted run's messages). A 429 waits its `retry_after`,
 //! network errors back off; a reply that still cannot be sent is recorded in the status and the
 //! log. The token is only ever part of the request URL, which no error, log line or file shows.
+//!
+//! Here: the bot (polling, its journal, handing updates to lanes, delivering replies); `api` the
+//! Bot API calls; `format` a reply's HTML and its pieces.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -30,6 +33,12 @@ use tokio::sync::mpsc;
 use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
 use clawcage_core::command::{Command, CommandError};
 
+mod api;
+mod format;
+
+use api::{Api, ApiError};
+pub use format::{escape_html, split_message};
+
 use super::pairing::CodeRequest;
 use super::{Outcome, Shared, Submitted, outcome, session_key, submit};
 
@@ -47,174 +56,6 @@ const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// The longest text handed to the agent, in characters.
 const MAX_INPUT_CHARS: usize = 20_000;
-
-/// Escapes text for `parse_mode: "HTML"`: `&`, `<` and `>` become entities, nothing else is
-/// interpreted.
-pub fn escape_html(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            _ => out.push(c),
-        }
-    }
-    out
-}
-
-fn units(text: &str) -> usize {
-    text.encode_utf16().count()
-}
-
-/// Splits `text` into pieces of at most `max` UTF-16 units whose concatenation is `text`,
-/// cutting after a blank line, else a line end, else a space, when one lies in the second half
-/// of a piece.
-pub fn split_message(text: &str, max: usize) -> Vec<String> {
-    let mut pieces = Vec::new();
-    let mut rest = text;
-    while units(rest) > max {
-        // The longest prefix within `max` units, on a char boundary.
-        let mut end = 0;
-        let mut count = 0;
-        for (index, c) in rest.char_indices() {
-            if count + c.len_utf16() > max {
-                break;
-            }
-            count += c.len_utf16();
-            end = index + c.len_utf8();
-        }
-        let window = &rest[..end];
-        let half = window.len() / 2;
-        let cut = [
-            window.rfind("\n\n").map(|at| at + 2),
-            window.rfind('\n').map(|at| at + 1),
-            window.rfind(' ').map(|at| at + 1),
-        ]
-        .into_iter()
-        .flatten()
-        .find(|&at| at > half)
-        .unwrap_or(end.max(rest.chars().next().map_or(1, char::len_utf8)));
-        pieces.push(rest[..cut].to_string());
-        rest = &rest[cut..];
-    }
-    if !rest.is_empty() || pieces.is_empty() {
-        pieces.push(rest.to_string());
-    }
-    pieces
-}
-
-/// A Bot API failure.
-#[derive(Debug)]
-enum ApiError {
-    /// 429: wait this many seconds.
-    RetryAfter(u64),
-    /// The request did not get an answer (connect, timeout, a 5xx): retry later.
-    Network(String),
-    /// Telegram refused it (`error_code`, `description`): retrying changes nothing.
-    Refused(i64, String),
-}
-
-impl std::fmt::Display for ApiError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            ApiError::RetryAfter(seconds) => {
-                write!(f, "too many requests: retry after {seconds} s")
-            }
-            ApiError::Network(why) => write!(f, "network: {why}"),
-            ApiError::Refused(code, description) => write!(f, "refused ({code}): {description}"),
-        }
-    }
-}
-
-/// The Bot API at one base URL with one token.
-struct Api {
-    client: reqwest::Client,
-    /// `<api_base>/bot<token>/`: secret.
-    base: ChannelSecret,
-}
-
-impl Api {
-    fn new(settings: &Settings, token: &ChannelSecret) -> Result<Api, Error> {
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .connect_timeout(Duration::from_secs(10))
-            .timeout(settings.poll_timeout + Duration::from_secs(20))
-            .build()
-            .map_err(|error| {
-                Error::Failed(format!("cannot build the Telegram HTTP client: {error}"))
-            })?;
-        Ok(Api {
-            client,
-            base: ChannelSecret::new(format!("{}/bot{}/", settings.api_base, token.expose())),
-        })
-    }
-
-    async fn call(&self, method: &str, body: &Value) -> Result<Value, ApiError> {
-        let response = self
-            .client
-            .post(format!("{}{method}", self.base.expose()))
-            .header("content-type", "application/json")
-            .body(body.to_string())
-            .send()
-            .await
-            // The URL holds the token: errors never carry it.
-            .map_err(|error| ApiError::Network(error.without_url().to_string()))?;
-        let status = response.status().as_u16();
-        let mut response = response;
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|error| ApiError::Network(error.without_url().to_string()))?
-        {
-            if bytes.len() + chunk.len() > MAX_ANSWER_BYTES {
-                return Err(ApiError::Network(format!(
-                    "the answer to {method} is larger than {} MiB",
-                    MAX_ANSWER_BYTES >> 20
-                )));
-            }
-            bytes.extend_from_slice(&chunk);
-        }
-        let answer: Value = match serde_json::from_slice(&bytes) {
-            Ok(answer) => answer,
-            Err(_) if status >= 500 || status == 429 => {
-                return Err(ApiError::Network(format!("HTTP {status}")));
-            }
-            Err(_) => {
-                return Err(ApiError::Refused(
-                    i64::from(status),
-                    format!("HTTP {status} with a body that is not the Bot API's JSON"),
-                ));
-            }
-        };
-        if answer.get("ok") == Some(&Value::Bool(true)) {
-            return Ok(answer.get("result").cloned().unwrap_or(Value::Null));
-        }
-        let code = answer
-            .get("error_code")
-            .and_then(Value::as_i64)
-            .unwrap_or(i64::from(status));
-        if code == 429 {
-            let after = answer
-                .pointer("/parameters/retry_after")
-                .and_then(Value::as_u64)
-                .unwrap_or(1);
-            return Err(ApiError::RetryAfter(after));
-        }
-        let description: String = answer
-            .get("description")
-            .and_then(Value::as_str)
-            .unwrap_or("no description")
-            .chars()
-            .take(300)
-            .collect();
-        if code >= 500 {
-            return Err(ApiError::Network(format!("{code}: {description}")));
-        }
-        Err(ApiError::Refused(code, description))
-    }
-}
 
 /// One update kept until its reply is delivered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -992,6 +833,7 @@ fn strip_mention(text: &str, username: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use super::format::units;
     use super::*;
 
     #[test]
