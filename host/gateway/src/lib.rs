@@ -319,18 +319,9 @@ pub fn saved_token(state_dir: &Path) -> Result<String, Error> {
     }
 }
 
-/// What a running gateway writes into `<state-dir>/gateway/gateway.json`.
-fn info_path(state_dir: &Path) -> PathBuf {
-    StateDir::new(state_dir).gateway_info()
-}
-
-fn lock_path(state_dir: &Path) -> PathBuf {
-    StateDir::new(state_dir).gateway_lock()
-}
-
 /// Takes the state directory's gateway lock: `Ok(None)` when another process holds it.
 fn take_lock(state_dir: &Path) -> Result<Option<std::fs::File>, Error> {
-    let path = lock_path(state_dir);
+    let path = StateDir::new(state_dir).gateway_lock();
     let cannot = |error: std::io::Error| {
         Error::Usage(format!(
             "cannot open the gateway lock {}: {error}; check --state-dir",
@@ -355,7 +346,8 @@ fn take_lock(state_dir: &Path) -> Result<Option<std::fs::File>, Error> {
 
 /// The web address of the gateway running on `state_dir`, if one runs.
 pub fn running_gateway(state_dir: &Path) -> Option<String> {
-    if lock_path(state_dir).exists() && matches!(take_lock(state_dir), Ok(None)) {
+    if StateDir::new(state_dir).gateway_lock().exists() && matches!(take_lock(state_dir), Ok(None))
+    {
         running_info(state_dir)
             .and_then(|info| info.get("url").and_then(Value::as_str).map(str::to_string))
     } else {
@@ -364,7 +356,7 @@ pub fn running_gateway(state_dir: &Path) -> Option<String> {
 }
 
 fn running_info(state_dir: &Path) -> Option<Value> {
-    std::fs::read(info_path(state_dir))
+    std::fs::read(StateDir::new(state_dir).gateway_info())
         .ok()
         .and_then(|bytes| serde_json::from_slice(&bytes).ok())
 }
@@ -494,7 +486,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         "version": env!("CARGO_PKG_VERSION"),
     });
     if let Err(error) = clawcage_core::files::write_atomically(
-        &info_path(&state),
+        &state.gateway_info(),
         info.to_string().as_bytes(),
         true,
     ) {
@@ -538,7 +530,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     if let Some(runner) = runner {
         runner.abort();
     }
-    let _ = std::fs::remove_file(info_path(&state));
+    let _ = std::fs::remove_file(state.gateway_info());
     drop(lock);
     clawcage_runtime::tell!("clawcage gateway: stopped");
     Ok(())
