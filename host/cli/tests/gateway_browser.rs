@@ -185,8 +185,27 @@ async fn open_browser_sized(
     driver: &Path,
     (width, height): (u32, u32),
 ) -> (Process, tempfile::TempDir, fantoccini::Client) {
+    // Six browsers start at once on a small machine: a chromedriver can lose its port to another
+    // test between `free_port` and its bind, or reset the first session while Chromium starts.
+    // Each attempt starts a fresh driver on a fresh port; three failures fail the test.
+    let mut failures = Vec::new();
+    for _attempt in 0..3 {
+        match start_browser(chromium, driver, (width, height)).await {
+            Ok(started) => return started,
+            Err(failure) => failures.push(failure),
+        }
+    }
+    panic!("chromedriver could not start a headless Chromium three times: {failures:#?}");
+}
+
+/// One attempt of [`open_browser_sized`]: a chromedriver on a free port and a session on it.
+async fn start_browser(
+    chromium: &Path,
+    driver: &Path,
+    (width, height): (u32, u32),
+) -> Result<(Process, tempfile::TempDir, fantoccini::Client), String> {
     let port = free_port();
-    let chromedriver = Process(
+    let mut chromedriver = Process(
         Command::new(driver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
@@ -199,6 +218,9 @@ async fn open_browser_sized(
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    if let Ok(Some(status)) = chromedriver.0.try_wait() {
+        return Err(format!("chromedriver on port {port} exited with {status}"));
     }
     let profile = tempfile::tempdir().unwrap();
     let mut capabilities = serde_json::Map::new();
@@ -218,12 +240,14 @@ async fn open_browser_sized(
     }
     capabilities.insert("goog:chromeOptions".to_string(), options);
     let connector = hyper_util::client::legacy::connect::HttpConnector::new();
-    let browser = ClientBuilder::new(connector)
+    match ClientBuilder::new(connector)
         .capabilities(capabilities)
         .connect(&format!("http://127.0.0.1:{port}"))
         .await
-        .expect("chromedriver starts a headless Chromium");
-    (chromedriver, profile, browser)
+    {
+        Ok(browser) => Ok((chromedriver, profile, browser)),
+        Err(error) => Err(format!("chromedriver on port {port}: {error}")),
+    }
 }
 
 /// What the page shows, as JSON.
