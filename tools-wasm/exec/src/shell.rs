@@ -29,7 +29,7 @@ mod redirect;
 mod xargs_builtin;
 
 use parse::{check_supported, parse, unsupported};
-use redirect::{Dest, In, Redirected};
+use redirect::Dest;
 
 /// Nested `sh -c`, scripts and command substitutions allowed.
 const MAX_DEPTH: usize = 32;
@@ -604,6 +604,8 @@ impl<'a> Shell<'a> {
         }
     }
 
+    /// A command of assignments and redirections only (`X=1`, `> file`): the assignments stay in
+    /// the shell, and the first file opened for writing is created or emptied.
     fn assign_only(&mut self, prepared: Prepared) -> Flow<i32> {
         for (name, value) in prepared.assignments {
             self.set_var(&name, value);
@@ -617,11 +619,12 @@ impl<'a> Shell<'a> {
             match self.redirections(&prepared.redirects, &io)? {
                 Ok(resolved) => {
                     // `> file` alone creates or empties the file.
-                    for file in &resolved.files {
-                        if file.mode != wit::OpenMode::Read {
-                            self.deliver(&resolved, &Dest::File(0), b"", &io)?;
-                            break;
-                        }
+                    let written = resolved
+                        .files
+                        .iter()
+                        .position(|file| file.mode != wit::OpenMode::Read);
+                    if let Some(index) = written {
+                        self.deliver(&resolved, &Dest::File(index as u32), b"", &io)?;
                     }
                 }
                 Err(message) => {
@@ -633,6 +636,7 @@ impl<'a> Shell<'a> {
         Ok(0)
     }
 
+    /// `path` made absolute against the working directory.
     fn absolute(&self, path: &str) -> String {
         if path.starts_with('/') {
             path.to_string()

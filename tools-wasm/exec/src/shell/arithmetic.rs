@@ -1,0 +1,303 @@
+//! `$((...))`: evaluating an arithmetic expression, already expanded into text, as 64-bit
+//! signed integers that wrap on overflow. Variables are read through a lookup (a value that is
+//! not an integer counts as 0); division by zero, arrays and assignments are errors, and so is an
+//! expression with so many operators or parentheses that parsing or evaluating it could overflow
+//! the stack.
+
+use brush_parser::ast;
+
+use super::parse::unsupported;
+
+/// The most operator characters and brackets one expression may hold. Every level of the parsed
+/// tree is an operator and every level of the parser's recursion an operator, a parenthesis or
+/// an array index's bracket, so this bounds both the parser's and the evaluation's recursion (the tool runs
+/// with a small WebAssembly stack, and a level of prefix operators takes about a kilobyte of it in
+/// a release build); real command lines stay far below it.
+const MAX_OPERATORS: usize = 128;
+
+/// Why an expression has no value.
+#[derive(Debug, PartialEq)]
+pub(super) enum Error {
+    /// The text is not an arithmetic expression (the parser's message).
+    Syntax(String),
+    /// It is one, but cannot be evaluated here (the whole message).
+    Refused(String),
+}
+
+/// Evaluates `text` (already expanded: `$x` and `$(...)` replaced), reading variables through
+/// `var`.
+pub(super) fn evaluate(text: &str, var: &dyn Fn(&str) -> Option<String>) -> Result<i64, Error> {
+    let operators = text
+        .chars()
+        .filter(|c| "()[]+-*/%<>=!~&|^?:,".contains(*c))
+        .count();
+    if operators > MAX_OPERATORS {
+        return Err(Error::Refused(format!(
+            "the arithmetic expression is too long or nested too deeply (at most {MAX_OPERATORS} operators and parentheses in one $((...)))"
+        )));
+    }
+    // Blanks alone are an empty expression, 0, as in any shell (brush-parser refuses them).
+    let parsed = brush_parser::arithmetic::parse(text.trim())
+        .map_err(|error| Error::Syntax(error.to_string()))?;
+    value(&parsed, var)
+}
+
+fn value(expr: &ast::ArithmeticExpr, var: &dyn Fn(&str) -> Option<String>) -> Result<i64, Error> {
+    use ast::ArithmeticExpr as E;
+    use ast::BinaryOperator as B;
+    Ok(match expr {
+        E::Literal(value) => *value,
+        E::Reference(ast::ArithmeticTarget::Variable(name)) => var(name)
+            .and_then(|value| value.trim().parse().ok())
+            .unwrap_or(0),
+        E::Reference(_) => return Err(Error::Refused(unsupported("arrays"))),
+        E::UnaryOp(op, inner) => {
+            let value = value(inner, var)?;
+            match op {
+                ast::UnaryOperator::UnaryPlus => value,
+                ast::UnaryOperator::UnaryMinus => value.wrapping_neg(),
+                ast::UnaryOperator::BitwiseNot => !value,
+                ast::UnaryOperator::LogicalNot => i64::from(value == 0),
+            }
+        }
+        // `&&` and `||` do not evaluate their right side when the left decides (as in any
+        // shell), so `$((n != 0 && 10 / n))` is no division by zero.
+        E::BinaryOp(B::LogicalAnd, left, right) => {
+            i64::from(value(left, var)? != 0 && value(right, var)? != 0)
+        }
+        E::BinaryOp(B::LogicalOr, left, right) => {
+            i64::from(value(left, var)? != 0 || value(right, var)? != 0)
+        }
+        E::BinaryOp(op, left, right) => {
+            let a = value(left, var)?;
+            let b = value(right, var)?;
+            match op {
+                B::Power => a.wrapping_pow(u32::try_from(b).unwrap_or(0)),
+                B::Multiply => a.wrapping_mul(b),
+                B::Divide | B::Modulo if b == 0 => {
+                    return Err(Error::Refused("division by zero in $((...))".to_string()));
+                }
+                B::Divide => a.wrapping_div(b),
+                B::Modulo => a.wrapping_rem(b),
+                B::Comma => b,
+                B::Add => a.wrapping_add(b),
+                B::Subtract => a.wrapping_sub(b),
+                B::ShiftLeft => a.wrapping_shl(u32::try_from(b).unwrap_or(0)),
+                B::ShiftRight => a.wrapping_shr(u32::try_from(b).unwrap_or(0)),
+                B::LessThan => i64::from(a < b),
+                B::LessThanOrEqualTo => i64::from(a <= b),
+                B::GreaterThan => i64::from(a > b),
+                B::GreaterThanOrEqualTo => i64::from(a >= b),
+                B::Equals => i64::from(a == b),
+                B::NotEquals => i64::from(a != b),
+                B::BitwiseAnd => a & b,
+                B::BitwiseXor => a ^ b,
+                B::BitwiseOr => a | b,
+                B::LogicalAnd => i64::from(a != 0 && b != 0),
+                B::LogicalOr => i64::from(a != 0 || b != 0),
+            }
+        }
+        E::Conditional(test, yes, no) => {
+            if value(test, var)? != 0 {
+                value(yes, var)?
+            } else {
+                value(no, var)?
+            }
+        }
+        E::Assignment(..) | E::BinaryAssignment(..) | E::UnaryAssignment(..) => {
+            return Err(Error::Refused(unsupported(
+                "assignments inside $((...)) (write i=$((i+1)) instead)",
+            )));
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Evaluates `text` with the variables `vars`.
+    fn eval_with(text: &str, vars: &[(&str, &str)]) -> Result<i64, Error> {
+        let lookup = |name: &str| {
+            vars.iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| value.to_string())
+        };
+        evaluate(text, &lookup)
+    }
+
+    fn eval(text: &str) -> Result<i64, Error> {
+        eval_with(text, &[])
+    }
+
+    fn refused(result: Result<i64, Error>) -> String {
+        match result {
+            Err(Error::Refused(message)) => message,
+            other => panic!("expected a refusal, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn precedence_and_associativity_are_cs() {
+        assert_eq!(eval("1 + 2 * 3"), Ok(7));
+        assert_eq!(eval("10 - 4 - 3"), Ok(3));
+        assert_eq!(eval("100 / 10 / 5"), Ok(2));
+        assert_eq!(eval("2 ** 3 ** 2"), Ok(512));
+        assert_eq!(eval("1 + 2 << 1"), Ok(6));
+        assert_eq!(eval("7 % 4 * 2"), Ok(6));
+        assert_eq!(eval("6 & 3 | 8 ^ 1"), Ok(11));
+        assert_eq!(eval("1, 2, 3"), Ok(3));
+    }
+
+    #[test]
+    fn parentheses_group() {
+        assert_eq!(eval("(1 + 2) * 3"), Ok(9));
+        assert_eq!(eval("((((4))))"), Ok(4));
+        assert_eq!(eval("2 * (3 + (4 - 1)) / 3"), Ok(4));
+    }
+
+    #[test]
+    fn unary_operators() {
+        assert_eq!(eval("-5 + 3"), Ok(-2));
+        assert_eq!(eval("- -5"), Ok(5));
+        assert_eq!(eval("-(2 * 3)"), Ok(-6));
+        assert_eq!(eval("+7"), Ok(7));
+        assert_eq!(eval("~0"), Ok(-1));
+        assert_eq!(eval("!0"), Ok(1));
+        assert_eq!(eval("!5"), Ok(0));
+    }
+
+    #[test]
+    fn literals_in_other_bases() {
+        assert_eq!(eval("0x1f"), Ok(31));
+        assert_eq!(eval("010"), Ok(8));
+        assert_eq!(eval("2#101"), Ok(5));
+        assert_eq!(eval(""), Ok(0));
+        assert_eq!(eval("   "), Ok(0));
+    }
+
+    #[test]
+    fn division_and_modulo_by_zero_are_errors() {
+        assert_eq!(refused(eval("1 / 0")), "division by zero in $((...))");
+        assert_eq!(refused(eval("5 % (2 - 2)")), "division by zero in $((...))");
+        assert_eq!(
+            refused(eval_with("10 / n", &[("n", "0")])),
+            "division by zero in $((...))"
+        );
+    }
+
+    #[test]
+    fn overflow_wraps_and_never_panics() {
+        assert_eq!(eval("9223372036854775807 + 1"), Ok(i64::MIN));
+        assert_eq!(eval("-9223372036854775808"), Ok(i64::MIN));
+        assert_eq!(eval("-9223372036854775807 - 2"), Ok(i64::MAX));
+        assert_eq!(eval("9223372036854775807 * 2"), Ok(-2));
+        // The one division that overflows.
+        assert_eq!(eval("-9223372036854775807 - 1"), Ok(i64::MIN));
+        assert_eq!(
+            eval_with("m / -1", &[("m", "-9223372036854775808")]),
+            Ok(i64::MIN)
+        );
+        assert_eq!(eval_with("m % -1", &[("m", "-9223372036854775808")]), Ok(0));
+        assert_eq!(eval("-(-9223372036854775807 - 1)"), Ok(i64::MIN));
+        assert_eq!(eval("2 ** 64"), Ok(0));
+        assert_eq!(eval("3 ** 1000000"), Ok(3_i64.wrapping_pow(1_000_000)));
+        assert_eq!(eval("1 << 64"), Ok(1));
+        assert_eq!(eval("1 << -1"), Ok(1));
+    }
+
+    #[test]
+    fn numbers_too_big_for_64_bits_are_syntax_errors() {
+        assert!(matches!(
+            eval("99999999999999999999999999"),
+            Err(Error::Syntax(_))
+        ));
+        assert!(matches!(eval("0xfffffffffffffffff"), Err(Error::Syntax(_))));
+        assert!(matches!(eval("65#1"), Err(Error::Syntax(_))));
+    }
+
+    #[test]
+    fn variables_are_read_as_integers() {
+        let vars = [("a", "6"), ("b", " 7 "), ("word", "abc"), ("empty", "")];
+        assert_eq!(eval_with("a * b", &vars), Ok(42));
+        assert_eq!(eval_with("word + 1", &vars), Ok(1));
+        assert_eq!(eval_with("empty + unset", &vars), Ok(0));
+        // A value is a number, not an expression of its own.
+        assert_eq!(eval_with("x + 1", &[("x", "1+2")]), Ok(1));
+    }
+
+    #[test]
+    fn comparisons_logic_and_the_conditional() {
+        assert_eq!(eval("3 < 4"), Ok(1));
+        assert_eq!(eval("3 >= 4"), Ok(0));
+        assert_eq!(eval("4 <= 4 && 5 > 4"), Ok(1));
+        assert_eq!(eval("2 == 2"), Ok(1));
+        assert_eq!(eval("2 != 2"), Ok(0));
+        assert_eq!(eval("0 || 3"), Ok(1));
+        assert_eq!(eval("0 && 3"), Ok(0));
+        assert_eq!(eval("1 ? 10 : 20"), Ok(10));
+        assert_eq!(eval("0 ? 10 : 0 ? 20 : 30"), Ok(30));
+    }
+
+    #[test]
+    fn logical_operators_and_the_conditional_skip_the_side_not_taken() {
+        assert_eq!(eval_with("n != 0 && 10 / n", &[("n", "0")]), Ok(0));
+        assert_eq!(eval_with("n == 0 || 10 / n", &[("n", "0")]), Ok(1));
+        assert_eq!(eval_with("n ? 10 / n : -1", &[("n", "0")]), Ok(-1));
+        assert_eq!(
+            refused(eval_with("n == 0 && 10 / n", &[("n", "0")])),
+            "division by zero in $((...))"
+        );
+    }
+
+    #[test]
+    fn assignments_and_arrays_are_refused() {
+        for text in ["i = 1", "i += 1", "i++", "--i", "a[0]", "a[1] + 1"] {
+            let message = refused(eval(text));
+            assert!(message.contains("not supported"), "{text}: {message}");
+        }
+    }
+
+    #[test]
+    fn malformed_expressions_are_syntax_errors() {
+        for text in [
+            "1 +", "* 2", "(1 + 2", "1 + 2)", "1 2", "()", "1 ? 2", "$", "a b", "1 +* 2", "@",
+        ] {
+            assert!(
+                matches!(eval(text), Err(Error::Syntax(_))),
+                "{text}: {:?}",
+                eval(text)
+            );
+        }
+    }
+
+    #[test]
+    fn hostile_nesting_and_length_are_refused_without_overflowing_the_stack() {
+        let deep = format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000));
+        assert!(refused(eval(&deep)).contains("nested too deeply"));
+        let unbalanced = "(".repeat(1_000_000);
+        assert!(refused(eval(&unbalanced)).contains("nested too deeply"));
+        let chain = vec!["1"; 100_000].join("+");
+        assert!(refused(eval(&chain)).contains("too long"));
+        let minuses = format!("{}1", "-".repeat(50_000));
+        assert!(refused(eval(&minuses)).contains("too long"));
+        let powers = vec!["2"; 10_000].join("**");
+        assert!(refused(eval(&powers)).contains("too long"));
+        let indexes = format!("{}1{}", "a[".repeat(50_000), "]".repeat(50_000));
+        assert!(refused(eval(&indexes)).contains("too long"));
+        // Up to the limit it evaluates, however the operators nest.
+        let half = MAX_OPERATORS / 2;
+        let nested = format!("{}1{}", "(".repeat(half), ")".repeat(half));
+        assert_eq!(eval(&nested), Ok(1));
+        assert_eq!(eval(&format!("{}1", "- ".repeat(MAX_OPERATORS))), Ok(1));
+        assert_eq!(eval(&format!("{}1", "!".repeat(MAX_OPERATORS))), Ok(1));
+        assert_eq!(eval(&format!("{}1", "~".repeat(MAX_OPERATORS - 1))), Ok(-2));
+        assert_eq!(eval(&vec!["1"; half].join("**")), Ok(1));
+        let ternary = format!("{}1{}", "1?".repeat(half), ":0".repeat(half));
+        assert_eq!(eval(&ternary), Ok(1));
+        let sum = vec!["1"; MAX_OPERATORS + 1].join("+");
+        assert_eq!(eval(&sum), Ok(MAX_OPERATORS as i64 + 1));
+        let long_number = "1".repeat(100_000);
+        assert!(matches!(eval(&long_number), Err(Error::Syntax(_))));
+    }
+}
