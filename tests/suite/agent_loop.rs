@@ -23,17 +23,13 @@ pub fn settings(server: &LlmServer, model: &str) -> HttpSettings {
 pub fn anthropic_provider(server: &LlmServer) -> Arc<dyn Provider> {
     provider::build(
         ProviderConfig::Anthropic(settings(server, "claude-test")),
-        &ToolRegistry::new(),
+        &[],
     )
     .unwrap()
 }
 
 pub fn openai_provider(server: &LlmServer) -> Arc<dyn Provider> {
-    provider::build(
-        ProviderConfig::OpenAi(settings(server, "test-model")),
-        &ToolRegistry::new(),
-    )
-    .unwrap()
+    provider::build(ProviderConfig::OpenAi(settings(server, "test-model")), &[]).unwrap()
 }
 
 fn list_schema() -> Value {

@@ -2,9 +2,13 @@
 //! only the sandbox knows wasmtime and the other wasm crates; the core depends on no other crate
 //! of the project; the agent never depends on the sandbox (agent logic is tested without wasm);
 //! the runtime depends on no front end; and the front ends do not depend on each other (the `cli`
-//! binary hosts them all). A new edge that breaks a rule fails here, naming it.
+//! binary hosts them all). A new edge that breaks a rule fails here, naming it. And one job per
+//! file: a Rust file of `host/` or `tools-wasm/` longer than [`LONG_FILE_LINES`] lines (its inline
+//! `#[cfg(test)]` module not counted) says in its module doc why it is not split, in a sentence
+//! holding "over 700 lines".
 
 use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use clawcage_tests::toolchains::repo_root;
@@ -172,4 +176,84 @@ fn each_kind_of_forbidden_edge_is_named() {
         broken[3].starts_with("clawcage-runtime depends on wasmtime"),
         "{broken:#?}"
     );
+}
+
+/// Lines of code (before the inline test module) a file may hold without saying why.
+const LONG_FILE_LINES: usize = 700;
+
+/// The lines of `text` that count towards [`LONG_FILE_LINES`]: those before a top-level
+/// `#[cfg(test)]` (the inline unit tests sit apart from the code they test).
+fn code_lines(text: &str) -> usize {
+    text.lines()
+        .take_while(|line| !line.starts_with("#[cfg(test)]"))
+        .count()
+}
+
+/// Whether the leading `//!` doc of `text` says why the file is long.
+fn says_why_it_is_long(text: &str) -> bool {
+    let doc: String = text
+        .lines()
+        .take_while(|line| line.starts_with("//!") || line.starts_with("#!") || line.is_empty())
+        .filter(|line| line.starts_with("//!"))
+        .map(|line| line.trim_start_matches("//!"))
+        .collect::<Vec<_>>()
+        .join(" ");
+    doc.contains("over 700 lines")
+}
+
+/// The long files of `files` (path and text) whose module doc does not say why.
+fn long_files_without_a_reason(files: &[(PathBuf, String)]) -> Vec<String> {
+    files
+        .iter()
+        .filter(|(_, text)| code_lines(text) > LONG_FILE_LINES && !says_why_it_is_long(text))
+        .map(|(path, text)| format!("{} ({} lines)", path.display(), code_lines(text)))
+        .collect()
+}
+
+/// Every `.rs` file under `dir`, skipping build output.
+fn rust_files(dir: &Path, found: &mut Vec<(PathBuf, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.file_name().is_some_and(|name| name == "target" || name == "node_modules") {
+            continue;
+        }
+        if path.is_dir() {
+            rust_files(&path, found);
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            found.push((path.clone(), std::fs::read_to_string(&path).unwrap()));
+        }
+    }
+}
+
+#[test]
+fn every_long_file_says_why_it_is_one_job() {
+    let root = repo_root();
+    let mut files = Vec::new();
+    rust_files(&root.join("host"), &mut files);
+    rust_files(&root.join("tools-wasm"), &mut files);
+    assert!(files.len() > 200, "only {} Rust files found", files.len());
+    let unexplained = long_files_without_a_reason(&files);
+    assert!(
+        unexplained.is_empty(),
+        "split these files by job, or say in their module doc why they are one job (a sentence with \"over 700 lines\"):\n{}",
+        unexplained.join("\n")
+    );
+}
+
+#[test]
+fn a_long_file_without_a_reason_is_named_and_one_with_a_reason_is_not() {
+    let body = "fn f() {}\n".repeat(LONG_FILE_LINES);
+    let tests = "#[cfg(test)]\nmod tests {\n".to_string() + &"// a test\n".repeat(500) + "}\n";
+    let files = vec![
+        (PathBuf::from("long.rs"), format!("//! Several jobs.\n\n{body}")),
+        (
+            PathBuf::from("explained.rs"),
+            format!("//! One parser (over 700 lines: the grammar is one table).\n\n{body}"),
+        ),
+        (PathBuf::from("short_with_tests.rs"), format!("//! Short.\n{}{tests}", "fn g() {}\n".repeat(600))),
+    ];
+    assert_eq!(long_files_without_a_reason(&files), vec!["long.rs (702 lines)".to_string()]);
 }

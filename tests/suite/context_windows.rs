@@ -33,7 +33,7 @@ fn config() -> AgentConfig {
 fn local_openai(server: &LlmServer, model: &str) -> Arc<dyn Provider> {
     let mut settings = settings(server, model);
     settings.base_url = format!("{}/v1", server.url());
-    provider::build(ProviderConfig::OpenAi(settings), &ToolRegistry::new()).unwrap()
+    provider::build(ProviderConfig::OpenAi(settings), &[]).unwrap()
 }
 
 /// A policy for `model` at `server` whose window the configuration does not give.
@@ -83,7 +83,7 @@ async fn max_tokens_is_what_the_window_leaves_beside_the_prompt_in_both_formats(
         let provider = if anthropic_format {
             provider::build(
                 ProviderConfig::Anthropic(settings(&server, "claude-test")),
-                &ToolRegistry::new(),
+                &[],
             )
             .unwrap()
         } else {
@@ -137,7 +137,7 @@ async fn a_long_prompt_leaves_the_reply_its_reserve_and_a_small_max_tokens_is_ke
         .await;
     let mut small = settings(&server, "claude-test");
     small.max_tokens = 300;
-    let provider = provider::build(ProviderConfig::Anthropic(small), &ToolRegistry::new()).unwrap();
+    let provider = provider::build(ProviderConfig::Anthropic(small), &[]).unwrap();
     let agent = AgentLoop::new(provider, ToolRegistry::new(), config())
         .with_context(ContextPolicy::new(200_000, 300));
     agent

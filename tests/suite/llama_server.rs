@@ -165,7 +165,7 @@ impl LlamaServer {
             ProviderKind::Anthropic => ProviderConfig::Anthropic(settings),
             _ => ProviderConfig::OpenAi(settings),
         };
-        provider::build(config, &ToolRegistry::new()).expect("a provider")
+        provider::build(config, &[]).expect("a provider")
     }
 }
 
@@ -397,7 +397,7 @@ async fn a_wrong_base_path_is_named_with_its_url_and_the_flag() {
     let server = LlamaServer::start(&files, 4096).await;
     let mut settings = server.settings(ProviderKind::OpenAi, 16);
     settings.base_url = format!("{}/api", server.root());
-    let provider = provider::build(ProviderConfig::OpenAi(settings), &ToolRegistry::new()).unwrap();
+    let provider = provider::build(ProviderConfig::OpenAi(settings), &[]).unwrap();
     let error = ask(provider.as_ref(), "Say hi.", false, &NoEvents)
         .await
         .unwrap_err()
@@ -545,7 +545,7 @@ async fn a_tool_call_comes_back_whole_plain_and_streamed_and_a_cut_one_is_never_
     let provider_with = |max_tokens: u32| {
         let mut settings = server.settings(ProviderKind::OpenAi, max_tokens);
         settings.base_url = format!("{}/v1", proxy.url);
-        provider::build(ProviderConfig::OpenAi(settings), &tools).expect("a provider")
+        provider::build(ProviderConfig::OpenAi(settings), &tools.names()).expect("a provider")
     };
     let provider = provider_with(256);
     let messages = [ChatMessage::user("What is the weather in Paris?")];

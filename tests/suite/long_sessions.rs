@@ -526,7 +526,7 @@ async fn a_message_larger_than_the_window_is_refused_before_any_request() {
 fn caching_provider(server: &LlmServer) -> Arc<dyn Provider> {
     let mut settings = settings(server, "claude-test");
     settings.prompt_cache = true;
-    provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap()
+    provider::build(ProviderConfig::Anthropic(settings), &[]).unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

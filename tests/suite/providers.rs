@@ -329,8 +329,7 @@ async fn a_huge_body_is_refused_without_exhausting_memory() {
         let server = LlmServer::start(vec![reply]).await;
         let mut settings = settings(&server, "claude-test");
         settings.max_response_bytes = 4 << 20;
-        let provider =
-            provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap();
+        let provider = provider::build(ProviderConfig::Anthropic(settings), &[]).unwrap();
         let error = ask(provider.as_ref(), &Recorder::default(), stream)
             .await
             .unwrap_err();
@@ -399,7 +398,7 @@ async fn a_server_that_never_answers_times_out() {
     let mut settings = settings(&server, "claude-test");
     settings.timeout = Duration::from_millis(500);
     let provider = Retrying::new(
-        provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap(),
+        provider::build(ProviderConfig::Anthropic(settings), &[]).unwrap(),
         fast_policy(1),
     );
     let started = Instant::now();
@@ -420,11 +419,7 @@ async fn an_unreachable_server_is_a_clear_error_and_keys_are_required() {
     drop(listener);
     let mut settings = clawcage_agent::provider::HttpSettings::new(&url, "m");
     settings.api_key = Some(clawcage_agent::provider::ApiKey::new("k"));
-    let provider = provider::build(
-        ProviderConfig::Anthropic(settings.clone()),
-        &ToolRegistry::new(),
-    )
-    .unwrap();
+    let provider = provider::build(ProviderConfig::Anthropic(settings.clone()), &[]).unwrap();
     let error = ask(provider.as_ref(), &Recorder::default(), false)
         .await
         .unwrap_err();
@@ -435,8 +430,7 @@ async fn an_unreachable_server_is_a_clear_error_and_keys_are_required() {
     assert!(error.to_string().contains("--base-url"), "{error}");
 
     settings.api_key = None;
-    let error =
-        provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new()).unwrap_err();
+    let error = provider::build(ProviderConfig::Anthropic(settings), &[]).unwrap_err();
     assert!(error.to_string().contains("ANTHROPIC_API_KEY"), "{error}");
 }
 

@@ -13,7 +13,7 @@ use clawcage_agent::provider::NoEvents;
 use clawcage_agent::subagent::{RunStatus, SYSTEM_CHANNEL};
 use clawcage_agent::{
     AgentConfig, AgentError, AgentLoop, CronOptions, CronService, MessageBus, Sessions,
-    SubagentConfig, SubagentManager, ToolRegistry,
+    SubagentConfig, SubagentManager, SubagentSetup, ToolRegistry,
 };
 use clawcage_core::{BoxFuture, InboundMessage, Tool, ToolError, ToolOutput, ToolSpec};
 use clawcage_sandbox::{FsMode, Grants, Limits, LoadedComponent, components};
@@ -267,9 +267,15 @@ async fn family(
         parent_tools.register(Arc::new(tool.clone())).unwrap();
         child_tools.register(Arc::new(tool.clone())).unwrap();
     }
-    let manager =
-        SubagentManager::new(&parent_tools, child_tools, config, bus.clone(), state).unwrap();
-    manager.set_provider(anthropic_provider(server));
+    let manager = SubagentManager::new(
+        &parent_tools,
+        SubagentSetup {
+            state_dir: state.map(Path::to_path_buf),
+            provider: Some(anthropic_provider(server)),
+            ..SubagentSetup::new(child_tools, config, bus.clone())
+        },
+    )
+    .unwrap();
     parent_tools.register(manager.spawn_tool()).unwrap();
     parent_tools.register(manager.subagents_tool()).unwrap();
     Family {

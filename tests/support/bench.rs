@@ -27,8 +27,7 @@ pub fn runtime() -> tokio::runtime::Runtime {
 pub fn anthropic_provider(url: &str, model: &str) -> Arc<dyn Provider> {
     let mut settings = HttpSettings::new(url, model);
     settings.api_key = Some(ApiKey::new("bench-key"));
-    provider::build(ProviderConfig::Anthropic(settings), &ToolRegistry::new())
-        .expect("the benchmark's provider")
+    provider::build(ProviderConfig::Anthropic(settings), &[]).expect("the benchmark's provider")
 }
 
 /// A registry with one host tool, `lookup`, answering `value of KEY`.

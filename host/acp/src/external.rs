@@ -29,7 +29,7 @@ use agent_client_protocol::v1::{ConnectionTo, Responder};
 use agent_client_protocol::{Agent, Client, UntypedMessage};
 use clawcage_agent::AuditedRegistry;
 use clawcage_agent::provider::redacting::TextScrubber;
-use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, PermissionAsker, SubagentManager};
+use clawcage_agent::subagent::{ExternalRun, ExternalRuntime, PermissionAsker};
 use clawcage_core::redact::Redactor;
 use clawcage_core::sync::lock;
 use clawcage_core::{BoxFuture, ToolError, ToolOutput};
@@ -56,30 +56,32 @@ const READ_TEXT_LIMIT: usize = 4 << 20;
 /// The most bytes of a terminal's output kept (the exec tool cuts its own output too).
 const TERMINAL_OUTPUT_LIMIT: usize = 1 << 20;
 
-/// The runtime's hook that attaches external ACP agents ([`attach`]), for
+/// The runtime's hook that makes external ACP agents available ([`external_runtime`]), for
 /// `Options::external_agents`: with it every front end's sub-agents can `spawn` them.
 pub fn external_agents() -> ExternalAgentsHook {
     ExternalAgentsHook(Arc::new(AcpAttach))
 }
 
-/// [`attach`] as the runtime's [`AttachExternalAgents`].
+/// [`external_runtime`] as the runtime's [`AttachExternalAgents`].
 struct AcpAttach;
 
 impl AttachExternalAgents for AcpAttach {
-    fn attach<'a>(
+    fn external_runtime<'a>(
         &'a self,
         runtime: &'a Runtime,
-        manager: &'a Arc<SubagentManager>,
-    ) -> BoxFuture<'a, Result<(), Error>> {
-        Box::pin(attach(runtime, manager))
+    ) -> BoxFuture<'a, Result<Option<Arc<dyn ExternalRuntime>>, Error>> {
+        Box::pin(external_runtime(runtime))
     }
 }
 
-/// Gives `manager` the external agents `runtime`'s configuration allows (nothing when none is).
-pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result<(), Error> {
+/// The external agents `runtime`'s configuration allows, for its sub-agent manager (`None`
+/// when it allows none).
+pub async fn external_runtime(
+    runtime: &Runtime,
+) -> Result<Option<Arc<dyn ExternalRuntime>>, Error> {
     let agents = runtime.external_agents()?;
     if agents.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     // The agent's directory is the runtime's workspace, already clear of the state, plugins and
     // configuration directories; checked again here, where a native process is given it.
@@ -90,14 +92,13 @@ pub async fn attach(runtime: &Runtime, manager: &Arc<SubagentManager>) -> Result
     } else {
         None
     };
-    manager.set_external(Arc::new(ExternalAgents {
+    Ok(Some(Arc::new(ExternalAgents {
         agents,
         workspace: runtime.workspace().clone(),
         read_only,
         read_write,
         redactor: runtime.redactor().clone(),
-    }));
-    Ok(())
+    })))
 }
 
 /// The external agents of one runtime.

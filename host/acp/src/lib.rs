@@ -14,5 +14,5 @@ pub mod lines;
 pub mod server;
 pub mod updates;
 
-pub use external::{attach, external_agents};
+pub use external::{external_agents, external_runtime};
 pub use server::run;

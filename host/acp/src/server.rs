@@ -25,16 +25,16 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Client, UntypedMessage};
 use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
 use clawcage_agent::events::EventObserver;
-use clawcage_agent::subagent::PermissionAsker;
+use clawcage_agent::subagent::{PermissionAsker, SubagentOutput};
 use clawcage_agent::{
-    AgentError, JsonlTranscripts, LaneInput, NotificationFront, NotificationRoute, OutboundMessage,
-    SendCallback, TranscriptStore, TurnEnd, current_session_key,
+    AgentError, JsonlTranscripts, LaneInput, NotificationFront, OutboundMessage, SendCallback,
+    TranscriptStore, TurnEnd, current_session_key,
 };
 use clawcage_core::BoxFuture;
 use clawcage_core::approval::ApprovalDecision;
 use clawcage_core::sync::lock;
 use clawcage_runtime::acp_config::AcpHost;
-use clawcage_runtime::{Agent as RuntimeAgent, AgentOptions, Error, Options, Runtime};
+use clawcage_runtime::{AgentOptions, Error, Host, Lifetime, Options, Runtime};
 use serde_json::{Value, json};
 
 use crate::lines;
@@ -46,10 +46,9 @@ pub const MAX_SESSION_ID_BYTES: usize = 256;
 /// One workspace's runtime and agent, shared by the sessions opened on it.
 struct Workspace {
     runtime: Runtime,
-    agent: RuntimeAgent,
-    /// Sub-agent results and other notifications on its bus, as turns streamed to the client;
-    /// stops with the workspace.
-    _notifications: NotificationRoute,
+    /// The long-running host: sub-agent results and cron firings on its bus become turns
+    /// streamed to the client; its route and cron runner stop with the workspace.
+    agent: Host,
 }
 
 /// One open session.
@@ -202,41 +201,41 @@ impl Server {
         if let Some(workspace) = workspaces.get(&canonical) {
             return Ok(workspace.clone());
         }
-        let runtime = self.host.runtime_for(&canonical).await?;
+        let mut runtime = self.host.runtime_for(&canonical).await?;
         for refused in &runtime.plugins().refused {
             tracing::warn!("{refused}");
         }
         // Sub-agents belong to the first workspace's sessions only: the run records in the
         // state directory are kept per process, and a second manager in the same process would
         // hand out the same ids and take the first one's running children for interrupted.
-        let agent = runtime
-            .agent(AgentOptions {
-                send: self.message_sender(),
-                stream: true,
-                subagents: workspaces.is_empty(),
-            })
+        let this = self.this.clone();
+        let output: SubagentOutput = Arc::new(move |parent: &str, child: &str, text: &str| {
+            if let Some(server) = this.upgrade() {
+                server.send_update(
+                    parent,
+                    json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": format!("[{child}] {text}")}}),
+                );
+            }
+        });
+        // The first workspace's host also fires the state directory's cron jobs (one process
+        // at a time does); the others' `cron` tool changes them.
+        let mut agent = runtime
+            .host(
+                Lifetime::LongRunning,
+                AgentOptions {
+                    subagents: workspaces.is_empty(),
+                    subagent_output: Some(output),
+                    permission_asker: Some(self.permission_asker()),
+                    ..AgentOptions::new(self.message_sender())
+                },
+            )
             .await?;
-        if let Some(manager) = &agent.subagents {
-            let this = self.this.clone();
-            manager.set_output(Arc::new(move |parent: &str, child: &str, text: &str| {
-                if let Some(server) = this.upgrade() {
-                    server.send_update(
-                        parent,
-                        json!({"sessionUpdate": "agent_thought_chunk", "content": {"type": "text", "text": format!("[{child}] {text}")}}),
-                    );
-                }
-            }));
-            manager.set_asker(self.permission_asker());
-        }
-        let notifications = agent.route_notifications(Arc::new(AcpNotifications {
+        let front = Arc::new(AcpNotifications {
             server: self.this.clone(),
             sessions: agent.sessions.clone(),
-        }));
-        let workspace = Arc::new(Workspace {
-            runtime,
-            agent,
-            _notifications: notifications,
         });
+        agent.start(front, None);
+        let workspace = Arc::new(Workspace { runtime, agent });
         workspaces.insert(canonical, workspace.clone());
         Ok(workspace)
     }

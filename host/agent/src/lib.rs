@@ -49,5 +49,7 @@ pub use provider::{Provider, ProviderError, ProviderEvents};
 pub use registry::{RegistryError, ToolRegistry};
 pub use session::{LaneInput, PendingTurn, Sessions, current_session_key};
 pub use state_dir::StateDir;
-pub use subagent::{RunRecord, RunStatus, SpawnError, SubagentConfig, SubagentManager};
+pub use subagent::{
+    RunRecord, RunStatus, SpawnError, SubagentConfig, SubagentManager, SubagentSetup,
+};
 pub use transcript::{JsonlTranscripts, TranscriptStore};

@@ -21,7 +21,7 @@ use clawcage_agent::{AgentError, TurnEnd, TurnOutcome};
 use clawcage_core::InboundMessage;
 use clawcage_core::approval::ApprovalDecision;
 use clawcage_core::command::{APPROVE_USAGE, Command};
-use clawcage_runtime::{AgentOptions, Runtime};
+use clawcage_runtime::{AgentOptions, CronStatus, Lifetime, Runtime};
 
 use crate::Failure;
 use crate::keys::{Key, TurnKeys, TypedLine};
@@ -45,9 +45,9 @@ const HELP: &str = "Type a request and press Enter. Commands:
 While the agent works, a line typed and sent with Enter goes to it at once (/queue says how);
 Ctrl-C stops that turn; what it did so far is kept.";
 
-/// Run the REPL on session `key`.
-pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
-    let state_dir = runtime.state_dir();
+/// Run the REPL on session `key`, over the long-running host of `runtime`.
+pub async fn run(mut runtime: Runtime, key: String) -> Result<(), Failure> {
+    let state_dir = runtime.state_dir().clone();
     let mut prompt = Prompt::new()?;
     let history_file = state_dir.chat_history();
     prompt.load_history(&history_file);
@@ -57,33 +57,37 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
     let console = Arc::new(Console::new(Sink::Stdout, true));
     // A notification turn's text is printed whole when it ends, under the sender's name.
     let idle_console = Arc::new(Console::new(idle_sink, false));
-    let agent = runtime
-        .agent(AgentOptions {
-            send: print_messages(console.clone()),
-            stream: true,
-            subagents: true,
-        })
+    let mut agent = runtime
+        .host(
+            Lifetime::LongRunning,
+            AgentOptions::new(print_messages(console.clone())),
+        )
         .await?;
     let sessions = agent.sessions.clone();
+    say_who_fires_cron(&runtime, agent.cron_status());
 
     // Sub-agent results and cron firings become turns of their sessions, printed when idle.
-    let router = agent.route_notifications(sessions.notification_front(
-        idle_console.clone(),
-        Arc::new({
-            let idle_console = idle_console.clone();
-            move |message: &InboundMessage, outcome: Result<TurnOutcome, AgentError>| match outcome
-            {
-                Ok(outcome) => idle_console.line(&format!(
-                    "[{} via {}] {}",
-                    message.sender, message.channel, outcome.text
-                )),
-                Err(error) => idle_console.line(&format!(
-                    "[{}] the notification could not be handled: {error}",
-                    message.sender
-                )),
-            }
-        }),
-    ));
+    agent.start(
+        sessions.notification_front(
+            idle_console.clone(),
+            Arc::new({
+                let idle_console = idle_console.clone();
+                move |message: &InboundMessage, outcome: Result<TurnOutcome, AgentError>| {
+                    match outcome {
+                        Ok(outcome) => idle_console.line(&format!(
+                            "[{} via {}] {}",
+                            message.sender, message.channel, outcome.text
+                        )),
+                        Err(error) => idle_console.line(&format!(
+                            "[{}] the notification could not be handled: {error}",
+                            message.sender
+                        )),
+                    }
+                }
+            }),
+        ),
+        None,
+    );
 
     outln!(
         "clawcage chat: {} · session {key} · {} tools · /help for commands",
@@ -243,12 +247,30 @@ pub async fn run(runtime: &Runtime, key: String) -> Result<(), Failure> {
             }
         }
     }
-    router.stop();
+    agent.stop();
     if let Some(task) = idle_approvals {
         task.abort();
     }
     prompt.save_history(&history_file);
     Ok(())
+}
+
+/// Says who fires the state directory's cron jobs when it is not this chat.
+fn say_who_fires_cron(runtime: &Runtime, status: &CronStatus) {
+    let CronStatus::OwnedElsewhere(dir) = status else {
+        return;
+    };
+    match clawcage_gateway::running_gateway(runtime.state_dir()) {
+        Some(url) => clawcage_runtime::tell!(
+            "note: the gateway running at {url} fires the cron jobs of {}; this chat's cron tool changes them there (or attach to the gateway: clawcage chat --gateway {})",
+            dir.display(),
+            url.replacen("http://", "ws://", 1).trim_end_matches('/')
+        ),
+        None => clawcage_runtime::tell!(
+            "note: another clawcage process fires the cron jobs of {}; this chat's cron tool changes them there",
+            dir.display()
+        ),
+    }
 }
 
 /// What `/approvals` shows: the modes that apply to session `key` and where they come from.

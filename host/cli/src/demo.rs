@@ -68,9 +68,8 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
     let mut operator = runtime.approvals().operator(OperatorFilter::All);
     let runtime = runtime
         .agent(AgentOptions {
-            send: print_messages(console.clone()),
-            stream: true,
             subagents: false,
+            ..AgentOptions::new(print_messages(console.clone()))
         })
         .await?;
     let workspace = runtime_workspace(&workspace);
@@ -91,7 +90,7 @@ pub async fn run(options: &Options) -> Result<(), Failure> {
         if let Some(narration) = &exchange.narration {
             outln!("{}. {narration}", number + 1);
         }
-        let missing = exchange.missing_tools(&runtime.tools);
+        let missing = exchange.missing_tools(&runtime.tools.names());
         if !missing.is_empty() {
             outln!(
                 "   (skipped: this step needs the `{}` tool, which this build does not register)",

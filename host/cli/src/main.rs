@@ -208,7 +208,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             // A missing API key is said before the tools are loaded (a first start compiles).
             clawcage_runtime::check_provider(&options)?;
             let runtime = open(options).await?;
-            run_task(&runtime, &task, session, show_reasoning).await
+            run_task(runtime, &task, session, show_reasoning).await
         }
         Command::Chat {
             session,
@@ -228,32 +228,8 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Chat { session, .. } => {
             let session = session.unwrap_or_else(|| "chat".to_string());
             clawcage_runtime::check_provider(&options)?;
-            let mut runtime = open(options).await?;
-            // Cron belongs to the long-running front end: its jobs fire into sessions while
-            // `chat` runs; firings missed meanwhile follow the documented policy at the next
-            // start.
-            match runtime.enable_cron().await? {
-                clawcage_runtime::CronStatus::OwnedElsewhere(dir) => {
-                    match clawcage_gateway::running_gateway(runtime.state_dir()) {
-                        Some(url) => clawcage_runtime::tell!(
-                            "note: the gateway running at {url} runs the cron jobs of {}; this chat has no cron tool (or attach to the gateway: clawcage chat --gateway {})",
-                            dir.display(),
-                            url.replacen("http://", "ws://", 1).trim_end_matches('/')
-                        ),
-                        None => clawcage_runtime::tell!(
-                            "note: another clawcage chat runs the cron jobs of {}; this one has no cron tool",
-                            dir.display()
-                        ),
-                    }
-                }
-                clawcage_runtime::CronStatus::Owned | clawcage_runtime::CronStatus::Disabled => {}
-            }
-            let runner = runtime.cron().map(|cron| cron.start());
-            let result = chat::run(&runtime, session).await;
-            if let Some(runner) = runner {
-                runner.abort();
-            }
-            result
+            let runtime = open(options).await?;
+            chat::run(runtime, session).await
         }
     }
 }
@@ -430,27 +406,30 @@ fn trust(options: &Options) -> Result<(), Failure> {
 /// `clawcage run`: one task; the answer on stdout, progress (and with `show_reasoning` the
 /// model's reasoning) on stderr. A turn that ends without answer text fails with exit status 1.
 async fn run_task(
-    runtime: &Runtime,
+    mut runtime: Runtime,
     task: &str,
     session: Option<String>,
     show_reasoning: bool,
 ) -> Result<(), Failure> {
     let console =
         Arc::new(render::Console::new(render::Sink::Stderr, false).with_reasoning(show_reasoning));
-    let agent = runtime
-        .agent(clawcage_runtime::AgentOptions {
-            send: render::print_messages(console.clone()),
-            stream: false,
-            subagents: true,
-        })
-        .await?;
     // What external ACP agents (attached by the runtime) stream is shown as it comes.
-    if let Some(manager) = &agent.subagents {
+    let output = {
         let console = console.clone();
-        manager.set_output(Arc::new(move |_parent: &str, child: &str, text: &str| {
+        Arc::new(move |_parent: &str, child: &str, text: &str| {
             console.line(&format!("  [{child}] {text}"));
-        }));
-    }
+        })
+    };
+    let agent = runtime
+        .host(
+            clawcage_runtime::Lifetime::OneShot,
+            clawcage_runtime::AgentOptions {
+                stream: false,
+                subagent_output: Some(output),
+                ..clawcage_runtime::AgentOptions::new(render::print_messages(console.clone()))
+            },
+        )
+        .await?;
     if agent.scripted {
         console.line(&format!(
             "note: the answers come from a recorded script ({}), not from a model",

@@ -134,9 +134,11 @@ async fn run_prints_the_final_answer_after_real_tool_calls() {
         .iter()
         .map(|t| t["name"].as_str().unwrap())
         .collect();
+    // `cron` too: a run adds, lists and removes the jobs a long-running host fires.
     assert_eq!(
         tools,
         [
+            "cron",
             "edit_file",
             "exec",
             "list_dir",

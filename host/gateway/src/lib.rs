@@ -27,7 +27,7 @@ use clawcage_agent::events::{AgentEvent, DiskEventLog, Stream};
 use clawcage_agent::{JsonlTranscripts, OutboundMessage, SendCallback, StateDir};
 use clawcage_core::BoxFuture;
 use clawcage_core::scheduler::Scheduler;
-use clawcage_runtime::{AgentOptions, CronStatus, Error, Options, Runtime};
+use clawcage_runtime::{AgentOptions, CronStatus, Error, Lifetime, Options, Runtime};
 
 use clawcage_agent::runs::InMemoryRuns;
 use serde_json::{Value, json};
@@ -161,12 +161,6 @@ impl Gateway {
     /// Serves `listener` until `shutdown` is cancelled, then shuts down gracefully: stops
     /// accepting, aborts the runs (messages kept), syncs the events, tells the clients.
     pub async fn serve(self: Arc<Self>, listener: TcpListener, shutdown: CancellationToken) {
-        // Sub-agent results and cron firings become runs of their sessions.
-        let router = clawcage_agent::NotificationRoute::start(
-            &self.hub.parts.bus,
-            self.hub.parts.subagents.as_ref(),
-            self.hub.clone(),
-        );
         // What was appended is made durable once a second (a killed process loses nothing
         // written; this covers a crash of the machine).
         let syncer = {
@@ -187,7 +181,6 @@ impl Gateway {
         accepting.cancel();
         let _ = acceptor.await;
         self.hub.shut_down(SHUTDOWN_GRACE).await;
-        router.stop();
         syncer.abort();
         // Let the connections send their close frames.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(2);
@@ -388,38 +381,34 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     for warning in &runtime.plugins().warnings {
         clawcage_runtime::tell!("clawcage: warning: {warning}");
     }
-    let cron_note = match runtime.enable_cron().await? {
+    // The `message` tool posts into the session whose turn calls it.
+    let hub_cell: Arc<OnceLock<Weak<Hub>>> = Arc::new(OnceLock::new());
+    let channels_cell: Arc<OnceLock<Weak<channels::Channels>>> = Arc::new(OnceLock::new());
+    let mut agent = runtime
+        .host(
+            Lifetime::LongRunning,
+            AgentOptions::new(message_sender(hub_cell.clone(), channels_cell.clone())),
+        )
+        .await?;
+    let cron_note = match agent.cron_status() {
         CronStatus::Owned => String::new(),
-        CronStatus::OwnedElsewhere(dir) => {
+        CronStatus::OwnedElsewhere(dir) | CronStatus::Managed(dir) => {
             let note = format!(
-                "another clawcage process (a chat) runs the cron jobs of {}",
+                "another clawcage process (a chat) fires the cron jobs of {}",
                 dir.display()
             );
-            clawcage_runtime::tell!("note: {note}; this gateway has no cron tool");
+            clawcage_runtime::tell!("note: {note}; this gateway's cron tool changes them there");
             note
         }
         CronStatus::Disabled => "[cron] enabled = false".to_string(),
     };
-
-    // The `message` tool posts into the session whose turn calls it.
-    let hub_cell: Arc<OnceLock<Weak<Hub>>> = Arc::new(OnceLock::new());
-    let channels_cell: Arc<OnceLock<Weak<channels::Channels>>> = Arc::new(OnceLock::new());
-    let agent = runtime
-        .agent(AgentOptions {
-            send: message_sender(hub_cell.clone(), channels_cell.clone()),
-            stream: true,
-            subagents: true,
-        })
-        .await?;
     let state = runtime.state_dir().clone();
     let parts = GatewayParts {
         sessions: agent.sessions.clone(),
         tools: agent.tools.clone(),
         bus: agent.bus.clone(),
         subagents: agent.subagents.clone(),
-        cron: runtime
-            .cron()
-            .map(|cron| cron.clone() as Arc<dyn Scheduler>),
+        cron: agent.cron().map(|cron| cron.clone() as Arc<dyn Scheduler>),
         cron_note,
         transcripts: agent
             .sessions
@@ -452,17 +441,15 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     settings.sends_per_minute = args.sends_per_minute.max(1);
     settings.limits = connection_limits;
     let gateway = Gateway::start(parts, settings).await;
-    // Cron firings go into their sessions' inboxes exactly once; the runner starts only now,
-    // so none goes past the hub.
-    let runner = runtime.cron().map(|cron| {
-        cron.set_sink(gateway.hub.firing_sink());
-        cron.start()
-    });
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
     // Always: even with the configuration's policy off, a session may set its own.
     let _ = gateway
         .approvals
         .set(approvals::Approvals::new(runtime.approvals().clone()));
+    // Sub-agent results and cron firings become runs of their sessions; cron firings go into
+    // their sessions' inboxes exactly once. Started only now, so none goes past the hub.
+    let firings = gateway.hub.firing_sink();
+    agent.start(gateway.hub.clone(), Some(firings));
     let shutdown = CancellationToken::new();
     if runtime.channels().any() {
         let started = channels::Channels::start(
@@ -527,9 +514,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
 
     tokio::spawn(stop_on_signal(shutdown.clone()));
     gateway.clone().serve(listener, shutdown).await;
-    if let Some(runner) = runner {
-        runner.abort();
-    }
+    agent.stop();
     let _ = std::fs::remove_file(state.gateway_info());
     drop(lock);
     clawcage_runtime::tell!("clawcage gateway: stopped");

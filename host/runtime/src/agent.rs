@@ -14,11 +14,11 @@ use std::time::Duration;
 use clawcage_agent::memory::{MEMORY_FILE, MemoryTool, memory_prompt};
 use clawcage_agent::provider::Redacting;
 use clawcage_agent::skills::{AvailablePrograms, SkillDirs, Skills, read_skills};
-use clawcage_agent::subagent::SYSTEM_CHANNEL;
+use clawcage_agent::subagent::{PermissionAsker, SYSTEM_CHANNEL, SubagentOutput};
 use clawcage_agent::{
     AgentError, AgentLoop, Budget, FileInbox, JsonlTranscripts, LaneInput, MessageBus, MessageTool,
     Metered, NotificationFront, NotificationRoute, OutboundMessage, SendCallback, Sessions,
-    SubagentManager, ToolRegistry, TurnObserver, TurnOutcome,
+    SubagentManager, SubagentSetup, ToolRegistry, TurnObserver, TurnOutcome,
 };
 use clawcage_core::BoxFuture;
 
@@ -34,6 +34,26 @@ pub struct AgentOptions {
     pub stream: bool,
     /// Offer `spawn` and `subagents` (when `[subagents]` allows them).
     pub subagents: bool,
+    /// Hears what external sub-agents stream (parent session, child id, text), when the front
+    /// end shows it.
+    pub subagent_output: Option<SubagentOutput>,
+    /// Asks the person at the front end what an external sub-agent asks permission for, when
+    /// one can be asked.
+    pub permission_asker: Option<PermissionAsker>,
+}
+
+impl AgentOptions {
+    /// The `message` tool sending through `send`, streaming, with sub-agents, and no front-end
+    /// hooks for external sub-agents.
+    pub fn new(send: SendCallback) -> Self {
+        Self {
+            send,
+            stream: true,
+            subagents: true,
+            subagent_output: None,
+            permission_asker: None,
+        }
+    }
 }
 
 /// A running agent.
@@ -71,13 +91,20 @@ pub fn print_messages_with(print: Arc<dyn Fn(String) + Send + Sync>) -> SendCall
 
 impl Runtime {
     /// Wires an agent over this runtime's tools (plus the `message` tool sending through
-    /// `options.send`, and `spawn` and `subagents` when sub-agents are on).
+    /// `options.send`, and `spawn` and `subagents` when sub-agents are on). The provider is
+    /// chosen first, over the names of every tool the agent will offer; the sub-agent manager
+    /// is then made whole, with the provider, budget, redactor, audit log, context policy and
+    /// external agents it works with.
     pub async fn agent(&self, options: AgentOptions) -> Result<Agent, Error> {
         let config = self.config();
         let mut tools = self.tools().clone();
         tools
             .register(Arc::new(MessageTool::new("user", options.send)))
             .map_err(failed)?;
+        if let (Some(read), Some(write)) = (tools.get("read_file"), tools.get("write_file")) {
+            let memory = MemoryTool::new(read.clone(), write.clone());
+            tools.register(Arc::new(memory)).map_err(failed)?;
+        }
         let audit = self.audit_log()?;
         let bus = self.bus().clone();
         let mut agent_config = config
@@ -89,39 +116,9 @@ impl Runtime {
         } else {
             None
         };
-        let subagents = match child_tools {
-            Some(child_tools) => {
-                let manager = SubagentManager::new(
-                    &tools,
-                    child_tools,
-                    config
-                        .subagents
-                        .config()
-                        .map_err(|error| usage(format!("{error:#}")))?,
-                    bus.clone(),
-                    Some(self.state_dir()),
-                )
-                .map_err(usage)?;
-                for tool in [manager.spawn_tool(), manager.subagents_tool()] {
-                    tools.register(tool).map_err(failed)?;
-                }
-                agent_config.system_prompt.push_str("\n\n");
-                agent_config.system_prompt.push_str(&manager.prompt_note());
-                Some(manager)
-            }
-            None => None,
-        };
-        if let (Some(read), Some(write)) = (tools.get("read_file"), tools.get("write_file")) {
-            let memory = MemoryTool::new(read.clone(), write.clone());
-            tools.register(Arc::new(memory)).map_err(failed)?;
-        }
-        if let Some(section) = self.memory_section() {
-            agent_config.system_prompt.push_str("\n\n");
-            agent_config.system_prompt.push_str(&section);
-        }
-        if let Some(section) = self.skills().await.prompt() {
-            agent_config.system_prompt.push_str("\n\n");
-            agent_config.system_prompt.push_str(&section);
+        let mut offered = tools.names();
+        if child_tools.is_some() {
+            offered.extend(SubagentManager::TOOL_NAMES);
         }
         let mut chosen = choose_provider(
             &self.provider,
@@ -130,7 +127,7 @@ impl Runtime {
                 .and_then(|source| source.path.parent())
                 .map(Path::to_path_buf)
                 .as_deref(),
-            &tools,
+            &offered,
         )
         .map_err(|error| usage(format!("{error:#}")))?;
         // Every consumer of the model's output (the loop, events, transcripts, channels,
@@ -153,16 +150,6 @@ impl Runtime {
             Some(budget) => Arc::new(Metered::new(chosen.provider, budget.clone())),
             None => chosen.provider,
         };
-        if let Some(manager) = &subagents {
-            manager.set_provider(provider.clone());
-            if let Some(budget) = &budget {
-                manager.set_budget(budget.clone());
-            }
-            manager.set_redactor(self.redactor().clone());
-            if let Some(log) = &audit {
-                manager.set_audit(log.clone());
-            }
-        }
         let context = crate::context_config::context_policy(
             &label,
             u64::from(
@@ -176,13 +163,54 @@ impl Runtime {
             &chosen.windows,
         )
         .map_err(|error| usage(format!("{error:#}")))?;
+        let subagents = match child_tools {
+            Some(child_tools) => {
+                // External ACP agents as sub-agents, when the configuration allows any.
+                let external = match &self.external_agents {
+                    Some(external) => external.0.external_runtime(self).await?,
+                    None => None,
+                };
+                let setup = SubagentSetup {
+                    state_dir: Some(self.state_dir().to_path_buf()),
+                    provider: Some(provider.clone()),
+                    audit: audit.clone(),
+                    redactor: self.redactor().clone(),
+                    context: context.clone(),
+                    budget: budget.clone(),
+                    external,
+                    output: options.subagent_output,
+                    asker: options.permission_asker,
+                    ..SubagentSetup::new(
+                        child_tools,
+                        config
+                            .subagents
+                            .config()
+                            .map_err(|error| usage(format!("{error:#}")))?,
+                        bus.clone(),
+                    )
+                };
+                let manager = SubagentManager::new(&tools, setup).map_err(usage)?;
+                for tool in [manager.spawn_tool(), manager.subagents_tool()] {
+                    tools.register(tool).map_err(failed)?;
+                }
+                agent_config.system_prompt.push_str("\n\n");
+                agent_config.system_prompt.push_str(&manager.prompt_note());
+                Some(manager)
+            }
+            None => None,
+        };
+        if let Some(section) = self.memory_section() {
+            agent_config.system_prompt.push_str("\n\n");
+            agent_config.system_prompt.push_str(&section);
+        }
+        if let Some(section) = self.skills().await.prompt() {
+            agent_config.system_prompt.push_str("\n\n");
+            agent_config.system_prompt.push_str(&section);
+        }
         let mut agent = AgentLoop::new(provider, tools.clone(), agent_config)
             .with_audit(audit)
             .with_redactor(self.redactor().clone());
         if let Some(policy) = context {
-            if let Some(manager) = &subagents {
-                manager.set_context(policy.clone());
-            }
             agent = agent.with_context(policy);
         }
         let sessions = Sessions::with_queue(
@@ -205,10 +233,6 @@ impl Runtime {
         .with_inbox(Arc::new(FileInbox::new(self.state_dir().inbox())));
         if let Some(budget) = budget {
             sessions.set_budget(budget);
-        }
-        // External ACP agents as sub-agents, when the configuration allows any.
-        if let (Some(manager), Some(external)) = (&subagents, &self.external_agents) {
-            external.0.attach(self, manager).await?;
         }
         Ok(Agent {
             sessions,

@@ -24,6 +24,7 @@ pub mod channel_config;
 pub mod config;
 pub mod context_config;
 pub mod cron_config;
+mod host;
 pub mod network_config;
 mod plugins;
 pub mod provider_config;
@@ -48,6 +49,7 @@ pub use agent::{Agent, AgentOptions, print_messages_with};
 /// `fs/read_text_file`): handed to front ends, which never depend on the sandbox themselves.
 pub use clawcage_sandbox::{LineRange, WorkspaceGrant, WorkspaceTextError};
 pub use config::{Config, ConfigSource};
+pub use host::{CronStatus, Host, Lifetime};
 pub use provider_config::ProviderOverrides;
 pub use trust::TrustStore;
 
@@ -116,17 +118,20 @@ pub struct Options {
     pub external_agents: Option<ExternalAgents>,
 }
 
-/// Attaches the external ACP agents a runtime's configuration allows to its sub-agent manager.
+/// Makes the external ACP agents a runtime's configuration allows available to its sub-agents.
 /// The ACP client lives above the runtime (`clawcage_acp`); the binary hands it in through
 /// [`Options::external_agents`], and [`Runtime::agent`] calls it, so `run`, `chat`, the gateway
 /// and `acp` all get the same external agents.
 pub trait AttachExternalAgents: Send + Sync {
-    /// Give `manager` the external agents `runtime` allows (nothing when it allows none).
-    fn attach<'a>(
+    /// The external agents `runtime` allows, for its sub-agent manager (`None` when it allows
+    /// none).
+    fn external_runtime<'a>(
         &'a self,
         runtime: &'a Runtime,
-        manager: &'a Arc<clawcage_agent::SubagentManager>,
-    ) -> clawcage_core::BoxFuture<'a, Result<(), Error>>;
+    ) -> clawcage_core::BoxFuture<
+        'a,
+        Result<Option<Arc<dyn clawcage_agent::subagent::ExternalRuntime>>, Error>,
+    >;
 }
 
 /// The [`AttachExternalAgents`] a runtime uses.
@@ -197,7 +202,7 @@ pub fn check_provider(options: &Options) -> Result<(), Error> {
         &options.provider,
         &located.config.provider,
         config_dir.as_deref(),
-        &ToolRegistry::new(),
+        &[],
     )
     .map(|_| ())
     .map_err(|error| usage(format!("{error:#}")))
@@ -340,12 +345,13 @@ pub struct CatalogEntry {
     pub available: String,
 }
 
-/// What became of the request for the cron capability.
+/// What became of the request for the cron capability ([`Host`] turns it into a
+/// [`CronStatus`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CronStatus {
+pub(crate) enum CronOwnership {
     /// This runtime runs the state directory's jobs and offers the `cron` tool.
     Owned,
-    /// Another clawcage process runs them; this one has no `cron` tool.
+    /// Another clawcage process runs them.
     OwnedElsewhere(PathBuf),
     /// `[cron] enabled = false`.
     Disabled,
@@ -570,19 +576,19 @@ impl Runtime {
         &self.approvals
     }
 
-    /// Takes the cron capability: locks the state directory's jobs for this process, starts the
+    /// Takes the cron capability: locks the state directory's jobs for this process, opens the
     /// service and registers the `cron` tool. Another process holding them is not an error: it
-    /// is reported, and this runtime has no `cron` tool.
-    pub async fn enable_cron(&mut self) -> Result<CronStatus, Error> {
+    /// is reported, and this runtime has no `cron` tool yet.
+    pub(crate) async fn enable_cron(&mut self) -> Result<CronOwnership, Error> {
         if !self.config.cron.enabled() {
-            return Ok(CronStatus::Disabled);
+            return Ok(CronOwnership::Disabled);
         }
         if self.cron.is_some() {
-            return Ok(CronStatus::Owned);
+            return Ok(CronOwnership::Owned);
         }
         let dir = self.state_dir.cron();
         let Some(owner) = tools::lock_cron(&dir)? else {
-            return Ok(CronStatus::OwnedElsewhere(dir));
+            return Ok(CronOwnership::OwnedElsewhere(dir));
         };
         let service = CronService::open(
             &dir,
@@ -598,7 +604,30 @@ impl Runtime {
             service,
             _owner: owner,
         });
-        Ok(CronStatus::Owned)
+        Ok(CronOwnership::Owned)
+    }
+
+    /// Registers the `cron` tool over the state directory's jobs without firing any (the
+    /// process owning them does, and sees each change within a second), unless this runtime
+    /// already has one. Returns the jobs' directory, or `None` when `[cron] enabled = false`.
+    pub(crate) async fn manage_cron(&mut self) -> Result<Option<PathBuf>, Error> {
+        if !self.config.cron.enabled() {
+            return Ok(None);
+        }
+        let dir = self.state_dir.cron();
+        if !self.tools.contains("cron") {
+            let service = CronService::open(
+                &dir,
+                self.bus.clone(),
+                self.config
+                    .cron
+                    .options()
+                    .map_err(|error| usage(format!("{error:#}")))?,
+            )
+            .map_err(usage)?;
+            tools::register_cron(&self.sandbox, &mut self.tools, service, self.limits).await?;
+        }
+        Ok(Some(dir))
     }
 
     /// The `cron` tool over the state directory's jobs, for managing them from outside a chat
@@ -659,13 +688,14 @@ impl Runtime {
         if self.config.subagents.enabled() {
             let manager = clawcage_agent::SubagentManager::new(
                 &self.tools,
-                ToolRegistry::new(),
-                self.config
-                    .subagents
-                    .config()
-                    .map_err(|error| usage(format!("{error:#}")))?,
-                MessageBus::new(),
-                None,
+                clawcage_agent::SubagentSetup::new(
+                    ToolRegistry::new(),
+                    self.config
+                        .subagents
+                        .config()
+                        .map_err(|error| usage(format!("{error:#}")))?,
+                    MessageBus::new(),
+                ),
             )
             .map_err(usage)?;
             for tool in [manager.spawn_tool(), manager.subagents_tool()] {
@@ -681,7 +711,7 @@ impl Runtime {
             for tool in registry.tools() {
                 entries.push(CatalogEntry {
                     tool: tool.clone(),
-                    available: "chat (the one that runs the state directory's jobs); clawcage cron"
+                    available: "run, chat, gateway, acp (the long-running one that owns the state directory's jobs fires them); clawcage cron"
                         .to_string(),
                 });
             }

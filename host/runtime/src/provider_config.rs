@@ -13,7 +13,7 @@ use clawcage_agent::provider::{
     self, ApiKey, FailoverChain, HttpSettings, ProviderConfig, ProviderKind, RetryPolicy, Retrying,
     Script,
 };
-use clawcage_agent::{AgentConfig, Provider, ToolRegistry};
+use clawcage_agent::{AgentConfig, Provider};
 use serde::Deserialize;
 
 /// Default Anthropic base URL (the client appends `/v1/messages`).
@@ -130,12 +130,12 @@ pub struct ChosenProvider {
 }
 
 /// Build the provider chain from the flags, `[provider]` and the environment.
-/// `config_dir` resolves a relative `script` path.
+/// `config_dir` resolves a relative `script` path; `tools` names the tools the agent offers.
 pub fn choose_provider(
     args: &ProviderOverrides,
     section: &ProviderSection,
     config_dir: Option<&Path>,
-    tools: &ToolRegistry,
+    tools: &[&str],
 ) -> anyhow::Result<ChosenProvider> {
     let config_kind = section
         .kind
@@ -258,7 +258,7 @@ fn http_member(
     timeout: Duration,
     policy: RetryPolicy,
     prompt_cache: bool,
-    tools: &ToolRegistry,
+    tools: &[&str],
     windows: &mut Vec<ServerWindow>,
 ) -> anyhow::Result<Arc<dyn Provider>> {
     let (default_url, default_model) = match kind {
@@ -323,14 +323,12 @@ mod tests {
 
     #[test]
     fn the_provider_is_chosen_from_flags_then_config() {
-        let tools = ToolRegistry::new();
         let section = ProviderSection {
             kind: Some("openai".into()),
             model: Some("llama3.1".into()),
             ..ProviderSection::default()
         };
-        let chosen =
-            choose_provider(&ProviderOverrides::default(), &section, None, &tools).unwrap();
+        let chosen = choose_provider(&ProviderOverrides::default(), &section, None, &[]).unwrap();
         assert_eq!(chosen.provider.label(), "openai/llama3.1");
         // Another kind on the command line does not inherit the config's model.
         let args = ProviderOverrides {
@@ -339,7 +337,7 @@ mod tests {
             ..ProviderOverrides::default()
         };
         assert_eq!(
-            choose_provider(&args, &section, None, &tools)
+            choose_provider(&args, &section, None, &[])
                 .unwrap()
                 .provider
                 .label(),
@@ -349,7 +347,7 @@ mod tests {
             provider: Some("openai".into()),
             ..ProviderOverrides::default()
         };
-        let error = choose_provider(&no_model, &ProviderSection::default(), None, &tools)
+        let error = choose_provider(&no_model, &ProviderSection::default(), None, &[])
             .err()
             .unwrap();
         assert!(error.to_string().contains("needs a model"), "{error}");
@@ -357,7 +355,7 @@ mod tests {
             provider: Some("scripted".into()),
             ..ProviderOverrides::default()
         };
-        let error = choose_provider(&scripted, &ProviderSection::default(), None, &tools)
+        let error = choose_provider(&scripted, &ProviderSection::default(), None, &[])
             .err()
             .unwrap();
         assert!(error.to_string().contains("--script"), "{error}");
@@ -365,6 +363,6 @@ mod tests {
             provider: Some("gpt".into()),
             ..ProviderOverrides::default()
         };
-        assert!(choose_provider(&bad, &ProviderSection::default(), None, &tools).is_err());
+        assert!(choose_provider(&bad, &ProviderSection::default(), None, &[]).is_err());
     }
 }

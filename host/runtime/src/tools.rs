@@ -203,7 +203,7 @@ struct ListingOnly;
 
 impl clawcage_core::Scheduler for ListingOnly {
     fn add(&self, _request: clawcage_core::JobRequest) -> Result<clawcage_core::JobInfo, String> {
-        Err("the cron tool runs only in `clawcage chat` or `clawcage cron`".to_string())
+        Err("this listing only describes the cron tool; use it in an agent (run, chat, gateway, acp) or with `clawcage cron`".to_string())
     }
 
     fn list(&self) -> Vec<clawcage_core::JobInfo> {
@@ -211,6 +211,6 @@ impl clawcage_core::Scheduler for ListingOnly {
     }
 
     fn remove(&self, _id: &str) -> Result<clawcage_core::JobInfo, String> {
-        Err("the cron tool runs only in `clawcage chat` or `clawcage cron`".to_string())
+        Err("this listing only describes the cron tool; use it in an agent (run, chat, gateway, acp) or with `clawcage cron`".to_string())
     }
 }

@@ -725,12 +725,9 @@ pub enum ProviderConfig {
     Scripted(Script),
 }
 
-/// Build one provider (without retries). `tools` is only read by the scripted provider, which
-/// leaves out exchanges needing tools the registry lacks.
-pub fn build(
-    config: ProviderConfig,
-    tools: &ToolRegistry,
-) -> Result<Arc<dyn Provider>, ProviderError> {
+/// Build one provider (without retries). `tools`, the names of the tools the agent offers, is
+/// only read by the scripted provider, which leaves out exchanges needing a tool not among them.
+pub fn build(config: ProviderConfig, tools: &[&str]) -> Result<Arc<dyn Provider>, ProviderError> {
     Ok(match config {
         ProviderConfig::Anthropic(settings) => {
             Arc::new(anthropic::AnthropicProvider::new(settings)?)

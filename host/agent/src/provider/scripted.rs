@@ -14,7 +14,6 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use super::{ChatRequest, ChatResponse, Provider, ProviderError, ProviderEvents, StopReason};
-use crate::ToolRegistry;
 
 /// A recorded session.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -91,11 +90,11 @@ impl Script {
 }
 
 impl Exchange {
-    /// The tools this exchange needs that `tools` lacks.
-    pub fn missing_tools(&self, tools: &ToolRegistry) -> Vec<String> {
+    /// The tools this exchange needs that are not among `tools` (the names the agent offers).
+    pub fn missing_tools(&self, tools: &[&str]) -> Vec<String> {
         self.requires_tools
             .iter()
-            .filter(|name| !tools.contains(name))
+            .filter(|name| !tools.contains(&name.as_str()))
             .cloned()
             .collect()
     }
@@ -111,8 +110,9 @@ pub struct ScriptedProvider {
 }
 
 impl ScriptedProvider {
-    /// Play every exchange of `script` whose tools are all in `tools`, in order.
-    pub fn new(script: &Script, tools: &ToolRegistry) -> Self {
+    /// Play every exchange of `script` whose tools are all among `tools` (the names the agent
+    /// offers), in order.
+    pub fn new(script: &Script, tools: &[&str]) -> Self {
         let replies: VecDeque<ScriptedReply> = script
             .exchanges
             .iter()

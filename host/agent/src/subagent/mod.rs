@@ -13,8 +13,8 @@
 //! `subagents`.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use clawcage_core::sync::lock;
@@ -124,17 +124,67 @@ struct State {
     next_number: u64,
 }
 
+/// Everything a [`SubagentManager`] works with, given whole when it is made.
+pub struct SubagentSetup {
+    /// The host's registry prepared for children (e.g. with the workspace read-only).
+    pub child_tools: ToolRegistry,
+    /// The limits.
+    pub config: SubagentConfig,
+    /// Where results are announced (the `system` channel).
+    pub bus: MessageBus,
+    /// Where run records are kept (`state_dir/subagents/runs.json`); `None`: in memory only.
+    pub state_dir: Option<PathBuf>,
+    /// The provider children ask (the parent's); `None` refuses every spawn (a catalog's
+    /// manager, made only to describe the tools).
+    pub provider: Option<Arc<dyn Provider>>,
+    /// Where the children's tool calls are recorded, if anywhere.
+    pub audit: Option<Arc<AuditLog>>,
+    /// Scrubs children's tool results of the host's secrets, as the parent's are.
+    pub redactor: clawcage_core::redact::Redactor,
+    /// Keeps the children's requests inside the model's window, as the parent's are.
+    pub context: Option<crate::context::ContextPolicy>,
+    /// The token budgets external children's reported usage counts against (children of the
+    /// default runtime are held to them by the provider they share with their parent).
+    pub budget: Option<Arc<Budget>>,
+    /// Where `spawn` with `runtime: "acp"` hands its task, when external agents are configured.
+    pub external: Option<Arc<dyn ExternalRuntime>>,
+    /// Hears what external children stream, when a front end shows it.
+    pub output: Option<SubagentOutput>,
+    /// Asks the person at the parent's front end what an external child asks permission for.
+    pub asker: Option<PermissionAsker>,
+}
+
+impl SubagentSetup {
+    /// Children with `child_tools` under `config`, announcing on `bus`, with nothing else set:
+    /// no provider (every spawn is refused), no records on disk, no audit, no redaction.
+    pub fn new(child_tools: ToolRegistry, config: SubagentConfig, bus: MessageBus) -> Self {
+        Self {
+            child_tools,
+            config,
+            bus,
+            state_dir: None,
+            provider: None,
+            audit: None,
+            redactor: clawcage_core::redact::Redactor::default(),
+            context: None,
+            budget: None,
+            external: None,
+            output: None,
+            asker: None,
+        }
+    }
+}
+
 /// Owns every sub-agent of one runtime.
 pub struct SubagentManager {
-    /// Set once the runtime has chosen its provider (the provider may depend on the tools, and
-    /// the tools include `spawn`).
-    provider: OnceLock<Arc<dyn Provider>>,
+    /// The provider children ask; `None` refuses every spawn.
+    provider: Option<Arc<dyn Provider>>,
     /// Where the children's tool calls are recorded, if anywhere.
-    audit: OnceLock<Arc<AuditLog>>,
+    audit: Option<Arc<AuditLog>>,
     /// Scrubs children's tool results of the host's secrets, as the parent's are.
-    redactor: OnceLock<clawcage_core::redact::Redactor>,
+    redactor: clawcage_core::redact::Redactor,
     /// Keeps the children's requests inside the model's window, as the parent's are.
-    context: OnceLock<crate::context::ContextPolicy>,
+    context: Option<crate::context::ContextPolicy>,
     child_tools: ToolRegistry,
     config: SubagentConfig,
     bus: MessageBus,
@@ -145,14 +195,13 @@ pub struct SubagentManager {
     state: Mutex<State>,
     this: Weak<SubagentManager>,
     /// Where `spawn` with `runtime: "acp"` hands its task, when external agents are configured.
-    external: OnceLock<Arc<dyn ExternalRuntime>>,
+    external: Option<Arc<dyn ExternalRuntime>>,
     /// Hears what external children stream, when a front end shows it.
-    output: OnceLock<SubagentOutput>,
+    output: Option<SubagentOutput>,
     /// Asks the person at the parent's front end what an external child asks permission for.
-    asker: OnceLock<PermissionAsker>,
-    /// The token budgets external children's reported usage counts against (children of the
-    /// default runtime are held to them by the provider they share with their parent).
-    budget: OnceLock<Arc<Budget>>,
+    asker: Option<PermissionAsker>,
+    /// The token budgets external children's reported usage counts against.
+    budget: Option<Arc<Budget>>,
 }
 
 /// A runtime outside clawcage that `spawn` can hand a task to (`runtime: "acp"`: an external
@@ -237,18 +286,25 @@ fn cut(text: &str) -> String {
 }
 
 impl SubagentManager {
-    /// A manager whose children get tools from `child_tools` — the host's registry prepared for
-    /// children (e.g. with the workspace read-only) — keeping only names `parent_tools` also has,
-    /// minus `config.excluded_tools`. Runs are recorded in `state_dir/subagents/runs.json`
-    /// (`None`: in memory only); results go to `bus`. Children ask the provider given to
-    /// [`SubagentManager::set_provider`].
-    pub fn new(
-        parent_tools: &ToolRegistry,
-        child_tools: ToolRegistry,
-        config: SubagentConfig,
-        bus: MessageBus,
-        state_dir: Option<&Path>,
-    ) -> std::io::Result<Arc<Self>> {
+    /// A manager whose children get tools from `setup.child_tools`, keeping only names
+    /// `parent_tools` also has, minus `setup.config.excluded_tools`: a child can only ever have
+    /// less than its parent. Runs are recorded in `state_dir/subagents/runs.json`; results go
+    /// to the bus.
+    pub fn new(parent_tools: &ToolRegistry, setup: SubagentSetup) -> std::io::Result<Arc<Self>> {
+        let SubagentSetup {
+            child_tools,
+            config,
+            bus,
+            state_dir,
+            provider,
+            audit,
+            redactor,
+            context,
+            budget,
+            external,
+            output,
+            asker,
+        } = setup;
         let not_in_parent: Vec<String> = child_tools
             .names()
             .into_iter()
@@ -271,10 +327,10 @@ impl SubagentManager {
             }
         }
         Ok(Arc::new_cyclic(|this| SubagentManager {
-            provider: OnceLock::new(),
-            audit: OnceLock::new(),
-            redactor: OnceLock::new(),
-            context: OnceLock::new(),
+            provider,
+            audit,
+            redactor,
+            context,
             child_tools,
             config,
             bus,
@@ -282,57 +338,16 @@ impl SubagentManager {
             saving: Mutex::new(()),
             state: Mutex::new(state),
             this: this.clone(),
-            external: OnceLock::new(),
-            output: OnceLock::new(),
-            asker: OnceLock::new(),
-            budget: OnceLock::new(),
+            external,
+            output,
+            asker,
+            budget,
         }))
     }
 
-    /// The provider children ask (the parent's). Only the first call has an effect.
-    pub fn set_provider(&self, provider: Arc<dyn Provider>) {
-        let _ = self.provider.set(provider);
-    }
-
-    /// Record the children's tool calls in `log`, as the parent's are. Only the first call has
-    /// an effect.
-    pub fn set_audit(&self, log: Arc<AuditLog>) {
-        let _ = self.audit.set(log);
-    }
-
-    /// Children's tool results are scrubbed by `redactor` (set once, before the first spawn).
-    pub fn set_redactor(&self, redactor: clawcage_core::redact::Redactor) {
-        let _ = self.redactor.set(redactor);
-    }
-
-    /// Keep the children's requests inside the window `policy` describes (compaction, cut
-    /// tool results, the fit check), as the parent's are. Only the first call has an effect.
-    pub fn set_context(&self, policy: crate::context::ContextPolicy) {
-        let _ = self.context.set(policy);
-    }
-
-    /// Let `spawn` hand tasks to `runtime` (`runtime: "acp"`). Only the first call has an
-    /// effect.
-    pub fn set_external(&self, runtime: Arc<dyn ExternalRuntime>) {
-        let _ = self.external.set(runtime);
-    }
-
-    /// Let `output` hear what external children stream. Only the first call has an effect.
-    pub fn set_output(&self, output: SubagentOutput) {
-        let _ = self.output.set(output);
-    }
-
-    /// Let `asker` put external children's permission requests to a person (their
-    /// `permission_mode = "ask"`). Only the first call has an effect.
-    pub fn set_asker(&self, asker: PermissionAsker) {
-        let _ = self.asker.set(asker);
-    }
-
-    /// Hold external children to `budget`: what they report using counts against their parent
-    /// session's budget and the day's. Only the first call has an effect.
-    pub fn set_budget(&self, budget: Arc<Budget>) {
-        let _ = self.budget.set(budget);
-    }
+    /// The names of the tools a manager gives the parent ([`SubagentManager::spawn_tool`] and
+    /// [`SubagentManager::subagents_tool`]), known before one exists.
+    pub const TOOL_NAMES: [&'static str; 2] = ["spawn", "subagents"];
 
     /// Start an external agent on `task` for `parent_session`, at `depth`, under the same
     /// depth, concurrency and time limits as any child; its end is announced like any
@@ -345,7 +360,7 @@ impl SubagentManager {
         task: &str,
         label: Option<String>,
     ) -> Result<Spawned, String> {
-        let Some(external) = self.external.get().cloned() else {
+        let Some(external) = self.external.clone() else {
             return Err("no external agents are available here: `clawcage run` and `clawcage acp` offer the ones the operator lists under [acp] allowed_agents, each with an [acp.agents.NAME] section; use the default runtime instead".to_string());
         };
         let agents = external.agents();
@@ -392,7 +407,7 @@ impl SubagentManager {
                 result: None,
             };
             state.records.insert(number, record);
-            let listener = self.output.get().cloned();
+            let listener = self.output.clone();
             let (parent, child) = (parent_session.to_string(), id.clone());
             let run = ExternalRun {
                 agent: agent.to_string(),
@@ -403,8 +418,8 @@ impl SubagentManager {
                     Some(listener) => listener(&parent, &child, text),
                     None => tracing::debug!(subagent = %child, "{text}"),
                 }),
-                ask: self.asker.get().cloned(),
-                budget: self.budget.get().cloned(),
+                ask: self.asker.clone(),
+                budget: self.budget.clone(),
                 account: budget_account().unwrap_or_else(|| parent_session.to_string()),
             };
             let manager = self.this.clone();
@@ -501,7 +516,7 @@ impl SubagentManager {
         task: &str,
         label: Option<String>,
     ) -> Result<Spawned, SpawnError> {
-        let Some(provider) = self.provider.get().cloned() else {
+        let Some(provider) = self.provider.clone() else {
             return Err(SpawnError::NoProvider);
         };
         if depth > self.config.max_depth {
@@ -561,9 +576,9 @@ impl SubagentManager {
                 stream: false,
             },
         )
-        .with_audit(self.audit.get().cloned())
-        .with_redactor(self.redactor.get().cloned().unwrap_or_default());
-        let agent = match self.context.get() {
+        .with_audit(self.audit.clone())
+        .with_redactor(self.redactor.clone());
+        let agent = match self.context.as_ref() {
             Some(policy) => agent.with_context(policy.clone()),
             None => agent,
         };
@@ -694,10 +709,7 @@ impl SubagentManager {
     ) {
         // A result is written to the run records and announced: an external agent's text (not
         // from the scrubbed provider) may hold a secret it was told.
-        let result = match self.redactor.get() {
-            Some(redactor) => redactor.redact(&result),
-            None => result,
-        };
+        let result = self.redactor.redact(&result);
         let record = self.sync_with(|state| {
             let record = state.records.get_mut(&number)?;
             if record.status != RunStatus::Running {
