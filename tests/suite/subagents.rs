@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawcage_agent::provider::NoEvents;
-use clawcage_agent::subagent::{RunStatus, SYSTEM_CHANNEL};
+use clawcage_agent::subagent::{SubagentStatus, SYSTEM_CHANNEL};
 use clawcage_agent::{
     AgentConfig, AgentError, AgentLoop, CronOptions, CronService, MessageBus, Sessions,
     SubagentConfig, SubagentManager, SubagentSetup, ToolRegistry,
@@ -610,7 +610,7 @@ async fn a_child_past_its_time_limit_is_announced_as_timed_out() {
     );
     // It stops counting as running right after its announcement went out.
     wait_until(|| family.manager.running() == 0).await;
-    assert_eq!(family.manager.records()[0].status, RunStatus::TimedOut);
+    assert_eq!(family.manager.records()[0].status, SubagentStatus::TimedOut);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -681,16 +681,16 @@ async fn a_restart_reports_interrupted_runs_and_sweeps_stale_records() {
         "other"
     );
     let records = second.manager.records();
-    let states: Vec<(&str, RunStatus)> = records
+    let states: Vec<(&str, SubagentStatus)> = records
         .iter()
         .map(|run| (run.id.as_str(), run.status))
         .collect();
     assert_eq!(
         states,
         [
-            ("sub-1", RunStatus::Interrupted),
-            ("sub-7", RunStatus::Running),
-            ("sub-8", RunStatus::Interrupted)
+            ("sub-1", SubagentStatus::Interrupted),
+            ("sub-7", SubagentStatus::Running),
+            ("sub-8", SubagentStatus::Interrupted)
         ],
         "the stale record was swept"
     );

@@ -50,6 +50,6 @@ pub use registry::{RegistryError, ToolRegistry};
 pub use session::{LaneInput, PendingTurn, Sessions, current_session_key};
 pub use state_dir::StateDir;
 pub use subagent::{
-    RunRecord, RunStatus, SpawnError, SubagentConfig, SubagentManager, SubagentSetup,
+    SpawnError, SubagentConfig, SubagentManager, SubagentRecord, SubagentSetup, SubagentStatus,
 };
 pub use transcript::{JsonlTranscripts, TranscriptStore};

@@ -400,8 +400,8 @@ async fn a_line_typed_during_a_turn_joins_it_through_the_gateway() {
     drop(gateway);
 }
 
-/// A local chat beside a running gateway says the gateway runs the cron jobs (not "another
-/// chat") and how to attach to it instead.
+/// A local chat beside a running gateway says the gateway fires the cron jobs (not "another
+/// chat"), that its own cron tool changes them there, and how to attach to the gateway instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_chat_beside_a_gateway_says_the_gateway_runs_the_cron_jobs() {
     let server = model().await;
@@ -437,8 +437,13 @@ async fn a_chat_beside_a_gateway_says_the_gateway_runs_the_cron_jobs() {
     assert!(output.status.success(), "{stderr}");
     assert!(
         stderr.contains(&format!(
-            "the gateway running at http://{addr}/ runs the cron jobs"
+            "the gateway running at http://{addr}/ fires the cron jobs"
         )),
+        "{stderr}"
+    );
+    // The chat still has the cron tool: it changes the jobs the gateway fires.
+    assert!(
+        stderr.contains("this chat's cron tool changes them there"),
         "{stderr}"
     );
     assert!(

@@ -1,5 +1,7 @@
-//! Host bindings generated from `wit/` for the `basic-tool` and `web-tool` worlds. Kept private:
-//! the rest of the crate uses the few names re-exported here.
+//! Host bindings generated from `wit/`, every world in this one file: `basic-tool`, and the
+//! `web-tool`, `exec-tool` and `cron-tool` worlds for the host side of their `http`, `process`
+//! and `scheduler` imports (`log` and `types` shared with the first). Kept private: the rest of
+//! the crate uses the few names re-exported here.
 
 wasmtime::component::bindgen!({
     path: "../../wit",
@@ -24,3 +26,31 @@ mod web {
 }
 
 pub use web::clawcage::tool::http;
+
+/// The `exec-tool` world, for the host side of the `process` import.
+pub(crate) mod exec {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "exec-tool",
+        imports: { default: async },
+        exports: { default: async },
+        with: {
+            "clawcage:tool/log": crate::bindings::log,
+            "clawcage:tool/types": crate::bindings::clawcage::tool::types,
+        },
+    });
+}
+
+/// The `cron-tool` world, for the host side of the `scheduler` import.
+pub(crate) mod cron {
+    wasmtime::component::bindgen!({
+        path: "../../wit",
+        world: "cron-tool",
+        imports: { default: async },
+        exports: { default: async },
+        with: {
+            "clawcage:tool/log": crate::bindings::log,
+            "clawcage:tool/types": crate::bindings::clawcage::tool::types,
+        },
+    });
+}

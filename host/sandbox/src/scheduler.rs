@@ -11,20 +11,7 @@ use wasmtime::component::{HasSelf, Linker};
 
 use crate::host::CallState;
 
-mod generated {
-    wasmtime::component::bindgen!({
-        path: "../../wit",
-        world: "cron-tool",
-        imports: { default: async },
-        exports: { default: async },
-        with: {
-            "clawcage:tool/log": crate::bindings::log,
-            "clawcage:tool/types": crate::bindings::clawcage::tool::types,
-        },
-    });
-}
-
-use generated::clawcage::tool::scheduler as wit;
+use crate::bindings::cron::clawcage::tool::scheduler as wit;
 
 /// The cron capability: the scheduler a component's `scheduler` import calls. Two grants are
 /// equal when they name the same scheduler.

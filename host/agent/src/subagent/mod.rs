@@ -33,7 +33,7 @@ use crate::transcript::now_ms;
 mod records;
 mod tools;
 
-pub use records::{RunRecord, RunStatus};
+pub use records::{SubagentRecord, SubagentStatus};
 use records::{load_records, lock_records_file, process_alive, save_records};
 use tools::{SpawnTool, SubagentsTool};
 
@@ -119,7 +119,7 @@ pub struct Spawned {
 
 #[derive(Default)]
 struct State {
-    records: BTreeMap<u64, RunRecord>,
+    records: BTreeMap<u64, SubagentRecord>,
     running: BTreeMap<String, tokio::task::AbortHandle>,
     next_number: u64,
 }
@@ -392,14 +392,14 @@ impl SubagentManager {
             state.next_number += 1;
             let number = state.next_number;
             let id = format!("sub-{number}");
-            let record = RunRecord {
+            let record = SubagentRecord {
                 id: id.clone(),
                 parent_session: parent_session.to_string(),
                 label: label.or_else(|| Some(format!("acp:{agent}"))),
                 task: task.to_string(),
                 depth,
                 pid: std::process::id(),
-                status: RunStatus::Running,
+                status: SubagentStatus::Running,
                 started_ms: now_ms(),
                 finished_ms: None,
                 turns: 0,
@@ -440,10 +440,10 @@ impl SubagentManager {
                     }
                 };
                 let (status, result) = match outcome {
-                    Ok(Ok(text)) => (RunStatus::Completed, text),
-                    Ok(Err(error)) => (RunStatus::Failed, error),
+                    Ok(Ok(text)) => (SubagentStatus::Completed, text),
+                    Ok(Err(error)) => (SubagentStatus::Failed, error),
                     Err(_) => (
-                        RunStatus::TimedOut,
+                        SubagentStatus::TimedOut,
                         format!("stopped after its time limit of {} s", timeout.as_secs_f64()),
                     ),
                 };
@@ -486,7 +486,7 @@ impl SubagentManager {
     }
 
     /// Every record, oldest first.
-    pub fn records(&self) -> Vec<RunRecord> {
+    pub fn records(&self) -> Vec<SubagentRecord> {
         lock(&self.state).records.values().cloned().collect()
     }
 
@@ -550,14 +550,14 @@ impl SubagentManager {
         state.next_number += 1;
         let number = state.next_number;
         let id = format!("sub-{number}");
-        let record = RunRecord {
+        let record = SubagentRecord {
             id: id.clone(),
             parent_session: parent_session.to_string(),
             label,
             task: task.to_string(),
             depth,
             pid: std::process::id(),
-            status: RunStatus::Running,
+            status: SubagentStatus::Running,
             started_ms: now_ms(),
             finished_ms: None,
             turns: 0,
@@ -599,12 +599,12 @@ impl SubagentManager {
             let tool_calls = count_tool_calls(&history);
             let (status, result, turns) = match outcome {
                 Ok(Ok(outcome)) if outcome.end == TurnEnd::Answered => {
-                    (RunStatus::Completed, outcome.text, outcome.iterations)
+                    (SubagentStatus::Completed, outcome.text, outcome.iterations)
                 }
-                Ok(Ok(outcome)) => (RunStatus::Failed, outcome.text, outcome.iterations),
-                Ok(Err(error)) => (RunStatus::Failed, error.to_string(), count_turns(&history)),
+                Ok(Ok(outcome)) => (SubagentStatus::Failed, outcome.text, outcome.iterations),
+                Ok(Err(error)) => (SubagentStatus::Failed, error.to_string(), count_turns(&history)),
                 Err(_) => (
-                    RunStatus::TimedOut,
+                    SubagentStatus::TimedOut,
                     format!(
                         "stopped after its time limit of {} s",
                         timeout.as_secs_f64()
@@ -625,11 +625,11 @@ impl SubagentManager {
     }
 
     /// Stop a running child. Its result is not announced: the caller asked for the stop.
-    pub fn stop(&self, id: &str) -> Result<RunRecord, String> {
+    pub fn stop(&self, id: &str) -> Result<SubagentRecord, String> {
         self.sync_with(|state| Self::stop_child(state, id))
     }
 
-    fn stop_child(state: &mut State, id: &str) -> Result<RunRecord, String> {
+    fn stop_child(state: &mut State, id: &str) -> Result<SubagentRecord, String> {
         let Some(handle) = state.running.remove(id) else {
             let running: Vec<&str> = state.running.keys().map(String::as_str).collect();
             return Err(format!(
@@ -645,7 +645,7 @@ impl SubagentManager {
         let Some(record) = record else {
             return Err(format!("sub-agent `{id}` has no record"));
         };
-        if record.status != RunStatus::Running {
+        if record.status != SubagentStatus::Running {
             // It has finished and its result is on the way; let the announcement go out.
             let status = record.status.as_str();
             state.running.insert(id.to_string(), handle);
@@ -654,7 +654,7 @@ impl SubagentManager {
             ));
         }
         handle.abort();
-        record.status = RunStatus::Stopped;
+        record.status = SubagentStatus::Stopped;
         record.finished_ms = Some(now_ms());
         record.result = Some("stopped by its parent".to_string());
         Ok(record.clone())
@@ -664,20 +664,20 @@ impl SubagentManager {
     /// it interrupted, tell its parent session, and drop records older than the retention.
     /// Runs of another clawcage process that is still alive are left alone. Returns the
     /// interrupted runs.
-    pub async fn recover(&self) -> Vec<RunRecord> {
+    pub async fn recover(&self) -> Vec<SubagentRecord> {
         let me = std::process::id();
-        let interrupted: Vec<RunRecord> = self.sync_with(|state| {
+        let interrupted: Vec<SubagentRecord> = self.sync_with(|state| {
             let live: Vec<String> = state.running.keys().cloned().collect();
             state
                 .records
                 .values_mut()
                 .filter(|record| {
-                    record.status == RunStatus::Running
+                    record.status == SubagentStatus::Running
                         && !live.contains(&record.id)
                         && (record.pid == me || !process_alive(record.pid))
                 })
                 .map(|record| {
-                    record.status = RunStatus::Interrupted;
+                    record.status = SubagentStatus::Interrupted;
                     record.finished_ms = Some(now_ms());
                     record.result = Some("clawcage stopped while it was running".to_string());
                     // This process now speaks for the record.
@@ -701,7 +701,7 @@ impl SubagentManager {
     async fn finish(
         &self,
         number: u64,
-        status: RunStatus,
+        status: SubagentStatus,
         result: String,
         turns: usize,
         tool_calls: usize,
@@ -712,7 +712,7 @@ impl SubagentManager {
         let result = self.redactor.redact(&result);
         let record = self.sync_with(|state| {
             let record = state.records.get_mut(&number)?;
-            if record.status != RunStatus::Running {
+            if record.status != SubagentStatus::Running {
                 // Stopped meanwhile: the stop already recorded it.
                 return None;
             }
@@ -735,7 +735,7 @@ impl SubagentManager {
             turns,
             tool_calls,
             record.task,
-            if status == RunStatus::Completed {
+            if status == SubagentStatus::Completed {
                 "Result"
             } else {
                 "What happened"
@@ -812,8 +812,8 @@ impl SubagentManager {
     /// atomically. A failure to read or write is logged, never fatal: the runs go on.
     fn sync_with<T>(&self, change: impl FnOnce(&mut State) -> T) -> T {
         let horizon = now_ms().saturating_sub(self.config.retention.as_millis() as u64);
-        let fresh = |record: &RunRecord| {
-            record.status == RunStatus::Running
+        let fresh = |record: &SubagentRecord| {
+            record.status == SubagentStatus::Running
                 || record.finished_ms.unwrap_or(record.started_ms) >= horizon
         };
         let Some(file) = &self.runs_file else {
@@ -851,7 +851,7 @@ impl SubagentManager {
             }
             let result = change(&mut state);
             state.records.retain(|_, record| fresh(record));
-            let records: Vec<RunRecord> = state.records.values().cloned().collect();
+            let records: Vec<SubagentRecord> = state.records.values().cloned().collect();
             (result, records)
         };
         if let Err(error) = save_records(file, &records) {
@@ -886,14 +886,14 @@ mod tests {
     fn records_round_trip_through_an_atomic_write() {
         let dir = tempfile::tempdir().unwrap();
         let file = dir.path().join("subagents/runs.json");
-        let record = RunRecord {
+        let record = SubagentRecord {
             id: "sub-1".into(),
             parent_session: "chat".into(),
             label: Some("count".into()),
             task: "count lines".into(),
             depth: 1,
             pid: 1,
-            status: RunStatus::Running,
+            status: SubagentStatus::Running,
             started_ms: 1,
             finished_ms: None,
             turns: 0,

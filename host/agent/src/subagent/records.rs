@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 /// Where a run stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
-pub enum RunStatus {
+pub enum SubagentStatus {
     /// Still working.
     Running,
     /// Answered.
@@ -24,22 +24,22 @@ pub enum RunStatus {
     Interrupted,
 }
 
-impl RunStatus {
+impl SubagentStatus {
     pub(crate) fn as_str(self) -> &'static str {
         match self {
-            RunStatus::Running => "running",
-            RunStatus::Completed => "completed",
-            RunStatus::Failed => "failed",
-            RunStatus::TimedOut => "timed out",
-            RunStatus::Stopped => "stopped",
-            RunStatus::Interrupted => "interrupted",
+            SubagentStatus::Running => "running",
+            SubagentStatus::Completed => "completed",
+            SubagentStatus::Failed => "failed",
+            SubagentStatus::TimedOut => "timed out",
+            SubagentStatus::Stopped => "stopped",
+            SubagentStatus::Interrupted => "interrupted",
         }
     }
 }
 
 /// One child's run, as persisted in `runs.json`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct RunRecord {
+pub struct SubagentRecord {
     /// `sub-N`.
     pub id: String,
     /// The session its result is announced to.
@@ -54,7 +54,7 @@ pub struct RunRecord {
     #[serde(default)]
     pub pid: u32,
     /// Where it stands.
-    pub status: RunStatus,
+    pub status: SubagentStatus,
     /// Milliseconds since the epoch.
     pub started_ms: u64,
     /// When it ended.
@@ -67,7 +67,7 @@ pub struct RunRecord {
     pub result: Option<String>,
 }
 
-impl RunRecord {
+impl SubagentRecord {
     pub(crate) fn name(&self) -> String {
         match &self.label {
             Some(label) => format!("{} ({label})", self.id),
@@ -76,7 +76,7 @@ impl RunRecord {
     }
 }
 
-pub(super) fn load_records(file: &Path) -> std::io::Result<Vec<RunRecord>> {
+pub(super) fn load_records(file: &Path) -> std::io::Result<Vec<SubagentRecord>> {
     match std::fs::read(file) {
         Ok(bytes) => serde_json::from_slice(&bytes).map_err(|error| {
             std::io::Error::new(
@@ -112,7 +112,7 @@ pub(super) fn process_alive(pid: u32) -> bool {
 
 /// Write `records` to `file` atomically (`clawcage_core::files::write_atomically`: synced, renamed,
 /// the directory synced).
-pub(super) fn save_records(file: &Path, records: &[RunRecord]) -> std::io::Result<()> {
+pub(super) fn save_records(file: &Path, records: &[SubagentRecord]) -> std::io::Result<()> {
     let bytes = serde_json::to_vec_pretty(records).map_err(std::io::Error::other)?;
     clawcage_core::files::write_atomically(file, &bytes, false)
 }

@@ -181,7 +181,7 @@ impl Tool for SubagentsTool {
                 }
                 _ => {
                     let session = current_session_key();
-                    let mut records: Vec<RunRecord> = manager
+                    let mut records: Vec<SubagentRecord> = manager
                         .records()
                         .into_iter()
                         .filter(|record| {
@@ -190,7 +190,7 @@ impl Tool for SubagentsTool {
                                 .is_none_or(|key| record.parent_session == key)
                         })
                         .collect();
-                    records.sort_by_key(|record| record.status != RunStatus::Running);
+                    records.sort_by_key(|record| record.status != SubagentStatus::Running);
                     if records.is_empty() {
                         return Ok(ToolOutput::text("No sub-agents."));
                     }

@@ -38,20 +38,7 @@ mod streams;
 use redirect::*;
 use streams::*;
 
-mod generated {
-    wasmtime::component::bindgen!({
-        path: "../../wit",
-        world: "exec-tool",
-        imports: { default: async },
-        exports: { default: async },
-        with: {
-            "clawcage:tool/log": crate::bindings::log,
-            "clawcage:tool/types": crate::bindings::clawcage::tool::types,
-        },
-    });
-}
-
-use generated::clawcage::tool::process::{
+use crate::bindings::exec::clawcage::tool::process::{
     self as wit, CutOutput, FileOpen, Input, OpenMode, Output, Pipeline, RunError, RunResult,
     Stage, StageEnd,
 };
