@@ -5,11 +5,15 @@
 //! [`EventLog`] ([`JetStreamEventLog`]: the `CLAW_EV` stream, one subject per session, appends
 //! fenced by the owner's epoch and the expected last subject sequence, followers as ordered
 //! consumers) and the [`RunRegistry`] ([`KvRuns`]: the `claw_runs` and `claw_idem` key-value
-//! buckets). This crate depends only on `clawcage-core` and `clawcage-agent`; the design is in
-//! the scale-out notes (§2.2, §2.3, §2.7, §2.10).
+//! buckets), and the [`Leases`] that say which host owns what (`claw_leases`: revision-checked
+//! create and renew, a time to live, the taking revision as the fencing epoch; `claw_hosts`: the
+//! live hosts; rendezvous placement of the lane partitions). This crate depends only on
+//! `clawcage-core` and `clawcage-agent`; the design is in the scale-out notes (§2.2, §2.3, §2.5,
+//! §2.7, §2.10).
 
 pub mod events;
 pub mod keys;
+pub mod leases;
 pub mod runs;
 
 use std::path::{Path, PathBuf};
@@ -21,6 +25,7 @@ use clawcage_agent::events::EventLog;
 use clawcage_agent::runs::RunRegistry;
 
 pub use events::JetStreamEventLog;
+pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
 pub use runs::KvRuns;
 
 /// The oldest NATS server the backend accepts: 2.10 (stream subject transforms and consumers
@@ -46,6 +51,9 @@ pub struct ClusterOptions {
     pub events_per_session: i64,
     /// Events older than this are dropped (`None`: kept until the per-session limit).
     pub events_max_age: Option<Duration>,
+    /// How long a lease lasts without renewal (the leases bucket's `max_age`); every host of a
+    /// cluster must use the same. A dead host's partitions move after at most this long.
+    pub lease_ttl: Duration,
 }
 
 impl Default for ClusterOptions {
@@ -59,6 +67,7 @@ impl Default for ClusterOptions {
             request_timeout: Duration::from_secs(10),
             events_per_session: events::EVENTS_PER_SESSION,
             events_max_age: None,
+            lease_ttl: Duration::from_secs(10),
         }
     }
 }
@@ -144,6 +153,10 @@ pub enum ClusterError {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     client: async_nats::Client,
+    context: jetstream::Context,
+    options: ClusterOptions,
+    /// Where it connected, without any password.
+    url: String,
     version: String,
     events: JetStreamEventLog,
     runs: KvRuns,
@@ -199,6 +212,9 @@ impl Cluster {
             })?;
         Ok(Self {
             client,
+            context,
+            options: options.clone(),
+            url: shown,
             version: info.version,
             events,
             runs,
@@ -208,6 +224,18 @@ impl Cluster {
     /// The event log on the `CLAW_EV` stream.
     pub fn event_log(&self) -> Arc<dyn EventLog> {
         Arc::new(self.events.clone())
+    }
+
+    /// The leases (`claw_leases`) and live hosts (`claw_hosts`) as holder `me` sees them; the
+    /// buckets are created or updated here.
+    pub async fn leases(&self, me: Holder) -> Result<Leases, ClusterError> {
+        Leases::open(&self.context, &self.options, me)
+            .await
+            .map_err(|(what, reason)| ClusterError::Setup {
+                what,
+                url: self.url.clone(),
+                reason,
+            })
     }
 
     /// The run registry on the `claw_runs` and `claw_idem` buckets.
