@@ -198,7 +198,9 @@ fn says_why_it_is_long(text: &str) -> bool {
         .map(|line| line.trim_start_matches("//!"))
         .collect::<Vec<_>>()
         .join(" ");
-    doc.contains("over 700 lines")
+    // Words wrapped across doc lines count as written on one.
+    let words: Vec<&str> = doc.split_whitespace().collect();
+    words.join(" ").to_lowercase().contains("over 700 lines")
 }
 
 /// The long files of `files` (path and text) whose module doc does not say why.
@@ -217,7 +219,10 @@ fn rust_files(dir: &Path, found: &mut Vec<(PathBuf, String)>) {
     };
     for entry in entries.flatten() {
         let path = entry.path();
-        if path.file_name().is_some_and(|name| name == "target" || name == "node_modules") {
+        if path
+            .file_name()
+            .is_some_and(|name| name == "target" || name == "node_modules")
+        {
             continue;
         }
         if path.is_dir() {
@@ -248,12 +253,21 @@ fn a_long_file_without_a_reason_is_named_and_one_with_a_reason_is_not() {
     let body = "fn f() {}\n".repeat(LONG_FILE_LINES);
     let tests = "#[cfg(test)]\nmod tests {\n".to_string() + &"// a test\n".repeat(500) + "}\n";
     let files = vec![
-        (PathBuf::from("long.rs"), format!("//! Several jobs.\n\n{body}")),
+        (
+            PathBuf::from("long.rs"),
+            format!("//! Several jobs.\n\n{body}"),
+        ),
         (
             PathBuf::from("explained.rs"),
             format!("//! One parser (over 700 lines: the grammar is one table).\n\n{body}"),
         ),
-        (PathBuf::from("short_with_tests.rs"), format!("//! Short.\n{}{tests}", "fn g() {}\n".repeat(600))),
+        (
+            PathBuf::from("short_with_tests.rs"),
+            format!("//! Short.\n{}{tests}", "fn g() {}\n".repeat(600)),
+        ),
     ];
-    assert_eq!(long_files_without_a_reason(&files), vec!["long.rs (702 lines)".to_string()]);
+    assert_eq!(
+        long_files_without_a_reason(&files),
+        vec!["long.rs (702 lines)".to_string()]
+    );
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clawcage_agent::provider::NoEvents;
-use clawcage_agent::subagent::{SubagentStatus, SYSTEM_CHANNEL};
+use clawcage_agent::subagent::{SYSTEM_CHANNEL, SubagentStatus};
 use clawcage_agent::{
     AgentConfig, AgentError, AgentLoop, CronOptions, CronService, MessageBus, Sessions,
     SubagentConfig, SubagentManager, SubagentSetup, ToolRegistry,

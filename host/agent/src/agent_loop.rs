@@ -14,7 +14,9 @@
 //! ends the turn with [`AgentError::Budget`]. A reply cut at the output-token limit never has
 //! its tool calls run: each is answered with [`CUT_AT_OUTPUT_LIMIT`] and the model is asked again;
 //! the stored message is marked [`Cut::MaxTokens`]. A last reply without answer text (the model
-//! only reasoned, or said nothing) ends the turn with [`TurnEnd::NoAnswer`], never as a success.
+//! only reasoned, or said nothing) ends the turn with [`TurnEnd::NoAnswer`], never as a success. It
+//! is one file (over 700 lines) because it is one loop: the guards, steering, context keeping,
+//! budgets and cut replies all act at points inside the same turn, on its one history.
 
 use std::sync::Arc;
 

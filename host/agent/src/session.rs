@@ -16,7 +16,11 @@
 //! completed; the inputs still pending queue behind it in their order ([`Sessions::recover`]).
 //! A compaction, during a turn or asked for with [`Sessions::compact`], is written to the
 //! transcript where it happened. With a [`Budget`] each turn gets what the session and the day
-//! may still use, a turn on a spent budget is refused, and crossing 80 % is said.
+//! may still use, a turn on a spent budget is refused, and crossing 80 % is said. It is one file
+//! (over 700 lines) because [`Sessions`] is the one front of every lane: submitting, admission
+//! under the queue modes, stopping, resetting, compacting and usage all go through its one shared
+//! table of lanes; the lane at work is in `lane`, taking up what a stopped process left in
+//! `recovery`, the queue modes in `queue`.
 
 mod lane;
 pub mod queue;

@@ -18,7 +18,9 @@
 //! A store given the runtime's redactor ([`JsonlTranscripts::with_redactor`]) writes every text of
 //! every line with the secret values replaced: model output arrives scrubbed already (the
 //! provider chain is wrapped in [`Redacting`](crate::provider::Redacting)), so this catches what
-//! a person typed or pasted, and anything else that would put a value on the disk.
+//! a person typed or pasted, and anything else that would put a value on the disk. It is one file
+//! (over 700 lines) because the line format ([`Entry`]), its writing and its replay are one file
+//! format and change together.
 
 use std::collections::HashMap;
 use std::fs::File;

@@ -9,7 +9,10 @@
 //! Ctrl-C during a turn sends `chat.abort`. The session's approval requests are shown while
 //! they wait, wherever they came from, and answered with one key during a turn (or `/approve`
 //! at the prompt); one decided elsewhere is withdrawn. When the connection is lost it connects
-//! again with backoff and resumes the event stream where it stopped (`since`), saying so.
+//! again with backoff and resumes the event stream where it stopped (`since`), saying so. It is one
+//! file (over 700 lines) because the prompt loop, a turn, its approvals and the rendering of the
+//! session's events all share one connection (`Link`) and one console and hand events to one
+//! another.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::io::IsTerminal as _;

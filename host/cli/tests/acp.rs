@@ -8,7 +8,9 @@
 //! read-only workspace are refused, its permission request under `deny-all` is rejected, its
 //! terminal command runs in the sandbox, it sees no credential of clawcage's, and a stop cancels
 //! it and reaps its process. The TypeScript SDK is installed by `examples/build.sh setup-acp`;
-//! under CI a missing toolchain fails the tests that need it.
+//! under CI a missing toolchain fails the tests that need it. It is one file (over 700 lines)
+//! because every test drives `clawcage acp` through the same `Setup` and the same SDK client or
+//! fake-agent harness, one test per behaviour.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

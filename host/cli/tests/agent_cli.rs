@@ -1,5 +1,7 @@
 //! `clawcage run`, `chat` and `demo` as a user runs them: the real binary with the real sandboxed
-//! tools, talking to the scripted LLM server on 127.0.0.1 through `--base-url`.
+//! tools, talking to the scripted LLM server on 127.0.0.1 through `--base-url`. It is one file
+//! (over 700 lines) because every test runs the binary through the same `clawcage` helper against
+//! the scripted server, one test per behaviour.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

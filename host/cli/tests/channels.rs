@@ -10,7 +10,9 @@
 //! answered with a signed POST; an exec approval asked in a chat is answered there with
 //! `/approve` by an approved person only, and `/queue` sets the queue mode; the `message` tool
 //! reaches its own chat and only the configured others. After each test, the bot token is in no file under the state
-//! directory and in none of the gateway's output.
+//! directory and in none of the gateway's output. It is one file (over 700 lines) because every
+//! test runs the same `Setup` (gateway, scripted model, fake Bot API, webhook receiver) and the
+//! same secret check after it, one test per behaviour.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -1,7 +1,9 @@
 //! `clawcage gateway` as a process on 127.0.0.1 beside the scripted LLM server, driven by a
 //! WebSocket client: the handshake and its refusals, sessions in parallel and in order, an
 //! idempotent re-send, an abort mid-turn, a reconnect that replays exactly the missed events, a
-//! kill -9 mid-turn and a restart, a SIGTERM, and `gateway status`.
+//! kill -9 mid-turn and a restart, a SIGTERM, and `gateway status`. It is one file (over 700 lines)
+//! because every test drives the same gateway process through the same `Setup`, `Gateway` and
+//! client helpers, one test per behaviour; parts would each need that setup again.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -6,7 +6,10 @@
 //! rendering (scripts, event handlers, `javascript:` and `data:` links, raw HTML, partial fences
 //! while streaming); approvals on their tool cards; the thinking indicator; scrolling; a
 //! phone-sized window; session titles; the token dialog. Screenshots go to `target/`; those the
-//! README shows also to `docs/screenshots/` with `CLAWCAGE_UPDATE_SCREENSHOTS=1`.
+//! README shows also to `docs/screenshots/` with `CLAWCAGE_UPDATE_SCREENSHOTS=1`. It is one file
+//! (over 700 lines) because every test drives one browser against one gateway through the same
+//! start-up and page helpers, one test per behaviour, and much of its length is the JavaScript
+//! those tests run in the page.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

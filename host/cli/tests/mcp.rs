@@ -6,7 +6,9 @@
 //! MCP elicitation, of the client whose session raised it and of no other. Tests skip with a
 //! printed reason only when the Python toolchain cannot be installed. One test needs no Python:
 //! it writes raw JSON-RPC lines to the binary's stdin, as a hostile client would, and every
-//! request is answered.
+//! request is answered. It is one file (over 700 lines) because every test drives `clawcage mcp`
+//! through the same `Fixture` and client runner (or the raw stdio and HTTP harnesses), one test per
+//! behaviour.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -11,7 +11,9 @@
 //!
 //! The emulator is pyte in `target/toolchains/python`, installed on first use with the examples'
 //! Python toolchain (`examples/build.sh setup-python`). When it cannot be installed the tests are
-//! skipped, except under CI, where they fail.
+//! skipped, except under CI, where they fail. It is one file (over 700 lines) because every test
+//! drives the same pseudo-terminal and emulator through `drive` and reads the same `Report`, one
+//! test per behaviour.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,

@@ -2,7 +2,9 @@
 //! artifact cache, and once per [`Sandbox`] in memory), naming them (a multicall program such as
 //! coreutils answers to many names, asked once with `--list`), the operator's programs of either
 //! WASI kind with each one's problem kept apart, and the listing `clawcage programs list` shows.
-//! The store and linker each run gets are in `program_store`.
+//! The store and linker each run gets are in `program_store`. It is one file (over 700 lines)
+//! because finding, compiling, naming and listing programs all fill and read the one
+//! [`ProgramCatalog`].
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

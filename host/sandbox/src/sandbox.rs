@@ -1,7 +1,9 @@
 //! The engine and the loading of components: one [`Sandbox`] per process holds the wasmtime engine
 //! (pooling allocator, epoch interruption driven by a ticker thread) and the artifact cache, and
 //! turns component bytes into [`WasmTool`]s after checking that every import the component asks
-//! for is one the host provides.
+//! for is one the host provides. It is one file (over 700 lines) because it is one path from bytes
+//! to tools: the engine and its ticker, compiling through the cache, checking imports and loading
+//! lazily all serve the [`Sandbox`]'s loading.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};

@@ -1,8 +1,8 @@
 //! The [`ApprovalBroker`]: the sandbox's approval gate. It decides what the policy covers, asks
 //! the connected operators for the rest, waits for the first decision or the timeout, keeps
 //! allow-always decisions in the store and records every request and decision in the audit log.
-//! Over 700 lines because it is one type's behaviour: deciding, asking, withdrawing and recording
-//! all work on the broker's one shared state.
+//! It is one file (over 700 lines) because it is one type's behaviour: deciding, asking,
+//! withdrawing and recording all work on the broker's one shared state.
 
 use std::collections::HashMap;
 use std::path::PathBuf;

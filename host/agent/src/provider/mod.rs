@@ -5,7 +5,9 @@
 //! sends, so what goes over the wire can be read in one place. [`retry`] wraps a provider with
 //! backoff and chains providers for fail-over; [`redacting`] scrubs every secret value out of
 //! what goes to and comes from the whole chain; [`repair`] fixes tool-call JSON only where the fix
-//! is unambiguous; [`sse`] parses server-sent events for streaming.
+//! is unambiguous; [`sse`] parses server-sent events for streaming. It is one file (over 700 lines)
+//! because it holds what every provider shares: the request, response and error types, and the HTTP
+//! plumbing each of them calls (sending, reading bounded bodies and event streams, error messages).
 
 pub mod anthropic;
 pub mod openai;

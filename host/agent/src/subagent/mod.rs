@@ -602,7 +602,11 @@ impl SubagentManager {
                     (SubagentStatus::Completed, outcome.text, outcome.iterations)
                 }
                 Ok(Ok(outcome)) => (SubagentStatus::Failed, outcome.text, outcome.iterations),
-                Ok(Err(error)) => (SubagentStatus::Failed, error.to_string(), count_turns(&history)),
+                Ok(Err(error)) => (
+                    SubagentStatus::Failed,
+                    error.to_string(),
+                    count_turns(&history),
+                ),
                 Err(_) => (
                     SubagentStatus::TimedOut,
                     format!(

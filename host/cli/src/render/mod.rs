@@ -10,7 +10,9 @@
 //! characters (escape sequences, carriage returns) are shown as visible symbols.
 //! `clawcage chat` and `clawcage demo` write it to stdout and show reasoning; `clawcage run`
 //! writes it to stderr so stdout holds only the answer, and shows reasoning only with
-//! `--show-reasoning`.
+//! `--show-reasoning`. It is one file (over 700 lines) because the [`Console`]'s streamed text,
+//! thinking line, call tickers, approval pauses and notes all write to one terminal line and must
+//! each know what the others left on it; only the Markdown styling (`markdown`) stands apart.
 
 mod markdown;
 

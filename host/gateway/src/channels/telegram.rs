@@ -13,11 +13,12 @@
 //! network errors back off; a reply that still cannot be sent is recorded in the status and the
 //! log. The token is only ever part of the request URL, which no error, log line or file shows.
 //!
-//! Here: the bot (polling, its journal, handing updates to lanes, delivering replies); `api` the
-//! Bot API calls; `format` a reply's HTML and its pieces.
+//! Here: the bot (over 700 lines: polling, judging each update, handing it to its lane and
+//! delivering replies all work on the one `Telegram` state and pass records to each other);
+//! `journal` the offset and the records kept until answered; `api` the Bot API calls; `format` a
+//! reply's HTML and its pieces.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -26,7 +27,6 @@ use clawcage_runtime::Error;
 use clawcage_runtime::channel_config::{
     ChannelSecret, DmPolicy, GroupPolicy, Telegram as Settings,
 };
-use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
@@ -35,9 +35,11 @@ use clawcage_core::command::{Command, CommandError};
 
 mod api;
 mod format;
+mod journal;
 
 use api::{Api, ApiError};
 pub use format::{escape_html, split_message};
+use journal::{Journal, Pending};
 
 use super::pairing::CodeRequest;
 use super::{Outcome, Shared, Submitted, outcome, session_key, submit};
@@ -56,35 +58,6 @@ const MAX_ANSWER_BYTES: usize = 16 << 20;
 
 /// The longest text handed to the agent, in characters.
 const MAX_INPUT_CHARS: usize = 20_000;
-
-/// One update kept until its reply is delivered.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct Pending {
-    update_id: u64,
-    chat_id: i64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    thread_id: Option<i64>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    message_id: Option<i64>,
-    /// The session the text goes to (absent: a reply only).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    session_key: Option<String>,
-    /// The text for the agent.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    text: Option<String>,
-    /// The reply, once known.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    reply: Option<String>,
-}
-
-#[derive(Debug, Default, Clone, Serialize, Deserialize)]
-struct Journal {
-    /// The next `getUpdates` offset.
-    offset: u64,
-    #[serde(default)]
-    pending: Vec<Pending>,
-}
 
 /// The bot as `getMe` describes it.
 #[derive(Debug, Clone)]
@@ -107,8 +80,7 @@ pub struct Telegram {
     shared: Arc<Shared>,
     settings: Settings,
     api: Api,
-    file: PathBuf,
-    journal: Mutex<Journal>,
+    journal: Journal,
     bot: OnceLock<Bot>,
     chats: Mutex<HashMap<Chat, mpsc::UnboundedSender<Job>>>,
     /// The sessions whose approval requests are posted to their chat.
@@ -136,72 +108,18 @@ impl Telegram {
                 settings.token_env, settings.token_env
             )));
         };
-        let file = shared
-            .hub
-            .parts
-            .state_dir
-            .join("channels")
-            .join("telegram.json");
-        let journal = match clawcage_core::files::read_regular_file(
-            &file,
-            16 << 20,
-            clawcage_core::files::Symlinks::Refuse,
-        ) {
-            Ok(bytes) => serde_json::from_slice::<Journal>(&bytes).map_err(|error| {
-                Error::Failed(format!(
-                    "the Telegram journal {} is not valid ({error}); move it away to start over (updates it held are then lost)",
-                    file.display()
-                ))
-            })?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Journal::default(),
-            Err(error) => {
-                return Err(Error::Failed(format!(
-                    "cannot read the Telegram journal {}: {error}",
-                    file.display()
-                )));
-            }
-        };
+        let journal = Journal::open(&shared.hub.parts.state_dir)?;
         let telegram = Arc::new(Telegram {
             api: Api::new(settings, token)?,
             shared,
             settings: settings.clone(),
-            file,
-            journal: Mutex::new(journal),
+            journal,
             bot: OnceLock::new(),
             chats: Mutex::new(HashMap::new()),
             operators: Mutex::new(std::collections::HashSet::new()),
         });
         tokio::spawn(telegram.clone().poll());
         Ok(telegram)
-    }
-
-    fn save(&self, journal: &Journal) -> Result<(), String> {
-        let text = serde_json::to_vec(journal).map_err(|error| error.to_string())?;
-        clawcage_core::files::write_atomically(&self.file, &text, true).map_err(|error| {
-            format!(
-                "cannot write the Telegram journal {}: {error}",
-                self.file.display()
-            )
-        })
-    }
-
-    /// Changes the journal's record of `update_id` (or drops it when `change` says `None`).
-    fn update_pending(&self, update_id: u64, change: impl FnOnce(Pending) -> Option<Pending>) {
-        let mut journal = lock(&self.journal);
-        let Some(index) = journal
-            .pending
-            .iter()
-            .position(|pending| pending.update_id == update_id)
-        else {
-            return;
-        };
-        let pending = journal.pending.remove(index);
-        if let Some(changed) = change(pending) {
-            journal.pending.insert(index, changed);
-        }
-        if let Err(error) = self.save(&journal) {
-            tracing::error!("{error}");
-        }
     }
 
     async fn sleep(&self, wait: Duration) -> bool {
@@ -276,13 +194,13 @@ impl Telegram {
         );
         let _ = self.bot.set(bot);
         // What the last process left: deliver the known replies, hand the rest to the lanes.
-        let left: Vec<Pending> = lock(&self.journal).pending.clone();
+        let left = self.journal.pending();
         for pending in left {
             self.dispatch(pending).await;
         }
         let mut attempt = 0;
         loop {
-            let offset = lock(&self.journal).offset;
+            let offset = self.journal.offset();
             let mut request = json!({
                 "timeout": self.settings.poll_timeout.as_secs(),
                 "allowed_updates": ["message"],
@@ -344,30 +262,9 @@ impl Telegram {
 
     /// Records a batch (and the offset after it) in the journal, then handles it.
     async fn take(self: &Arc<Self>, updates: Vec<Value>) -> Result<(), String> {
-        let mut taken = Vec::new();
-        {
-            let mut journal = lock(&self.journal);
-            let mut next = journal.clone();
-            for update in &updates {
-                let Some(id) = update.get("update_id").and_then(Value::as_u64) else {
-                    tracing::warn!("a Telegram update without an update_id was ignored");
-                    continue;
-                };
-                if id < next.offset {
-                    continue;
-                }
-                next.offset = id + 1;
-                if let Some(pending) = self.judge(id, update) {
-                    next.pending.push(pending.clone());
-                    taken.push(pending);
-                }
-            }
-            if next.offset == journal.offset && taken.is_empty() {
-                return Ok(());
-            }
-            self.save(&next)?;
-            *journal = next;
-        }
+        let taken = self
+            .journal
+            .record(&updates, |id, update| self.judge(id, update))?;
         for pending in taken {
             self.dispatch(pending).await;
         }
@@ -624,7 +521,7 @@ impl Telegram {
                     Submitted::Run(run) => Some(run),
                     Submitted::Refused(why) => {
                         let why = format!("(your message was not taken: {why})");
-                        self.update_pending(pending.update_id, |mut kept| {
+                        self.journal.update(pending.update_id, |mut kept| {
                             kept.reply = Some(why.clone());
                             Some(kept)
                         });
@@ -676,7 +573,7 @@ impl Telegram {
                         Outcome::Nothing => None,
                         Outcome::Reply(text) => {
                             // Recorded before it is sent: a restart delivers it, never runs it again.
-                            self.update_pending(pending.update_id, |mut kept| {
+                            self.journal.update(pending.update_id, |mut kept| {
                                 kept.reply = Some(text.clone());
                                 Some(kept)
                             });
@@ -688,7 +585,7 @@ impl Telegram {
             };
             match reply {
                 Some(reply) => self.deliver(&pending, &reply).await,
-                None => self.update_pending(pending.update_id, |_| None),
+                None => self.journal.update(pending.update_id, |_| None),
             }
         }
     }
@@ -715,7 +612,7 @@ impl Telegram {
                 &error,
             );
         }
-        self.update_pending(pending.update_id, |_| None);
+        self.journal.update(pending.update_id, |_| None);
     }
 
     /// Runs `work` while showing "typing…" in the chat (renewed every 4 s, Telegram shows it 5).

@@ -7,7 +7,10 @@
 //! the cap. Secret headers are added for the host they belong to, on every hop that goes there,
 //! and scrubbed from everything that comes back — header values, redirect targets (before they
 //! are followed), the final URL, the body (while streaming, the cap still counting the bytes on
-//! the wire) and error messages — so a host that echoes its request shows `[redacted: SOURCE]`.
+//! the wire) and error messages — so a host that echoes its request shows `[redacted: SOURCE]`. It
+//! is one file (over 700 lines) because it is one request path (check, resolve, connect, redirect,
+//! read, scrub) taken hop by hop under one [`NetworkPolicy`]; the parts that stand alone
+//! (addresses, resolving, secrets, errors) are its sibling modules.
 
 use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, OnceLock};

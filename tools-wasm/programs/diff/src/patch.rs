@@ -9,7 +9,9 @@
 //! that is absolute, contains `..`, or goes through a symbolic link is refused (exit 2, nothing
 //! written). Each file's hunks are applied in memory and the file is replaced (through a
 //! temporary file and a rename) only when all of them fit; otherwise it is left as it was, the
-//! failed hunks go to `NAME.rej` and the exit status is 1.
+//! failed hunks go to `NAME.rej` and the exit status is 1. It is one file (over 700 lines) because
+//! it is one command whose stages feed each other (options, reading the patch, a plan with every
+//! name checked, then carrying it out file by file), with hunk placement in `apply`.
 
 use std::collections::HashMap;
 use std::fs;

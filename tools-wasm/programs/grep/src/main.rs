@@ -3,7 +3,9 @@
 //! `-v`, `-c`, `-E`, `-F`, `-G`, `-w`, `-x`, `-o`, `-q`, `-s`, `-h`, `-H`, `-m N`, `-e PATTERN`,
 //! `-A/-B/-C N`, `--include=GLOB`, `--exclude=GLOB`, `--exclude-dir=GLOB`. Basic regular
 //! expressions (the default) are translated to the `regex` crate's syntax. Exit status: 0 when a
-//! line was selected, 1 when none was, 2 on error (WASI reports every failure as 1).
+//! line was selected, 1 when none was, 2 on error (WASI reports every failure as 1). It is one file
+//! (over 700 lines) because it is one small program: the options, the pattern built from them and
+//! the `Searcher` that walks the files and prints what matches share one `Options`.
 
 use std::io::{self, BufWriter, Read, Write};
 use std::path::Path;

@@ -2,7 +2,9 @@
 //! `g`, `p`, `i`/`I`, a number), `p`, `d`, `q`, `Q`, `=`, `y/SRC/DST/`, `a`, `i`, `c`, `n`,
 //! `{ ... }`, `#` comments, with addresses (`N`, `$`, `/RE/`, `A,B`, `A,+N`, `!`). Options: `-n`,
 //! `-i[SUFFIX]` (rewrite files in place), `-e SCRIPT`, `-f FILE`, `-E`/`-r`, `-s`. Basic regular
-//! expressions (the default) are translated to the `regex` crate's syntax.
+//! expressions (the default) are translated to the `regex` crate's syntax. It is one file
+//! (over 700 lines) because it is one small program: the options, the script compiler and the
+//! editor that runs the compiled commands share one set of command types.
 
 use std::io::{self, BufWriter, Read, Write};
 

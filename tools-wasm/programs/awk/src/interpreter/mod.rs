@@ -1,7 +1,11 @@
 //! The tree-walking interpreter: records and fields, variables and arrays, the main input
 //! (operands read in turn, `var=value` operands applied when reached) and output redirection.
 //! No process can be started in clawcage's sandbox, so `system()`, `cmd | getline` and
-//! `print | cmd` end the program with an error that says so.
+//! `print | cmd` end the program with an error that says so. It is one file (over 700 lines)
+//! because records, fields, variables and arrays (the special ones such as `NF`, `$0` and `ENVIRON`
+//! included) are the one `Interpreter`'s state and change one another (setting `NF` cuts or pads
+//! the fields and rebuilds `$0`); statements, expressions and built-ins are in `stmt`, `expr` and
+//! `builtins`.
 
 mod builtins;
 mod expr;

@@ -4,7 +4,9 @@
 //! (its unified header says `/dev/null`, which patch reads as create or delete), `--label`
 //! replaces a header name, `-i`, `-b` and `-w` ignore case and white space, `-x` leaves names
 //! out of a directory comparison. Lines are matched by similar's Myers with a time budget: past
-//! it the script stays correct but may be longer than the shortest one.
+//! it the script stays correct but may be longer than the shortest one. It is one file
+//! (over 700 lines) because it is one command: the options and the `Differ` that compares files and
+//! directories and writes each output format work together, with the edit script in `script`.
 
 use std::fs;
 use std::io::{self, BufWriter, Read, Write};

@@ -1,0 +1,27 @@
+//! Third-party tool plugins: a component with a TOML manifest in the operator's plugins directory.
+//! The manifest says what the plugin is (name, version, the SHA-256 of its component) and what it
+//! asks for (workspace access, network hosts, environment names); the operator's config says what
+//! each plugin is granted. A plugin runs with the intersection of both, never more, and with
+//! nothing at all when the operator granted it nothing. This module parses and checks manifests,
+//! verifies digests on the very bytes it then compiles, decides the effective grant (refusing
+//! environment names that are or look like secrets), and loads each plugin through the
+//! [`Sandbox`](crate::Sandbox) — so a component importing an interface that is not granted is
+//! refused there with the reason. One bad plugin is reported and skipped; it never stops the
+//! others from loading.
+//!
+//! Here: `manifest` the two TOML inputs (the plugin's manifest, the operator's `[plugins]`
+//! section) and their checks; `decide` the effective grant; `loader` finding, verifying and
+//! loading the plugins of a directory.
+
+mod decide;
+mod loader;
+mod manifest;
+
+pub use decide::{Decision, HOST_SECRET_ENV, SECRET_LIKE_SUFFIXES, decide, looks_like_secret};
+pub use loader::{
+    LoadedPlugin, PluginLoader, PluginLocation, PluginReport, PluginTool, RefusedPlugin,
+};
+pub use manifest::{
+    Capabilities, MANIFEST_FILE, Manifest, OperatorGrant, PluginsConfig, WorkspaceAccess,
+    parse_manifest, read_manifest,
+};
