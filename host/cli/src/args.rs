@@ -172,10 +172,14 @@ pub(crate) enum Command {
     Approvals(ApprovalsCommand),
     /// See and change the scheduled jobs (the state directory's cron jobs) without a chat.
     ///
-    /// The same checks as the agent's `cron` tool apply. A running `clawcage chat` picks up a
-    /// change within a second; the jobs fire only while a chat runs.
+    /// The same checks as the agent's `cron` tool apply. The long-running process that owns the
+    /// jobs (a `clawcage chat`, the gateway or `clawcage acp`) picks up a change within a second;
+    /// the jobs fire only while one runs.
     #[command(subcommand)]
     Cron(CronCommand),
+    /// See what the NATS JetStream cluster of `[cluster]` holds: hosts, partitions, streams.
+    #[command(subcommand)]
+    Cluster(crate::cluster::ClusterCommand),
     /// See, install and remove the programs exec can run: bundled, installed, and those of
     /// `[exec] programs_dir`.
     #[command(subcommand)]

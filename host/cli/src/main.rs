@@ -17,6 +17,7 @@ macro_rules! outln {
 
 mod args;
 mod chat;
+mod cluster;
 mod demo;
 mod keys;
 mod log_writer;
@@ -180,6 +181,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             cron(&runtime, command).await
         }
         Command::Programs(command) => programs::run(options, command).await,
+        Command::Cluster(command) => cluster::run(options, command).await,
         Command::Skills(command) => skills::run(options, command).await,
         Command::Tools { long, json } => {
             let runtime = open(options).await?;

@@ -32,6 +32,37 @@ pub use runs::KvRuns;
 /// with several filter subjects, which the lane inputs of a later stage use).
 pub const MINIMUM_SERVER: (u64, u64) = (2, 10);
 
+/// What a cluster holds, as [`Cluster::status`] reads it.
+#[derive(Debug, Clone, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct ClusterStatus {
+    /// The servers, without any password.
+    pub url: String,
+    /// The version of the server this connection reached.
+    pub server_version: String,
+    /// Lane partitions of the cluster.
+    pub partitions: u32,
+    /// The hosts that announced themselves recently.
+    pub hosts: Vec<HostRecord>,
+    /// Each lease held: its key, its holder and its current revision.
+    pub leases: Vec<(String, Holder, u64)>,
+    /// The backend's streams and key-value buckets (`KV_<bucket>`).
+    pub streams: Vec<StreamStatus>,
+}
+
+/// The size of one stream.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct StreamStatus {
+    /// Its name.
+    pub name: String,
+    /// Messages stored.
+    pub messages: u64,
+    /// Bytes stored.
+    pub bytes: u64,
+    /// Distinct subjects (sessions, keys).
+    pub subjects: u64,
+}
+
 /// How to reach the NATS servers and how to lay out what the backend stores there.
 #[derive(Debug, Clone)]
 pub struct ClusterOptions {
@@ -236,6 +267,64 @@ impl Cluster {
                 url: self.url.clone(),
                 reason,
             })
+    }
+
+    /// What the cluster holds now, for `clawcage cluster status`: the live hosts, the leases
+    /// and their holders, and the size of each of the backend's streams and buckets. Reads
+    /// only.
+    pub async fn status(&self) -> Result<ClusterStatus, ClusterError> {
+        let setup = |what: &str, reason: String| ClusterError::Setup {
+            what: what.to_string(),
+            url: self.url.clone(),
+            reason,
+        };
+        let leases = self
+            .leases(Holder {
+                host: "status".to_string(),
+                incarnation: std::process::id().to_string(),
+            })
+            .await?;
+        let hosts = leases
+            .live_hosts()
+            .await
+            .map_err(|error| setup(leases::HOSTS_BUCKET, error.to_string()))?;
+        let mut held = leases
+            .all()
+            .await
+            .map_err(|error| setup(leases::LEASES_BUCKET, error.to_string()))?;
+        held.sort_by(|a, b| a.0.cmp(&b.0));
+        let mut names = self.context.stream_names();
+        let mut streams = Vec::new();
+        while let Some(name) = futures_util::StreamExt::next(&mut names).await {
+            let name = name.map_err(|error| setup("the stream list", error.to_string()))?;
+            if !(name.starts_with("CLAW_") || name.starts_with("KV_claw_")) {
+                continue;
+            }
+            let mut stream = self
+                .context
+                .get_stream(&name)
+                .await
+                .map_err(|error| setup(&name, error.to_string()))?;
+            let info = stream
+                .info()
+                .await
+                .map_err(|error| setup(&name, error.to_string()))?;
+            streams.push(StreamStatus {
+                name: name.clone(),
+                messages: info.state.messages,
+                bytes: info.state.bytes,
+                subjects: info.state.subjects_count,
+            });
+        }
+        streams.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(ClusterStatus {
+            url: self.url.clone(),
+            server_version: self.version.clone(),
+            partitions: leases::PARTITIONS,
+            hosts,
+            leases: held,
+            streams,
+        })
     }
 
     /// The run registry on the `claw_runs` and `claw_idem` buckets.

@@ -369,6 +369,18 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             state_dir.display()
         )));
     };
+    // Several hosts sharing sessions is not complete yet: a gateway on this machine's state
+    // directory beside a cluster it does not join would split the sessions, so it refuses.
+    if clawcage_runtime::locate(&options)?
+        .config
+        .cluster
+        .nats
+        .is_some()
+    {
+        return Err(Error::Usage(
+            "[cluster] is set, but this version of the gateway keeps its sessions on this machine only; `clawcage cluster status` reads the cluster; remove [cluster] to run the gateway here (docs/cluster.md)".to_string(),
+        ));
+    }
     let token = auth::resolve_token(args.token.as_deref(), args.bind, &state_dir)?;
     let connection_limits = connection_limits(&args)?;
     // A missing API key is said before the tools are loaded (a first start compiles).

@@ -93,6 +93,9 @@ pub struct Config {
     /// `[acp]`: the workspaces editors may open over ACP, and the external ACP agents.
     #[serde(default)]
     pub acp: crate::acp_config::AcpSection,
+    /// `[cluster]`: the NATS servers several gateway hosts share sessions through.
+    #[serde(default)]
+    pub cluster: crate::cluster_config::ClusterSection,
 }
 
 /// The file candidates are read from.
@@ -252,6 +255,7 @@ impl Config {
         self.queue.config()?;
         self.budget.config()?;
         self.approvals.settings()?;
+        self.cluster.settings(None)?;
         crate::context_config::context_policy(
             "",
             u64::from(

@@ -4,7 +4,11 @@
 //! the sessions and the sub-agents — so that every front end (`call`, `run`, `chat`, `mcp`, the
 //! gateway, ACP) parses its own input, asks a [`Runtime`] for what it needs and renders the
 //! result, and none of them builds registries, providers or grants itself. It also decides where
-//! grants may come from (`trust`): nothing a tool can write is read as configuration.
+//! grants may come from (`trust`): nothing a tool can write is read as configuration. It is one
+//! file (over 700 lines) because the [`Runtime`] is one composition: opening it builds the parts in
+//! the order each needs the others, and the accessors every front end calls read what it built; the
+//! parts that stand alone (each config section, the tools, the plugins, the agent) are modules of
+//! their own.
 
 /// Writes one line to standard error, as `eprintln!` does, except that a closed or failing
 /// stderr is not an error: the person stopped reading (`clawcage run … 2>&1 | head -2`), so the
@@ -21,6 +25,7 @@ pub mod acp_config;
 mod agent;
 pub mod approval_config;
 pub mod channel_config;
+pub mod cluster_config;
 pub mod config;
 pub mod context_config;
 pub mod cron_config;

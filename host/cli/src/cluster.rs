@@ -1,0 +1,121 @@
+//! `clawcage cluster status`: what the NATS JetStream cluster of `[cluster]` holds — the live
+//! gateway hosts, the lane partitions and other leases with their holders and epochs, and the
+//! size of each of the backend's streams and key-value buckets — read without changing anything
+//! a host relies on (the streams and buckets are created if missing, as every host does at its
+//! start).
+
+use clap::Subcommand;
+use clawcage_cluster::{Cluster, ClusterOptions, ClusterStatus, TlsOptions};
+use clawcage_runtime::Options;
+use clawcage_runtime::cluster_config::ClusterSettings;
+
+use crate::Failure;
+
+/// `clawcage cluster ...`.
+#[derive(Debug, Subcommand)]
+pub enum ClusterCommand {
+    /// Show the cluster: live hosts, partitions and their owners, stream sizes.
+    ///
+    /// Reads `[cluster]` of the configuration (nats, host_id, credentials, TLS), connects to
+    /// the NATS servers and lists what the gateway hosts share there. Exit 2 without `[cluster]`,
+    /// 1 when the servers cannot be reached or refuse.
+    Status {
+        /// Print JSON: {url, serverVersion, partitions, hosts, leases, streams}.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// The connection options `settings` describe.
+pub fn cluster_options(settings: &ClusterSettings, connection: &str) -> ClusterOptions {
+    ClusterOptions {
+        credentials_file: settings.credentials.clone(),
+        tls: TlsOptions {
+            required: settings.tls_required,
+            root_certificates: settings.tls_ca.clone(),
+            client_certificate: settings.tls_client.clone(),
+        },
+        connection_name: Some(format!("clawcage {connection} {}", settings.host_id)),
+        replicas: settings.replicas,
+        lease_ttl: std::time::Duration::from_secs(settings.lease_secs),
+        ..ClusterOptions::default()
+    }
+}
+
+/// Runs `command`.
+pub async fn run(options: Options, command: ClusterCommand) -> Result<(), Failure> {
+    let ClusterCommand::Status { json } = command;
+    let located = clawcage_runtime::locate(&options)?;
+    located.check_trust()?;
+    let config_dir = located
+        .source
+        .as_ref()
+        .and_then(|source| source.path.parent())
+        .map(std::path::Path::to_path_buf);
+    let settings = located
+        .config
+        .cluster
+        .settings(config_dir.as_deref())
+        .map_err(|error| Failure::Usage(format!("{error:#}")))?
+        .ok_or_else(|| {
+            Failure::Usage(
+                "the configuration has no [cluster]: add nats = \"nats://HOST:4222\" under [cluster] (docs/cluster.md)"
+                    .to_string(),
+            )
+        })?;
+    let cluster = Cluster::connect(&settings.nats, &cluster_options(&settings, "status"))
+        .await
+        .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
+    let status = cluster
+        .status()
+        .await
+        .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
+    if json {
+        let text = serde_json::to_string_pretty(&status)
+            .map_err(|error| Failure::Tool(error.to_string()))?;
+        outln!("{text}");
+    } else {
+        for line in describe(&status) {
+            outln!("{line}");
+        }
+    }
+    Ok(())
+}
+
+/// `status` as the lines `clawcage cluster status` prints.
+fn describe(status: &ClusterStatus) -> Vec<String> {
+    let mut lines = vec![format!(
+        "cluster at {} (nats-server {})",
+        status.url, status.server_version
+    )];
+    lines.push(format!("hosts: {} live", status.hosts.len()));
+    for host in &status.hosts {
+        lines.push(format!(
+            "  {}  incarnation {}  {}",
+            host.holder.host,
+            host.holder.incarnation,
+            host.url.as_deref().unwrap_or("(no address)")
+        ));
+    }
+    let partitions = status
+        .leases
+        .iter()
+        .filter(|(name, _, _)| name.starts_with("part."))
+        .count();
+    lines.push(format!(
+        "partitions: {partitions} of {} held",
+        status.partitions
+    ));
+    lines.push(format!("leases: {}", status.leases.len()));
+    for (name, holder, revision) in &status.leases {
+        lines.push(format!("  {name}  {holder}  revision {revision}"));
+    }
+    lines.push("streams:".to_string());
+    for stream in &status.streams {
+        lines.push(format!(
+            "  {}  {} messages  {} bytes  {} subjects",
+            stream.name, stream.messages, stream.bytes, stream.subjects
+        ));
+    }
+    lines
+}
