@@ -8,7 +8,7 @@ use std::path::Path;
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::plugin::HOST_SECRET_ENV;
-use clawcage_sandbox::{FsMode, Limits, PluginLoader, PluginsConfig};
+use clawcage_sandbox::{FsMode, Limits, PluginLoader, PluginsSection};
 use clawcage_tests::toolchains::{example_plugin, skip};
 use clawcage_tests::{grants, sandbox};
 use serde_json::Value;
@@ -19,7 +19,7 @@ async fn registry_with(plugin_dir: &Path, operator: &str, workspace: &Path) -> T
     let plugins = tempfile::tempdir().unwrap();
     let name = plugin_dir.file_name().unwrap();
     std::os::unix::fs::symlink(plugin_dir, plugins.path().join(name)).unwrap();
-    let mut config: PluginsConfig = toml::from_str(operator).unwrap();
+    let mut config: PluginsSection = toml::from_str(operator).unwrap();
     config.dir = Some(plugins.path().to_path_buf());
     let base = grants(workspace, FsMode::ReadWrite, Limits::default());
     let no_env = |_: &str| None;

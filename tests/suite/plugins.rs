@@ -11,7 +11,7 @@ use clawcage_agent::ToolRegistry;
 use clawcage_core::Tool as _;
 use clawcage_sandbox::components::fixtures;
 use clawcage_sandbox::plugin::HOST_SECRET_ENV;
-use clawcage_sandbox::{FsMode, Limits, PluginLoader, PluginReport, PluginsConfig};
+use clawcage_sandbox::{FsMode, Limits, PluginLoader, PluginReport, PluginsSection};
 use clawcage_tests::web::{Reply as WebReply, WebServer};
 use clawcage_tests::{fixture, grants, sandbox};
 use serde_json::Value;
@@ -64,7 +64,7 @@ async fn load(
     workspace: &Path,
     mode: FsMode,
 ) -> (PluginReport, ToolRegistry) {
-    let mut config: PluginsConfig = toml::from_str(operator).unwrap();
+    let mut config: PluginsSection = toml::from_str(operator).unwrap();
     config.dir = Some(plugins.to_path_buf());
     config.validate().unwrap();
     let base = grants(workspace, mode, Limits::default());

@@ -4,19 +4,21 @@
 //! bounded size (a FIFO or device is refused, never waited on), and the SHA-256 of exactly the
 //! bytes parsed is kept, so the trust check (`trust.rs`) judges what was used. A `clawcage.toml`
 //! in the workspace is never followed through a symlink, and a parse error names the line, the
-//! column and at most the offending token — never the file's content.
+//! column and at most the offending token — never the file's content. Naming: a table of the
+//! file as read is a `*Section` (`[exec]` is `ExecSection`); what a section gives once checked is
+//! a `*Settings` or the consumer's own `*Config`/`*Options` type.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, bail};
-use clawcage_sandbox::{FsMode, Limits, PluginsConfig};
+use clawcage_sandbox::{FsMode, Limits, PluginsSection};
 use serde::Deserialize;
 use sha2::Digest as _;
 
 use clawcage_core::files::{Symlinks, read_regular_text};
 
-use crate::network_config::{NetworkConfig, WebConfig};
+use crate::network_config::{NetworkSection, WebSection};
 
 /// The largest configuration file read.
 const MAX_CONFIG_BYTES: u64 = 1 << 20;
@@ -41,10 +43,10 @@ pub struct ConfigSource {
 pub struct Config {
     /// `[workspace]`
     #[serde(default)]
-    pub workspace: WorkspaceConfig,
+    pub workspace: WorkspaceSection,
     /// `[limits]`
     #[serde(default)]
-    pub limits: LimitsConfig,
+    pub limits: LimitsSection,
     /// `[provider]`: the model and its fail-over chain.
     #[serde(default)]
     pub provider: crate::provider_config::ProviderSection,
@@ -53,19 +55,19 @@ pub struct Config {
     pub agent: crate::provider_config::AgentSection,
     /// `[network]`
     #[serde(default)]
-    pub network: NetworkConfig,
+    pub network: NetworkSection,
     /// `[web]`
     #[serde(default)]
-    pub web: WebConfig,
+    pub web: WebSection,
     /// `[exec]`
     #[serde(default)]
-    pub exec: ExecConfig,
+    pub exec: ExecSection,
     /// `[plugins]`: the plugins directory and the operator's grant for each plugin.
     #[serde(default)]
-    pub plugins: PluginsConfig,
+    pub plugins: PluginsSection,
     /// `[audit]`: the audit log of tool calls.
     #[serde(default)]
-    pub audit: AuditConfig,
+    pub audit: AuditSection,
     /// `[subagents]`: spawning, limits and what children may reach.
     #[serde(default)]
     pub subagents: crate::subagent_config::SubagentSection,
@@ -108,7 +110,7 @@ struct Candidate {
 /// `[exec]`: the exec tool (a shell inside the sandbox that runs WASI programs).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct ExecConfig {
+pub struct ExecSection {
     /// Offer the exec tool (default true). It runs only WebAssembly programs inside the sandbox,
     /// with the same workspace and limits as the file tools.
     pub enabled: Option<bool>,
@@ -122,7 +124,7 @@ pub struct ExecConfig {
 /// `[audit]`: where every tool call is recorded.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct AuditConfig {
+pub struct AuditSection {
     /// Record tool calls (default true).
     pub enabled: Option<bool>,
     /// The JSONL file; relative paths are relative to the config file. Default:
@@ -133,7 +135,7 @@ pub struct AuditConfig {
 /// `[workspace]`: the directory tools may reach.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WorkspaceConfig {
+pub struct WorkspaceSection {
     /// The directory; relative paths are relative to the config file. Default: the current
     /// directory.
     pub path: Option<PathBuf>,
@@ -144,7 +146,7 @@ pub struct WorkspaceConfig {
 /// `[limits]`: per-call limits of every tool.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct LimitsConfig {
+pub struct LimitsSection {
     /// Memory per call, in MiB (default 256).
     pub memory_mib: Option<u64>,
     /// Wall-clock time per call, in seconds (default 30).

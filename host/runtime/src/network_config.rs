@@ -34,14 +34,14 @@ const BRAVE_ENV: &str = clawcage_core::BRAVE_API_KEY_ENV;
 /// `[network]`: where outbound HTTP may go.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct NetworkConfig {
+pub struct NetworkSection {
     /// Hosts that may be reached: `host`, `host:port`, `*.domain`, IP literals, optionally
     /// after `http://` to allow plain HTTP. Empty: nothing.
     #[serde(default)]
     pub allow: Vec<String>,
     /// Headers the host adds for one host each, with values from the environment.
     #[serde(default)]
-    pub secrets: Vec<SecretConfig>,
+    pub secrets: Vec<SecretSection>,
     /// Seconds to resolve and connect (default 10).
     pub connect_timeout_secs: Option<f64>,
     /// Seconds for a whole request, redirects and body included (default 20).
@@ -53,7 +53,7 @@ pub struct NetworkConfig {
 /// `[[network.secrets]]`: one header added to requests for one host.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct SecretConfig {
+pub struct SecretSection {
     /// The host (name or address, optionally `:PORT`) the secret belongs to.
     pub host: String,
     /// The header to add, e.g. `X-Subscription-Token` or `Authorization`.
@@ -65,12 +65,12 @@ pub struct SecretConfig {
 /// `[web]`: settings of the web tools.
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct WebConfig {
+pub struct WebSection {
     /// The Brave-compatible search API endpoint (default the Brave Search web endpoint).
     pub search_endpoint: Option<String>,
 }
 
-impl NetworkConfig {
+impl NetworkSection {
     /// The network policy these settings describe. Secret values are read with `env`; a secret
     /// whose variable is unset is left out with a warning (requests then go without it).
     pub fn policy(&self, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<NetworkPolicy> {
@@ -80,7 +80,7 @@ impl NetworkConfig {
         }
         let mut secrets = Vec::new();
         let mut configured = self.secrets.iter().collect::<Vec<_>>();
-        let default_brave = SecretConfig {
+        let default_brave = SecretSection {
             host: BRAVE_HOST.to_string(),
             header: BRAVE_HEADER.to_string(),
             env: BRAVE_ENV.to_string(),
@@ -172,7 +172,7 @@ pub fn broad_entries(allow: &[String]) -> Vec<String> {
         .collect()
 }
 
-impl WebConfig {
+impl WebSection {
     /// The search endpoint to hand to the web component, checked to be an http(s) URL.
     pub fn search_endpoint(&self) -> anyhow::Result<Option<String>> {
         let Some(endpoint) = &self.search_endpoint else {
@@ -191,7 +191,7 @@ mod tests {
 
     #[test]
     fn the_network_section_is_parsed_and_checked() {
-        let config: NetworkConfig = toml::from_str(
+        let config: NetworkSection = toml::from_str(
             r#"
             allow = ["example.com", "*.example.org", "127.0.0.1:8080"]
             timeout_secs = 5
@@ -237,7 +237,7 @@ mod tests {
 
     #[test]
     fn brave_search_gets_its_key_from_brave_api_key_by_default() {
-        let config = NetworkConfig::default();
+        let config = NetworkSection::default();
         let policy = config
             .policy(|name| (name == "BRAVE_API_KEY").then(|| "k".to_string()))
             .unwrap();
@@ -252,24 +252,24 @@ mod tests {
 
     #[test]
     fn bad_values_are_refused_with_the_key() {
-        let bad: NetworkConfig = toml::from_str("allow = [\"example.com/path\"]").unwrap();
+        let bad: NetworkSection = toml::from_str("allow = [\"example.com/path\"]").unwrap();
         let error = bad.policy(|_| None).unwrap_err().to_string();
         assert!(error.contains("[network] allow entry"), "{error}");
-        let bad: NetworkConfig = toml::from_str("timeout_secs = 0").unwrap();
+        let bad: NetworkSection = toml::from_str("timeout_secs = 0").unwrap();
         assert!(
             bad.limits()
                 .unwrap_err()
                 .to_string()
                 .contains("timeout_secs")
         );
-        assert!(toml::from_str::<NetworkConfig>("alow = []").is_err());
+        assert!(toml::from_str::<NetworkSection>("alow = []").is_err());
         assert!(
-            toml::from_str::<NetworkConfig>(
+            toml::from_str::<NetworkSection>(
                 "[[secrets]]\nhost = \"a\"\nheader = \"b\"\nenv = \"c\"\nvalue = \"d\""
             )
             .is_err()
         );
-        let web = WebConfig {
+        let web = WebSection {
             search_endpoint: Some("ftp://x/".to_string()),
         };
         assert!(web.search_endpoint().is_err());

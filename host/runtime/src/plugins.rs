@@ -7,7 +7,9 @@ use std::sync::Arc;
 use clawcage_agent::ToolRegistry;
 use clawcage_core::Tool as _;
 use clawcage_sandbox::plugin::HOST_SECRET_ENV;
-use clawcage_sandbox::{Grants, PluginLoader, PluginReport, PluginsConfig, RefusedPlugin, Sandbox};
+use clawcage_sandbox::{
+    Grants, PluginLoader, PluginReport, PluginsSection, RefusedPlugin, Sandbox,
+};
 
 /// Loads the plugins named by `config` under `base` grants into `registry`. A plugin whose tools
 /// cannot all be registered (a name already taken, a schema the registry refuses) is refused
@@ -15,7 +17,7 @@ use clawcage_sandbox::{Grants, PluginLoader, PluginReport, PluginsConfig, Refuse
 pub async fn load_into(
     registry: &mut ToolRegistry,
     sandbox: &Arc<Sandbox>,
-    config: &PluginsConfig,
+    config: &PluginsSection,
     base: &Grants,
 ) -> PluginReport {
     let host_env = |name: &str| std::env::var(name).ok();

@@ -35,7 +35,7 @@ pub use env::{EnvError, EnvGrant};
 pub use grants::{ExecGrant, FsMode, GrantError, Grants, Limits, WorkspaceGrant};
 pub use network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
 pub use plugin::{
-    LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsConfig, RefusedPlugin,
+    LoadedPlugin, PluginLoader, PluginReport, PluginTool, PluginsSection, RefusedPlugin,
 };
 pub use programs::{ProgramCatalog, ProgramDirs};
 pub use progress::CompileProgress;

@@ -20,7 +20,7 @@ use crate::sandbox::{LoadError, Sandbox};
 use crate::tool::WasmTool;
 
 use super::decide::{Decision, decide};
-use super::manifest::{MANIFEST_FILE, Manifest, PluginsConfig, read_manifest};
+use super::manifest::{MANIFEST_FILE, Manifest, PluginsSection, read_manifest};
 
 /// Largest component read, in bytes (a Python component is about 20 MiB).
 const MAX_COMPONENT_BYTES: u64 = 256 << 20;
@@ -146,7 +146,7 @@ pub struct PluginLoader<'a> {
     /// The engine to load into.
     pub sandbox: &'a Arc<Sandbox>,
     /// The operator's `[plugins]` section.
-    pub config: &'a PluginsConfig,
+    pub config: &'a PluginsSection,
     /// The grants every tool of this process runs under (workspace, limits); a plugin's grant is
     /// never wider.
     pub base: &'a Grants,

@@ -83,7 +83,7 @@ pub struct Capabilities {
 /// `[plugins]` in the operator's config.
 #[derive(Debug, Clone, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct PluginsConfig {
+pub struct PluginsSection {
     /// The plugins directory; relative paths are relative to the config file.
     #[serde(default)]
     pub dir: Option<PathBuf>,
@@ -112,7 +112,7 @@ pub struct OperatorGrant {
     pub allow_secret_env: Vec<String>,
 }
 
-impl PluginsConfig {
+impl PluginsSection {
     /// Checks the operator's grants: every plugin name, host and variable name well-formed.
     pub fn validate(&self) -> Result<(), String> {
         for (plugin, grant) in &self.grants {
@@ -341,19 +341,20 @@ mod tests {
 
     #[test]
     fn operator_grants_are_validated() {
-        let config: PluginsConfig = toml::from_str(
+        let config: PluginsSection = toml::from_str(
             "dir = \"plugins\"\n[grants.wc]\nworkspace = \"ro\"\nnetwork = [\"api.example.com\"]\nenv = [\"LANG\"]\n",
         )
         .unwrap();
         config.validate().unwrap();
-        let bad: PluginsConfig = toml::from_str("[grants.wc]\nnetwork = [\"http://x\"]\n").unwrap();
+        let bad: PluginsSection =
+            toml::from_str("[grants.wc]\nnetwork = [\"http://x\"]\n").unwrap();
         assert!(
             bad.validate()
                 .unwrap_err()
                 .contains("[plugins.grants.wc] network")
         );
-        let bad_name: PluginsConfig = toml::from_str("[grants.\"W C\"]\n").unwrap();
+        let bad_name: PluginsSection = toml::from_str("[grants.\"W C\"]\n").unwrap();
         assert!(bad_name.validate().is_err());
-        assert!(toml::from_str::<PluginsConfig>("[grants.wc]\nfiles = \"rw\"\n").is_err());
+        assert!(toml::from_str::<PluginsSection>("[grants.wc]\nfiles = \"rw\"\n").is_err());
     }
 }

@@ -22,6 +22,6 @@ pub use loader::{
     LoadedPlugin, PluginLoader, PluginLocation, PluginReport, PluginTool, RefusedPlugin,
 };
 pub use manifest::{
-    Capabilities, MANIFEST_FILE, Manifest, OperatorGrant, PluginsConfig, WorkspaceAccess,
+    Capabilities, MANIFEST_FILE, Manifest, OperatorGrant, PluginsSection, WorkspaceAccess,
     parse_manifest, read_manifest,
 };
