@@ -9,13 +9,22 @@
 //! that leave no consumer on the server once they are done. Leases: one holder at a time, of
 //! racing hosts exactly one, an epoch that only grows, a holder that stopped renewing refused by
 //! the server and told who holds the lease now, and live hosts that drop out when they stop
-//! announcing themselves.
+//! announcing themselves. Transcripts: a host that lost a session to another host is refused by
+//! the server when it writes again, entries are scrubbed before they leave the process, the
+//! synchronous store works from inside a single-threaded runtime, and an entry larger than the
+//! server takes is an error that leaves the transcript usable.
 
 use std::time::Duration;
 
+use clawcage_agent::TranscriptStore;
 use clawcage_agent::events::{AgentEvent, EventLogError, Stream};
+use clawcage_agent::transcript::Entry;
 use clawcage_cluster::leases::{PARTITIONS, partition_lease, partitions_won};
-use clawcage_cluster::{Cluster, ClusterOptions, Holder, LeaseError, TlsOptions};
+use clawcage_cluster::{
+    Cluster, ClusterOptions, Holder, JetStreamTranscripts, LeaseError, TlsOptions,
+};
+use clawcage_core::ChatMessage;
+use clawcage_core::redact::Redactor;
 use clawcage_tests::nats::NatsServer;
 use serde_json::json;
 
@@ -690,4 +699,117 @@ async fn live_hosts_are_listed_until_they_stop_announcing_and_share_the_partitio
         );
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+}
+
+/// A message of the conversation: the user's at odd times, the assistant's at even ones (two
+/// messages of one role in a row would be read as one).
+fn message(at_ms: u64, text: &str) -> Entry {
+    Entry::Message {
+        at_ms,
+        message: if at_ms % 2 == 1 {
+            ChatMessage::user(text)
+        } else {
+            ChatMessage::assistant(text)
+        },
+    }
+}
+
+fn transcripts(server: &NatsServer, redactor: Redactor) -> JetStreamTranscripts {
+    JetStreamTranscripts::connect(&server.url(), &ClusterOptions::default(), redactor)
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log()))
+}
+
+#[test]
+fn a_host_that_lost_a_session_is_refused_when_it_writes_again() {
+    let Some(server) = NatsServer::start("a_host_that_lost_a_session") else {
+        return;
+    };
+    let key = "agent:main:webchat:alice";
+    let first = transcripts(&server, Redactor::default());
+    first.append_steps(key, &[message(1, "one")]).unwrap();
+    first.append_steps(key, &[message(2, "two")]).unwrap();
+    // Another host takes the session over: it reads what is there, then writes.
+    let second = transcripts(&server, Redactor::default());
+    assert_eq!(second.load(key, 100).unwrap().messages.len(), 2);
+    second.append_steps(key, &[message(3, "three")]).unwrap();
+    // The first host's next write is refused by the server, and nothing of it is stored.
+    let error = first
+        .append_steps(key, &[message(4, "stale")])
+        .expect_err("a stale writer is refused");
+    assert!(
+        error.to_string().contains("written by another host"),
+        "{error}"
+    );
+    let texts: Vec<String> = second
+        .load(key, 100)
+        .unwrap()
+        .messages
+        .iter()
+        .map(ChatMessage::text)
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    // Having read again, it may write again (it owns the session once more).
+    first.load(key, 100).unwrap();
+    first.append_steps(key, &[message(4, "back")]).unwrap();
+    assert_eq!(second.load(key, 100).unwrap().messages.len(), 4);
+}
+
+#[tokio::test]
+async fn entries_are_scrubbed_and_the_store_works_inside_a_single_threaded_runtime() {
+    let Some(server) = NatsServer::start("entries_are_scrubbed") else {
+        return;
+    };
+    const SECRET: &str = "sk-transcript-secret-0123456789";
+    // Built and called on this test's single-threaded runtime: the store's own runtime answers.
+    let store = transcripts(&server, Redactor::new([("PROVIDER_KEY", SECRET)]));
+    let key = "agent:main:test:secret";
+    store
+        .append_steps(key, &[message(1, &format!("the key is {SECRET}"))])
+        .unwrap();
+    let loaded = store.load(key, 10).unwrap();
+    let text = loaded.messages[0].text();
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("[redacted: PROVIDER_KEY]"), "{text}");
+    // What the server holds is scrubbed too.
+    let cluster = connect(&server).await;
+    let status = cluster.status().await.unwrap();
+    let transcripts_stream = status
+        .streams
+        .iter()
+        .find(|stream| stream.name == "CLAW_TX")
+        .expect("the transcript stream is listed");
+    assert_eq!(transcripts_stream.messages, 1);
+    let listed = store.sessions().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].key, key,
+        "the key comes back whole from its header"
+    );
+}
+
+#[test]
+fn an_entry_larger_than_the_server_takes_is_an_error_and_the_transcript_goes_on() {
+    let Some(server) = NatsServer::start("an_entry_larger_than_the_server_takes") else {
+        return;
+    };
+    let store = transcripts(&server, Redactor::default());
+    let key = "agent:main:test:large";
+    store.append_steps(key, &[message(1, "small")]).unwrap();
+    let huge = "x".repeat(2 << 20);
+    let error = store
+        .append_steps(key, &[message(4, &huge)])
+        .expect_err("an entry over max_payload is refused");
+    assert!(
+        error.to_string().contains("transcript of session"),
+        "{error}"
+    );
+    store.append_steps(key, &[message(2, "after")]).unwrap();
+    let texts: Vec<String> = store
+        .load(key, 10)
+        .unwrap()
+        .messages
+        .iter()
+        .map(ChatMessage::text)
+        .collect();
+    assert_eq!(texts, ["small", "after"]);
 }

@@ -17,17 +17,43 @@ use clawcage_agent::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
 use clawcage_agent::session::queue::{Origin, QueueMode, QueueOverride, QueuedJob};
 use clawcage_agent::transcript::{Entry, Position, now_ms};
 use clawcage_agent::{FileInbox, JsonlTranscripts, TranscriptStore};
-use clawcage_cluster::{Cluster, ClusterOptions};
+use clawcage_cluster::{Cluster, ClusterOptions, JetStreamTranscripts};
+use clawcage_core::redact::Redactor;
 use clawcage_core::{ChatMessage, Usage};
 use clawcage_tests::nats::NatsServer;
 use serde_json::json;
 
 type MakeInbox = fn(&Path) -> Arc<dyn LaneInbox>;
-type MakeTranscripts = fn(&Path) -> Arc<dyn TranscriptStore>;
 
 const INBOXES: &[(&str, MakeInbox)] = &[("files", |dir| Arc::new(FileInbox::new(dir)))];
-const TRANSCRIPTS: &[(&str, MakeTranscripts)] =
-    &[("jsonl", |dir| JsonlTranscripts::new(dir).shared())];
+
+/// Opens a handle on one empty transcript storage, as each new process does; the storage (a
+/// directory, a server) lives as long as the opener.
+type OpenTranscripts = Box<dyn Fn() -> Arc<dyn TranscriptStore>>;
+
+/// Makes a transcript storage for the test named, or gives `None` after saying why it is
+/// skipped (a failure under CI).
+type MakeTranscripts = fn(&'static str) -> Option<OpenTranscripts>;
+
+const TRANSCRIPTS: &[(&str, MakeTranscripts)] = &[
+    ("jsonl", |_| {
+        let dir = tempfile::tempdir().unwrap();
+        Some(Box::new(move || JsonlTranscripts::new(dir.path()).shared()))
+    }),
+    ("jetstream", |test| {
+        let server = NatsServer::start(test)?;
+        Some(Box::new(move || {
+            Arc::new(
+                JetStreamTranscripts::connect(
+                    &server.url(),
+                    &ClusterOptions::default(),
+                    Redactor::default(),
+                )
+                .unwrap_or_else(|error| panic!("{error}\n{}", server.log())),
+            ) as Arc<dyn TranscriptStore>
+        }))
+    }),
+];
 
 type Pending<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -178,9 +204,11 @@ fn every_inbox_keeps_order_keys_fates_stops_settings_and_one_owner() {
 #[test]
 fn every_transcript_store_journals_commits_and_knows_the_open_turn() {
     for (name, make) in TRANSCRIPTS {
-        let dir = tempfile::tempdir().unwrap();
+        let Some(open_store) = make("every_transcript_store_journals_commits") else {
+            continue;
+        };
         let key = "agent:main:test:contract";
-        let store = make(dir.path());
+        let store = open_store();
         assert!(!store.exists(key).unwrap(), "{name}");
         assert_eq!(
             store.committed_position(key).unwrap(),
@@ -235,7 +263,7 @@ fn every_transcript_store_journals_commits_and_knows_the_open_turn() {
         );
 
         // The next process sees the same.
-        let next = make(dir.path());
+        let next = open_store();
         assert_eq!(next.committed_position(key).unwrap(), after_first, "{name}");
         let loaded = next.load(key, 100).unwrap();
         assert_eq!(loaded.answered["r1"].text, "one", "{name}");

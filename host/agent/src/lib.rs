@@ -52,4 +52,4 @@ pub use state_dir::StateDir;
 pub use subagent::{
     SpawnError, SubagentConfig, SubagentManager, SubagentRecord, SubagentSetup, SubagentStatus,
 };
-pub use transcript::{JsonlTranscripts, TranscriptStore};
+pub use transcript::{JsonlTranscripts, TranscriptReplay, TranscriptStore};

@@ -142,7 +142,7 @@ impl Entry {
     }
 
     /// This line with every value `redactor` knows replaced in its texts.
-    fn redacted(&self, redactor: &Redactor) -> Entry {
+    pub fn redacted(&self, redactor: &Redactor) -> Entry {
         match self {
             Entry::Message { at_ms, message } => Entry::Message {
                 at_ms: *at_ms,
@@ -403,7 +403,7 @@ impl JsonlTranscripts {
             }
             Err(error) => return Err(error),
         };
-        let mut replay = Replay::new(limit);
+        let mut replay = TranscriptReplay::new(limit);
         let mut offset = 0u64;
         for (number, line) in BufReader::new(file.take(max_bytes))
             .split(b'\n')
@@ -419,7 +419,7 @@ impl JsonlTranscripts {
                 Ok(entry) => replay.apply(entry, at, offset),
                 Err(error) => {
                     tracing::warn!(path = %path.display(), line = number + 1, "skipping an unreadable transcript line: {error}");
-                    replay.loaded.skipped_lines += 1;
+                    replay.skip();
                 }
             }
         }
@@ -434,8 +434,11 @@ impl JsonlTranscripts {
     }
 }
 
-/// Replays transcript lines into a [`Loaded`].
-struct Replay {
+/// Replays a session's entries, in order, into a [`Loaded`]: every store reads its transcripts
+/// through it, so they agree on what the history, the open turn and the committed part are.
+/// Each entry comes with its place: `at`, a position before it, and `end`, one after it
+/// ([`TranscriptStore::load_until`] of `at` reads everything before the entry).
+pub struct TranscriptReplay {
     loaded: Loaded,
     limit: usize,
     /// The open turn's inputs, started calls and usage, while one is open.
@@ -446,8 +449,9 @@ struct Replay {
     last_text: String,
 }
 
-impl Replay {
-    fn new(limit: usize) -> Self {
+impl TranscriptReplay {
+    /// A replay keeping at most `limit` messages.
+    pub fn new(limit: usize) -> Self {
         Self {
             loaded: Loaded::default(),
             limit,
@@ -481,7 +485,19 @@ impl Replay {
         });
     }
 
-    fn apply(&mut self, entry: Entry, at: u64, end: u64) {
+    /// Where the committed part ends so far: before an open turn's start, else after the last
+    /// entry.
+    pub fn committed_end(&self) -> u64 {
+        self.committed_end
+    }
+
+    /// Count one entry that could not be read.
+    pub fn skip(&mut self) {
+        self.loaded.skipped_lines += 1;
+    }
+
+    /// Take in `entry`, found between positions `at` and `end`.
+    pub fn apply(&mut self, entry: Entry, at: u64, end: u64) {
         let in_turn = self.open.is_some();
         match entry {
             Entry::Start { inputs, .. } => {
@@ -572,7 +588,8 @@ impl Replay {
         }
     }
 
-    fn finish(mut self) -> Loaded {
+    /// The transcript as replayed.
+    pub fn finish(mut self) -> Loaded {
         self.trim();
         self.loaded.open = self.open;
         self.loaded

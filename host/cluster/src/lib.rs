@@ -5,7 +5,9 @@
 //! [`EventLog`] ([`JetStreamEventLog`]: the `CLAW_EV` stream, one subject per session, appends
 //! fenced by the owner's epoch and the expected last subject sequence, followers as ordered
 //! consumers) and the [`RunRegistry`] ([`KvRuns`]: the `claw_runs` and `claw_idem` key-value
-//! buckets), and the [`Leases`] that say which host owns what (`claw_leases`: revision-checked
+//! buckets), the [`TranscriptStore`](clawcage_agent::TranscriptStore) ([`JetStreamTranscripts`]:
+//! the `CLAW_TX` stream, one subject per session, appends fenced by the expected last subject
+//! sequence), and the [`Leases`] that say which host owns what (`claw_leases`: revision-checked
 //! create and renew, a time to live, the taking revision as the fencing epoch; `claw_hosts`: the
 //! live hosts; rendezvous placement of the lane partitions). This crate depends only on
 //! `clawcage-core` and `clawcage-agent`; the design is in the scale-out notes (§2.2, §2.3, §2.5,
@@ -15,6 +17,7 @@ pub mod events;
 pub mod keys;
 pub mod leases;
 pub mod runs;
+pub mod transcripts;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -27,6 +30,7 @@ use clawcage_agent::runs::RunRegistry;
 pub use events::JetStreamEventLog;
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
 pub use runs::KvRuns;
+pub use transcripts::JetStreamTranscripts;
 
 /// The oldest NATS server the backend accepts: 2.10 (stream subject transforms and consumers
 /// with several filter subjects, which the lane inputs of a later stage use).

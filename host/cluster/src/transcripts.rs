@@ -1,0 +1,466 @@
+//! [`JetStreamTranscripts`]: the sessions' transcripts and turn journals on the `CLAW_TX`
+//! stream, one subject per session (`claw.tx.<token>`), one message per [`Entry`] (scrubbed by
+//! the redactor before it leaves the process), the session key in a header. Every append
+//! expects the last sequence the writer knows of the session's subject
+//! (`Nats-Expected-Last-Subject-Sequence`), so after another host wrote to the session this
+//! one's append is refused by the server — it no longer owns the session — instead of
+//! interleaving. A position is a stream sequence: the committed part of a session ends at the
+//! sequence of its last committed entry (before an open turn's start), and a load reads the
+//! subject with an ordered consumer through [`TranscriptReplay`], the same replay the files use.
+//!
+//! [`TranscriptStore`] is a synchronous trait (the lanes call it where a file store writes and
+//! fsyncs), while the NATS client is asynchronous. The store therefore runs its own connection on
+//! a runtime of its own (one thread), and a call waits for its answer on a plain channel: a call
+//! made from any thread, inside or outside another runtime, never starves the connection that
+//! must answer it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
+use clawcage_agent::transcript::{Entry, Loaded, Position, SessionFile};
+use clawcage_agent::{TranscriptReplay, TranscriptStore};
+use clawcage_core::redact::Redactor;
+use clawcage_core::sync::lock;
+use futures_util::StreamExt;
+
+use crate::keys::token;
+use crate::{Cluster, ClusterError, ClusterOptions};
+
+/// The stream of transcripts.
+pub const TRANSCRIPT_STREAM: &str = "CLAW_TX";
+
+/// Subjects of the stream: this prefix and the session's token.
+const SUBJECT_PREFIX: &str = "claw.tx.";
+
+/// The header naming the session an entry belongs to (its token may be a hash).
+const SESSION_HEADER: &str = "Claw-Session";
+
+/// The subject of `session`'s transcript.
+fn subject_of(session: &str) -> String {
+    format!("{SUBJECT_PREFIX}{}", token(session))
+}
+
+/// Where a session's transcript stands, as this store last saw it.
+#[derive(Debug, Clone, Copy, Default)]
+struct Tail {
+    /// The sequence of its last entry (0: none).
+    last: u64,
+    /// Where its committed part ends.
+    committed_end: u64,
+    /// Whether a turn is open after it.
+    open: bool,
+}
+
+impl Tail {
+    /// The tail after `entry`, stored at `sequence` right after the tail's last entry: the rule
+    /// [`TranscriptReplay`] follows.
+    fn after(self, entry: &Entry, sequence: u64) -> Tail {
+        let (committed_end, open) = match entry {
+            Entry::Start { .. } => (self.last, true),
+            Entry::Turn { .. } => (sequence, false),
+            _ if !self.open => (sequence, false),
+            _ => (self.committed_end, true),
+        };
+        Tail {
+            last: sequence,
+            committed_end,
+            open,
+        }
+    }
+}
+
+struct Inner {
+    context: jetstream::Context,
+    stream: stream::Stream<()>,
+    redactor: Redactor,
+    tails: Mutex<HashMap<String, Tail>>,
+    timeout: Duration,
+}
+
+/// Transcripts on JetStream. Cheap to clone; the connection and its thread end with the last
+/// clone.
+#[derive(Clone)]
+pub struct JetStreamTranscripts {
+    inner: Arc<Inner>,
+    runtime: Arc<Worker>,
+}
+
+impl std::fmt::Debug for JetStreamTranscripts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JetStreamTranscripts")
+            .field("stream", &TRANSCRIPT_STREAM)
+            .finish()
+    }
+}
+
+/// The store's own runtime, shut down without waiting when the store goes (dropping a runtime
+/// inside another one would panic).
+struct Worker(Option<tokio::runtime::Runtime>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Worker {
+    /// Runs `job` on the store's runtime and waits for its answer, from any thread.
+    fn run<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        job: impl std::future::Future<Output = std::io::Result<T>> + Send + 'static,
+    ) -> std::io::Result<T> {
+        let Some(runtime) = self.0.as_ref() else {
+            return Err(std::io::Error::other("the transcript store has shut down"));
+        };
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = answer.send(job.await);
+        });
+        answered.recv_timeout(limit).map_err(|_| {
+            std::io::Error::other(format!(
+                "the NATS servers did not answer within {} s; check that they run and are reachable",
+                limit.as_secs()
+            ))
+        })?
+    }
+}
+
+fn unreachable(session: &str, error: impl std::fmt::Display) -> std::io::Error {
+    std::io::Error::other(format!(
+        "the transcript of session {session}: the NATS servers did not answer: {error}; check that they run and are reachable"
+    ))
+}
+
+impl JetStreamTranscripts {
+    /// Connects to `url` on a runtime of its own (checking the server as [`Cluster::connect`]
+    /// does), and creates or updates the `CLAW_TX` stream. Entries are scrubbed by `redactor`
+    /// before they are sent. Callable from any thread, inside a runtime or not.
+    pub fn connect(
+        url: &str,
+        options: &ClusterOptions,
+        redactor: Redactor,
+    ) -> Result<Self, ClusterError> {
+        let setup = |reason: String| ClusterError::Setup {
+            what: format!("the stream {TRANSCRIPT_STREAM}"),
+            url: url.to_string(),
+            reason,
+        };
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("clawcage-transcripts")
+            .enable_all()
+            .build()
+            .map_err(|error| setup(format!("cannot start its runtime: {error}")))?;
+        let worker = Worker(Some(runtime));
+        let (url_owned, options_owned) = (url.to_string(), options.clone());
+        let connected = worker.run(
+            options.connect_timeout + options.request_timeout * 2,
+            async move {
+                let cluster = Cluster::connect(&url_owned, &options_owned)
+                    .await
+                    .map_err(std::io::Error::other)?;
+                let stream = open_stream(&cluster.context, &options_owned)
+                    .await
+                    .map_err(std::io::Error::other)?;
+                Ok((cluster.context.clone(), stream))
+            },
+        );
+        let (context, stream) = connected.map_err(|error| match error.into_inner() {
+            Some(inner) => match inner.downcast::<ClusterError>() {
+                Ok(cluster) => *cluster,
+                Err(other) => setup(other.to_string()),
+            },
+            None => setup("no answer".to_string()),
+        })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                context,
+                stream,
+                redactor,
+                tails: Mutex::new(HashMap::new()),
+                timeout: options.request_timeout,
+            }),
+            runtime: Arc::new(worker),
+        })
+    }
+
+    fn call<T: Send + 'static>(
+        &self,
+        job: impl FnOnce(Arc<Inner>) -> futures_util::future::BoxFuture<'static, std::io::Result<T>>,
+    ) -> std::io::Result<T> {
+        // A load reads the whole subject: allow it several request timeouts.
+        let limit = self.inner.timeout * 6;
+        self.runtime.run(limit, job(self.inner.clone()))
+    }
+
+    fn write(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        let key = key.to_string();
+        let entries = entries.to_vec();
+        self.call(move |inner| Box::pin(async move { inner.append(&key, entries).await }))
+    }
+}
+
+/// Creates or updates the `CLAW_TX` stream: no age or per-subject limit (history is never
+/// dropped), refusing new entries when full rather than dropping old ones.
+async fn open_stream(
+    context: &jetstream::Context,
+    options: &ClusterOptions,
+) -> Result<stream::Stream<()>, String> {
+    let config = stream::Config {
+        name: TRANSCRIPT_STREAM.to_string(),
+        description: Some("clawcage: each session's transcript and turn journal".into()),
+        subjects: vec![format!("{SUBJECT_PREFIX}*")],
+        retention: stream::RetentionPolicy::Limits,
+        discard: stream::DiscardPolicy::New,
+        storage: stream::StorageType::File,
+        num_replicas: options.replicas.max(1),
+        allow_direct: true,
+        ..Default::default()
+    };
+    context
+        .create_or_update_stream(config)
+        .await
+        .map_err(|error| error.to_string())?;
+    context
+        .get_stream_no_info(TRANSCRIPT_STREAM)
+        .await
+        .map_err(|error| error.to_string())
+}
+
+impl Inner {
+    /// The session's tail: as last seen, else read from the stream (its whole subject, for the
+    /// committed end).
+    async fn tail(&self, session: &str) -> std::io::Result<Tail> {
+        if let Some(tail) = lock(&self.tails).get(session).copied() {
+            return Ok(tail);
+        }
+        self.read(session, 1, u64::MAX).await?;
+        Ok(lock(&self.tails).get(session).copied().unwrap_or_default())
+    }
+
+    async fn append(&self, session: &str, entries: Vec<Entry>) -> std::io::Result<()> {
+        let subject = subject_of(session);
+        let mut tail = self.tail(session).await?;
+        for entry in entries {
+            let entry_out = if self.redactor.is_empty() {
+                entry.clone()
+            } else {
+                entry.redacted(&self.redactor)
+            };
+            let payload = serde_json::to_vec(&entry_out).map_err(std::io::Error::other)?;
+            let mut headers = HeaderMap::new();
+            headers.insert(SESSION_HEADER, session);
+            headers.insert(
+                "Nats-Expected-Last-Subject-Sequence",
+                tail.last.to_string().as_str(),
+            );
+            let published = self
+                .context
+                .publish_with_headers(subject.clone(), headers, Bytes::from(payload))
+                .await;
+            let acknowledged = match published {
+                Ok(ack) => ack.await,
+                Err(error) => Err(error),
+            };
+            let ack = match acknowledged {
+                Ok(ack) => ack,
+                Err(error)
+                    if error.kind() == jetstream::context::PublishErrorKind::WrongLastSequence =>
+                {
+                    // Whatever is stored now is someone else's: read it again next time.
+                    lock(&self.tails).remove(session);
+                    return Err(std::io::Error::other(format!(
+                        "the transcript of session {session} was written by another host meanwhile: this one no longer owns the session and stops writing to it"
+                    )));
+                }
+                Err(error) => return Err(unreachable(session, error)),
+            };
+            tail = tail.after(&entry, ack.sequence);
+            lock(&self.tails).insert(session.to_string(), tail);
+        }
+        Ok(())
+    }
+
+    /// The last stored sequence of `subject` (0: none).
+    async fn last_sequence(&self, session: &str, subject: &str) -> std::io::Result<u64> {
+        match self.stream.get_last_raw_message_by_subject(subject).await {
+            Ok(message) => Ok(message.sequence),
+            Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+            Err(error) => Err(unreachable(session, error)),
+        }
+    }
+
+    /// Replays `session`'s entries up to sequence `until` into a [`Loaded`]; a whole read
+    /// records the session's tail.
+    async fn read(&self, session: &str, limit: usize, until: u64) -> std::io::Result<Loaded> {
+        let subject = subject_of(session);
+        let last = self.last_sequence(session, &subject).await?;
+        let mut replay = TranscriptReplay::new(limit);
+        let mut tail = Tail::default();
+        if last > 0 && until > 0 {
+            let ordered = self
+                .stream
+                .create_consumer(consumer::pull::OrderedConfig {
+                    filter_subject: subject.clone(),
+                    deliver_policy: consumer::DeliverPolicy::All,
+                    ..Default::default()
+                })
+                .await
+                .map_err(|error| unreachable(session, error))?;
+            let mut messages = ordered
+                .messages()
+                .await
+                .map_err(|error| unreachable(session, error))?;
+            let mut previous = 0;
+            loop {
+                let message = match tokio::time::timeout(self.timeout, messages.next()).await {
+                    Ok(Some(Ok(message))) => message,
+                    Ok(Some(Err(error))) => return Err(unreachable(session, error)),
+                    Ok(None) => break,
+                    Err(_) => return Err(unreachable(session, "no entry came while reading")),
+                };
+                let sequence = message
+                    .info()
+                    .map(|info| info.stream_sequence)
+                    .map_err(|error| unreachable(session, error))?;
+                if sequence > until {
+                    break;
+                }
+                match serde_json::from_slice::<Entry>(&message.payload) {
+                    Ok(entry) => {
+                        tail = tail.after(&entry, sequence);
+                        replay.apply(entry, previous, sequence);
+                    }
+                    Err(error) => {
+                        tracing::warn!(
+                            session,
+                            sequence,
+                            "skipping an unreadable transcript entry: {error}"
+                        );
+                        replay.skip();
+                        tail.last = sequence;
+                    }
+                }
+                previous = sequence;
+                if sequence >= last {
+                    break;
+                }
+            }
+        }
+        if until == u64::MAX {
+            tail.last = tail.last.max(last);
+            lock(&self.tails).insert(session.to_string(), tail);
+        }
+        Ok(replay.finish())
+    }
+
+    async fn remove(&self, session: &str) -> std::io::Result<()> {
+        self.stream
+            .purge()
+            .filter(subject_of(session))
+            .await
+            .map_err(|error| unreachable(session, error))?;
+        lock(&self.tails).insert(session.to_string(), Tail::default());
+        Ok(())
+    }
+
+    async fn sessions(&self) -> std::io::Result<Vec<SessionFile>> {
+        let stream = self
+            .context
+            .get_stream(TRANSCRIPT_STREAM)
+            .await
+            .map_err(|error| unreachable("(all)", error))?;
+        let mut subjects = stream
+            .info_with_subjects(format!("{SUBJECT_PREFIX}*"))
+            .await
+            .map_err(|error| unreachable("(all)", error))?;
+        let mut names = Vec::new();
+        while let Some(subject) = subjects.next().await {
+            let (subject, _count) = subject.map_err(|error| unreachable("(all)", error))?;
+            names.push(subject);
+        }
+        let mut sessions = Vec::with_capacity(names.len());
+        for subject in names {
+            let message = match self.stream.get_last_raw_message_by_subject(&subject).await {
+                Ok(message) => message,
+                Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                    continue;
+                }
+                Err(error) => return Err(unreachable(&subject, error)),
+            };
+            let Some(key) = message
+                .headers
+                .get(SESSION_HEADER)
+                .map(|value| value.as_str().to_string())
+            else {
+                continue;
+            };
+            sessions.push(SessionFile {
+                key,
+                modified_ms: (message.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
+                bytes: 0,
+            });
+        }
+        sessions.sort_by(|a, b| b.modified_ms.cmp(&a.modified_ms).then(a.key.cmp(&b.key)));
+        Ok(sessions)
+    }
+}
+
+impl TranscriptStore for JetStreamTranscripts {
+    fn append_steps(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        self.write(key, entries)
+    }
+
+    /// Durable once the stream acknowledged it (stored by its replicas).
+    fn commit(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        self.write(key, entries)
+    }
+
+    fn load(&self, key: &str, limit: usize) -> std::io::Result<Loaded> {
+        let key = key.to_string();
+        self.call(move |inner| Box::pin(async move { inner.read(&key, limit, u64::MAX).await }))
+    }
+
+    fn load_until(&self, key: &str, limit: usize, until: Position) -> std::io::Result<Loaded> {
+        let key = key.to_string();
+        self.call(move |inner| Box::pin(async move { inner.read(&key, limit, until.0).await }))
+    }
+
+    fn committed_position(&self, key: &str) -> std::io::Result<Position> {
+        let key = key.to_string();
+        self.call(move |inner| {
+            Box::pin(async move { Ok(Position(inner.tail(&key).await?.committed_end)) })
+        })
+    }
+
+    fn exists(&self, key: &str) -> std::io::Result<bool> {
+        let key = key.to_string();
+        self.call(move |inner| {
+            Box::pin(async move {
+                let subject = subject_of(&key);
+                Ok(inner.last_sequence(&key, &subject).await? > 0)
+            })
+        })
+    }
+
+    fn remove(&self, key: &str) -> std::io::Result<()> {
+        let key = key.to_string();
+        self.call(move |inner| Box::pin(async move { inner.remove(&key).await }))
+    }
+
+    /// Every session with a transcript, newest first (`bytes` is not known here: 0).
+    fn sessions(&self) -> std::io::Result<Vec<SessionFile>> {
+        self.call(|inner| Box::pin(async move { inner.sessions().await }))
+    }
+
+    fn describe(&self, key: &str) -> String {
+        format!("{} on the NATS stream {TRANSCRIPT_STREAM}", subject_of(key))
+    }
+}
