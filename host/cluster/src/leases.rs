@@ -159,33 +159,21 @@ impl Leases {
         options: &ClusterOptions,
         me: Holder,
     ) -> Result<Self, (String, String)> {
-        let bucket = |name: &str, description: &str, max_age| kv::Config {
-            bucket: name.to_string(),
-            description: description.to_string(),
-            history: 1,
-            max_age,
-            storage: jetstream::stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        };
-        let open = |config: kv::Config| async move {
-            let name = config.bucket.clone();
-            context
-                .create_or_update_key_value(config)
-                .await
-                .map_err(|error| (format!("the key-value bucket {name}"), error.to_string()))
-        };
-        let leases = open(bucket(
+        let leases = crate::open_bucket(
+            context,
+            options,
             LEASES_BUCKET,
             "clawcage: who holds each lane partition, cron and the Telegram poller",
             options.lease_ttl,
-        ))
+        )
         .await?;
-        let hosts = open(bucket(
+        let hosts = crate::open_bucket(
+            context,
+            options,
             HOSTS_BUCKET,
             "clawcage: the live gateway hosts",
             options.lease_ttl * 3,
-        ))
+        )
         .await?;
         Ok(Self {
             leases,

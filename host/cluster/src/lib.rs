@@ -353,6 +353,31 @@ impl Cluster {
     }
 }
 
+/// Creates or updates key-value bucket `name` (one revision kept per key, entries forgotten
+/// `max_age` after their last write, on file, with the options' replicas) and opens it. An error
+/// names the bucket and says why.
+pub(crate) async fn open_bucket(
+    context: &jetstream::Context,
+    options: &ClusterOptions,
+    name: &str,
+    description: &str,
+    max_age: Duration,
+) -> Result<jetstream::kv::Store, (String, String)> {
+    let config = jetstream::kv::Config {
+        bucket: name.to_string(),
+        description: description.to_string(),
+        history: 1,
+        max_age,
+        storage: jetstream::stream::StorageType::File,
+        num_replicas: options.replicas.max(1),
+        ..Default::default()
+    };
+    context
+        .create_or_update_key_value(config)
+        .await
+        .map_err(|error| (format!("the key-value bucket {name}"), error.to_string()))
+}
+
 /// The connection's options: credentials, TLS, timeouts. Files are checked here, so a wrong
 /// path is named before any connection is tried.
 async fn connect_options(

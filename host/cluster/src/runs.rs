@@ -130,33 +130,21 @@ impl KvRuns {
         context: &jetstream::Context,
         options: &ClusterOptions,
     ) -> Result<Self, (String, String)> {
-        let bucket = |name: &str, description: &str, max_age| kv::Config {
-            bucket: name.to_string(),
-            description: description.to_string(),
-            history: 1,
-            max_age,
-            storage: jetstream::stream::StorageType::File,
-            num_replicas: options.replicas.max(1),
-            ..Default::default()
-        };
-        let open = |config: kv::Config| async move {
-            let name = config.bucket.clone();
-            context
-                .create_or_update_key_value(config)
-                .await
-                .map_err(|error| (format!("the key-value bucket {name}"), error.to_string()))
-        };
-        let runs = open(bucket(
+        let runs = crate::open_bucket(
+            context,
+            options,
             RUNS_BUCKET,
             "clawcage: runs by id, their status and result",
             RUNS_KEPT,
-        ))
+        )
         .await?;
-        let keys = open(bucket(
+        let keys = crate::open_bucket(
+            context,
+            options,
             IDEMPOTENCY_BUCKET,
             "clawcage: the idempotency keys of sends, each naming its run",
             IDEMPOTENCY_WINDOW,
-        ))
+        )
         .await?;
         Ok(Self { runs, keys })
     }

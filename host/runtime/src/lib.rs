@@ -595,21 +595,24 @@ impl Runtime {
         let Some(owner) = tools::lock_cron(&dir)? else {
             return Ok(CronOwnership::OwnedElsewhere(dir));
         };
-        let service = CronService::open(
-            &dir,
-            self.bus.clone(),
-            self.config
-                .cron
-                .options()
-                .map_err(|error| usage(format!("{error:#}")))?,
-        )
-        .map_err(usage)?;
+        let service = self.open_cron_service()?;
         tools::register_cron(&self.sandbox, &mut self.tools, service.clone(), self.limits).await?;
         self.cron = Some(CronSetup {
             service,
             _owner: owner,
         });
         Ok(CronOwnership::Owned)
+    }
+
+    /// The cron service over the state directory's jobs, with `[cron]`'s options; firing
+    /// nothing until started.
+    fn open_cron_service(&self) -> Result<Arc<CronService>, Error> {
+        let options = self
+            .config
+            .cron
+            .options()
+            .map_err(|error| usage(format!("{error:#}")))?;
+        CronService::open(self.state_dir.cron(), self.bus.clone(), options).map_err(usage)
     }
 
     /// Registers the `cron` tool over the state directory's jobs without firing any (the
@@ -621,15 +624,7 @@ impl Runtime {
         }
         let dir = self.state_dir.cron();
         if !self.tools.contains("cron") {
-            let service = CronService::open(
-                &dir,
-                self.bus.clone(),
-                self.config
-                    .cron
-                    .options()
-                    .map_err(|error| usage(format!("{error:#}")))?,
-            )
-            .map_err(usage)?;
+            let service = self.open_cron_service()?;
             tools::register_cron(&self.sandbox, &mut self.tools, service, self.limits).await?;
         }
         Ok(Some(dir))
@@ -645,15 +640,7 @@ impl Runtime {
                 "cron is turned off ([cron] enabled = false in the configuration)",
             ));
         }
-        let service = CronService::open(
-            self.state_dir.cron(),
-            self.bus.clone(),
-            self.config
-                .cron
-                .options()
-                .map_err(|error| usage(format!("{error:#}")))?,
-        )
-        .map_err(usage)?;
+        let service = self.open_cron_service()?;
         let mut registry = ToolRegistry::new();
         tools::register_cron(&self.sandbox, &mut registry, service, self.limits).await?;
         Ok(AuditedRegistry::new(registry, self.audit_log()?).with_redactor(self.redactor.clone()))
