@@ -128,29 +128,39 @@ pub trait LaneInbox: Send + Sync + std::fmt::Debug {
     fn queue_override(&self, key: &str) -> std::io::Result<Option<QueueOverride>>;
 }
 
-/// One line of an inbox file.
+/// One record of an inbox: a line of an inbox file, a message of a distributed one.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-enum Line {
+pub enum Line {
     /// An input arrived.
     In(InputRecord),
     /// Inputs were done.
     Done {
+        /// Their ids.
         ids: Vec<String>,
+        /// How they ended.
         status: InputStatus,
+        /// When, in milliseconds since the Unix epoch.
         at_ms: u64,
     },
     /// A finished input kept for its idempotency key (written when the file is rewritten).
     Finished(FinishedInput),
     /// A stop was asked for an input.
-    Stop { id: String },
+    Stop {
+        /// The input.
+        id: String,
+    },
     /// The session's own queue settings.
-    Queue { value: Option<QueueOverride> },
+    Queue {
+        /// The settings (`None`: the configuration's).
+        value: Option<QueueOverride>,
+    },
 }
 
-/// One session's inbox as read.
-#[derive(Debug, Default)]
-struct SessionInbox {
+/// One session's inbox as its records replay: every store reads its inboxes through it, so
+/// they agree on what is pending, finished, stopped and set.
+#[derive(Debug, Default, Clone)]
+pub struct SessionInbox {
     pending: Vec<InputRecord>,
     finished: Vec<FinishedInput>,
     queue_override: Option<QueueOverride>,
@@ -159,7 +169,40 @@ struct SessionInbox {
 }
 
 impl SessionInbox {
-    fn apply(&mut self, line: Line) {
+    /// The inputs not done yet, in their order.
+    pub fn pending(&self) -> &[InputRecord] {
+        &self.pending
+    }
+
+    /// The inputs done within the idempotency window (as of the last [`SessionInbox::prune`]).
+    pub fn finished(&self) -> &[FinishedInput] {
+        &self.finished
+    }
+
+    /// The session's own queue settings.
+    pub fn queue_override(&self) -> Option<QueueOverride> {
+        self.queue_override
+    }
+
+    /// Records replayed so far.
+    pub fn records(&self) -> usize {
+        self.lines
+    }
+
+    /// The records that keep this state, and nothing dead: what a store rewrites to.
+    pub fn live_lines(&self) -> Vec<Line> {
+        let mut lines: Vec<Line> = self.finished.iter().cloned().map(Line::Finished).collect();
+        lines.extend(self.pending.iter().cloned().map(Line::In));
+        if self.queue_override.is_some() {
+            lines.push(Line::Queue {
+                value: self.queue_override,
+            });
+        }
+        lines
+    }
+
+    /// Take in `line`.
+    pub fn apply(&mut self, line: Line) {
         self.lines += 1;
         match line {
             Line::In(record) => {
@@ -190,12 +233,14 @@ impl SessionInbox {
         }
     }
 
-    fn prune(&mut self, now: u64) {
+    /// Forget finished inputs older than the idempotency window at `now`.
+    pub fn prune(&mut self, now: u64) {
         self.finished
             .retain(|finished| now.saturating_sub(finished.at_ms) < IDEMPOTENCY_WINDOW_MS);
     }
 
-    fn find_key(&self, idempotency: &str) -> Option<String> {
+    /// The input (pending, or finished and taken) sent with `idempotency`.
+    pub fn find_key(&self, idempotency: &str) -> Option<String> {
         self.pending
             .iter()
             .find(|record| record.idempotency.as_deref() == Some(idempotency))
@@ -306,13 +351,7 @@ impl FileInbox {
         if inbox.lines <= live + 64 || inbox.lines * 2 < live * 3 {
             return Ok(());
         }
-        let mut lines: Vec<Line> = inbox.finished.iter().cloned().map(Line::Finished).collect();
-        lines.extend(inbox.pending.iter().cloned().map(Line::In));
-        if inbox.queue_override.is_some() {
-            lines.push(Line::Queue {
-                value: inbox.queue_override,
-            });
-        }
+        let lines = inbox.live_lines();
         let mut text = String::new();
         for line in &lines {
             text.push_str(&serde_json::to_string(line).map_err(std::io::Error::other)?);

@@ -17,6 +17,7 @@ pub mod events;
 pub mod keys;
 pub mod leases;
 pub mod runs;
+mod subject_log;
 pub mod transcripts;
 
 use std::path::{Path, PathBuf};

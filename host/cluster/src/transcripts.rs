@@ -9,25 +9,20 @@
 //! subject with an ordered consumer through [`TranscriptReplay`], the same replay the files use.
 //!
 //! [`TranscriptStore`] is a synchronous trait (the lanes call it where a file store writes and
-//! fsyncs), while the NATS client is asynchronous. The store therefore runs its own connection on
-//! a runtime of its own (one thread), and a call waits for its answer on a plain channel: a call
-//! made from any thread, inside or outside another runtime, never starves the connection that
-//! must answer it.
+//! fsyncs): the store runs its own connection on a [`Worker`] of its own.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_nats::HeaderMap;
-use async_nats::jetstream::{self, consumer, stream};
-use bytes::Bytes;
+use async_nats::jetstream::{self, stream};
 use clawcage_agent::transcript::{Entry, Loaded, Position, SessionFile};
 use clawcage_agent::{TranscriptReplay, TranscriptStore};
 use clawcage_core::redact::Redactor;
 use clawcage_core::sync::lock;
-use futures_util::StreamExt;
 
 use crate::keys::token;
+use crate::subject_log::{AppendError, Worker, append_fenced, last_sequence, read_subject};
 use crate::{Cluster, ClusterError, ClusterOptions};
 
 /// The stream of transcripts.
@@ -35,9 +30,6 @@ pub const TRANSCRIPT_STREAM: &str = "CLAW_TX";
 
 /// Subjects of the stream: this prefix and the session's token.
 const SUBJECT_PREFIX: &str = "claw.tx.";
-
-/// The header naming the session an entry belongs to (its token may be a hash).
-const SESSION_HEADER: &str = "Claw-Session";
 
 /// The subject of `session`'s transcript.
 fn subject_of(session: &str) -> String {
@@ -97,41 +89,6 @@ impl std::fmt::Debug for JetStreamTranscripts {
     }
 }
 
-/// The store's own runtime, shut down without waiting when the store goes (dropping a runtime
-/// inside another one would panic).
-struct Worker(Option<tokio::runtime::Runtime>);
-
-impl Drop for Worker {
-    fn drop(&mut self) {
-        if let Some(runtime) = self.0.take() {
-            runtime.shutdown_background();
-        }
-    }
-}
-
-impl Worker {
-    /// Runs `job` on the store's runtime and waits for its answer, from any thread.
-    fn run<T: Send + 'static>(
-        &self,
-        limit: Duration,
-        job: impl std::future::Future<Output = std::io::Result<T>> + Send + 'static,
-    ) -> std::io::Result<T> {
-        let Some(runtime) = self.0.as_ref() else {
-            return Err(std::io::Error::other("the transcript store has shut down"));
-        };
-        let (answer, answered) = std::sync::mpsc::sync_channel(1);
-        runtime.spawn(async move {
-            let _ = answer.send(job.await);
-        });
-        answered.recv_timeout(limit).map_err(|_| {
-            std::io::Error::other(format!(
-                "the NATS servers did not answer within {} s; check that they run and are reachable",
-                limit.as_secs()
-            ))
-        })?
-    }
-}
-
 fn unreachable(session: &str, error: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(format!(
         "the transcript of session {session}: the NATS servers did not answer: {error}; check that they run and are reachable"
@@ -152,13 +109,8 @@ impl JetStreamTranscripts {
             url: url.to_string(),
             reason,
         };
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(1)
-            .thread_name("clawcage-transcripts")
-            .enable_all()
-            .build()
+        let worker = Worker::start("clawcage-transcripts")
             .map_err(|error| setup(format!("cannot start its runtime: {error}")))?;
-        let worker = Worker(Some(runtime));
         let (url_owned, options_owned) = (url.to_string(), options.clone());
         let connected = worker.run(
             options.connect_timeout + options.request_timeout * 2,
@@ -255,104 +207,51 @@ impl Inner {
                 entry.redacted(&self.redactor)
             };
             let payload = serde_json::to_vec(&entry_out).map_err(std::io::Error::other)?;
-            let mut headers = HeaderMap::new();
-            headers.insert(SESSION_HEADER, session);
-            headers.insert(
-                "Nats-Expected-Last-Subject-Sequence",
-                tail.last.to_string().as_str(),
-            );
-            let published = self
-                .context
-                .publish_with_headers(subject.clone(), headers, Bytes::from(payload))
-                .await;
-            let acknowledged = match published {
-                Ok(ack) => ack.await,
-                Err(error) => Err(error),
-            };
-            let ack = match acknowledged {
-                Ok(ack) => ack,
-                Err(error)
-                    if error.kind() == jetstream::context::PublishErrorKind::WrongLastSequence =>
-                {
+            let sequence = match append_fenced(&self.context, &subject, session, payload, tail.last)
+                .await
+            {
+                Ok(sequence) => sequence,
+                Err(AppendError::Moved) => {
                     // Whatever is stored now is someone else's: read it again next time.
                     lock(&self.tails).remove(session);
                     return Err(std::io::Error::other(format!(
                         "the transcript of session {session} was written by another host meanwhile: this one no longer owns the session and stops writing to it"
                     )));
                 }
-                Err(error) => return Err(unreachable(session, error)),
+                Err(AppendError::Failed(error)) => return Err(unreachable(session, error)),
             };
-            tail = tail.after(&entry, ack.sequence);
+            tail = tail.after(&entry, sequence);
             lock(&self.tails).insert(session.to_string(), tail);
         }
         Ok(())
     }
 
-    /// The last stored sequence of `subject` (0: none).
-    async fn last_sequence(&self, session: &str, subject: &str) -> std::io::Result<u64> {
-        match self.stream.get_last_raw_message_by_subject(subject).await {
-            Ok(message) => Ok(message.sequence),
-            Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
-            Err(error) => Err(unreachable(session, error)),
-        }
-    }
-
     /// Replays `session`'s entries up to sequence `until` into a [`Loaded`]; a whole read
     /// records the session's tail.
     async fn read(&self, session: &str, limit: usize, until: u64) -> std::io::Result<Loaded> {
-        let subject = subject_of(session);
-        let last = self.last_sequence(session, &subject).await?;
+        let (records, last) = read_subject(&self.stream, &subject_of(session), until, self.timeout)
+            .await
+            .map_err(|error| unreachable(session, error))?;
         let mut replay = TranscriptReplay::new(limit);
         let mut tail = Tail::default();
-        if last > 0 && until > 0 {
-            let ordered = self
-                .stream
-                .create_consumer(consumer::pull::OrderedConfig {
-                    filter_subject: subject.clone(),
-                    deliver_policy: consumer::DeliverPolicy::All,
-                    ..Default::default()
-                })
-                .await
-                .map_err(|error| unreachable(session, error))?;
-            let mut messages = ordered
-                .messages()
-                .await
-                .map_err(|error| unreachable(session, error))?;
-            let mut previous = 0;
-            loop {
-                let message = match tokio::time::timeout(self.timeout, messages.next()).await {
-                    Ok(Some(Ok(message))) => message,
-                    Ok(Some(Err(error))) => return Err(unreachable(session, error)),
-                    Ok(None) => break,
-                    Err(_) => return Err(unreachable(session, "no entry came while reading")),
-                };
-                let sequence = message
-                    .info()
-                    .map(|info| info.stream_sequence)
-                    .map_err(|error| unreachable(session, error))?;
-                if sequence > until {
-                    break;
+        let mut previous = 0;
+        for (sequence, payload) in records {
+            match serde_json::from_slice::<Entry>(&payload) {
+                Ok(entry) => {
+                    tail = tail.after(&entry, sequence);
+                    replay.apply(entry, previous, sequence);
                 }
-                match serde_json::from_slice::<Entry>(&message.payload) {
-                    Ok(entry) => {
-                        tail = tail.after(&entry, sequence);
-                        replay.apply(entry, previous, sequence);
-                    }
-                    Err(error) => {
-                        tracing::warn!(
-                            session,
-                            sequence,
-                            "skipping an unreadable transcript entry: {error}"
-                        );
-                        replay.skip();
-                        tail.last = sequence;
-                    }
-                }
-                previous = sequence;
-                if sequence >= last {
-                    break;
+                Err(error) => {
+                    tracing::warn!(
+                        session,
+                        sequence,
+                        "skipping an unreadable transcript entry: {error}"
+                    );
+                    replay.skip();
+                    tail.last = sequence;
                 }
             }
+            previous = sequence;
         }
         if until == u64::MAX {
             tail.last = tail.last.max(last);
@@ -372,42 +271,17 @@ impl Inner {
     }
 
     async fn sessions(&self) -> std::io::Result<Vec<SessionFile>> {
-        let stream = self
-            .context
-            .get_stream(TRANSCRIPT_STREAM)
+        let found = crate::subject_log::sessions(&self.context, TRANSCRIPT_STREAM, SUBJECT_PREFIX)
             .await
             .map_err(|error| unreachable("(all)", error))?;
-        let mut subjects = stream
-            .info_with_subjects(format!("{SUBJECT_PREFIX}*"))
-            .await
-            .map_err(|error| unreachable("(all)", error))?;
-        let mut names = Vec::new();
-        while let Some(subject) = subjects.next().await {
-            let (subject, _count) = subject.map_err(|error| unreachable("(all)", error))?;
-            names.push(subject);
-        }
-        let mut sessions = Vec::with_capacity(names.len());
-        for subject in names {
-            let message = match self.stream.get_last_raw_message_by_subject(&subject).await {
-                Ok(message) => message,
-                Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
-                    continue;
-                }
-                Err(error) => return Err(unreachable(&subject, error)),
-            };
-            let Some(key) = message
-                .headers
-                .get(SESSION_HEADER)
-                .map(|value| value.as_str().to_string())
-            else {
-                continue;
-            };
-            sessions.push(SessionFile {
+        let mut sessions: Vec<SessionFile> = found
+            .into_iter()
+            .map(|(key, modified_ms)| SessionFile {
                 key,
-                modified_ms: (message.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64,
+                modified_ms,
                 bytes: 0,
-            });
-        }
+            })
+            .collect();
         sessions.sort_by(|a, b| b.modified_ms.cmp(&a.modified_ms).then(a.key.cmp(&b.key)));
         Ok(sessions)
     }
@@ -444,8 +318,10 @@ impl TranscriptStore for JetStreamTranscripts {
         let key = key.to_string();
         self.call(move |inner| {
             Box::pin(async move {
-                let subject = subject_of(&key);
-                Ok(inner.last_sequence(&key, &subject).await? > 0)
+                let last = last_sequence(&inner.stream, &subject_of(&key))
+                    .await
+                    .map_err(|error| unreachable(&key, error))?;
+                Ok(last > 0)
             })
         })
     }

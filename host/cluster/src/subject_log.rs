@@ -1,0 +1,206 @@
+//! What the per-session logs on JetStream (transcripts, inboxes) share: a session's records are
+//! the messages of one subject, appended with the sequence the writer last read expected
+//! ([`append_fenced`]: the server refuses the append when someone else wrote meanwhile), read
+//! back in order with an ordered consumer up to the subject's last sequence ([`read_subject`]);
+//! and the [`Worker`], a runtime of the store's own on which its synchronous calls (the agent's
+//! store traits are synchronous) run and wait for their answer on a plain channel, so that a
+//! call from any thread, inside another runtime or not, never starves the connection that must
+//! answer it.
+
+use std::time::Duration;
+
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
+use futures_util::StreamExt;
+
+/// The header naming the session a record belongs to (its subject token may be a hash).
+pub(crate) const SESSION_HEADER: &str = "Claw-Session";
+
+/// A runtime of the store's own, shut down without waiting when the store goes (dropping a
+/// runtime inside another one would panic).
+pub(crate) struct Worker(Option<tokio::runtime::Runtime>);
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.0.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+impl Worker {
+    /// A runtime of one thread named `name`.
+    pub(crate) fn start(name: &str) -> std::io::Result<Self> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name(name)
+            .enable_all()
+            .build()?;
+        Ok(Self(Some(runtime)))
+    }
+
+    /// Runs `job` on the store's runtime and waits at most `limit` for its answer, from any
+    /// thread.
+    pub(crate) fn run<T: Send + 'static>(
+        &self,
+        limit: Duration,
+        job: impl std::future::Future<Output = std::io::Result<T>> + Send + 'static,
+    ) -> std::io::Result<T> {
+        let Some(runtime) = self.0.as_ref() else {
+            return Err(std::io::Error::other("the store has shut down"));
+        };
+        let (answer, answered) = std::sync::mpsc::sync_channel(1);
+        runtime.spawn(async move {
+            let _ = answer.send(job.await);
+        });
+        answered.recv_timeout(limit).map_err(|_| {
+            std::io::Error::other(format!(
+                "the NATS servers did not answer within {} s; check that they run and are reachable",
+                limit.as_secs()
+            ))
+        })?
+    }
+
+    /// Spawns `task` on the store's runtime.
+    pub(crate) fn spawn(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        if let Some(runtime) = self.0.as_ref() {
+            runtime.spawn(task);
+        }
+    }
+}
+
+/// Why an append failed.
+pub(crate) enum AppendError {
+    /// Someone else appended to the subject since the writer last read it.
+    Moved,
+    /// The servers did not take it.
+    Failed(String),
+}
+
+/// Appends `payload` to `subject` for `session`, expecting `last` to be the subject's last
+/// sequence; the new record's sequence.
+pub(crate) async fn append_fenced(
+    context: &jetstream::Context,
+    subject: &str,
+    session: &str,
+    payload: Vec<u8>,
+    last: u64,
+) -> Result<u64, AppendError> {
+    let mut headers = HeaderMap::new();
+    headers.insert(SESSION_HEADER, session);
+    headers.insert(
+        "Nats-Expected-Last-Subject-Sequence",
+        last.to_string().as_str(),
+    );
+    let published = context
+        .publish_with_headers(subject.to_string(), headers, Bytes::from(payload))
+        .await;
+    let acknowledged = match published {
+        Ok(ack) => ack.await,
+        Err(error) => Err(error),
+    };
+    match acknowledged {
+        Ok(ack) => Ok(ack.sequence),
+        Err(error) if error.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
+            Err(AppendError::Moved)
+        }
+        Err(error) => Err(AppendError::Failed(error.to_string())),
+    }
+}
+
+/// The last sequence of `subject` in `stream` (0: none).
+pub(crate) async fn last_sequence(
+    stream: &stream::Stream<()>,
+    subject: &str,
+) -> Result<u64, String> {
+    match stream.get_last_raw_message_by_subject(subject).await {
+        Ok(message) => Ok(message.sequence),
+        Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => Ok(0),
+        Err(error) => Err(error.to_string()),
+    }
+}
+
+/// The records of `subject`, in order, with their sequences, up to `until` and the last one
+/// stored when the read began; and that last sequence.
+pub(crate) async fn read_subject(
+    stream: &stream::Stream<()>,
+    subject: &str,
+    until: u64,
+    wait: Duration,
+) -> Result<(Vec<(u64, Bytes)>, u64), String> {
+    let last = last_sequence(stream, subject).await?;
+    let mut records = Vec::new();
+    if last == 0 || until == 0 {
+        return Ok((records, last));
+    }
+    let ordered = stream
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject.to_string(),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
+        .await
+        .map_err(|error| error.to_string())?;
+    let mut messages = ordered
+        .messages()
+        .await
+        .map_err(|error| error.to_string())?;
+    loop {
+        let message = match tokio::time::timeout(wait, messages.next()).await {
+            Ok(Some(Ok(message))) => message,
+            Ok(Some(Err(error))) => return Err(error.to_string()),
+            Ok(None) => break,
+            Err(_) => return Err("no record came while reading".to_string()),
+        };
+        let sequence = message
+            .info()
+            .map(|info| info.stream_sequence)
+            .map_err(|error| error.to_string())?;
+        if sequence > until {
+            break;
+        }
+        records.push((sequence, message.payload.clone()));
+        if sequence >= last {
+            break;
+        }
+    }
+    Ok((records, last))
+}
+
+/// The sessions with records in `stream` under `prefix`, with when each last wrote (ms since
+/// the Unix epoch), from the session header of each subject's last record.
+pub(crate) async fn sessions(
+    context: &jetstream::Context,
+    stream_name: &str,
+    prefix: &str,
+) -> Result<Vec<(String, u64)>, String> {
+    let stream = context
+        .get_stream(stream_name)
+        .await
+        .map_err(|error| error.to_string())?;
+    let mut subjects = stream
+        .info_with_subjects(format!("{prefix}*"))
+        .await
+        .map_err(|error| error.to_string())?;
+    let mut names = Vec::new();
+    while let Some(subject) = subjects.next().await {
+        let (subject, _count) = subject.map_err(|error| error.to_string())?;
+        names.push(subject);
+    }
+    let mut found = Vec::with_capacity(names.len());
+    for subject in names {
+        let message = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(message) => message,
+            Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                continue;
+            }
+            Err(error) => return Err(error.to_string()),
+        };
+        if let Some(key) = message.headers.get(SESSION_HEADER) {
+            let at_ms = (message.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64;
+            found.push((key.as_str().to_string(), at_ms));
+        }
+    }
+    Ok(found)
+}
