@@ -12,16 +12,21 @@
 //! announcing themselves. Transcripts: a host that lost a session to another host is refused by
 //! the server when it writes again, entries are scrubbed before they leave the process, the
 //! synchronous store works from inside a single-threaded runtime, and an entry larger than the
-//! server takes is an error that leaves the transcript usable.
+//! server takes is an error that leaves the transcript usable. Inboxes: hosts appending to one
+//! session at once keep one order and one input per idempotency key, a restarted host takes its
+//! claims back at once while another host waits for the dead one's lease to lapse, and a long
+//! session is rolled up without losing what is pending or remembered.
 
 use std::time::Duration;
 
-use clawcage_agent::TranscriptStore;
 use clawcage_agent::events::{AgentEvent, EventLogError, Stream};
-use clawcage_agent::transcript::Entry;
+use clawcage_agent::inbox::{Appended, InputRecord, InputStatus};
+use clawcage_agent::session::queue::{Origin, QueuedJob};
+use clawcage_agent::transcript::{Entry, now_ms};
+use clawcage_agent::{LaneInbox, TranscriptStore};
 use clawcage_cluster::leases::{PARTITIONS, partition_lease, partitions_won};
 use clawcage_cluster::{
-    Cluster, ClusterOptions, Holder, JetStreamTranscripts, LeaseError, TlsOptions,
+    Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, LeaseError, TlsOptions,
 };
 use clawcage_core::ChatMessage;
 use clawcage_core::redact::Redactor;
@@ -812,4 +817,195 @@ fn an_entry_larger_than_the_server_takes_is_an_error_and_the_transcript_goes_on(
         .map(ChatMessage::text)
         .collect();
     assert_eq!(texts, ["small", "after"]);
+}
+
+fn input(id: &str, key: Option<&str>) -> InputRecord {
+    InputRecord {
+        id: id.to_string(),
+        at_ms: now_ms(),
+        idempotency: key.map(str::to_string),
+        job: QueuedJob::User {
+            text: format!("text of {id}"),
+            origin: Origin::of_key("agent:main:test:inbox"),
+        },
+        stop_requested: false,
+    }
+}
+
+fn inbox(
+    server: &NatsServer,
+    options: &ClusterOptions,
+    host: &str,
+    incarnation: &str,
+) -> JetStreamInbox {
+    let me = Holder {
+        host: host.to_string(),
+        incarnation: incarnation.to_string(),
+    };
+    JetStreamInbox::connect(&server.url(), options, me)
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log()))
+}
+
+#[test]
+fn hosts_appending_to_one_session_at_once_keep_one_order_and_one_input_per_key() {
+    let Some(server) = NatsServer::start("hosts_appending_to_one_session") else {
+        return;
+    };
+    let options = ClusterOptions::default();
+    let hosts = [
+        inbox(&server, &options, "a", "1"),
+        inbox(&server, &options, "b", "1"),
+    ];
+    let key = "agent:main:test:inbox";
+    // Four senders on each host; every idempotency key is sent by two of them.
+    let new = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for (number, host) in hosts.iter().cycle().take(8).enumerate() {
+            let new = &new;
+            scope.spawn(move || {
+                for round in 0..5 {
+                    let id = format!("r{number}-{round}");
+                    let idempotency = format!("k{}-{round}", number % 4);
+                    if host.append(key, &input(&id, Some(&idempotency))).unwrap() == Appended::New {
+                        new.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    // 4 keys × 5 rounds, each taken once.
+    assert_eq!(new.load(std::sync::atomic::Ordering::SeqCst), 20);
+    let seen_by_a: Vec<String> = hosts[0]
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let fresh = inbox(&server, &options, "c", "1");
+    let seen_by_c: Vec<String> = fresh
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(seen_by_c.len(), 20, "{seen_by_c:?}");
+    let mut keys: Vec<String> = fresh
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .filter_map(|record| record.idempotency)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 20, "one input per key");
+    // One order, whichever host reads.
+    let seen_by_b: Vec<String> = hosts[1]
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(seen_by_a, seen_by_c);
+    assert_eq!(seen_by_b, seen_by_c);
+}
+
+#[test]
+fn a_restarted_host_takes_its_claims_back_at_once_and_another_host_waits_for_the_lease() {
+    let Some(server) = NatsServer::start("a_restarted_host_takes_its_claims_back") else {
+        return;
+    };
+    let options = short_leases(2);
+    let key = "agent:main:test:claims";
+    // Host a's first start claimed the session, then died without giving it back: its lease
+    // is there, renewed by nobody.
+    let dead = lease_left_by_a_dead_process(&server, &options, "a", "1");
+    let stranger = inbox(&server, &options, "b", "1");
+    assert!(
+        !stranger.claim(key).unwrap(),
+        "a lease not yet lapsed is respected"
+    );
+    // Host a starts again: the lease of its earlier self is a dead process's, taken at once.
+    let restarted = inbox(&server, &options, "a", "2");
+    assert!(
+        restarted.claim(key).unwrap(),
+        "its own earlier lease is taken back at once"
+    );
+    drop(dead);
+    // Held and renewed by the restarted host: the other host still cannot take it, even after
+    // several times the lease's time to live.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(!stranger.claim(key).unwrap(), "a renewed claim holds");
+    // Given back at the end (the last handle's drop), it is free for the other host at once.
+    drop(restarted);
+    assert!(stranger.claim(key).unwrap());
+}
+
+/// A claim left by a process of `host` (`incarnation`) that died holding it: a lease taken on
+/// a connection of its own and never renewed.
+fn lease_left_by_a_dead_process(
+    server: &NatsServer,
+    options: &ClusterOptions,
+    host: &str,
+    incarnation: &str,
+) -> tokio::runtime::Runtime {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let holder = Holder {
+        host: host.to_string(),
+        incarnation: incarnation.to_string(),
+    };
+    runtime.block_on(async {
+        let cluster = Cluster::connect(&server.url(), options).await.unwrap();
+        let leases = cluster.leases(holder).await.unwrap();
+        leases
+            .acquire("inbox.agent:main:test:claims")
+            .await
+            .unwrap()
+            .expect("the session's claim was free");
+    });
+    runtime
+}
+
+#[test]
+fn a_long_session_is_rolled_up_keeping_what_is_pending_and_remembered() {
+    let Some(server) = NatsServer::start("a_long_session_is_rolled_up") else {
+        return;
+    };
+    let options = ClusterOptions::default();
+    let writer = inbox(&server, &options, "a", "1");
+    let key = "agent:main:test:long";
+    for number in 0..150 {
+        let id = format!("i{number}");
+        writer
+            .append(key, &input(&id, Some(&format!("key{number}"))))
+            .unwrap();
+        if number % 10 != 9 {
+            writer.done(key, &[id], InputStatus::Ok).unwrap();
+        }
+    }
+    let reader = inbox(&server, &options, "b", "1");
+    let pending: Vec<String> = reader
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(pending.len(), 15, "{pending:?}");
+    assert_eq!(pending[0], "i9");
+    assert_eq!(reader.finished(key).unwrap().len(), 135);
+    assert_eq!(
+        reader.append(key, &input("again", Some("key3"))).unwrap(),
+        Appended::Duplicate("i3".to_string()),
+        "a key done long ago in this session is still remembered"
+    );
+    // Fewer records than the 285 written: dead ones were rolled up.
+    let stored = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let status = connect(&server).await.status().await.unwrap();
+        status
+            .streams
+            .iter()
+            .find(|stream| stream.name == "CLAW_INBOX")
+            .map(|stream| stream.messages)
+            .unwrap_or_default()
+    });
+    assert!(stored < 200, "{stored} records kept");
 }

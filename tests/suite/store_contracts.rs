@@ -5,7 +5,6 @@
 //! empty store and a second handle on the same storage stands for the next process.
 
 use std::future::Future;
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::Arc;
 
@@ -17,15 +16,43 @@ use clawcage_agent::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
 use clawcage_agent::session::queue::{Origin, QueueMode, QueueOverride, QueuedJob};
 use clawcage_agent::transcript::{Entry, Position, now_ms};
 use clawcage_agent::{FileInbox, JsonlTranscripts, TranscriptStore};
-use clawcage_cluster::{Cluster, ClusterOptions, JetStreamTranscripts};
+use clawcage_cluster::{Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts};
 use clawcage_core::redact::Redactor;
 use clawcage_core::{ChatMessage, Usage};
 use clawcage_tests::nats::NatsServer;
 use serde_json::json;
 
-type MakeInbox = fn(&Path) -> Arc<dyn LaneInbox>;
+/// Opens a handle on one empty inbox storage, as each new process does (on JetStream: each on
+/// another host); the storage lives as long as the opener.
+type OpenInbox = Box<dyn Fn() -> Arc<dyn LaneInbox>>;
 
-const INBOXES: &[(&str, MakeInbox)] = &[("files", |dir| Arc::new(FileInbox::new(dir)))];
+/// Makes an inbox storage for the test named, or gives `None` after saying why it is skipped
+/// (a failure under CI).
+type MakeInbox = fn(&'static str) -> Option<OpenInbox>;
+
+const INBOXES: &[(&str, MakeInbox)] = &[
+    ("files", |_| {
+        let dir = tempfile::tempdir().unwrap();
+        Some(Box::new(move || {
+            Arc::new(FileInbox::new(dir.path())) as Arc<dyn LaneInbox>
+        }))
+    }),
+    ("jetstream", |test| {
+        let server = NatsServer::start(test)?;
+        let hosts = std::sync::atomic::AtomicUsize::new(0);
+        Some(Box::new(move || {
+            let host = hosts.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let me = Holder {
+                host: format!("host-{host}"),
+                incarnation: "1".to_string(),
+            };
+            Arc::new(
+                JetStreamInbox::connect(&server.url(), &ClusterOptions::default(), me)
+                    .unwrap_or_else(|error| panic!("{error}\n{}", server.log())),
+            ) as Arc<dyn LaneInbox>
+        }))
+    }),
+];
 
 /// Opens a handle on one empty transcript storage, as each new process does; the storage (a
 /// directory, a server) lives as long as the opener.
@@ -140,9 +167,11 @@ fn input(id: &str, key: Option<&str>) -> InputRecord {
 #[test]
 fn every_inbox_keeps_order_keys_fates_stops_settings_and_one_owner() {
     for (name, make) in INBOXES {
-        let dir = tempfile::tempdir().unwrap();
+        let Some(open_inbox) = make("every_inbox_keeps_order_keys_fates") else {
+            continue;
+        };
         let key = "agent:main:test:contract";
-        let first = make(dir.path());
+        let first = open_inbox();
         assert!(
             first.pending(key).unwrap().is_empty(),
             "{name}: empty at first"
@@ -174,7 +203,7 @@ fn every_inbox_keeps_order_keys_fates_stops_settings_and_one_owner() {
         assert!(first.claim(key).unwrap(), "{name}: the first owner");
 
         // The next process.
-        let next = make(dir.path());
+        let next = open_inbox();
         assert!(!next.claim(key).unwrap(), "{name}: one live owner");
         let pending = next.pending(key).unwrap();
         let ids: Vec<&str> = pending.iter().map(|r| r.id.as_str()).collect();

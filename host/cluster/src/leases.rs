@@ -211,6 +211,37 @@ impl Leases {
         }
     }
 
+    /// Takes lease `name` over from an earlier incarnation of this same host (a host id is one
+    /// live process, so a lease its previous start holds is a dead process's): `None` when
+    /// nobody holds it that way (free leases are taken with [`Leases::acquire`]).
+    pub async fn take_over_from_earlier_self(
+        &self,
+        name: &str,
+    ) -> Result<Option<Lease>, LeaseError> {
+        let Some((holder, revision)) = self.holder(name).await? else {
+            return Ok(None);
+        };
+        if holder.host != self.me.host || holder.incarnation == self.me.incarnation {
+            return Ok(None);
+        }
+        match self
+            .leases
+            .update(token(name), encode(&self.me), revision)
+            .await
+        {
+            Ok(taken) => Ok(Some(Lease {
+                name: name.to_string(),
+                epoch: taken,
+                revision: taken,
+                renewed: Instant::now(),
+                fresh_for: self.fresh_for,
+            })),
+            // Changed meanwhile: whoever holds it now, it is not ours to take.
+            Err(error) if error.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(None),
+            Err(error) => Err(Self::store_error(name, error)),
+        }
+    }
+
     /// Renews `lease` for another time to live. Fails with [`LeaseError::Lost`] when the lease
     /// expired or another host took it meanwhile: the server refuses the write.
     pub async fn renew(&self, lease: &mut Lease) -> Result<(), LeaseError> {

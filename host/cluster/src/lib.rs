@@ -7,13 +7,16 @@
 //! consumers) and the [`RunRegistry`] ([`KvRuns`]: the `claw_runs` and `claw_idem` key-value
 //! buckets), the [`TranscriptStore`](clawcage_agent::TranscriptStore) ([`JetStreamTranscripts`]:
 //! the `CLAW_TX` stream, one subject per session, appends fenced by the expected last subject
-//! sequence), and the [`Leases`] that say which host owns what (`claw_leases`: revision-checked
+//! sequence), the [`LaneInbox`](clawcage_agent::LaneInbox) ([`JetStreamInbox`]: the
+//! `CLAW_INBOX` stream, a subject per session, claims as leases), and the [`Leases`] that say
+//! which host owns what (`claw_leases`: revision-checked
 //! create and renew, a time to live, the taking revision as the fencing epoch; `claw_hosts`: the
 //! live hosts; rendezvous placement of the lane partitions). This crate depends only on
 //! `clawcage-core` and `clawcage-agent`; the design is in the scale-out notes (§2.2, §2.3, §2.5,
 //! §2.7, §2.10).
 
 pub mod events;
+pub mod inbox;
 pub mod keys;
 pub mod leases;
 pub mod runs;
@@ -29,6 +32,7 @@ use clawcage_agent::events::EventLog;
 use clawcage_agent::runs::RunRegistry;
 
 pub use events::JetStreamEventLog;
+pub use inbox::JetStreamInbox;
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
 pub use runs::KvRuns;
 pub use transcripts::JetStreamTranscripts;
