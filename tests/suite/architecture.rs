@@ -110,7 +110,13 @@ fn violations(graph: &BTreeMap<String, Vec<String>>) -> Vec<String> {
             "clawcage-sandbox" | "clawcage-agent" => Some(&["clawcage-core"]),
             "clawcage-runtime" => Some(&["clawcage-core", "clawcage-agent", "clawcage-sandbox"]),
             "clawcage-mcp" => Some(&["clawcage-core", "clawcage-agent"]),
-            "clawcage-gateway" => Some(&["clawcage-core", "clawcage-agent", "clawcage-runtime"]),
+            // The one front end that joins a cluster (its stores on JetStream).
+            "clawcage-gateway" => Some(&[
+                "clawcage-core",
+                "clawcage-agent",
+                "clawcage-runtime",
+                "clawcage-cluster",
+            ]),
             // The store traits on NATS JetStream: a backend of the agent's seams, no front end.
             "clawcage-cluster" => Some(&["clawcage-core", "clawcage-agent"]),
             "clawcage-acp" => Some(&["clawcage-core", "clawcage-agent", "clawcage-runtime"]),

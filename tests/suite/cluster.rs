@@ -26,7 +26,8 @@ use clawcage_agent::transcript::{Entry, now_ms};
 use clawcage_agent::{LaneInbox, TranscriptStore};
 use clawcage_cluster::leases::{PARTITIONS, partition_lease, partitions_won};
 use clawcage_cluster::{
-    Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, LeaseError, TlsOptions,
+    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, LeaseError,
+    TlsOptions,
 };
 use clawcage_core::ChatMessage;
 use clawcage_core::redact::Redactor;
@@ -842,7 +843,7 @@ fn inbox(
         host: host.to_string(),
         incarnation: incarnation.to_string(),
     };
-    JetStreamInbox::connect(&server.url(), options, me)
+    JetStreamInbox::connect(&server.url(), options, me, Claims::PerSession)
         .unwrap_or_else(|error| panic!("{error}\n{}", server.log()))
 }
 

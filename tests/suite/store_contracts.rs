@@ -16,7 +16,9 @@ use clawcage_agent::runs::{InMemoryRuns, Registered, RunRegistry, RunStatus};
 use clawcage_agent::session::queue::{Origin, QueueMode, QueueOverride, QueuedJob};
 use clawcage_agent::transcript::{Entry, Position, now_ms};
 use clawcage_agent::{FileInbox, JsonlTranscripts, TranscriptStore};
-use clawcage_cluster::{Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts};
+use clawcage_cluster::{
+    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts,
+};
 use clawcage_core::redact::Redactor;
 use clawcage_core::{ChatMessage, Usage};
 use clawcage_tests::nats::NatsServer;
@@ -47,8 +49,13 @@ const INBOXES: &[(&str, MakeInbox)] = &[
                 incarnation: "1".to_string(),
             };
             Arc::new(
-                JetStreamInbox::connect(&server.url(), &ClusterOptions::default(), me)
-                    .unwrap_or_else(|error| panic!("{error}\n{}", server.log())),
+                JetStreamInbox::connect(
+                    &server.url(),
+                    &ClusterOptions::default(),
+                    me,
+                    Claims::PerSession,
+                )
+                .unwrap_or_else(|error| panic!("{error}\n{}", server.log())),
             ) as Arc<dyn LaneInbox>
         }))
     }),
@@ -508,6 +515,23 @@ async fn every_run_registry_dedupes_keys_once_even_when_raced_and_reports_result
             "{name}: {duplicates:?}"
         );
         let winner = new[0].clone();
+        // The winner registered again with its key (a process taking over its session): a
+        // duplicate of itself, and it stays known and in flight.
+        match other.register(session, &winner, Some("key")).await.unwrap() {
+            Registered::Duplicate { run_id, status } => {
+                assert_eq!(
+                    (run_id.as_str(), status),
+                    (winner.as_str(), RunStatus::InFlight),
+                    "{name}"
+                );
+            }
+            Registered::New => panic!("{name}: the same run registered again is not new"),
+        }
+        assert_eq!(
+            runs.status(&winner).await.unwrap(),
+            Some((session.to_string(), RunStatus::InFlight)),
+            "{name}: still known"
+        );
         let waiting = tokio::spawn(other.wait(&winner, Duration::from_secs(30)));
         runs.finish(&winner, RunStatus::Ok, json!({"text": "done"}))
             .await

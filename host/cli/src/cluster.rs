@@ -5,9 +5,9 @@
 //! start).
 
 use clap::Subcommand;
-use clawcage_cluster::{Cluster, ClusterOptions, ClusterStatus, TlsOptions};
+use clawcage_cluster::{Cluster, ClusterStatus};
+use clawcage_gateway::cluster::cluster_options;
 use clawcage_runtime::Options;
-use clawcage_runtime::cluster_config::ClusterSettings;
 
 use crate::Failure;
 
@@ -24,22 +24,6 @@ pub enum ClusterCommand {
         #[arg(long)]
         json: bool,
     },
-}
-
-/// The connection options `settings` describe.
-pub fn cluster_options(settings: &ClusterSettings, connection: &str) -> ClusterOptions {
-    ClusterOptions {
-        credentials_file: settings.credentials.clone(),
-        tls: TlsOptions {
-            required: settings.tls_required,
-            root_certificates: settings.tls_ca.clone(),
-            client_certificate: settings.tls_client.clone(),
-        },
-        connection_name: Some(format!("clawcage {connection} {}", settings.host_id)),
-        replicas: settings.replicas,
-        lease_ttl: std::time::Duration::from_secs(settings.lease_secs),
-        ..ClusterOptions::default()
-    }
 }
 
 /// Runs `command`.

@@ -32,7 +32,7 @@ use clawcage_agent::events::EventLog;
 use clawcage_agent::runs::RunRegistry;
 
 pub use events::JetStreamEventLog;
-pub use inbox::JetStreamInbox;
+pub use inbox::{Claims, JetStreamInbox};
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
 pub use runs::KvRuns;
 pub use transcripts::JetStreamTranscripts;

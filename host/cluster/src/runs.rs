@@ -211,6 +211,14 @@ async fn register(
         };
         let earlier = serde_json::from_slice::<StoredKey>(&entry.value).ok();
         match earlier {
+            // This same run, registered again (a host taking over a session registers the
+            // runs it resumes): a duplicate of itself, as in memory, and it stays as it is.
+            Some(earlier) if earlier.run_id == run_id => {
+                let status = load_run(&runs, &run_id)
+                    .await?
+                    .map_or(RunStatus::InFlight, |(run, _)| run.status());
+                return Ok(Registered::Duplicate { run_id, status });
+            }
             Some(earlier) if now_ms().saturating_sub(earlier.at_ms) < window_ms() => {
                 // A duplicate: this run never existed.
                 if let Err(error) = runs.purge(token(&run_id)).await {

@@ -10,6 +10,7 @@ mod args;
 mod auth;
 pub mod channels;
 pub mod client;
+pub mod cluster;
 mod connection;
 mod http;
 pub mod hub;
@@ -271,18 +272,6 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             state_dir.display()
         )));
     };
-    // Several hosts sharing sessions is not complete yet: a gateway on this machine's state
-    // directory beside a cluster it does not join would split the sessions, so it refuses.
-    if clawcage_runtime::locate(&options)?
-        .config
-        .cluster
-        .nats
-        .is_some()
-    {
-        return Err(Error::Usage(
-            "[cluster] is set, but this version of the gateway keeps its sessions on this machine only; `clawcage cluster status` reads the cluster; remove [cluster] to run the gateway here (docs/cluster.md)".to_string(),
-        ));
-    }
     let token = auth::resolve_token(args.token.as_deref(), args.bind, &state_dir)?;
     let connection_limits = connection_limits(&args)?;
     // A missing API key is said before the tools are loaded (a first start compiles).
@@ -295,13 +284,32 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     for warning in &runtime.plugins().warnings {
         clawcage_runtime::tell!("clawcage: warning: {warning}");
     }
+    // In a cluster, the sessions live on NATS JetStream and one host serves at a time: this one
+    // waits as a standby until it is the active gateway.
+    let config_dir = runtime
+        .config_source()
+        .and_then(|source| source.path.parent())
+        .map(Path::to_path_buf);
+    let cluster_settings = runtime
+        .config()
+        .cluster
+        .settings(config_dir.as_deref())
+        .map_err(|error| Error::Usage(format!("{error:#}")))?;
+    let active = match &cluster_settings {
+        Some(settings) => Some(cluster::join(settings, runtime.redactor().clone()).await?),
+        None => None,
+    };
+
     // The `message` tool posts into the session whose turn calls it.
     let hub_cell: Arc<OnceLock<Weak<Hub>>> = Arc::new(OnceLock::new());
     let channels_cell: Arc<OnceLock<Weak<channels::Channels>>> = Arc::new(OnceLock::new());
     let mut agent = runtime
         .host(
             Lifetime::LongRunning,
-            AgentOptions::new(message_sender(hub_cell.clone(), channels_cell.clone())),
+            AgentOptions {
+                stores: active.as_ref().map(|active| active.stores.clone()),
+                ..AgentOptions::new(message_sender(hub_cell.clone(), channels_cell.clone()))
+            },
         )
         .await?;
     let cron_note = match agent.cron_status() {
@@ -329,11 +337,18 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             .transcripts()
             .cloned()
             .unwrap_or_else(|| JsonlTranscripts::new(state.sessions()).shared()),
-        events: Arc::new(stores::LoggedEvents(DiskEventLog::new(
-            state.gateway_events(),
-        ))),
-        epoch: stores::next_epoch(&state.gateway())?,
-        runs: Arc::new(InMemoryRuns::default()),
+        events: Arc::new(stores::LoggedEvents(match &active {
+            Some(active) => active.cluster.event_log(),
+            None => Arc::new(DiskEventLog::new(state.gateway_events())),
+        })),
+        epoch: match &active {
+            Some(active) => active.epoch,
+            None => stores::next_epoch(&state.gateway())?,
+        },
+        runs: match &active {
+            Some(active) => active.cluster.run_registry(),
+            None => Arc::new(InMemoryRuns::default()),
+        },
         runs_dir: state.gateway_runs(),
         history_limit: runtime.history_limit(),
         label: agent.label.clone(),
@@ -378,6 +393,9 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     }
 
     let url = format!("http://{bound}/");
+    if let Some(active) = &active {
+        *clawcage_core::sync::lock(&active.url) = Some(url.clone());
+    }
     let info = json!({
         "pid": std::process::id(),
         "url": url,
@@ -401,6 +419,12 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     );
     if agent.scripted {
         println!("note: the answers come from a recorded script, not from a model");
+    }
+    if let Some(active) = &active {
+        println!(
+            "cluster: this host ({}) is the active gateway (epoch {}); the sessions live on NATS JetStream",
+            active.me.host, active.epoch
+        );
     }
     // The operator's own terminal: the address ready to open, token included when it can be
     // read from its file.
@@ -427,10 +451,24 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     println!("WebSocket: ws://{bound}{} · Ctrl-C stops", http::WS_PATH);
 
     tokio::spawn(stop_on_signal(shutdown.clone()));
+    // An active host that lost its lease stops at once: another serves the sessions now.
+    let lost = active.as_ref().map(|active| active.lost.clone());
+    if let Some(lost) = lost.clone() {
+        let shutdown = shutdown.clone();
+        tokio::spawn(async move {
+            lost.cancelled().await;
+            shutdown.cancel();
+        });
+    }
     gateway.clone().serve(listener, shutdown).await;
     agent.stop();
     let _ = std::fs::remove_file(state.gateway_info());
     drop(lock);
+    if lost.is_some_and(|lost| lost.is_cancelled()) {
+        return Err(Error::Failed(
+            "gateway: this host lost the cluster's gateway lease (it could not renew it in time, or another host took it); it stopped serving so that only one host writes the sessions. Start it again to wait as a standby".to_string(),
+        ));
+    }
     clawcage_runtime::tell!("clawcage gateway: stopped");
     Ok(())
 }

@@ -4,17 +4,16 @@
 //! instead.
 
 use std::path::Path;
+use std::sync::Arc;
 
-use clawcage_agent::events::{
-    AgentEvent, DiskEventLog, Epoch, EventFuture, EventLog, Follow, Replay, Stream,
-};
+use clawcage_agent::events::{AgentEvent, Epoch, EventFuture, EventLog, Follow, Replay, Stream};
 use clawcage_runtime::Error;
 use serde_json::Value;
 
 /// The gateway's event log, saying at info level when each turn starts and ends (the
 /// operator's view of the traffic; `RUST_LOG=clawcage_gateway=info` shows it).
 #[derive(Debug)]
-pub(crate) struct LoggedEvents(pub(crate) DiskEventLog);
+pub(crate) struct LoggedEvents(pub(crate) Arc<dyn EventLog>);
 
 impl EventLog for LoggedEvents {
     fn append(&self, event: AgentEvent, epoch: Epoch) -> EventFuture<'_, AgentEvent> {

@@ -40,6 +40,20 @@ pub struct AgentOptions {
     /// Asks the person at the front end what an external sub-agent asks permission for, when
     /// one can be asked.
     pub permission_asker: Option<PermissionAsker>,
+    /// Where the sessions keep their transcripts and inboxes; `None`: the state directory's
+    /// files (`sessions/`, `inbox/`).
+    pub stores: Option<SessionStores>,
+}
+
+/// Where sessions keep their transcripts and inboxes, when not in the state directory (the
+/// gateway of a cluster keeps them on NATS JetStream). The transcripts must scrub what they
+/// write with the runtime's redactor.
+#[derive(Clone)]
+pub struct SessionStores {
+    /// The transcripts and turn journals.
+    pub transcripts: Arc<dyn clawcage_agent::TranscriptStore>,
+    /// The lane inboxes.
+    pub inbox: Arc<dyn clawcage_agent::LaneInbox>,
 }
 
 impl AgentOptions {
@@ -52,6 +66,7 @@ impl AgentOptions {
             subagents: true,
             subagent_output: None,
             permission_asker: None,
+            stores: None,
         }
     }
 }
@@ -213,13 +228,21 @@ impl Runtime {
         if let Some(policy) = context {
             agent = agent.with_context(policy);
         }
-        let sessions = Sessions::with_queue(
-            agent,
-            Some(
+        let (transcripts, inbox): (
+            Arc<dyn clawcage_agent::TranscriptStore>,
+            Arc<dyn clawcage_agent::LaneInbox>,
+        ) = match options.stores {
+            Some(stores) => (stores.transcripts, stores.inbox),
+            None => (
                 JsonlTranscripts::new(self.state_dir().sessions())
                     .with_redactor(self.redactor().clone())
                     .shared(),
+                Arc::new(FileInbox::new(self.state_dir().inbox())),
             ),
+        };
+        let sessions = Sessions::with_queue(
+            agent,
+            Some(transcripts),
             config
                 .agent
                 .history_limit()
@@ -230,7 +253,7 @@ impl Runtime {
                 .map_err(|error| usage(format!("{error:#}")))?,
         )
         // Every input is recorded before it is taken; what a stopped process left is resumed.
-        .with_inbox(Arc::new(FileInbox::new(self.state_dir().inbox())));
+        .with_inbox(inbox);
         if let Some(budget) = budget {
             sessions.set_budget(budget);
         }

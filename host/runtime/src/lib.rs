@@ -49,7 +49,7 @@ use clawcage_sandbox::{
     ArtifactCache, CompileProgress, FsMode, Grants, Limits, PluginReport, Sandbox, SandboxOptions,
 };
 
-pub use agent::{Agent, AgentOptions, print_messages_with};
+pub use agent::{Agent, AgentOptions, SessionStores, print_messages_with};
 /// The workspace a runtime grants, and its exact-text reads (an external ACP agent's
 /// `fs/read_text_file`): handed to front ends, which never depend on the sandbox themselves.
 pub use clawcage_sandbox::{LineRange, WorkspaceGrant, WorkspaceTextError};

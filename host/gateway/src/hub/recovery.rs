@@ -83,6 +83,11 @@ impl Hub {
                 tokio::spawn(async move {
                     match registering.await {
                         Ok(Registered::New) => {}
+                        // Registered by the host that took it first (a cluster's registry):
+                        // the same run.
+                        Ok(Registered::Duplicate {
+                            run_id: earlier, ..
+                        }) if earlier == registered_run => {}
                         Ok(Registered::Duplicate {
                             run_id: earlier, ..
                         }) => {

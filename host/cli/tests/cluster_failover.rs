@@ -1,0 +1,186 @@
+//! Two `clawcage gateway` hosts in one cluster (a real `nats-server`, each host with its own
+//! state directory, the same workspace): the first serves, the second waits as a standby and
+//! says who is active. The active host is killed with SIGKILL while a turn waits for the model;
+//! the standby takes the lease over within the lease's time to live, takes the session up from
+//! the stream, asks the model again for the step that had not finished, and ends the turn once:
+//! a client of the new host finds the answer exactly once in the history, `agent.wait` on the
+//! run's id answers there, and a resent idempotency key is a duplicate of that run. `clawcage
+//! cluster status` then names the new holder of the gateway lease.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::gateway_process::GatewayProcess;
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
+use clawcage_tests::nats::NatsServer;
+use serde_json::json;
+
+const TOKEN: &str = "cluster-failover-token";
+
+/// A host of the cluster: its configuration (naming its `host_id`) and state directory.
+struct Host {
+    root: tempfile::TempDir,
+    state: tempfile::TempDir,
+}
+
+impl Host {
+    fn new(nats: &str, model: &str, host_id: &str) -> Host {
+        clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(
+            root.path().join("clawcage.toml"),
+            format!(
+                "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
+                 [cluster]\nnats = \"{nats}\"\nhost_id = \"{host_id}\"\nlease_secs = 2\n"
+            ),
+        )
+        .unwrap();
+        Host {
+            root,
+            state: clawcage_tests::cli_state::private_state_dir(),
+        }
+    }
+
+    fn command(&self, workspace: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+        command
+            .arg("--config")
+            .arg(self.root.path().join("clawcage.toml"))
+            .arg("--state-dir")
+            .arg(self.state.path())
+            .arg("--workspace")
+            .arg(workspace)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+            .env("ANTHROPIC_API_KEY", "sk-failover-test");
+        command
+    }
+
+    fn gateway(&self, workspace: &Path) -> Command {
+        self.command(
+            workspace,
+            &["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN],
+        )
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once() {
+    let Some(nats) = NatsServer::start("the_standby_takes_over") else {
+        return;
+    };
+    // The model holds its first answer until the test opens the gate; after that it answers.
+    let gate = ReplyGate::new();
+    let model = LlmServer::start_routed({
+        let gate = gate.clone();
+        move |body| {
+            let (text, _) = last_user(body);
+            let reply = anthropic::message(&[anthropic::text(&format!("Answered: {text}"))]);
+            gate.hold(reply)
+        }
+    })
+    .await;
+    let workspace = tempfile::tempdir().unwrap();
+    let first = Host::new(&nats.url(), model.url(), "host-a");
+    let second = Host::new(&nats.url(), model.url(), "host-b");
+
+    let active = GatewayProcess::start(first.gateway(workspace.path()));
+    assert!(
+        active
+            .output()
+            .contains("cluster: this host (host-a) is the active gateway"),
+        "{}",
+        active.output()
+    );
+    // The standby waits (it prints its address only when it serves).
+    let standby = tokio::task::spawn_blocking({
+        let command = second.gateway(workspace.path());
+        move || GatewayProcess::start(command)
+    });
+
+    let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
+    let session = "agent:main:test:failover";
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "hello cluster", "idempotencyKey": "k1"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run_id = sent["payload"]["runId"].as_str().unwrap().to_string();
+    // The turn is waiting for the model when the active host dies.
+    gate.reached(1).await;
+    let killed_at = Instant::now();
+    let said = active.kill();
+    assert!(!said.contains("panicked"), "{said}");
+
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap();
+    let took_over = killed_at.elapsed();
+    let output = standby.output();
+    assert!(
+        output.contains("standby in the cluster; the active gateway is host-a"),
+        "{output}"
+    );
+    assert!(
+        output.contains("cluster: this host (host-b) is the active gateway"),
+        "{output}"
+    );
+    // The turn resumes on the new host: the model is asked again; let it answer now.
+    gate.reached(2).await;
+    gate.open();
+    let (mut client, _) = GatewayClient::connect(standby.addr, TOKEN).await;
+    let waited = client
+        .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["ok"], true, "{waited}");
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await
+        .to_string();
+    assert_eq!(
+        history.matches("Answered: hello cluster").count(),
+        1,
+        "the turn ended once: {history}"
+    );
+    // The idempotency key is remembered across hosts: a resend is that run.
+    let again = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "hello cluster", "idempotencyKey": "k1"}),
+        )
+        .await;
+    assert_eq!(again["payload"]["runId"], run_id.as_str(), "{again}");
+    assert_eq!(again["payload"]["duplicate"], true, "{again}");
+
+    // The cluster's status names the new holder.
+    let status = tokio::task::spawn_blocking({
+        let mut command = second.command(workspace.path(), &["cluster", "status", "--json"]);
+        move || command.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let status: serde_json::Value = serde_json::from_slice(&status.stdout).unwrap();
+    let gateway_lease = status["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|lease| lease[0] == "gateway")
+        .cloned()
+        .expect("the gateway lease is held");
+    assert_eq!(gateway_lease[1]["host"], "host-b", "{status}");
+    eprintln!("failover: the standby served {took_over:?} after the kill (lease 2 s)");
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
+}

@@ -1,0 +1,187 @@
+//! The gateway in a cluster (`[cluster]`), active/standby: every gateway host keeps its
+//! sessions' state on NATS JetStream (events, runs, transcripts with their turn journals,
+//! inboxes), and the one that holds the `gateway` lease serves; the others wait as standbys,
+//! announced in `claw_hosts`, and the first to take the lease after the active host is gone
+//! serves in its place, taking up every session's pending inputs and open turns from the
+//! stream. The lease's epoch is the new active host's epoch as the sessions' writer, so a late
+//! write of the host it replaced is refused by the server. An active host that cannot renew its
+//! lease in time stops serving at once (exit 1) rather than write beside its successor. A host
+//! restarting under the same `host_id` takes its own earlier lease back without waiting.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clawcage_cluster::{
+    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, Lease,
+    LeaseError, Leases, TlsOptions,
+};
+use clawcage_core::redact::Redactor;
+use clawcage_runtime::cluster_config::ClusterSettings;
+use clawcage_runtime::{Error, SessionStores};
+use tokio_util::sync::CancellationToken;
+
+/// The lease the active gateway holds.
+pub const GATEWAY_LEASE: &str = "gateway";
+
+/// The connection options `settings` describe, for a connection named `connection`.
+pub fn cluster_options(settings: &ClusterSettings, connection: &str) -> ClusterOptions {
+    ClusterOptions {
+        credentials_file: settings.credentials.clone(),
+        tls: TlsOptions {
+            required: settings.tls_required,
+            root_certificates: settings.tls_ca.clone(),
+            client_certificate: settings.tls_client.clone(),
+        },
+        connection_name: Some(format!("clawcage {connection} {}", settings.host_id)),
+        replicas: settings.replicas,
+        lease_ttl: Duration::from_secs(settings.lease_secs),
+        ..ClusterOptions::default()
+    }
+}
+
+/// This host, active: the cluster's stores for its sessions and the lease it serves under.
+pub(crate) struct Active {
+    pub(crate) cluster: Cluster,
+    pub(crate) stores: SessionStores,
+    /// The writer's epoch: the lease's.
+    pub(crate) epoch: u64,
+    /// Cancelled when the lease is lost (or could not be renewed in time).
+    pub(crate) lost: CancellationToken,
+    /// Where this host's clients connect, once it listens (announced with the host).
+    pub(crate) url: Arc<Mutex<Option<String>>>,
+    pub(crate) me: Holder,
+}
+
+fn failed(settings: &ClusterSettings, error: impl std::fmt::Display) -> Error {
+    Error::Failed(format!(
+        "the cluster at {}: {error}",
+        settings.nats.split(',').next().unwrap_or_default()
+    ))
+}
+
+/// Joins the cluster `settings` name: connects, announces this host, waits as a standby until
+/// the `gateway` lease is free (saying who is active), takes it, and opens the stores. The lease
+/// is renewed from here on; `Active::lost` says when it is lost.
+pub(crate) async fn join(settings: &ClusterSettings, redactor: Redactor) -> Result<Active, Error> {
+    let options = cluster_options(settings, "gateway");
+    let cluster = Cluster::connect(&settings.nats, &options)
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    let me = Holder {
+        host: settings.host_id.clone(),
+        incarnation: format!(
+            "{}-{}",
+            std::process::id(),
+            clawcage_agent::transcript::now_ms()
+        ),
+    };
+    let leases = cluster
+        .leases(me.clone())
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    let started_ms = clawcage_agent::transcript::now_ms();
+    let url: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
+    tokio::spawn(announce(
+        leases.clone(),
+        url.clone(),
+        started_ms,
+        options.lease_ttl,
+    ));
+    let mut said = None;
+    let lease = loop {
+        let taken = match leases.acquire(GATEWAY_LEASE).await {
+            Ok(Some(lease)) => Some(lease),
+            Ok(None) => leases
+                .take_over_from_earlier_self(GATEWAY_LEASE)
+                .await
+                .map_err(|error| failed(settings, error))?,
+            Err(error) => return Err(failed(settings, error)),
+        };
+        if let Some(lease) = taken {
+            break lease;
+        }
+        let active = leases
+            .holder(GATEWAY_LEASE)
+            .await
+            .map_err(|error| failed(settings, error))?
+            .map(|(holder, _)| holder.host);
+        if said != active {
+            if let Some(host) = &active {
+                println!(
+                    "clawcage gateway: standby in the cluster; the active gateway is {host}, and this host ({}) takes over if it stops",
+                    me.host
+                );
+            }
+            said = active;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    tracing::info!(
+        epoch = lease.epoch(),
+        host = me.host,
+        "this host is the cluster's active gateway"
+    );
+    let lost = CancellationToken::new();
+    tokio::spawn(keep(leases, lease.clone(), lost.clone(), options.lease_ttl));
+    // The stores' connections run on runtimes of their own: made on a blocking thread.
+    let (nats, store_options, owner) = (settings.nats.clone(), options.clone(), me.clone());
+    let stores = tokio::task::spawn_blocking(move || {
+        let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)?;
+        let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)?;
+        Ok::<_, clawcage_cluster::ClusterError>(SessionStores {
+            transcripts: Arc::new(transcripts),
+            inbox: Arc::new(inbox),
+        })
+    })
+    .await
+    .map_err(|error| failed(settings, error))?
+    .map_err(|error| Error::Failed(error.to_string()))?;
+    Ok(Active {
+        cluster,
+        stores,
+        epoch: lease.epoch(),
+        lost,
+        url,
+        me,
+    })
+}
+
+/// Says this host is alive, with its clients' address once known, for as long as it runs.
+async fn announce(leases: Leases, url: Arc<Mutex<Option<String>>>, started_ms: u64, ttl: Duration) {
+    let mut ticks = tokio::time::interval(ttl.max(Duration::from_secs(1)));
+    loop {
+        ticks.tick().await;
+        let address = clawcage_core::sync::lock(&url).clone();
+        if let Err(error) = leases.announce(address, started_ms).await {
+            tracing::warn!("cannot announce this host to the cluster: {error}");
+        }
+    }
+}
+
+/// Renews `lease` a few times per time to live; cancels `lost` when it is lost or has gone
+/// unrenewed too long to act on.
+async fn keep(leases: Leases, mut lease: Lease, lost: CancellationToken, ttl: Duration) {
+    let mut ticks = tokio::time::interval((ttl / 4).max(Duration::from_millis(250)));
+    loop {
+        ticks.tick().await;
+        match leases.renew(&mut lease).await {
+            Ok(()) => {}
+            Err(LeaseError::Lost { holder, .. }) => {
+                tracing::error!(
+                    now = holder.map(|holder| holder.host).unwrap_or_default(),
+                    "this host lost the gateway lease: it stops serving"
+                );
+                lost.cancel();
+                return;
+            }
+            Err(error) => tracing::warn!("cannot renew the gateway lease: {error}"),
+        }
+        if !lease.is_fresh() {
+            tracing::error!(
+                "the gateway lease could not be renewed in time: this host stops serving before another may take over"
+            );
+            lost.cancel();
+            return;
+        }
+    }
+}
