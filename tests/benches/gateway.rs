@@ -4,9 +4,13 @@
 //! and sent until the run's end event arrives), with the added latency at the median; then 200
 //! clients connected at once: the gateway's resident memory per idle connection, and one turn
 //! per client, each in its own session, all sent together (every turn must complete). The gateway
-//! runs in a child process (this program started again) so its memory is its own.
+//! runs in a child process (this program started again) so its memory is its own. Then the same
+//! for a gateway of a cluster, whose sessions live on a local one-node `nats-server` (events,
+//! runs, transcripts, inboxes on JetStream), with the NATS traffic per turn read from the
+//! server's `/varz`.
 //!
-//! Run: `cargo bench -p clawcage-tests --bench gateway`.
+//! Run: `cargo bench -p clawcage-tests --bench gateway` (the cluster part needs nats-server,
+//! installed by tests/nats/setup.sh, and is skipped with a note without it).
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -20,15 +24,21 @@ use std::process::{Command, Stdio};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use clawcage_agent::events::{DiskEventLog, EventObserver};
+use clawcage_agent::events::{DiskEventLog, EventLog, EventObserver};
+use clawcage_agent::runs::RunRegistry;
 use clawcage_agent::{
-    AgentConfig, AgentLoop, FileInbox, JsonlTranscripts, MessageBus, Sessions, ToolRegistry,
-    TranscriptStore,
+    AgentConfig, AgentLoop, FileInbox, JsonlTranscripts, LaneInbox, MessageBus, Sessions,
+    ToolRegistry, TranscriptStore,
 };
+use clawcage_cluster::{
+    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts,
+};
+use clawcage_core::redact::Redactor;
 use clawcage_gateway::{Gateway, GatewayParts, Settings, Token};
 use clawcage_tests::bench::{percentile, report, report_against};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic};
+use clawcage_tests::nats::NatsServer;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -37,6 +47,10 @@ const WARMUP: usize = 20;
 const CLIENTS: usize = 200;
 const TOKEN: &str = "gateway-bench-token-0123456789";
 const CHILD: &str = "CLAWCAGE_BENCH_GATEWAY_LLM";
+/// Set for a child whose sessions live on the NATS server it names.
+const NATS_CHILD: &str = "CLAWCAGE_BENCH_GATEWAY_NATS";
+/// The nats-server's monitoring port in this benchmark.
+const NATS_MONITOR: u16 = 18_222;
 const HISTORY: usize = 20;
 
 fn reply() -> Reply {
@@ -48,7 +62,22 @@ fn reply() -> Reply {
     )
 }
 
+/// Where the sessions keep their transcripts and inboxes.
+fn file_stores(dir: &Path) -> (Arc<dyn TranscriptStore>, Arc<dyn LaneInbox>) {
+    (
+        JsonlTranscripts::new(dir.join("sessions")).shared(),
+        Arc::new(FileInbox::new(dir.join("inbox"))),
+    )
+}
+
 fn sessions(llm: &str, dir: &Path) -> (Sessions, Arc<dyn TranscriptStore>) {
+    sessions_on(llm, file_stores(dir))
+}
+
+fn sessions_on(
+    llm: &str,
+    (store, inbox): (Arc<dyn TranscriptStore>, Arc<dyn LaneInbox>),
+) -> (Sessions, Arc<dyn TranscriptStore>) {
     let provider = clawcage_tests::bench::anthropic_provider(llm, "bench");
     let agent = AgentLoop::new(
         provider,
@@ -58,20 +87,55 @@ fn sessions(llm: &str, dir: &Path) -> (Sessions, Arc<dyn TranscriptStore>) {
             ..AgentConfig::default()
         },
     );
-    let store = JsonlTranscripts::new(dir.join("sessions")).shared();
     (
-        Sessions::new(agent, Some(store.clone()), HISTORY)
-            .with_inbox(Arc::new(FileInbox::new(dir.join("inbox")))),
+        Sessions::new(agent, Some(store.clone()), HISTORY).with_inbox(inbox),
         store,
     )
 }
 
-/// The child: a gateway over `llm`, its address on stdout, until stdin closes.
-fn child(llm: &str) {
+/// The child: a gateway over `llm` (its sessions on the NATS server `nats` names, if any), its
+/// address on stdout, until stdin closes.
+fn child(llm: &str, nats: Option<String>) {
     let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         let state = tempfile::tempdir().unwrap();
-        let (sessions, transcripts) = sessions(llm, state.path());
+        let (sessions, transcripts, events, runs): (
+            Sessions,
+            Arc<dyn TranscriptStore>,
+            Arc<dyn EventLog>,
+            Arc<dyn RunRegistry>,
+        ) = match nats {
+            None => {
+                let (sessions, transcripts) = sessions(llm, state.path());
+                (
+                    sessions,
+                    transcripts,
+                    Arc::new(DiskEventLog::new(state.path().join("events"))),
+                    Arc::new(clawcage_agent::runs::InMemoryRuns::default()),
+                )
+            }
+            Some(url) => {
+                let options = ClusterOptions::default();
+                let cluster = Cluster::connect(&url, &options).await.unwrap();
+                let me = Holder {
+                    host: "bench".to_string(),
+                    incarnation: "1".to_string(),
+                };
+                let transcripts: Arc<dyn TranscriptStore> = Arc::new(
+                    JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap(),
+                );
+                let inbox: Arc<dyn LaneInbox> = Arc::new(
+                    JetStreamInbox::connect(&url, &options, me, Claims::CoveredByCaller).unwrap(),
+                );
+                let (sessions, transcripts) = sessions_on(llm, (transcripts, inbox));
+                (
+                    sessions,
+                    transcripts,
+                    cluster.event_log(),
+                    cluster.run_registry(),
+                )
+            }
+        };
         let parts = GatewayParts {
             sessions,
             tools: ToolRegistry::new(),
@@ -80,9 +144,9 @@ fn child(llm: &str) {
             cron: None,
             cron_note: "not in this benchmark".to_string(),
             transcripts,
-            events: Arc::new(DiskEventLog::new(state.path().join("events"))),
+            events,
             epoch: 1,
-            runs: Arc::new(clawcage_agent::runs::InMemoryRuns::default()),
+            runs,
             runs_dir: state.path().join("runs"),
             history_limit: HISTORY,
             label: "anthropic/bench".to_string(),
@@ -142,9 +206,146 @@ async fn turn(client: &mut GatewayClient, session: &str, message: &str, key: &st
     started.elapsed()
 }
 
+/// A gateway child over `llm` (on the NATS server `nats`, if any) and its address.
+fn spawn_gateway(llm: &str, nats: Option<&str>) -> (std::process::Child, SocketAddr) {
+    let mut command = Command::new(std::env::current_exe().unwrap());
+    command
+        .env(CHILD, llm)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    if let Some(url) = nats {
+        command.env(NATS_CHILD, url);
+    }
+    let mut gateway = command.spawn().unwrap();
+    let mut lines = BufReader::new(gateway.stdout.take().unwrap()).lines();
+    let addr: SocketAddr = lines
+        .next()
+        .unwrap()
+        .unwrap()
+        .strip_prefix("listening ")
+        .unwrap()
+        .parse()
+        .unwrap();
+    (gateway, addr)
+}
+
+/// The turns of one gateway: `TURNS` one after another against `baseline`, then 200 clients
+/// (memory per idle connection, one turn each, all at once); the median turn.
+async fn measure(
+    label: &str,
+    gateway: &std::process::Child,
+    addr: SocketAddr,
+    baseline: Duration,
+    traffic: Option<&dyn Fn() -> [u64; 4]>,
+) -> Duration {
+    let (mut client, _) = GatewayClient::connect(addr, TOKEN).await;
+    let mut samples = Vec::new();
+    let mut before = [0; 4];
+    for round in 0..TURNS + WARMUP {
+        if round == WARMUP
+            && let Some(traffic) = traffic
+        {
+            before = traffic();
+        }
+        let elapsed = turn(
+            &mut client,
+            &format!("agent:main:bench:{label}"),
+            "What is the colour?",
+            &format!("t{round}"),
+        )
+        .await;
+        if round >= WARMUP {
+            samples.push(elapsed);
+        }
+    }
+    if let Some(traffic) = traffic {
+        let after = traffic();
+        let per_turn = |index: usize| (after[index] - before[index]) as f64 / TURNS as f64;
+        println!(
+            "{:<52} {:>9.1} msgs in, {:.1} out; {:.1} KiB in, {:.1} KiB out",
+            "  NATS traffic per turn (the server's /varz)",
+            per_turn(0),
+            per_turn(1),
+            per_turn(2) / 1024.0,
+            per_turn(3) / 1024.0
+        );
+    }
+    let through = report_against(
+        &format!("turn through the gateway ({label})"),
+        samples,
+        Some(baseline),
+    );
+    println!(
+        "{:<52} p50 {:>9.2} µs",
+        format!("added by the gateway ({label}, p50 difference)"),
+        (through.as_secs_f64() - baseline.as_secs_f64()) * 1e6
+    );
+    client.close().await;
+
+    // 200 clients: memory per idle connection, then one turn each, all at once.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let before = rss(gateway.id());
+    let mut clients = Vec::with_capacity(CLIENTS);
+    for _ in 0..CLIENTS {
+        clients.push(GatewayClient::connect(addr, TOKEN).await.0);
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let after = rss(gateway.id());
+    let per_connection = after.saturating_sub(before) as f64 / CLIENTS as f64;
+    println!(
+        "{:<52} {:>9.1} KiB   (RSS {:.1} MiB -> {:.1} MiB)",
+        format!("memory per idle connection ({CLIENTS} connected)"),
+        per_connection / 1024.0,
+        before as f64 / (1 << 20) as f64,
+        after as f64 / (1 << 20) as f64
+    );
+
+    let started = Instant::now();
+    let label = label.to_string();
+    let tasks: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(n, mut client)| {
+            let label = label.clone();
+            tokio::spawn(async move {
+                let elapsed = turn(
+                    &mut client,
+                    &format!("agent:main:bench:{label}-c{n}"),
+                    "What is the colour?",
+                    "once",
+                )
+                .await;
+                client.close().await;
+                elapsed
+            })
+        })
+        .collect();
+    let mut latencies = Vec::with_capacity(CLIENTS);
+    for task in tasks {
+        latencies.push(task.await.unwrap());
+    }
+    let wall = started.elapsed();
+    assert_eq!(latencies.len(), CLIENTS, "every turn completed");
+    let mut sorted = latencies.clone();
+    sorted.sort();
+    report(
+        &format!("{CLIENTS} clients, one turn each, sent together"),
+        latencies,
+    );
+    println!(
+        "{:<52} {:>9.2} ms   (slowest {:.2} ms; all {CLIENTS} completed; {:.0} turns/s)",
+        "  wall time for all turns",
+        wall.as_secs_f64() * 1e3,
+        percentile(&sorted, 1.0).as_secs_f64() * 1e3,
+        CLIENTS as f64 / wall.as_secs_f64()
+    );
+    through
+}
+
 fn main() {
     if let Ok(llm) = std::env::var(CHILD) {
-        return child(&llm);
+        return child(&llm, std::env::var(NATS_CHILD).ok());
     }
     let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
@@ -174,105 +375,25 @@ fn main() {
         }
         let baseline = report("turn in-process: lane + transcript (baseline)", samples);
 
-        // The gateway, in a process of its own.
-        let mut gateway = Command::new(std::env::current_exe().unwrap())
-            .env(CHILD, server.url())
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(gateway.stdout.take().unwrap()).lines();
-        let addr: SocketAddr = lines
-            .next()
-            .unwrap()
-            .unwrap()
-            .strip_prefix("listening ")
-            .unwrap()
-            .parse()
-            .unwrap();
+        // The gateway on this machine's files, in a process of its own.
+        let (mut gateway, addr) = spawn_gateway(server.url(), None);
+        let on_files = measure("files", &gateway, addr, baseline, None).await;
+        drop(gateway.stdin.take());
+        let _ = gateway.wait();
 
-        let (mut client, _) = GatewayClient::connect(addr, TOKEN).await;
-        let mut samples = Vec::new();
-        for round in 0..TURNS + WARMUP {
-            let elapsed = turn(
-                &mut client,
-                "agent:main:bench:gateway",
-                "What is the colour?",
-                &format!("t{round}"),
-            )
-            .await;
-            if round >= WARMUP {
-                samples.push(elapsed);
-            }
-        }
-        let through = report_against(
-            "turn through the gateway (WebSocket, events)",
-            samples,
-            Some(baseline),
-        );
+        // The gateway of a cluster: every store on a local one-node nats-server.
+        let Some(nats) = NatsServer::start_monitored("gateway benchmark", NATS_MONITOR) else {
+            return;
+        };
+        let (mut gateway, addr) = spawn_gateway(server.url(), Some(&nats.url()));
+        let traffic = || nats.traffic();
+        let on_nats = measure("jetstream", &gateway, addr, baseline, Some(&traffic)).await;
         println!(
-            "{:<52} p50 {:>9.2} µs",
-            "added by the gateway (p50 difference)",
-            (through.as_secs_f64() - baseline.as_secs_f64()) * 1e6
+            "{:<52} p50 {:>9.2} µs   ({:.2}x the files' median)",
+            "added by JetStream over the files (p50 difference)",
+            (on_nats.as_secs_f64() - on_files.as_secs_f64()) * 1e6,
+            on_nats.as_secs_f64() / on_files.as_secs_f64()
         );
-        client.close().await;
-
-        // 200 clients: memory per idle connection, then one turn each, all at once.
-        tokio::time::sleep(Duration::from_millis(300)).await;
-        let before = rss(gateway.id());
-        let mut clients = Vec::with_capacity(CLIENTS);
-        for _ in 0..CLIENTS {
-            clients.push(GatewayClient::connect(addr, TOKEN).await.0);
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-        let after = rss(gateway.id());
-        let per_connection = after.saturating_sub(before) as f64 / CLIENTS as f64;
-        println!(
-            "{:<52} {:>9.1} KiB   (RSS {:.1} MiB -> {:.1} MiB)",
-            format!("memory per idle connection ({CLIENTS} connected)"),
-            per_connection / 1024.0,
-            before as f64 / (1 << 20) as f64,
-            after as f64 / (1 << 20) as f64
-        );
-
-        let started = Instant::now();
-        let tasks: Vec<_> = clients
-            .into_iter()
-            .enumerate()
-            .map(|(n, mut client)| {
-                tokio::spawn(async move {
-                    let elapsed = turn(
-                        &mut client,
-                        &format!("agent:main:bench:c{n}"),
-                        "What is the colour?",
-                        "once",
-                    )
-                    .await;
-                    client.close().await;
-                    elapsed
-                })
-            })
-            .collect();
-        let mut latencies = Vec::with_capacity(CLIENTS);
-        for task in tasks {
-            latencies.push(task.await.unwrap());
-        }
-        let wall = started.elapsed();
-        assert_eq!(latencies.len(), CLIENTS, "every turn completed");
-        let mut sorted = latencies.clone();
-        sorted.sort();
-        report(
-            &format!("{CLIENTS} clients, one turn each, sent together"),
-            latencies,
-        );
-        println!(
-            "{:<52} {:>9.2} ms   (slowest {:.2} ms; all {CLIENTS} completed)",
-            "  wall time for all turns",
-            wall.as_secs_f64() * 1e3,
-            percentile(&sorted, 1.0).as_secs_f64() * 1e3
-        );
-
         drop(gateway.stdin.take());
         let _ = gateway.wait();
     });

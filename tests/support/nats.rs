@@ -67,8 +67,10 @@ pub struct NatsServer {
     jetstream: bool,
     store: tempfile::TempDir,
     port: u16,
-    /// Further arguments (TLS).
+    /// Further arguments (TLS, monitoring).
     extra: Vec<String>,
+    /// The monitoring port, when it has one.
+    monitor: Option<u16>,
     child: Option<Child>,
 }
 
@@ -104,6 +106,7 @@ impl NatsServer {
             store: tempfile::tempdir().expect("a temporary store directory"),
             port: 0,
             extra: Vec::new(),
+            monitor: None,
             child: None,
         };
         server.launch();
@@ -216,6 +219,38 @@ impl NatsServer {
         ];
         server.launch();
         Some((server, dir.join("ca.pem")))
+    }
+
+    /// A server with JetStream and its monitoring endpoint on `monitor_port` (`/varz`, read by
+    /// [`NatsServer::traffic`]), for `test`; `None` after saying why it is skipped.
+    pub fn start_monitored(test: &str, monitor_port: u16) -> Option<Self> {
+        let mut server = Self::start(test)?;
+        server.kill();
+        server.extra = vec!["-m".into(), monitor_port.to_string()];
+        server.monitor = Some(monitor_port);
+        server.launch();
+        Some(server)
+    }
+
+    /// Messages and bytes into and out of the server so far (`/varz`'s `in_msgs`, `out_msgs`,
+    /// `in_bytes`, `out_bytes`), for a server started with [`NatsServer::start_monitored`].
+    pub fn traffic(&self) -> [u64; 4] {
+        use std::io::{Read as _, Write as _};
+        let port = self
+            .monitor
+            .expect("the server was started with monitoring");
+        let mut stream = TcpStream::connect(("127.0.0.1", port)).expect("the monitoring port");
+        stream
+            .write_all(b"GET /varz HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+            .expect("the request is sent");
+        let mut response = String::new();
+        stream
+            .read_to_string(&mut response)
+            .expect("the response is read");
+        let body = response.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let varz: serde_json::Value = serde_json::from_str(body).expect("/varz is JSON");
+        ["in_msgs", "out_msgs", "in_bytes", "out_bytes"]
+            .map(|field| varz[field].as_u64().unwrap_or_default())
     }
 
     /// `nats://127.0.0.1:PORT`.

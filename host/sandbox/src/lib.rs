@@ -16,6 +16,7 @@ pub mod env;
 pub mod grants;
 mod host;
 pub mod install;
+mod load_once;
 pub mod network;
 pub mod plugin;
 mod prepared;

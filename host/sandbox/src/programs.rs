@@ -20,6 +20,7 @@ use tokio::sync::OnceCell;
 
 pub use crate::adapter::ProgramKind;
 use crate::components;
+use crate::load_once::{LoadOnce, OnFailure};
 use crate::sandbox::{Code, LoadError, Sandbox};
 
 pub use crate::program_store::DEFAULT_WRITE_LIMIT_BYTES;
@@ -45,10 +46,9 @@ pub(crate) struct LazyProgram {
     /// The hex SHA-256 of the file as found.
     sha256: String,
     key: String,
-    ready: OnceCell<Arc<Program>>,
-    /// Why it cannot run, once known: remembered, so a broken file is not compiled again on
-    /// every call.
-    problem: OnceLock<String>,
+    /// The program, loaded when it first runs; why it cannot run is remembered, so a broken
+    /// file is not compiled again on every call.
+    loaded: LoadOnce<Program>,
 }
 
 impl LazyProgram {
@@ -56,21 +56,13 @@ impl LazyProgram {
     /// work: the clock of the call it happens in stands still meanwhile (reading and checking
     /// a cached artifact takes milliseconds; a program whose artifact has gone is compiled).
     pub(crate) async fn ready(&self) -> Result<&Arc<Program>, String> {
-        if let Some(problem) = self.problem.get() {
-            return Err(self.cannot_run(problem));
-        }
-        let loaded = self
-            .ready
-            .get_or_try_init(|| async {
+        self.loaded
+            .get(|| async {
                 let _paused = crate::clock::pause_current_call();
                 self.load().await.map(Arc::new)
             })
-            .await;
-        loaded.map_err(|problem| {
-            let message = self.cannot_run(&problem);
-            let _ = self.problem.set(problem);
-            message
-        })
+            .await
+            .map_err(|problem| self.cannot_run(&problem))
     }
 
     fn cannot_run(&self, problem: &str) -> String {
@@ -133,7 +125,7 @@ impl LazyProgram {
             sha256: self.sha256.clone(),
             source: self.origin.clone(),
             names,
-            problem: self.problem.get().cloned(),
+            problem: self.loaded.problem().cloned(),
         }
     }
 }
@@ -258,8 +250,8 @@ impl ProgramCatalog {
                 let to_compile: Vec<&Arc<LazyProgram>> = distinct
                     .into_iter()
                     .filter(|program| {
-                        program.ready.get().is_none()
-                            && program.problem.get().is_none()
+                        !program.loaded.is_loaded()
+                            && program.loaded.problem().is_none()
                             && program.sandbox.compiled(&program.key).is_none()
                             && !program.sandbox.cache().has_artifact(&program.key)
                     })
@@ -310,7 +302,7 @@ impl ProgramCatalog {
             .programs
             .get()
             .and_then(|programs| programs.get(name))
-            .is_some_and(|program| program.ready.initialized())
+            .is_some_and(|program| program.loaded.is_loaded())
     }
 
     /// Whether the programs have been found yet.
@@ -494,8 +486,7 @@ impl Sandbox {
                 },
                 key: self.key_for_digest(&sha256),
                 sha256,
-                ready: OnceCell::new(),
-                problem: OnceLock::new(),
+                loaded: LoadOnce::new(OnFailure::Remember),
             });
             match names {
                 BundledNames::Own => {
@@ -543,17 +534,17 @@ impl Sandbox {
     /// The operator's program file `path` named `name`, not loaded yet; a file that cannot be
     /// read or is not WebAssembly carries its problem already.
     fn operator_program(self: &Arc<Self>, name: &str, path: &Path) -> LazyProgram {
-        let problem = OnceLock::new();
+        let mut problem = None;
         let bytes = match read_regular_file(path, MAX_PROGRAM_BYTES, Symlinks::Follow) {
             Ok(bytes) => bytes,
             Err(error) => {
-                let _ = problem.set(format!("cannot read {}: {error}", path.display()));
+                problem = Some(format!("cannot read {}: {error}", path.display()));
                 Vec::new()
             }
         };
         let kind = ProgramKind::of(&bytes);
-        if kind == ProgramKind::NotWasm && problem.get().is_none() {
-            let _ = problem.set(not_wasm());
+        if kind == ProgramKind::NotWasm && problem.is_none() {
+            problem = Some(not_wasm());
         }
         let sha256 = crate::cache::sha256_hex(&bytes);
         let keyed = match kind {
@@ -571,8 +562,10 @@ impl Sandbox {
             kind,
             sha256,
             key: self.key_for_digest(&keyed),
-            ready: OnceCell::new(),
-            problem,
+            loaded: match problem {
+                Some(problem) => LoadOnce::failed(problem),
+                None => LoadOnce::new(OnFailure::Remember),
+            },
         }
     }
 

@@ -20,6 +20,7 @@ use crate::bindings::{self, BasicToolPre};
 use crate::cache::{ArtifactCache, CacheOutcome, sha256_hex};
 use crate::grants::Grants;
 use crate::host::CallState;
+use crate::load_once::{LoadOnce, OnFailure};
 use crate::prepared::{WaitingBudget, WaitingInstances};
 use crate::tool::{Answer, Operation, WasmTool, run_in_fresh_instance};
 
@@ -343,7 +344,7 @@ impl Sandbox {
             code,
             key,
             imports: ImportSet::of(&grants),
-            ready: tokio::sync::OnceCell::new(),
+            ready: LoadOnce::new(OnFailure::Retry),
             instantiations: AtomicU64::new(0),
             cache_outcome: outcome,
         });
@@ -618,7 +619,8 @@ pub(crate) struct LazyComponent {
     code: Code,
     key: String,
     imports: ImportSet,
-    ready: tokio::sync::OnceCell<Arc<CompiledComponent>>,
+    /// Loaded on the first call of one of its tools; a failed load is tried again at the next.
+    ready: LoadOnce<CompiledComponent>,
     /// Instances created for calls of its tools.
     pub(crate) instantiations: AtomicU64,
     cache_outcome: CacheOutcome,
@@ -629,15 +631,18 @@ impl LazyComponent {
     /// first call, shared by every later one.
     pub(crate) async fn ready(&self) -> Result<&Arc<CompiledComponent>, ToolError> {
         self.ready
-            .get_or_try_init(|| async {
+            .get(|| async {
                 let (component, _) = self
                     .sandbox
                     .compile(&self.name, &self.key, &self.code)
-                    .await?;
-                self.sandbox.prepare(&self.name, &component, self.imports)
+                    .await
+                    .map_err(|error| error.to_string())?;
+                self.sandbox
+                    .prepare(&self.name, &component, self.imports)
+                    .map_err(|error| error.to_string())
             })
             .await
-            .map_err(|error: LoadError| {
+            .map_err(|error| {
                 ToolError::Failed(format!(
                     "the component `{}` could not be loaded: {error}",
                     self.name
@@ -746,6 +751,6 @@ impl LoadedComponent {
 
     /// Whether its code has been loaded yet (it is on the first call of one of its tools).
     pub fn is_loaded(&self) -> bool {
-        self.component.ready.initialized()
+        self.component.ready.is_loaded()
     }
 }
