@@ -184,3 +184,73 @@ async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once()
     let (exit, output) = standby.terminate();
     assert!(exit.success(), "{output}");
 }
+
+/// A host that registered a send's run and idempotency key in the cluster's registry, then died
+/// before its inbox took the input, leaves a run in flight that no host will ever run. The
+/// sender's resend with the same key is then taken, under that run's id, and answered: neither
+/// lost nor reported as a duplicate of a run that never ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_send_whose_host_died_before_its_inbox_took_it_is_taken_when_sent_again() {
+    let Some(nats) = NatsServer::start("a_send_whose_host_died_before_its_inbox_took_it") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|body| {
+        let (text, _) = last_user(body);
+        anthropic::message(&[anthropic::text(&format!("Answered: {text}"))])
+    })
+    .await;
+    let session = "agent:main:test:phantom";
+    // What the dead host left: the run and its key registered, nothing in the inbox.
+    let cluster = clawcage_cluster::Cluster::connect(&nats.url(), &Default::default())
+        .await
+        .unwrap();
+    let registered = cluster
+        .run_registry()
+        .register(session, "run-dead-host-1", Some("k-phantom"))
+        .await
+        .unwrap();
+    assert_eq!(registered, clawcage_agent::runs::Registered::New);
+
+    let workspace = tempfile::tempdir().unwrap();
+    let only = Host::new(&nats.url(), model.url(), "host-a");
+    let gateway = GatewayProcess::start(only.gateway(workspace.path()));
+    let (mut client, _) = GatewayClient::connect(gateway.addr, TOKEN).await;
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "are you there", "idempotencyKey": "k-phantom"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    assert_eq!(sent["payload"]["runId"], "run-dead-host-1", "{sent}");
+    assert_ne!(
+        sent["payload"]["duplicate"], true,
+        "taken, not a duplicate: {sent}"
+    );
+    let waited = client
+        .request(
+            "agent.wait",
+            json!({"runId": "run-dead-host-1", "timeoutMs": 60000}),
+        )
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    // And now it is a real duplicate.
+    let again = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "are you there", "idempotencyKey": "k-phantom"}),
+        )
+        .await;
+    assert_eq!(again["payload"]["duplicate"], true, "{again}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await
+        .to_string();
+    assert_eq!(
+        history.matches("Answered: are you there").count(),
+        1,
+        "{history}"
+    );
+    let (status, output) = gateway.terminate();
+    assert!(status.success(), "{output}");
+}

@@ -20,6 +20,27 @@ use super::{
 use crate::protocol::{self, Code, GatewayError};
 
 impl Hub {
+    /// Whether run `run_id` of `key`, found in flight under the send's idempotency key, was
+    /// registered by another process that stopped before its input reached the inbox (a
+    /// cluster's registry outlives the host that wrote it): neither this process's own run nor
+    /// an input the inbox holds, pending or done.
+    fn never_taken(&self, key: &str, run_id: &str, status: RunStatus) -> bool {
+        if status != RunStatus::InFlight || run_id.starts_with(&self.run_prefix) {
+            return false;
+        }
+        let Some(inbox) = self.parts.sessions.inbox() else {
+            return false;
+        };
+        let pending = inbox
+            .pending(key)
+            .map(|pending| pending.iter().any(|record| record.id == run_id));
+        let finished = inbox
+            .finished(key)
+            .map(|finished| finished.iter().any(|input| input.id == run_id));
+        // Unknown when the inbox cannot be read: a duplicate, as before.
+        matches!((pending, finished), (Ok(false), Ok(false)))
+    }
+
     /// Hands a turn on `text` from a client to `key`'s lane, subscribing `subscriber` to the
     /// session first; `acknowledge` hears the new run's id, what the lane's queue made of it,
     /// and the run it was steered into, before the run can emit anything. With an idempotency
@@ -42,14 +63,24 @@ impl Hub {
         // the event log, the lane, the transcript and the model all get the scrubbed text.
         let text = self.parts.sessions.agent().redactor().redact(&text);
         self.title_from_first_message(key, &text);
-        let run_id = format!("{}-{}", self.run_prefix, self.next_id());
+        let mut run_id = format!("{}-{}", self.run_prefix, self.next_id());
         let registered = self
             .runs
             .register(key, &run_id, idempotency)
             .await
             .map_err(|error| GatewayError::internal("cannot record the run", error))?;
-        if let Registered::Duplicate { run_id, status } = registered {
-            return Ok(Sent::Duplicate(run_id, status));
+        if let Registered::Duplicate {
+            run_id: earlier,
+            status,
+        } = registered
+        {
+            if !self.never_taken(key, &earlier, status) {
+                return Ok(Sent::Duplicate(earlier, status));
+            }
+            // Registered by a process that stopped before its inbox took the input: the send
+            // is taken now, under the run id its sender may already wait for.
+            tracing::warn!(run = %earlier, session = key, "a run registered but never taken is taken now");
+            run_id = earlier;
         }
         let forget = |status: RunStatus, why: &str| {
             if let Some(idempotency) = idempotency {
