@@ -93,18 +93,21 @@ fn sessions_on(
     )
 }
 
+/// A gateway's sessions and the stores under them.
+type Stores = (
+    Sessions,
+    Arc<dyn TranscriptStore>,
+    Arc<dyn EventLog>,
+    Arc<dyn RunRegistry>,
+);
+
 /// The child: a gateway over `llm` (its sessions on the NATS server `nats` names, if any), its
 /// address on stdout, until stdin closes.
 fn child(llm: &str, nats: Option<String>) {
     let runtime = clawcage_tests::bench::runtime();
     runtime.block_on(async {
         let state = tempfile::tempdir().unwrap();
-        let (sessions, transcripts, events, runs): (
-            Sessions,
-            Arc<dyn TranscriptStore>,
-            Arc<dyn EventLog>,
-            Arc<dyn RunRegistry>,
-        ) = match nats {
+        let (sessions, transcripts, events, runs): Stores = match nats {
             None => {
                 let (sessions, transcripts) = sessions(llm, state.path());
                 (
