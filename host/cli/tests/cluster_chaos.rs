@@ -275,7 +275,7 @@ async fn killing_the_active_gateway_at_random_loses_and_doubles_nothing() {
             .unwrap_or_else(|| panic!("{history}"))
             .iter()
             .filter(|message| message["role"] == "assistant")
-            .map(|message| message_text(message))
+            .map(message_text)
             .collect();
         let expected: Vec<String> = (0..MESSAGES)
             .map(|message| format!("Answered: {}", text(session, message)))
