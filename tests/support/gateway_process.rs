@@ -25,7 +25,13 @@ pub struct GatewayProcess {
 impl GatewayProcess {
     /// Starts `command` (a `clawcage … gateway --bind 127.0.0.1:0 …` line) and waits for it to
     /// print its address.
-    pub fn start(mut command: Command) -> GatewayProcess {
+    pub fn start(command: Command) -> GatewayProcess {
+        Self::try_start(command).unwrap_or_else(|why| panic!("{why}"))
+    }
+
+    /// [`GatewayProcess::start`], saying why it did not start instead of panicking (a standby
+    /// that never serves, its cluster gone).
+    pub fn try_start(mut command: Command) -> Result<GatewayProcess, String> {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -57,24 +63,28 @@ impl GatewayProcess {
         });
         let mut seen = Vec::new();
         let addr = loop {
-            let line = stdout
-                .recv_timeout(START_TIMEOUT)
-                .unwrap_or_else(|_| panic!("the gateway did not start; it printed {seen:?}"));
+            let Ok(line) = stdout.recv_timeout(START_TIMEOUT) else {
+                let _ = child.kill();
+                let _ = child.wait();
+                return Err(format!(
+                    "the gateway did not start; it printed {seen:?}\n{}",
+                    lock(&output)
+                ));
+            };
             if let Some(rest) = line.strip_prefix("WebSocket: ws://") {
-                break rest
-                    .split('/')
-                    .next()
-                    .and_then(|addr| addr.parse().ok())
-                    .unwrap_or_else(|| panic!("no address in {line:?}"));
+                match rest.split('/').next().and_then(|addr| addr.parse().ok()) {
+                    Some(addr) => break addr,
+                    None => return Err(format!("no address in {line:?}")),
+                }
             }
             seen.push(line);
         };
-        GatewayProcess {
+        Ok(GatewayProcess {
             child,
             addr,
             output,
             _stdout: stdout,
-        }
+        })
     }
 
     /// Everything it printed so far, stdout and stderr.

@@ -1,6 +1,7 @@
 //! [`JetStreamTranscripts`]: the sessions' transcripts and turn journals on the `CLAW_TX`
-//! stream, one subject per session (`claw.tx.<token>`), one message per [`Entry`] (scrubbed by
-//! the redactor before it leaves the process), the session key in a header. Every append
+//! stream, one subject per session (`claw.tx.<token>`), one message per write of entries (split
+//! before each turn's start; stored whole or not at all, scrubbed by the redactor before it
+//! leaves the process), the session key in a header. Every append
 //! expects the last sequence the writer knows of the session's subject
 //! (`Nats-Expected-Last-Subject-Sequence`), so after another host wrote to the session this
 //! one's append is refused by the server — it no longer owns the session — instead of
@@ -186,6 +187,22 @@ async fn open_stream(
         .map_err(|error| error.to_string())
 }
 
+/// The records one write of `entries` is stored as: each a message of its own, stored whole or
+/// not at all, so a host killed during the write leaves no half of a step (a turn's start
+/// without the message it answers). A record ends before each turn's start, so that a start
+/// is always the first entry of its record and "just before the start" is a position.
+fn records_of(entries: Vec<Entry>) -> Vec<Vec<Entry>> {
+    let mut records: Vec<Vec<Entry>> = Vec::new();
+    for entry in entries {
+        let starts = matches!(entry, Entry::Start { .. });
+        match records.last_mut() {
+            Some(record) if !starts => record.push(entry),
+            _ => records.push(vec![entry]),
+        }
+    }
+    records
+}
+
 impl Inner {
     /// The session's tail: as last seen, else read from the stream (its whole subject, for the
     /// committed end).
@@ -200,13 +217,16 @@ impl Inner {
     async fn append(&self, session: &str, entries: Vec<Entry>) -> std::io::Result<()> {
         let subject = subject_of(session);
         let mut tail = self.tail(session).await?;
-        for entry in entries {
-            let entry_out = if self.redactor.is_empty() {
-                entry.clone()
+        for record in records_of(entries) {
+            let scrubbed: Vec<Entry> = if self.redactor.is_empty() {
+                record.clone()
             } else {
-                entry.redacted(&self.redactor)
+                record
+                    .iter()
+                    .map(|entry| entry.redacted(&self.redactor))
+                    .collect()
             };
-            let payload = serde_json::to_vec(&entry_out).map_err(std::io::Error::other)?;
+            let payload = serde_json::to_vec(&scrubbed).map_err(std::io::Error::other)?;
             let sequence = match append_fenced(&self.context, &subject, session, payload, tail.last)
                 .await
             {
@@ -220,7 +240,9 @@ impl Inner {
                 }
                 Err(AppendError::Failed(error)) => return Err(unreachable(session, error)),
             };
-            tail = tail.after(&entry, sequence);
+            for entry in &record {
+                tail = tail.after(entry, sequence);
+            }
             lock(&self.tails).insert(session.to_string(), tail);
         }
         Ok(())
@@ -236,10 +258,12 @@ impl Inner {
         let mut tail = Tail::default();
         let mut previous = 0;
         for (sequence, payload) in records {
-            match serde_json::from_slice::<Entry>(&payload) {
-                Ok(entry) => {
-                    tail = tail.after(&entry, sequence);
-                    replay.apply(entry, previous, sequence);
+            match serde_json::from_slice::<Vec<Entry>>(&payload) {
+                Ok(entries) => {
+                    for entry in entries {
+                        tail = tail.after(&entry, sequence);
+                        replay.apply(entry, previous, sequence);
+                    }
                 }
                 Err(error) => {
                     tracing::warn!(
@@ -338,5 +362,41 @@ impl TranscriptStore for JetStreamTranscripts {
 
     fn describe(&self, key: &str) -> String {
         format!("{} on the NATS stream {TRANSCRIPT_STREAM}", subject_of(key))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clawcage_core::ChatMessage;
+
+    fn start(input: &str) -> Entry {
+        Entry::Start {
+            at_ms: 1,
+            inputs: vec![input.to_string()],
+        }
+    }
+
+    fn message(text: &str) -> Entry {
+        Entry::Message {
+            at_ms: 1,
+            message: ChatMessage::user(text),
+        }
+    }
+
+    #[test]
+    fn a_write_is_stored_whole_and_a_turns_start_begins_a_record() {
+        let kinds =
+            |records: Vec<Vec<Entry>>| -> Vec<usize> { records.iter().map(Vec::len).collect() };
+        // A turn's start and the message it answers: one record, never apart.
+        assert_eq!(kinds(records_of(vec![start("r1"), message("hi")])), [2]);
+        // Steps of a running turn: one record.
+        assert_eq!(kinds(records_of(vec![message("a"), message("b")])), [2]);
+        // A start in the middle begins a record of its own, with what follows it.
+        assert_eq!(
+            kinds(records_of(vec![message("a"), start("r2"), message("b")])),
+            [1, 2]
+        );
+        assert!(records_of(Vec::new()).is_empty());
     }
 }
