@@ -254,3 +254,55 @@ async fn a_send_whose_host_died_before_its_inbox_took_it_is_taken_when_sent_agai
     let (status, output) = gateway.terminate();
     assert!(status.success(), "{output}");
 }
+
+/// Every host runs every session's tools, so all must see one workspace: a host started on
+/// another directory than the one the cluster recorded refuses to join, saying so; one on the
+/// cluster's workspace joins (as a standby here).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_on_another_workspace_refuses_to_join() {
+    let Some(nats) = NatsServer::start("a_host_on_another_workspace_refuses_to_join") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|_| anthropic::message(&[anthropic::text("ok")])).await;
+    let shared = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let first = Host::new(&nats.url(), model.url(), "host-a");
+    let active = GatewayProcess::start(first.gateway(shared.path()));
+    let identity = std::fs::read_to_string(shared.path().join(".clawcage-workspace-id")).unwrap();
+    assert_eq!(identity.trim().len(), 32, "{identity:?}");
+
+    let second = Host::new(&nats.url(), model.url(), "host-b");
+    let refused = tokio::task::spawn_blocking({
+        let mut command = second.gateway(elsewhere.path());
+        move || command.output().unwrap()
+    })
+    .await
+    .unwrap();
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("is not the cluster's") && stderr.contains(identity.trim()),
+        "{stderr}"
+    );
+    // On the shared workspace it joins, as a standby while host-a serves.
+    let mut standby = second
+        .gateway(shared.path())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut out = std::io::BufReader::new(standby.stdout.take().unwrap());
+    let mut line = String::new();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !line.contains("standby in the cluster") {
+        line.clear();
+        assert!(Instant::now() < deadline, "the standby never said so");
+        if std::io::BufRead::read_line(&mut out, &mut line).unwrap() == 0 {
+            panic!("the standby exited");
+        }
+    }
+    let _ = standby.kill();
+    let _ = standby.wait();
+    let (status, output) = active.terminate();
+    assert!(status.success(), "{output}");
+}

@@ -37,6 +37,9 @@ pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
 pub use runs::KvRuns;
 pub use transcripts::JetStreamTranscripts;
 
+/// The bucket of what every host must agree on (the workspace's identity).
+pub const META_BUCKET: &str = "claw_meta";
+
 /// The oldest NATS server the backend accepts: 2.10 (stream subject transforms and consumers
 /// with several filter subjects, which the lane inputs of a later stage use).
 pub const MINIMUM_SERVER: (u64, u64) = (2, 10);
@@ -334,6 +337,36 @@ impl Cluster {
             leases: held,
             streams,
         })
+    }
+
+    /// Records `identity` as the cluster's workspace (the first host to ask does), or says
+    /// which identity was recorded before, in the `claw_meta` bucket.
+    pub async fn workspace_identity(&self, identity: &str) -> Result<String, ClusterError> {
+        let setup = |reason: String| ClusterError::Setup {
+            what: format!("the key-value bucket {META_BUCKET}"),
+            url: self.url.clone(),
+            reason,
+        };
+        let meta = open_bucket(
+            &self.context,
+            &self.options,
+            META_BUCKET,
+            "clawcage: what every host of the cluster must agree on",
+            Duration::ZERO,
+        )
+        .await
+        .map_err(|(_, reason)| setup(reason))?;
+        match meta.create("workspace", identity.to_string().into()).await {
+            Ok(_) => return Ok(identity.to_string()),
+            Err(error) if error.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => {}
+            Err(error) => return Err(setup(error.to_string())),
+        }
+        let recorded = meta
+            .get("workspace")
+            .await
+            .map_err(|error| setup(error.to_string()))?
+            .ok_or_else(|| setup("the recorded workspace vanished; start the host again".into()))?;
+        Ok(String::from_utf8_lossy(&recorded).into_owned())
     }
 
     /// The run registry on the `claw_runs` and `claw_idem` buckets.

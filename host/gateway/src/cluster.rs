@@ -6,8 +6,12 @@
 //! stream. The lease's epoch is the new active host's epoch as the sessions' writer, so a late
 //! write of the host it replaced is refused by the server. An active host that cannot renew its
 //! lease in time stops serving at once (exit 1) rather than write beside its successor. A host
-//! restarting under the same `host_id` takes its own earlier lease back without waiting.
+//! restarting under the same `host_id` takes its own earlier lease back without waiting. Every
+//! host must see the same workspace: the first host writes an identity file into it
+//! (`.clawcage-workspace-id`) and records that identity in the cluster; a host whose workspace
+//! holds another (or none, and the cluster has one) refuses to join.
 
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -59,14 +63,65 @@ fn failed(settings: &ClusterSettings, error: impl std::fmt::Display) -> Error {
     ))
 }
 
+/// The file in the workspace that names it among clusters' workspaces.
+pub const WORKSPACE_IDENTITY_FILE: &str = ".clawcage-workspace-id";
+
+/// This workspace's identity: the one its identity file holds, or a new one written there (the
+/// first host of a cluster on a new workspace).
+fn workspace_identity(workspace: &Path) -> Result<String, Error> {
+    let file = workspace.join(WORKSPACE_IDENTITY_FILE);
+    match std::fs::read_to_string(&file) {
+        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
+        Ok(_) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => {
+            return Err(Error::Failed(format!(
+                "cannot read the workspace's identity {}: {error}",
+                file.display()
+            )));
+        }
+    }
+    let mut bytes = [0u8; 16];
+    getrandom::fill(&mut bytes)
+        .map_err(|error| Error::Failed(format!("cannot make the workspace's identity: {error}")))?;
+    let identity = bytes
+        .iter()
+        .map(|byte| format!("{byte:02x}"))
+        .collect::<String>();
+    clawcage_core::files::write_atomically(&file, format!("{identity}\n").as_bytes(), true)
+        .map_err(|error| {
+            Error::Failed(format!(
+                "cannot write the workspace's identity {}: {error}",
+                file.display()
+            ))
+        })?;
+    Ok(identity)
+}
+
 /// Joins the cluster `settings` name: connects, announces this host, waits as a standby until
 /// the `gateway` lease is free (saying who is active), takes it, and opens the stores. The lease
 /// is renewed from here on; `Active::lost` says when it is lost.
-pub(crate) async fn join(settings: &ClusterSettings, redactor: Redactor) -> Result<Active, Error> {
+pub(crate) async fn join(
+    settings: &ClusterSettings,
+    workspace: &Path,
+    redactor: Redactor,
+) -> Result<Active, Error> {
     let options = cluster_options(settings, "gateway");
     let cluster = Cluster::connect(&settings.nats, &options)
         .await
         .map_err(|error| Error::Failed(error.to_string()))?;
+    // Every host runs every session's tools: they must all see one workspace.
+    let identity = workspace_identity(workspace)?;
+    let recorded = cluster
+        .workspace_identity(&identity)
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    if recorded != identity {
+        return Err(Error::Usage(format!(
+            "this host's workspace {} is not the cluster's: its {WORKSPACE_IDENTITY_FILE} says {identity}, the cluster recorded {recorded}. Every host must see the same workspace (a shared filesystem): mount the cluster's workspace here and pass it with --workspace",
+            workspace.display()
+        )));
+    }
     let me = Holder {
         host: settings.host_id.clone(),
         incarnation: format!(

@@ -296,7 +296,14 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         .settings(config_dir.as_deref())
         .map_err(|error| Error::Usage(format!("{error:#}")))?;
     let active = match &cluster_settings {
-        Some(settings) => Some(cluster::join(settings, runtime.redactor().clone()).await?),
+        Some(settings) => Some(
+            cluster::join(
+                settings,
+                runtime.workspace().path(),
+                runtime.redactor().clone(),
+            )
+            .await?,
+        ),
         None => None,
     };
 
