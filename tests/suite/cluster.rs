@@ -15,7 +15,9 @@
 //! server takes is an error that leaves the transcript usable. Inboxes: hosts appending to one
 //! session at once keep one order and one input per idempotency key, a restarted host takes its
 //! claims back at once while another host waits for the dead one's lease to lapse, and a long
-//! session is rolled up without losing what is pending or remembered.
+//! session is rolled up without losing what is pending or remembered. Three servers: the stores
+//! (R3) ride through the death of one server, a write waiting for new stream leaders and then
+//! going through once.
 
 use std::time::Duration;
 
@@ -1009,4 +1011,118 @@ fn a_long_session_is_rolled_up_keeping_what_is_pending_and_remembered() {
             .unwrap_or_default()
     });
     assert!(stored < 200, "{stored} records kept");
+}
+
+/// Connects to `url` with `options`, waiting (at most 60 s) for a fresh cluster's JetStream to
+/// elect its leader.
+async fn connect_when_ready(url: &str, options: &ClusterOptions) -> Cluster {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match Cluster::connect(url, options).await {
+            Ok(cluster) => return cluster,
+            Err(error) if std::time::Instant::now() < deadline => {
+                eprintln!("waiting for the cluster: {error}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_keep_every_store_when_one_of_them_dies() {
+    let Some(mut nodes) = NatsServer::start_cluster("three_servers_keep_every_store") else {
+        return;
+    };
+    let url = NatsServer::urls(&nodes);
+    let options = ClusterOptions {
+        replicas: 3,
+        ..ClusterOptions::default()
+    };
+    let cluster = connect_when_ready(&url, &options).await;
+    let me = Holder {
+        host: "a".to_string(),
+        incarnation: "1".to_string(),
+    };
+    let (transcripts, inbox) = tokio::task::spawn_blocking({
+        let (url, options, me) = (url.clone(), options.clone(), me.clone());
+        move || {
+            (
+                JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap(),
+                JetStreamInbox::connect(&url, &options, me, Claims::PerSession).unwrap(),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    let key = "agent:main:test:r3";
+    let events = cluster.event_log();
+    let mut seq = 0;
+    let write = |round: u64| {
+        let (transcripts, inbox) = (transcripts.clone(), inbox.clone());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                transcripts.append_steps(key, &[message(round * 2 + 1, &format!("q{round}"))])?;
+                transcripts.commit(key, &[message(round * 2 + 2, &format!("a{round}"))])?;
+                inbox
+                    .append(
+                        key,
+                        &input(&format!("i{round}"), Some(&format!("k{round}"))),
+                    )
+                    .map(drop)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    for round in 0..5 {
+        write(round).await.unwrap();
+        seq += 1;
+        events.append(event(key, seq, "before"), 1).await.unwrap();
+    }
+    // One server dies; the other two keep a majority of every stream's replicas.
+    nodes[0].kill();
+    let killed = std::time::Instant::now();
+    let mut first_write = None;
+    for round in 5..10 {
+        // The stores ride through the election of new stream leaders: the write waits, then
+        // goes through, once.
+        write(round)
+            .await
+            .unwrap_or_else(|error| panic!("round {round}: {error}"));
+        first_write.get_or_insert_with(|| killed.elapsed());
+        seq += 1;
+        events.append(event(key, seq, "after"), 1).await.unwrap();
+    }
+    eprintln!(
+        "three servers: the first write after a server died went through {:?} after it",
+        first_write.unwrap_or_default()
+    );
+    // A fresh reader (another host) finds everything, through the surviving servers.
+    let (loaded, pending) = tokio::task::spawn_blocking({
+        let (url, options) = (url.clone(), options.clone());
+        move || {
+            let fresh = JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap();
+            let fresh_inbox = JetStreamInbox::connect(
+                &url,
+                &options,
+                Holder {
+                    host: "b".to_string(),
+                    incarnation: "1".to_string(),
+                },
+                Claims::PerSession,
+            )
+            .unwrap();
+            (
+                fresh.load(key, 100).unwrap(),
+                fresh_inbox.pending(key).unwrap(),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(loaded.messages.len(), 20, "{:?}", loaded.messages);
+    assert_eq!(pending.len(), 10);
+    let replay = events.read(key, 0, 100).await.unwrap();
+    assert_eq!(replay.events.len(), 10);
 }

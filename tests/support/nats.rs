@@ -253,6 +253,63 @@ impl NatsServer {
             .map(|field| varz[field].as_u64().unwrap_or_default())
     }
 
+    /// Three servers with JetStream routed into one cluster (`clawcage`, servers `n0`..`n2`),
+    /// for `test`; `None` after saying why it is skipped. [`NatsServer::urls`] names them all.
+    pub fn start_cluster(test: &str) -> Option<Vec<Self>> {
+        let free = || {
+            std::net::TcpListener::bind("127.0.0.1:0")
+                .and_then(|listener| listener.local_addr())
+                .map(|address| address.port())
+                .expect("a free port")
+        };
+        let client: Vec<u16> = (0..3).map(|_| free()).collect();
+        let routes: Vec<u16> = (0..3).map(|_| free()).collect();
+        let binary = match server_binary() {
+            Ok(binary) => binary,
+            Err(reason) => {
+                toolchains::skip(test, &reason);
+                return None;
+            }
+        };
+        let mut nodes = Vec::new();
+        for index in 0..3 {
+            let others: Vec<String> = (0..3)
+                .filter(|other| *other != index)
+                .map(|other| format!("nats://127.0.0.1:{}", routes[other]))
+                .collect();
+            let mut server = Self {
+                binary: binary.clone(),
+                jetstream: true,
+                store: tempfile::tempdir().expect("a temporary store directory"),
+                port: client[index],
+                extra: vec![
+                    "-n".into(),
+                    format!("n{index}"),
+                    "--cluster_name".into(),
+                    "clawcage".into(),
+                    "--cluster".into(),
+                    format!("nats://127.0.0.1:{}", routes[index]),
+                    "--routes".into(),
+                    others.join(","),
+                ],
+                monitor: None,
+                child: None,
+            };
+            server.launch();
+            nodes.push(server);
+        }
+        Some(nodes)
+    }
+
+    /// The client URLs of `nodes`, as one connection string.
+    pub fn urls(nodes: &[NatsServer]) -> String {
+        nodes
+            .iter()
+            .map(NatsServer::url)
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
     /// `nats://127.0.0.1:PORT`.
     pub fn url(&self) -> String {
         format!("nats://127.0.0.1:{}", self.port)

@@ -77,14 +77,12 @@ fn host(nats: &str, model: &str, id: &str) -> Host {
     }
 }
 
+/// Where a host's start reports: the host serving, or why it stopped before it served.
+type Serving = mpsc::Sender<Result<(usize, GatewayProcess), String>>;
+
 /// Starts host `index` in a thread of its own; it reports on `serving` once it serves (a
 /// standby waits until then).
-fn start(
-    hosts: &[Host],
-    index: usize,
-    workspace: &Path,
-    serving: &mpsc::Sender<(usize, GatewayProcess)>,
-) {
+fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving) {
     let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
     command
         .arg("--config")
@@ -100,10 +98,8 @@ fn start(
         .env("ANTHROPIC_API_KEY", "sk-chaos-test");
     let serving = serving.clone();
     std::thread::spawn(move || {
-        // A standby still waiting when its run ends stops with its cluster: nothing to report.
-        if let Ok(process) = GatewayProcess::try_start(command) {
-            let _ = serving.send((index, process));
-        }
+        // A standby still waiting when its run ends stops with its cluster (nobody listens).
+        let _ = serving.send(GatewayProcess::try_start(command).map(|process| (index, process)));
     });
 }
 
@@ -171,10 +167,20 @@ async fn chaos(seed: u64) -> bool {
     for index in 0..HOSTS.len() {
         start(&hosts, index, workspace.path(), &serving);
     }
-    let next_active = |served: &mpsc::Receiver<(usize, GatewayProcess)>| {
-        served
-            .recv_timeout(Duration::from_secs(90))
-            .expect("a standby took over within 90 s")
+    let next_active = |served: &mpsc::Receiver<Result<(usize, GatewayProcess), String>>| {
+        let deadline = Instant::now() + Duration::from_secs(90);
+        let mut stopped = Vec::new();
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match served.recv_timeout(left) {
+                Ok(Ok(active)) => return active,
+                // A host that stopped before serving: said, and the others are waited for.
+                Ok(Err(why)) => stopped.push(why),
+                Err(_) => panic!(
+                    "no standby took over within 90 s (seed {seed}); hosts that stopped: {stopped:#?}"
+                ),
+            }
+        }
     };
     let (mut index, mut active) = next_active(&served);
     let mut epochs = vec![epoch_of(&active.output())];

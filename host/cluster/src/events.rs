@@ -42,6 +42,8 @@ pub const EVENT_STREAM: &str = "CLAW_EV";
 /// Events kept per session by default (the file log keeps 5,000 to 10,000).
 pub const EVENTS_PER_SESSION: i64 = 10_000;
 
+/// How long an append waits for a stream's new leader after a server died.
+const ELECTION_PATIENCE: Duration = Duration::from_secs(30);
 const SUBJECT_PREFIX: &str = "claw.ev.";
 const SEQ_HEADER: &str = "Claw-Seq";
 const EPOCH_HEADER: &str = "Claw-Epoch";
@@ -173,14 +175,18 @@ impl JetStreamEventLog {
             ..Default::default()
         };
         let what = || format!("the stream {EVENT_STREAM}");
-        context
-            .create_or_update_stream(config)
-            .await
-            .map_err(|error| (what(), error.to_string()))?;
-        let stream = context
-            .get_stream_no_info(EVENT_STREAM)
-            .await
-            .map_err(|error| (what(), error.to_string()))?;
+        let stream = crate::subject_log::patiently(|| async {
+            context
+                .create_or_update_stream(config.clone())
+                .await
+                .map_err(|error| error.to_string())?;
+            context
+                .get_stream_no_info(EVENT_STREAM)
+                .await
+                .map_err(|error| error.to_string())
+        })
+        .await
+        .map_err(|error| (what(), error))?;
         Ok(Self {
             inner: Arc::new(Inner {
                 context,
@@ -248,6 +254,7 @@ impl Inner {
         // Conflicts with another writer (each read again and judged), and tries whose
         // acknowledgement was lost (each sent again under the same expectation).
         let (mut conflicts, mut lost) = (0, 0);
+        let electing = std::time::Instant::now();
         let mut reconnected = self.reconnected.clone();
         reconnected.mark_unchanged();
         loop {
@@ -331,6 +338,11 @@ impl Inner {
                         event.seq,
                         LOST_ACK_TRIES + 1
                     )));
+                }
+                // No stream leader for a moment (a server died and a new leader is being
+                // elected): nothing was stored; tried again, for a while.
+                PublishErrorKind::StreamNotFound if electing.elapsed() < ELECTION_PATIENCE => {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
                 }
                 _ => return Err(unreachable_store(&session, error)),
             }

@@ -89,6 +89,8 @@ struct Inner {
     claimed: Mutex<HashMap<String, Lease>>,
     claims: Claims,
     timeout: Duration,
+    /// This store among the writers (its appends' message ids).
+    writer: String,
 }
 
 /// Lane inboxes on JetStream. Cheap to clone; the connection, its thread and the renewal of the
@@ -153,6 +155,7 @@ impl JetStreamInbox {
             claimed: Mutex::new(HashMap::new()),
             claims,
             timeout: options.request_timeout,
+            writer: crate::subject_log::writer_nonce(),
         });
         worker.spawn(renew_claims(Arc::downgrade(&inner), options.lease_ttl / 3));
         Ok(Self {
@@ -244,14 +247,17 @@ async fn open_stream(
         allow_rollup: true,
         ..Default::default()
     };
-    context
-        .create_or_update_stream(config)
-        .await
-        .map_err(|error| error.to_string())?;
-    context
-        .get_stream_no_info(INBOX_STREAM)
-        .await
-        .map_err(|error| error.to_string())
+    crate::subject_log::patiently(|| async {
+        context
+            .create_or_update_stream(config.clone())
+            .await
+            .map_err(|error| error.to_string())?;
+        context
+            .get_stream_no_info(INBOX_STREAM)
+            .await
+            .map_err(|error| error.to_string())
+    })
+    .await
 }
 
 /// What an append decides once it sees the session as stored: `None` appends nothing.
@@ -303,7 +309,16 @@ impl Inner {
             };
             let payload =
                 serde_json::to_vec(std::slice::from_ref(&line)).map_err(std::io::Error::other)?;
-            match append_fenced(&self.context, &subject, session, payload, known.last).await {
+            match append_fenced(
+                &self.context,
+                &subject,
+                session,
+                payload,
+                known.last,
+                &self.writer,
+            )
+            .await
+            {
                 Ok(sequence) => {
                     known.inbox.apply(line);
                     known.last = sequence;
@@ -356,7 +371,12 @@ impl Inner {
             {
                 Ok(())
             }
-            Err(error) => Err(unreachable(session, error)),
+            // Rolling up is housekeeping: the records stay as they are, the next done tries
+            // again.
+            Err(error) => {
+                tracing::warn!(session, "cannot roll up this inbox: {error}");
+                Ok(())
+            }
         }
     }
 

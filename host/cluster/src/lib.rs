@@ -221,8 +221,22 @@ impl Cluster {
                 }
                 std::future::ready(())
             });
+        // Several servers, separated by commas: the client knows them all and moves to another
+        // when one goes away.
+        let servers = url
+            .split(',')
+            .map(str::trim)
+            .filter(|server| !server.is_empty())
+            .map(str::parse::<async_nats::ServerAddr>)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|error| ClusterError::Connect {
+                url: shown.clone(),
+                reason: format!(
+                    "{error}; give each server as nats://HOST:PORT, separated by commas"
+                ),
+            })?;
         let client = connect
-            .connect(url)
+            .connect(servers.as_slice())
             .await
             .map_err(|error| ClusterError::Connect {
                 url: shown.clone(),
@@ -410,10 +424,14 @@ pub(crate) async fn open_bucket(
         num_replicas: options.replicas.max(1),
         ..Default::default()
     };
-    context
-        .create_or_update_key_value(config)
-        .await
-        .map_err(|error| (format!("the key-value bucket {name}"), error.to_string()))
+    subject_log::patiently(|| async {
+        context
+            .create_or_update_key_value(config.clone())
+            .await
+            .map_err(|error| error.to_string())
+    })
+    .await
+    .map_err(|error| (format!("the key-value bucket {name}"), error))
 }
 
 /// The connection's options: credentials, TLS, timeouts. Files are checked here, so a wrong

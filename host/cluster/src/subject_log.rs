@@ -78,35 +78,109 @@ pub(crate) enum AppendError {
     Failed(String),
 }
 
+/// How long an append keeps trying while the servers cannot take it (a stream's leader being
+/// elected after a server died takes a few seconds).
+const APPEND_PATIENCE: Duration = Duration::from_secs(30);
+
 /// Appends `payload` to `subject` for `session`, expecting `last` to be the subject's last
-/// sequence; the new record's sequence.
+/// sequence; the new record's sequence. `writer` is unique to the store appending (a random
+/// nonce): with `last` it makes the message id, so an append tried again after its
+/// acknowledgement was lost is recognised by the server as the same message (not stored twice,
+/// and not mistaken for another writer's), while another writer's append at the same place is
+/// refused by the fence. Errors that pass (no stream leader for a moment, a timeout) are tried
+/// again for up to [`APPEND_PATIENCE`].
 pub(crate) async fn append_fenced(
     context: &jetstream::Context,
     subject: &str,
     session: &str,
     payload: Vec<u8>,
     last: u64,
+    writer: &str,
 ) -> Result<u64, AppendError> {
-    let mut headers = HeaderMap::new();
-    headers.insert(SESSION_HEADER, session);
-    headers.insert(
-        "Nats-Expected-Last-Subject-Sequence",
-        last.to_string().as_str(),
-    );
-    let published = context
-        .publish_with_headers(subject.to_string(), headers, Bytes::from(payload))
-        .await;
-    let acknowledged = match published {
-        Ok(ack) => ack.await,
-        Err(error) => Err(error),
-    };
-    match acknowledged {
-        Ok(ack) => Ok(ack.sequence),
-        Err(error) if error.kind() == jetstream::context::PublishErrorKind::WrongLastSequence => {
-            Err(AppendError::Moved)
+    let payload = Bytes::from(payload);
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(100);
+    loop {
+        let mut headers = HeaderMap::new();
+        headers.insert(SESSION_HEADER, session);
+        headers.insert(
+            "Nats-Expected-Last-Subject-Sequence",
+            last.to_string().as_str(),
+        );
+        headers.insert("Nats-Msg-Id", format!("{writer}:{subject}:{last}").as_str());
+        let published = context
+            .publish_with_headers(subject.to_string(), headers, payload.clone())
+            .await;
+        let acknowledged = match published {
+            Ok(ack) => ack.await,
+            Err(error) => Err(error),
+        };
+        let error = match acknowledged {
+            Ok(ack) => return Ok(ack.sequence),
+            Err(error)
+                if error.kind() == jetstream::context::PublishErrorKind::WrongLastSequence =>
+            {
+                return Err(AppendError::Moved);
+            }
+            Err(error) => error,
+        };
+        let passing = matches!(
+            error.kind(),
+            jetstream::context::PublishErrorKind::TimedOut
+                | jetstream::context::PublishErrorKind::StreamNotFound
+                | jetstream::context::PublishErrorKind::BrokenPipe
+        ) || error.to_string().contains("no responders");
+        if !passing || started.elapsed() >= APPEND_PATIENCE {
+            return Err(AppendError::Failed(error.to_string()));
         }
-        Err(error) => Err(AppendError::Failed(error.to_string())),
+        tracing::debug!(session, "an append is tried again: {error}");
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(Duration::from_secs(2));
     }
+}
+
+/// Runs `setup` (creating or opening a stream or bucket) until it succeeds, trying again for up
+/// to [`APPEND_PATIENCE`] while the error is one that passes (the servers electing a leader for
+/// the JetStream API or a stream after one of them died).
+pub(crate) async fn patiently<T, F, Fut>(mut setup: F) -> Result<T, String>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, String>>,
+{
+    let started = std::time::Instant::now();
+    let mut pause = Duration::from_millis(200);
+    loop {
+        match setup().await {
+            Ok(done) => return Ok(done),
+            Err(error)
+                if started.elapsed() < APPEND_PATIENCE
+                    && [
+                        "timed out",
+                        "no responders",
+                        "temporarily unavailable",
+                        "no suitable peers",
+                    ]
+                    .iter()
+                    .any(|passing| error.contains(passing)) =>
+            {
+                tracing::debug!("a setup is tried again: {error}");
+                tokio::time::sleep(pause).await;
+                pause = (pause * 2).min(Duration::from_secs(2));
+            }
+            Err(error) => return Err(error),
+        }
+    }
+}
+
+/// A nonce naming one store among the writers of a cluster (its appends' message ids).
+pub(crate) fn writer_nonce() -> String {
+    let mut bytes = [0u8; 8];
+    // Without randomness, time and process make it unique enough among live writers.
+    if getrandom::fill(&mut bytes).is_err() {
+        bytes =
+            (clawcage_agent::transcript::now_ms() ^ u64::from(std::process::id())).to_be_bytes();
+    }
+    bytes.iter().map(|byte| format!("{byte:02x}")).collect()
 }
 
 /// The last sequence of `subject` in `stream` (0: none).

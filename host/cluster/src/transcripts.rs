@@ -72,6 +72,8 @@ struct Inner {
     redactor: Redactor,
     tails: Mutex<HashMap<String, Tail>>,
     timeout: Duration,
+    /// This store among the writers (its appends' message ids).
+    writer: String,
 }
 
 /// Transcripts on JetStream. Cheap to clone; the connection and its thread end with the last
@@ -139,6 +141,7 @@ impl JetStreamTranscripts {
                 redactor,
                 tails: Mutex::new(HashMap::new()),
                 timeout: options.request_timeout,
+                writer: crate::subject_log::writer_nonce(),
             }),
             runtime: Arc::new(worker),
         })
@@ -177,14 +180,17 @@ async fn open_stream(
         allow_direct: true,
         ..Default::default()
     };
-    context
-        .create_or_update_stream(config)
-        .await
-        .map_err(|error| error.to_string())?;
-    context
-        .get_stream_no_info(TRANSCRIPT_STREAM)
-        .await
-        .map_err(|error| error.to_string())
+    crate::subject_log::patiently(|| async {
+        context
+            .create_or_update_stream(config.clone())
+            .await
+            .map_err(|error| error.to_string())?;
+        context
+            .get_stream_no_info(TRANSCRIPT_STREAM)
+            .await
+            .map_err(|error| error.to_string())
+    })
+    .await
 }
 
 /// The records one write of `entries` is stored as: each a message of its own, stored whole or
@@ -227,8 +233,15 @@ impl Inner {
                     .collect()
             };
             let payload = serde_json::to_vec(&scrubbed).map_err(std::io::Error::other)?;
-            let sequence = match append_fenced(&self.context, &subject, session, payload, tail.last)
-                .await
+            let sequence = match append_fenced(
+                &self.context,
+                &subject,
+                session,
+                payload,
+                tail.last,
+                &self.writer,
+            )
+            .await
             {
                 Ok(sequence) => sequence,
                 Err(AppendError::Moved) => {

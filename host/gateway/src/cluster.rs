@@ -67,19 +67,26 @@ fn failed(settings: &ClusterSettings, error: impl std::fmt::Display) -> Error {
 pub const WORKSPACE_IDENTITY_FILE: &str = ".clawcage-workspace-id";
 
 /// This workspace's identity: the one its identity file holds, or a new one written there (the
-/// first host of a cluster on a new workspace).
+/// first host of a cluster on a new workspace). Hosts starting at once on a new workspace agree:
+/// the file is created only if absent, and whoever finds it made reads it.
 fn workspace_identity(workspace: &Path) -> Result<String, Error> {
     let file = workspace.join(WORKSPACE_IDENTITY_FILE);
-    match std::fs::read_to_string(&file) {
-        Ok(text) if !text.trim().is_empty() => return Ok(text.trim().to_string()),
-        Ok(_) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => {
-            return Err(Error::Failed(format!(
-                "cannot read the workspace's identity {}: {error}",
-                file.display()
-            )));
+    let cannot = |what: &str, error: std::io::Error| {
+        Error::Failed(format!(
+            "cannot {what} the workspace's identity {}: {error}",
+            file.display()
+        ))
+    };
+    let read = |file: &Path| -> Result<Option<String>, std::io::Error> {
+        match std::fs::read_to_string(file) {
+            Ok(text) if !text.trim().is_empty() => Ok(Some(text.trim().to_string())),
+            Ok(_) => Ok(None),
+            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(error) => Err(error),
         }
+    };
+    if let Some(identity) = read(&file).map_err(|error| cannot("read", error))? {
+        return Ok(identity);
     }
     let mut bytes = [0u8; 16];
     getrandom::fill(&mut bytes)
@@ -88,14 +95,35 @@ fn workspace_identity(workspace: &Path) -> Result<String, Error> {
         .iter()
         .map(|byte| format!("{byte:02x}"))
         .collect::<String>();
-    clawcage_core::files::write_atomically(&file, format!("{identity}\n").as_bytes(), true)
-        .map_err(|error| {
-            Error::Failed(format!(
-                "cannot write the workspace's identity {}: {error}",
+    match std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&file)
+    {
+        Ok(mut created) => {
+            use std::io::Write as _;
+            created
+                .write_all(format!("{identity}\n").as_bytes())
+                .and_then(|()| created.sync_all())
+                .map_err(|error| cannot("write", error))?;
+            Ok(identity)
+        }
+        // Another host made it first: its identity is the workspace's (it may still be writing
+        // it: read until it is there).
+        Err(error) if error.kind() == std::io::ErrorKind::AlreadyExists => {
+            for _ in 0..50 {
+                if let Some(identity) = read(&file).map_err(|error| cannot("read", error))? {
+                    return Ok(identity);
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            Err(Error::Failed(format!(
+                "the workspace's identity {} stays empty; remove it and start again",
                 file.display()
-            ))
-        })?;
-    Ok(identity)
+            )))
+        }
+        Err(error) => Err(cannot("write", error)),
+    }
 }
 
 /// Joins the cluster `settings` name: connects, announces this host, waits as a standby until
