@@ -172,6 +172,42 @@ where
     }
 }
 
+/// Creates or updates the per-session log stream `name` over `prefix*` (described as
+/// `description`): kept without age or per-subject limit, refusing new records when full rather
+/// than dropping old ones, direct reads allowed, rollups as `rollups` says; then opens it.
+pub(crate) async fn open_log_stream(
+    context: &jetstream::Context,
+    replicas: usize,
+    name: &str,
+    prefix: &str,
+    description: &str,
+    rollups: bool,
+) -> Result<stream::Stream<()>, String> {
+    let config = stream::Config {
+        name: name.to_string(),
+        description: Some(description.to_string()),
+        subjects: vec![format!("{prefix}*")],
+        retention: stream::RetentionPolicy::Limits,
+        discard: stream::DiscardPolicy::New,
+        storage: stream::StorageType::File,
+        num_replicas: replicas.max(1),
+        allow_direct: true,
+        allow_rollup: rollups,
+        ..Default::default()
+    };
+    patiently(|| async {
+        context
+            .create_or_update_stream(config.clone())
+            .await
+            .map_err(|error| error.to_string())?;
+        context
+            .get_stream_no_info(name)
+            .await
+            .map_err(|error| error.to_string())
+    })
+    .await
+}
+
 /// A nonce naming one store among the writers of a cluster (its appends' message ids).
 pub(crate) fn writer_nonce() -> String {
     let mut bytes = [0u8; 8];

@@ -169,27 +169,14 @@ async fn open_stream(
     context: &jetstream::Context,
     options: &ClusterOptions,
 ) -> Result<stream::Stream<()>, String> {
-    let config = stream::Config {
-        name: TRANSCRIPT_STREAM.to_string(),
-        description: Some("clawcage: each session's transcript and turn journal".into()),
-        subjects: vec![format!("{SUBJECT_PREFIX}*")],
-        retention: stream::RetentionPolicy::Limits,
-        discard: stream::DiscardPolicy::New,
-        storage: stream::StorageType::File,
-        num_replicas: options.replicas.max(1),
-        allow_direct: true,
-        ..Default::default()
-    };
-    crate::subject_log::patiently(|| async {
-        context
-            .create_or_update_stream(config.clone())
-            .await
-            .map_err(|error| error.to_string())?;
-        context
-            .get_stream_no_info(TRANSCRIPT_STREAM)
-            .await
-            .map_err(|error| error.to_string())
-    })
+    crate::subject_log::open_log_stream(
+        context,
+        options.replicas,
+        TRANSCRIPT_STREAM,
+        SUBJECT_PREFIX,
+        "clawcage: each session's transcript and turn journal",
+        false,
+    )
     .await
 }
 
