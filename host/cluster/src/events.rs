@@ -344,6 +344,11 @@ impl Inner {
                 PublishErrorKind::StreamNotFound if electing.elapsed() < ELECTION_PATIENCE => {
                     tokio::time::sleep(Duration::from_millis(250)).await;
                 }
+                _ if electing.elapsed() < ELECTION_PATIENCE
+                    && crate::subject_log::is_passing(&error.to_string()) =>
+                {
+                    tokio::time::sleep(Duration::from_millis(250)).await;
+                }
                 _ => return Err(unreachable_store(&session, error)),
             }
         }

@@ -129,7 +129,7 @@ pub(crate) async fn append_fenced(
             jetstream::context::PublishErrorKind::TimedOut
                 | jetstream::context::PublishErrorKind::StreamNotFound
                 | jetstream::context::PublishErrorKind::BrokenPipe
-        ) || error.to_string().contains("no responders");
+        ) || is_passing(&error.to_string());
         if !passing || started.elapsed() >= APPEND_PATIENCE {
             return Err(AppendError::Failed(error.to_string()));
         }
@@ -206,6 +206,13 @@ pub(crate) async fn open_log_stream(
             .map_err(|error| error.to_string())
     })
     .await
+}
+
+/// Whether a publish error's text is one that passes: nobody answering for a moment, or a
+/// stream's new leader not able yet to check an expected sequence (error 10164, "expected last
+/// sequence per subject temporarily unavailable", which it words as a wrong last sequence).
+pub(crate) fn is_passing(error: &str) -> bool {
+    error.contains("no responders") || error.contains("error code 10164")
 }
 
 /// A nonce naming one store among the writers of a cluster (its appends' message ids).
