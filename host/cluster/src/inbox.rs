@@ -37,8 +37,11 @@ use clawcage_core::sync::lock;
 
 use crate::keys::token;
 use crate::leases::{Holder, Lease, LeaseError, Leases};
-use crate::subject_log::{AppendError, SESSION_HEADER, Worker, append_fenced, read_subject};
-use crate::{Cluster, ClusterError, ClusterOptions};
+use crate::subject_log::{
+    AppendError, LogConnection, LogStream, SESSION_HEADER, Worker, append_fenced, cluster_error,
+    connect_log, read_subject, setup_limit,
+};
+use crate::{ClusterError, ClusterOptions};
 
 /// The stream of inboxes.
 pub const INBOX_STREAM: &str = "CLAW_INBOX";
@@ -119,34 +122,27 @@ impl JetStreamInbox {
         me: Holder,
         claims: Claims,
     ) -> Result<Self, ClusterError> {
-        let setup = |reason: String| ClusterError::Setup {
-            what: format!("the stream {INBOX_STREAM}"),
-            url: url.to_string(),
-            reason,
-        };
-        let worker = Worker::start("clawcage-inbox")
-            .map_err(|error| setup(format!("cannot start its runtime: {error}")))?;
-        let (url_owned, options_owned) = (url.to_string(), options.clone());
-        let connected = worker.run(
-            options.connect_timeout + options.request_timeout * 3,
-            async move {
-                let cluster = Cluster::connect(&url_owned, &options_owned)
-                    .await
-                    .map_err(std::io::Error::other)?;
-                let stream = open_stream(&cluster.context, &options_owned)
-                    .await
-                    .map_err(std::io::Error::other)?;
-                let leases = cluster.leases(me).await.map_err(std::io::Error::other)?;
-                Ok((cluster.context.clone(), stream, leases))
+        let LogConnection {
+            worker,
+            cluster,
+            stream,
+        } = connect_log(
+            url,
+            options,
+            "clawcage-inbox",
+            LogStream {
+                name: INBOX_STREAM,
+                prefix: SUBJECT_PREFIX,
+                description: "clawcage: each session's lane inbox",
+                rollups: true,
             },
-        );
-        let (context, stream, leases) = connected.map_err(|error| match error.into_inner() {
-            Some(inner) => match inner.downcast::<ClusterError>() {
-                Ok(cluster) => *cluster,
-                Err(other) => setup(other.to_string()),
-            },
-            None => setup("no answer".to_string()),
-        })?;
+        )?;
+        let context = cluster.context.clone();
+        let leases = worker
+            .run(setup_limit(options), async move {
+                cluster.leases(me).await.map_err(std::io::Error::other)
+            })
+            .map_err(|error| cluster_error(error, url, "the leases"))?;
         let inner = Arc::new(Inner {
             context,
             stream,
@@ -227,23 +223,6 @@ async fn renew_claims(inner: std::sync::Weak<Inner>, every: Duration) {
             }
         }
     }
-}
-
-/// Creates or updates the `CLAW_INBOX` stream: kept until rolled up or removed, refusing new
-/// records when full rather than dropping old ones; rollups allowed.
-async fn open_stream(
-    context: &jetstream::Context,
-    options: &ClusterOptions,
-) -> Result<stream::Stream<()>, String> {
-    crate::subject_log::open_log_stream(
-        context,
-        options.replicas,
-        INBOX_STREAM,
-        SUBJECT_PREFIX,
-        "clawcage: each session's lane inbox",
-        true,
-    )
-    .await
 }
 
 /// What an append decides once it sees the session as stored: `None` appends nothing.

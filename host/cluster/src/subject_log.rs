@@ -10,6 +10,8 @@
 use std::time::Duration;
 
 use async_nats::HeaderMap;
+
+use crate::{Cluster, ClusterError, ClusterOptions};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -172,27 +174,33 @@ where
     }
 }
 
-/// Creates or updates the per-session log stream `name` over `prefix*` (described as
-/// `description`): kept without age or per-subject limit, refusing new records when full rather
-/// than dropping old ones, direct reads allowed, rollups as `rollups` says; then opens it.
-pub(crate) async fn open_log_stream(
+/// A per-session log stream: its name, the prefix of its subjects, what it holds, and whether
+/// a session's records may be rolled up into one.
+pub(crate) struct LogStream {
+    pub(crate) name: &'static str,
+    pub(crate) prefix: &'static str,
+    pub(crate) description: &'static str,
+    pub(crate) rollups: bool,
+}
+
+/// Creates or updates `log`'s stream over `prefix*`: kept without age or per-subject limit,
+/// refusing new records when full rather than dropping old ones, direct reads allowed; then
+/// opens it.
+async fn open_log_stream(
     context: &jetstream::Context,
     replicas: usize,
-    name: &str,
-    prefix: &str,
-    description: &str,
-    rollups: bool,
+    log: &LogStream,
 ) -> Result<stream::Stream<()>, String> {
     let config = stream::Config {
-        name: name.to_string(),
-        description: Some(description.to_string()),
-        subjects: vec![format!("{prefix}*")],
+        name: log.name.to_string(),
+        description: Some(log.description.to_string()),
+        subjects: vec![format!("{}*", log.prefix)],
         retention: stream::RetentionPolicy::Limits,
         discard: stream::DiscardPolicy::New,
         storage: stream::StorageType::File,
         num_replicas: replicas.max(1),
         allow_direct: true,
-        allow_rollup: rollups,
+        allow_rollup: log.rollups,
         ..Default::default()
     };
     patiently(|| async {
@@ -201,11 +209,80 @@ pub(crate) async fn open_log_stream(
             .await
             .map_err(|error| error.to_string())?;
         context
-            .get_stream_no_info(name)
+            .get_stream_no_info(log.name)
             .await
             .map_err(|error| error.to_string())
     })
     .await
+}
+
+/// A synchronous store's connection: its own runtime (a thread named as the store), the
+/// cluster reached from it, and the store's log stream.
+pub(crate) struct LogConnection {
+    pub(crate) worker: Worker,
+    pub(crate) cluster: Cluster,
+    pub(crate) stream: stream::Stream<()>,
+}
+
+/// The [`ClusterError`] a job run on a store's worker failed with (the worker carries it as an
+/// I/O error), or one about setting up `what` for anything else.
+pub(crate) fn cluster_error(error: std::io::Error, url: &str, what: &str) -> ClusterError {
+    match error.into_inner() {
+        Some(inner) => match inner.downcast::<ClusterError>() {
+            Ok(cluster) => *cluster,
+            Err(other) => ClusterError::Setup {
+                what: what.to_string(),
+                url: url.to_string(),
+                reason: other.to_string(),
+            },
+        },
+        None => ClusterError::Setup {
+            what: what.to_string(),
+            url: url.to_string(),
+            reason: "no answer".to_string(),
+        },
+    }
+}
+
+/// Connects to `url` on a new worker named `thread` (checking the server as
+/// [`Cluster::connect`] does) and creates or opens `log`'s stream. Callable from any thread,
+/// inside a runtime or not.
+pub(crate) fn connect_log(
+    url: &str,
+    options: &ClusterOptions,
+    thread: &str,
+    log: LogStream,
+) -> Result<LogConnection, ClusterError> {
+    let what = format!("the stream {}", log.name);
+    let worker = Worker::start(thread).map_err(|error| {
+        cluster_error(
+            std::io::Error::other(format!("cannot start its runtime: {error}")),
+            url,
+            &what,
+        )
+    })?;
+    let (url_owned, options_owned) = (url.to_string(), options.clone());
+    let (cluster, stream) = worker
+        .run(setup_limit(options), async move {
+            let cluster = Cluster::connect(&url_owned, &options_owned)
+                .await
+                .map_err(std::io::Error::other)?;
+            let stream = open_log_stream(&cluster.context, options_owned.replicas, &log)
+                .await
+                .map_err(std::io::Error::other)?;
+            Ok((cluster, stream))
+        })
+        .map_err(|error| cluster_error(error, url, &what))?;
+    Ok(LogConnection {
+        worker,
+        cluster,
+        stream,
+    })
+}
+
+/// How long a store's setup may take: connecting, and waiting out an election.
+pub(crate) fn setup_limit(options: &ClusterOptions) -> Duration {
+    options.connect_timeout + options.request_timeout + APPEND_PATIENCE
 }
 
 /// Whether a publish error's text is one that passes: nobody answering for a moment, or a

@@ -23,8 +23,11 @@ use clawcage_core::redact::Redactor;
 use clawcage_core::sync::lock;
 
 use crate::keys::token;
-use crate::subject_log::{AppendError, Worker, append_fenced, last_sequence, read_subject};
-use crate::{Cluster, ClusterError, ClusterOptions};
+use crate::subject_log::{
+    AppendError, LogConnection, LogStream, Worker, append_fenced, connect_log, last_sequence,
+    read_subject,
+};
+use crate::{ClusterError, ClusterOptions};
 
 /// The stream of transcripts.
 pub const TRANSCRIPT_STREAM: &str = "CLAW_TX";
@@ -107,33 +110,22 @@ impl JetStreamTranscripts {
         options: &ClusterOptions,
         redactor: Redactor,
     ) -> Result<Self, ClusterError> {
-        let setup = |reason: String| ClusterError::Setup {
-            what: format!("the stream {TRANSCRIPT_STREAM}"),
-            url: url.to_string(),
-            reason,
-        };
-        let worker = Worker::start("clawcage-transcripts")
-            .map_err(|error| setup(format!("cannot start its runtime: {error}")))?;
-        let (url_owned, options_owned) = (url.to_string(), options.clone());
-        let connected = worker.run(
-            options.connect_timeout + options.request_timeout * 2,
-            async move {
-                let cluster = Cluster::connect(&url_owned, &options_owned)
-                    .await
-                    .map_err(std::io::Error::other)?;
-                let stream = open_stream(&cluster.context, &options_owned)
-                    .await
-                    .map_err(std::io::Error::other)?;
-                Ok((cluster.context.clone(), stream))
+        let LogConnection {
+            worker,
+            cluster,
+            stream,
+        } = connect_log(
+            url,
+            options,
+            "clawcage-transcripts",
+            LogStream {
+                name: TRANSCRIPT_STREAM,
+                prefix: SUBJECT_PREFIX,
+                description: "clawcage: each session's transcript and turn journal",
+                rollups: false,
             },
-        );
-        let (context, stream) = connected.map_err(|error| match error.into_inner() {
-            Some(inner) => match inner.downcast::<ClusterError>() {
-                Ok(cluster) => *cluster,
-                Err(other) => setup(other.to_string()),
-            },
-            None => setup("no answer".to_string()),
-        })?;
+        )?;
+        let context = cluster.context.clone();
         Ok(Self {
             inner: Arc::new(Inner {
                 context,
@@ -161,23 +153,6 @@ impl JetStreamTranscripts {
         let entries = entries.to_vec();
         self.call(move |inner| Box::pin(async move { inner.append(&key, entries).await }))
     }
-}
-
-/// Creates or updates the `CLAW_TX` stream: no age or per-subject limit (history is never
-/// dropped), refusing new entries when full rather than dropping old ones.
-async fn open_stream(
-    context: &jetstream::Context,
-    options: &ClusterOptions,
-) -> Result<stream::Stream<()>, String> {
-    crate::subject_log::open_log_stream(
-        context,
-        options.replicas,
-        TRANSCRIPT_STREAM,
-        SUBJECT_PREFIX,
-        "clawcage: each session's transcript and turn journal",
-        false,
-    )
-    .await
 }
 
 /// The records one write of `entries` is stored as: each a message of its own, stored whole or
