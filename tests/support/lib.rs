@@ -21,6 +21,7 @@ pub mod installed;
 pub mod llm_server;
 pub mod nats;
 pub mod outside;
+pub mod seeded;
 pub mod toolchains;
 pub mod web;
 

@@ -25,31 +25,16 @@ use std::time::{Duration, Instant};
 
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user, text_of};
 use clawcage_tests::nats::NatsServer;
-use serde_json::{Value, json};
+use clawcage_tests::seeded::Seeded;
+use serde_json::json;
 
 const TOKEN: &str = "cluster-chaos-token-0123";
 const HOSTS: [&str; 3] = ["host-a", "host-b", "host-c"];
 const SESSIONS: usize = 5;
 const MESSAGES: usize = 6;
 const KILLS: usize = 4;
-
-/// A small deterministic generator (xorshift), so a seed replays a run.
-struct Seeded(u64);
-
-impl Seeded {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound.max(1)
-    }
-}
 
 /// One host's configuration and state directory.
 struct Host {
@@ -144,7 +129,7 @@ async fn chaos(seed: u64) -> bool {
         return false;
     };
     eprintln!("cluster chaos: seed {seed} (CLAWCAGE_CHAOS_SEED={seed} replays it)");
-    let mut random = Seeded(seed);
+    let mut random = Seeded::new(seed);
     // Each answer takes 50 to 400 ms, so kills land during model calls as well as between them.
     let model = LlmServer::start_routed(move |body| {
         let (text, _) = last_user(body);
@@ -301,7 +286,7 @@ async fn chaos(seed: u64) -> bool {
             .unwrap_or_else(|| panic!("{history}"))
             .iter()
             .filter(|message| message["role"] == "assistant")
-            .map(message_text)
+            .map(text_of)
             .collect();
         let expected: Vec<String> = (0..MESSAGES)
             .map(|message| format!("Answered: {}", text(session, message)))
@@ -328,16 +313,4 @@ async fn chaos(seed: u64) -> bool {
     let (status, output) = active.terminate();
     assert!(status.success(), "{output}");
     true
-}
-
-/// The text of a history message (its text blocks joined, or its string content).
-fn message_text(message: &Value) -> String {
-    match &message["content"] {
-        Value::String(text) => text.clone(),
-        Value::Array(blocks) => blocks
-            .iter()
-            .filter_map(|block| block["text"].as_str())
-            .collect(),
-        _ => String::new(),
-    }
 }

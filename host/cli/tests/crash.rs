@@ -34,6 +34,7 @@ use std::time::{Duration, Instant};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, text_of};
+use clawcage_tests::seeded::Seeded as Rng;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "crash-suite-token-0123456789";
@@ -52,24 +53,6 @@ const THRESHOLD: f64 = 0.3;
 const KILLS: usize = 12;
 /// How long the whole suite may take before it fails.
 const BUDGET: Duration = Duration::from_secs(240);
-
-/// A small deterministic generator (splitmix64), so a seed replays a run.
-#[derive(Debug)]
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-        z ^ (z >> 31)
-    }
-
-    fn below(&mut self, bound: u64) -> u64 {
-        self.next() % bound.max(1)
-    }
-}
 
 /// The tokens (`s<session>m<message>`) a text carries.
 fn tokens(text: &str) -> Vec<String> {
@@ -92,7 +75,7 @@ fn tokens(text: &str) -> Vec<String> {
 /// tokens, a message of tool results alone gets the answer; every reply is late, some stream
 /// slowly.
 fn model(seed: u64) -> impl Fn(&Value) -> Reply + Send + Sync + 'static {
-    let state = Mutex::new((Rng(seed ^ 0xABCD), 0u64));
+    let state = Mutex::new((Rng::new(seed ^ 0xABCD), 0u64));
     move |body: &Value| {
         let mut state = state.lock().unwrap();
         let (rng, calls) = &mut *state;
@@ -282,7 +265,7 @@ async fn kill_9_at_random_moments_loses_and_doubles_nothing() {
                 .map_or(1, |elapsed| elapsed.as_nanos() as u64)
         });
     eprintln!("crash suite seed: {seed} (replay with CLAWCAGE_CRASH_SEED={seed})");
-    let mut rng = Rng(seed);
+    let mut rng = Rng::new(seed);
     let server = LlmServer::start_routed(model(seed)).await;
     let setup = Setup::new(server.url());
     setup.add_cron_job();
