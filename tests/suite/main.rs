@@ -13,6 +13,8 @@ mod architecture;
 mod audit;
 mod cache;
 mod cluster;
+mod cluster_leases;
+mod cluster_stores;
 mod context_windows;
 mod cron;
 mod durable_turns;

@@ -1,0 +1,443 @@
+//! The transcripts and inboxes of the JetStream backend against a real `nats-server`, beyond
+//! the contracts: a host that lost a session to another host is refused by the server when it
+//! writes again, entries are scrubbed before they leave the process, the synchronous stores work
+//! from inside a single-threaded runtime, an entry larger than the server takes is an error that
+//! leaves the transcript usable; hosts appending to one session at once keep one order and one
+//! input per idempotency key, a restarted host takes its claims back at once while another host
+//! waits for the dead one's lease to lapse, and a long session is rolled up without losing what
+//! is pending or remembered. Three servers: the stores (R3) ride through the death of one server,
+//! a write waiting for new stream leaders and then going through once.
+
+use std::time::Duration;
+
+use clawcage_agent::inbox::{Appended, InputRecord, InputStatus};
+use clawcage_agent::session::queue::{Origin, QueuedJob};
+use clawcage_agent::transcript::{Entry, now_ms};
+use clawcage_agent::{LaneInbox, TranscriptStore};
+use clawcage_cluster::{
+    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts,
+};
+use clawcage_core::ChatMessage;
+use clawcage_core::redact::Redactor;
+use clawcage_tests::nats::NatsServer;
+
+use crate::cluster::{connect, event};
+use crate::cluster_leases::short_leases;
+
+/// A message of the conversation: the user's at odd times, the assistant's at even ones (two
+/// messages of one role in a row would be read as one).
+fn message(at_ms: u64, text: &str) -> Entry {
+    Entry::Message {
+        at_ms,
+        message: if at_ms % 2 == 1 {
+            ChatMessage::user(text)
+        } else {
+            ChatMessage::assistant(text)
+        },
+    }
+}
+
+fn transcripts(server: &NatsServer, redactor: Redactor) -> JetStreamTranscripts {
+    JetStreamTranscripts::connect(&server.url(), &ClusterOptions::default(), redactor)
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log()))
+}
+
+#[test]
+fn a_host_that_lost_a_session_is_refused_when_it_writes_again() {
+    let Some(server) = NatsServer::start("a_host_that_lost_a_session") else {
+        return;
+    };
+    let key = "agent:main:webchat:alice";
+    let first = transcripts(&server, Redactor::default());
+    first.append_steps(key, &[message(1, "one")]).unwrap();
+    first.append_steps(key, &[message(2, "two")]).unwrap();
+    // Another host takes the session over: it reads what is there, then writes.
+    let second = transcripts(&server, Redactor::default());
+    assert_eq!(second.load(key, 100).unwrap().messages.len(), 2);
+    second.append_steps(key, &[message(3, "three")]).unwrap();
+    // The first host's next write is refused by the server, and nothing of it is stored.
+    let error = first
+        .append_steps(key, &[message(4, "stale")])
+        .expect_err("a stale writer is refused");
+    assert!(
+        error.to_string().contains("written by another host"),
+        "{error}"
+    );
+    let texts: Vec<String> = second
+        .load(key, 100)
+        .unwrap()
+        .messages
+        .iter()
+        .map(ChatMessage::text)
+        .collect();
+    assert_eq!(texts, ["one", "two", "three"]);
+    // Having read again, it may write again (it owns the session once more).
+    first.load(key, 100).unwrap();
+    first.append_steps(key, &[message(4, "back")]).unwrap();
+    assert_eq!(second.load(key, 100).unwrap().messages.len(), 4);
+}
+
+#[tokio::test]
+async fn entries_are_scrubbed_and_the_store_works_inside_a_single_threaded_runtime() {
+    let Some(server) = NatsServer::start("entries_are_scrubbed") else {
+        return;
+    };
+    const SECRET: &str = "sk-transcript-secret-0123456789";
+    // Built and called on this test's single-threaded runtime: the store's own runtime answers.
+    let store = transcripts(&server, Redactor::new([("PROVIDER_KEY", SECRET)]));
+    let key = "agent:main:test:secret";
+    store
+        .append_steps(key, &[message(1, &format!("the key is {SECRET}"))])
+        .unwrap();
+    let loaded = store.load(key, 10).unwrap();
+    let text = loaded.messages[0].text();
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(text.contains("[redacted: PROVIDER_KEY]"), "{text}");
+    // What the server holds is scrubbed too.
+    let cluster = connect(&server).await;
+    let status = cluster.status().await.unwrap();
+    let transcripts_stream = status
+        .streams
+        .iter()
+        .find(|stream| stream.name == "CLAW_TX")
+        .expect("the transcript stream is listed");
+    assert_eq!(transcripts_stream.messages, 1);
+    let listed = store.sessions().unwrap();
+    assert_eq!(listed.len(), 1);
+    assert_eq!(
+        listed[0].key, key,
+        "the key comes back whole from its header"
+    );
+}
+
+#[test]
+fn an_entry_larger_than_the_server_takes_is_an_error_and_the_transcript_goes_on() {
+    let Some(server) = NatsServer::start("an_entry_larger_than_the_server_takes") else {
+        return;
+    };
+    let store = transcripts(&server, Redactor::default());
+    let key = "agent:main:test:large";
+    store.append_steps(key, &[message(1, "small")]).unwrap();
+    let huge = "x".repeat(2 << 20);
+    let error = store
+        .append_steps(key, &[message(4, &huge)])
+        .expect_err("an entry over max_payload is refused");
+    assert!(
+        error.to_string().contains("transcript of session"),
+        "{error}"
+    );
+    store.append_steps(key, &[message(2, "after")]).unwrap();
+    let texts: Vec<String> = store
+        .load(key, 10)
+        .unwrap()
+        .messages
+        .iter()
+        .map(ChatMessage::text)
+        .collect();
+    assert_eq!(texts, ["small", "after"]);
+}
+
+fn input(id: &str, key: Option<&str>) -> InputRecord {
+    InputRecord {
+        id: id.to_string(),
+        at_ms: now_ms(),
+        idempotency: key.map(str::to_string),
+        job: QueuedJob::User {
+            text: format!("text of {id}"),
+            origin: Origin::of_key("agent:main:test:inbox"),
+        },
+        stop_requested: false,
+    }
+}
+
+fn inbox(
+    server: &NatsServer,
+    options: &ClusterOptions,
+    host: &str,
+    incarnation: &str,
+) -> JetStreamInbox {
+    let me = Holder {
+        host: host.to_string(),
+        incarnation: incarnation.to_string(),
+    };
+    JetStreamInbox::connect(&server.url(), options, me, Claims::PerSession)
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log()))
+}
+
+#[test]
+fn hosts_appending_to_one_session_at_once_keep_one_order_and_one_input_per_key() {
+    let Some(server) = NatsServer::start("hosts_appending_to_one_session") else {
+        return;
+    };
+    let options = ClusterOptions::default();
+    let hosts = [
+        inbox(&server, &options, "a", "1"),
+        inbox(&server, &options, "b", "1"),
+    ];
+    let key = "agent:main:test:inbox";
+    // Four senders on each host; every idempotency key is sent by two of them.
+    let new = std::sync::atomic::AtomicUsize::new(0);
+    std::thread::scope(|scope| {
+        for (number, host) in hosts.iter().cycle().take(8).enumerate() {
+            let new = &new;
+            scope.spawn(move || {
+                for round in 0..5 {
+                    let id = format!("r{number}-{round}");
+                    let idempotency = format!("k{}-{round}", number % 4);
+                    if host.append(key, &input(&id, Some(&idempotency))).unwrap() == Appended::New {
+                        new.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+                    }
+                }
+            });
+        }
+    });
+    // 4 keys × 5 rounds, each taken once.
+    assert_eq!(new.load(std::sync::atomic::Ordering::SeqCst), 20);
+    let seen_by_a: Vec<String> = hosts[0]
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    let fresh = inbox(&server, &options, "c", "1");
+    let seen_by_c: Vec<String> = fresh
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(seen_by_c.len(), 20, "{seen_by_c:?}");
+    let mut keys: Vec<String> = fresh
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .filter_map(|record| record.idempotency)
+        .collect();
+    keys.sort();
+    keys.dedup();
+    assert_eq!(keys.len(), 20, "one input per key");
+    // One order, whichever host reads.
+    let seen_by_b: Vec<String> = hosts[1]
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(seen_by_a, seen_by_c);
+    assert_eq!(seen_by_b, seen_by_c);
+}
+
+#[test]
+fn a_restarted_host_takes_its_claims_back_at_once_and_another_host_waits_for_the_lease() {
+    let Some(server) = NatsServer::start("a_restarted_host_takes_its_claims_back") else {
+        return;
+    };
+    let options = short_leases(2);
+    let key = "agent:main:test:claims";
+    // Host a's first start claimed the session, then died without giving it back: its lease
+    // is there, renewed by nobody.
+    let dead = lease_left_by_a_dead_process(&server, &options, "a", "1");
+    let stranger = inbox(&server, &options, "b", "1");
+    assert!(
+        !stranger.claim(key).unwrap(),
+        "a lease not yet lapsed is respected"
+    );
+    // Host a starts again: the lease of its earlier self is a dead process's, taken at once.
+    let restarted = inbox(&server, &options, "a", "2");
+    assert!(
+        restarted.claim(key).unwrap(),
+        "its own earlier lease is taken back at once"
+    );
+    drop(dead);
+    // Held and renewed by the restarted host: the other host still cannot take it, even after
+    // several times the lease's time to live.
+    std::thread::sleep(Duration::from_secs(5));
+    assert!(!stranger.claim(key).unwrap(), "a renewed claim holds");
+    // Given back at the end (the last handle's drop), it is free for the other host at once.
+    drop(restarted);
+    assert!(stranger.claim(key).unwrap());
+}
+
+/// A claim left by a process of `host` (`incarnation`) that died holding it: a lease taken on
+/// a connection of its own and never renewed.
+fn lease_left_by_a_dead_process(
+    server: &NatsServer,
+    options: &ClusterOptions,
+    host: &str,
+    incarnation: &str,
+) -> tokio::runtime::Runtime {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let holder = Holder {
+        host: host.to_string(),
+        incarnation: incarnation.to_string(),
+    };
+    runtime.block_on(async {
+        let cluster = Cluster::connect(&server.url(), options).await.unwrap();
+        let leases = cluster.leases(holder).await.unwrap();
+        leases
+            .acquire("inbox.agent:main:test:claims")
+            .await
+            .unwrap()
+            .expect("the session's claim was free");
+    });
+    runtime
+}
+
+#[test]
+fn a_long_session_is_rolled_up_keeping_what_is_pending_and_remembered() {
+    let Some(server) = NatsServer::start("a_long_session_is_rolled_up") else {
+        return;
+    };
+    let options = ClusterOptions::default();
+    let writer = inbox(&server, &options, "a", "1");
+    let key = "agent:main:test:long";
+    for number in 0..150 {
+        let id = format!("i{number}");
+        writer
+            .append(key, &input(&id, Some(&format!("key{number}"))))
+            .unwrap();
+        if number % 10 != 9 {
+            writer.done(key, &[id], InputStatus::Ok).unwrap();
+        }
+    }
+    let reader = inbox(&server, &options, "b", "1");
+    let pending: Vec<String> = reader
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|r| r.id)
+        .collect();
+    assert_eq!(pending.len(), 15, "{pending:?}");
+    assert_eq!(pending[0], "i9");
+    assert_eq!(reader.finished(key).unwrap().len(), 135);
+    assert_eq!(
+        reader.append(key, &input("again", Some("key3"))).unwrap(),
+        Appended::Duplicate("i3".to_string()),
+        "a key done long ago in this session is still remembered"
+    );
+    // Fewer records than the 285 written: dead ones were rolled up.
+    let stored = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let status = connect(&server).await.status().await.unwrap();
+        status
+            .streams
+            .iter()
+            .find(|stream| stream.name == "CLAW_INBOX")
+            .map(|stream| stream.messages)
+            .unwrap_or_default()
+    });
+    assert!(stored < 200, "{stored} records kept");
+}
+
+/// Connects to `url` with `options`, waiting (at most 60 s) for a fresh cluster's JetStream to
+/// elect its leader.
+async fn connect_when_ready(url: &str, options: &ClusterOptions) -> Cluster {
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match Cluster::connect(url, options).await {
+            Ok(cluster) => return cluster,
+            Err(error) if std::time::Instant::now() < deadline => {
+                eprintln!("waiting for the cluster: {error}");
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+            Err(error) => panic!("{error}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_keep_every_store_when_one_of_them_dies() {
+    let Some(mut nodes) = NatsServer::start_cluster("three_servers_keep_every_store") else {
+        return;
+    };
+    let url = NatsServer::urls(&nodes);
+    let options = ClusterOptions {
+        replicas: 3,
+        ..ClusterOptions::default()
+    };
+    let cluster = connect_when_ready(&url, &options).await;
+    let me = Holder {
+        host: "a".to_string(),
+        incarnation: "1".to_string(),
+    };
+    let (transcripts, inbox) = tokio::task::spawn_blocking({
+        let (url, options, me) = (url.clone(), options.clone(), me.clone());
+        move || {
+            (
+                JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap(),
+                JetStreamInbox::connect(&url, &options, me, Claims::PerSession).unwrap(),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    let key = "agent:main:test:r3";
+    let events = cluster.event_log();
+    let mut seq = 0;
+    let write = |round: u64| {
+        let (transcripts, inbox) = (transcripts.clone(), inbox.clone());
+        async move {
+            tokio::task::spawn_blocking(move || {
+                transcripts.append_steps(key, &[message(round * 2 + 1, &format!("q{round}"))])?;
+                transcripts.commit(key, &[message(round * 2 + 2, &format!("a{round}"))])?;
+                inbox
+                    .append(
+                        key,
+                        &input(&format!("i{round}"), Some(&format!("k{round}"))),
+                    )
+                    .map(drop)
+            })
+            .await
+            .unwrap()
+        }
+    };
+    for round in 0..5 {
+        write(round).await.unwrap();
+        seq += 1;
+        events.append(event(key, seq, "before"), 1).await.unwrap();
+    }
+    // One server dies; the other two keep a majority of every stream's replicas.
+    nodes[0].kill();
+    let killed = std::time::Instant::now();
+    let mut first_write = None;
+    for round in 5..10 {
+        // The stores ride through the election of new stream leaders: the write waits, then
+        // goes through, once.
+        write(round)
+            .await
+            .unwrap_or_else(|error| panic!("round {round}: {error}"));
+        first_write.get_or_insert_with(|| killed.elapsed());
+        seq += 1;
+        events.append(event(key, seq, "after"), 1).await.unwrap();
+    }
+    eprintln!(
+        "three servers: the first write after a server died went through {:?} after it",
+        first_write.unwrap_or_default()
+    );
+    // A fresh reader (another host) finds everything, through the surviving servers.
+    let (loaded, pending) = tokio::task::spawn_blocking({
+        let (url, options) = (url.clone(), options.clone());
+        move || {
+            let fresh = JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap();
+            let fresh_inbox = JetStreamInbox::connect(
+                &url,
+                &options,
+                Holder {
+                    host: "b".to_string(),
+                    incarnation: "1".to_string(),
+                },
+                Claims::PerSession,
+            )
+            .unwrap();
+            (
+                fresh.load(key, 100).unwrap(),
+                fresh_inbox.pending(key).unwrap(),
+            )
+        }
+    })
+    .await
+    .unwrap();
+    assert_eq!(loaded.messages.len(), 20, "{:?}", loaded.messages);
+    assert_eq!(pending.len(), 10);
+    let replay = events.read(key, 0, 100).await.unwrap();
+    assert_eq!(replay.events.len(), 10);
+}
