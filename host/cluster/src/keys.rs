@@ -33,6 +33,27 @@ pub fn token(key: &str) -> String {
     escaped
 }
 
+/// A key-value key back to the name it escapes (see [`token`]; a hashed one, `=h…`, stays as it
+/// is): what a listing of keys names.
+pub fn unescape(key: &str) -> String {
+    let bytes = key.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut index = 0;
+    while index < bytes.len() {
+        if bytes[index] == b'='
+            && let Some(hex) = key.get(index + 1..index + 3)
+            && let Ok(byte) = u8::from_str_radix(hex, 16)
+        {
+            out.push(byte);
+            index += 3;
+            continue;
+        }
+        out.push(bytes[index]);
+        index += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The key-value key of `session`'s idempotency key `idempotency`: the session's token, a dot,
 /// and the SHA-256 of the idempotency key (a client's key never appears in the store).
 pub fn idempotency_key(session: &str, idempotency: &str) -> String {

@@ -25,7 +25,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use crate::ClusterOptions;
-use crate::keys::token;
+use crate::keys::{token, unescape};
 
 /// The bucket of leases.
 pub const LEASES_BUCKET: &str = "claw_leases";
@@ -354,26 +354,6 @@ impl Leases {
         }
         Ok(names)
     }
-}
-
-/// A key-value key back to the name it escapes (see [`token`]); names of leases are plain.
-fn unescape(key: &str) -> String {
-    let bytes = key.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut index = 0;
-    while index < bytes.len() {
-        if bytes[index] == b'='
-            && let Some(hex) = key.get(index + 1..index + 3)
-            && let Ok(byte) = u8::from_str_radix(hex, 16)
-        {
-            out.push(byte);
-            index += 3;
-            continue;
-        }
-        out.push(bytes[index]);
-        index += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The rendezvous score of `host` for `partition`.
