@@ -392,20 +392,13 @@ impl SubagentManager {
             state.next_number += 1;
             let number = state.next_number;
             let id = format!("sub-{number}");
-            let record = SubagentRecord {
-                id: id.clone(),
-                parent_session: parent_session.to_string(),
-                label: label.or_else(|| Some(format!("acp:{agent}"))),
-                task: task.to_string(),
+            let record = SubagentRecord::starting(
+                &id,
+                parent_session,
+                label.or_else(|| Some(format!("acp:{agent}"))),
+                task,
                 depth,
-                pid: std::process::id(),
-                status: SubagentStatus::Running,
-                started_ms: now_ms(),
-                finished_ms: None,
-                turns: 0,
-                tool_calls: 0,
-                result: None,
-            };
+            );
             state.records.insert(number, record);
             let listener = self.output.clone();
             let (parent, child) = (parent_session.to_string(), id.clone());
@@ -550,20 +543,7 @@ impl SubagentManager {
         state.next_number += 1;
         let number = state.next_number;
         let id = format!("sub-{number}");
-        let record = SubagentRecord {
-            id: id.clone(),
-            parent_session: parent_session.to_string(),
-            label,
-            task: task.to_string(),
-            depth,
-            pid: std::process::id(),
-            status: SubagentStatus::Running,
-            started_ms: now_ms(),
-            finished_ms: None,
-            turns: 0,
-            tool_calls: 0,
-            result: None,
-        };
+        let record = SubagentRecord::starting(&id, parent_session, label, task, depth);
         state.records.insert(number, record.clone());
 
         let agent = AgentLoop::new(

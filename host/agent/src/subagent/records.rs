@@ -68,6 +68,31 @@ pub struct SubagentRecord {
 }
 
 impl SubagentRecord {
+    /// The record of child `id`, starting now in this process on `task` for `parent_session` at
+    /// `depth`.
+    pub(crate) fn starting(
+        id: &str,
+        parent_session: &str,
+        label: Option<String>,
+        task: &str,
+        depth: u32,
+    ) -> Self {
+        Self {
+            id: id.to_string(),
+            parent_session: parent_session.to_string(),
+            label,
+            task: task.to_string(),
+            depth,
+            pid: std::process::id(),
+            status: SubagentStatus::Running,
+            started_ms: crate::transcript::now_ms(),
+            finished_ms: None,
+            turns: 0,
+            tool_calls: 0,
+            result: None,
+        }
+    }
+
     pub(crate) fn name(&self) -> String {
         match &self.label {
             Some(label) => format!("{} ({label})", self.id),
