@@ -18,7 +18,8 @@ use std::time::Instant;
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{
-    ArtifactCache, FsMode, Grants, Limits, Sandbox, SandboxOptions, WasmTool, WorkspaceGrant,
+    ArtifactCache, BundledComponent, FsMode, Grants, Limits, Sandbox, SandboxOptions, WasmTool,
+    WorkspaceGrant,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +33,11 @@ async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
     registry_of(sandbox, bundled::FILE, grants).await
 }
 
-async fn registry_of(sandbox: &Arc<Sandbox>, component: &[u8], grants: Grants) -> ToolRegistry {
+async fn registry_of(
+    sandbox: &Arc<Sandbox>,
+    component: &'static BundledComponent,
+    grants: Grants,
+) -> ToolRegistry {
     tools_of(sandbox, "file", component, grants).await.0
 }
 
@@ -40,7 +45,7 @@ async fn registry_of(sandbox: &Arc<Sandbox>, component: &[u8], grants: Grants) -
 async fn tools_of(
     sandbox: &Arc<Sandbox>,
     name: &str,
-    component: &[u8],
+    component: &'static BundledComponent,
     grants: Grants,
 ) -> (ToolRegistry, WasmTool) {
     let loaded = sandbox

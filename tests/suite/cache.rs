@@ -39,9 +39,9 @@ async fn a_second_start_loads_from_the_cache_and_a_damaged_entry_is_recompiled()
         .map(|e| e.unwrap().path())
         .collect();
     entries.sort();
-    let key = ArtifactCache::key(first.engine(), bundled::FILE);
+    let key = ArtifactCache::key(first.engine(), &bundled::FILE.bytes().unwrap());
     assert_eq!(
-        ArtifactCache::key_for_digest(first.engine(), bundled::sha256::FILE),
+        ArtifactCache::key_for_digest(first.engine(), bundled::FILE.sha256()),
         key,
         "the build-time digest gives the same key as hashing the bytes"
     );
@@ -141,7 +141,7 @@ async fn file_component(
         .load("file", "bundled:file", bundled::FILE, grants.clone())
         .await
         .unwrap();
-    let key = ArtifactCache::key(sandbox.engine(), bundled::FILE);
+    let key = ArtifactCache::key(sandbox.engine(), &bundled::FILE.bytes().unwrap());
     (sandbox, loaded, key)
 }
 

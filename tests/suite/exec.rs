@@ -324,7 +324,11 @@ async fn unknown_programs_name_what_exists() {
 async fn operator_programs_join_the_catalog() {
     let dir = workspace();
     let programs = tempfile::tempdir().unwrap();
-    fs::write(programs.path().join("mygrep.wasm"), bundled::GREP).unwrap();
+    fs::write(
+        programs.path().join("mygrep.wasm"),
+        bundled::GREP.bytes().unwrap(),
+    )
+    .unwrap();
     let sandbox = sandbox();
     let catalog = sandbox.programs(Some(programs.path())).await.unwrap();
     assert!(catalog.names().contains(&"mygrep".to_string()));

@@ -5,7 +5,7 @@
 use std::time::{Duration, Instant};
 
 use clawcage_sandbox::components::{bundled, fixtures};
-use clawcage_sandbox::{FsMode, Limits};
+use clawcage_sandbox::{ComponentCode, FsMode, Limits};
 use clawcage_tests::{fixture, grants, registry_of};
 
 async fn registry(dir: &std::path::Path, limits: Limits) -> clawcage_agent::ToolRegistry {
@@ -15,11 +15,11 @@ async fn registry(dir: &std::path::Path, limits: Limits) -> clawcage_agent::Tool
     let echo = fixture(fixtures::ECHO);
     registry_of(
         &[
-            ("file", bundled::FILE),
-            ("spin", &spin),
-            ("hog", &hog),
-            ("crash", &crash),
-            ("echo", &echo),
+            ("file", ComponentCode::from(bundled::FILE)),
+            ("spin", ComponentCode::from(&spin)),
+            ("hog", ComponentCode::from(&hog)),
+            ("crash", ComponentCode::from(&crash)),
+            ("echo", ComponentCode::from(&echo)),
         ],
         grants(dir, FsMode::ReadWrite, limits),
     )

@@ -540,7 +540,7 @@ async fn a_plugin_refused_a_host_is_told_its_own_grant_key() {
         plugins.path(),
         "webby",
         "webby",
-        clawcage_sandbox::components::bundled::WEB,
+        &clawcage_sandbox::components::bundled::WEB.bytes().unwrap(),
         None,
         "[capabilities]\nnetwork = [\"api.example.com\"]\n",
     );

@@ -33,10 +33,10 @@ fn sandbox_with_idle(idle: Duration) -> Arc<Sandbox> {
 }
 
 /// The tools of the component `bytes` granted `dir` read-write with `limits`.
-async fn load(
+async fn load<'a>(
     sandbox: &Arc<Sandbox>,
     name: &str,
-    bytes: &[u8],
+    code: impl Into<clawcage_sandbox::ComponentCode<'a>>,
     dir: &std::path::Path,
     limits: Limits,
 ) -> Vec<WasmTool> {
@@ -44,7 +44,7 @@ async fn load(
         clawcage_sandbox::Grants::workspace(WorkspaceGrant::new(dir, FsMode::ReadWrite).unwrap())
             .with_limits(limits);
     sandbox
-        .load(name, &format!("test:{name}"), bytes, grants)
+        .load(name, &format!("test:{name}"), code, grants)
         .await
         .unwrap()
         .into_tools()

@@ -212,7 +212,10 @@ async fn p2_components_keep_their_exit_with_code_and_rust_programs_run_beside_p1
     // A component that calls `wasi:cli/exit.exit-with-code` (the p1 program made into one).
     let component = p1_as_component(&wasm(EXIT_WITH_ARG)).expect("adapted");
     assert_eq!(ProgramKind::of(&component), ProgramKind::P2Component);
-    let programs = programs_dir(&[("p2code.wasm", &component), ("mygrep.wasm", bundled::GREP)]);
+    let programs = programs_dir(&[
+        ("p2code.wasm", &component),
+        ("mygrep.wasm", &bundled::GREP.bytes().unwrap()),
+    ]);
     let registry = exec_with(
         workspace.path(),
         catalog_of(programs.path()).await,

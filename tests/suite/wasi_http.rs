@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use clawcage_agent::ToolRegistry;
-use clawcage_sandbox::Grants;
 use clawcage_sandbox::components::{bundled, fixtures};
 use clawcage_sandbox::network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
+use clawcage_sandbox::{ComponentCode, Grants};
 use clawcage_tests::web::{Reply, TestResolver, WebServer, capture_logs, echo_server};
 use clawcage_tests::{fixture, registry_of};
 use serde_json::json;
@@ -51,7 +51,10 @@ async fn wasi_http_gets_the_same_verdicts_as_the_http_import() {
     });
     let wasi_fixture = fixture(fixtures::WASI_HTTP_FETCH);
     let registry = registry_of(
-        &[("web", bundled::WEB), ("wasi-http-fetch", &wasi_fixture)],
+        &[
+            ("web", ComponentCode::from(bundled::WEB)),
+            ("wasi-http-fetch", ComponentCode::from(&wasi_fixture)),
+        ],
         Grants::none().with_network(policy),
     )
     .await;
@@ -176,7 +179,10 @@ async fn the_body_cap_counts_wire_bytes_while_secrets_are_scrubbed() {
         });
     let wasi_fixture = fixture(fixtures::WASI_HTTP_FETCH);
     let registry = registry_of(
-        &[("web", bundled::WEB), ("wasi-http-fetch", &wasi_fixture)],
+        &[
+            ("web", ComponentCode::from(bundled::WEB)),
+            ("wasi-http-fetch", ComponentCode::from(&wasi_fixture)),
+        ],
         Grants::none().with_network(policy),
     )
     .await;

@@ -363,7 +363,7 @@ async fn the_search_endpoint_must_be_allowed_like_any_host() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn components_that_import_http_do_not_load_without_a_network_grant() {
     for (name, bytes) in [
-        ("web", bundled::WEB.to_vec()),
+        ("web", bundled::WEB.bytes().unwrap()),
         (
             "wasi-http-fetch",
             clawcage_tests::fixture(clawcage_sandbox::components::fixtures::WASI_HTTP_FETCH),

@@ -10,9 +10,9 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::time::{Duration, Instant};
 
 use clawcage_agent::ToolRegistry;
-use clawcage_sandbox::Grants;
 use clawcage_sandbox::components::{bundled, fixtures};
 use clawcage_sandbox::network::{AllowList, NetworkLimits, NetworkPolicy, Secret, SecretValue};
+use clawcage_sandbox::{ComponentCode, Grants};
 use clawcage_tests::web::{Reply, TestResolver, WebServer, echo_server};
 use clawcage_tests::{fixture, registry_of};
 use serde_json::json;
@@ -532,7 +532,10 @@ async fn a_host_echoing_its_secret_back_shows_only_a_redaction() {
     ]);
     let wasi_fixture = fixture(fixtures::WASI_HTTP_FETCH);
     let registry = registry_of(
-        &[("web", bundled::WEB), ("wasi-http-fetch", &wasi_fixture)],
+        &[
+            ("web", ComponentCode::from(bundled::WEB)),
+            ("wasi-http-fetch", ComponentCode::from(&wasi_fixture)),
+        ],
         Grants::none().with_network(policy),
     )
     .await;

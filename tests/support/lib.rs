@@ -30,8 +30,8 @@ use std::sync::{Arc, OnceLock};
 
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::{
-    ArtifactCache, ExecGrant, FsMode, Grants, Limits, ProgramCatalog, Sandbox, SandboxOptions,
-    WorkspaceGrant, components,
+    ArtifactCache, ComponentCode, ExecGrant, FsMode, Grants, Limits, ProgramCatalog, Sandbox,
+    SandboxOptions, WorkspaceGrant, components,
 };
 use tokio::sync::OnceCell;
 
@@ -95,12 +95,16 @@ pub async fn exec_registry(dir: &Path, mode: FsMode) -> ToolRegistry {
 }
 
 /// A registry with the given components, all under `grants`.
-pub async fn registry_of(components: &[(&str, &[u8])], grants: Grants) -> ToolRegistry {
+/// (A slice mixing bundled components and bytes names them as [`ComponentCode`]s.)
+pub async fn registry_of<'a, C>(components: &[(&str, C)], grants: Grants) -> ToolRegistry
+where
+    C: Into<ComponentCode<'a>> + Copy,
+{
     let sandbox = sandbox();
     let mut registry = ToolRegistry::new();
-    for (name, bytes) in components {
+    for (name, code) in components {
         let loaded = sandbox
-            .load(name, &format!("test:{name}"), bytes, grants.clone())
+            .load(name, &format!("test:{name}"), *code, grants.clone())
             .await
             .unwrap_or_else(|error| panic!("loading {name}: {error}"));
         for tool in loaded.into_tools() {

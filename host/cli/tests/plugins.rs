@@ -58,8 +58,8 @@ fn setup() -> tempfile::TempDir {
         &plugins,
         "clash",
         "clash",
-        bundled::FILE,
-        &digest(bundled::FILE),
+        &bundled::FILE.bytes().unwrap(),
+        bundled::FILE.sha256(),
         "",
     );
     std::fs::write(

@@ -47,7 +47,7 @@ fn programs_list_shows_each_kind_and_what_is_wrong_with_a_broken_file() {
     std::fs::write(programs.join("junk.wasm"), b"#!/bin/sh\necho hi\n").unwrap();
     std::fs::write(
         programs.join("mygrep.wasm"),
-        clawcage_sandbox::components::bundled::GREP,
+        clawcage_sandbox::components::bundled::GREP.bytes().unwrap(),
     )
     .unwrap();
     let config = outside.path().join("clawcage.toml");

@@ -868,7 +868,7 @@ async fn a_program_compiled_during_a_call_is_announced_above_its_line() {
     let programs = tempfile::tempdir().unwrap();
     std::fs::write(
         programs.path().join("mygrep.wasm"),
-        never_compiled(clawcage_sandbox::components::bundled::GREP),
+        never_compiled(&clawcage_sandbox::components::bundled::GREP.bytes().unwrap()),
     )
     .unwrap();
     let setup = Setup::new(&format!(

@@ -8,19 +8,21 @@ use std::sync::Arc;
 
 use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::{CronService, ToolRegistry};
-use clawcage_sandbox::{ExecGrant, Grants, Limits, ProgramDirs, Sandbox, components};
+use clawcage_sandbox::{
+    BundledComponent, ExecGrant, Grants, Limits, ProgramDirs, Sandbox, components,
+};
 
 use crate::config::Config;
 use crate::{Error, failed, usage};
 
-/// The bundled components every registry starts from: (name, bytes, which grants).
+/// The bundled components every registry starts from: (name, code, which grants).
 enum Which {
     Workspace,
     Web,
     Exec,
 }
 
-const BUNDLED: [(&str, &[u8], Which); 3] = [
+const BUNDLED: [(&str, &BundledComponent, Which); 3] = [
     ("file", components::bundled::FILE, Which::Workspace),
     ("web", components::bundled::WEB, Which::Web),
     ("exec", components::bundled::EXEC, Which::Exec),
@@ -49,13 +51,13 @@ pub(crate) async fn bundled_registry(
     let exec_enabled = config.exec.enabled.unwrap_or(true);
     let to_compile = BUNDLED
         .iter()
-        .filter(|(_, bytes, which)| {
-            (exec_enabled || !matches!(which, Which::Exec)) && sandbox.needs_compile(bytes)
+        .filter(|(_, code, which)| {
+            (exec_enabled || !matches!(which, Which::Exec)) && sandbox.needs_compile(*code)
         })
         .count();
     sandbox.progress().expect(to_compile);
     let mut registry = ToolRegistry::new();
-    for (name, bytes, which) in BUNDLED {
+    for (name, code, which) in BUNDLED {
         let grants = match which {
             Which::Workspace => grants.clone(),
             Which::Web => web_grants.clone(),
@@ -76,7 +78,7 @@ pub(crate) async fn bundled_registry(
             }
             Which::Exec => continue,
         };
-        register(sandbox, &mut registry, name, bytes, grants).await?;
+        register(sandbox, &mut registry, name, code, grants).await?;
     }
     Ok(registry)
 }
@@ -86,11 +88,11 @@ async fn register(
     sandbox: &Arc<Sandbox>,
     registry: &mut ToolRegistry,
     name: &str,
-    bytes: &[u8],
+    code: &'static BundledComponent,
     grants: Grants,
 ) -> Result<(), Error> {
     let loaded = sandbox
-        .load(name, &format!("bundled:{name}"), bytes, grants)
+        .load(name, &format!("bundled:{name}"), code, grants)
         .await
         .map_err(failed)?;
     for tool in loaded.into_tools() {

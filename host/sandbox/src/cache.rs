@@ -24,6 +24,7 @@
 //! or be that user; a copied cache, a file moved under another key and a replaced file all fail
 //! the comparison and are checked in full again.
 
+use std::borrow::Cow;
 use std::collections::hash_map::DefaultHasher;
 use std::hash::{Hash, Hasher};
 use std::io;
@@ -227,11 +228,22 @@ impl ArtifactCache {
         key: &str,
         bytes: &[u8],
     ) -> wasmtime::Result<(Component, CacheOutcome)> {
+        self.load_keyed_with(engine, key, || Ok(Cow::Borrowed(bytes)))
+    }
+
+    /// [`ArtifactCache::load_keyed`] for code that costs something to produce (a bundled
+    /// component is inflated): `code` is asked for only when the component must be compiled.
+    pub fn load_keyed_with<'a>(
+        &self,
+        engine: &Engine,
+        key: &str,
+        code: impl FnOnce() -> wasmtime::Result<Cow<'a, [u8]>>,
+    ) -> wasmtime::Result<(Component, CacheOutcome)> {
         let Some(dir) = &self.dir else {
-            return Ok((Component::new(engine, bytes)?, CacheOutcome::Compiled));
+            return Ok((Component::new(engine, code()?)?, CacheOutcome::Compiled));
         };
         let Some(seal) = self.seal(dir) else {
-            return Ok((Component::new(engine, bytes)?, CacheOutcome::Compiled));
+            return Ok((Component::new(engine, code()?)?, CacheOutcome::Compiled));
         };
         let path = dir.join(format!("{key}.cwasm"));
         match self.load_sealed(engine, seal, key, &path) {
@@ -242,7 +254,7 @@ impl ArtifactCache {
                 "ignoring a compiled-component cache entry ({error:#}); recompiling"
             ),
         }
-        let component = Component::new(engine, bytes)?;
+        let component = Component::new(engine, code()?)?;
         if let Err(error) = store(seal, key, &path, &component) {
             tracing::warn!(
                 dir = %dir.display(),

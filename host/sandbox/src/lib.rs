@@ -9,6 +9,7 @@
 mod adapter;
 mod asked_writes;
 mod bindings;
+pub mod bundled;
 pub mod cache;
 mod clock;
 mod directory_listing;
@@ -31,6 +32,7 @@ mod tool;
 mod wasi_context;
 mod workspace_text;
 
+pub use bundled::{BundledComponent, ComponentCode, DamagedComponent};
 pub use cache::{ArtifactCache, CacheOutcome};
 pub use env::{EnvError, EnvGrant};
 pub use grants::{ExecGrant, FsMode, GrantError, Grants, Limits, WorkspaceGrant};

@@ -19,6 +19,7 @@ use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
 use tokio::sync::OnceCell;
 
 pub use crate::adapter::ProgramKind;
+use crate::bundled::BundledComponent;
 use crate::components;
 use crate::load_once::{LoadOnce, OnFailure};
 use crate::sandbox::{Code, LoadError, Sandbox};
@@ -110,10 +111,13 @@ impl LazyProgram {
     /// take a moment).
     async fn adapted(&self) -> Result<Code, String> {
         let code = self.code.clone();
-        tokio::task::spawn_blocking(move || crate::adapter::adapt(code.bytes()))
-            .await
-            .map_err(|error| format!("the adapting task stopped: {error}"))?
-            .map(|bytes| Code::Shared(Arc::from(bytes)))
+        tokio::task::spawn_blocking(move || {
+            let bytes = code.bytes().map_err(|error| error.to_string())?;
+            crate::adapter::adapt(&bytes)
+        })
+        .await
+        .map_err(|error| format!("the adapting task stopped: {error}"))?
+        .map(|bytes| Code::Shared(Arc::from(bytes)))
     }
 
     /// What `clawcage programs list` shows of it, with the names it answers to.
@@ -121,7 +125,7 @@ impl LazyProgram {
         ProgramInfo {
             name: self.name.clone(),
             kind: self.kind,
-            bytes: self.code.bytes().len() as u64,
+            bytes: self.code.len() as u64,
             sha256: self.sha256.clone(),
             source: self.origin.clone(),
             names,
@@ -351,8 +355,8 @@ enum BundledNames {
     Fixed(&'static [&'static str]),
 }
 
-/// The bundled programs: (name, bytes, the names it answers to).
-fn bundled() -> [(&'static str, &'static [u8], BundledNames); 8] {
+/// The bundled programs: (name, code, the names it answers to).
+fn bundled() -> [(&'static str, &'static BundledComponent, BundledNames); 8] {
     [
         (
             "coreutils",
@@ -470,16 +474,13 @@ impl Sandbox {
 
     async fn find_programs(self: &Arc<Self>, dirs: &ProgramDirs) -> Result<Found, LoadError> {
         let mut programs = ProgramMap::new();
-        for (name, bytes, names) in bundled() {
-            let sha256 = match components::bundled::digest_of(bytes) {
-                Some(digest) => digest.to_string(),
-                None => crate::cache::sha256_hex(bytes),
-            };
+        for (name, code, names) in bundled() {
+            let sha256 = code.sha256().to_string();
             let program = Arc::new(LazyProgram {
                 name: name.to_string(),
                 origin: format!("bundled:{name}"),
                 sandbox: self.clone(),
-                code: Code::Static(bytes),
+                code: Code::Bundled(code),
                 kind: match names {
                     BundledNames::Own => ProgramKind::P2Component,
                     BundledNames::Asked | BundledNames::Fixed(_) => ProgramKind::Multicall,

@@ -5,6 +5,7 @@
 //! to tools: the engine and its ticker, compiling through the cache, checking imports and loading
 //! lazily all serve the [`Sandbox`]'s loading.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -17,6 +18,7 @@ use wasmtime::component::{Component, HasSelf, Linker};
 use wasmtime::{Config, Engine, InstanceAllocationStrategy, PoolingAllocationConfig};
 
 use crate::bindings::{self, BasicToolPre};
+use crate::bundled::{BundledComponent, ComponentCode, DamagedComponent};
 use crate::cache::{ArtifactCache, CacheOutcome, sha256_hex};
 use crate::grants::Grants;
 use crate::host::CallState;
@@ -275,7 +277,9 @@ impl Sandbox {
             self.progress.compiling(name);
         }
         let compiled = tokio::task::spawn_blocking(move || {
-            cache.load_keyed(&engine, &owned_key, code.bytes())
+            cache.load_keyed_with(&engine, &owned_key, || {
+                code.bytes().map_err(wasmtime::Error::msg)
+            })
         })
         .await
         .map_err(|error| LoadError::Compile {
@@ -291,27 +295,28 @@ impl Sandbox {
         Ok((component, outcome))
     }
 
-    /// Checks the component `bytes` against `grants` and returns its tools bound to them.
-    /// `origin` says where it came from (e.g. `bundled:file`), for `clawcage tools` and the logs.
+    /// Checks the component `code` (a [`BundledComponent`] or bytes) against `grants` and
+    /// returns its tools bound to them. `origin` says where it came from (e.g. `bundled:file`),
+    /// for `clawcage tools` and the logs.
     ///
     /// Nothing is compiled or instantiated when the artifact cache already describes the
     /// component (its tool specs and imports were recorded the first time): the code is loaded
-    /// when one of its tools is first called. Bundled components are recognised by their static
-    /// bytes and keyed by the digest computed at build time, so they are not even hashed.
-    pub async fn load(
+    /// when one of its tools is first called. A bundled component is keyed by the digest its
+    /// build recorded, so it is neither inflated nor hashed.
+    pub async fn load<'a>(
         self: &Arc<Self>,
         name: &str,
         origin: &str,
-        bytes: &[u8],
+        code: impl Into<ComponentCode<'a>>,
         grants: Grants,
     ) -> Result<LoadedComponent, LoadError> {
-        let (code, sha256) = match crate::components::bundled::as_static(bytes)
-            .zip(crate::components::bundled::digest_of(bytes))
-        {
-            Some((bytes, digest)) => (Code::Static(bytes), digest.to_string()),
-            None => (Code::Shared(Arc::from(bytes)), sha256_hex(bytes)),
+        let code = code.into();
+        let sha256 = match code {
+            ComponentCode::Bundled(bundled) => bundled.sha256().to_string(),
+            ComponentCode::Bytes(bytes) => sha256_hex(bytes),
         };
-        self.load_code(name, origin, code, &sha256, grants).await
+        self.load_code(name, origin, Code::of(code), &sha256, grants)
+            .await
     }
 
     /// [`Sandbox::load`] for code whose SHA-256 is already known (and was checked by the
@@ -361,12 +366,12 @@ impl Sandbox {
         })
     }
 
-    /// Whether loading the component `bytes` would compile it (neither this process nor the
+    /// Whether loading the component `code` would compile it (neither this process nor the
     /// artifact cache knows it), so a front end can announce how many compilations are ahead.
-    pub fn needs_compile(&self, bytes: &[u8]) -> bool {
-        let key = match crate::components::bundled::digest_of(bytes) {
-            Some(digest) => self.key_for_digest(digest),
-            None => self.key_for_digest(&sha256_hex(bytes)),
+    pub fn needs_compile<'a>(&self, code: impl Into<ComponentCode<'a>>) -> bool {
+        let key = match code.into() {
+            ComponentCode::Bundled(bundled) => self.key_for_digest(bundled.sha256()),
+            ComponentCode::Bytes(bytes) => self.key_for_digest(&sha256_hex(bytes)),
         };
         self.compiled(&key).is_none()
             && (self.recorded_description(&key).is_none() && !self.cache.has_artifact(&key))
@@ -484,20 +489,38 @@ impl Sandbox {
 /// The name of the record that describes a component beside its artifact.
 const DESCRIPTION_RECORD: &str = "describe";
 
-/// The bytes of a component: the static bytes embedded in the binary, or a shared copy.
+/// The code of a component: one built into the binary (deflated, inflated only to compile it),
+/// or a shared copy of bytes read from elsewhere.
 #[derive(Clone)]
 pub(crate) enum Code {
-    /// Embedded in the binary.
-    Static(&'static [u8]),
+    /// Built into the binary.
+    Bundled(&'static BundledComponent),
     /// Read from elsewhere (a plugin, a test fixture).
     Shared(Arc<[u8]>),
 }
 
 impl Code {
-    pub(crate) fn bytes(&self) -> &[u8] {
+    /// The code as given to the sandbox: a shared copy of `code` unless it is bundled.
+    pub(crate) fn of(code: ComponentCode<'_>) -> Self {
+        match code {
+            ComponentCode::Bundled(bundled) => Code::Bundled(bundled),
+            ComponentCode::Bytes(bytes) => Code::Shared(Arc::from(bytes)),
+        }
+    }
+
+    /// The component's bytes, inflated when it is bundled.
+    pub(crate) fn bytes(&self) -> Result<Cow<'_, [u8]>, DamagedComponent> {
         match self {
-            Code::Static(bytes) => bytes,
-            Code::Shared(bytes) => bytes,
+            Code::Bundled(bundled) => bundled.bytes().map(Cow::Owned),
+            Code::Shared(bytes) => Ok(Cow::Borrowed(bytes)),
+        }
+    }
+
+    /// The size of the component's bytes (inflated).
+    pub(crate) fn len(&self) -> usize {
+        match self {
+            Code::Bundled(bundled) => bundled.len(),
+            Code::Shared(bytes) => bytes.len(),
         }
     }
 }
