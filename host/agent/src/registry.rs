@@ -4,7 +4,7 @@
 //! it, so exclusion removes a capability rather than hiding a name.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use clawcage_core::{Tool, ToolError, ToolOutput, ToolSpec};
 use serde_json::{Value, json};
@@ -25,11 +25,35 @@ pub enum RegistryError {
     },
 }
 
-/// A tool with its compiled argument validator.
+/// A tool with its argument validator, compiled when first needed (or at registration, for
+/// [`ToolRegistry::register_checked`]).
 #[derive(Clone)]
 struct Entry {
     tool: Arc<dyn Tool>,
-    validator: Arc<jsonschema::Validator>,
+    validator: Arc<OnceLock<Result<jsonschema::Validator, String>>>,
+}
+
+impl Entry {
+    fn new(tool: Arc<dyn Tool>) -> Self {
+        Self {
+            tool,
+            validator: Arc::new(OnceLock::new()),
+        }
+    }
+
+    /// The compiled validator, or what the schema compiler said of the tool's schema.
+    fn validator(&self) -> Result<&jsonschema::Validator, RegistryError> {
+        self.validator
+            .get_or_init(|| {
+                jsonschema::validator_for(&self.tool.spec().input_schema)
+                    .map_err(|error| error.to_string())
+            })
+            .as_ref()
+            .map_err(|reason| RegistryError::InvalidSchema {
+                name: self.tool.spec().name.clone(),
+                reason: reason.clone(),
+            })
+    }
 }
 
 /// The tools one agent may call, by name.
@@ -55,27 +79,37 @@ impl ToolRegistry {
         Self::default()
     }
 
-    /// Add a tool. Its schema is compiled now, so a broken schema is an error at start-up rather
-    /// than at the first call.
+    /// Add a tool whose schema ships with clawcage (a bundled or host tool, whose schemas the
+    /// tests check). The schema is compiled when the tool is first called: a one-call command
+    /// compiles only the schema of the tool it calls.
     pub fn register(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
-        let spec = tool.spec();
-        if self.tools.contains_key(&spec.name) {
-            return Err(RegistryError::DuplicateName(spec.name.clone()));
+        let name = tool.spec().name.clone();
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::DuplicateName(name));
         }
-        let validator = jsonschema::validator_for(&spec.input_schema).map_err(|error| {
-            RegistryError::InvalidSchema {
-                name: spec.name.clone(),
-                reason: error.to_string(),
-            }
-        })?;
-        self.tools.insert(
-            spec.name.clone(),
-            Entry {
-                tool,
-                validator: Arc::new(validator),
-            },
-        );
+        self.tools.insert(name, Entry::new(tool));
         Ok(())
+    }
+
+    /// Add a tool whose schema comes from elsewhere (a plugin): it is compiled now, so a broken
+    /// schema refuses the tool at load rather than at its first call.
+    pub fn register_checked(&mut self, tool: Arc<dyn Tool>) -> Result<(), RegistryError> {
+        let entry = Entry::new(tool);
+        entry.validator()?;
+        let name = entry.tool.spec().name.clone();
+        if self.tools.contains_key(&name) {
+            return Err(RegistryError::DuplicateName(name));
+        }
+        self.tools.insert(name, entry);
+        Ok(())
+    }
+
+    /// Compiles every registered tool's schema and returns what is wrong with any of them.
+    pub fn check_schemas(&self) -> Vec<RegistryError> {
+        self.tools
+            .values()
+            .filter_map(|entry| entry.validator().err())
+            .collect()
     }
 
     /// A new registry without the named tools. Names that are not registered are ignored, so a
@@ -183,8 +217,10 @@ impl ToolRegistry {
         entry: &Entry,
         args: &Value,
     ) -> Result<ToolOutput, ToolError> {
-        let problems: Vec<String> = entry
-            .validator
+        let validator = entry
+            .validator()
+            .map_err(|error| ToolError::Failed(error.to_string()))?;
+        let problems: Vec<String> = validator
             .iter_errors(args)
             .map(|error| describe_schema_error(&error))
             .collect();
@@ -270,15 +306,46 @@ mod tests {
             registry.register(echo("a")),
             Err(RegistryError::DuplicateName(_))
         ));
-        let broken = Arc::new(Echo(ToolSpec {
-            name: "broken".into(),
-            description: String::new(),
-            input_schema: json!({"type": "no-such-type"}),
-        }));
+        let broken = || {
+            Arc::new(Echo(ToolSpec {
+                name: "broken".into(),
+                description: String::new(),
+                input_schema: json!({"type": "no-such-type"}),
+            }))
+        };
         assert!(matches!(
-            registry.register(broken),
+            registry.register_checked(broken()),
             Err(RegistryError::InvalidSchema { .. })
         ));
+        assert!(!registry.contains("broken"));
+        assert!(matches!(
+            registry.register_checked(echo("a")),
+            Err(RegistryError::DuplicateName(_))
+        ));
+
+        // Registered unchecked, a broken schema is the call's error, never a call without a
+        // check, and the schema check names it.
+        registry.register(broken()).unwrap();
+        let error = block_on(registry.execute("broken", r#"{"text":"x"}"#)).unwrap_err();
+        assert!(matches!(error, ToolError::Failed(_)), "{error:?}");
+        assert!(error.message().contains("invalid input schema"), "{error}");
+        let problems = registry.check_schemas();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].to_string().contains("`broken`"));
+    }
+
+    #[test]
+    fn a_schema_compiled_at_the_first_call_still_refuses_bad_arguments() {
+        let mut registry = ToolRegistry::new();
+        registry.register(echo("a")).unwrap();
+        let error = block_on(registry.execute("a", r#"{"text": 3}"#)).unwrap_err();
+        assert!(matches!(error, ToolError::InvalidArgs(_)), "{error:?}");
+        assert!(error.message().contains("field `text`"), "{error}");
+        // The narrowed registry shares the compiled validator.
+        let narrowed = registry.exclude(&[]);
+        let error = block_on(narrowed.execute("a", r#"{}"#)).unwrap_err();
+        assert!(matches!(error, ToolError::InvalidArgs(_)), "{error:?}");
+        assert!(registry.check_schemas().is_empty());
     }
 
     #[test]

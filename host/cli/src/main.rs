@@ -67,10 +67,15 @@ fn main() -> ExitCode {
         cli.common.verbose,
         matches!(cli.command, Command::Gateway(_)),
     );
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    // A one-call command does one thing at a time: its runtime is the main thread alone (no
+    // worker threads to start, size from the cgroup files and park again). Everything else
+    // serves or streams while tools run, on a worker per core.
+    let mut builder = if is_one_call(&cli.command) {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        tokio::runtime::Builder::new_multi_thread()
+    };
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
             clawcage_runtime::tell!("clawcage: cannot start the async runtime: {error}");
@@ -91,6 +96,12 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Whether `command` makes one tool call or listing and ends (`call`, `tools`): it needs no
+/// worker threads, no instance pool and no instance made ahead.
+fn is_one_call(command: &Command) -> bool {
+    matches!(command, Command::Call { .. } | Command::Tools { .. })
 }
 
 /// Logs go to stderr, coloured only when stderr is a terminal. The default shows warnings;
@@ -164,7 +175,7 @@ fn runtime_options(cli: &Cli) -> Options {
         // must not fail that task, so the write's error is dropped.
         // Above a chat's live line (a running call's seconds), never through it.
         progress: CompileProgress::to(|line| render::interject(&format!("clawcage: {line}"))),
-        one_call: matches!(cli.command, Command::Call { .. } | Command::Tools { .. }),
+        one_call: is_one_call(&cli.command),
         external_agents: Some(clawcage_acp::external_agents()),
     }
 }

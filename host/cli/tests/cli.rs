@@ -472,6 +472,28 @@ fn tools_prints_one_line_per_tool_by_default() {
     );
 }
 
+/// Every schema a model is offered is a valid JSON Schema: bundled tools, host tools (`message`,
+/// `remember`, `spawn`, `subagents`) and `cron`. The registry compiles a schema only when its
+/// tool is first called (a one-call start compiles one), so a broken schema we ship would
+/// otherwise show only as that tool's first call failing.
+#[test]
+fn every_listed_tool_has_a_schema_that_compiles() {
+    let dir = tempfile::tempdir().unwrap();
+    let listing = clawcage(dir.path(), &["tools", "--json"]);
+    assert!(listing.status.success(), "{}", stderr(&listing));
+    let tools: Vec<serde_json::Value> = serde_json::from_slice(&listing.stdout).unwrap();
+    let mut names = Vec::new();
+    for tool in &tools {
+        let name = tool["name"].as_str().unwrap();
+        jsonschema::validator_for(&tool["input_schema"])
+            .unwrap_or_else(|error| panic!("the schema of `{name}` does not compile: {error}"));
+        names.push(name);
+    }
+    for expected in ["read_file", "exec", "web_fetch", "message", "spawn", "cron"] {
+        assert!(names.contains(&expected), "{expected} is listed: {names:?}");
+    }
+}
+
 /// `tools --long` lists every tool with where it is available (the agent's `message`, `spawn`
 /// and `cron` too), and `--json` gives the grants as fields beside the prose.
 #[test]

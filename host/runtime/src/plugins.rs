@@ -45,7 +45,7 @@ pub async fn load_into(
                 ));
                 break;
             }
-            if let Err(error) = trial.register(Arc::new(tool.clone())) {
+            if let Err(error) = trial.register_checked(Arc::new(tool.clone())) {
                 problem = Some(error.to_string());
                 break;
             }
