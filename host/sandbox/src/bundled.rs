@@ -1,36 +1,40 @@
 //! The components built into the binary (the file, web, exec and cron tools and exec's
-//! programs), kept deflated: together they are about 23 MB of WebAssembly and 8 MB deflated. A
-//! component is inflated only when it is compiled (a first start, or a new engine
-//! configuration); a warm start maps the compiled artifact the cache vouched for and never
-//! touches these bytes. Each carries the SHA-256 of its inflated bytes, computed when it was
-//! built, so loading one needs no hashing and compiling one checks that the bytes are the ones the
-//! build recorded.
+//! programs), kept compressed as LZMA2: together they are about 23 MB of WebAssembly and 5 MB
+//! compressed. A component is decompressed only when it is compiled (a first start, or a new
+//! engine configuration); a warm start maps the compiled artifact the cache vouched for and
+//! never touches these bytes. Each carries the SHA-256 of its bytes, computed when it was built,
+//! so loading one needs no hashing and compiling one checks that the bytes are the ones the build
+//! recorded.
 
 use std::borrow::Cow;
 use std::io::Read as _;
 
-/// One component embedded in the binary, deflated (RFC 1951).
+/// One component embedded in the binary, as a raw LZMA2 stream.
 #[derive(Debug)]
 pub struct BundledComponent {
     stem: &'static str,
-    deflated: &'static [u8],
+    compressed: &'static [u8],
+    /// The LZMA2 dictionary it was compressed with (what decompressing it allocates).
+    dictionary: u32,
     len: usize,
     sha256: &'static str,
 }
 
 impl BundledComponent {
-    /// A component whose inflated bytes are `len` long with the lowercase hex SHA-256
-    /// `sha256`. Made by the build script's generated code.
+    /// A component compressed with an LZMA2 `dictionary` whose bytes are `len` long with the
+    /// lowercase hex SHA-256 `sha256`. Made by the build script's generated code.
     #[doc(hidden)]
     pub const fn new(
         stem: &'static str,
-        deflated: &'static [u8],
+        compressed: &'static [u8],
+        dictionary: u32,
         len: usize,
         sha256: &'static str,
     ) -> Self {
         Self {
             stem,
-            deflated,
+            compressed,
+            dictionary,
             len,
             sha256,
         }
@@ -46,7 +50,7 @@ impl BundledComponent {
         self.sha256
     }
 
-    /// The size of the component's bytes, inflated.
+    /// The size of the component's bytes (decompressed).
     pub fn len(&self) -> usize {
         self.len
     }
@@ -56,13 +60,13 @@ impl BundledComponent {
         self.len == 0
     }
 
-    /// How many bytes of the binary it takes, deflated.
-    pub fn deflated_len(&self) -> usize {
-        self.deflated.len()
+    /// How many bytes of the binary it takes, compressed.
+    pub fn compressed_len(&self) -> usize {
+        self.compressed.len()
     }
 
-    /// The component's bytes, inflated and checked against the length and digest recorded when
-    /// it was built.
+    /// The component's bytes, decompressed and checked against the length and digest recorded
+    /// when it was built.
     pub fn bytes(&self) -> Result<Vec<u8>, DamagedComponent> {
         let damaged = |problem: String| DamagedComponent {
             stem: self.stem,
@@ -70,13 +74,13 @@ impl BundledComponent {
         };
         let mut bytes = Vec::with_capacity(self.len);
         // One byte past the recorded length, so a stream that is too long is noticed.
-        flate2::read::DeflateDecoder::new(self.deflated)
+        lzma_rust2::Lzma2Reader::new(self.compressed, self.dictionary, None)
             .take(self.len as u64 + 1)
             .read_to_end(&mut bytes)
-            .map_err(|error| damaged(format!("it does not inflate ({error})")))?;
+            .map_err(|error| damaged(format!("it does not decompress ({error})")))?;
         if bytes.len() != self.len {
             return Err(damaged(format!(
-                "it inflates to {} bytes, not the {} recorded at build time",
+                "it decompresses to {} bytes, not the {} recorded at build time",
                 bytes.len(),
                 self.len
             )));
@@ -113,7 +117,7 @@ pub enum ComponentCode<'a> {
 }
 
 impl ComponentCode<'_> {
-    /// The component's bytes: borrowed, or inflated when bundled.
+    /// The component's bytes: borrowed, or decompressed when bundled.
     pub fn bytes(&self) -> Result<Cow<'_, [u8]>, DamagedComponent> {
         match self {
             ComponentCode::Bundled(bundled) => bundled.bytes().map(Cow::Owned),
@@ -154,69 +158,64 @@ mod tests {
 
     use super::*;
 
-    fn deflated(bytes: &[u8]) -> &'static [u8] {
-        let mut encoder =
-            flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
-        encoder.write_all(bytes).unwrap();
-        Box::leak(encoder.finish().unwrap().into_boxed_slice())
+    const DICTIONARY: u32 = 1 << 16;
+
+    fn compressed(bytes: &[u8]) -> &'static [u8] {
+        let mut options = lzma_rust2::Lzma2Options::with_preset(6);
+        options.lzma_options.dict_size = DICTIONARY;
+        let mut writer = lzma_rust2::Lzma2Writer::new(Vec::new(), options);
+        writer.write_all(bytes).unwrap();
+        Box::leak(writer.finish().unwrap().into_boxed_slice())
     }
 
     fn digest(bytes: &[u8]) -> &'static str {
         Box::leak(crate::cache::sha256_hex(bytes).into_boxed_str())
     }
 
+    fn bundled(stem: &'static str, stored: &[u8], len: usize, of: &[u8]) -> BundledComponent {
+        BundledComponent::new(stem, compressed(stored), DICTIONARY, len, digest(of))
+    }
+
     #[test]
-    fn every_bundled_component_inflates_to_the_bytes_its_build_recorded() {
+    fn every_bundled_component_decompresses_to_the_bytes_its_build_recorded() {
         for bundled in crate::components::bundled::ALL {
             let bytes = bundled.bytes().unwrap();
             assert_eq!(bytes.len(), bundled.len());
             assert_eq!(&bytes[..4], b"\0asm", "{} is WebAssembly", bundled.stem());
             assert!(
-                bundled.deflated_len() < bundled.len(),
-                "{} is stored smaller than it is",
+                bundled.compressed_len() < bundled.len() / 2,
+                "{} is stored at less than half its size",
                 bundled.stem()
             );
         }
     }
 
     #[test]
-    fn a_component_is_inflated_whole_and_checked() {
+    fn a_component_is_decompressed_whole_and_checked() {
         let original = b"\0asm component bytes, repeated, repeated, repeated".repeat(100);
-        let good = BundledComponent::new(
-            "good",
-            deflated(&original),
-            original.len(),
-            digest(&original),
-        );
+        let good = bundled("good", &original, original.len(), &original);
         assert_eq!(good.bytes().unwrap(), original);
+        let good: &'static BundledComponent = Box::leak(Box::new(good));
+        assert_eq!(*ComponentCode::from(good).bytes().unwrap(), original[..]);
     }
 
     #[test]
     fn bytes_other_than_the_recorded_ones_are_refused() {
         let original = b"\0asm the component".repeat(50);
         let other = b"\0asm another thing".repeat(50);
-        let swapped = BundledComponent::new(
-            "swapped",
-            deflated(&other),
-            original.len(),
-            digest(&original),
-        );
+        let swapped = bundled("swapped", &other, original.len(), &original);
         let error = swapped.bytes().unwrap_err().to_string();
         assert!(error.contains("SHA-256"), "{error}");
         assert!(error.contains("reinstall clawcage"), "{error}");
 
-        let longer = BundledComponent::new(
-            "longer",
-            deflated(&original),
-            original.len() - 1,
-            digest(&original),
-        );
+        let longer = bundled("longer", &original, original.len() - 1, &original);
         let error = longer.bytes().unwrap_err().to_string();
         assert!(error.contains("not the"), "{error}");
 
         let garbage = BundledComponent::new(
             "garbage",
-            b"\xff\xff\xff\xff not deflate",
+            b"\xff\xff\xff\xff not LZMA2",
+            DICTIONARY,
             original.len(),
             digest(&original),
         );
@@ -225,9 +224,9 @@ mod tests {
     }
 
     #[test]
-    fn a_deflate_bomb_is_stopped_at_the_recorded_length() {
+    fn a_decompression_bomb_is_stopped_at_the_recorded_length() {
         let huge = vec![0_u8; 64 << 20];
-        let bomb = BundledComponent::new("bomb", deflated(&huge), 1024, digest(&huge[..1024]));
+        let bomb = bundled("bomb", &huge, 1024, &huge[..1024]);
         let error = bomb.bytes().unwrap_err().to_string();
         assert!(error.contains("1025 bytes"), "{error}");
     }

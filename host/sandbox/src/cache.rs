@@ -232,7 +232,7 @@ impl ArtifactCache {
     }
 
     /// [`ArtifactCache::load_keyed`] for code that costs something to produce (a bundled
-    /// component is inflated): `code` is asked for only when the component must be compiled.
+    /// component is decompressed): `code` is asked for only when the component must be compiled.
     pub fn load_keyed_with<'a>(
         &self,
         engine: &Engine,

@@ -273,19 +273,30 @@ impl Sandbox {
         let cache = self.cache.clone();
         let owned_key = key.to_string();
         let code = code.clone();
-        if !cache.has_artifact(key) {
-            self.progress.compiling(name);
-        }
-        let compiled = tokio::task::spawn_blocking(move || {
+        let load = move || {
             cache.load_keyed_with(&engine, &owned_key, || {
                 code.bytes().map_err(wasmtime::Error::msg)
             })
-        })
-        .await
-        .map_err(|error| LoadError::Compile {
-            component: name.to_string(),
-            reason: format!("the compile task stopped: {error}"),
-        })?;
+        };
+        if !self.cache.has_artifact(key) {
+            self.progress.compiling(name);
+        }
+        // On a runtime of one thread (a one-call command) nothing else runs while the caller
+        // waits, so the load is done here rather than on a thread started for it. Elsewhere a
+        // compile (seconds) or an artifact's first check must not hold up a worker.
+        let one_thread = tokio::runtime::Handle::try_current().is_ok_and(|runtime| {
+            runtime.runtime_flavor() == tokio::runtime::RuntimeFlavor::CurrentThread
+        });
+        let compiled = if one_thread {
+            load()
+        } else {
+            tokio::task::spawn_blocking(load)
+                .await
+                .map_err(|error| LoadError::Compile {
+                    component: name.to_string(),
+                    reason: format!("the compile task stopped: {error}"),
+                })?
+        };
         let (component, outcome) = compiled.map_err(|error| LoadError::Compile {
             component: name.to_string(),
             reason: format!("{error:#}"),
@@ -302,7 +313,7 @@ impl Sandbox {
     /// Nothing is compiled or instantiated when the artifact cache already describes the
     /// component (its tool specs and imports were recorded the first time): the code is loaded
     /// when one of its tools is first called. A bundled component is keyed by the digest its
-    /// build recorded, so it is neither inflated nor hashed.
+    /// build recorded, so it is neither decompressed nor hashed.
     pub async fn load<'a>(
         self: &Arc<Self>,
         name: &str,
@@ -489,7 +500,7 @@ impl Sandbox {
 /// The name of the record that describes a component beside its artifact.
 const DESCRIPTION_RECORD: &str = "describe";
 
-/// The code of a component: one built into the binary (deflated, inflated only to compile it),
+/// The code of a component: one built into the binary (compressed, decompressed only to compile it),
 /// or a shared copy of bytes read from elsewhere.
 #[derive(Clone)]
 pub(crate) enum Code {
@@ -508,7 +519,7 @@ impl Code {
         }
     }
 
-    /// The component's bytes, inflated when it is bundled.
+    /// The component's bytes, decompressed when it is bundled.
     pub(crate) fn bytes(&self) -> Result<Cow<'_, [u8]>, DamagedComponent> {
         match self {
             Code::Bundled(bundled) => bundled.bytes().map(Cow::Owned),
@@ -516,7 +527,7 @@ impl Code {
         }
     }
 
-    /// The size of the component's bytes (inflated).
+    /// The size of the component's bytes (decompressed).
     pub(crate) fn len(&self) -> usize {
         match self {
             Code::Bundled(bundled) => bundled.len(),
