@@ -18,7 +18,7 @@ use std::time::Instant;
 use clawcage_agent::ToolRegistry;
 use clawcage_sandbox::components::bundled;
 use clawcage_sandbox::{
-    ArtifactCache, BundledComponent, FsMode, Grants, Limits, Sandbox, SandboxOptions, WasmTool,
+    ArtifactCache, ComponentCode, FsMode, Grants, Limits, Sandbox, SandboxOptions, WasmTool,
     WorkspaceGrant,
 };
 use std::sync::Arc;
@@ -33,19 +33,19 @@ async fn registry_with(sandbox: &Arc<Sandbox>, grants: Grants) -> ToolRegistry {
     registry_of(sandbox, bundled::FILE, grants).await
 }
 
-async fn registry_of(
+async fn registry_of<'a>(
     sandbox: &Arc<Sandbox>,
-    component: &'static BundledComponent,
+    component: impl Into<ComponentCode<'a>>,
     grants: Grants,
 ) -> ToolRegistry {
     tools_of(sandbox, "file", component, grants).await.0
 }
 
 /// The registry of the component `bytes` and its first tool (to see its waiting instances).
-async fn tools_of(
+async fn tools_of<'a>(
     sandbox: &Arc<Sandbox>,
     name: &str,
-    component: &'static BundledComponent,
+    component: impl Into<ComponentCode<'a>>,
     grants: Grants,
 ) -> (ToolRegistry, WasmTool) {
     let loaded = sandbox

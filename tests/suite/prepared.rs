@@ -2,7 +2,7 @@
 //! instance that was made and instantiated before it was asked for, and every guarantee of a
 //! fresh instance per call still holds on that path — nothing of one call reaches the next, the
 //! time and memory limits count from the call, a replaced workspace is seen, the waiting
-//! instances are bounded and an idle one is dropped.
+//! instances and the background work are bounded and an idle one is dropped.
 
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -129,6 +129,58 @@ async fn an_instance_made_ahead_serves_exactly_one_call() {
     // Never more than two wait for one component, however many calls came at once.
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert!(leftovers.waiting_instances() <= 2);
+}
+
+/// Calls back to back while no background job can run (the runtime's one worker is held):
+/// once two jobs wait to run, each call drops its own store, so more calls than the engine's
+/// pool has slots (200) all succeed, each in a fresh instance; without that bound the used
+/// stores awaiting their drop would take every slot. Once the worker is free, instances wait
+/// again.
+#[test]
+fn calls_back_to_back_never_exhaust_the_pool() {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let tools = runtime.block_on(echo_fixture(dir.path()));
+    let leftovers = tool(&tools, "leftovers").clone();
+    let (held_tx, held_rx) = std::sync::mpsc::channel::<()>();
+    let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
+    runtime.spawn(async move {
+        held_tx.send(()).unwrap();
+        // Blocks the worker on purpose: no spawned job runs until the calls are done.
+        let _ = release_rx.recv_timeout(Duration::from_secs(60));
+    });
+    held_rx.recv().unwrap();
+    let fresh = serde_json::json!({"earlier_calls": 0, "marked_bytes": 0});
+    let started = Instant::now();
+    runtime.block_on(async {
+        for index in 0..300 {
+            let seen = call(&leftovers, serde_json::json!({}))
+                .await
+                .unwrap_or_else(|error| panic!("call {index}: {error}"));
+            assert_eq!(
+                serde_json::from_str::<serde_json::Value>(&seen).unwrap(),
+                fresh,
+                "call {index}"
+            );
+        }
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(30),
+        "the calls ran alone"
+    );
+    release_tx.send(()).unwrap();
+    runtime.block_on(until_waiting(&leftovers, 2));
+    let seen = runtime
+        .block_on(call(&leftovers, serde_json::json!({})))
+        .unwrap();
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&seen).unwrap(),
+        fresh
+    );
 }
 
 /// The time limit starts when the call starts: an instance that waited twice the limit still

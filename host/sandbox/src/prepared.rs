@@ -38,6 +38,13 @@ pub(crate) const WAITING_PER_COMPONENT: usize = 2;
 /// instantiation touched (about a megabyte for a bundled tool) until it is used or trimmed.
 pub(crate) const WAITING_PER_PROCESS: usize = 32;
 
+/// Background jobs (a used store's drop and the next instance's preparation) at most running at
+/// once for one loaded component. A call that finds this many running drops its store itself and
+/// leaves the preparation to them: calls back to back (a loop, a flood of parallel calls) then
+/// cost no more than instances made during each call, never wake a worker per call, and never
+/// hold more of the pool's slots than the waiting instances and these jobs.
+pub(crate) const BACKGROUND_PER_COMPONENT: usize = 2;
+
 /// A waiting instance unused this long is dropped, so an idle session holds none (the default
 /// of [`crate::SandboxOptions::idle_instances`]).
 pub(crate) const IDLE: Duration = Duration::from_secs(30);
@@ -109,6 +116,8 @@ pub(crate) struct WaitingInstances {
     /// Preparations running now: changed only under the lock of `waiting`, so the two are
     /// counted together.
     preparing: AtomicUsize,
+    /// Background jobs running now (at most [`BACKGROUND_PER_COMPONENT`]).
+    background: Arc<AtomicUsize>,
     serials: AtomicU64,
 }
 
@@ -127,6 +136,7 @@ impl WaitingInstances {
             budget,
             waiting: Mutex::new(Vec::new()),
             preparing: AtomicUsize::new(0),
+            background: Arc::new(AtomicUsize::new(0)),
             serials: AtomicU64::new(0),
         }
     }
@@ -151,8 +161,9 @@ impl WaitingInstances {
 
     /// After a call of one of these tools: the used store is dropped off the call's path, and an
     /// instance is prepared for the next call if fewer than [`WAITING_PER_COMPONENT`] wait.
-    /// Without a tokio runtime, or with no idle time allowed, the store is dropped here and
-    /// nothing is prepared.
+    /// Without a tokio runtime, with no idle time allowed, or with
+    /// [`BACKGROUND_PER_COMPONENT`] jobs already running, the store is dropped here and nothing
+    /// is prepared.
     pub(crate) fn after_call(
         self: &Arc<Self>,
         component: &Arc<CompiledComponent>,
@@ -164,6 +175,9 @@ impl WaitingInstances {
         let Ok(runtime) = tokio::runtime::Handle::try_current() else {
             return;
         };
+        let Some(job) = BackgroundJob::start(&self.background) else {
+            return;
+        };
         let claim = self.claim_preparation();
         if used.is_none() && claim.is_none() {
             return;
@@ -172,8 +186,9 @@ impl WaitingInstances {
         let component = component.clone();
         runtime.spawn(async move {
             drop(used);
-            if let Some(claim) = claim {
-                prepare_into(pool, component, claim).await;
+            match claim {
+                Some(claim) => prepare_into(pool, component, claim, job).await,
+                None => drop(job),
             }
         });
     }
@@ -206,13 +221,36 @@ impl WaitingInstances {
     }
 }
 
-/// Prepares one instance and puts it with the waiting ones, then drops it if it is still
-/// waiting after the budget's idle time. A preparation that fails (or outlives the grants' time
-/// limit) is logged and leaves the next call to make its own instance.
+/// One of a component's running background jobs, counted until dropped.
+struct BackgroundJob(Arc<AtomicUsize>);
+
+impl BackgroundJob {
+    /// A place for one more job, if fewer than [`BACKGROUND_PER_COMPONENT`] run.
+    fn start(running: &Arc<AtomicUsize>) -> Option<Self> {
+        running
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |jobs| {
+                (jobs < BACKGROUND_PER_COMPONENT).then_some(jobs + 1)
+            })
+            .ok()
+            .map(|_| Self(running.clone()))
+    }
+}
+
+impl Drop for BackgroundJob {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// Prepares one instance and puts it with the waiting ones (the background `job` ends there),
+/// then drops it if it is still waiting after the budget's idle time. A preparation that fails
+/// (or outlives the grants' time limit) is logged and leaves the next call to make its own
+/// instance.
 async fn prepare_into(
     pool: Weak<WaitingInstances>,
     component: Arc<CompiledComponent>,
     claim: BudgetClaim,
+    job: BackgroundJob,
 ) {
     let Some(instances) = pool.upgrade() else {
         return;
@@ -250,6 +288,7 @@ async fn prepare_into(
         }
         Err(_) => return,
     }
+    drop(job);
     let idle = instances.budget.idle;
     drop(instances);
     tokio::time::sleep(idle).await;
