@@ -131,11 +131,11 @@ async fn an_instance_made_ahead_serves_exactly_one_call() {
     assert!(leftovers.waiting_instances() <= 2);
 }
 
-/// Calls back to back while no background job can run (the runtime's one worker is held):
-/// once two jobs wait to run, each call drops its own store, so more calls than the engine's
-/// pool has slots (200) all succeed, each in a fresh instance; without that bound the used
-/// stores awaiting their drop would take every slot. Once the worker is free, instances wait
-/// again.
+/// Calls back to back, more than the engine's pool has slots (200), on a runtime whose one
+/// worker is held meanwhile: every call succeeds in a fresh instance (once the preparation
+/// cannot keep up, each makes its own and drops its own store, and at most two background jobs
+/// are under way per component, so used stores never pile up), and once the calls stop an
+/// instance is made ahead again.
 #[test]
 fn calls_back_to_back_never_exhaust_the_pool() {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -150,12 +150,10 @@ fn calls_back_to_back_never_exhaust_the_pool() {
     let (release_tx, release_rx) = std::sync::mpsc::channel::<()>();
     runtime.spawn(async move {
         held_tx.send(()).unwrap();
-        // Blocks the worker on purpose: no spawned job runs until the calls are done.
         let _ = release_rx.recv_timeout(Duration::from_secs(60));
     });
     held_rx.recv().unwrap();
     let fresh = serde_json::json!({"earlier_calls": 0, "marked_bytes": 0});
-    let started = Instant::now();
     runtime.block_on(async {
         for index in 0..300 {
             let seen = call(&leftovers, serde_json::json!({}))
@@ -166,14 +164,11 @@ fn calls_back_to_back_never_exhaust_the_pool() {
                 fresh,
                 "call {index}"
             );
+            assert!(leftovers.waiting_instances() <= 2);
         }
     });
-    assert!(
-        started.elapsed() < Duration::from_secs(30),
-        "the calls ran alone"
-    );
     release_tx.send(()).unwrap();
-    runtime.block_on(until_waiting(&leftovers, 2));
+    runtime.block_on(until_waiting(&leftovers, 1));
     let seen = runtime
         .block_on(call(&leftovers, serde_json::json!({})))
         .unwrap();

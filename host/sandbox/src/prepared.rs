@@ -2,8 +2,8 @@
 //! context, instantiation) and its unmaking (the store's drop, the pooled memory's reset); both
 //! move off the call's path here. For each component loaded with one set of grants, a few
 //! instances wait ready — built from those grants and instantiated, never called — and a call
-//! takes one, calls it once and hands its store to a background task that drops it and prepares
-//! the next.
+//! takes one, calls it once and hands its store to the sandbox's background thread, which drops
+//! it and prepares the next.
 //!
 //! The invariant is unchanged: **an instance serves exactly one call and is then destroyed.** A
 //! waiting instance has run no guest export; nothing of a call survives into another. What
@@ -17,9 +17,13 @@
 //! [`WAITING_PER_PROCESS`] in the process, out of the pooling allocator's slots) and dropped after
 //! [`IDLE`] unused (by default).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
-use std::time::Duration;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
 
 use wasmtime::Store;
 use wasmtime_wasi::p2::pipe::MemoryOutputPipe;
@@ -45,17 +49,33 @@ pub(crate) const WAITING_PER_PROCESS: usize = 32;
 /// hold more of the pool's slots than the waiting instances and these jobs.
 pub(crate) const BACKGROUND_PER_COMPONENT: usize = 2;
 
+/// Calls of one component closer together than this are back to back: once a call finds no
+/// instance ready while one is being prepared (the preparation cannot keep up), calls make their
+/// own instances and drop their own stores, as without instances made ahead, which costs the
+/// least CPU per call; preparing resumes once no call has come for this long.
+pub(crate) const BACK_TO_BACK: Duration = Duration::from_millis(2);
+
 /// A waiting instance unused this long is dropped, so an idle session holds none (the default
 /// of [`crate::SandboxOptions::idle_instances`]).
 pub(crate) const IDLE: Duration = Duration::from_secs(30);
 
-/// The count of waiting instances in a process, shared by every component's
-/// [`WaitingInstances`].
+/// Work done off the calls' path: a used store's drop, the next instance's preparation.
+type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
+
+/// The count of waiting instances in a sandbox, shared by every component's
+/// [`WaitingInstances`], and the thread that drops used stores and prepares instances.
+///
+/// That work runs on a thread of its own (one per sandbox, started with the first job, ended
+/// with the sandbox), not on the caller's async runtime: a job handed to a runtime's worker
+/// wakes another worker per call, and the wake, the park and the worker's search for more
+/// work cost more CPU than the job itself. The thread is busy while calls come back to back
+/// and parks only when they stop.
 #[derive(Debug)]
 pub(crate) struct WaitingBudget {
     waiting: AtomicUsize,
     /// How long an instance may wait unused.
     idle: Duration,
+    background: OnceLock<Option<mpsc::UnboundedSender<Job>>>,
 }
 
 impl WaitingBudget {
@@ -63,6 +83,15 @@ impl WaitingBudget {
         Self {
             waiting: AtomicUsize::new(0),
             idle,
+            background: OnceLock::new(),
+        }
+    }
+
+    /// Hands `job` to the background thread; gives it back when there is none.
+    fn run_in_background(&self, job: Job) -> Result<(), Job> {
+        match self.background.get_or_init(start_background_thread) {
+            Some(jobs) => jobs.send(job).map_err(|refused| refused.0),
+            None => Err(job),
         }
     }
 
@@ -80,6 +109,31 @@ impl WaitingBudget {
     pub(crate) fn waiting(&self) -> usize {
         self.waiting.load(Ordering::Acquire)
     }
+}
+
+/// Starts the thread that runs a sandbox's background jobs, on a runtime of its own (each job a
+/// task, so an instance's idle timer waits there too). It ends when the sandbox drops the
+/// sender. `None` (logged) when no thread or runtime can be started: calls then drop their own
+/// stores.
+fn start_background_thread() -> Option<mpsc::UnboundedSender<Job>> {
+    let (jobs, mut received) = mpsc::unbounded_channel::<Job>();
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| tracing::warn!("no runtime for instances made ahead: {error}"))
+        .ok()?;
+    std::thread::Builder::new()
+        .name("clawcage-instances".to_string())
+        .spawn(move || {
+            runtime.block_on(async move {
+                while let Some(job) = received.recv().await {
+                    tokio::spawn(job);
+                }
+            });
+        })
+        .map_err(|error| tracing::warn!("no thread for instances made ahead: {error}"))
+        .ok()?;
+    Some(jobs)
 }
 
 /// One place in the [`WaitingBudget`], given back when dropped.
@@ -119,6 +173,13 @@ pub(crate) struct WaitingInstances {
     /// Background jobs running now (at most [`BACKGROUND_PER_COMPONENT`]).
     background: Arc<AtomicUsize>,
     serials: AtomicU64,
+    /// Whether instances are made ahead now: false while calls come back to back.
+    ahead: AtomicBool,
+    /// Whether a watch for the end of back-to-back calls is under way.
+    watching: AtomicBool,
+    /// When the last call ended, in nanoseconds since `started`.
+    last_call_end: AtomicU64,
+    started: Instant,
 }
 
 impl std::fmt::Debug for WaitingInstances {
@@ -138,6 +199,10 @@ impl WaitingInstances {
             preparing: AtomicUsize::new(0),
             background: Arc::new(AtomicUsize::new(0)),
             serials: AtomicU64::new(0),
+            ahead: AtomicBool::new(true),
+            watching: AtomicBool::new(false),
+            last_call_end: AtomicU64::new(0),
+            started: Instant::now(),
         }
     }
 
@@ -148,7 +213,16 @@ impl WaitingInstances {
 
     /// A waiting instance for a call, if one is ready and its workspace is still the directory
     /// at the granted path; it no longer counts as waiting.
+    /// A call that finds none while one is being prepared marks the calls back to back.
     pub(crate) fn take(&self) -> Option<ReadyInstance> {
+        let found = self.take_ready();
+        if found.is_none() && self.preparing.load(Ordering::Acquire) > 0 {
+            self.ahead.store(false, Ordering::Release);
+        }
+        found
+    }
+
+    fn take_ready(&self) -> Option<ReadyInstance> {
         loop {
             let waiting = self.waiting.lock().ok()?.pop()?;
             if waiting.workspace == self.workspace_now() {
@@ -159,11 +233,16 @@ impl WaitingInstances {
         }
     }
 
-    /// After a call of one of these tools: the used store is dropped off the call's path, and an
-    /// instance is prepared for the next call if fewer than [`WAITING_PER_COMPONENT`] wait.
-    /// Without a tokio runtime, with no idle time allowed, or with
-    /// [`BACKGROUND_PER_COMPONENT`] jobs already running, the store is dropped here and nothing
-    /// is prepared.
+    /// Nanoseconds since these instances' start.
+    fn now(&self) -> u64 {
+        u64::try_from(self.started.elapsed().as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    /// After a call of one of these tools: the used store is dropped off the call's path (on
+    /// the sandbox's background thread), and an instance is prepared for the next call if fewer
+    /// than [`WAITING_PER_COMPONENT`] wait. With no idle time allowed, with
+    /// [`BACKGROUND_PER_COMPONENT`] jobs already under way, or without a background thread, the
+    /// store is dropped here and nothing is prepared.
     pub(crate) fn after_call(
         self: &Arc<Self>,
         component: &Arc<CompiledComponent>,
@@ -172,9 +251,12 @@ impl WaitingInstances {
         if self.budget.idle.is_zero() {
             return;
         }
-        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+        self.last_call_end.store(self.now(), Ordering::Release);
+        if !self.ahead.load(Ordering::Acquire) {
+            drop(used);
+            self.watch_for_quiet(component);
             return;
-        };
+        }
         let Some(job) = BackgroundJob::start(&self.background) else {
             return;
         };
@@ -182,15 +264,61 @@ impl WaitingInstances {
         if used.is_none() && claim.is_none() {
             return;
         }
+        let preparing = claim.is_some();
         let pool = Arc::downgrade(self);
         let component = component.clone();
-        runtime.spawn(async move {
+        let work: Job = Box::pin(async move {
             drop(used);
             match claim {
                 Some(claim) => prepare_into(pool, component, claim, job).await,
                 None => drop(job),
             }
         });
+        if let Err(refused) = self.budget.run_in_background(work) {
+            // No thread: dropped here, with the store and the claims it holds.
+            drop(refused);
+            if preparing {
+                self.prepared_none();
+            }
+        }
+    }
+
+    /// While calls come back to back: one watch (on the background thread) waits until none
+    /// has come for [`BACK_TO_BACK`], then makes instances ahead again and prepares one.
+    fn watch_for_quiet(self: &Arc<Self>, component: &Arc<CompiledComponent>) {
+        if self.watching.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let pool = Arc::downgrade(self);
+        let component = component.clone();
+        let watch: Job = Box::pin(async move {
+            loop {
+                tokio::time::sleep(BACK_TO_BACK).await;
+                let Some(instances) = pool.upgrade() else {
+                    return;
+                };
+                let quiet = instances
+                    .now()
+                    .saturating_sub(instances.last_call_end.load(Ordering::Acquire));
+                if quiet < u64::try_from(BACK_TO_BACK.as_nanos()).unwrap_or(u64::MAX) {
+                    continue;
+                }
+                instances.ahead.store(true, Ordering::Release);
+                instances.watching.store(false, Ordering::Release);
+                let Some(job) = BackgroundJob::start(&instances.background) else {
+                    return;
+                };
+                let Some(claim) = instances.claim_preparation() else {
+                    return;
+                };
+                drop(instances);
+                prepare_into(pool, component, claim, job).await;
+                return;
+            }
+        });
+        if self.budget.run_in_background(watch).is_err() {
+            self.watching.store(false, Ordering::Release);
+        }
     }
 
     /// Room for one more preparation: in this component (waiting and being prepared) and in the
