@@ -151,17 +151,23 @@ fn main() {
                 .unwrap();
         }
         // For a profiler: `CLAWCAGE_BENCH_PROFILE_CALLS=N` makes N calls of `read_file` (of
-        // `echo` with `CLAWCAGE_BENCH_PROFILE_TOOL=echo`) and stops.
+        // `echo` with `CLAWCAGE_BENCH_PROFILE_TOOL=echo`) back to back, which are made during
+        // the call, and stops; with `CLAWCAGE_BENCH_PROFILE_SPACED=1` each call waits (untimed)
+        // until an instance is ready, so every call is one made ahead.
         if let Some(calls) = std::env::var("CLAWCAGE_BENCH_PROFILE_CALLS")
             .ok()
             .and_then(|calls| calls.parse::<usize>().ok())
         {
-            let (registry, tool, args) =
+            let (registry, tool, args, waiting_for) =
                 match std::env::var("CLAWCAGE_BENCH_PROFILE_TOOL").as_deref() {
-                    Ok("echo") => (&echo_registry, "echo", echo_args),
-                    _ => (&registry, "read_file", args),
+                    Ok("echo") => (&echo_registry, "echo", echo_args, &echo_tool),
+                    _ => (&registry, "read_file", args, &read_tool),
                 };
+            let spaced = std::env::var_os("CLAWCAGE_BENCH_PROFILE_SPACED").is_some();
             for _ in 0..calls {
+                if spaced {
+                    until_ready(waiting_for).await;
+                }
                 std::hint::black_box(registry.execute(tool, args).await.unwrap());
             }
             return;
