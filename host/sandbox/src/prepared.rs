@@ -68,8 +68,8 @@ type Job = Pin<Box<dyn Future<Output = ()> + Send>>;
 /// That work runs on a thread of its own (one per sandbox, started with the first job, ended
 /// with the sandbox), not on the caller's async runtime: a job handed to a runtime's worker
 /// wakes another worker per call, and the wake, the park and the worker's search for more
-/// work cost more CPU than the job itself. The thread is busy while calls come back to back
-/// and parks only when they stop.
+/// work cost more CPU than the job itself. Calls back to back hand it nothing (see
+/// [`BACK_TO_BACK`]); it parks whenever there is nothing to prepare.
 #[derive(Debug)]
 pub(crate) struct WaitingBudget {
     waiting: AtomicUsize,
