@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use clawcage_cluster::leases::{PARTITIONS, partition_lease, partitions_won};
+use clawcage_cluster::leases::{Leases, PARTITIONS, partition_lease, partitions_won};
 use clawcage_cluster::{ClusterOptions, Holder, LeaseError};
 use clawcage_tests::nats::NatsServer;
 
@@ -26,22 +26,30 @@ fn holder(host: &str) -> Holder {
     }
 }
 
+/// The leases of two hosts, `a` and `b`, each on a connection of its own to `server`.
+async fn hosts_a_and_b(server: &NatsServer, options: &ClusterOptions) -> (Leases, Leases) {
+    let mut both = Vec::new();
+    for name in ["a", "b"] {
+        both.push(
+            connect_with(server, options)
+                .await
+                .leases(holder(name))
+                .await
+                .unwrap(),
+        );
+    }
+    let b = both.pop().unwrap();
+    let a = both.pop().unwrap();
+    (a, b)
+}
+
 #[tokio::test]
 async fn a_lease_has_one_holder_a_growing_epoch_and_a_stale_holder_is_refused() {
     let Some(server) = NatsServer::start("a_lease_has_one_holder") else {
         return;
     };
     let options = short_leases(2);
-    let a = connect_with(&server, &options)
-        .await
-        .leases(holder("a"))
-        .await
-        .unwrap();
-    let b = connect_with(&server, &options)
-        .await
-        .leases(holder("b"))
-        .await
-        .unwrap();
+    let (a, b) = hosts_a_and_b(&server, &options).await;
     let name = partition_lease(7);
 
     let mut first = a
@@ -159,16 +167,7 @@ async fn live_hosts_are_listed_until_they_stop_announcing_and_share_the_partitio
     };
     // Hosts are forgotten after three times the lease's time to live: 3 s here.
     let options = short_leases(1);
-    let a = connect_with(&server, &options)
-        .await
-        .leases(holder("a"))
-        .await
-        .unwrap();
-    let b = connect_with(&server, &options)
-        .await
-        .leases(holder("b"))
-        .await
-        .unwrap();
+    let (a, b) = hosts_a_and_b(&server, &options).await;
     a.announce(Some("http://a:18789/".to_string()), 1)
         .await
         .unwrap();

@@ -92,6 +92,16 @@ fn text(session: usize, message: usize) -> String {
     format!("s{session} m{message}")
 }
 
+/// The parameters of `chat.send` for message `message` of session `session`, with its
+/// idempotency key (the same key each time that message is sent).
+fn send_params(session: usize, message: usize) -> serde_json::Value {
+    json!({
+        "sessionKey": format!("agent:main:chaos:s{session}"),
+        "message": text(session, message),
+        "idempotencyKey": format!("k-{session}-{message}"),
+    })
+}
+
 /// The epoch a host printed when it became active.
 fn epoch_of(output: &str) -> u64 {
     output
@@ -190,14 +200,7 @@ async fn chaos(seed: u64) -> bool {
             let session = pending[random.below(pending.len() as u64) as usize];
             let message = next[session];
             let id = client
-                .send_request(
-                    "chat.send",
-                    json!({
-                        "sessionKey": format!("agent:main:chaos:s{session}"),
-                        "message": text(session, message),
-                        "idempotencyKey": format!("k-{session}-{message}"),
-                    }),
-                )
+                .send_request("chat.send", send_params(session, message))
                 .await;
             let response =
                 tokio::time::timeout(Duration::from_secs(10), client.response(&id)).await;
@@ -229,14 +232,7 @@ async fn chaos(seed: u64) -> bool {
             .unwrap_or((0, 0));
         if next[session] < MESSAGES && random.below(2) == 0 {
             let _ = client
-                .send_request(
-                    "chat.send",
-                    json!({
-                        "sessionKey": format!("agent:main:chaos:s{session}"),
-                        "message": text(session, message),
-                        "idempotencyKey": format!("k-{session}-{message}"),
-                    }),
-                )
+                .send_request("chat.send", send_params(session, message))
                 .await;
         }
         let said = active.kill();
