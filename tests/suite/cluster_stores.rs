@@ -11,8 +11,7 @@
 use std::time::Duration;
 
 use clawcage_agent::inbox::{Appended, InputRecord, InputStatus};
-use clawcage_agent::session::queue::{Origin, QueuedJob};
-use clawcage_agent::transcript::{Entry, now_ms};
+use clawcage_agent::transcript::Entry;
 use clawcage_agent::{LaneInbox, TranscriptStore};
 use clawcage_cluster::{
     Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts,
@@ -138,16 +137,7 @@ fn an_entry_larger_than_the_server_takes_is_an_error_and_the_transcript_goes_on(
 }
 
 fn input(id: &str, key: Option<&str>) -> InputRecord {
-    InputRecord {
-        id: id.to_string(),
-        at_ms: now_ms(),
-        idempotency: key.map(str::to_string),
-        job: QueuedJob::User {
-            text: format!("text of {id}"),
-            origin: Origin::of_key("agent:main:test:inbox"),
-        },
-        stop_requested: false,
-    }
+    crate::store_contracts::input_of("agent:main:test:inbox", id, key)
 }
 
 fn inbox(

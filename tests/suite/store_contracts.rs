@@ -159,13 +159,18 @@ impl Storage<dyn RunRegistry> for OnNats {
 }
 
 fn input(id: &str, key: Option<&str>) -> InputRecord {
+    input_of("agent:main:test:contract", id, key)
+}
+
+/// A user input `id` of the session `session`, with idempotency `key`.
+pub(crate) fn input_of(session: &str, id: &str, key: Option<&str>) -> InputRecord {
     InputRecord {
         id: id.to_string(),
         at_ms: now_ms(),
         idempotency: key.map(str::to_string),
         job: QueuedJob::User {
             text: format!("text of {id}"),
-            origin: Origin::of_key("agent:main:test:contract"),
+            origin: Origin::of_key(session),
         },
         stop_requested: false,
     }
