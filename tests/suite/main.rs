@@ -38,6 +38,7 @@ mod providers;
 mod python;
 mod queue_modes;
 mod reasoning;
+mod registry_attacks;
 mod sandbox_escape;
 mod sessions;
 mod skills;

@@ -4,7 +4,9 @@
 //! the Anthropic and OpenAI wire formats on 127.0.0.1, (in [`web`]) a scripted HTTP server on
 //! loopback, a test name resolver and a capture of the tracing output, and the other languages'
 //! [`toolchains`], a WebSocket client of the gateway protocol ([`gateway_client`]), a gateway
-//! process ([`gateway_process`]), and the state the command-line tests share ([`cli_state`]).
+//! process ([`gateway_process`]), the state the command-line tests share ([`cli_state`]), a real
+//! OCI registry with the tools that push to it and read it back ([`registry`]) and a misbehaving
+//! one ([`fake_registry`]).
 
 #![allow(
     clippy::expect_used,
@@ -14,6 +16,7 @@
 pub mod bench;
 pub mod channels;
 pub mod cli_state;
+pub mod fake_registry;
 pub mod gateway_client;
 pub mod gateway_process;
 pub mod host_tools;
@@ -21,6 +24,7 @@ pub mod installed;
 pub mod llm_server;
 pub mod nats;
 pub mod outside;
+pub mod registry;
 pub mod seeded;
 pub mod toolchains;
 pub mod web;

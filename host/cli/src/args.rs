@@ -184,6 +184,13 @@ pub(crate) enum Command {
     /// `[exec] programs_dir`.
     #[command(subcommand)]
     Programs(ProgramsCommand),
+    /// Install plugins from an OCI registry (signature checked, digest pinned in plugins.lock),
+    /// update, list and remove them, and publish your own.
+    ///
+    /// Start with `clawcage plugins install oci://REGISTRY/REPOSITORY:TAG`. Details: README,
+    /// "Plugins".
+    #[command(subcommand)]
+    Plugins(crate::plugins::PluginsCommand),
     /// See the skills the agent is offered: folders of instructions (SKILL.md) in the
     /// workspace's skills/ folder and in $XDG_CONFIG_HOME/clawcage/skills.
     #[command(subcommand)]

@@ -21,6 +21,7 @@ mod cluster;
 mod demo;
 mod keys;
 mod log_writer;
+mod plugins;
 mod programs;
 mod prompt;
 mod remote_chat;
@@ -192,6 +193,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
             cron(&runtime, command).await
         }
         Command::Programs(command) => programs::run(options, command).await,
+        Command::Plugins(command) => plugins::run(options, command).await,
         Command::Cluster(command) => cluster::run(options, command).await,
         Command::Skills(command) => skills::run(options, command).await,
         Command::Tools { long, json } => {

@@ -223,6 +223,11 @@ impl Config {
                         *relative = parent.join(&*relative);
                     }
                 }
+                for key in &mut config.plugins.trusted_keys {
+                    if key.is_relative() {
+                        *key = parent.join(&*key);
+                    }
+                }
             }
             config.plugins.validate().map_err(|error| {
                 anyhow::anyhow!("the config file {} is not valid: {error}", path.display())

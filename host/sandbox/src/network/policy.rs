@@ -44,6 +44,9 @@ enum HostPattern {
     Subdomains(String),
     /// Exactly this address (canonical form).
     Ip(IpAddr),
+    /// Any host, never named exactly: an address in a special range is refused. Made only by
+    /// [`AllowList::with_any_public_host`], never parsed from the configuration.
+    AnyPublic,
 }
 
 /// Which ports an entry allows.
@@ -152,6 +155,7 @@ impl AllowEntry {
                 .strip_suffix(base.as_str())
                 .is_some_and(|prefix| prefix.len() > 1 && prefix.ends_with('.')),
             (HostPattern::Ip(ip), TargetHost::Ip(target)) => ip == target,
+            (HostPattern::AnyPublic, _) => true,
             _ => false,
         };
         host_matches && self.port_matches(port, scheme)
@@ -167,7 +171,10 @@ impl AllowEntry {
 
     /// Whether the entry names `host` exactly (not through a wildcard).
     fn names_exactly(&self) -> bool {
-        !matches!(self.host, HostPattern::Subdomains(_))
+        !matches!(
+            self.host,
+            HostPattern::Subdomains(_) | HostPattern::AnyPublic
+        )
     }
 
     /// Whether the entry names exactly the address `ip` on `port`.
@@ -187,6 +194,7 @@ impl fmt::Display for AllowEntry {
             HostPattern::Subdomains(base) => write!(f, "*.{base}")?,
             HostPattern::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]")?,
             HostPattern::Ip(ip) => write!(f, "{ip}")?,
+            HostPattern::AnyPublic => f.write_str("any public host")?,
         }
         match self.port {
             PortRule::Default => Ok(()),
@@ -283,6 +291,19 @@ impl AllowList {
             .map(|entry| AllowEntry::parse(entry.as_ref()))
             .collect::<Result<Vec<_>, _>>()?;
         Ok(AllowList { entries })
+    }
+
+    /// This list and every public host over https on port 443: the hosts a registry may redirect
+    /// a download to (a content delivery network). A host that resolves to a loopback, private or
+    /// otherwise special address is still refused unless another entry names it exactly, and
+    /// plain http still goes only to loopback. Never made from the configuration.
+    pub fn with_any_public_host(mut self) -> Self {
+        self.entries.push(AllowEntry {
+            scheme: SchemeRule::Https,
+            host: HostPattern::AnyPublic,
+            port: PortRule::Default,
+        });
+        self
     }
 
     /// Whether nothing is allowed.

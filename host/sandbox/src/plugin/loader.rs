@@ -20,6 +20,7 @@ use crate::sandbox::{LoadError, Sandbox};
 use crate::tool::WasmTool;
 
 use super::decide::{Decision, decide};
+use super::lock::{LOCK_FILE, LockedPlugin, PluginLock, lock_path, read_lock};
 use super::manifest::{MANIFEST_FILE, Manifest, PluginsSection, read_manifest};
 
 /// Largest component read, in bytes (a Python component is about 20 MiB).
@@ -176,9 +177,21 @@ impl PluginLoader<'_> {
                 return report;
             }
         };
+        // A lock that cannot be read could hide a changed plugin: none of the directory loads.
+        let lock = match read_lock(dir) {
+            Ok(lock) => lock,
+            Err(reason) => {
+                report.refused.push(RefusedPlugin {
+                    path: lock_path(dir),
+                    name: None,
+                    reason: format!("no plugin of this directory is loaded: {reason}"),
+                });
+                return report;
+            }
+        };
         let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
         for location in locations {
-            match self.load_one(&location, &seen).await {
+            match self.load_one(&location, &seen, &lock).await {
                 Ok(plugin) => {
                     seen.insert(plugin.name.clone(), plugin.manifest.clone());
                     report.loaded.push(plugin);
@@ -209,6 +222,7 @@ impl PluginLoader<'_> {
         &self,
         location: &PluginLocation,
         seen: &BTreeMap<String, PathBuf>,
+        lock: &PluginLock,
     ) -> Result<LoadedPlugin, RefusedPlugin> {
         let refuse = |name: Option<String>, reason: String| RefusedPlugin {
             path: location.manifest.clone(),
@@ -241,6 +255,10 @@ impl PluginLoader<'_> {
                     component_path.display()
                 ),
             ));
+        }
+        if let Some(locked) = lock.get(&manifest.name) {
+            check_against_lock(&manifest, &actual, locked)
+                .map_err(|reason| refuse(Some(id.clone()), reason))?;
         }
 
         let decision = decide(
@@ -394,6 +412,30 @@ fn discover(dir: &Path) -> Result<Vec<PluginLocation>, RefusedPlugin> {
     }
     found.sort_by(|a, b| a.manifest.cmp(&b.manifest));
     Ok(found)
+}
+
+/// Holds a plugin installed from a registry to its lock entry: the same component, asking for
+/// nothing the operator did not accept.
+fn check_against_lock(
+    manifest: &Manifest,
+    actual: &str,
+    locked: &LockedPlugin,
+) -> Result<(), String> {
+    if actual != locked.component_sha256 {
+        return Err(format!(
+            "its component has sha256 {actual}, but {LOCK_FILE} locked {} at {}; run `clawcage plugins install` to restore the locked one, or `clawcage plugins update {}` to move the lock",
+            locked.component_sha256, locked.source, manifest.name
+        ));
+    }
+    let more = manifest.capabilities.beyond(&locked.capabilities);
+    if !more.is_empty() {
+        return Err(format!(
+            "its manifest asks for {} beyond what was accepted when it was installed ({LOCK_FILE}); run `clawcage plugins update {}` to review the new grants",
+            more.join(", "),
+            manifest.name
+        ));
+    }
+    Ok(())
 }
 
 /// The component's bytes: a regular file (a FIFO or a device is refused at once, never waited

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::{Component as PathComponent, Path, PathBuf};
 
 use clawcage_core::files::{Symlinks, read_regular_file};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::env::check_name;
 use crate::grants::FsMode;
@@ -19,7 +19,7 @@ pub const MANIFEST_FILE: &str = "plugin.toml";
 const MAX_MANIFEST_BYTES: u64 = 64 << 10;
 
 /// Workspace access, as a manifest asks for it or an operator grants it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Deserialize, Serialize)]
 pub enum WorkspaceAccess {
     /// No files.
     #[serde(rename = "none")]
@@ -65,7 +65,7 @@ pub struct Manifest {
 }
 
 /// What a plugin asks for in its manifest (`[capabilities]`).
-#[derive(Debug, Clone, Default, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
 pub struct Capabilities {
     /// The workspace: `"ro"` or `"rw"`; absent for none. It is the only directory a plugin can be
@@ -73,11 +73,56 @@ pub struct Capabilities {
     #[serde(default)]
     pub workspace: Option<WorkspaceAccess>,
     /// Hosts (`name` or `name:port`) the plugin wants to reach.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub network: Vec<String>,
     /// Names of host environment variables the plugin wants to read.
-    #[serde(default)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub env: Vec<String>,
+}
+
+impl Capabilities {
+    /// What `self` asks for beyond `accepted`, one phrase each (`the workspace rw`, `network
+    /// api.example.com`, `env NAME`); empty when `self` asks for nothing more.
+    pub fn beyond(&self, accepted: &Capabilities) -> Vec<String> {
+        let mut more = Vec::new();
+        let asked = self.workspace.and_then(WorkspaceAccess::mode);
+        let had = accepted.workspace.and_then(WorkspaceAccess::mode);
+        if let Some(mode) = asked
+            && had.is_none_or(|had| had < mode)
+        {
+            more.push(format!("the workspace {}", mode.as_str()));
+        }
+        for host in &self.network {
+            if !accepted.network.contains(host) {
+                more.push(format!("network {host}"));
+            }
+        }
+        for name in &self.env {
+            if !accepted.env.contains(name) {
+                more.push(format!("env {name}"));
+            }
+        }
+        more
+    }
+
+    /// One line: `workspace ro, network a.example, b.example, env NAME`, or `nothing`.
+    pub fn describe(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(mode) = self.workspace.and_then(WorkspaceAccess::mode) {
+            parts.push(format!("workspace {}", mode.as_str()));
+        }
+        if !self.network.is_empty() {
+            parts.push(format!("network {}", self.network.join(", ")));
+        }
+        if !self.env.is_empty() {
+            parts.push(format!("env {}", self.env.join(", ")));
+        }
+        if parts.is_empty() {
+            "nothing".to_string()
+        } else {
+            parts.join("; ")
+        }
+    }
 }
 
 /// `[plugins]` in the operator's config.
@@ -91,6 +136,15 @@ pub struct PluginsSection {
     /// nothing beyond running.
     #[serde(default)]
     pub grants: BTreeMap<String, OperatorGrant>,
+    /// Public keys (PEM files, ECDSA P-256 as `cosign generate-key-pair` writes them; relative
+    /// paths are relative to the config file) whose signature a plugin installed from a registry
+    /// must carry.
+    #[serde(default)]
+    pub trusted_keys: Vec<PathBuf>,
+    /// Plugins (by name) that may be installed from a registry without a signature by a trusted
+    /// key.
+    #[serde(default)]
+    pub allow_unsigned: Vec<String>,
 }
 
 /// What the operator grants one plugin (`[plugins.grants.NAME]`).
@@ -125,6 +179,10 @@ impl PluginsSection {
                 check_name(name).map_err(|error| format!("{place} env: {error}"))?;
             }
         }
+        for plugin in &self.allow_unsigned {
+            check_plugin_name(plugin)
+                .map_err(|error| format!("[plugins] allow_unsigned: {error}"))?;
+        }
         Ok(())
     }
 }
@@ -158,18 +216,8 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, String> {
         )
     })?;
     check_plugin_name(&manifest.name).map_err(|error| format!("the manifest's {error}"))?;
-    let version_ok = !manifest.version.is_empty()
-        && manifest.version.len() <= 64
-        && manifest
-            .version
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c));
-    if !version_ok {
-        return Err(format!(
-            "the manifest's version {:?} must be 1-64 characters of letters, digits, `.`, `_`, `+` and `-`",
-            manifest.version
-        ));
-    }
+    check_version(&manifest.version)
+        .map_err(|error| format!("the manifest's {}", error.trim_start_matches("the ")))?;
     let digest_ok = manifest.sha256.len() == 64
         && manifest
             .sha256
@@ -192,17 +240,40 @@ pub fn parse_manifest(text: &str) -> Result<Manifest, String> {
             manifest.component
         ));
     }
-    for host in &manifest.capabilities.network {
-        check_host(host).map_err(|error| format!("the manifest's network: {error}"))?;
-    }
-    for name in &manifest.capabilities.env {
-        check_name(name).map_err(|error| format!("the manifest's env: {error}"))?;
-    }
+    check_capabilities(&manifest.capabilities)?;
     Ok(manifest)
 }
 
 /// A plugin name: 1-64 characters of `a-z`, `0-9`, `_` and `-`.
-fn check_plugin_name(name: &str) -> Result<(), String> {
+/// Checks what a manifest asks for: every network host and environment name well-formed.
+pub fn check_capabilities(capabilities: &Capabilities) -> Result<(), String> {
+    for host in &capabilities.network {
+        check_host(host).map_err(|error| format!("the manifest's network: {error}"))?;
+    }
+    for name in &capabilities.env {
+        check_name(name).map_err(|error| format!("the manifest's env: {error}"))?;
+    }
+    Ok(())
+}
+
+/// Checks a version: 1-64 characters of letters, digits, `.`, `_`, `+` and `-`.
+pub fn check_version(version: &str) -> Result<(), String> {
+    let ok = !version.is_empty()
+        && version.len() <= 64
+        && version
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._+-".contains(c));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "the version {version:?} must be 1-64 characters of letters, digits, `.`, `_`, `+` and `-`"
+        ))
+    }
+}
+
+/// Checks a plugin name: 1-64 characters of `a-z`, `0-9`, `_` and `-`.
+pub fn check_plugin_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
         && name.len() <= 64
         && name

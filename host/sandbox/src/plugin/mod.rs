@@ -10,18 +10,21 @@
 //! others from loading.
 //!
 //! Here: `manifest` the two TOML inputs (the plugin's manifest, the operator's `[plugins]`
-//! section) and their checks; `decide` the effective grant; `loader` finding, verifying and
-//! loading the plugins of a directory.
+//! section) and their checks; `decide` the effective grant; `lock` the record of the plugins
+//! installed from a registry (`plugins.lock`), which the loader holds each of them to; `loader`
+//! finding, verifying and loading the plugins of a directory.
 
 mod decide;
 mod loader;
+mod lock;
 mod manifest;
 
 pub use decide::{Decision, HOST_SECRET_ENV, SECRET_LIKE_SUFFIXES, decide, looks_like_secret};
 pub use loader::{
     LoadedPlugin, PluginLoader, PluginLocation, PluginReport, PluginTool, RefusedPlugin,
 };
+pub use lock::{LOCK_FILE, LockedPlugin, PluginLock, lock_path, parse_lock, read_lock, write_lock};
 pub use manifest::{
     Capabilities, MANIFEST_FILE, Manifest, OperatorGrant, PluginsSection, WorkspaceAccess,
-    parse_manifest, read_manifest,
+    check_capabilities, check_plugin_name, check_version, parse_manifest, read_manifest,
 };
