@@ -120,6 +120,8 @@ fn violations(graph: &BTreeMap<String, Vec<String>>) -> Vec<String> {
             // The store traits on NATS JetStream: a backend of the agent's seams, no front end.
             "clawcage-cluster" => Some(&["clawcage-core", "clawcage-agent"]),
             "clawcage-acp" => Some(&["clawcage-core", "clawcage-agent", "clawcage-runtime"]),
+            // Installing plugins: the network policy and the plugin lock, no agent or front end.
+            "clawcage-registry" => Some(&["clawcage-core", "clawcage-sandbox"]),
             _ => None,
         };
         if let Some(allowed) = allowed {

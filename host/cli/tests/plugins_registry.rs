@@ -417,6 +417,12 @@ fn the_lock_wins_over_a_moved_tag_and_an_update_shows_and_gates_new_grants() {
             .ok(&["plugins", "list"])
             .contains("probe 1.0.0  missing")
     );
+    let tools = fixture.run(&["tools"]);
+    let stderr = String::from_utf8_lossy(&tools.stderr);
+    assert!(
+        stderr.contains("probe is in plugins.lock but not installed"),
+        "{stderr}"
+    );
     let restored = fixture.ok(&["plugins", "install"]);
     assert!(
         restored.contains("probe: restored (it was missing)"),

@@ -273,7 +273,7 @@ pub struct Publication {
 /// Builds the artifact for `component` (a WebAssembly component) as `plugin`. The same inputs
 /// give the same digest: the config's creation time is fixed.
 pub fn publication(plugin: &PublishedPlugin, component: &[u8]) -> Result<Publication, String> {
-    let (imports, exports) = component_names(component)?;
+    let (imports, exports) = clawcage_sandbox::plugin::component_names(component)?;
     let component_digest = Digest::of(component).to_string();
     let config = WasmConfig {
         created: "1970-01-01T00:00:00Z",
@@ -314,41 +314,4 @@ pub fn publication(plugin: &PublishedPlugin, component: &[u8]) -> Result<Publica
         digest: Digest::of(&manifest),
         manifest,
     })
-}
-
-/// The top-level import and export names of a component; a core module or anything else is
-/// refused.
-fn component_names(bytes: &[u8]) -> Result<(Vec<String>, Vec<String>), String> {
-    use wasmparser::{Parser, Payload};
-    if !wasmparser::Parser::is_component(bytes) {
-        return Err(
-            "the file is not a WebAssembly component (a plugin is a component; a core module must be made one first, e.g. with `wasm-tools component new`)"
-                .to_string(),
-        );
-    }
-    let mut imports = Vec::new();
-    let mut exports = Vec::new();
-    let mut depth = 0usize;
-    for payload in Parser::new(0).parse_all(bytes) {
-        match payload.map_err(|error| format!("the component is malformed: {error}"))? {
-            Payload::ModuleSection { .. } | Payload::ComponentSection { .. } => depth += 1,
-            Payload::End(_) => depth = depth.saturating_sub(1),
-            Payload::ComponentImportSection(section) if depth == 0 => {
-                for import in section {
-                    let import =
-                        import.map_err(|error| format!("the component is malformed: {error}"))?;
-                    imports.push(import.name.name.to_string());
-                }
-            }
-            Payload::ComponentExportSection(section) if depth == 0 => {
-                for export in section {
-                    let export =
-                        export.map_err(|error| format!("the component is malformed: {error}"))?;
-                    exports.push(export.name.name.to_string());
-                }
-            }
-            _ => {}
-        }
-    }
-    Ok((imports, exports))
 }

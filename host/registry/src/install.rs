@@ -147,7 +147,7 @@ pub async fn fetch(
         )
         .await
         .map_err(|error| format!("{reference}: {error}"))?;
-    if !wasmparser::Parser::is_component(&component) {
+    if !clawcage_sandbox::plugin::is_component(&component) {
         return Err(format!(
             "{reference}: its layer is not a WebAssembly component; a plugin is a component"
         ));

@@ -207,6 +207,15 @@ impl PluginLoader<'_> {
                 }
             }
         }
+        for locked in &lock.plugins {
+            if !seen.contains_key(&locked.name) {
+                report.warnings.push(format!(
+                    "{} is in {LOCK_FILE} but not installed in {}; run `clawcage plugins install` to restore it as locked",
+                    locked.name,
+                    dir.display()
+                ));
+            }
+        }
         for name in self.config.grants.keys() {
             if !seen.contains_key(name) {
                 report.warnings.push(format!(

@@ -9,16 +9,18 @@
 //! refused there with the reason. One bad plugin is reported and skipped; it never stops the
 //! others from loading.
 //!
-//! Here: `manifest` the two TOML inputs (the plugin's manifest, the operator's `[plugins]`
+//! Here: `component` what a component's bytes import and export; `manifest` the two TOML inputs (the plugin's manifest, the operator's `[plugins]`
 //! section) and their checks; `decide` the effective grant; `lock` the record of the plugins
 //! installed from a registry (`plugins.lock`), which the loader holds each of them to; `loader`
 //! finding, verifying and loading the plugins of a directory.
 
+mod component;
 mod decide;
 mod loader;
 mod lock;
 mod manifest;
 
+pub use component::{component_names, is_component};
 pub use decide::{Decision, HOST_SECRET_ENV, SECRET_LIKE_SUFFIXES, decide, looks_like_secret};
 pub use loader::{
     LoadedPlugin, PluginLoader, PluginLocation, PluginReport, PluginTool, RefusedPlugin,
