@@ -19,7 +19,7 @@ use crate::Failure;
 #[derive(Debug, Subcommand)]
 pub enum PluginsCommand {
     /// Install plugins from an OCI registry, or, with no reference, restore every plugin of
-    /// plugins.lock exactly as locked.
+    /// plugins.lock exactly as locked
     ///
     ///     clawcage plugins install oci://ghcr.io/acme/weather:1.2.0
     ///
@@ -66,7 +66,7 @@ pub enum PluginsCommand {
     },
     /// Publish a plugin to an OCI registry, signed: its component as the one layer of a
     /// WebAssembly artifact (what `wkg oci pull` reads), its manifest as the annotation
-    /// dev.clawcage.plugin.
+    /// dev.clawcage.plugin
     ///
     ///     clawcage plugins push ./weather oci://ghcr.io/acme/weather:1.2.0 --key acme.key
     #[command(verbatim_doc_comment)]
