@@ -542,3 +542,50 @@ fn signatures_are_ecdsa_p256_as_openssl_makes_and_checks_them() {
         String::from_utf8_lossy(&text.stdout)
     );
 }
+
+#[test]
+fn a_second_command_waits_for_the_first_on_the_plugins_directory() {
+    let registry = FakeRegistry::start();
+    registry.put_component("acme/probe", "1", &probe(), &[]);
+    let dir = tempfile::tempdir().unwrap();
+    let settings = settings(dir.path(), &["probe"], vec![]);
+    std::fs::create_dir_all(&settings.plugins_dir).unwrap();
+    // Another command holds the directory.
+    let guard = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(settings.plugins_dir.join(".plugins.lock.guard"))
+        .unwrap();
+    guard.lock().unwrap();
+    let (said, heard) = std::sync::mpsc::channel::<String>();
+    let reference = reference(&registry, "acme/probe:1");
+    let installing = {
+        let settings = settings.clone();
+        std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .unwrap();
+            runtime.block_on(install::install(&settings, &reference, &mut |line| {
+                let _ = said.send(line);
+            }))
+        })
+    };
+    let first = heard.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert!(
+        first.contains("waiting for another clawcage plugins command"),
+        "{first}"
+    );
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !installing.is_finished(),
+        "the install went on while the directory was held"
+    );
+    assert!(!settings.plugins_dir.join("plugins.lock").exists());
+    guard.unlock().unwrap();
+    let installed = installing.join().unwrap().unwrap();
+    assert_eq!(installed.locked.name, "probe");
+    let lock = clawcage_sandbox::plugin::read_lock(&settings.plugins_dir).unwrap();
+    assert!(lock.get("probe").is_some());
+}

@@ -121,7 +121,9 @@ pub(crate) async fn run(options: Options, command: PluginsCommand) -> Result<(),
         }
         PluginsCommand::Remove { name } => {
             let (settings, _) = settings(&options, 300)?;
-            install::remove(&settings, &name).map_err(usage)?;
+            install::remove(&settings, &name, &mut progress())
+                .await
+                .map_err(usage)?;
             println!("removed {name}");
             Ok(())
         }

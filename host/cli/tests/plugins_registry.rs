@@ -254,6 +254,11 @@ fn the_examples_are_published_signed_installed_from_the_registry_and_called() {
         examples.len(),
         "{listed}"
     );
+    // Nothing the installs left in the directory (the lock, its guard) is taken for a plugin.
+    let tools = fixture.run(&["tools"]);
+    let stderr = String::from_utf8_lossy(&tools.stderr);
+    assert!(!stderr.contains("clawcage: plugin"), "{stderr}");
+    assert!(!stderr.contains("warning"), "{stderr}");
 
     std::fs::write(
         fixture.path("workspace/hello.txt"),

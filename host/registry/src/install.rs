@@ -161,6 +161,43 @@ pub async fn fetch(
     })
 }
 
+/// The name of the file whose lock makes one `clawcage plugins` command at a time change a
+/// plugins directory (hidden: the loader skips it).
+const GUARD_FILE: &str = ".plugins.lock.guard";
+
+/// Holds the plugins directory for one command that changes it; released when dropped. A second
+/// command waits (and says so) rather than losing the first one's lock entry.
+async fn hold_directory(
+    plugins_dir: &Path,
+    progress: &mut dyn FnMut(String),
+) -> Result<std::fs::File, String> {
+    std::fs::create_dir_all(plugins_dir)
+        .map_err(|error| format!("cannot create {}: {error}", plugins_dir.display()))?;
+    let path = plugins_dir.join(GUARD_FILE);
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)
+        .map_err(|error| format!("cannot open {}: {error}", path.display()))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            progress(format!(
+                "waiting for another clawcage plugins command on {}",
+                plugins_dir.display()
+            ));
+            tokio::task::spawn_blocking(move || file.lock().map(|()| file))
+                .await
+                .map_err(|error| format!("cannot wait for {}: {error}", path.display()))?
+                .map_err(|error| format!("cannot lock {}: {error}", path.display()))
+        }
+        Err(std::fs::TryLockError::Error(error)) => {
+            Err(format!("cannot lock {}: {error}", path.display()))
+        }
+    }
+}
+
 /// What an install did.
 #[derive(Debug)]
 pub struct Installed {
@@ -181,6 +218,7 @@ pub async fn install(
     reference: &Reference,
     progress: &mut dyn FnMut(String),
 ) -> Result<Installed, String> {
+    let _held = hold_directory(&settings.plugins_dir, progress).await?;
     let lock = read_lock(&settings.plugins_dir)?;
     let fetched = fetch(settings, reference, progress).await?;
     let name = fetched.artifact.plugin.name.clone();
@@ -289,6 +327,7 @@ pub async fn restore(
     settings: &Settings,
     progress: &mut dyn FnMut(String),
 ) -> Result<Vec<Restored>, String> {
+    let _held = hold_directory(&settings.plugins_dir, progress).await?;
     let lock = read_lock(&settings.plugins_dir)?;
     let mut restored = Vec::new();
     for locked in &lock.plugins {
@@ -349,6 +388,7 @@ pub async fn update(
     accept_grants: bool,
     progress: &mut dyn FnMut(String),
 ) -> Result<Updated, String> {
+    let _held = hold_directory(&settings.plugins_dir, progress).await?;
     let mut lock = read_lock(&settings.plugins_dir)?;
     let Some(old) = lock.get(name).cloned() else {
         return Err(not_locked(&lock, name));
@@ -422,7 +462,12 @@ fn not_locked(lock: &PluginLock, name: &str) -> String {
 
 /// Removes plugin `name`: its directory and its lock entry. A plugin not installed from a
 /// registry is refused: its directory is the operator's own.
-pub fn remove(settings: &Settings, name: &str) -> Result<(), String> {
+pub async fn remove(
+    settings: &Settings,
+    name: &str,
+    progress: &mut dyn FnMut(String),
+) -> Result<(), String> {
+    let _held = hold_directory(&settings.plugins_dir, progress).await?;
     let mut lock = read_lock(&settings.plugins_dir)?;
     if lock.get(name).is_none() {
         return Err(not_locked(&lock, name));
