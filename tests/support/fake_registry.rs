@@ -27,6 +27,7 @@ use hyper_util::rt::TokioIo;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::oneshot;
 
+pub use crate::web::Recorded;
 use crate::web::{Reply, WebServer};
 
 /// The media type of an OCI image manifest.
@@ -37,27 +38,6 @@ pub const WASM_LAYER: &str = "application/wasm";
 
 /// The media type of the config of a WebAssembly artifact, as `wkg oci push` writes it.
 pub const WASM_CONFIG: &str = "application/vnd.wasm.config.v0+json";
-
-/// One request as a fake server received it.
-#[derive(Debug, Clone)]
-pub struct Recorded {
-    /// The method.
-    pub method: String,
-    /// Path and query.
-    pub path_and_query: String,
-    /// Headers, names lower case.
-    pub headers: Vec<(String, String)>,
-}
-
-impl Recorded {
-    /// The first value of header `name`.
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(key, _)| key.eq_ignore_ascii_case(name))
-            .map(|(_, value)| value.as_str())
-    }
-}
 
 /// `sha256:HEX` of `bytes`.
 pub fn sha256_digest(bytes: &[u8]) -> String {
@@ -436,24 +416,7 @@ async fn answer(
     let (parts, body) = request.into_parts();
     // Drain whatever body came, so the connection stays usable.
     let _ = body.collect().await;
-    let recorded = Recorded {
-        method: parts.method.to_string(),
-        path_and_query: parts
-            .uri
-            .path_and_query()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(name, value)| {
-                (
-                    name.as_str().to_string(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-    };
+    let recorded = Recorded::of(&parts, Vec::new());
     let mut state = state
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -647,14 +610,6 @@ impl FakeTokenServer {
 
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
-        self.server
-            .requests()
-            .into_iter()
-            .map(|request| Recorded {
-                method: request.method,
-                path_and_query: request.path,
-                headers: request.headers,
-            })
-            .collect()
+        self.server.requests()
     }
 }

@@ -43,21 +43,7 @@ fn installed(variable: &str, argument: Option<&str>) -> Result<PathBuf, String> 
         return Ok(PathBuf::from(binary));
     }
     let script = repo_root().join("tests").join("nats").join("setup.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .args(argument)
-        .output()
-        .map_err(|error| format!("cannot run {}: {error}", script.display()))?;
-    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-    match output.status.code() {
-        Some(0) => String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .last()
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("{} printed no path", script.display())),
-        Some(3) => Err(stderr),
-        _ => panic!("{} failed ({}):\n{stderr}", script.display(), output.status),
-    }
+    crate::toolchains::setup_script_path(&script, argument.as_slice())
 }
 
 /// A running `nats-server`, killed on drop.

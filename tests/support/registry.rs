@@ -46,21 +46,7 @@ pub fn wkg_or_skip(test: &str) -> Option<PathBuf> {
 /// Runs `tests/registry/setup.sh` and returns the path it printed last.
 fn run_setup() -> Result<PathBuf, String> {
     let script = repo_root().join("tests").join("registry").join("setup.sh");
-    let output = Command::new("bash")
-        .arg(&script)
-        .stdin(Stdio::null())
-        .output()
-        .unwrap_or_else(|error| panic!("cannot run {}: {error}", script.display()));
-    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
-    match output.status.code() {
-        Some(0) => String::from_utf8_lossy(&output.stdout)
-            .lines()
-            .last()
-            .map(PathBuf::from)
-            .ok_or_else(|| format!("{} printed no path", script.display())),
-        Some(3) => Err(stderr),
-        _ => panic!("{} failed ({}):\n{stderr}", script.display(), output.status),
-    }
+    toolchains::setup_script_path(&script, &[])
 }
 
 /// `skopeo` on PATH, or why not.

@@ -52,6 +52,28 @@ fn build_script(target: &'static str) -> Result<String, String> {
     result
 }
 
+/// Runs the setup script `script` with `args` and returns the path it printed last: `Err` with
+/// its message when it could not install what it installs (exit status 3), a panic on any other
+/// failure.
+pub fn setup_script_path(script: &Path, args: &[&str]) -> Result<PathBuf, String> {
+    let output = Command::new("bash")
+        .arg(script)
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap_or_else(|error| panic!("cannot run {}: {error}", script.display()));
+    let stderr = String::from_utf8_lossy(&output.stderr).trim().to_string();
+    match output.status.code() {
+        Some(0) => String::from_utf8_lossy(&output.stdout)
+            .lines()
+            .last()
+            .map(PathBuf::from)
+            .ok_or_else(|| format!("{} printed no path", script.display())),
+        Some(3) => Err(stderr),
+        _ => panic!("{} failed ({}):\n{stderr}", script.display(), output.status),
+    }
+}
+
 /// The ACP TypeScript SDK's `node_modules` directory (`examples/build.sh setup-acp`), installed
 /// once per process.
 pub fn acp_sdk() -> Result<PathBuf, String> {

@@ -42,6 +42,29 @@ pub struct Recorded {
 }
 
 impl Recorded {
+    /// The request of `parts` with `body`, as a test reads it back.
+    pub fn of(parts: &hyper::http::request::Parts, body: Vec<u8>) -> Recorded {
+        Recorded {
+            method: parts.method.to_string(),
+            path: parts
+                .uri
+                .path_and_query()
+                .map(ToString::to_string)
+                .unwrap_or_default(),
+            headers: parts
+                .headers
+                .iter()
+                .map(|(name, value)| {
+                    (
+                        name.as_str().to_string(),
+                        String::from_utf8_lossy(value.as_bytes()).into_owned(),
+                    )
+                })
+                .collect(),
+            body,
+        }
+    }
+
     /// The first value of header `name`.
     pub fn header(&self, name: &str) -> Option<&str> {
         self.headers
@@ -242,25 +265,7 @@ async fn answer(
         .await
         .map(|collected| collected.to_bytes().to_vec())
         .unwrap_or_default();
-    let recorded = Recorded {
-        method: parts.method.to_string(),
-        path: parts
-            .uri
-            .path_and_query()
-            .map(ToString::to_string)
-            .unwrap_or_default(),
-        headers: parts
-            .headers
-            .iter()
-            .map(|(name, value)| {
-                (
-                    name.as_str().to_string(),
-                    String::from_utf8_lossy(value.as_bytes()).into_owned(),
-                )
-            })
-            .collect(),
-        body,
-    };
+    let recorded = Recorded::of(&parts, body);
     requests
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
