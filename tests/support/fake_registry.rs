@@ -18,17 +18,16 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 use std::thread::JoinHandle;
 
+use base64::Engine as _;
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use hyper::service::service_fn;
-use hyper_util::rt::TokioIo;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::oneshot;
 
 pub use crate::web::Recorded;
-use crate::web::{Reply, WebServer};
+use crate::web::{Reply, ReplyBody, WebServer};
 
 /// The media type of an OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -240,7 +239,10 @@ impl FakeRegistry {
     /// answered 401 with `WWW-Authenticate: Basic realm="fake"`.
     pub fn require_basic(&self, user: &str, password: &str) {
         self.state().auth = Auth::Basic {
-            expected: format!("Basic {}", base64(format!("{user}:{password}").as_bytes())),
+            expected: format!(
+                "Basic {}",
+                base64::engine::general_purpose::STANDARD.encode(format!("{user}:{password}"))
+            ),
         };
     }
 
@@ -326,60 +328,17 @@ pub fn component_manifest(
     serde_json::Value::Object(manifest).to_string().into_bytes()
 }
 
-/// Standard base64 with padding.
-fn base64(bytes: &[u8]) -> String {
-    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
-    let mut out = String::with_capacity(bytes.len().div_ceil(3) * 4);
-    for chunk in bytes.chunks(3) {
-        let b = [
-            chunk[0],
-            chunk.get(1).copied().unwrap_or(0),
-            chunk.get(2).copied().unwrap_or(0),
-        ];
-        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
-        for (index, shift) in [18u32, 12, 6, 0].into_iter().enumerate() {
-            if index <= chunk.len() {
-                out.push(char::from(ALPHABET[((n >> shift) & 63) as usize]));
-            } else {
-                out.push('=');
-            }
-        }
-    }
-    out
-}
-
-fn serve(listener: StdListener, state: Arc<Mutex<State>>, mut stop: oneshot::Receiver<()>) {
-    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-    else {
-        return;
-    };
-    runtime.block_on(async move {
-        let Ok(listener) = tokio::net::TcpListener::from_std(listener) else {
-            return;
-        };
-        loop {
-            let accepted = tokio::select! {
-                _ = &mut stop => return,
-                accepted = listener.accept() => accepted,
-            };
-            let Ok((stream, _)) = accepted else { continue };
+fn serve(listener: StdListener, state: Arc<Mutex<State>>, stop: oneshot::Receiver<()>) {
+    crate::web::serve_http(
+        listener,
+        stop,
+        || {},
+        move |request| {
             let state = state.clone();
-            tokio::spawn(async move {
-                let service = service_fn(move |request: hyper::Request<Incoming>| {
-                    let state = state.clone();
-                    async move { Ok::<_, Infallible>(answer(request, &state).await) }
-                });
-                let _ = hyper::server::conn::http1::Builder::new()
-                    .serve_connection(TokioIo::new(stream), service)
-                    .await;
-            });
-        }
-    });
+            async move { answer(request, &state).await }
+        },
+    );
 }
-
-type ReplyBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 /// What a `/v2` path asks for.
 enum Route<'a> {

@@ -214,8 +214,39 @@ fn serve(
     listener: StdListener,
     handler: Handler,
     (requests, sent, connections): ServerState,
-    mut stop: oneshot::Receiver<()>,
+    stop: oneshot::Receiver<()>,
 ) {
+    serve_http(
+        listener,
+        stop,
+        move || {
+            connections.fetch_add(1, Ordering::Relaxed);
+        },
+        move |request| {
+            let handler = handler.clone();
+            let requests = requests.clone();
+            let sent = sent.clone();
+            async move {
+                match answer(request, &handler, &requests, &sent).await {
+                    Ok(response) => response,
+                    Err(never) => match never {},
+                }
+            }
+        },
+    );
+}
+
+/// Serves HTTP/1.1 on `listener` (on a runtime of its own, in the calling thread) until `stop`:
+/// `accepted` is told of each connection, `answer` answers each request.
+pub(crate) fn serve_http<A, F>(
+    listener: StdListener,
+    mut stop: oneshot::Receiver<()>,
+    accepted: impl Fn() + Send + 'static,
+    answer: A,
+) where
+    A: Fn(hyper::Request<Incoming>) -> F + Clone + Send + Sync + 'static,
+    F: std::future::Future<Output = hyper::Response<ReplyBody>> + Send + 'static,
+{
     let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
@@ -227,21 +258,19 @@ fn serve(
             return;
         };
         loop {
-            let accepted = tokio::select! {
+            let accepted_now = tokio::select! {
                 _ = &mut stop => return,
-                accepted = listener.accept() => accepted,
+                accepted_now = listener.accept() => accepted_now,
             };
-            let Ok((stream, _)) = accepted else { continue };
-            connections.fetch_add(1, Ordering::Relaxed);
-            let handler = handler.clone();
-            let requests = requests.clone();
-            let sent = sent.clone();
+            let Ok((stream, _)) = accepted_now else {
+                continue;
+            };
+            accepted();
+            let answer = answer.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |request: hyper::Request<Incoming>| {
-                    let handler = handler.clone();
-                    let requests = requests.clone();
-                    let sent = sent.clone();
-                    async move { answer(request, &handler, &requests, &sent).await }
+                    let answer = answer.clone();
+                    async move { Ok::<_, Infallible>(answer(request).await) }
                 });
                 let _ = hyper::server::conn::http1::Builder::new()
                     .serve_connection(TokioIo::new(stream), service)
@@ -251,7 +280,8 @@ fn serve(
     });
 }
 
-type ReplyBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
+/// The body of every answer of the test servers.
+pub(crate) type ReplyBody = http_body_util::combinators::BoxBody<Bytes, Infallible>;
 
 async fn answer(
     request: hyper::Request<Incoming>,
