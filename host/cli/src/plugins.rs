@@ -139,11 +139,18 @@ pub(crate) async fn run(options: Options, command: PluginsCommand) -> Result<(),
 }
 
 fn usage(message: String) -> Failure {
-    Failure::Usage(format!("clawcage: {message}"))
+    Failure::Usage(format!("clawcage: {}", crate::render::sanitize(&message)))
 }
 
 fn failed(message: String) -> Failure {
-    Failure::Tool(format!("clawcage: {message}"))
+    Failure::Tool(format!("clawcage: {}", crate::render::sanitize(&message)))
+}
+
+/// Text a registry or a publisher wrote, as one line safe for a terminal: control characters
+/// made visible, line breaks made spaces, so it can neither restyle the screen nor fake a line of
+/// this command's own report.
+fn one_line(text: &str) -> String {
+    crate::render::sanitize(&text.replace(['\n', '\r', '\t'], " ")).into_owned()
 }
 
 fn limits(timeout: u64) -> Result<RegistryLimits, Failure> {
@@ -188,7 +195,7 @@ fn settings(options: &Options, timeout: u64) -> Result<(Settings, PluginsSection
 }
 
 fn progress() -> impl FnMut(String) {
-    |line: String| clawcage_runtime::tell!("clawcage: {line}")
+    |line: String| clawcage_runtime::tell!("clawcage: {}", one_line(&line))
 }
 
 async fn install_all(
@@ -206,7 +213,7 @@ async fn install_all(
             .await
             .map_err(failed)?;
         for warning in &installed.warnings {
-            clawcage_runtime::tell!("clawcage: warning: {warning}");
+            clawcage_runtime::tell!("clawcage: warning: {}", one_line(warning));
         }
         let locked = &installed.locked;
         if installed.already {
@@ -221,7 +228,7 @@ async fn install_all(
             locked.name, locked.version, locked.source
         );
         if let Some(description) = &installed.description {
-            println!("  {description}");
+            println!("  {}", one_line(description));
         }
         println!("  digest     {}", locked.digest);
         println!("  signed by  {}", locked.signed_by);
@@ -276,7 +283,7 @@ async fn restore(settings: &Settings) -> Result<(), Failure> {
     }
     for plugin in restored {
         for warning in &plugin.warnings {
-            clawcage_runtime::tell!("clawcage: warning: {warning}");
+            clawcage_runtime::tell!("clawcage: warning: {}", one_line(warning));
         }
         match plugin.before {
             State::Intact => println!("{}: as locked", plugin.name),
@@ -298,7 +305,7 @@ async fn update(
         .await
         .map_err(failed)?;
     for warning in &updated.warnings {
-        clawcage_runtime::tell!("clawcage: warning: {warning}");
+        clawcage_runtime::tell!("clawcage: warning: {}", one_line(warning));
     }
     let (old, new) = (&updated.old, &updated.new);
     if old.digest == new.digest {

@@ -626,3 +626,49 @@ fn bad_references_and_missing_configuration_are_usage_errors() {
     use std::os::unix::fs::PermissionsExt as _;
     assert_eq!(private.permissions().mode() & 0o777, 0o600);
 }
+
+#[test]
+fn what_a_publisher_wrote_cannot_restyle_the_terminal_or_fake_a_line() {
+    let Some(registry) = OciRegistry::start("publisher text") else {
+        return;
+    };
+    let fixture = Fixture::new("allow_unsigned = [\"probe\"]\n");
+    let dir = fixture.probe_plugin("src", "1.0.0", "");
+    let manifest = std::fs::read_to_string(dir.join("plugin.toml")).unwrap();
+    std::fs::write(
+        dir.join("plugin.toml"),
+        manifest.replace(
+            "Reports what it can reach.",
+            "Harmless.\\u001b[2J\\u001b]0;owned\\u0007\\n  signed by  key sha256:trusted",
+        ),
+    )
+    .unwrap();
+    let reference = oci(&registry, "tools/probe:1.0.0");
+    fixture.ok(&[
+        "plugins",
+        "push",
+        dir.to_str().unwrap(),
+        &reference,
+        "--unsigned",
+    ]);
+    let output = fixture.run(&["plugins", "install", &reference]);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains('\u{1b}') && !stdout.contains('\u{7}'),
+        "{stdout:?}"
+    );
+    assert!(
+        stdout.contains("Harmless.␛[2J␛]0;owned␇   signed by  key sha256:trusted"),
+        "{stdout}"
+    );
+    let signed_lines: Vec<&str> = stdout
+        .lines()
+        .filter(|line| line.trim_start().starts_with("signed by"))
+        .collect();
+    assert_eq!(signed_lines, ["  signed by  unsigned"], "{stdout}");
+}

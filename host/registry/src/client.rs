@@ -573,7 +573,15 @@ fn expect_status(
     let said = serde_json::from_slice::<Errors>(&response.body)
         .ok()
         .and_then(|errors| errors.errors.into_iter().next())
-        .map(|entry| entry.message.chars().take(200).collect::<String>())
+        .map(|entry| {
+            // The registry's words, on one line and without control characters.
+            entry
+                .message
+                .chars()
+                .take(200)
+                .map(|c| if c.is_control() { ' ' } else { c })
+                .collect::<String>()
+        })
         .filter(|message| !message.is_empty())
         .map(|message| format!(": {message}"))
         .unwrap_or_default();
