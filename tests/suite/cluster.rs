@@ -498,3 +498,81 @@ async fn reads_and_ended_followers_leave_no_consumer_behind() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
+
+/// A free TCP port on loopback (for a server's monitoring endpoint).
+fn free_port() -> u16 {
+    std::net::TcpListener::bind(("127.0.0.1", 0))
+        .and_then(|listener| listener.local_addr())
+        .map(|addr| addr.port())
+        .expect("a free port")
+}
+
+#[tokio::test]
+async fn events_waiting_together_are_stored_as_one_batch_all_or_none() {
+    let Some(server) = NatsServer::start_monitored("events as one batch", free_port()) else {
+        return;
+    };
+    let key = "agent:main:webchat:batched";
+    let log = connect(&server).await.event_log();
+    log.append(event(key, 1, "first"), 1).await.unwrap();
+    // Twenty events at once: stored in order, with one acknowledgement rather than twenty.
+    let [_, out_before, ..] = server.traffic();
+    let batch: Vec<AgentEvent> = (2..=21)
+        .map(|seq| event(key, seq, &format!("d{seq}")))
+        .collect();
+    let stored = log.append_all(batch, 1).await.unwrap();
+    assert_eq!(stored.len(), 20);
+    let [_, out_after, ..] = server.traffic();
+    assert!(
+        out_after - out_before < 5,
+        "20 events sent {} messages back: not one batch",
+        out_after - out_before
+    );
+    let texts: Vec<String> = log
+        .read(key, 0, 100)
+        .await
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| format!("{}:{}", e.seq, e.data["delta"].as_str().unwrap()))
+        .collect();
+    let expected: Vec<String> = std::iter::once("1:first".to_string())
+        .chain((2..=21).map(|seq| format!("{seq}:d{seq}")))
+        .collect();
+    assert_eq!(texts, expected);
+
+    // A newer owner writes; the old owner's batch is refused whole, nothing of it stored.
+    let newer = connect(&server).await.event_log();
+    assert_eq!(newer.last_seq(key).await.unwrap(), 21);
+    newer.append(event(key, 22, "newer"), 2).await.unwrap();
+    let stale: Vec<AgentEvent> = (22..=25).map(|seq| event(key, seq, "zombie")).collect();
+    let refused = log.append_all(stale, 1).await;
+    assert!(
+        matches!(refused, Err(EventLogError::Fenced { .. })),
+        "{refused:?}"
+    );
+    let after = newer.read(key, 21, 100).await.unwrap().events;
+    assert_eq!(after.len(), 1, "{after:?}");
+    assert_eq!(after[0].data["delta"], "newer");
+
+    // Events of another writer of the same epoch landing in between: what the batch cannot
+    // store is refused as out of order, what follows it is stored one by one.
+    let twin = connect(&server).await.event_log();
+    assert_eq!(twin.last_seq(key).await.unwrap(), 22);
+    newer.append(event(key, 23, "newer"), 2).await.unwrap();
+    let late: Vec<AgentEvent> = (23..=25).map(|seq| event(key, seq, "twin")).collect();
+    let outcome = twin.append_all(late, 2).await;
+    assert!(
+        matches!(outcome, Err(EventLogError::OutOfOrder { seq: 23, .. })),
+        "{outcome:?}"
+    );
+    let texts: Vec<String> = newer
+        .read(key, 21, 100)
+        .await
+        .unwrap()
+        .events
+        .iter()
+        .map(|e| format!("{}:{}", e.seq, e.data["delta"].as_str().unwrap()))
+        .collect();
+    assert_eq!(texts, ["22:newer", "23:newer", "24:twin", "25:twin"]);
+}
