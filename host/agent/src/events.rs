@@ -438,31 +438,6 @@ pub trait EventLog: Send + Sync + std::fmt::Debug {
     /// [`EventLogError::OutOfOrder`] when `seq` is not after the last stored. Returns the event
     /// as stored (with its time).
     fn append(&self, event: AgentEvent, epoch: Epoch) -> EventFuture<'_, AgentEvent>;
-    /// Store `events` — one session's, in order — as [`Self::append`] would one after another,
-    /// each tried whatever became of the one before; a backend may store them together (one
-    /// acknowledgement for all). Returns the events stored, or the first error.
-    fn append_all(
-        &self,
-        events: Vec<AgentEvent>,
-        epoch: Epoch,
-    ) -> EventFuture<'_, Vec<AgentEvent>> {
-        Box::pin(async move {
-            let mut stored = Vec::with_capacity(events.len());
-            let mut first_error = None;
-            for event in events {
-                match self.append(event, epoch).await {
-                    Ok(event) => stored.push(event),
-                    Err(error) => {
-                        first_error.get_or_insert(error);
-                    }
-                }
-            }
-            match first_error {
-                Some(error) => Err(error),
-                None => Ok(stored),
-            }
-        })
-    }
     /// The events of `session_key` with `seq > since`, at most `limit` of them.
     fn read<'a>(
         &'a self,

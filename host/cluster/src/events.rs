@@ -51,15 +51,6 @@ const RUN_HEADER: &str = "Claw-Run";
 const REMOVED_HEADER: &str = "Claw-Removed";
 const ROLLUP_HEADER: &str = "Nats-Rollup";
 const EXPECTED_LAST_SUBJECT_SEQUENCE: &str = "Nats-Expected-Last-Subject-Sequence";
-const BATCH_ID: &str = "Nats-Batch-Id";
-const BATCH_SEQUENCE: &str = "Nats-Batch-Sequence";
-const BATCH_COMMIT: &str = "Nats-Batch-Commit";
-
-/// The oldest server that stores atomic batches (`allow_atomic` streams).
-const ATOMIC_BATCH_SERVER: (u64, u64) = (2, 12);
-
-/// Bytes of events sent as one batch at most (the rest go in the next).
-const MAX_BATCH_BYTES: usize = 256 << 10;
 
 /// How long one try of an append waits for the server's acknowledgement before it is sent
 /// again under the same expectation (safe: a copy that was stored makes the next try fail with
@@ -97,9 +88,6 @@ struct Inner {
     tails: Mutex<HashMap<String, Tail>>,
     /// Moves with every reconnection to the servers.
     reconnected: watch::Receiver<u64>,
-    /// Whether the stream stores atomic batches, so that events waiting together are sent with
-    /// one acknowledgement (see [`Inner::append_all`]).
-    atomic_batches: bool,
 }
 
 impl std::fmt::Debug for JetStreamEventLog {
@@ -184,8 +172,6 @@ impl JetStreamEventLog {
             num_replicas: options.replicas.max(1),
             allow_direct: true,
             allow_rollup: true,
-            allow_atomic_publish: crate::parse_version(&context.client().server_info().version)
-                .is_some_and(|version| version >= ATOMIC_BATCH_SERVER),
             ..Default::default()
         };
         let what = || format!("the stream {EVENT_STREAM}");
@@ -201,20 +187,12 @@ impl JetStreamEventLog {
         })
         .await
         .map_err(|error| (what(), error))?;
-        // What the stream says, not what was asked: a server that does not know the setting
-        // leaves it off, and events are then appended one by one.
-        let atomic_batches = config.allow_atomic_publish
-            && match context.get_stream(EVENT_STREAM).await {
-                Ok(info) => info.cached_info().config.allow_atomic_publish,
-                Err(_) => false,
-            };
         Ok(Self {
             inner: Arc::new(Inner {
                 context,
                 stream,
                 tails: Mutex::new(HashMap::new()),
                 reconnected,
-                atomic_batches,
             }),
         })
     }
@@ -393,145 +371,6 @@ impl Inner {
                 .get_last_raw_message_by_subject(subject)
                 .await
                 .is_ok_and(|message| message.payload == *payload)
-    }
-
-    /// Appends `events` (one session's, consecutive, in order): when the stream stores atomic
-    /// batches, as one batch — every event but the last published without waiting, the last
-    /// committing the batch with one acknowledgement, the expected last sequence on the first,
-    /// so the server stores all of them or none. When the batch fails for any reason, what was
-    /// stored is read back and the rest is appended one by one, each judged as [`Self::append`]
-    /// judges it (fenced, out of order, retried).
-    async fn append_all(
-        &self,
-        events: Vec<AgentEvent>,
-        epoch: Epoch,
-    ) -> Result<Vec<AgentEvent>, EventLogError> {
-        let consecutive = events.windows(2).all(|pair| {
-            pair[0].session_key == pair[1].session_key && pair[1].seq == pair[0].seq + 1
-        });
-        if !self.atomic_batches || events.len() < 2 || !consecutive {
-            return self.append_each(events, epoch, false).await;
-        }
-        let mut payloads = Vec::with_capacity(events.len());
-        for event in &events {
-            payloads.push(Bytes::from(
-                serde_json::to_vec(event).map_err(std::io::Error::other)?,
-            ));
-        }
-        if payloads.iter().map(Bytes::len).sum::<usize>() > MAX_BATCH_BYTES {
-            return self.append_each(events, epoch, false).await;
-        }
-        match self.append_batch(&events, payloads, epoch).await {
-            Ok(true) => Ok(events),
-            Ok(false) => self.append_each(events, epoch, true).await,
-            Err(refused) => Err(refused),
-        }
-    }
-
-    /// One atomic batch of `events`: `Ok(true)` stored, `Ok(false)` not known to be stored (the
-    /// caller reads back what is), `Err` refused before anything was sent.
-    async fn append_batch(
-        &self,
-        events: &[AgentEvent],
-        payloads: Vec<Bytes>,
-        epoch: Epoch,
-    ) -> Result<bool, EventLogError> {
-        let Some(first) = events.first() else {
-            return Ok(true);
-        };
-        let session = first.session_key.clone();
-        let subject = subject_of(&session);
-        let mut tail = self.tail(&session, &subject).await?;
-        if epoch < tail.epoch || first.seq <= tail.seq {
-            tail = self.lookup_tail(&session, &subject).await?;
-            refuse_behind(&session, first, epoch, tail)?;
-        }
-        let batch = crate::subject_log::writer_nonce();
-        let client = self.context.client();
-        let last = events.len() - 1;
-        for (index, (event, payload)) in events.iter().zip(payloads).enumerate() {
-            let mut headers = HeaderMap::new();
-            headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
-            headers.insert(EPOCH_HEADER, epoch.to_string().as_str());
-            if !event.run_id.is_empty() {
-                headers.insert(RUN_HEADER, event.run_id.as_str());
-            }
-            headers.insert(BATCH_ID, batch.as_str());
-            headers.insert(BATCH_SEQUENCE, (index + 1).to_string().as_str());
-            if index == 0 {
-                headers.insert(
-                    EXPECTED_LAST_SUBJECT_SEQUENCE,
-                    tail.stream_sequence.to_string().as_str(),
-                );
-            }
-            if index < last {
-                if client
-                    .publish_with_headers(subject.clone(), headers, payload)
-                    .await
-                    .is_err()
-                {
-                    return Ok(false);
-                }
-                continue;
-            }
-            headers.insert(BATCH_COMMIT, "1");
-            let Ok(ack) = self
-                .context
-                .publish_with_headers(subject.clone(), headers, payload)
-                .await
-            else {
-                return Ok(false);
-            };
-            let Ok(Ok(ack)) = tokio::time::timeout(ACK_WAIT, ack.into_future()).await else {
-                return Ok(false);
-            };
-            lock(&self.tails).insert(
-                session.clone(),
-                Tail {
-                    stream_sequence: ack.sequence,
-                    seq: event.seq,
-                    epoch,
-                },
-            );
-        }
-        Ok(true)
-    }
-
-    /// Appends `events` one by one, each tried whatever became of the one before. After a
-    /// failed batch (`after_batch`), first asks whether the batch was stored after all (it was
-    /// committed but its acknowledgement lost): a batch is stored whole or not at all, so it was
-    /// when the session's last message is this writer's last event.
-    async fn append_each(
-        &self,
-        events: Vec<AgentEvent>,
-        epoch: Epoch,
-        after_batch: bool,
-    ) -> Result<Vec<AgentEvent>, EventLogError> {
-        if after_batch && let Some(last) = events.last() {
-            let subject = subject_of(&last.session_key);
-            let tail = self.lookup_tail(&last.session_key, &subject).await?;
-            let payload = Bytes::from(serde_json::to_vec(last).map_err(std::io::Error::other)?);
-            if self
-                .already_stored(&subject, tail, last, epoch, &payload)
-                .await
-            {
-                return Ok(events);
-            }
-        }
-        let mut stored = Vec::with_capacity(events.len());
-        let mut first_error = None;
-        for event in events {
-            match self.append(event, epoch).await {
-                Ok(event) => stored.push(event),
-                Err(error) => {
-                    first_error.get_or_insert(error);
-                }
-            }
-        }
-        match first_error {
-            Some(error) => Err(error),
-            None => Ok(stored),
-        }
     }
 
     /// Finds where a reader from `since` starts: the first message of the subject whose `seq` is
@@ -883,14 +722,6 @@ async fn feed_follower(
 impl EventLog for JetStreamEventLog {
     fn append(&self, event: AgentEvent, epoch: Epoch) -> EventFuture<'_, AgentEvent> {
         Box::pin(self.inner.append(event, epoch))
-    }
-
-    fn append_all(
-        &self,
-        events: Vec<AgentEvent>,
-        epoch: Epoch,
-    ) -> EventFuture<'_, Vec<AgentEvent>> {
-        Box::pin(self.inner.append_all(events, epoch))
     }
 
     fn read<'a>(

@@ -503,7 +503,7 @@ pub fn check_server(info: &async_nats::ServerInfo, url: &str) -> Result<(), Clus
 }
 
 /// The major and minor numbers of a server version such as `2.10.4`, `v2.11.0-RC.1`.
-pub(crate) fn parse_version(version: &str) -> Option<(u64, u64)> {
+fn parse_version(version: &str) -> Option<(u64, u64)> {
     let mut parts = version.trim().trim_start_matches('v').split('.');
     let major = parts.next()?.parse().ok()?;
     let minor: String = parts

@@ -24,13 +24,8 @@ pub(super) enum Publish {
     Written(oneshot::Sender<()>),
 }
 
-/// Events appended together at most: those waiting in the queue when the writer is free, so a
-/// burst (a streamed answer's deltas) costs one store round trip, not one per event.
-const MOST_EVENTS_AT_ONCE: usize = 64;
-
-/// Appends `key`'s events to `log` in the order they were handed over, the events waiting
-/// together ([`EventLog::append_all`]). A refused append is logged: an event the log fences off
-/// was written by a process that no longer owns the session.
+/// Appends `key`'s events to `log` in the order they were handed over. A refused append is
+/// logged: an event the log fences off was written by a process that no longer owns the session.
 pub(super) async fn write_events(
     log: Arc<dyn EventLog>,
     epoch: Epoch,
@@ -38,36 +33,19 @@ pub(super) async fn write_events(
     mut queue: mpsc::UnboundedReceiver<Publish>,
 ) {
     while let Some(item) = queue.recv().await {
-        let first = match item {
-            Publish::Event(event) => event,
+        match item {
+            Publish::Event(event) => match log.append(event, epoch).await {
+                Ok(_) => {}
+                Err(error @ EventLogError::Fenced { .. }) => {
+                    tracing::error!(session = %key, %error, "another gateway owns this session now; its events from here are not stored");
+                }
+                Err(error) => {
+                    tracing::error!(session = %key, %error, "cannot store an event; it is lost");
+                }
+            },
             Publish::Written(done) => {
                 let _ = done.send(());
-                continue;
             }
-        };
-        let mut events = vec![first];
-        let mut then_tell = None;
-        while events.len() < MOST_EVENTS_AT_ONCE {
-            match queue.try_recv() {
-                Ok(Publish::Event(event)) => events.push(event),
-                Ok(Publish::Written(done)) => {
-                    then_tell = Some(done);
-                    break;
-                }
-                Err(_) => break,
-            }
-        }
-        match log.append_all(events, epoch).await {
-            Ok(_) => {}
-            Err(error @ EventLogError::Fenced { .. }) => {
-                tracing::error!(session = %key, %error, "another gateway owns this session now; its events from here are not stored");
-            }
-            Err(error) => {
-                tracing::error!(session = %key, %error, "cannot store an event; it and the events handed over with it may be lost");
-            }
-        }
-        if let Some(done) = then_tell {
-            let _ = done.send(());
         }
     }
 }
