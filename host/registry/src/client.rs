@@ -113,7 +113,7 @@ impl RegistryClient {
         limits: RegistryLimits,
     ) -> Self {
         Self {
-            registry: reference.registry.clone(),
+            registry: reference.api_host().to_string(),
             base_url: reference.base_url(),
             credentials,
             limits,

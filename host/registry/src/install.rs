@@ -80,7 +80,7 @@ pub async fn fetch(
     reference: &Reference,
     progress: &mut dyn FnMut(String),
 ) -> Result<Fetched, String> {
-    let found = lookup(&settings.credential_files, &reference.registry);
+    let found = lookup(&settings.credential_files, reference.credentials_key());
     let mut warnings = found.warnings;
     let client = RegistryClient::new(reference, found.credentials, settings.limits);
     progress(format!("resolving {reference}"));
@@ -633,7 +633,7 @@ pub async fn push(
         capabilities: manifest.capabilities.clone(),
     };
     let publication = publication(&plugin, &component)?;
-    let found = lookup(credential_files, &reference.registry);
+    let found = lookup(credential_files, reference.credentials_key());
     let client = RegistryClient::new(reference, found.credentials, limits);
     let repository = &reference.repository;
     let failed = |error: crate::client::RegistryError| format!("{reference}: {error}");

@@ -1,11 +1,19 @@
 //! `oci://REGISTRY/REPOSITORY:TAG` and `oci://REGISTRY/REPOSITORY@sha256:DIGEST`: what an operator
 //! names to install a plugin, parsed strictly (the OCI distribution grammar for repositories and
 //! tags, a registry host with an optional port) so nothing odd reaches a URL. Plain http is used
-//! only for a registry on the loopback interface.
+//! only for a registry on the loopback interface. Docker Hub is named as Docker names it
+//! (`docker.io`, a one-part repository meaning `library/NAME`) and reached at its API host.
 
 use std::fmt;
 
 use crate::digest::Digest;
+
+/// The names of Docker Hub, whose API is at [`DOCKER_HUB_API`].
+const DOCKER_HUB: [&str; 3] = ["docker.io", "index.docker.io", "registry-1.docker.io"];
+/// Docker Hub's registry API host.
+const DOCKER_HUB_API: &str = "registry-1.docker.io";
+/// The key Docker's credentials files keep Docker Hub's credentials under (normalised).
+const DOCKER_HUB_CREDENTIALS: &str = "index.docker.io";
 
 /// A parsed `oci://` reference. It names a tag, a digest or both.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +56,12 @@ impl Reference {
             None => (path, None),
         };
         check_repository(repository).map_err(|error| format!("{text:?}: {error}"))?;
+        // Docker Hub's official images live under `library/`.
+        let repository = if DOCKER_HUB.contains(&registry.as_str()) && !repository.contains('/') {
+            format!("library/{repository}")
+        } else {
+            repository.to_string()
+        };
         if let Some(tag) = &tag {
             check_tag(tag).map_err(|error| format!("{text:?}: {error}"))?;
         }
@@ -58,7 +72,7 @@ impl Reference {
         }
         Ok(Reference {
             registry,
-            repository: repository.to_string(),
+            repository,
             tag,
             digest,
         })
@@ -94,10 +108,29 @@ impl Reference {
         is_loopback_registry(&self.registry)
     }
 
-    /// `http://REGISTRY` on loopback, else `https://REGISTRY`.
+    /// The host (and port) the registry's API answers at: the registry as named, Docker Hub's
+    /// API host for Docker Hub.
+    pub fn api_host(&self) -> &str {
+        if DOCKER_HUB.contains(&self.registry.as_str()) {
+            DOCKER_HUB_API
+        } else {
+            &self.registry
+        }
+    }
+
+    /// The registry as credentials files name it (Docker Hub's own key for Docker Hub).
+    pub fn credentials_key(&self) -> &str {
+        if DOCKER_HUB.contains(&self.registry.as_str()) {
+            DOCKER_HUB_CREDENTIALS
+        } else {
+            &self.registry
+        }
+    }
+
+    /// `http://API-HOST` on loopback, else `https://API-HOST`.
     pub fn base_url(&self) -> String {
         let scheme = if self.is_loopback() { "http" } else { "https" };
-        format!("{scheme}://{}", self.registry)
+        format!("{scheme}://{}", self.api_host())
     }
 
     /// `REGISTRY/REPOSITORY`, as a signature's claims name the image.
@@ -247,6 +280,22 @@ mod tests {
                 .unwrap()
                 .is_loopback()
         );
+    }
+
+    #[test]
+    fn docker_hub_is_named_as_docker_names_it() {
+        let official = Reference::parse("oci://docker.io/weather:1").unwrap();
+        assert_eq!(official.repository, "library/weather");
+        assert_eq!(official.base_url(), "https://registry-1.docker.io");
+        assert_eq!(official.credentials_key(), "index.docker.io");
+        assert_eq!(official.to_string(), "oci://docker.io/library/weather:1");
+        let user = Reference::parse("oci://docker.io/acme/weather:1").unwrap();
+        assert_eq!(user.repository, "acme/weather");
+        assert_eq!(user.api_host(), "registry-1.docker.io");
+        let other = Reference::parse("oci://ghcr.io/weather:1").unwrap();
+        assert_eq!(other.repository, "weather");
+        assert_eq!(other.api_host(), "ghcr.io");
+        assert_eq!(other.credentials_key(), "ghcr.io");
     }
 
     #[test]
