@@ -80,11 +80,23 @@ pub struct OciRegistry {
     dir: tempfile::TempDir,
     port: u16,
     child: Option<Child>,
+    /// Whether it asks for a user name and password (HTTP Basic, from an htpasswd file).
+    authenticated: bool,
 }
 
 impl OciRegistry {
     /// A registry for `test`, or `None` after saying why it is skipped.
     pub fn start(test: &str) -> Option<OciRegistry> {
+        Self::start_as(test, None)
+    }
+
+    /// A registry for `test` that lets in only `user` with `password` (HTTP Basic; the htpasswd
+    /// file made with `htpasswd -B`), or `None` after saying why it is skipped.
+    pub fn start_with_login(test: &str, user: &str, password: &str) -> Option<OciRegistry> {
+        Self::start_as(test, Some((user, password)))
+    }
+
+    fn start_as(test: &str, login: Option<(&str, &str)>) -> Option<OciRegistry> {
         let binary = match registry_binary() {
             Ok(binary) => binary,
             Err(reason) => {
@@ -94,10 +106,33 @@ impl OciRegistry {
         };
         let dir = tempfile::tempdir()
             .unwrap_or_else(|error| panic!("cannot make the registry's directory: {error}"));
+        if let Some((user, password)) = login {
+            let made = Command::new("htpasswd")
+                .args(["-Bbn", user, password])
+                .output();
+            let entry = match made {
+                Ok(output) if output.status.success() => output.stdout,
+                Ok(output) => panic!(
+                    "htpasswd failed: {}",
+                    String::from_utf8_lossy(&output.stderr)
+                ),
+                Err(error) => {
+                    toolchains::skip(
+                        test,
+                        &format!("htpasswd (Debian: apache2-utils) cannot run: {error}"),
+                    );
+                    return None;
+                }
+            };
+            let file = dir.path().join("htpasswd");
+            std::fs::write(&file, entry)
+                .unwrap_or_else(|error| panic!("cannot write {}: {error}", file.display()));
+        }
         let mut registry = OciRegistry {
             dir,
             port: 0,
             child: None,
+            authenticated: login.is_some(),
         };
         for attempt in 1..=START_ATTEMPTS {
             match registry.launch(&binary) {
@@ -131,6 +166,14 @@ impl OciRegistry {
             storage = storage.display(),
             port = self.port,
         );
+        let text = if self.authenticated {
+            format!(
+                "{text}auth:\n  htpasswd:\n    realm: clawcage-tests\n    path: {}\n",
+                self.dir.path().join("htpasswd").display()
+            )
+        } else {
+            text
+        };
         std::fs::write(&config, text)
             .unwrap_or_else(|error| panic!("cannot write {}: {error}", config.display()));
         let log_path = self.log_path();
@@ -157,7 +200,9 @@ impl OciRegistry {
             .unwrap_or_else(|error| panic!("cannot start {}: {error}", binary.display()));
         let deadline = Instant::now() + START_TIMEOUT;
         loop {
-            if base_answers_ok(self.port) {
+            // With a login, the base answers 401 and a challenge: it is up all the same.
+            let ready = if self.authenticated { "401" } else { "200" };
+            if base_answers(self.port, ready) {
                 self.child = Some(child);
                 return Ok(());
             }
@@ -171,7 +216,7 @@ impl OciRegistry {
                 let _ = child.kill();
                 let _ = child.wait();
                 panic!(
-                    "docker-registry did not answer GET /v2/ with 200 within {START_TIMEOUT:?}:\n{}",
+                    "docker-registry did not answer GET /v2/ with {ready} within {START_TIMEOUT:?}:\n{}",
                     self.log()
                 );
             }
@@ -226,8 +271,8 @@ fn free_port() -> u16 {
         .unwrap_or_else(|error| panic!("no free port: {error}"))
 }
 
-/// Whether `GET /v2/` on 127.0.0.1:`port` answers 200.
-fn base_answers_ok(port: u16) -> bool {
+/// Whether `GET /v2/` on 127.0.0.1:`port` answers with `status` (such as `200`).
+fn base_answers(port: u16, status: &str) -> bool {
     let Ok(mut stream) = TcpStream::connect(("127.0.0.1", port)) else {
         return false;
     };
@@ -245,7 +290,7 @@ fn base_answers_ok(port: u16) -> bool {
     words
         .next()
         .is_some_and(|version| version.starts_with(b"HTTP/1."))
-        && words.next() == Some(&b"200"[..])
+        && words.next() == Some(status.as_bytes())
 }
 
 /// A command of `program` that reads no configuration or credentials of the machine: `HOME`,

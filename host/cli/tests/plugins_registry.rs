@@ -672,3 +672,72 @@ fn what_a_publisher_wrote_cannot_restyle_the_terminal_or_fake_a_line() {
         .collect();
     assert_eq!(signed_lines, ["  signed by  unsigned"], "{stdout}");
 }
+
+#[test]
+fn a_registry_that_asks_for_a_login_gets_the_credentials_file_entry_for_it_alone() {
+    let Some(registry) =
+        OciRegistry::start_with_login("registry login", "robot", "s3cret-registry-pw")
+    else {
+        return;
+    };
+    let fixture = Fixture::new("");
+    let plugin = fixture.probe_plugin("src", "1.0.0", "");
+    let key = fixture.path("keys/acme.key");
+    let reference = oci(&registry, "private/probe:1.0.0");
+
+    // No credentials: the registry's refusal says how to log in.
+    let refused = fixture.fails(&[
+        "plugins",
+        "push",
+        plugin.to_str().unwrap(),
+        &reference,
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    assert!(refused.contains("asks for credentials"), "{refused}");
+    assert!(refused.contains("login"), "{refused}");
+
+    // An entry in ~/.docker/config.json for this registry (and one for another host, unused).
+    use base64::Engine as _;
+    let auth = base64::engine::general_purpose::STANDARD.encode("robot:s3cret-registry-pw");
+    let other = base64::engine::general_purpose::STANDARD.encode("robot:other-host-pw");
+    std::fs::create_dir_all(fixture.path("home/.docker")).unwrap();
+    std::fs::write(
+        fixture.path("home/.docker/config.json"),
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "{auth}"}}, "127.0.0.1:1": {{"auth": "{other}"}}}}}}"#,
+            registry.host()
+        ),
+    )
+    .unwrap();
+    fixture.ok(&[
+        "plugins",
+        "push",
+        plugin.to_str().unwrap(),
+        &reference,
+        "--key",
+        key.to_str().unwrap(),
+    ]);
+    let installed = fixture.ok(&["plugins", "install", &reference]);
+    assert!(installed.contains("installed probe 1.0.0"), "{installed}");
+    assert!(installed.contains("signed by  key sha256:"), "{installed}");
+    assert!(fixture.ok(&["tools"]).contains("plugin:probe@1.0.0"));
+
+    // A wrong password is named as refused, without the password.
+    std::fs::write(
+        fixture.path("home/.docker/config.json"),
+        format!(
+            r#"{{"auths": {{"{}": {{"auth": "{}"}}}}}}"#,
+            registry.host(),
+            base64::engine::general_purpose::STANDARD.encode("robot:wrong-pw")
+        ),
+    )
+    .unwrap();
+    std::fs::remove_dir_all(fixture.path("plugins/probe")).unwrap();
+    let refused = fixture.fails(&["plugins", "install"]);
+    assert!(refused.contains("refused the credentials"), "{refused}");
+    assert!(
+        !refused.contains("wrong-pw") && !refused.contains("s3cret"),
+        "{refused}"
+    );
+}
