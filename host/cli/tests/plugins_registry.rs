@@ -595,6 +595,12 @@ fn untrusted_signatures_and_manifests_swapped_after_signing_are_refused() {
     let pinned = format!("{}@{signed}", oci(&registry, "tools/probe"));
     let installed = fixture.ok(&["plugins", "install", &pinned]);
     assert!(installed.contains("installed probe 1.0.0"), "{installed}");
+    // Installed by digest, it is restored by that digest and has no tag to update to.
+    std::fs::remove_dir_all(fixture.path("plugins/probe")).unwrap();
+    let restored = fixture.ok(&["plugins", "install"]);
+    assert!(restored.contains("probe: restored"), "{restored}");
+    let no_tag = fixture.fails(&["plugins", "update", "probe"]);
+    assert!(no_tag.contains("installed by digest"), "{no_tag}");
 }
 
 #[test]

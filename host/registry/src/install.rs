@@ -567,7 +567,12 @@ fn write_plugin(plugins_dir: &Path, fetched: &Fetched) -> Result<LockedPlugin, S
     Ok(LockedPlugin {
         name: plugin.name.clone(),
         version: plugin.version.clone(),
-        source: fetched.reference.unpinned().to_string(),
+        // A tag is what `update` follows; a plugin installed by digest alone keeps its digest.
+        source: if fetched.reference.tag.is_some() {
+            fetched.reference.unpinned().to_string()
+        } else {
+            fetched.reference.to_string()
+        },
         digest: fetched.artifact.digest.to_string(),
         component_sha256,
         signed_by: fetched.signed_by.clone(),
