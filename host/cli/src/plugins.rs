@@ -376,7 +376,7 @@ async fn push(
     };
     let key = key.map(SigningKey::read).transpose().map_err(usage)?;
     let mut progress = progress();
-    let pushed = install::push(
+    let pushed = clawcage_registry::publish::push(
         &manifest,
         &reference,
         key.as_ref(),

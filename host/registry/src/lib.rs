@@ -8,14 +8,15 @@
 //!
 //! Here: `reference` the `oci://` names; `digest` content digests; `credentials` the Docker and
 //! Podman credentials files; `client` the distribution protocol; `artifact` the manifest layout
-//! and the plugin manifest it carries; `signature` keys, signing and verifying; `install` the
-//! operations.
+//! and the plugin manifest it carries; `signature` keys, signing and verifying; `install` installing, restoring,
+//! updating and removing; `publish` pushing.
 
 pub mod artifact;
 pub mod client;
 pub mod credentials;
 pub mod digest;
 pub mod install;
+pub mod publish;
 pub mod reference;
 pub mod signature;
 
