@@ -124,6 +124,30 @@ async fn the_fork_bomb_and_background_jobs_are_refused_before_running() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deeply_nested_compound_commands_are_refused_not_a_trap() {
+    let layout = layout();
+    let registry = exec_registry(&layout.workspace, FsMode::ReadWrite).await;
+    for (open, close) in [
+        ("if true; then ", "; fi"),
+        ("while true; do ", "; break; done"),
+        ("case a in a) ", ";; esac"),
+    ] {
+        let command = format!(
+            "touch made.txt; {}echo deep{}",
+            open.repeat(400),
+            close.repeat(400)
+        );
+        let text = run(&registry, &command).await;
+        assert!(text.starts_with("ERROR invalid_args"), "{open}: {text}");
+        assert!(text.contains("nested too deeply"), "{open}: {text}");
+        assert!(!layout.workspace.join("made.txt").exists());
+    }
+    // The host serves on, and real nesting runs.
+    let text = run(&registry, "if true; then for x in a b; do echo $x; done; fi").await;
+    assert_eq!(text, "a\nb\n[exit status: 0]");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn endless_loops_stop_at_the_time_limit() {
     let layout = layout();
     let limits = Limits {

@@ -68,6 +68,7 @@ impl Planner<'_> {
         if self.depth >= MAX_DEPTH {
             return Err("the command line nests shells or substitutions too deeply".to_string());
         }
+        crate::shell::check_nesting(text)?;
         let options = brush_parser::ParserOptions::default();
         let mut parser = brush_parser::Parser::new(std::io::Cursor::new(text.as_bytes()), &options);
         let program = parser.parse_program().map_err(|error| {

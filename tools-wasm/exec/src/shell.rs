@@ -28,6 +28,7 @@ mod parse;
 mod redirect;
 mod xargs_builtin;
 
+pub(crate) use parse::check_nesting;
 use parse::{check_supported, parse, unsupported};
 use redirect::Dest;
 

@@ -1,6 +1,7 @@
 //! Parsing a command line with brush-parser, and refusing, before anything runs, the syntax this
 //! shell does not support (background jobs, functions, coprocesses, `(( ))` commands) and text
-//! nested so deeply that brush-parser's recursion would overflow the stack.
+//! nested so deeply — brackets, or compound commands (`if`, `while`, `until`, `for`, `case`) —
+//! that brush-parser's recursion would overflow the stack.
 
 use brush_parser::ast;
 
@@ -9,21 +10,29 @@ pub(super) fn unsupported(what: &str) -> String {
     format!("{what} are not supported by this shell")
 }
 
-/// The deepest nesting of brackets a command line may have. brush-parser recurses once or more
-/// for each level of `(...)`, `{ ...; }`, `$(...)`, `${...}` and `$((...))`, and some levels
-/// take kilobytes of stack (a brace group about six in a release build): a hundred or so could
-/// overflow the WebAssembly stack, which would end the tool with a trap instead of a message.
-/// Real command lines stay far below this.
+/// The deepest nesting a command line may have. brush-parser recurses once or more for each
+/// level of `(...)`, `{ ...; }`, `$(...)`, `${...}`, `$((...))` and of the compound commands
+/// `if`, `while`, `until`, `for` and `case`, and some levels take kilobytes of stack (a brace
+/// group about six in a release build): a hundred or so could overflow the WebAssembly stack,
+/// which would end the tool with a trap instead of a message. Real command lines stay far below
+/// this.
 const MAX_NESTING: usize = 32;
 
-/// Parses a command line.
-pub(super) fn parse(command: &str) -> Result<ast::Program, String> {
+/// Refuses `command` when it nests more deeply than brush-parser can parse safely (the planner
+/// parses with it too).
+pub(crate) fn check_nesting(command: &str) -> Result<(), String> {
     let nesting = nesting(command);
     if nesting > MAX_NESTING {
         return Err(format!(
-            "the command line is nested too deeply ({nesting} levels of brackets; at most {MAX_NESTING}); write it flatter"
+            "the command line is nested too deeply ({nesting} levels of brackets and compound commands; at most {MAX_NESTING}); write it flatter"
         ));
     }
+    Ok(())
+}
+
+/// Parses a command line.
+pub(super) fn parse(command: &str) -> Result<ast::Program, String> {
+    check_nesting(command)?;
     let options = brush_parser::ParserOptions::default();
     let mut parser = brush_parser::Parser::new(std::io::Cursor::new(command.as_bytes()), &options);
     parser
@@ -31,22 +40,81 @@ pub(super) fn parse(command: &str) -> Result<ast::Program, String> {
         .map_err(|error| format!("syntax error: {error}; check the quoting and the command line"))
 }
 
-/// An upper bound of how deeply `text` nests: the most brackets (`(`, `{`, `[`) open at once,
-/// counted without regard to quoting (a closing bracket with none open counts for nothing).
+/// An upper bound of how deeply `text` nests: the most brackets (`(`, `{`, `[`) and compound
+/// commands (`if`, `while`, `until`, `for`, `select` and `case` in a command's place, closed by
+/// `fi`, `done`, `esac`) open at once, counted without regard to quoting (a closer with nothing
+/// of its kind open counts for nothing; the `)` ending a `case` pattern closes nothing).
 fn nesting(text: &str) -> usize {
-    let mut depth = 0usize;
-    let mut deepest = 0;
-    for byte in text.bytes() {
-        match byte {
-            b'(' | b'{' | b'[' => {
-                depth += 1;
-                deepest = deepest.max(depth);
-            }
-            b')' | b'}' | b']' => depth = depth.saturating_sub(1),
-            _ => {}
-        }
+    /// What is open.
+    #[derive(Clone, Copy, PartialEq, Eq)]
+    enum Open {
+        Bracket,
+        Compound,
+        Case,
     }
-    deepest
+    let mut open: Vec<Open> = Vec::new();
+    let mut deepest = 0;
+    // Whether the next word stands where a command starts (where a keyword is a keyword).
+    let mut command_place = true;
+    let mut word = String::new();
+    let end_word = |word: &mut String, command_place: &mut bool, open: &mut Vec<Open>| {
+        if word.is_empty() || !*command_place {
+            word.clear();
+            return;
+        }
+        match word.as_str() {
+            "if" | "while" | "until" | "for" | "select" => {
+                open.push(Open::Compound);
+                // A condition is a command; a loop variable is not.
+                *command_place = matches!(word.as_str(), "if" | "while" | "until");
+            }
+            "case" => {
+                open.push(Open::Case);
+                *command_place = false;
+            }
+            "fi" | "done" => {
+                if open.last() == Some(&Open::Compound) {
+                    open.pop();
+                }
+                *command_place = false;
+            }
+            "esac" => {
+                if open.last() == Some(&Open::Case) {
+                    open.pop();
+                }
+                *command_place = false;
+            }
+            "then" | "do" | "else" | "elif" | "!" | "time" => *command_place = true,
+            _ => *command_place = false,
+        }
+        word.clear();
+    };
+    for c in text.chars() {
+        match c {
+            '(' | '{' | '[' => {
+                end_word(&mut word, &mut command_place, &mut open);
+                open.push(Open::Bracket);
+                command_place = true;
+            }
+            ')' | '}' | ']' => {
+                end_word(&mut word, &mut command_place, &mut open);
+                // A `case` pattern's `)` closes nothing; a command follows it.
+                if open.last() == Some(&Open::Bracket) {
+                    open.pop();
+                }
+                command_place = true;
+            }
+            ';' | '&' | '|' | '\n' => {
+                end_word(&mut word, &mut command_place, &mut open);
+                command_place = true;
+            }
+            c if c.is_whitespace() => end_word(&mut word, &mut command_place, &mut open),
+            c => word.push(c),
+        }
+        deepest = deepest.max(open.len());
+    }
+    end_word(&mut word, &mut command_place, &mut open);
+    deepest.max(open.len())
 }
 
 /// Refuses, before anything runs, syntax this shell does not support: background jobs,

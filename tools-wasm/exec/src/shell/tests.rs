@@ -272,6 +272,32 @@ fn unset_variables_with_set_u_stop_the_shell() {
 }
 
 #[test]
+fn deeply_nested_compound_commands_are_refused_before_parsing() {
+    for (open, close) in [
+        ("if true; then ", "; fi"),
+        ("while false; do ", "; done"),
+        ("for x in a; do ", "; done"),
+        ("case a in a) ", ";; esac"),
+    ] {
+        let command = format!("{}echo deep{}", open.repeat(300), close.repeat(300));
+        let error = run(&command).expect_err("too deep");
+        assert!(error.contains("nested too deeply"), "{open}: {error}");
+    }
+    // Real nesting runs; keywords as plain words do not count.
+    assert_eq!(
+        run(
+            "if true; then while false; do :; done; for x in a b; do case $x in b) echo $x;; esac; done; fi"
+        ),
+        Ok("b\n[exit status: 0]".to_string())
+    );
+    let words = vec!["if"; 100].join(" ");
+    assert_eq!(
+        run(&format!("echo {words}")),
+        Ok(format!("{words}\n[exit status: 0]"))
+    );
+}
+
+#[test]
 fn hostile_arithmetic_in_a_command_line_is_an_error_not_a_crash() {
     for depth in [300, 5_000] {
         let command = format!("echo $(({}1{}))", "(".repeat(depth), ")".repeat(depth));
