@@ -143,7 +143,11 @@ async fn deeply_nested_compound_commands_are_refused_not_a_trap() {
         assert!(!layout.workspace.join("made.txt").exists());
     }
     // The host serves on, and real nesting runs.
-    let text = run(&registry, "if true; then for x in a b; do echo $x; done; fi").await;
+    let text = run(
+        &registry,
+        "if true; then for x in a b; do echo $x; done; fi",
+    )
+    .await;
     assert_eq!(text, "a\nb\n[exit status: 0]");
 }
 
