@@ -1,8 +1,10 @@
 //! `$((...))`: evaluating an arithmetic expression, already expanded into text, as 64-bit
-//! signed integers that wrap on overflow. Variables are read through a lookup (a value that is
-//! not an integer counts as 0); division by zero, arrays and assignments are errors, and so is an
-//! expression with so many operators or parentheses that parsing or evaluating it could overflow
-//! the stack.
+//! signed integers that wrap on overflow. Variables are read through a lookup; a value that is
+//! not an integer is itself evaluated as an expression, as bash does (`x=1+2; $((x*2))` is 6; an
+//! empty or unset one is 0), at most [`MAX_VALUE_DEPTH`] levels deep, so a variable naming itself
+//! is an error, not a loop. Division by zero, a negative exponent, arrays and assignments are
+//! errors, and so is an expression with so many operators or parentheses that parsing or
+//! evaluating it could overflow the stack.
 
 use brush_parser::ast;
 
@@ -14,6 +16,10 @@ use super::parse::unsupported;
 /// with a small WebAssembly stack, and a level of prefix operators takes about a kilobyte of it in
 /// a release build); real command lines stay far below it.
 const MAX_OPERATORS: usize = 128;
+
+/// How deeply variables' values may be evaluated as expressions of their own (bash allows more,
+/// but a value naming a value naming a value is already rare).
+const MAX_VALUE_DEPTH: usize = 10;
 
 /// Why an expression has no value.
 #[derive(Debug, PartialEq)]
@@ -27,6 +33,15 @@ pub(super) enum Error {
 /// Evaluates `text` (already expanded: `$x` and `$(...)` replaced), reading variables through
 /// `var`.
 pub(super) fn evaluate(text: &str, var: &dyn Fn(&str) -> Option<String>) -> Result<i64, Error> {
+    evaluate_at(text, var, 0)
+}
+
+/// [`evaluate`] of a text met `depth` variables deep.
+fn evaluate_at(
+    text: &str,
+    var: &dyn Fn(&str) -> Option<String>,
+    depth: usize,
+) -> Result<i64, Error> {
     let operators = text
         .chars()
         .filter(|c| "()[]+-*/%<>=!~&|^?:,".contains(*c))
@@ -39,20 +54,50 @@ pub(super) fn evaluate(text: &str, var: &dyn Fn(&str) -> Option<String>) -> Resu
     // Blanks alone are an empty expression, 0, as in any shell (brush-parser refuses them).
     let parsed = brush_parser::arithmetic::parse(text.trim())
         .map_err(|error| Error::Syntax(error.to_string()))?;
-    value(&parsed, var)
+    Evaluation { var, depth }.value(&parsed)
 }
 
-fn value(expr: &ast::ArithmeticExpr, var: &dyn Fn(&str) -> Option<String>) -> Result<i64, Error> {
+/// One expression's evaluation: its variables, and how many variables deep it was met.
+struct Evaluation<'a> {
+    var: &'a dyn Fn(&str) -> Option<String>,
+    depth: usize,
+}
+
+impl Evaluation<'_> {
+    /// The value of variable `name`: its integer, 0 when empty or unset, else its text evaluated.
+    fn variable(&self, name: &str) -> Result<i64, Error> {
+        let Some(text) = (self.var)(name) else {
+            return Ok(0);
+        };
+        let text = text.trim();
+        if text.is_empty() {
+            return Ok(0);
+        }
+        if let Ok(number) = text.parse() {
+            return Ok(number);
+        }
+        if self.depth >= MAX_VALUE_DEPTH {
+            return Err(Error::Refused(format!(
+                "{name}: expression recursion level exceeded (a variable's value names variables more than {MAX_VALUE_DEPTH} deep)"
+            )));
+        }
+        evaluate_at(text, self.var, self.depth + 1)
+    }
+
+    fn value(&self, expr: &ast::ArithmeticExpr) -> Result<i64, Error> {
+        value(expr, self)
+    }
+}
+
+fn value(expr: &ast::ArithmeticExpr, at: &Evaluation<'_>) -> Result<i64, Error> {
     use ast::ArithmeticExpr as E;
     use ast::BinaryOperator as B;
     Ok(match expr {
         E::Literal(value) => *value,
-        E::Reference(ast::ArithmeticTarget::Variable(name)) => var(name)
-            .and_then(|value| value.trim().parse().ok())
-            .unwrap_or(0),
+        E::Reference(ast::ArithmeticTarget::Variable(name)) => at.variable(name)?,
         E::Reference(_) => return Err(Error::Refused(unsupported("arrays"))),
         E::UnaryOp(op, inner) => {
-            let value = value(inner, var)?;
+            let value = value(inner, at)?;
             match op {
                 ast::UnaryOperator::UnaryPlus => value,
                 ast::UnaryOperator::UnaryMinus => value.wrapping_neg(),
@@ -63,16 +108,21 @@ fn value(expr: &ast::ArithmeticExpr, var: &dyn Fn(&str) -> Option<String>) -> Re
         // `&&` and `||` do not evaluate their right side when the left decides (as in any
         // shell), so `$((n != 0 && 10 / n))` is no division by zero.
         E::BinaryOp(B::LogicalAnd, left, right) => {
-            i64::from(value(left, var)? != 0 && value(right, var)? != 0)
+            i64::from(value(left, at)? != 0 && value(right, at)? != 0)
         }
         E::BinaryOp(B::LogicalOr, left, right) => {
-            i64::from(value(left, var)? != 0 || value(right, var)? != 0)
+            i64::from(value(left, at)? != 0 || value(right, at)? != 0)
         }
         E::BinaryOp(op, left, right) => {
-            let a = value(left, var)?;
-            let b = value(right, var)?;
+            let a = value(left, at)?;
+            let b = value(right, at)?;
             match op {
-                B::Power => a.wrapping_pow(u32::try_from(b).unwrap_or(0)),
+                B::Power if b < 0 => {
+                    return Err(Error::Refused(format!(
+                        "exponent less than 0 in $((...)) ({a} ** {b})"
+                    )));
+                }
+                B::Power => wrapping_pow(a, b.unsigned_abs()),
                 B::Multiply => a.wrapping_mul(b),
                 B::Divide | B::Modulo if b == 0 => {
                     return Err(Error::Refused("division by zero in $((...))".to_string()));
@@ -98,10 +148,10 @@ fn value(expr: &ast::ArithmeticExpr, var: &dyn Fn(&str) -> Option<String>) -> Re
             }
         }
         E::Conditional(test, yes, no) => {
-            if value(test, var)? != 0 {
-                value(yes, var)?
+            if value(test, at)? != 0 {
+                value(yes, at)?
             } else {
-                value(no, var)?
+                value(no, at)?
             }
         }
         E::Assignment(..) | E::BinaryAssignment(..) | E::UnaryAssignment(..) => {
@@ -110,6 +160,20 @@ fn value(expr: &ast::ArithmeticExpr, var: &dyn Fn(&str) -> Option<String>) -> Re
             )));
         }
     })
+}
+
+/// `base` to the power `exponent`, wrapping as the shell's multiplication does, for any
+/// exponent (squaring, so at most 64 steps).
+fn wrapping_pow(mut base: i64, mut exponent: u64) -> i64 {
+    let mut result: i64 = 1;
+    while exponent > 0 {
+        if exponent & 1 == 1 {
+            result = result.wrapping_mul(base);
+        }
+        base = base.wrapping_mul(base);
+        exponent >>= 1;
+    }
+    result
 }
 
 #[cfg(test)]
@@ -222,8 +286,30 @@ mod tests {
         assert_eq!(eval_with("a * b", &vars), Ok(42));
         assert_eq!(eval_with("word + 1", &vars), Ok(1));
         assert_eq!(eval_with("empty + unset", &vars), Ok(0));
-        // A value is a number, not an expression of its own.
-        assert_eq!(eval_with("x + 1", &[("x", "1+2")]), Ok(1));
+        // A value that is not a number is an expression of its own, as in bash.
+        assert_eq!(eval_with("x * 2", &[("x", "1+2")]), Ok(6));
+        assert_eq!(
+            eval_with("x", &[("x", "y * 2"), ("y", "a + 1"), ("a", "4")]),
+            Ok(10)
+        );
+        let looping = eval_with("x + 1", &[("x", "x + 1")]);
+        assert!(refused(looping).contains("recursion level exceeded"));
+        assert!(matches!(
+            eval_with("x", &[("x", "hello world")]),
+            Err(Error::Syntax(_))
+        ));
+    }
+
+    #[test]
+    fn powers_need_a_non_negative_exponent_and_wrap() {
+        assert!(refused(eval("2 ** -1")).contains("exponent less than 0"));
+        assert_eq!(eval("2 ** 62"), Ok(1 << 62));
+        assert_eq!(eval("(-2) ** 3"), Ok(-8));
+        assert_eq!(eval("3 ** 0"), Ok(1));
+        // An exponent past 32 bits still multiplies (it used to count as 0).
+        assert_eq!(eval("1 ** 4294967296"), Ok(1));
+        assert_eq!(eval("2 ** 4294967296"), Ok(0));
+        assert_eq!(eval("(-1) ** 4294967297"), Ok(-1));
     }
 
     #[test]

@@ -298,6 +298,24 @@ fn deeply_nested_compound_commands_are_refused_before_parsing() {
 }
 
 #[test]
+fn arithmetic_reads_a_variables_expression_and_refuses_negative_exponents() {
+    assert_eq!(
+        run("x=1+2; y='x * 2'; echo $((x * 2)) $((y + 1))"),
+        Ok("6 7\n[exit status: 0]".to_string())
+    );
+    let refused = run("echo $((2 ** -1))");
+    assert!(
+        format!("{refused:?}").contains("exponent less than 0"),
+        "{refused:?}"
+    );
+    let looping = run("x='x + 1'; echo $((x))");
+    assert!(
+        format!("{looping:?}").contains("recursion level exceeded"),
+        "{looping:?}"
+    );
+}
+
+#[test]
 fn hostile_arithmetic_in_a_command_line_is_an_error_not_a_crash() {
     for depth in [300, 5_000] {
         let command = format!("echo $(({}1{}))", "(".repeat(depth), ")".repeat(depth));
