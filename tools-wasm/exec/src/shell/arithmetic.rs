@@ -85,81 +85,77 @@ impl Evaluation<'_> {
     }
 
     fn value(&self, expr: &ast::ArithmeticExpr) -> Result<i64, Error> {
-        value(expr, self)
+        use ast::ArithmeticExpr as E;
+        use ast::BinaryOperator as B;
+        Ok(match expr {
+            E::Literal(value) => *value,
+            E::Reference(ast::ArithmeticTarget::Variable(name)) => self.variable(name)?,
+            E::Reference(_) => return Err(Error::Refused(unsupported("arrays"))),
+            E::UnaryOp(op, inner) => {
+                let value = self.value(inner)?;
+                match op {
+                    ast::UnaryOperator::UnaryPlus => value,
+                    ast::UnaryOperator::UnaryMinus => value.wrapping_neg(),
+                    ast::UnaryOperator::BitwiseNot => !value,
+                    ast::UnaryOperator::LogicalNot => i64::from(value == 0),
+                }
+            }
+            // `&&` and `||` do not evaluate their right side when the left decides (as in any
+            // shell), so `$((n != 0 && 10 / n))` is no division by zero.
+            E::BinaryOp(B::LogicalAnd, left, right) => {
+                i64::from(self.value(left)? != 0 && self.value(right)? != 0)
+            }
+            E::BinaryOp(B::LogicalOr, left, right) => {
+                i64::from(self.value(left)? != 0 || self.value(right)? != 0)
+            }
+            E::BinaryOp(op, left, right) => {
+                let a = self.value(left)?;
+                let b = self.value(right)?;
+                match op {
+                    B::Power if b < 0 => {
+                        return Err(Error::Refused(format!(
+                            "exponent less than 0 in $((...)) ({a} ** {b})"
+                        )));
+                    }
+                    B::Power => wrapping_pow(a, b.unsigned_abs()),
+                    B::Multiply => a.wrapping_mul(b),
+                    B::Divide | B::Modulo if b == 0 => {
+                        return Err(Error::Refused("division by zero in $((...))".to_string()));
+                    }
+                    B::Divide => a.wrapping_div(b),
+                    B::Modulo => a.wrapping_rem(b),
+                    B::Comma => b,
+                    B::Add => a.wrapping_add(b),
+                    B::Subtract => a.wrapping_sub(b),
+                    B::ShiftLeft => a.wrapping_shl(u32::try_from(b).unwrap_or(0)),
+                    B::ShiftRight => a.wrapping_shr(u32::try_from(b).unwrap_or(0)),
+                    B::LessThan => i64::from(a < b),
+                    B::LessThanOrEqualTo => i64::from(a <= b),
+                    B::GreaterThan => i64::from(a > b),
+                    B::GreaterThanOrEqualTo => i64::from(a >= b),
+                    B::Equals => i64::from(a == b),
+                    B::NotEquals => i64::from(a != b),
+                    B::BitwiseAnd => a & b,
+                    B::BitwiseXor => a ^ b,
+                    B::BitwiseOr => a | b,
+                    B::LogicalAnd => i64::from(a != 0 && b != 0),
+                    B::LogicalOr => i64::from(a != 0 || b != 0),
+                }
+            }
+            E::Conditional(test, yes, no) => {
+                if self.value(test)? != 0 {
+                    self.value(yes)?
+                } else {
+                    self.value(no)?
+                }
+            }
+            E::Assignment(..) | E::BinaryAssignment(..) | E::UnaryAssignment(..) => {
+                return Err(Error::Refused(unsupported(
+                    "assignments inside $((...)) (write i=$((i+1)) instead)",
+                )));
+            }
+        })
     }
-}
-
-fn value(expr: &ast::ArithmeticExpr, at: &Evaluation<'_>) -> Result<i64, Error> {
-    use ast::ArithmeticExpr as E;
-    use ast::BinaryOperator as B;
-    Ok(match expr {
-        E::Literal(value) => *value,
-        E::Reference(ast::ArithmeticTarget::Variable(name)) => at.variable(name)?,
-        E::Reference(_) => return Err(Error::Refused(unsupported("arrays"))),
-        E::UnaryOp(op, inner) => {
-            let value = value(inner, at)?;
-            match op {
-                ast::UnaryOperator::UnaryPlus => value,
-                ast::UnaryOperator::UnaryMinus => value.wrapping_neg(),
-                ast::UnaryOperator::BitwiseNot => !value,
-                ast::UnaryOperator::LogicalNot => i64::from(value == 0),
-            }
-        }
-        // `&&` and `||` do not evaluate their right side when the left decides (as in any
-        // shell), so `$((n != 0 && 10 / n))` is no division by zero.
-        E::BinaryOp(B::LogicalAnd, left, right) => {
-            i64::from(value(left, at)? != 0 && value(right, at)? != 0)
-        }
-        E::BinaryOp(B::LogicalOr, left, right) => {
-            i64::from(value(left, at)? != 0 || value(right, at)? != 0)
-        }
-        E::BinaryOp(op, left, right) => {
-            let a = value(left, at)?;
-            let b = value(right, at)?;
-            match op {
-                B::Power if b < 0 => {
-                    return Err(Error::Refused(format!(
-                        "exponent less than 0 in $((...)) ({a} ** {b})"
-                    )));
-                }
-                B::Power => wrapping_pow(a, b.unsigned_abs()),
-                B::Multiply => a.wrapping_mul(b),
-                B::Divide | B::Modulo if b == 0 => {
-                    return Err(Error::Refused("division by zero in $((...))".to_string()));
-                }
-                B::Divide => a.wrapping_div(b),
-                B::Modulo => a.wrapping_rem(b),
-                B::Comma => b,
-                B::Add => a.wrapping_add(b),
-                B::Subtract => a.wrapping_sub(b),
-                B::ShiftLeft => a.wrapping_shl(u32::try_from(b).unwrap_or(0)),
-                B::ShiftRight => a.wrapping_shr(u32::try_from(b).unwrap_or(0)),
-                B::LessThan => i64::from(a < b),
-                B::LessThanOrEqualTo => i64::from(a <= b),
-                B::GreaterThan => i64::from(a > b),
-                B::GreaterThanOrEqualTo => i64::from(a >= b),
-                B::Equals => i64::from(a == b),
-                B::NotEquals => i64::from(a != b),
-                B::BitwiseAnd => a & b,
-                B::BitwiseXor => a ^ b,
-                B::BitwiseOr => a | b,
-                B::LogicalAnd => i64::from(a != 0 && b != 0),
-                B::LogicalOr => i64::from(a != 0 || b != 0),
-            }
-        }
-        E::Conditional(test, yes, no) => {
-            if value(test, at)? != 0 {
-                value(yes, at)?
-            } else {
-                value(no, at)?
-            }
-        }
-        E::Assignment(..) | E::BinaryAssignment(..) | E::UnaryAssignment(..) => {
-            return Err(Error::Refused(unsupported(
-                "assignments inside $((...)) (write i=$((i+1)) instead)",
-            )));
-        }
-    })
 }
 
 /// `base` to the power `exponent`, wrapping as the shell's multiplication does, for any
