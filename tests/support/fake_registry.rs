@@ -16,7 +16,6 @@ use std::net::{Ipv4Addr, SocketAddr, TcpListener as StdListener};
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
-use std::thread::JoinHandle;
 
 use base64::Engine as _;
 use bytes::Bytes;
@@ -27,7 +26,7 @@ use sha2::{Digest as _, Sha256};
 use tokio::sync::oneshot;
 
 pub use crate::web::Recorded;
-use crate::web::{Reply, ReplyBody, WebServer};
+use crate::web::{Reply, ReplyBody, ServerThread, WebServer};
 
 /// The media type of an OCI image manifest.
 pub const OCI_MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
@@ -79,16 +78,14 @@ struct State {
 
 /// A fake OCI registry on 127.0.0.1; see the module documentation.
 pub struct FakeRegistry {
-    addr: SocketAddr,
+    server: ServerThread,
     state: Arc<Mutex<State>>,
-    shutdown: Option<oneshot::Sender<()>>,
-    thread: Option<JoinHandle<()>>,
 }
 
 impl std::fmt::Debug for FakeRegistry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("FakeRegistry")
-            .field("addr", &self.addr)
+            .field("addr", &self.server.addr())
             .finish()
     }
 }
@@ -96,40 +93,30 @@ impl std::fmt::Debug for FakeRegistry {
 impl FakeRegistry {
     /// An empty registry, without authentication, on a free port.
     pub fn start() -> FakeRegistry {
-        let listener = StdListener::bind((Ipv4Addr::LOCALHOST, 0))
-            .and_then(|listener| listener.set_nonblocking(true).map(|()| listener))
-            .unwrap_or_else(|error| panic!("cannot listen for the fake registry: {error}"));
-        let addr = listener
-            .local_addr()
-            .unwrap_or_else(|error| panic!("the fake registry's address: {error}"));
         let state = Arc::new(Mutex::new(State::default()));
-        let (shutdown, stop) = oneshot::channel();
         let served = state.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("test-oci-{addr}"))
-            .spawn(move || serve(listener, served, stop))
-            .unwrap_or_else(|error| panic!("cannot start the fake registry's thread: {error}"));
-        FakeRegistry {
-            addr,
-            state,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
-        }
+        let server = ServerThread::start(
+            SocketAddr::from((Ipv4Addr::LOCALHOST, 0)),
+            "test-oci",
+            move |listener, stop| serve(listener, served, stop),
+        )
+        .unwrap_or_else(|error| panic!("cannot start the fake registry: {error}"));
+        FakeRegistry { server, state }
     }
 
     /// `127.0.0.1:PORT`, the registry part of a reference (`127.0.0.1:PORT/REPO:TAG`).
     pub fn host(&self) -> String {
-        self.addr.to_string()
+        self.server.addr().to_string()
     }
 
     /// The port it listens on.
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.server.addr().port()
     }
 
     /// `http://127.0.0.1:PORT{path}`.
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("http://{}{path}", self.server.addr())
     }
 
     fn state(&self) -> std::sync::MutexGuard<'_, State> {
@@ -249,17 +236,6 @@ impl FakeRegistry {
     /// Every request received so far.
     pub fn requests(&self) -> Vec<Recorded> {
         self.state().requests.clone()
-    }
-}
-
-impl Drop for FakeRegistry {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

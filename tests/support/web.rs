@@ -109,18 +109,67 @@ type Handler = Arc<dyn Fn(&Recorded) -> Reply + Send + Sync>;
 
 /// A scripted HTTP/1.1 server on a loopback address.
 pub struct WebServer {
-    addr: SocketAddr,
+    server: ServerThread,
     requests: Arc<Mutex<Vec<Recorded>>>,
     sent: Arc<AtomicU64>,
     connections: Arc<AtomicU64>,
+}
+
+/// A test server's thread, serving on a loopback listener until dropped (then told to stop and
+/// joined).
+pub(crate) struct ServerThread {
+    addr: SocketAddr,
     shutdown: Option<oneshot::Sender<()>>,
     thread: Option<JoinHandle<()>>,
+}
+
+impl ServerThread {
+    /// Binds `addr` (a loopback address; port 0 picks a free one) and runs `serve` with the
+    /// listener and the stop signal on a thread named `{name}-{addr}`.
+    pub(crate) fn start(
+        addr: SocketAddr,
+        name: &str,
+        serve: impl FnOnce(StdListener, oneshot::Receiver<()>) + Send + 'static,
+    ) -> io::Result<ServerThread> {
+        assert!(
+            addr.ip().is_loopback(),
+            "test servers listen on loopback only"
+        );
+        let listener = StdListener::bind(addr)?;
+        listener.set_nonblocking(true)?;
+        let addr = listener.local_addr()?;
+        let (shutdown, stop) = oneshot::channel();
+        let thread = std::thread::Builder::new()
+            .name(format!("{name}-{addr}"))
+            .spawn(move || serve(listener, stop))?;
+        Ok(ServerThread {
+            addr,
+            shutdown: Some(shutdown),
+            thread: Some(thread),
+        })
+    }
+
+    /// The address it listens on.
+    pub(crate) fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+}
+
+impl Drop for ServerThread {
+    fn drop(&mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
 }
 
 impl std::fmt::Debug for WebServer {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("WebServer")
-            .field("addr", &self.addr)
+            .field("addr", &self.server.addr())
             .finish()
     }
 }
@@ -137,45 +186,35 @@ impl WebServer {
         addr: SocketAddr,
         handler: impl Fn(&Recorded) -> Reply + Send + Sync + 'static,
     ) -> io::Result<WebServer> {
-        assert!(
-            addr.ip().is_loopback(),
-            "test servers listen on loopback only"
-        );
-        let listener = StdListener::bind(addr)?;
-        listener.set_nonblocking(true)?;
-        let addr = listener.local_addr()?;
         let requests = Arc::new(Mutex::new(Vec::new()));
         let sent = Arc::new(AtomicU64::new(0));
         let connections = Arc::new(AtomicU64::new(0));
-        let (shutdown, stop) = oneshot::channel();
         let handler: Handler = Arc::new(handler);
         let state = (requests.clone(), sent.clone(), connections.clone());
-        let thread = std::thread::Builder::new()
-            .name(format!("test-web-{addr}"))
-            .spawn(move || serve(listener, handler, state, stop))?;
+        let server = ServerThread::start(addr, "test-web", move |listener, stop| {
+            serve(listener, handler, state, stop)
+        })?;
         Ok(WebServer {
-            addr,
+            server,
             requests,
             sent,
             connections,
-            shutdown: Some(shutdown),
-            thread: Some(thread),
         })
     }
 
     /// The address it listens on.
     pub fn addr(&self) -> SocketAddr {
-        self.addr
+        self.server.addr()
     }
 
     /// The port it listens on.
     pub fn port(&self) -> u16 {
-        self.addr.port()
+        self.server.addr().port()
     }
 
     /// `http://127.0.0.1:PORT{path}` (or the server's address).
     pub fn url(&self, path: &str) -> String {
-        format!("http://{}{path}", self.addr)
+        format!("http://{}{path}", self.server.addr())
     }
 
     /// Every request received so far.
@@ -194,17 +233,6 @@ impl WebServer {
     /// Connections accepted so far.
     pub fn connections(&self) -> u64 {
         self.connections.load(Ordering::Relaxed)
-    }
-}
-
-impl Drop for WebServer {
-    fn drop(&mut self) {
-        if let Some(shutdown) = self.shutdown.take() {
-            let _ = shutdown.send(());
-        }
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
-        }
     }
 }
 

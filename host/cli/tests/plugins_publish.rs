@@ -22,12 +22,16 @@ use clawcage_tests::registry::{
 use clawcage_tests::toolchains::{example_plugin, skip};
 use registry_fixture::{Fixture, oci};
 
+/// A registry and `wkg` for `test`, or `None` after saying why it is skipped (a failure under CI).
+fn registry_and_wkg(test: &str) -> Option<(OciRegistry, std::path::PathBuf)> {
+    let registry = OciRegistry::start(test)?;
+    let wkg = wkg_or_skip(test)?;
+    Some((registry, wkg))
+}
+
 #[test]
 fn the_examples_are_published_signed_installed_from_the_registry_and_called() {
-    let Some(registry) = OciRegistry::start("examples from a registry") else {
-        return;
-    };
-    let Some(wkg) = wkg_or_skip("examples from a registry") else {
+    let Some((registry, wkg)) = registry_and_wkg("examples from a registry") else {
         return;
     };
     let mut examples = Vec::new();
@@ -165,10 +169,7 @@ fn the_examples_are_published_signed_installed_from_the_registry_and_called() {
 
 #[test]
 fn a_component_pushed_with_wkg_installs_and_runs_when_allowed_unsigned() {
-    let Some(registry) = OciRegistry::start("wkg interop") else {
-        return;
-    };
-    let Some(wkg) = wkg_or_skip("wkg interop") else {
+    let Some((registry, wkg)) = registry_and_wkg("wkg interop") else {
         return;
     };
     let fixture =
