@@ -806,6 +806,27 @@ mod tests {
     }
 
     #[test]
+    fn any_public_host_means_public_addresses_over_https_only() {
+        let lists = [list(&["registry.test:5000"]).with_any_public_host()];
+        // Any public name or address over https on port 443.
+        let t = target(&lists, "https://cdn.example.net/blob").unwrap();
+        check_addresses(&lists, &t, &ips(&["93.184.215.14"])).unwrap();
+        assert!(target(&lists, "https://cdn.example.net:8443/blob").is_err());
+        // Never a loopback, private or link-local address, whatever the name.
+        for refused in ["127.0.0.1", "10.0.0.5", "169.254.169.254", "fd00::1"] {
+            let error = check_addresses(&lists, &t, &ips(&[refused])).unwrap_err();
+            assert_eq!(error.kind(), NetworkErrorKind::AddressRefused, "{refused}");
+        }
+        // Plain http only to loopback, which it does not reach either.
+        let t = target(&lists, "http://cdn.example.net/blob").unwrap();
+        let error = check_addresses(&lists, &t, &ips(&["93.184.215.14"])).unwrap_err();
+        assert_eq!(error.kind(), NetworkErrorKind::PlainHttpRefused);
+        // The host named exactly keeps its own rules.
+        let t = target(&lists, "https://registry.test:5000/v2/").unwrap();
+        check_addresses(&lists, &t, &ips(&["10.0.0.5"])).unwrap();
+    }
+
+    #[test]
     fn plain_http_needs_an_http_entry_or_loopback() {
         let lists = [list(&[
             "example.com",
