@@ -83,6 +83,51 @@ fn process_cpu() -> Duration {
     Duration::from_nanos(total)
 }
 
+/// CPU time used so far by the threads whose name starts with `prefix` (as the kernel keeps it:
+/// at most 15 bytes).
+fn threads_cpu(prefix: &str) -> Duration {
+    let mut total = 0u64;
+    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
+        let name = std::fs::read_to_string(task.path().join("comm")).unwrap_or_default();
+        if !name.starts_with(prefix) {
+            continue;
+        }
+        if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
+            total += stat
+                .split_whitespace()
+                .next()
+                .and_then(|ns| ns.parse::<u64>().ok())
+                .unwrap_or(0);
+        }
+    }
+    Duration::from_nanos(total)
+}
+
+/// Calls of `read_file` made ahead, `gap` apart (the caller sleeps between them): the call's
+/// p50 and what the sandbox's background thread (drops, preparations, looking for the next
+/// job) spent per call.
+async fn spaced(registry: &ToolRegistry, tool: &WasmTool, args: &str, gap: Duration, calls: usize) {
+    let mut samples = Vec::with_capacity(calls);
+    until_ready(tool).await;
+    let cpu = threads_cpu("clawcage-instan");
+    for _ in 0..calls {
+        std::thread::sleep(gap);
+        until_ready(tool).await;
+        let started = Instant::now();
+        std::hint::black_box(registry.execute("read_file", args).await.unwrap());
+        samples.push(started.elapsed());
+    }
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let background = threads_cpu("clawcage-instan") - cpu;
+    samples.sort();
+    println!(
+        "calls {:>6.2} ms apart: p50 {:>7.2} µs   background thread {:>6.1} µs of CPU per call",
+        gap.as_secs_f64() * 1e3,
+        samples[samples.len() / 2].as_secs_f64() * 1e6,
+        background.as_secs_f64() * 1e6 / calls as f64
+    );
+}
+
 /// `LOOP_CALLS` calls of `read_file` back to back: calls per second of wall time and per
 /// second of CPU time (all threads, the background preparation included).
 async fn throughput(label: &str, registry: &ToolRegistry, args: &str) -> f64 {
@@ -253,6 +298,16 @@ fn main() {
         }
         report("echo (no file work), made ahead", echo_samples);
         report("echo (no file work), made during the call", echo_during);
+
+        println!("\n== read_file made ahead, calls spaced (the caller sleeps between them)");
+        for (gap, calls) in [
+            (Duration::ZERO, 2000),
+            (Duration::from_micros(100), 1000),
+            (Duration::from_millis(1), 500),
+            (Duration::from_millis(20), 100),
+        ] {
+            spaced(&registry, &read_tool, args, gap, calls).await;
+        }
 
         println!("\n== read_file back to back ({LOOP_CALLS} calls each)");
         let mut ahead = Vec::new();
