@@ -179,7 +179,7 @@ impl GatewayClient {
     pub async fn agent_events_until(
         &mut self,
         wait: Duration,
-        done: impl Fn(&Value) -> bool,
+        mut done: impl FnMut(&Value) -> bool,
     ) -> Vec<Value> {
         let deadline = tokio::time::Instant::now() + wait;
         let mut seen = Vec::new();

@@ -38,7 +38,7 @@ use clawcage_agent::{
 use clawcage_core::scheduler::Scheduler;
 use clawcage_core::sync::lock;
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 use tokio_tungstenite::tungstenite::Utf8Bytes;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 
@@ -164,7 +164,7 @@ struct SessionState {
     /// The `seq` the next event gets.
     next_seq: u64,
     /// The session's writer task: events to append, in order.
-    writer: mpsc::UnboundedSender<Publish>,
+    writer: subscribers::WriterHandle,
     /// By lane ticket, in admission order.
     tickets: BTreeMap<u64, Ticket>,
     current: Option<CurrentRun>,
@@ -286,13 +286,11 @@ impl Hub {
         if let Some(session) = sessions.get(key) {
             return Ok(session.clone());
         }
-        let (writer, queue) = mpsc::unbounded_channel();
-        tokio::spawn(subscribers::write_events(
+        let writer = subscribers::WriterHandle::start(
             self.parts.events.clone(),
             self.parts.epoch,
             key.to_string(),
-            queue,
-        ));
+        );
         let session = Arc::new(SessionHub {
             key: key.to_string(),
             state: Mutex::new(SessionState {
@@ -315,17 +313,16 @@ impl Hub {
 
     /// Numbers `event` as the session's next and hands it to the session's writer; the caller
     /// holds the session's lock, so events are numbered in the order they happen. Returns the
-    /// `seq` it got.
+    /// `seq` it got. A text delta that follows a delta of its run still waiting to be stored is
+    /// joined to it and gets its `seq` (see [`subscribers::WriterQueue`]).
     fn publish(&self, state: &mut SessionState, mut event: AgentEvent) -> u64 {
+        if let Some(seq) = state.writer.join_delta(&event) {
+            return seq;
+        }
         let seq = state.next_seq;
         event.seq = seq;
         state.next_seq += 1;
-        if state.writer.send(Publish::Event(event)).is_err() {
-            tracing::error!(
-                seq,
-                "the session's event writer has stopped; the event is lost"
-            );
-        }
+        state.writer.push(Publish::Event(event));
         seq
     }
 

@@ -5,12 +5,13 @@
 //! log stored, in the log's order, whoever stored it. `sessions.subscribe` and
 //! `sessions.unsubscribe` are here.
 
-use std::collections::HashSet;
+use std::collections::{HashSet, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use clawcage_agent::events::{AgentEvent, Epoch, EventLog, EventLogError};
+use clawcage_agent::events::{AgentEvent, Epoch, EventLog, EventLogError, Stream};
 use serde_json::{Value, json};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::{Hub, Outbox, REPLAY_PAGE, SessionHub, SessionState, lock};
@@ -24,15 +25,92 @@ pub(super) enum Publish {
     Written(oneshot::Sender<()>),
 }
 
+/// What the hub has handed a session's writer task and the task has not taken yet. A streamed
+/// text delta (`assistant` or `reasoning` `{delta}`) handed while the previous delta of the same
+/// run still waits here is joined to it rather than numbered as an event of its own: a delta is
+/// never held back, but while the log is busy storing an event (a round trip to a shared
+/// store), the deltas that arrive meanwhile are stored as one. A client sees fewer, longer
+/// deltas of the same text; the protocol promises no particular split.
+pub(super) struct WriterQueue {
+    items: Mutex<VecDeque<Publish>>,
+    ready: Notify,
+    /// The session is gone: the task stores what is left and ends.
+    closed: AtomicBool,
+}
+
+/// The hub's end of a [`WriterQueue`]; dropping it (with the session) lets the writer finish.
+pub(super) struct WriterHandle(Arc<WriterQueue>);
+
+impl Drop for WriterHandle {
+    fn drop(&mut self) {
+        self.0.closed.store(true, Ordering::Release);
+        self.0.ready.notify_one();
+    }
+}
+
+impl WriterHandle {
+    /// A queue and the task that stores what it is handed in `log`, under `epoch`.
+    pub(super) fn start(log: Arc<dyn EventLog>, epoch: Epoch, key: String) -> Self {
+        let queue = Arc::new(WriterQueue {
+            items: Mutex::new(VecDeque::new()),
+            ready: Notify::new(),
+            closed: AtomicBool::new(false),
+        });
+        tokio::spawn(write_events(log, epoch, key, queue.clone()));
+        Self(queue)
+    }
+
+    /// Joins `event`'s delta to the delta of the same run and stream waiting last in the queue,
+    /// if there is one, and returns that event's `seq`; `None` when `event` must be numbered.
+    pub(super) fn join_delta(&self, event: &AgentEvent) -> Option<u64> {
+        let delta = text_delta(event)?;
+        let mut items = lock(&self.0.items);
+        let Some(Publish::Event(waiting)) = items.back_mut() else {
+            return None;
+        };
+        if waiting.run_id != event.run_id || waiting.stream != event.stream {
+            return None;
+        }
+        text_delta(waiting)?;
+        let Some(Value::String(text)) = waiting.data.get_mut("delta") else {
+            return None;
+        };
+        text.push_str(delta);
+        Some(waiting.seq)
+    }
+
+    /// Hands `item` to the writer task.
+    pub(super) fn push(&self, item: Publish) {
+        lock(&self.0.items).push_back(item);
+        self.0.ready.notify_one();
+    }
+}
+
+/// The text of a streamed delta event (`assistant` or `reasoning` with `{delta}` alone).
+fn text_delta(event: &AgentEvent) -> Option<&str> {
+    if !matches!(event.stream, Stream::Assistant | Stream::Reasoning) {
+        return None;
+    }
+    let data = event.data.as_object()?;
+    if data.len() != 1 {
+        return None;
+    }
+    data.get("delta")?.as_str()
+}
+
 /// Appends `key`'s events to `log` in the order they were handed over. A refused append is
 /// logged: an event the log fences off was written by a process that no longer owns the session.
-pub(super) async fn write_events(
-    log: Arc<dyn EventLog>,
-    epoch: Epoch,
-    key: String,
-    mut queue: mpsc::UnboundedReceiver<Publish>,
-) {
-    while let Some(item) = queue.recv().await {
+async fn write_events(log: Arc<dyn EventLog>, epoch: Epoch, key: String, queue: Arc<WriterQueue>) {
+    loop {
+        let next = lock(&queue.items).pop_front();
+        let Some(item) = next else {
+            if queue.closed.load(Ordering::Acquire) {
+                return;
+            }
+            // A push after the look above left a permit: this returns at once.
+            queue.ready.notified().await;
+            continue;
+        };
         match item {
             Publish::Event(event) => match log.append(event, epoch).await {
                 Ok(_) => {}
@@ -53,9 +131,8 @@ pub(super) async fn write_events(
 /// Waits until every event handed to `session`'s writer so far is stored.
 pub(super) async fn written(session: &SessionHub) {
     let (done, stored) = oneshot::channel();
-    if session.lock().writer.send(Publish::Written(done)).is_ok() {
-        let _ = stored.await;
-    }
+    session.lock().writer.push(Publish::Written(done));
+    let _ = stored.await;
 }
 
 /// A connection following a session's events.
@@ -239,5 +316,119 @@ impl Hub {
         if let Some(session) = self.session(key) {
             drop_subscriber(&mut session.lock(), outbox.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail by panicking")]
+
+    use super::*;
+    use clawcage_agent::events::{EventFuture, Follow, Replay};
+    use tokio::sync::Semaphore;
+
+    /// A log that stores an append only when the test lets it (one permit per append), so
+    /// the writer can be held busy while more is handed to it.
+    #[derive(Debug)]
+    struct HeldLog {
+        gate: Semaphore,
+        stored: Mutex<Vec<AgentEvent>>,
+    }
+
+    impl EventLog for HeldLog {
+        fn append(&self, event: AgentEvent, _epoch: Epoch) -> EventFuture<'_, AgentEvent> {
+            Box::pin(async move {
+                self.gate.acquire().await.unwrap().forget();
+                lock(&self.stored).push(event.clone());
+                Ok(event)
+            })
+        }
+        fn read<'a>(&'a self, _: &'a str, _: u64, _: usize) -> EventFuture<'a, Replay> {
+            Box::pin(async { Err(std::io::Error::other("not read here").into()) })
+        }
+        fn last_seq<'a>(&'a self, _: &'a str) -> EventFuture<'a, u64> {
+            Box::pin(async { Ok(0) })
+        }
+        fn follow<'a>(&'a self, _: &'a str, _: u64) -> EventFuture<'a, Follow> {
+            Box::pin(async { Err(std::io::Error::other("not followed here").into()) })
+        }
+        fn remove<'a>(&'a self, _: &'a str) -> EventFuture<'a, ()> {
+            Box::pin(async { Ok(()) })
+        }
+        fn sync(&self) -> EventFuture<'_, ()> {
+            Box::pin(async { Ok(()) })
+        }
+    }
+
+    /// Numbers and hands `event` over as the hub does.
+    fn publish(writer: &WriterHandle, next_seq: &mut u64, mut event: AgentEvent) -> u64 {
+        if let Some(seq) = writer.join_delta(&event) {
+            return seq;
+        }
+        event.seq = *next_seq;
+        *next_seq += 1;
+        writer.push(Publish::Event(event));
+        *next_seq - 1
+    }
+
+    fn delta(run: &str, stream: Stream, text: &str) -> AgentEvent {
+        AgentEvent::new("s", run, stream, json!({"delta": text}))
+    }
+
+    #[tokio::test]
+    async fn deltas_waiting_together_are_stored_as_one_and_nothing_else_is_joined() {
+        let log = Arc::new(HeldLog {
+            gate: Semaphore::new(0),
+            stored: Mutex::new(Vec::new()),
+        });
+        let writer = WriterHandle::start(log.clone(), 1, "s".to_string());
+        let mut next = 1;
+        // The first delta is taken by the writer and held in its append.
+        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Assistant, "He")), 1);
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        // These wait meanwhile: consecutive deltas of one run and stream join.
+        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Assistant, "ll")), 2);
+        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Assistant, "o")), 2);
+        // Another stream, another run, or an event that is not a bare delta is never joined,
+        // and nothing is joined across them.
+        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Reasoning, "hm")), 3);
+        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Reasoning, "x")), 4);
+        let message = AgentEvent::new(
+            "s",
+            "r2",
+            Stream::Assistant,
+            json!({"delta": "sent", "kind": "message"}),
+        );
+        assert_eq!(publish(&writer, &mut next, message), 5);
+        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Assistant, "a")), 6);
+        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Assistant, "b")), 6);
+        log.gate.add_permits(100);
+        let (done, stored) = oneshot::channel();
+        writer.push(Publish::Written(done));
+        stored.await.unwrap();
+        let stored: Vec<(u64, String, String)> = lock(&log.stored)
+            .iter()
+            .map(|event| {
+                (
+                    event.seq,
+                    event.run_id.clone(),
+                    event.data["delta"].as_str().unwrap().to_string(),
+                )
+            })
+            .collect();
+        let expected: Vec<(u64, String, String)> = [
+            (1, "r1", "He"),
+            (2, "r1", "llo"),
+            (3, "r1", "hm"),
+            (4, "r2", "x"),
+            (5, "r2", "sent"),
+            (6, "r2", "ab"),
+        ]
+        .into_iter()
+        .map(|(seq, run, text)| (seq, run.to_string(), text.to_string()))
+        .collect();
+        assert_eq!(stored, expected, "seq contiguous, the text whole and in order");
+        // Once stored, a delta is no longer joined: the next one is an event of its own.
+        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Assistant, "c")), 7);
     }
 }
