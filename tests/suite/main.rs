@@ -13,6 +13,7 @@ mod architecture;
 mod audit;
 mod cache;
 mod cluster;
+mod cluster_cron;
 mod cluster_leases;
 mod cluster_stores;
 mod context_windows;

@@ -5,8 +5,11 @@
 //! zones, exact across month ends, leap days and daylight-saving changes. An expression croner
 //! refuses is an error that names the bad field.
 //!
-//! Jobs live in `<dir>/jobs.json`, rewritten atomically (temporary file, then rename) after every
-//! change and every firing, and reloaded by [`CronService::open`]. The runner
+//! Jobs live in a [`JobsStore`]: by default `<dir>/jobs.json`, rewritten atomically (temporary
+//! file, then rename) after every change and every firing, and reloaded by [`CronService::open`];
+//! in a cluster, one record of a key-value bucket that every gateway host reads
+//! ([`CronService::open_in`]), written only at the version last read, so of two hosts changing
+//! the jobs at once one is told to try again. The runner
 //! ([`CronService::start`]) sleeps until the earliest firing, or until `add`/`remove` wakes it,
 //! and publishes each firing on the [`MessageBus`] `system` channel for the job's session, whose
 //! lane then takes it as a turn.
@@ -38,7 +41,9 @@ use crate::bus::MessageBus;
 use crate::subagent::SYSTEM_CHANNEL;
 
 mod schedule;
+mod store;
 pub use schedule::{CompiledSchedule, Schedule, next_fire};
+pub use store::{FileJobs, JOBS_FILE, JobsStore, JobsWriteError, StoredJobs};
 
 /// Jobs one service keeps by default.
 pub const DEFAULT_MAX_JOBS: usize = 100;
@@ -56,9 +61,7 @@ pub const MAX_EXPRESSION_CHARS: usize = 200;
 const MAX_KEY_CHARS: usize = 200;
 /// The longest the runner sleeps before looking at the wall clock again (it may have jumped).
 const MAX_SLEEP: Duration = Duration::from_secs(60);
-/// The file the jobs are kept in, inside the service's directory.
-const JOBS_FILE: &str = "jobs.json";
-/// How often the runner looks at the jobs file for changes made by another process.
+/// How often the runner looks at the jobs for changes made by another process.
 const POLL: Duration = Duration::from_secs(1);
 
 /// One job as `jobs.json` keeps it.
@@ -99,14 +102,22 @@ pub enum CronError {
         /// What the operating system said.
         source: std::io::Error,
     },
-    /// The file is not a jobs file this version can read.
+    /// The jobs are not a record this version can read.
     #[error(
-        "the cron jobs file {path} cannot be read: {reason}; repair it, or move it away to start with no jobs"
+        "the cron jobs in {place} cannot be read: {reason}; repair them, or move them away to start with no jobs"
     )]
     Corrupt {
-        /// The file.
-        path: PathBuf,
+        /// Where they are (a file, a bucket).
+        place: String,
         /// What is wrong.
+        reason: String,
+    },
+    /// The store could not be read.
+    #[error("cannot read the cron jobs in {place}: {reason}; check that it is reachable")]
+    Store {
+        /// Where they are.
+        place: String,
+        /// Why.
         reason: String,
     },
 }
@@ -137,16 +148,16 @@ struct Job {
 struct State {
     next_id: u64,
     jobs: Vec<Job>,
-    /// The jobs file as last read or written by this process (modified time and length), to
-    /// notice a change made by another clawcage process (`clawcage cron add` beside a chat).
-    stamp: Option<FileStamp>,
+    /// The version of the jobs as last read or written by this process, to notice a change
+    /// made by another clawcage process (`clawcage cron add` beside a chat, another host).
+    version: Option<String>,
 }
 
-/// The state under both locks: this process's mutex and the jobs file's lock, which keeps the
-/// read-change-write of several clawcage processes apart.
+/// The state under both locks: this process's mutex and the store's guard (a file lock), which
+/// keeps the read-change-write of several clawcage processes apart.
 struct Locked<'a> {
     state: MutexGuard<'a, State>,
-    _file_lock: Option<std::fs::File>,
+    _store_guard: Option<Box<dyn Send>>,
 }
 
 impl std::ops::Deref for Locked<'_> {
@@ -213,7 +224,7 @@ struct DueFiring {
 /// The cron service. Share it as an `Arc`; give it to the `cron` component with
 /// `Grants::with_scheduler` and run [`CronService::start`] once.
 pub struct CronService {
-    file: PathBuf,
+    store: Arc<dyn JobsStore>,
     bus: MessageBus,
     options: CronOptions,
     state: Mutex<State>,
@@ -224,7 +235,7 @@ pub struct CronService {
 impl fmt::Debug for CronService {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("CronService")
-            .field("file", &self.file)
+            .field("store", &self.store)
             .field("options", &self.options)
             .finish_non_exhaustive()
     }
@@ -244,10 +255,21 @@ impl CronService {
             path: dir.to_path_buf(),
             source,
         })?;
-        let file = dir.join(JOBS_FILE);
-        let state = load_jobs(&file)?;
+        Self::open_in(Arc::new(FileJobs::in_dir(dir)), bus, options)
+    }
+
+    /// Opens the service over the jobs `store` keeps (a cluster's bucket), loading them.
+    pub fn open_in(
+        store: Arc<dyn JobsStore>,
+        bus: MessageBus,
+        options: CronOptions,
+    ) -> Result<Arc<Self>, CronError> {
+        let state = {
+            let _guard = store.hold();
+            load_jobs(store.as_ref())?
+        };
         Ok(Arc::new(Self {
-            file,
+            store,
             bus,
             options,
             state: Mutex::new(state),
@@ -337,7 +359,7 @@ impl CronService {
             if !firings.is_empty()
                 && let Err(error) = self.save(&mut state)
             {
-                tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
+                tracing::error!(jobs = %self.store.describe(), %error, "could not save the cron jobs after a firing");
             }
         }
         let mut earliest = state
@@ -406,67 +428,65 @@ impl CronService {
             }
         }
         if let Err(error) = self.save(&mut state) {
-            tracing::error!(file = %self.file.display(), %error, "could not save the cron jobs after a firing");
+            // Another host moved them on meanwhile, or the store failed: the next look reads
+            // them again, and a slot fired again is recognised by its key.
+            tracing::warn!(jobs = %self.store.describe(), %error, "could not save the cron jobs after a firing");
         }
     }
 
-    /// The state, after taking the jobs file's lock and reading the file again if another
-    /// process changed it.
+    /// The state, after taking the store's guard and reading the jobs again if another process
+    /// changed them.
     fn lock(&self) -> Locked<'_> {
         // Every update is completed before anything can panic, so the data stays consistent.
         let state = self
             .state
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
-        let file_lock = self.file_lock();
         let mut locked = Locked {
             state,
-            _file_lock: file_lock,
+            _store_guard: self.store.hold(),
         };
-        let on_disk = file_stamp(&self.file);
-        if on_disk.is_some() && on_disk != locked.stamp {
-            match load_jobs(&self.file) {
-                Ok(fresh) => *locked.state = fresh,
-                Err(error) => tracing::error!(
-                    file = %self.file.display(),
-                    %error,
-                    "the cron jobs file changed and cannot be read; keeping the jobs known before"
-                ),
+        match self.store.read(locked.version.as_deref()) {
+            Ok(StoredJobs::Found { bytes, version }) => {
+                match parse_jobs(&bytes, Some(version), &self.store.describe()) {
+                    Ok(fresh) => *locked.state = fresh,
+                    Err(error) => tracing::error!(
+                        %error,
+                        "the cron jobs changed and cannot be read; keeping the jobs known before"
+                    ),
+                }
             }
+            Ok(StoredJobs::Unchanged | StoredJobs::Missing) => {}
+            Err(error) => tracing::warn!(
+                jobs = %self.store.describe(),
+                %error,
+                "cannot read the cron jobs; keeping the jobs known before"
+            ),
         }
         locked
     }
 
-    /// The lock on `jobs.lock` beside the jobs file (`None`, with a warning, if it cannot be
-    /// taken: this process's own mutex still orders its own changes).
-    fn file_lock(&self) -> Option<std::fs::File> {
-        let path = self.file.with_extension("lock");
-        let locked = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .and_then(|file| file.lock().map(|()| file));
-        match locked {
-            Ok(file) => Some(file),
-            Err(error) => {
-                tracing::warn!(path = %path.display(), %error, "cannot lock the cron jobs file");
-                None
-            }
-        }
-    }
-
-    /// Writes the jobs atomically (`clawcage_core::files::write_atomically`: a synced temporary
-    /// file renamed over the old one, the directory synced).
+    /// Writes the jobs to the store, at the version last read (see [`JobsStore::write`]).
     fn save(&self, state: &mut State) -> std::io::Result<()> {
         let file = JobsFile {
             next_id: state.next_id,
             jobs: state.jobs.iter().map(|job| job.stored.clone()).collect(),
         };
         let bytes = serde_json::to_vec_pretty(&file).map_err(std::io::Error::other)?;
-        clawcage_core::files::write_atomically(&self.file, &bytes, false)?;
-        state.stamp = file_stamp(&self.file);
-        Ok(())
+        match self.store.write(&bytes, state.version.as_deref()) {
+            Ok(version) => {
+                state.version = Some(version);
+                Ok(())
+            }
+            Err(JobsWriteError::Changed) => {
+                // Read again at the next look; this change is not made.
+                state.version = None;
+                Err(std::io::Error::other(
+                    "the jobs were changed meanwhile by another host; try again",
+                ))
+            }
+            Err(JobsWriteError::Failed(reason)) => Err(std::io::Error::other(reason)),
+        }
     }
 
     fn info(job: &StoredJob) -> JobInfo {
@@ -539,50 +559,38 @@ impl CronService {
     }
 }
 
-/// What identifies one version of the jobs file: its modified time, length and (on Unix) inode,
-/// which every atomic replacement changes.
-type FileStamp = (std::time::SystemTime, u64, u64);
-
-/// The jobs file's stamp, if it exists.
-fn file_stamp(file: &Path) -> Option<FileStamp> {
-    let metadata = std::fs::metadata(file).ok()?;
-    #[cfg(unix)]
-    let inode = std::os::unix::fs::MetadataExt::ino(&metadata);
-    #[cfg(not(unix))]
-    let inode = 0;
-    Some((metadata.modified().ok()?, metadata.len(), inode))
+/// The jobs `store` keeps (none when it keeps nothing). A record that cannot be read or parsed
+/// is an error naming where it is; it is never overwritten.
+fn load_jobs(store: &dyn JobsStore) -> Result<State, CronError> {
+    match store.read(None) {
+        Ok(StoredJobs::Found { bytes, version }) => {
+            parse_jobs(&bytes, Some(version), &store.describe())
+        }
+        Ok(StoredJobs::Unchanged | StoredJobs::Missing) => Ok(State {
+            next_id: 0,
+            jobs: Vec::new(),
+            version: None,
+        }),
+        Err(reason) => Err(CronError::Store {
+            place: store.describe(),
+            reason,
+        }),
+    }
 }
 
-/// The jobs kept in `file` (none when it does not exist). A file that cannot be read or parsed
-/// is an error naming it; it is never overwritten.
-fn load_jobs(file: &Path) -> Result<State, CronError> {
-    let stamp = file_stamp(file);
-    let loaded = match clawcage_core::files::read_regular_file(
-        file,
-        64 << 20,
-        clawcage_core::files::Symlinks::Refuse,
-    ) {
-        Ok(bytes) => {
-            serde_json::from_slice::<JobsFile>(&bytes).map_err(|error| CronError::Corrupt {
-                path: file.to_path_buf(),
-                reason: error.to_string(),
-            })?
-        }
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => JobsFile::default(),
-        Err(source) => {
-            return Err(CronError::Io {
-                path: file.to_path_buf(),
-                source,
-            });
-        }
-    };
+/// The jobs of a stored record at `version`; `place` names it in errors.
+fn parse_jobs(bytes: &[u8], version: Option<String>, place: &str) -> Result<State, CronError> {
+    let loaded = serde_json::from_slice::<JobsFile>(bytes).map_err(|error| CronError::Corrupt {
+        place: place.to_string(),
+        reason: error.to_string(),
+    })?;
     let mut jobs = Vec::with_capacity(loaded.jobs.len());
     for stored in loaded.jobs {
         let compiled = stored
             .schedule
             .compile()
             .map_err(|reason| CronError::Corrupt {
-                path: file.to_path_buf(),
+                place: place.to_string(),
                 reason: format!("job {}: {reason}", stored.id),
             })?;
         jobs.push(Job { stored, compiled });
@@ -590,7 +598,7 @@ fn load_jobs(file: &Path) -> Result<State, CronError> {
     Ok(State {
         next_id: loaded.next_id,
         jobs,
-        stamp,
+        version,
     })
 }
 

@@ -5,7 +5,10 @@
 //! start).
 
 use clap::Subcommand;
-use clawcage_cluster::{Cluster, ClusterStatus};
+use std::sync::Arc;
+
+use clawcage_agent::cron::JobsStore;
+use clawcage_cluster::{Cluster, ClusterStatus, KvJobs};
 use clawcage_gateway::cluster::cluster_options;
 use clawcage_runtime::Options;
 
@@ -64,6 +67,30 @@ pub async fn run(options: Options, command: ClusterCommand) -> Result<(), Failur
         }
     }
     Ok(())
+}
+
+/// The cron jobs of the cluster `runtime`'s `[cluster]` names, if it names one.
+pub async fn cron_jobs(
+    runtime: &clawcage_runtime::Runtime,
+) -> Result<Option<Arc<dyn JobsStore>>, Failure> {
+    let config_dir = runtime
+        .config_source()
+        .and_then(|source| source.path.parent())
+        .map(std::path::Path::to_path_buf);
+    let Some(settings) = runtime
+        .config()
+        .cluster
+        .settings(config_dir.as_deref())
+        .map_err(|error| Failure::Usage(format!("{error:#}")))?
+    else {
+        return Ok(None);
+    };
+    let options = cluster_options(&settings, "cron");
+    let jobs = tokio::task::spawn_blocking(move || KvJobs::connect(&settings.nats, &options))
+        .await
+        .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?
+        .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
+    Ok(Some(Arc::new(jobs)))
 }
 
 /// `status` as the lines `clawcage cluster status` prints.

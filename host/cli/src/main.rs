@@ -342,9 +342,12 @@ fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `clawcage cron ...`: one call of the `cron` tool on the state directory's jobs.
+/// `clawcage cron ...`: one call of the `cron` tool on the state directory's jobs, or, with
+/// `[cluster]`, on the jobs the cluster's gateways share.
 async fn cron(runtime: &Runtime, command: CronCommand) -> Result<(), Failure> {
-    let tool = runtime.cron_tool().await?;
+    let tool = runtime
+        .cron_tool(cluster::cron_jobs(runtime).await?)
+        .await?;
     let (args, session) = match command {
         CronCommand::List => (serde_json::json!({"action": "list"}), None),
         CronCommand::Remove { id } => (serde_json::json!({"action": "remove", "id": id}), None),

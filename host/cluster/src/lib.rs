@@ -15,6 +15,7 @@
 //! `clawcage-core` and `clawcage-agent`; the design is in the scale-out notes (§2.2, §2.3, §2.5,
 //! §2.7, §2.10).
 
+pub mod cron_jobs;
 pub mod events;
 pub mod inbox;
 pub mod keys;
@@ -31,6 +32,7 @@ use async_nats::jetstream;
 use clawcage_agent::events::EventLog;
 use clawcage_agent::runs::RunRegistry;
 
+pub use cron_jobs::KvJobs;
 pub use events::JetStreamEventLog;
 pub use inbox::{Claims, JetStreamInbox};
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clawcage_cluster::{
-    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, Lease,
+    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, KvJobs, Lease,
     LeaseError, Leases, TlsOptions,
 };
 use clawcage_core::redact::Redactor;
@@ -211,9 +211,11 @@ pub(crate) async fn join(
     let stores = tokio::task::spawn_blocking(move || {
         let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)?;
         let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)?;
+        let cron_jobs = KvJobs::connect(&nats, &store_options)?;
         Ok::<_, clawcage_cluster::ClusterError>(SessionStores {
             transcripts: Arc::new(transcripts),
             inbox: Arc::new(inbox),
+            cron_jobs: Some(Arc::new(cron_jobs)),
         })
     })
     .await

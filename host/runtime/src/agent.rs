@@ -45,15 +45,17 @@ pub struct AgentOptions {
     pub stores: Option<SessionStores>,
 }
 
-/// Where sessions keep their transcripts and inboxes, when not in the state directory (the
-/// gateway of a cluster keeps them on NATS JetStream). The transcripts must scrub what they
-/// write with the runtime's redactor.
+/// Where sessions keep their transcripts and inboxes, and the cron service its jobs, when not in
+/// the state directory (the gateway of a cluster keeps them on NATS JetStream). The transcripts
+/// must scrub what they write with the runtime's redactor.
 #[derive(Clone)]
 pub struct SessionStores {
     /// The transcripts and turn journals.
     pub transcripts: Arc<dyn clawcage_agent::TranscriptStore>,
     /// The lane inboxes.
     pub inbox: Arc<dyn clawcage_agent::LaneInbox>,
+    /// The cron jobs; `None`: the state directory's `cron/jobs.json`.
+    pub cron_jobs: Option<Arc<dyn clawcage_agent::cron::JobsStore>>,
 }
 
 impl AgentOptions {

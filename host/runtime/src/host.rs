@@ -60,7 +60,15 @@ impl Runtime {
     /// Nothing runs in the background until [`Host::start`].
     pub async fn host(&mut self, lifetime: Lifetime, options: AgentOptions) -> Result<Host, Error> {
         let cron = match lifetime {
-            Lifetime::LongRunning => match self.enable_cron().await? {
+            Lifetime::LongRunning => match self
+                .enable_cron(
+                    options
+                        .stores
+                        .as_ref()
+                        .and_then(|stores| stores.cron_jobs.clone()),
+                )
+                .await?
+            {
                 crate::CronOwnership::Owned => CronStatus::Owned,
                 crate::CronOwnership::OwnedElsewhere(dir) => {
                     self.manage_cron().await?;

@@ -339,7 +339,9 @@ fn secrets_redactor(web_grants: &Grants) -> Redactor {
 /// directory (held while the runtime lives).
 struct CronSetup {
     service: Arc<CronService>,
-    _owner: std::fs::File,
+    /// The state directory's lock; `None` when the jobs live elsewhere (a cluster's bucket,
+    /// fired by the one active gateway).
+    _owner: Option<std::fs::File>,
 }
 
 /// One tool of [`Runtime::tool_catalog`] and where it is available.
@@ -581,21 +583,30 @@ impl Runtime {
         &self.approvals
     }
 
-    /// Takes the cron capability: locks the state directory's jobs for this process, opens the
-    /// service and registers the `cron` tool. Another process holding them is not an error: it
-    /// is reported, and this runtime has no `cron` tool yet.
-    pub(crate) async fn enable_cron(&mut self) -> Result<CronOwnership, Error> {
+    /// Takes the cron capability: locks the state directory's jobs for this process (or, given
+    /// a `store` of their own, takes the jobs there), opens the service and registers the
+    /// `cron` tool. Another process holding the state directory's jobs is not an error: it is
+    /// reported, and this runtime has no `cron` tool yet.
+    pub(crate) async fn enable_cron(
+        &mut self,
+        store: Option<Arc<dyn clawcage_agent::cron::JobsStore>>,
+    ) -> Result<CronOwnership, Error> {
         if !self.config.cron.enabled() {
             return Ok(CronOwnership::Disabled);
         }
         if self.cron.is_some() {
             return Ok(CronOwnership::Owned);
         }
-        let dir = self.state_dir.cron();
-        let Some(owner) = tools::lock_cron(&dir)? else {
-            return Ok(CronOwnership::OwnedElsewhere(dir));
+        let (service, owner) = match store {
+            Some(store) => (self.open_cron_service_in(store)?, None),
+            None => {
+                let dir = self.state_dir.cron();
+                let Some(owner) = tools::lock_cron(&dir)? else {
+                    return Ok(CronOwnership::OwnedElsewhere(dir));
+                };
+                (self.open_cron_service()?, Some(owner))
+            }
         };
-        let service = self.open_cron_service()?;
         tools::register_cron(&self.sandbox, &mut self.tools, service.clone(), self.limits).await?;
         self.cron = Some(CronSetup {
             service,
@@ -613,6 +624,19 @@ impl Runtime {
             .options()
             .map_err(|error| usage(format!("{error:#}")))?;
         CronService::open(self.state_dir.cron(), self.bus.clone(), options).map_err(usage)
+    }
+
+    /// The cron service over the jobs `store` keeps, with `[cron]`'s options.
+    fn open_cron_service_in(
+        &self,
+        store: Arc<dyn clawcage_agent::cron::JobsStore>,
+    ) -> Result<Arc<CronService>, Error> {
+        let options = self
+            .config
+            .cron
+            .options()
+            .map_err(|error| usage(format!("{error:#}")))?;
+        CronService::open_in(store, self.bus.clone(), options).map_err(usage)
     }
 
     /// Registers the `cron` tool over the state directory's jobs without firing any (the
@@ -634,13 +658,21 @@ impl Runtime {
     /// (`clawcage cron ...`): the same component, validation and file as the agent's tool. A
     /// chat running the jobs meanwhile sees each change within a second; this process runs no
     /// jobs.
-    pub async fn cron_tool(&self) -> Result<AuditedRegistry, Error> {
+    ///
+    /// Given a `store` (a cluster's bucket), the tool manages the jobs kept there instead.
+    pub async fn cron_tool(
+        &self,
+        store: Option<Arc<dyn clawcage_agent::cron::JobsStore>>,
+    ) -> Result<AuditedRegistry, Error> {
         if !self.config.cron.enabled() {
             return Err(usage(
                 "cron is turned off ([cron] enabled = false in the configuration)",
             ));
         }
-        let service = self.open_cron_service()?;
+        let service = match store {
+            Some(store) => self.open_cron_service_in(store)?,
+            None => self.open_cron_service()?,
+        };
         let mut registry = ToolRegistry::new();
         tools::register_cron(&self.sandbox, &mut registry, service, self.limits).await?;
         Ok(AuditedRegistry::new(registry, self.audit_log()?).with_redactor(self.redactor.clone()))

@@ -1,0 +1,172 @@
+//! The cron jobs of a cluster (`claw_cron` on a real `nats-server`): jobs added on one host are
+//! the jobs of every host; a write made at a revision another host has since moved past is
+//! refused and nothing of it is stored; two hosts firing the same jobs at once deliver every
+//! slot, none twice into the (deduplicating) inbox, and a host that dies mid-run leaves no slot
+//! unfired; a record larger than the server takes is refused with what to do.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clawcage_agent::MessageBus;
+use clawcage_agent::cron::{
+    CronOptions, CronService, FiringSink, JobsStore, JobsWriteError, StoredJobs,
+};
+use clawcage_cluster::{ClusterOptions, KvJobs};
+use clawcage_core::{InboundMessage, JobRequest, Scheduler};
+use clawcage_tests::nats::NatsServer;
+
+fn jobs(server: &NatsServer) -> Arc<KvJobs> {
+    Arc::new(
+        KvJobs::connect(&server.url(), &ClusterOptions::default())
+            .unwrap_or_else(|error| panic!("{error}\n{}", server.log())),
+    )
+}
+
+fn service(store: Arc<KvJobs>) -> Arc<CronService> {
+    CronService::open_in(store, MessageBus::new(), CronOptions::default()).unwrap()
+}
+
+fn every(seconds: u64, message: &str) -> JobRequest {
+    JobRequest {
+        every_seconds: Some(seconds),
+        message: message.to_string(),
+        session: Some("agent:main:cron:shared".to_string()),
+        ..JobRequest::default()
+    }
+}
+
+/// An inbox as the hosts share it: a firing's key is taken once; every delivery is counted.
+#[derive(Default)]
+struct SharedInbox {
+    /// Each key with how many times a host delivered it.
+    deliveries: Mutex<BTreeMap<String, u32>>,
+}
+
+impl FiringSink for SharedInbox {
+    fn deliver<'a>(
+        &'a self,
+        _message: InboundMessage,
+        key: &'a str,
+    ) -> Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>> {
+        *self
+            .deliveries
+            .lock()
+            .unwrap()
+            .entry(key.to_string())
+            .or_default() += 1;
+        Box::pin(async { Ok(()) })
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_added_on_one_host_are_every_hosts_and_a_write_behind_another_is_refused() {
+    let Some(server) = NatsServer::start("cron_jobs_are_every_hosts") else {
+        return;
+    };
+    let (store_a, store_b) = (jobs(&server), jobs(&server));
+    let (host_a, host_b) = (service(store_a.clone()), service(store_b.clone()));
+    let first = host_a.add(every(60, "stand-up")).unwrap();
+    let second = host_b.add(every(120, "water the plants")).unwrap();
+    assert_ne!(first.id, second.id, "one numbering across hosts");
+    for host in [&host_a, &host_b] {
+        let listed: Vec<String> = host.list().into_iter().map(|job| job.message).collect();
+        assert_eq!(listed, ["stand-up", "water the plants"]);
+    }
+    host_a.remove(&second.id).unwrap();
+    assert_eq!(host_b.list().len(), 1, "a removal is seen by the other host");
+    // A host opening later finds them.
+    assert_eq!(service(jobs(&server)).list()[0].id, first.id);
+
+    // The store itself: a write names the revision it read.
+    let StoredJobs::Found { bytes, version } = store_a.read(None).unwrap() else {
+        panic!("the jobs are stored");
+    };
+    assert!(matches!(
+        store_a.read(Some(&version)).unwrap(),
+        StoredJobs::Unchanged
+    ));
+    let newer = store_b.write(&bytes, Some(&version)).unwrap();
+    assert!(
+        matches!(
+            store_a.write(b"{\"next_id\":0,\"jobs\":[]}", Some(&version)),
+            Err(JobsWriteError::Changed)
+        ),
+        "a write behind another host's is refused"
+    );
+    assert!(
+        matches!(
+            store_a.write(b"{\"next_id\":0,\"jobs\":[]}", None),
+            Err(JobsWriteError::Changed)
+        ),
+        "creating what exists is refused"
+    );
+    let StoredJobs::Found { version, .. } = store_a.read(None).unwrap() else {
+        panic!("still stored");
+    };
+    assert_eq!(version, newer, "nothing of the refused writes was stored");
+    assert_eq!(host_a.list().len(), 1);
+
+    // A record larger than the server takes is refused before it is sent, saying what to do.
+    let huge = vec![b' '; 1_100_000];
+    match store_a.write(&huge, Some(&newer)) {
+        Err(JobsWriteError::Failed(message)) => {
+            assert!(message.contains("remove jobs"), "{message}")
+        }
+        other => panic!("a 1.1 MB record must be refused: {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_hosts_firing_one_job_deliver_every_slot_and_the_inbox_takes_each_once() {
+    let Some(server) = NatsServer::start("cron_two_hosts_fire") else {
+        return;
+    };
+    let inbox = Arc::new(SharedInbox::default());
+    let (host_a, host_b) = (service(jobs(&server)), service(jobs(&server)));
+    let job = host_a.add(every(1, "tick")).unwrap();
+    host_a.set_sink(inbox.clone());
+    host_b.set_sink(inbox.clone());
+    // Both fire at once (the worst case: a host that lost the gateway lease but has not
+    // noticed yet); then one dies and the other goes on alone.
+    let (runner_a, runner_b) = (host_a.start(), host_b.start());
+    tokio::time::sleep(Duration::from_millis(3_300)).await;
+    runner_a.abort();
+    tokio::time::sleep(Duration::from_millis(3_000)).await;
+    runner_b.abort();
+
+    let deliveries = inbox.deliveries.lock().unwrap().clone();
+    let prefix = format!("cron:{}:", job.id);
+    let slots: Vec<chrono::DateTime<chrono::Utc>> = deliveries
+        .keys()
+        .map(|key| {
+            let due = key.strip_prefix(&prefix).unwrap_or_else(|| panic!("{key}"));
+            chrono::DateTime::parse_from_rfc3339(due)
+                .unwrap()
+                .with_timezone(&chrono::Utc)
+        })
+        .collect();
+    assert!(
+        slots.len() >= 5,
+        "about six slots in 6.3 s, got {deliveries:?}"
+    );
+    for pair in slots.windows(2) {
+        assert_eq!(
+            pair[1] - pair[0],
+            chrono::Duration::seconds(1),
+            "consecutive slots, none lost or fired off its cadence: {deliveries:?}"
+        );
+    }
+    // A slot is delivered again only when both hosts took it before either moved the job on;
+    // the inbox takes it once. Never more than once per host.
+    assert!(
+        deliveries.values().all(|count| *count <= 2),
+        "{deliveries:?}"
+    );
+    // The job moved past every slot delivered.
+    let next = host_b.list()[0].next_fire.clone().unwrap();
+    let next = chrono::DateTime::parse_from_rfc3339(&next).unwrap();
+    assert!(next > *slots.last().unwrap(), "{next} after {slots:?}");
+}
