@@ -306,3 +306,112 @@ async fn a_host_on_another_workspace_refuses_to_join() {
     let (status, output) = active.terminate();
     assert!(status.success(), "{output}");
 }
+
+/// The `ticker` job's firings the model answered in `session`, as `chat.history` shows them,
+/// and the firings (user messages) themselves.
+async fn answered_firings(client: &mut GatewayClient, session: &str) -> (usize, usize) {
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await
+        .to_string();
+    // A firing reaches the model as a notification from the job.
+    let firing = "[notification on the `system` channel from cron:job-1]\\n[cron job ticker] tick";
+    let answered = history.matches(&format!("Noted: {firing}")).count();
+    let firings = history.matches(firing).count() - answered;
+    (answered, firings)
+}
+
+/// Polls until `ticker` was answered at least `count` times in `session`.
+async fn until_answered(client: &mut GatewayClient, session: &str, count: usize) -> usize {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let (answered, _) = answered_firings(client, session).await;
+        if answered >= count {
+            return answered;
+        }
+        if Instant::now() >= deadline {
+            let history = client
+                .request("chat.history", json!({"sessionKey": session}))
+                .await;
+            panic!("only {answered} of {count} firings answered within 60 s: {history}");
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Cron jobs are the cluster's, not a host's: a job added with the standby's configuration is
+/// listed with the active host's and fired by the active host into its session; when the active
+/// host is killed, the standby that takes over fires the same job on, and every firing is
+/// answered once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cron_jobs_are_the_clusters_and_keep_firing_after_the_active_host_dies() {
+    let Some(nats) = NatsServer::start("cron_jobs_are_the_clusters") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|body| {
+        let (text, _) = last_user(body);
+        anthropic::message(&[anthropic::text(&format!("Noted: {text}"))])
+    })
+    .await;
+    let workspace = tempfile::tempdir().unwrap();
+    let first = Host::new(&nats.url(), model.url(), "host-a");
+    let second = Host::new(&nats.url(), model.url(), "host-b");
+    let active = GatewayProcess::start(first.gateway(workspace.path()));
+    let standby = tokio::task::spawn_blocking({
+        let command = second.gateway(workspace.path());
+        move || GatewayProcess::start(command)
+    });
+    let session = "agent:main:test:cron";
+    let run = |mut command: Command| {
+        tokio::task::spawn_blocking(move || {
+            let output = command.output().unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&output.stdout),
+                String::from_utf8_lossy(&output.stderr)
+            );
+            assert!(output.status.success(), "{text}");
+            text
+        })
+    };
+    let added = run(second.command(
+        workspace.path(),
+        &[
+            "cron", "add", "--every", "2", "--message", "tick", "--name", "ticker", "--session",
+            session,
+        ],
+    ))
+    .await
+    .unwrap();
+    assert!(added.contains("job-1"), "{added}");
+    let listed = run(first.command(workspace.path(), &["cron", "list"]))
+        .await
+        .unwrap();
+    assert!(listed.contains("ticker"), "{listed}");
+
+    let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
+    let before = until_answered(&mut client, session, 2).await;
+    let said = active.kill();
+    assert!(!said.contains("panicked"), "{said}");
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap();
+    let (mut client, _) = GatewayClient::connect(standby.addr, TOKEN).await;
+    until_answered(&mut client, session, before + 2).await;
+    // Let a firing under way end, then compare: every firing answered exactly once.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let removed = run(second.command(workspace.path(), &["cron", "remove", "job-1"]))
+        .await
+        .unwrap();
+    assert!(removed.contains("ticker"), "{removed}");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (answered, firings) = answered_firings(&mut client, session).await;
+    assert_eq!(answered, firings, "each firing answered once");
+    let listed = run(first.command(workspace.path(), &["cron", "list"]))
+        .await
+        .unwrap();
+    assert!(!listed.contains("ticker"), "removed for every host: {listed}");
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
+}
