@@ -11,7 +11,8 @@
 //! `CLAW_INBOX` stream, a subject per session, claims as leases), and the [`Leases`] that say
 //! which host owns what (`claw_leases`: revision-checked
 //! create and renew, a time to live, the taking revision as the fencing epoch; `claw_hosts`: the
-//! live hosts; rendezvous placement of the lane partitions). This crate depends only on
+//! live hosts; rendezvous placement of the lane partitions), and the cron jobs every host shares
+//! ([`KvJobs`]: one record of `claw_cron`, written at the revision read). This crate depends only on
 //! `clawcage-core` and `clawcage-agent`; the design is in the scale-out notes (§2.2, §2.3, §2.5,
 //! §2.7, §2.10).
 
