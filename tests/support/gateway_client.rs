@@ -142,17 +142,41 @@ impl GatewayClient {
 
     /// Waits for the next response to request `id`.
     pub async fn response(&mut self, id: &str) -> Value {
+        self.try_response(id)
+            .await
+            .unwrap_or_else(|closed| panic!("{closed}"))
+    }
+
+    /// [`GatewayClient::response`], or why none can come (the socket closed, or nothing came
+    /// for a long while) instead of panicking: for a test whose gateway may die.
+    pub async fn try_response(&mut self, id: &str) -> Result<Value, String> {
         if let Some(position) = self.responses.iter().position(|r| r["id"] == id) {
-            return self.responses.remove(position).unwrap_or_default();
+            return Ok(self.responses.remove(position).unwrap_or_default());
         }
         loop {
             match self.read_frame(WAIT).await {
-                Ok(frame) if frame["type"] == "res" && frame["id"] == id => return frame,
+                Ok(frame) if frame["type"] == "res" && frame["id"] == id => return Ok(frame),
                 Ok(frame) if frame["type"] == "res" => self.responses.push_back(frame),
                 Ok(frame) => self.events.push_back(frame),
-                Err(closed) => panic!("the socket closed while waiting for {id}: {closed:?}"),
+                Err(closed) => {
+                    return Err(format!(
+                        "the socket closed while waiting for {id}: {closed:?}"
+                    ));
+                }
             }
         }
+    }
+
+    /// [`GatewayClient::send_request`], or why the frame could not be sent.
+    pub async fn try_send_request(&mut self, method: &str, params: Value) -> Result<String, String> {
+        let id = format!("r{}", self.next_id);
+        self.next_id += 1;
+        let frame = json!({"type": "req", "id": id, "method": method, "params": params});
+        self.socket
+            .send(Message::text(frame.to_string()))
+            .await
+            .map_err(|error| format!("the request {id} could not be sent: {error}"))?;
+        Ok(id)
     }
 
     /// The next event frame (buffered first), or `None` after `wait`.

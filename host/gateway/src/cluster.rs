@@ -171,23 +171,43 @@ pub(crate) async fn join(
         options.lease_ttl,
     ));
     let mut said = None;
+    // Since when the cluster has failed to answer, while it does.
+    let mut failing: Option<std::time::Instant> = None;
+    let give_up_after = (options.lease_ttl * 5).max(Duration::from_secs(15));
     let lease = loop {
-        let taken = match leases.acquire(GATEWAY_LEASE).await {
-            Ok(Some(lease)) => Some(lease),
-            Ok(None) => leases
-                .take_over_from_earlier_self(GATEWAY_LEASE)
-                .await
-                .map_err(|error| failed(settings, error))?,
-            Err(error) => return Err(failed(settings, error)),
+        // A standby waits through the cluster's failures (a server restarting, a stream's new
+        // leader being elected): it says so once, and tries again; a cluster gone for five
+        // times the lease (at least 15 s) ends it, with the error.
+        let looked = async {
+            let taken = match leases.acquire(GATEWAY_LEASE).await? {
+                Some(lease) => Some(lease),
+                None => leases.take_over_from_earlier_self(GATEWAY_LEASE).await?,
+            };
+            if taken.is_some() {
+                return Ok((taken, None));
+            }
+            let active = leases.holder(GATEWAY_LEASE).await?;
+            Ok::<_, LeaseError>((None, active.map(|(holder, _)| holder.host)))
         };
-        if let Some(lease) = taken {
-            break lease;
-        }
-        let active = leases
-            .holder(GATEWAY_LEASE)
-            .await
-            .map_err(|error| failed(settings, error))?
-            .map(|(holder, _)| holder.host);
+        let active = match looked.await {
+            Ok((Some(lease), _)) => break lease,
+            Ok((None, active)) => {
+                failing = None;
+                active
+            }
+            Err(error) => {
+                let first = failing.is_none();
+                let since = *failing.get_or_insert_with(std::time::Instant::now);
+                if since.elapsed() >= give_up_after {
+                    return Err(failed(settings, error));
+                }
+                if first {
+                    tracing::warn!("{}; this standby tries again", failed(settings, &error));
+                }
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
         if said != active {
             if let Some(host) = &active {
                 println!(
