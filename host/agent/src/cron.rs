@@ -104,7 +104,7 @@ pub enum CronError {
     },
     /// The jobs are not a record this version can read.
     #[error(
-        "the cron jobs in {place} cannot be read: {reason}; repair them, or move them away to start with no jobs"
+        "the cron jobs in {place} cannot be read: {reason}; repair that record, or move it away to start with no jobs"
     )]
     Corrupt {
         /// Where they are (a file, a bucket).

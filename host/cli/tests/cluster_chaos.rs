@@ -1,15 +1,21 @@
-//! The cluster's chaos suite, active/standby: three `clawcage gateway` hosts on one real
-//! `nats-server` (each with its own state directory, one workspace), five sessions receiving
-//! messages with idempotency keys while the active host is killed with SIGKILL at seeded random
-//! moments, under three seeds (two fixed, one new each run; each printed, and
-//! `CLAWCAGE_CHAOS_SEED` replays one). A killed host is started
-//! again, mostly after another host took over (a failover once the lease lapses), sometimes at
-//! once (it takes its own earlier lease back), and then waits as a standby. Sends that were on their way at a kill are sent again
-//! to the next active host with the same key. Then, on the last active host:
+//! The cluster's chaos suite, active/standby: three `clawcage gateway` hosts on a real
+//! three-server NATS cluster (every stream and bucket with three replicas; each host with its own
+//! state directory, one workspace), five sessions receiving messages with idempotency keys and a
+//! cron job firing every 2 s into a sixth, while the active host is killed with SIGKILL at seeded
+//! random moments and, once, one of the NATS servers is killed (started again after the next
+//! takeover), under three seeds (two fixed, one new each run; each printed, and
+//! `CLAWCAGE_CHAOS_SEED` replays one). A killed host is started again, mostly after another host
+//! took over (a failover once the lease lapses), sometimes at once (it takes its own earlier
+//! lease back), and then waits as a standby; an active host that stops on its own (it could not
+//! renew its lease while a NATS server's streams elected new leaders) is started again the same
+//! way. Sends that were on their way at a kill are sent again to the next active host with the
+//! same key. Then, on the last active host:
 //! - every message sent is answered exactly once, in its session's order (nothing lost, nothing
 //!   doubled, whichever host took it and however many times it was sent; the sessions queue in
 //!   `followup` mode, so each message is a turn of its own);
 //! - every run ends `ok` for `agent.wait` on the host that finished it;
+//! - every cron firing is a turn answered once, each slot's key taken once by the inbox, and the
+//!   job fired under more than one host;
 //! - the epochs of the successive active hosts only grow.
 #![allow(
     clippy::unwrap_used,
@@ -35,6 +41,10 @@ const HOSTS: [&str; 3] = ["host-a", "host-b", "host-c"];
 const SESSIONS: usize = 5;
 const MESSAGES: usize = 6;
 const KILLS: usize = 4;
+/// The session the cron job fires into.
+const CRON_SESSION: &str = "agent:main:chaos:cron";
+/// How a firing of the cron job reaches the model, as JSON writes it.
+const FIRING: &str = "[notification on the `system` channel from cron:job-1]\\n[cron job ticker] tick";
 
 /// One host's configuration and state directory.
 struct Host {
@@ -51,7 +61,7 @@ fn host(nats: &str, model: &str, id: &str) -> Host {
         format!(
             "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
              [queue]\nmode = \"followup\"\n\n\
-             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\nlease_secs = 2\n"
+             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\nlease_secs = 3\nreplicas = 3\n"
         ),
     )
     .unwrap();
@@ -65,9 +75,8 @@ fn host(nats: &str, model: &str, id: &str) -> Host {
 /// Where a host's start reports: the host serving, or why it stopped before it served.
 type Serving = mpsc::Sender<Result<(usize, GatewayProcess), String>>;
 
-/// Starts host `index` in a thread of its own; it reports on `serving` once it serves (a
-/// standby waits until then).
-fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving) {
+/// `clawcage` with host `index`'s configuration and state directory.
+fn clawcage(hosts: &[Host], index: usize, workspace: &Path) -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
     command
         .arg("--config")
@@ -75,7 +84,15 @@ fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving) {
         .arg("--state-dir")
         .arg(hosts[index].state.path())
         .arg("--workspace")
-        .arg(workspace)
+        .arg(workspace);
+    command
+}
+
+/// Starts host `index` in a thread of its own; it reports on `serving` once it serves (a
+/// standby waits until then).
+fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving) {
+    let mut command = clawcage(hosts, index, workspace);
+    command
         .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
         .args(["--sends-per-minute", "10000"])
         .env_remove("RUST_LOG")
@@ -135,9 +152,10 @@ async fn killing_the_active_gateway_at_random_loses_and_doubles_nothing() {
 
 /// One run of the suite under `seed`; false when it is skipped (no nats-server, outside CI).
 async fn chaos(seed: u64) -> bool {
-    let Some(nats) = NatsServer::start("killing_the_active_gateway_at_random") else {
+    let Some(mut nats) = NatsServer::start_cluster("killing_the_active_gateway_at_random") else {
         return false;
     };
+    let nats_url = NatsServer::urls(&nats);
     eprintln!("cluster chaos: seed {seed} (CLAWCAGE_CHAOS_SEED={seed} replays it)");
     let mut random = Seeded::new(seed);
     // Each answer takes 50 to 400 ms, so kills land during model calls as well as between them.
@@ -156,7 +174,7 @@ async fn chaos(seed: u64) -> bool {
     let workspace = tempfile::tempdir().unwrap();
     let hosts: Vec<Host> = HOSTS
         .iter()
-        .map(|id| host(&nats.url(), model.url(), id))
+        .map(|id| host(&nats_url, model.url(), id))
         .collect();
     let (serving, served) = mpsc::channel();
     for index in 0..HOSTS.len() {
@@ -179,11 +197,26 @@ async fn chaos(seed: u64) -> bool {
     };
     let (mut index, mut active) = next_active(&served);
     let mut epochs = vec![epoch_of(&active.output())];
+    // A cron job every 2 s, added with a standby's configuration: the cluster's, fired by
+    // whichever host is active.
+    let added = clawcage(&hosts, (index + 1) % HOSTS.len(), workspace.path())
+        .args(["cron", "add", "--every", "2", "--message", "tick", "--name", "ticker"])
+        .args(["--session", CRON_SESSION])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
+    // Once, in a seeded round, a NATS server is killed while the active host serves; it starts
+    // again after the next takeover.
+    let nats_round = 1 + random.below(KILLS as u64 - 1) as usize;
+    let nats_victim = random.below(3) as usize;
+    let mut nats_down = false;
+    let mut round = 0;
     // Every send: (session, message) -> its key and the run id it was acknowledged with.
     let mut acked: BTreeMap<(usize, usize), String> = BTreeMap::new();
     let mut next = [0usize; SESSIONS];
     let mut kills = 0;
     loop {
+        round += 1;
         let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
         let kill_after = if kills < KILLS {
             Some(Duration::from_millis(400 + random.below(1600)))
@@ -191,21 +224,41 @@ async fn chaos(seed: u64) -> bool {
             None
         };
         let started = Instant::now();
+        let mut stopped_itself = false;
         // Send until the kill is due (or, after the last kill, until everything is sent).
         'sending: loop {
+            if round == nats_round
+                && !nats_down
+                && kill_after.is_some_and(|after| started.elapsed() >= after / 2)
+            {
+                nats[nats_victim].kill();
+                nats_down = true;
+                eprintln!("cluster chaos: killed NATS server n{nats_victim}");
+            }
             let pending: Vec<usize> = (0..SESSIONS).filter(|&s| next[s] < MESSAGES).collect();
             if pending.is_empty() {
-                break;
+                // Everything is sent: the host serves on (the cron job fires) until its kill.
+                match kill_after {
+                    Some(after) if started.elapsed() < after => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                    _ => break,
+                }
             }
             let session = pending[random.below(pending.len() as u64) as usize];
             let message = next[session];
-            let id = client
-                .send_request("chat.send", send_params(session, message))
-                .await;
-            let response =
-                tokio::time::timeout(Duration::from_secs(10), client.response(&id)).await;
-            match response {
-                Ok(response) if response["ok"] == true => {
+            let answered = match client
+                .try_send_request("chat.send", send_params(session, message))
+                .await
+            {
+                Ok(id) => {
+                    tokio::time::timeout(Duration::from_secs(30), client.try_response(&id)).await
+                }
+                Err(closed) => Ok(Err(closed)),
+            };
+            match answered {
+                Ok(Ok(response)) if response["ok"] == true => {
                     acked.insert(
                         (session, message),
                         response["payload"]["runId"].as_str().unwrap().to_string(),
@@ -213,14 +266,42 @@ async fn chaos(seed: u64) -> bool {
                     next[session] += 1;
                 }
                 // A full queue says so: sent again later.
-                Ok(response) if response["error"]["code"] == "RATE_LIMITED" => {}
-                Ok(response) => panic!("a send failed: {response} (seed {seed})"),
-                Err(_) => panic!("no answer to a send within 10 s (seed {seed})"),
+                Ok(Ok(response)) if response["error"]["code"] == "RATE_LIMITED" => {}
+                // An error the gateway calls retryable (a store that could not answer in time
+                // while a NATS server's streams elect new leaders): sent again with its key.
+                Ok(Ok(response)) if response["error"]["retryable"] == true => {
+                    eprintln!("cluster chaos: a send is sent again: {response}");
+                }
+                Ok(Ok(response)) => panic!("a send failed: {response} (seed {seed})"),
+                // The active host is gone: it stopped itself when it could not keep its lease
+                // (it closes its connections, then exits).
+                Ok(Err(closed)) => {
+                    let deadline = Instant::now() + Duration::from_secs(20);
+                    while active.exited().is_none() {
+                        assert!(
+                            Instant::now() < deadline,
+                            "{closed}, and the gateway runs on (seed {seed})"
+                        );
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                    }
+                    eprintln!("cluster chaos: {} stopped itself ({closed})", HOSTS[index]);
+                    stopped_itself = true;
+                    break 'sending;
+                }
+                Err(_) => panic!("no answer to a send within 30 s (seed {seed})"),
             }
             if kill_after.is_some_and(|after| started.elapsed() >= after) {
                 break 'sending;
             }
             tokio::time::sleep(Duration::from_millis(random.below(120))).await;
+        }
+        if stopped_itself {
+            let stopped = index;
+            (index, active) = next_active(&served);
+            start(&hosts, stopped, workspace.path(), &serving);
+            epochs.push(epoch_of(&active.output()));
+            eprintln!("cluster chaos: {} serves", HOSTS[index]);
+            continue;
         }
         if kill_after.is_none() {
             break;
@@ -252,6 +333,11 @@ async fn chaos(seed: u64) -> bool {
         }
         epochs.push(epoch_of(&active.output()));
         eprintln!("cluster chaos: {} serves", HOSTS[index]);
+        if nats_down {
+            nats[nats_victim].restart();
+            nats_down = false;
+            eprintln!("cluster chaos: NATS server n{nats_victim} started again");
+        }
     }
 
     // Every run ends; each message is answered once, in order.
@@ -296,12 +382,33 @@ async fn chaos(seed: u64) -> bool {
             "session {session}: each message answered once, in order (seed {seed})"
         );
     }
+    // The cron job: it fires on under the last active host (two more firings answered), then
+    // it is removed, its last firing let end, and every firing was answered once, each slot's
+    // key taken once.
+    let answered_now = cron_answers(&mut client).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cron_answers(&mut client).await < answered_now + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the cron job stopped firing under {} (seed {seed})",
+            HOSTS[index]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let removed = clawcage(&hosts, index, workspace.path())
+        .args(["cron", "remove", "job-1"])
+        .output()
+        .unwrap();
+    assert!(removed.status.success(), "{removed:?}");
+    let (firings, answers) = cron_turns(&mut client, &inbox_of(&nats_url), seed).await;
+    assert!(firings >= 3, "the job fired {firings} times (seed {seed})");
+    assert_eq!(firings, answers, "every firing answered once (seed {seed})");
     assert!(
         epochs.windows(2).all(|pair| pair[0] < pair[1]),
         "epochs only grow: {epochs:?} (seed {seed})"
     );
     eprintln!(
-        "cluster chaos: {kills} kills, {} messages answered once each, epochs {epochs:?}, {} model requests",
+        "cluster chaos: {kills} kills, {} messages answered once each, {firings} cron firings, epochs {epochs:?}, {} model requests",
         acked.len(),
         model.bodies().len()
     );
@@ -309,4 +416,70 @@ async fn chaos(seed: u64) -> bool {
     let (status, output) = active.terminate();
     assert!(status.success(), "{output}");
     true
+}
+
+/// A reader of the cluster's inboxes (it never claims or appends).
+fn inbox_of(nats: &str) -> clawcage_cluster::JetStreamInbox {
+    clawcage_cluster::JetStreamInbox::connect(
+        nats,
+        &clawcage_cluster::ClusterOptions {
+            replicas: 3,
+            ..Default::default()
+        },
+        clawcage_cluster::Holder {
+            host: "chaos-reader".to_string(),
+            incarnation: "1".to_string(),
+        },
+        clawcage_cluster::Claims::CoveredByCaller,
+    )
+    .unwrap()
+}
+
+/// The cron session's history as JSON text.
+async fn cron_history(client: &mut GatewayClient) -> String {
+    client
+        .request(
+            "chat.history",
+            json!({"sessionKey": CRON_SESSION, "limit": 1000}),
+        )
+        .await
+        .to_string()
+}
+
+/// The cron job's firings answered so far.
+async fn cron_answers(client: &mut GatewayClient) -> usize {
+    cron_history(client)
+        .await
+        .matches(&format!("Answered: {FIRING}"))
+        .count()
+}
+
+/// Once no firing of the cron session is pending: the firings it took as turns and the answers
+/// to them in its history, after checking that the inbox took each slot's key once and that
+/// every firing it took is in the history.
+async fn cron_turns(
+    client: &mut GatewayClient,
+    inbox: &clawcage_cluster::JetStreamInbox,
+    seed: u64,
+) -> (usize, usize) {
+    use clawcage_agent::LaneInbox as _;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !inbox.pending(CRON_SESSION).unwrap().is_empty() {
+        assert!(Instant::now() < deadline, "cron firings still pending after 60 s (seed {seed})");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let keys: Vec<String> = inbox
+        .finished(CRON_SESSION)
+        .unwrap()
+        .into_iter()
+        .filter_map(|input| input.idempotency)
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(distinct.len(), keys.len(), "each slot taken once: {keys:?} (seed {seed})");
+    assert!(keys.iter().all(|key| key.starts_with("cron:job-1:")), "{keys:?}");
+    let history = cron_history(client).await;
+    let answers = history.matches(&format!("Answered: {FIRING}")).count();
+    let firings = history.matches(FIRING).count() - answers;
+    assert_eq!(firings, keys.len(), "every firing taken is a turn (seed {seed}): {keys:?}");
+    (firings, answers)
 }

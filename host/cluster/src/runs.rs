@@ -111,6 +111,24 @@ fn status_named(name: &str) -> RunStatus {
     .unwrap_or(RunStatus::Error)
 }
 
+/// Runs the key-value `call` until it answers, trying again for a while when the error is one
+/// that passes (the servers electing a new leader for the bucket after one of them died); every
+/// call made through it may be made twice, so each is one a second time cannot change: a put of
+/// the same value, a read, a create or update whose refusal is checked against what it wrote.
+async fn patient<T, E, F, Fut>(what: &str, mut call: F) -> std::io::Result<T>
+where
+    E: std::fmt::Display,
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, E>>,
+{
+    crate::subject_log::patiently(|| {
+        let answered = call();
+        async move { answered.await.map_err(|error| error.to_string()) }
+    })
+    .await
+    .map_err(|error| io_error(what, error))
+}
+
 fn io_error(what: &str, error: impl std::fmt::Display) -> std::io::Error {
     std::io::Error::other(format!(
         "{what}: the NATS key-value store did not answer: {error}; check that the NATS servers run and are reachable"
@@ -152,10 +170,7 @@ impl KvRuns {
 
 /// A run's stored form and its revision, if it is known (and not finished too long ago).
 async fn load_run(runs: &kv::Store, run_id: &str) -> std::io::Result<Option<(StoredRun, u64)>> {
-    let entry = runs
-        .entry(token(run_id))
-        .await
-        .map_err(|error| io_error(&format!("run {run_id}"), error))?;
+    let entry = patient(&format!("run {run_id}"), || runs.entry(token(run_id))).await?;
     let Some(entry) = entry.filter(|entry| entry.operation == kv::Operation::Put) else {
         return Ok(None);
     };
@@ -184,9 +199,8 @@ async fn register(
         payload: None,
         finished_at_ms: None,
     };
-    runs.put(token(&run_id), encode(&run)?)
-        .await
-        .map_err(|error| io_error(&what, error))?;
+    let record = encode(&run)?;
+    patient(&what, || runs.put(token(&run_id), record.clone())).await?;
     let Some(idempotency) = idempotency else {
         return Ok(Registered::New);
     };
@@ -196,19 +210,26 @@ async fn register(
         at_ms: now_ms(),
     })?;
     for _ in 0..REGISTER_TRIES {
-        match keys.create(&key, mine.clone()).await {
-            Ok(_) => return Ok(Registered::New),
-            Err(error) if error.kind() == kv::CreateErrorKind::AlreadyExists => {}
-            Err(error) => return Err(io_error(&what, error)),
+        let created = patient(&what, || async {
+            match keys.create(&key, mine.clone()).await {
+                Ok(_) => Ok(true),
+                Err(error) if error.kind() == kv::CreateErrorKind::AlreadyExists => Ok(false),
+                Err(error) => Err(error),
+            }
+        })
+        .await?;
+        if created {
+            return Ok(Registered::New);
         }
-        let entry = keys
-            .entry(key.clone())
-            .await
-            .map_err(|error| io_error(&what, error))?;
+        let entry = patient(&what, || keys.entry(key.clone())).await?;
         let Some(entry) = entry.filter(|entry| entry.operation == kv::Operation::Put) else {
             // Forgotten meanwhile: create it again.
             continue;
         };
+        if entry.value == mine {
+            // What this call wrote, in a try whose acknowledgement was lost.
+            return Ok(Registered::New);
+        }
         let earlier = serde_json::from_slice::<StoredKey>(&entry.value).ok();
         match earlier {
             // This same run, registered again (a host taking over a session registers the
@@ -233,11 +254,21 @@ async fn register(
                 });
             }
             // Older than the window (or unreadable): take its place, unless another send does.
-            _ => match keys.update(&key, mine.clone(), entry.revision).await {
-                Ok(_) => return Ok(Registered::New),
-                Err(error) if error.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
-                Err(error) => return Err(io_error(&what, error)),
-            },
+            _ => {
+                let updated = patient(&what, || async {
+                    match keys.update(&key, mine.clone(), entry.revision).await {
+                        Ok(_) => Ok(true),
+                        Err(error) if error.kind() == kv::UpdateErrorKind::WrongLastRevision => {
+                            Ok(false)
+                        }
+                        Err(error) => Err(error),
+                    }
+                })
+                .await?;
+                if updated {
+                    return Ok(Registered::New);
+                }
+            }
         }
     }
     Err(std::io::Error::other(format!(
@@ -321,17 +352,15 @@ impl RunRegistry for KvRuns {
                 ),
                 finished_at_ms: Some(at_ms),
             };
-            runs.put(token(&run_id), encode(&run)?)
-                .await
-                .map_err(|error| io_error(&what, error))?;
+            let record = encode(&run)?;
+            patient(&what, || runs.put(token(&run_id), record.clone())).await?;
             if let Some(idempotency) = idempotency {
                 let key = encode(&StoredKey {
                     run_id: run_id.clone(),
                     at_ms,
                 })?;
-                keys.put(idempotency_key(&session, &idempotency), key)
-                    .await
-                    .map_err(|error| io_error(&what, error))?;
+                let name = idempotency_key(&session, &idempotency);
+                patient(&what, || keys.put(name.clone(), key.clone())).await?;
             }
             Ok(())
         })
@@ -341,11 +370,7 @@ impl RunRegistry for KvRuns {
         let keys = self.keys.clone();
         let key = idempotency_key(session, idempotency);
         let what = format!("forgetting an idempotency key of session {session}");
-        Box::pin(async move {
-            keys.delete(key)
-                .await
-                .map_err(|error| io_error(&what, error))
-        })
+        Box::pin(async move { patient(&what, || keys.delete(key.clone())).await })
     }
 
     fn finish(&self, run_id: &str, status: RunStatus, mut payload: Value) -> RunFuture<()> {
@@ -364,9 +389,11 @@ impl RunRegistry for KvRuns {
             run.status = status.as_str().to_string();
             run.payload = Some(payload);
             run.finished_at_ms = Some(now_ms());
-            runs.put(token(&run_id), encode(&run)?)
-                .await
-                .map_err(|error| io_error(&format!("finishing run {run_id}"), error))?;
+            let record = encode(&run)?;
+            patient(&format!("finishing run {run_id}"), || {
+                runs.put(token(&run_id), record.clone())
+            })
+            .await?;
             Ok(())
         })
     }

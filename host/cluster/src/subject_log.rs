@@ -141,9 +141,9 @@ pub(crate) async fn append_fenced(
     }
 }
 
-/// Runs `setup` (creating or opening a stream or bucket) until it succeeds, trying again for up
-/// to [`APPEND_PATIENCE`] while the error is one that passes (the servers electing a leader for
-/// the JetStream API or a stream after one of them died).
+/// Runs `setup` (creating or opening a stream or bucket, or one key-value call) until it
+/// succeeds, trying again for up to [`APPEND_PATIENCE`] while the error is one that passes (the
+/// servers electing a leader for the JetStream API or a stream after one of them died).
 pub(crate) async fn patiently<T, F, Fut>(mut setup: F) -> Result<T, String>
 where
     F: FnMut() -> Fut,
@@ -161,6 +161,8 @@ where
                         "no responders",
                         "temporarily unavailable",
                         "no suitable peers",
+                        // A bucket's stream while it has no leader.
+                        "no stream found",
                     ]
                     .iter()
                     .any(|passing| error.contains(passing)) =>
