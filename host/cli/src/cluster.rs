@@ -8,7 +8,7 @@ use clap::Subcommand;
 use std::sync::Arc;
 
 use clawcage_agent::cron::JobsStore;
-use clawcage_cluster::{Cluster, ClusterStatus, KvJobs};
+use clawcage_cluster::{Claims, Cluster, ClusterStatus, Holder, JetStreamInbox, KvJobs};
 use clawcage_gateway::cluster::cluster_options;
 use clawcage_runtime::Options;
 
@@ -17,13 +17,13 @@ use crate::Failure;
 /// `clawcage cluster ...`.
 #[derive(Debug, Subcommand)]
 pub enum ClusterCommand {
-    /// Show the cluster: live hosts, partitions and their owners, stream sizes.
+    /// Show the cluster: live hosts, partitions and their owners, lag, stream sizes.
     ///
     /// Reads `[cluster]` of the configuration (nats, host_id, credentials, TLS), connects to
     /// the NATS servers and lists what the gateway hosts share there. Exit 2 without `[cluster]`,
     /// 1 when the servers cannot be reached or refuse.
     Status {
-        /// Print JSON: {url, serverVersion, partitions, hosts, leases, streams}.
+        /// Print JSON: {url, serverVersion, partitions, hosts, leases, streams, lag}.
         #[arg(long)]
         json: bool,
     },
@@ -57,6 +57,27 @@ pub async fn run(options: Options, command: ClusterCommand) -> Result<(), Failur
         .status()
         .await
         .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
+    // The inputs waiting per partition, read from the inboxes (a store on a runtime of its own,
+    // made on a blocking thread).
+    let (nats, options) = (settings.nats.clone(), cluster_options(&settings, "status"));
+    let status = tokio::task::spawn_blocking(move || {
+        let inbox = JetStreamInbox::connect(
+            &nats,
+            &options,
+            Holder {
+                host: "status".to_string(),
+                incarnation: std::process::id().to_string(),
+            },
+            Claims::CoveredByCaller,
+        )
+        .map_err(|error| format!("clawcage: {error}"))?;
+        status
+            .with_lag(&inbox)
+            .map_err(|error| format!("clawcage: cannot read the inboxes: {error}"))
+    })
+    .await
+    .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?
+    .map_err(Failure::Tool)?;
     if json {
         let text = serde_json::to_string_pretty(&status)
             .map_err(|error| Failure::Tool(error.to_string()))?;
@@ -120,6 +141,22 @@ fn describe(status: &ClusterStatus) -> Vec<String> {
     lines.push(format!("leases: {}", status.leases.len()));
     for (name, holder, revision) in &status.leases {
         lines.push(format!("  {name}  {holder}  revision {revision}"));
+    }
+    let waiting: usize = status.lag.iter().map(|lag| lag.pending).sum();
+    lines.push(format!(
+        "lag: {waiting} inputs not done, in {} partitions",
+        status.lag.len()
+    ));
+    let now_ms = clawcage_agent::transcript::now_ms();
+    for lag in &status.lag {
+        lines.push(format!(
+            "  part.{}  {} pending in {} sessions  oldest {} s  served by {}",
+            lag.partition,
+            lag.pending,
+            lag.sessions,
+            now_ms.saturating_sub(lag.oldest_ms) / 1000,
+            status.owner_of(lag.partition).unwrap_or("nobody")
+        ));
     }
     lines.push("streams:".to_string());
     for stream in &status.streams {

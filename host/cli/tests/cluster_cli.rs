@@ -1,6 +1,6 @@
 //! `[cluster]` and `clawcage cluster status` against a real `nats-server`: the status lists the
-//! live hosts, the leases with their holders and the backend's streams and buckets, in words and
-//! in JSON; a configuration without `[cluster]` or with a bad one is a usage error naming the key
+//! live hosts, the leases with their holders, the inputs waiting per partition (with the host
+//! that serves it) and the backend's streams and buckets, in words and in JSON; a configuration without `[cluster]` or with a bad one is a usage error naming the key
 //! (for every command, since the whole configuration is checked at load); a server that is not
 //! there is a failure saying what to check, for the gateway too.
 #![allow(
@@ -12,8 +12,11 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use clawcage_cluster::leases::partition_lease;
-use clawcage_cluster::{Cluster, ClusterOptions, Holder};
+use clawcage_agent::LaneInbox as _;
+use clawcage_agent::inbox::InputRecord;
+use clawcage_agent::session::queue::QueuedJob;
+use clawcage_cluster::leases::{partition_lease, partition_of};
+use clawcage_cluster::{Claims, Cluster, ClusterOptions, Holder, JetStreamInbox};
 use clawcage_tests::nats::NatsServer;
 use serde_json::Value;
 
@@ -69,6 +72,38 @@ async fn status_lists_hosts_leases_and_streams_in_words_and_json() {
         .await
         .unwrap();
     let lease = leases.acquire(&partition_lease(3)).await.unwrap().unwrap();
+    // Inputs taken and not done: two in one session, one in another; a third session's input
+    // is done, so it waits for nothing.
+    let (url, sessions) = (server.url(), ["agent:main:lag:a", "agent:main:lag:b", "agent:main:lag:c"]);
+    tokio::task::spawn_blocking(move || {
+        let inbox = JetStreamInbox::connect(
+            &url,
+            &ClusterOptions::default(),
+            Holder {
+                host: "gw-a".to_string(),
+                incarnation: "gw-a-1".to_string(),
+            },
+            Claims::CoveredByCaller,
+        )
+        .unwrap();
+        for (session, id) in [(0, "i1"), (0, "i2"), (1, "i3"), (2, "i4")] {
+            let record = InputRecord {
+                id: id.to_string(),
+                at_ms: 1_000,
+                idempotency: None,
+                job: QueuedJob::Reset,
+                stop_requested: false,
+            };
+            inbox.append(sessions[session], &record).unwrap();
+        }
+        inbox
+            .done(sessions[2], &["i4".to_string()], clawcage_agent::inbox::InputStatus::Ok)
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    let (part_a, part_b) = (partition_of(sessions[0]), partition_of(sessions[1]));
+    assert_ne!(part_a, part_b, "the two sessions were picked in different partitions");
     let config = format!(
         "[cluster]\nnats = \"{}\"\nhost_id = \"status-test\"\n",
         server.url()
@@ -96,6 +131,20 @@ async fn status_lists_hosts_leases_and_streams_in_words_and_json() {
         "{stdout}"
     );
     assert!(stdout.contains("partitions: 1 of 64 held"), "{stdout}");
+    assert!(
+        stdout.contains("lag: 3 inputs not done, in 2 partitions"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("  part.{part_a}  2 pending in 1 sessions  oldest ")),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(&format!("  part.{part_b}  1 pending in 1 sessions  oldest ")),
+        "{stdout}"
+    );
+    // Nobody holds those partitions' leases, nor the gateway lease.
+    assert!(stdout.contains("served by nobody"), "{stdout}");
     assert!(
         stdout.contains(&format!(
             "part.3  gw-a (gw-a-1)  revision {}",
@@ -128,6 +177,18 @@ async fn status_lists_hosts_leases_and_streams_in_words_and_json() {
         .find(|stream| stream["name"] == "KV_claw_leases")
         .expect("the leases bucket is listed");
     assert_eq!(leases_stream["messages"], 1, "{leases_stream}");
+    let lag = status["lag"].as_array().unwrap();
+    assert_eq!(lag.len(), 2, "{lag:?}");
+    let of = |partition: u32| {
+        lag.iter()
+            .find(|entry| entry["partition"] == partition)
+            .unwrap_or_else(|| panic!("partition {partition} in {lag:?}"))
+            .clone()
+    };
+    assert_eq!(of(part_a)["pending"], 2);
+    assert_eq!(of(part_a)["oldestMs"], 1_000);
+    assert_eq!(of(part_b)["pending"], 1);
+    assert_eq!(of(part_b)["sessions"], 1);
 }
 
 #[test]

@@ -33,12 +33,22 @@ pub const LEASES_BUCKET: &str = "claw_leases";
 /// The bucket of live hosts.
 pub const HOSTS_BUCKET: &str = "claw_hosts";
 
+/// The lease the active gateway of an active/standby cluster holds (it serves every partition).
+pub const GATEWAY_LEASE: &str = "gateway";
+
 /// Lane partitions of a cluster: sessions are spread over this many leases.
 pub const PARTITIONS: u32 = 64;
 
 /// A holder that has not renewed within this fraction of the time to live treats its lease as
 /// lost (7 s of the default 10 s), so it stops before another host can take the lease over.
 pub const SELF_FENCE_FRACTION: f64 = 0.7;
+
+/// The lane partition `session_key` belongs to: the first four bytes of its SHA-256, big-endian,
+/// modulo [`PARTITIONS`]; every host computes the same.
+pub fn partition_of(session_key: &str) -> u32 {
+    let digest = Sha256::digest(session_key.as_bytes());
+    u32::from_be_bytes([digest[0], digest[1], digest[2], digest[3]]) % PARTITIONS
+}
 
 /// The key of partition `partition`'s lease.
 pub fn partition_lease(partition: u32) -> String {

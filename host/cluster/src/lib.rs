@@ -20,6 +20,7 @@ pub mod cron_jobs;
 pub mod events;
 pub mod inbox;
 pub mod keys;
+pub mod lag;
 pub mod leases;
 pub mod runs;
 mod subject_log;
@@ -63,6 +64,31 @@ pub struct ClusterStatus {
     pub leases: Vec<(String, Holder, u64)>,
     /// The backend's streams and key-value buckets (`KV_<bucket>`).
     pub streams: Vec<StreamStatus>,
+    /// The partitions with inputs not done (filled in by [`ClusterStatus::with_lag`]).
+    pub lag: Vec<lag::PartitionLag>,
+}
+
+impl ClusterStatus {
+    /// This status with the inputs waiting in each partition, as `inbox` reads them.
+    pub fn with_lag(mut self, inbox: &dyn clawcage_agent::LaneInbox) -> std::io::Result<Self> {
+        self.lag = lag::pending_by_partition(inbox)?;
+        Ok(self)
+    }
+
+    /// Who serves partition `partition`: the holder of its lease, or of the `gateway` lease
+    /// (an active/standby cluster, whose active host serves every partition).
+    pub fn owner_of(&self, partition: u32) -> Option<&str> {
+        let own = leases::partition_lease(partition);
+        self.leases
+            .iter()
+            .find(|(name, _, _)| *name == own)
+            .or_else(|| {
+                self.leases
+                    .iter()
+                    .find(|(name, _, _)| name == leases::GATEWAY_LEASE)
+            })
+            .map(|(_, holder, _)| holder.host.as_str())
+    }
 }
 
 /// The size of one stream.
@@ -353,6 +379,7 @@ impl Cluster {
             hosts,
             leases: held,
             streams,
+            lag: Vec::new(),
         })
     }
 

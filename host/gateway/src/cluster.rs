@@ -24,8 +24,7 @@ use clawcage_runtime::cluster_config::ClusterSettings;
 use clawcage_runtime::{Error, SessionStores};
 use tokio_util::sync::CancellationToken;
 
-/// The lease the active gateway holds.
-pub const GATEWAY_LEASE: &str = "gateway";
+pub use clawcage_cluster::leases::GATEWAY_LEASE;
 
 /// The connection options `settings` describe, for a connection named `connection`.
 pub fn cluster_options(settings: &ClusterSettings, connection: &str) -> ClusterOptions {
