@@ -76,7 +76,11 @@ async fn jobs_added_on_one_host_are_every_hosts_and_a_write_behind_another_is_re
         assert_eq!(listed, ["stand-up", "water the plants"]);
     }
     host_a.remove(&second.id).unwrap();
-    assert_eq!(host_b.list().len(), 1, "a removal is seen by the other host");
+    assert_eq!(
+        host_b.list().len(),
+        1,
+        "a removal is seen by the other host"
+    );
     // A host opening later finds them.
     assert_eq!(service(jobs(&server)).list()[0].id, first.id);
 

@@ -168,7 +168,11 @@ impl GatewayClient {
     }
 
     /// [`GatewayClient::send_request`], or why the frame could not be sent.
-    pub async fn try_send_request(&mut self, method: &str, params: Value) -> Result<String, String> {
+    pub async fn try_send_request(
+        &mut self,
+        method: &str,
+        params: Value,
+    ) -> Result<String, String> {
         let id = format!("r{}", self.next_id);
         self.next_id += 1;
         let frame = json!({"type": "req", "id": id, "method": method, "params": params});

@@ -44,7 +44,8 @@ const KILLS: usize = 4;
 /// The session the cron job fires into.
 const CRON_SESSION: &str = "agent:main:chaos:cron";
 /// How a firing of the cron job reaches the model, as JSON writes it.
-const FIRING: &str = "[notification on the `system` channel from cron:job-1]\\n[cron job ticker] tick";
+const FIRING: &str =
+    "[notification on the `system` channel from cron:job-1]\\n[cron job ticker] tick";
 
 /// One host's configuration and state directory.
 struct Host {
@@ -200,7 +201,16 @@ async fn chaos(seed: u64) -> bool {
     // A cron job every 2 s, added with a standby's configuration: the cluster's, fired by
     // whichever host is active.
     let added = clawcage(&hosts, (index + 1) % HOSTS.len(), workspace.path())
-        .args(["cron", "add", "--every", "2", "--message", "tick", "--name", "ticker"])
+        .args([
+            "cron",
+            "add",
+            "--every",
+            "2",
+            "--message",
+            "tick",
+            "--name",
+            "ticker",
+        ])
         .args(["--session", CRON_SESSION])
         .output()
         .unwrap();
@@ -465,7 +475,10 @@ async fn cron_turns(
     use clawcage_agent::LaneInbox as _;
     let deadline = Instant::now() + Duration::from_secs(60);
     while !inbox.pending(CRON_SESSION).unwrap().is_empty() {
-        assert!(Instant::now() < deadline, "cron firings still pending after 60 s (seed {seed})");
+        assert!(
+            Instant::now() < deadline,
+            "cron firings still pending after 60 s (seed {seed})"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let keys: Vec<String> = inbox
@@ -475,11 +488,22 @@ async fn cron_turns(
         .filter_map(|input| input.idempotency)
         .collect();
     let distinct: std::collections::BTreeSet<&String> = keys.iter().collect();
-    assert_eq!(distinct.len(), keys.len(), "each slot taken once: {keys:?} (seed {seed})");
-    assert!(keys.iter().all(|key| key.starts_with("cron:job-1:")), "{keys:?}");
+    assert_eq!(
+        distinct.len(),
+        keys.len(),
+        "each slot taken once: {keys:?} (seed {seed})"
+    );
+    assert!(
+        keys.iter().all(|key| key.starts_with("cron:job-1:")),
+        "{keys:?}"
+    );
     let history = cron_history(client).await;
     let answers = history.matches(&format!("Answered: {FIRING}")).count();
     let firings = history.matches(FIRING).count() - answers;
-    assert_eq!(firings, keys.len(), "every firing taken is a turn (seed {seed}): {keys:?}");
+    assert_eq!(
+        firings,
+        keys.len(),
+        "every firing taken is a turn (seed {seed}): {keys:?}"
+    );
     (firings, answers)
 }

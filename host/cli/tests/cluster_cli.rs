@@ -74,7 +74,10 @@ async fn status_lists_hosts_leases_and_streams_in_words_and_json() {
     let lease = leases.acquire(&partition_lease(3)).await.unwrap().unwrap();
     // Inputs taken and not done: two in one session, one in another; a third session's input
     // is done, so it waits for nothing.
-    let (url, sessions) = (server.url(), ["agent:main:lag:a", "agent:main:lag:b", "agent:main:lag:c"]);
+    let (url, sessions) = (
+        server.url(),
+        ["agent:main:lag:a", "agent:main:lag:b", "agent:main:lag:c"],
+    );
     tokio::task::spawn_blocking(move || {
         let inbox = JetStreamInbox::connect(
             &url,
@@ -97,13 +100,20 @@ async fn status_lists_hosts_leases_and_streams_in_words_and_json() {
             inbox.append(sessions[session], &record).unwrap();
         }
         inbox
-            .done(sessions[2], &["i4".to_string()], clawcage_agent::inbox::InputStatus::Ok)
+            .done(
+                sessions[2],
+                &["i4".to_string()],
+                clawcage_agent::inbox::InputStatus::Ok,
+            )
             .unwrap();
     })
     .await
     .unwrap();
     let (part_a, part_b) = (partition_of(sessions[0]), partition_of(sessions[1]));
-    assert_ne!(part_a, part_b, "the two sessions were picked in different partitions");
+    assert_ne!(
+        part_a, part_b,
+        "the two sessions were picked in different partitions"
+    );
     let config = format!(
         "[cluster]\nnats = \"{}\"\nhost_id = \"status-test\"\n",
         server.url()
@@ -136,11 +146,15 @@ async fn status_lists_hosts_leases_and_streams_in_words_and_json() {
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("  part.{part_a}  2 pending in 1 sessions  oldest ")),
+        stdout.contains(&format!(
+            "  part.{part_a}  2 pending in 1 sessions  oldest "
+        )),
         "{stdout}"
     );
     assert!(
-        stdout.contains(&format!("  part.{part_b}  1 pending in 1 sessions  oldest ")),
+        stdout.contains(&format!(
+            "  part.{part_b}  1 pending in 1 sessions  oldest "
+        )),
         "{stdout}"
     );
     // Nobody holds those partitions' leases, nor the gateway lease.

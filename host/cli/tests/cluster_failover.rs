@@ -377,7 +377,15 @@ async fn cron_jobs_are_the_clusters_and_keep_firing_after_the_active_host_dies()
     let added = run(second.command(
         workspace.path(),
         &[
-            "cron", "add", "--every", "2", "--message", "tick", "--name", "ticker", "--session",
+            "cron",
+            "add",
+            "--every",
+            "2",
+            "--message",
+            "tick",
+            "--name",
+            "ticker",
+            "--session",
             session,
         ],
     ))
@@ -411,7 +419,10 @@ async fn cron_jobs_are_the_clusters_and_keep_firing_after_the_active_host_dies()
     let listed = run(first.command(workspace.path(), &["cron", "list"]))
         .await
         .unwrap();
-    assert!(!listed.contains("ticker"), "removed for every host: {listed}");
+    assert!(
+        !listed.contains("ticker"),
+        "removed for every host: {listed}"
+    );
     let (exit, output) = standby.terminate();
     assert!(exit.success(), "{output}");
 }

@@ -79,7 +79,9 @@ impl KvJobs {
 
 impl std::fmt::Debug for KvJobs {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("KvJobs").field("place", &self.place).finish()
+        f.debug_struct("KvJobs")
+            .field("place", &self.place)
+            .finish()
     }
 }
 
@@ -115,7 +117,9 @@ impl JobsStore for KvJobs {
         }
         let (bucket, bytes, expected) = (self.bucket.clone(), bytes.to_vec(), revision(expected));
         self.worker
-            .run(self.limit, async move { Ok(write(&bucket, bytes, expected).await) })
+            .run(self.limit, async move {
+                Ok(write(&bucket, bytes, expected).await)
+            })
             .map_err(|error| JobsWriteError::Failed(error.to_string()))?
     }
 }

@@ -321,7 +321,11 @@ impl Hub {
 
 #[cfg(test)]
 mod tests {
-    #![allow(clippy::unwrap_used, clippy::expect_used, reason = "tests fail by panicking")]
+    #![allow(
+        clippy::unwrap_used,
+        clippy::expect_used,
+        reason = "tests fail by panicking"
+    )]
 
     use super::*;
     use clawcage_agent::events::{EventFuture, Follow, Replay};
@@ -384,15 +388,30 @@ mod tests {
         let writer = WriterHandle::start(log.clone(), 1, "s".to_string());
         let mut next = 1;
         // The first delta is taken by the writer and held in its append.
-        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Assistant, "He")), 1);
+        assert_eq!(
+            publish(&writer, &mut next, delta("r1", Stream::Assistant, "He")),
+            1
+        );
         tokio::time::sleep(std::time::Duration::from_millis(50)).await;
         // These wait meanwhile: consecutive deltas of one run and stream join.
-        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Assistant, "ll")), 2);
-        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Assistant, "o")), 2);
+        assert_eq!(
+            publish(&writer, &mut next, delta("r1", Stream::Assistant, "ll")),
+            2
+        );
+        assert_eq!(
+            publish(&writer, &mut next, delta("r1", Stream::Assistant, "o")),
+            2
+        );
         // Another stream, another run, or an event that is not a bare delta is never joined,
         // and nothing is joined across them.
-        assert_eq!(publish(&writer, &mut next, delta("r1", Stream::Reasoning, "hm")), 3);
-        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Reasoning, "x")), 4);
+        assert_eq!(
+            publish(&writer, &mut next, delta("r1", Stream::Reasoning, "hm")),
+            3
+        );
+        assert_eq!(
+            publish(&writer, &mut next, delta("r2", Stream::Reasoning, "x")),
+            4
+        );
         let message = AgentEvent::new(
             "s",
             "r2",
@@ -400,8 +419,14 @@ mod tests {
             json!({"delta": "sent", "kind": "message"}),
         );
         assert_eq!(publish(&writer, &mut next, message), 5);
-        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Assistant, "a")), 6);
-        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Assistant, "b")), 6);
+        assert_eq!(
+            publish(&writer, &mut next, delta("r2", Stream::Assistant, "a")),
+            6
+        );
+        assert_eq!(
+            publish(&writer, &mut next, delta("r2", Stream::Assistant, "b")),
+            6
+        );
         log.gate.add_permits(100);
         let (done, stored) = oneshot::channel();
         writer.push(Publish::Written(done));
@@ -427,8 +452,14 @@ mod tests {
         .into_iter()
         .map(|(seq, run, text)| (seq, run.to_string(), text.to_string()))
         .collect();
-        assert_eq!(stored, expected, "seq contiguous, the text whole and in order");
+        assert_eq!(
+            stored, expected,
+            "seq contiguous, the text whole and in order"
+        );
         // Once stored, a delta is no longer joined: the next one is an event of its own.
-        assert_eq!(publish(&writer, &mut next, delta("r2", Stream::Assistant, "c")), 7);
+        assert_eq!(
+            publish(&writer, &mut next, delta("r2", Stream::Assistant, "c")),
+            7
+        );
     }
 }
