@@ -155,6 +155,7 @@ fn child(llm: &str, nats: Option<String>) {
             label: "anthropic/bench".to_string(),
             workspace: state.path().display().to_string(),
             state_dir: state.path().to_path_buf(),
+            shared_records: None,
         };
         let mut settings = Settings::new(Token::explicit(TOKEN));
         settings.sends_per_minute = 1_000_000;

@@ -5,7 +5,7 @@
 //! zones, exact across month ends, leap days and daylight-saving changes. An expression croner
 //! refuses is an error that names the bad field.
 //!
-//! Jobs live in a [`JobsStore`]: by default `<dir>/jobs.json`, rewritten atomically (temporary
+//! Jobs live in a [`RecordStore`]: by default `<dir>/jobs.json`, rewritten atomically (temporary
 //! file, then rename) after every change and every firing, and reloaded by [`CronService::open`];
 //! in a cluster, one record of a key-value bucket that every gateway host reads
 //! ([`CronService::open_in`]), written only at the version last read, so of two hosts changing
@@ -41,9 +41,16 @@ use crate::bus::MessageBus;
 use crate::subagent::SYSTEM_CHANNEL;
 
 mod schedule;
-mod store;
+mod stored;
+use clawcage_core::records::{FileRecord, RecordStore, RecordWriteError, StoredRecord};
 pub use schedule::{CompiledSchedule, Schedule, next_fire};
-pub use store::{FileJobs, JOBS_FILE, JobsStore, JobsWriteError, StoredJobs};
+use stored::{guard_of, load_jobs, parse_jobs};
+
+/// The file the jobs are kept in, inside the cron directory.
+pub const JOBS_FILE: &str = "jobs.json";
+
+/// The largest jobs file read (100 jobs of 4,000 characters are well under it).
+const MAX_JOBS_FILE: u64 = 64 << 20;
 
 /// Jobs one service keeps by default.
 pub const DEFAULT_MAX_JOBS: usize = 100;
@@ -224,7 +231,7 @@ struct DueFiring {
 /// The cron service. Share it as an `Arc`; give it to the `cron` component with
 /// `Grants::with_scheduler` and run [`CronService::start`] once.
 pub struct CronService {
-    store: Arc<dyn JobsStore>,
+    store: Arc<dyn RecordStore>,
     bus: MessageBus,
     options: CronOptions,
     state: Mutex<State>,
@@ -255,17 +262,18 @@ impl CronService {
             path: dir.to_path_buf(),
             source,
         })?;
-        Self::open_in(Arc::new(FileJobs::in_dir(dir)), bus, options)
+        let file = FileRecord::new(dir.join(JOBS_FILE), MAX_JOBS_FILE, false);
+        Self::open_in(Arc::new(file), bus, options)
     }
 
     /// Opens the service over the jobs `store` keeps (a cluster's bucket), loading them.
     pub fn open_in(
-        store: Arc<dyn JobsStore>,
+        store: Arc<dyn RecordStore>,
         bus: MessageBus,
         options: CronOptions,
     ) -> Result<Arc<Self>, CronError> {
         let state = {
-            let _guard = store.hold();
+            let _guard = guard_of(store.as_ref());
             load_jobs(store.as_ref())?
         };
         Ok(Arc::new(Self {
@@ -444,10 +452,10 @@ impl CronService {
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let mut locked = Locked {
             state,
-            _store_guard: self.store.hold(),
+            _store_guard: guard_of(self.store.as_ref()),
         };
         match self.store.read(locked.version.as_deref()) {
-            Ok(StoredJobs::Found { bytes, version }) => {
+            Ok(StoredRecord::Found { bytes, version }) => {
                 match parse_jobs(&bytes, Some(version), &self.store.describe()) {
                     Ok(fresh) => *locked.state = fresh,
                     Err(error) => tracing::error!(
@@ -456,7 +464,7 @@ impl CronService {
                     ),
                 }
             }
-            Ok(StoredJobs::Unchanged | StoredJobs::Missing) => {}
+            Ok(StoredRecord::Unchanged | StoredRecord::Missing) => {}
             Err(error) => tracing::warn!(
                 jobs = %self.store.describe(),
                 %error,
@@ -466,7 +474,7 @@ impl CronService {
         locked
     }
 
-    /// Writes the jobs to the store, at the version last read (see [`JobsStore::write`]).
+    /// Writes the jobs to the store, at the version last read (see [`RecordStore::write`]).
     fn save(&self, state: &mut State) -> std::io::Result<()> {
         let file = JobsFile {
             next_id: state.next_id,
@@ -478,14 +486,14 @@ impl CronService {
                 state.version = Some(version);
                 Ok(())
             }
-            Err(JobsWriteError::Changed) => {
+            Err(RecordWriteError::Changed) => {
                 // Read again at the next look; this change is not made.
                 state.version = None;
                 Err(std::io::Error::other(
                     "the jobs were changed meanwhile by another host; try again",
                 ))
             }
-            Err(JobsWriteError::Failed(reason)) => Err(std::io::Error::other(reason)),
+            Err(RecordWriteError::Failed(reason)) => Err(std::io::Error::other(reason)),
         }
     }
 
@@ -557,49 +565,6 @@ impl CronService {
             ),
         }
     }
-}
-
-/// The jobs `store` keeps (none when it keeps nothing). A record that cannot be read or parsed
-/// is an error naming where it is; it is never overwritten.
-fn load_jobs(store: &dyn JobsStore) -> Result<State, CronError> {
-    match store.read(None) {
-        Ok(StoredJobs::Found { bytes, version }) => {
-            parse_jobs(&bytes, Some(version), &store.describe())
-        }
-        Ok(StoredJobs::Unchanged | StoredJobs::Missing) => Ok(State {
-            next_id: 0,
-            jobs: Vec::new(),
-            version: None,
-        }),
-        Err(reason) => Err(CronError::Store {
-            place: store.describe(),
-            reason,
-        }),
-    }
-}
-
-/// The jobs of a stored record at `version`; `place` names it in errors.
-fn parse_jobs(bytes: &[u8], version: Option<String>, place: &str) -> Result<State, CronError> {
-    let loaded = serde_json::from_slice::<JobsFile>(bytes).map_err(|error| CronError::Corrupt {
-        place: place.to_string(),
-        reason: error.to_string(),
-    })?;
-    let mut jobs = Vec::with_capacity(loaded.jobs.len());
-    for stored in loaded.jobs {
-        let compiled = stored
-            .schedule
-            .compile()
-            .map_err(|reason| CronError::Corrupt {
-                place: place.to_string(),
-                reason: format!("job {}: {reason}", stored.id),
-            })?;
-        jobs.push(Job { stored, compiled });
-    }
-    Ok(State {
-        next_id: loaded.next_id,
-        jobs,
-        version,
-    })
 }
 
 impl Scheduler for CronService {

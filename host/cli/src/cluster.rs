@@ -7,10 +7,11 @@
 use clap::Subcommand;
 use std::sync::Arc;
 
-use clawcage_agent::cron::JobsStore;
-use clawcage_cluster::{Claims, Cluster, ClusterStatus, Holder, JetStreamInbox, KvJobs};
+use clawcage_cluster::{Claims, Cluster, ClusterStatus, Holder, JetStreamInbox, KvRecords};
+use clawcage_core::records::RecordStore;
 use clawcage_gateway::cluster::cluster_options;
 use clawcage_runtime::Options;
+use clawcage_runtime::cluster_config::ClusterSettings;
 
 use crate::Failure;
 
@@ -32,19 +33,7 @@ pub enum ClusterCommand {
 /// Runs `command`.
 pub async fn run(options: Options, command: ClusterCommand) -> Result<(), Failure> {
     let ClusterCommand::Status { json } = command;
-    let located = clawcage_runtime::locate(&options)?;
-    located.check_trust()?;
-    let config_dir = located
-        .source
-        .as_ref()
-        .and_then(|source| source.path.parent())
-        .map(std::path::Path::to_path_buf);
-    let settings = located
-        .config
-        .cluster
-        .settings(config_dir.as_deref())
-        .map_err(|error| Failure::Usage(format!("{error:#}")))?
-        .ok_or_else(|| {
+    let settings = settings_of(&options)?.ok_or_else(|| {
             Failure::Usage(
                 "the configuration has no [cluster]: add nats = \"nats://HOST:4222\" under [cluster] (docs/cluster.md)"
                     .to_string(),
@@ -90,28 +79,54 @@ pub async fn run(options: Options, command: ClusterCommand) -> Result<(), Failur
     Ok(())
 }
 
-/// The cron jobs of the cluster `runtime`'s `[cluster]` names, if it names one.
-pub async fn cron_jobs(
+/// The `[cluster]` of the configuration `options` name (its trust checked), if it has one.
+pub fn settings_of(options: &Options) -> Result<Option<ClusterSettings>, Failure> {
+    let located = clawcage_runtime::locate(options)?;
+    located.check_trust()?;
+    let config_dir = located
+        .source
+        .as_ref()
+        .and_then(|source| source.path.parent())
+        .map(std::path::Path::to_path_buf);
+    located
+        .config
+        .cluster
+        .settings(config_dir.as_deref())
+        .map_err(|error| Failure::Usage(format!("{error:#}")))
+}
+
+/// The record `key` (`records::CRON_RECORD`, `records::PAIRING_RECORD`) of the cluster
+/// `runtime`'s `[cluster]` names, if it names one.
+pub async fn shared_record(
     runtime: &clawcage_runtime::Runtime,
-) -> Result<Option<Arc<dyn JobsStore>>, Failure> {
+    key: &'static str,
+) -> Result<Option<Arc<dyn RecordStore>>, Failure> {
     let config_dir = runtime
         .config_source()
         .and_then(|source| source.path.parent())
         .map(std::path::Path::to_path_buf);
-    let Some(settings) = runtime
+    let settings = runtime
         .config()
         .cluster
         .settings(config_dir.as_deref())
-        .map_err(|error| Failure::Usage(format!("{error:#}")))?
-    else {
+        .map_err(|error| Failure::Usage(format!("{error:#}")))?;
+    shared_record_of(settings, key).await
+}
+
+/// The record `key` of the cluster `settings` describe, if any.
+pub async fn shared_record_of(
+    settings: Option<ClusterSettings>,
+    key: &'static str,
+) -> Result<Option<Arc<dyn RecordStore>>, Failure> {
+    let Some(settings) = settings else {
         return Ok(None);
     };
-    let options = cluster_options(&settings, "cron");
-    let jobs = tokio::task::spawn_blocking(move || KvJobs::connect(&settings.nats, &options))
+    let options = cluster_options(&settings, key);
+    let records = tokio::task::spawn_blocking(move || KvRecords::connect(&settings.nats, &options))
         .await
         .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?
         .map_err(|error| Failure::Tool(format!("clawcage: {error}")))?;
-    Ok(Some(Arc::new(jobs)))
+    Ok(Some(Arc::new(records.record(key))))
 }
 
 /// `status` as the lines `clawcage cluster status` prints.

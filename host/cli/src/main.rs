@@ -206,8 +206,19 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Gateway(args) => Ok(clawcage_gateway::run(options, args).await?),
         Command::Pairing(args) => {
-            let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
-            Ok(clawcage_gateway::channels::pairing::run(&state_dir, &args)?)
+            // With [cluster], the pairings every gateway host shares.
+            let shared = cluster::shared_record_of(
+                cluster::settings_of(&options)?,
+                clawcage_cluster::records::PAIRING_RECORD,
+            )
+            .await?;
+            let store = match shared {
+                Some(record) => clawcage_gateway::channels::pairing::PairingStore::in_store(record),
+                None => clawcage_gateway::channels::pairing::PairingStore::new(
+                    &clawcage_runtime::state_dir(options.state_dir.as_deref())?,
+                ),
+            };
+            Ok(clawcage_gateway::channels::pairing::run(&store, &args)?)
         }
         Command::Acp { .. } => Ok(clawcage_acp::run(options).await?),
         Command::Mcp { http } => {
@@ -346,7 +357,7 @@ fn sessions(options: &Options, json: bool) -> Result<(), Failure> {
 /// `[cluster]`, on the jobs the cluster's gateways share.
 async fn cron(runtime: &Runtime, command: CronCommand) -> Result<(), Failure> {
     let tool = runtime
-        .cron_tool(cluster::cron_jobs(runtime).await?)
+        .cron_tool(cluster::shared_record(runtime, clawcage_cluster::records::CRON_RECORD).await?)
         .await?;
     let (args, session) = match command {
         CronCommand::List => (serde_json::json!({"action": "list"}), None),

@@ -11,17 +11,18 @@
 //! `CLAW_INBOX` stream, a subject per session, claims as leases), and the [`Leases`] that say
 //! which host owns what (`claw_leases`: revision-checked
 //! create and renew, a time to live, the taking revision as the fencing epoch; `claw_hosts`: the
-//! live hosts; rendezvous placement of the lane partitions), and the cron jobs every host shares
-//! ([`KvJobs`]: one record of `claw_cron`, written at the revision read). This crate depends only on
+//! live hosts; rendezvous placement of the lane partitions), and the small records every host
+//! shares ([`KvRecords`]: the cron jobs, the pairings and the Telegram journal in `claw_state`,
+//! each written at the revision read). This crate depends only on
 //! `clawcage-core` and `clawcage-agent`; the design is in the scale-out notes (§2.2, §2.3, §2.5,
 //! §2.7, §2.10).
 
-pub mod cron_jobs;
 pub mod events;
 pub mod inbox;
 pub mod keys;
 pub mod lag;
 pub mod leases;
+pub mod records;
 pub mod runs;
 mod subject_log;
 pub mod transcripts;
@@ -34,10 +35,10 @@ use async_nats::jetstream;
 use clawcage_agent::events::EventLog;
 use clawcage_agent::runs::RunRegistry;
 
-pub use cron_jobs::KvJobs;
 pub use events::JetStreamEventLog;
 pub use inbox::{Claims, JetStreamInbox};
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
+pub use records::{KvRecord, KvRecords};
 pub use runs::KvRuns;
 pub use transcripts::JetStreamTranscripts;
 

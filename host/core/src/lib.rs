@@ -4,13 +4,14 @@
 //! ([`command`]), and the [`Scheduler`] contract between the `cron`
 //! tool and the host ([`scheduler`]). This crate holds plain
 //! serde types and object-safe traits, plus the host-side file helpers every crate shares
-//! ([`files`]); it depends on no engine and no async runtime, so the agent's tests and any front
+//! ([`files`]) and the small records kept whole in a file or a cluster's bucket ([`records`]); it depends on no engine and no async runtime, so the agent's tests and any front
 //! end can use it without compiling wasmtime.
 
 pub mod approval;
 pub mod chat;
 pub mod command;
 pub mod files;
+pub mod records;
 pub mod redact;
 pub mod scheduler;
 pub mod sync;

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clawcage_cluster::{
-    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, KvJobs, Lease,
-    LeaseError, Leases, TlsOptions,
+    Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, KvRecords,
+    Lease, LeaseError, Leases, TlsOptions, records,
 };
 use clawcage_core::redact::Redactor;
 use clawcage_runtime::cluster_config::ClusterSettings;
@@ -46,6 +46,9 @@ pub fn cluster_options(settings: &ClusterSettings, connection: &str) -> ClusterO
 pub(crate) struct Active {
     pub(crate) cluster: Cluster,
     pub(crate) stores: SessionStores,
+    /// The records every host shares (the pairings, the Telegram journal; the cron jobs are
+    /// in `stores`).
+    pub(crate) records: KvRecords,
     /// The writer's epoch: the lease's.
     pub(crate) epoch: u64,
     /// Cancelled when the lease is lost (or could not be renewed in time).
@@ -227,15 +230,18 @@ pub(crate) async fn join(
     tokio::spawn(keep(leases, lease.clone(), lost.clone(), options.lease_ttl));
     // The stores' connections run on runtimes of their own: made on a blocking thread.
     let (nats, store_options, owner) = (settings.nats.clone(), options.clone(), me.clone());
-    let stores = tokio::task::spawn_blocking(move || {
+    let (stores, records) = tokio::task::spawn_blocking(move || {
         let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)?;
         let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)?;
-        let cron_jobs = KvJobs::connect(&nats, &store_options)?;
-        Ok::<_, clawcage_cluster::ClusterError>(SessionStores {
-            transcripts: Arc::new(transcripts),
-            inbox: Arc::new(inbox),
-            cron_jobs: Some(Arc::new(cron_jobs)),
-        })
+        let records = KvRecords::connect(&nats, &store_options)?;
+        Ok::<_, clawcage_cluster::ClusterError>((
+            SessionStores {
+                transcripts: Arc::new(transcripts),
+                inbox: Arc::new(inbox),
+                cron_jobs: Some(Arc::new(records.record(records::CRON_RECORD))),
+            },
+            records,
+        ))
     })
     .await
     .map_err(|error| failed(settings, error))?
@@ -243,6 +249,7 @@ pub(crate) async fn join(
     Ok(Active {
         cluster,
         stores,
+        records,
         epoch: lease.epoch(),
         lost,
         url,

@@ -361,6 +361,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         label: agent.label.clone(),
         workspace: runtime.workspace().path().display().to_string(),
         state_dir: state.to_path_buf(),
+        shared_records: active.as_ref().map(|active| active.records.clone()),
     };
     let listener = TcpListener::bind(args.bind).await.map_err(|error| {
         Error::Usage(format!(

@@ -479,7 +479,7 @@ struct PairingCode {
 
 /// `pairing.list {}` → `{pending, approved}`; `pairing.approve {code}` → `{approved}`.
 async fn pairing(gateway: &Gateway, method: &str, params: &Value) -> Result<Value, GatewayError> {
-    let store = crate::channels::pairing::PairingStore::new(&gateway.hub.parts.state_dir);
+    let store = gateway.hub.parts.pairing();
     let approve = match method {
         "pairing.approve" => Some(self::params::<PairingCode>(method, params)?.code),
         _ => None,

@@ -55,7 +55,7 @@ pub struct SessionStores {
     /// The lane inboxes.
     pub inbox: Arc<dyn clawcage_agent::LaneInbox>,
     /// The cron jobs; `None`: the state directory's `cron/jobs.json`.
-    pub cron_jobs: Option<Arc<dyn clawcage_agent::cron::JobsStore>>,
+    pub cron_jobs: Option<Arc<dyn clawcage_core::records::RecordStore>>,
 }
 
 impl AgentOptions {

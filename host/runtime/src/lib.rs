@@ -589,7 +589,7 @@ impl Runtime {
     /// reported, and this runtime has no `cron` tool yet.
     pub(crate) async fn enable_cron(
         &mut self,
-        store: Option<Arc<dyn clawcage_agent::cron::JobsStore>>,
+        store: Option<Arc<dyn clawcage_core::records::RecordStore>>,
     ) -> Result<CronOwnership, Error> {
         if !self.config.cron.enabled() {
             return Ok(CronOwnership::Disabled);
@@ -629,7 +629,7 @@ impl Runtime {
     /// The cron service over the jobs `store` keeps, with `[cron]`'s options.
     fn open_cron_service_in(
         &self,
-        store: Arc<dyn clawcage_agent::cron::JobsStore>,
+        store: Arc<dyn clawcage_core::records::RecordStore>,
     ) -> Result<Arc<CronService>, Error> {
         let options = self
             .config
@@ -662,7 +662,7 @@ impl Runtime {
     /// Given a `store` (a cluster's bucket), the tool manages the jobs kept there instead.
     pub async fn cron_tool(
         &self,
-        store: Option<Arc<dyn clawcage_agent::cron::JobsStore>>,
+        store: Option<Arc<dyn clawcage_core::records::RecordStore>>,
     ) -> Result<AuditedRegistry, Error> {
         if !self.config.cron.enabled() {
             return Err(usage(

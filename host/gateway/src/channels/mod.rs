@@ -245,10 +245,11 @@ impl Channels {
         shutdown: CancellationToken,
     ) -> Result<Arc<Channels>, Error> {
         let state_dir = hub.parts.state_dir.clone();
+        let pairing = hub.parts.pairing();
         let shared = Arc::new(Shared {
             hub,
             status: ChannelStatus::new(&state_dir),
-            pairing: pairing::PairingStore::new(&state_dir),
+            pairing,
             shutdown,
             approvals,
         });

@@ -7,9 +7,11 @@
 //! stays approved until revoked. The gateway reads the file each time it judges a sender that is
 //! not on the configured allow-list, so an approval takes effect at once.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::Arc;
 
 use clawcage_agent::StateDir;
+use clawcage_core::records::{FileRecord, RecordStore, read_change_write};
 use clawcage_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
@@ -76,11 +78,10 @@ pub enum CodeRequest {
     Full,
 }
 
-/// The pairing records of one state directory.
+/// The pairing records: the state directory's file, or the cluster's shared record.
 #[derive(Debug, Clone)]
 pub struct PairingStore {
-    file: PathBuf,
-    lock: PathBuf,
+    store: Arc<dyn RecordStore>,
 }
 
 fn now_ms() -> u64 {
@@ -118,63 +119,54 @@ fn normalize_code(code: &str) -> String {
 }
 
 impl PairingStore {
-    /// The records in `<state_dir>/channels/`.
+    /// The records in `<state_dir>/channels/pairing.json` (mode 0600, `pairing.lock` beside).
     pub fn new(state_dir: &Path) -> Self {
-        let dir = StateDir::new(state_dir).channels();
-        Self {
-            file: dir.join("pairing.json"),
-            lock: dir.join("pairing.lock"),
-        }
+        let file = StateDir::new(state_dir).channels().join("pairing.json");
+        Self::in_store(Arc::new(FileRecord::new(file, 4 << 20, true)))
     }
 
-    /// Runs `change` on the records under the lock and writes them back when it says so.
-    fn with_records<T>(&self, change: impl FnOnce(&mut Records) -> (T, bool)) -> Result<T, Error> {
-        let cannot = |what: &str, path: &Path, error: std::io::Error| {
+    /// The records `store` keeps (a cluster's shared record).
+    pub fn in_store(store: Arc<dyn RecordStore>) -> Self {
+        Self { store }
+    }
+
+    /// Runs `change` on the records and writes them back when it says so (expired codes are
+    /// dropped on the way); when another process changed them meanwhile, reads and runs
+    /// `change` again.
+    fn with_records<T>(
+        &self,
+        mut change: impl FnMut(&mut Records) -> (T, bool),
+    ) -> Result<T, Error> {
+        let place = self.store.describe();
+        read_change_write(
+            self.store.as_ref(),
+            |bytes| {
+                serde_json::from_slice::<Records>(bytes).map_err(|error| {
+                    format!(
+                        "the pairings in {place} are not valid ({error}); move them away to start over (every sender must then pair again)"
+                    )
+                })
+            },
+            |records| {
+                serde_json::to_vec_pretty(records)
+                    .map_err(|error| format!("cannot encode the pairings: {error}"))
+            },
+            |records| {
+                let now = now_ms();
+                let before = records.pending.len();
+                records
+                    .pending
+                    .retain(|pending| now.saturating_sub(pending.created_ms) < CODE_LIFETIME_MS);
+                let expired = records.pending.len() != before;
+                let (value, changed) = change(records);
+                (value, changed || expired)
+            },
+        )
+        .map_err(|reason| {
             Error::Failed(format!(
-                "cannot {what} {}: {error}; check the permissions of the state directory",
-                path.display()
+                "{reason}; check the permissions of the state directory, or the cluster"
             ))
-        };
-        if let Some(dir) = self.lock.parent() {
-            std::fs::create_dir_all(dir).map_err(|error| cannot("create", dir, error))?;
-        }
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock)
-            .map_err(|error| cannot("open", &self.lock, error))?;
-        lock.lock()
-            .map_err(|error| cannot("lock", &self.lock, error))?;
-        let mut records = match clawcage_core::files::read_regular_file(
-            &self.file,
-            4 << 20,
-            clawcage_core::files::Symlinks::Refuse,
-        ) {
-            Ok(bytes) => serde_json::from_slice::<Records>(&bytes).map_err(|error| {
-                Error::Failed(format!(
-                    "the pairing file {} is not valid ({error}); move it away to start over (every sender must then pair again)",
-                    self.file.display()
-                ))
-            })?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Records::default(),
-            Err(error) => return Err(cannot("read", &self.file, error)),
-        };
-        let now = now_ms();
-        let before = records.pending.len();
-        records
-            .pending
-            .retain(|pending| now.saturating_sub(pending.created_ms) < CODE_LIFETIME_MS);
-        let expired = records.pending.len() != before;
-        let (value, changed) = change(&mut records);
-        if changed || expired {
-            let text = serde_json::to_vec_pretty(&records)
-                .map_err(|error| Error::Failed(format!("cannot encode the pairings: {error}")))?;
-            clawcage_core::files::write_atomically(&self.file, &text, true)
-                .map_err(|error| cannot("write", &self.file, error))?;
-        }
-        drop(lock);
-        Ok(value)
+        })
     }
 
     /// Whether `peer` of `channel` was approved.
@@ -207,10 +199,10 @@ impl PairingStore {
                 code: code.clone(),
                 channel: channel.to_string(),
                 peer: peer.to_string(),
-                name,
+                name: name.clone(),
                 created_ms: now_ms(),
             });
-            (CodeRequest::Issued(code), true)
+            (CodeRequest::Issued(code.clone()), true)
         })
     }
 
@@ -330,9 +322,8 @@ fn when(ms: u64) -> String {
     }
 }
 
-/// `clawcage pairing list|approve|revoke`, on the state directory's records.
-pub fn run(state_dir: &Path, args: &PairingArgs) -> Result<(), Error> {
-    let store = PairingStore::new(state_dir);
+/// `clawcage pairing list|approve|revoke`, on `store`'s records.
+pub fn run(store: &PairingStore, args: &PairingArgs) -> Result<(), Error> {
     match &args.command {
         PairingCommand::List => {
             let (pending, approved) = store.list()?;

@@ -108,7 +108,7 @@ impl Telegram {
                 settings.token_env, settings.token_env
             )));
         };
-        let journal = Journal::open(&shared.hub.parts.state_dir)?;
+        let journal = Journal::open(shared.hub.parts.telegram_journal())?;
         let telegram = Arc::new(Telegram {
             api: Api::new(settings, token)?,
             shared,

@@ -97,6 +97,34 @@ pub struct GatewayParts {
     pub workspace: String,
     /// The state directory, for `status`.
     pub state_dir: PathBuf,
+    /// The records every host of a cluster shares (the pairings, the Telegram journal);
+    /// `None`: the state directory's files.
+    pub shared_records: Option<clawcage_cluster::KvRecords>,
+}
+
+impl GatewayParts {
+    /// The channel pairings: the cluster's shared record, or the state directory's file.
+    pub fn pairing(&self) -> crate::channels::pairing::PairingStore {
+        match &self.shared_records {
+            Some(records) => crate::channels::pairing::PairingStore::in_store(Arc::new(
+                records.record(clawcage_cluster::records::PAIRING_RECORD),
+            )),
+            None => crate::channels::pairing::PairingStore::new(&self.state_dir),
+        }
+    }
+
+    /// The Telegram journal's store: the cluster's shared record, or the state directory's
+    /// `channels/telegram.json`.
+    pub fn telegram_journal(&self) -> Arc<dyn clawcage_core::records::RecordStore> {
+        match &self.shared_records {
+            Some(records) => Arc::new(records.record(clawcage_cluster::records::TELEGRAM_RECORD)),
+            None => Arc::new(clawcage_core::records::FileRecord::new(
+                self.state_dir.join("channels").join("telegram.json"),
+                16 << 20,
+                true,
+            )),
+        }
+    }
 }
 
 /// What [`Hub::send`] did.

@@ -1,19 +1,19 @@
-//! The Telegram journal, `<state-dir>/channels/telegram.json` (written atomically, mode 0600):
-//! the next `getUpdates` offset and a record of every update taken and not yet answered. A batch
-//! is written, with the offset after it, before any of it is handled, so Telegram forgets the
-//! batch only once it is on disk; a record stays until its reply is delivered, and the reply is
-//! recorded before it is sent. So a restart neither loses an update nor handles one twice.
+//! The Telegram journal, `<state-dir>/channels/telegram.json` (written atomically, mode 0600) or,
+//! in a cluster, the shared `telegram` record: the next `getUpdates` offset and a record of every
+//! update taken and not yet answered. A batch is written, with the offset after it, before any of
+//! it is handled, so Telegram forgets the batch only once it is stored; a record stays until its
+//! reply is delivered, and the reply is recorded before it is sent. So a restart, or another
+//! host taking the poller over, neither loses an update nor handles one twice. Each write names
+//! the version it follows: a poller whose journal another host has written since (it lost the
+//! active gateway's lease) is refused and handles nothing more.
 
-use std::path::{Path, PathBuf};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
+use clawcage_core::records::{RecordStore, RecordWriteError, StoredRecord};
 use clawcage_core::sync::lock;
 use clawcage_runtime::Error;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
-
-/// The largest journal read.
-const MAX_JOURNAL_BYTES: u64 = 16 << 20;
 
 /// One update kept until its reply is delivered.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -45,49 +45,52 @@ struct Saved {
     pending: Vec<Pending>,
 }
 
-/// The journal: its file and what was last written to it.
+/// What was last written, and its version.
+struct Written {
+    saved: Saved,
+    version: Option<String>,
+}
+
+/// The journal: its store and what was last written to it.
 pub(super) struct Journal {
-    file: PathBuf,
-    saved: Mutex<Saved>,
+    store: Arc<dyn RecordStore>,
+    written: Mutex<Written>,
 }
 
 impl Journal {
-    /// Reads the journal of `state_dir`; there being none yet is an empty one.
-    pub(super) fn open(state_dir: &Path) -> Result<Journal, Error> {
-        let file = state_dir.join("channels").join("telegram.json");
-        let saved = match clawcage_core::files::read_regular_file(
-            &file,
-            MAX_JOURNAL_BYTES,
-            clawcage_core::files::Symlinks::Refuse,
-        ) {
-            Ok(bytes) => serde_json::from_slice::<Saved>(&bytes).map_err(|error| {
-                Error::Failed(format!(
-                    "the Telegram journal {} is not valid ({error}); move it away to start over (updates it held are then lost)",
-                    file.display()
-                ))
-            })?,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => Saved::default(),
+    /// Reads the journal `store` keeps; there being none yet is an empty one.
+    pub(super) fn open(store: Arc<dyn RecordStore>) -> Result<Journal, Error> {
+        let (saved, version) = match store.read(None) {
+            Ok(StoredRecord::Found { bytes, version }) => {
+                let saved = serde_json::from_slice::<Saved>(&bytes).map_err(|error| {
+                    Error::Failed(format!(
+                        "the Telegram journal {} is not valid ({error}); move it away to start over (updates it held are then lost)",
+                        store.describe()
+                    ))
+                })?;
+                (saved, Some(version))
+            }
+            Ok(StoredRecord::Missing | StoredRecord::Unchanged) => (Saved::default(), None),
             Err(error) => {
                 return Err(Error::Failed(format!(
-                    "cannot read the Telegram journal {}: {error}",
-                    file.display()
+                    "cannot read the Telegram journal: {error}"
                 )));
             }
         };
         Ok(Journal {
-            file,
-            saved: Mutex::new(saved),
+            store,
+            written: Mutex::new(Written { saved, version }),
         })
     }
 
     /// The next `getUpdates` offset.
     pub(super) fn offset(&self) -> u64 {
-        lock(&self.saved).offset
+        lock(&self.written).saved.offset
     }
 
     /// The records kept, in update order (at start: what the last process left).
     pub(super) fn pending(&self) -> Vec<Pending> {
-        lock(&self.saved).pending.clone()
+        lock(&self.written).saved.pending.clone()
     }
 
     /// Records a batch: the offset after it, and a record of each new update `judge` makes one
@@ -100,8 +103,8 @@ impl Journal {
         mut judge: impl FnMut(u64, &Value) -> Option<Pending>,
     ) -> Result<Vec<Pending>, String> {
         let mut taken = Vec::new();
-        let mut saved = lock(&self.saved);
-        let mut next = saved.clone();
+        let mut written = lock(&self.written);
+        let mut next = written.saved.clone();
         for update in updates {
             let Some(id) = update.get("update_id").and_then(Value::as_u64) else {
                 tracing::warn!("a Telegram update without an update_id was ignored");
@@ -116,41 +119,52 @@ impl Journal {
                 taken.push(pending);
             }
         }
-        if next.offset == saved.offset && taken.is_empty() {
+        if next.offset == written.saved.offset && taken.is_empty() {
             return Ok(taken);
         }
-        self.save(&next)?;
-        *saved = next;
+        self.save(&mut written, next)?;
         Ok(taken)
     }
 
     /// Changes the record of `update_id` (or drops it when `change` says `None`).
     pub(super) fn update(&self, update_id: u64, change: impl FnOnce(Pending) -> Option<Pending>) {
-        let mut saved = lock(&self.saved);
-        let Some(index) = saved
+        let mut written = lock(&self.written);
+        let mut next = written.saved.clone();
+        let Some(index) = next
             .pending
             .iter()
             .position(|pending| pending.update_id == update_id)
         else {
             return;
         };
-        let pending = saved.pending.remove(index);
+        let pending = next.pending.remove(index);
         if let Some(changed) = change(pending) {
-            saved.pending.insert(index, changed);
+            next.pending.insert(index, changed);
         }
-        if let Err(error) = self.save(&saved) {
+        if let Err(error) = self.save(&mut written, next) {
             tracing::error!("{error}");
         }
     }
 
-    fn save(&self, saved: &Saved) -> Result<(), String> {
-        let text = serde_json::to_vec(saved).map_err(|error| error.to_string())?;
-        clawcage_core::files::write_atomically(&self.file, &text, true).map_err(|error| {
-            format!(
-                "cannot write the Telegram journal {}: {error}",
-                self.file.display()
-            )
-        })
+    /// Stores `next` after the version last written; it becomes what was written.
+    fn save(&self, written: &mut Written, next: Saved) -> Result<(), String> {
+        let text = serde_json::to_vec(&next).map_err(|error| error.to_string())?;
+        match self.store.write(&text, written.version.as_deref()) {
+            Ok(version) => {
+                *written = Written {
+                    saved: next,
+                    version: Some(version),
+                };
+                Ok(())
+            }
+            Err(RecordWriteError::Changed) => Err(format!(
+                "the Telegram journal {} was written by another gateway meanwhile (it polls Telegram now); this one stops taking updates",
+                self.store.describe()
+            )),
+            Err(RecordWriteError::Failed(reason)) => {
+                Err(format!("cannot write the Telegram journal: {reason}"))
+            }
+        }
     }
 }
 
@@ -172,11 +186,19 @@ mod tests {
         })
     }
 
+    fn file_of(dir: &std::path::Path) -> Arc<dyn RecordStore> {
+        Arc::new(clawcage_core::records::FileRecord::new(
+            dir.join("channels/telegram.json"),
+            16 << 20,
+            true,
+        ))
+    }
+
     #[test]
     fn a_batch_is_on_disk_before_it_is_handled_and_a_restart_neither_loses_nor_repeats_it() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("channels")).unwrap();
-        let journal = Journal::open(dir.path()).unwrap();
+        let journal = Journal::open(file_of(dir.path())).unwrap();
         assert_eq!((journal.offset(), journal.pending()), (0, vec![]));
 
         let batch = [
@@ -199,7 +221,7 @@ mod tests {
         // The same batch again (Telegram resent it): nothing new is taken.
         assert!(journal.record(&batch, kept).unwrap().is_empty());
 
-        let reopened = Journal::open(dir.path()).unwrap();
+        let reopened = Journal::open(file_of(dir.path())).unwrap();
         assert_eq!(reopened.offset(), 13);
         let left = reopened.pending();
         assert_eq!(left.len(), 1);
@@ -209,12 +231,72 @@ mod tests {
         );
     }
 
+    /// A record that compares versions on write, as a cluster's bucket does.
+    #[derive(Debug, Default)]
+    struct Compared(Mutex<Option<(Vec<u8>, u64)>>);
+
+    impl RecordStore for Compared {
+        fn describe(&self) -> String {
+            "the test's record".to_string()
+        }
+        fn hold(&self) -> Result<Option<Box<dyn Send>>, String> {
+            Ok(None)
+        }
+        fn read(&self, known: Option<&str>) -> Result<StoredRecord, String> {
+            Ok(match &*lock(&self.0) {
+                None => StoredRecord::Missing,
+                Some((_, version)) if known == Some(version.to_string().as_str()) => {
+                    StoredRecord::Unchanged
+                }
+                Some((bytes, version)) => StoredRecord::Found {
+                    bytes: bytes.clone(),
+                    version: version.to_string(),
+                },
+            })
+        }
+        fn write(&self, bytes: &[u8], expected: Option<&str>) -> Result<String, RecordWriteError> {
+            let mut stored = lock(&self.0);
+            let now = stored.as_ref().map(|(_, version)| version.to_string());
+            if now.as_deref() != expected {
+                return Err(RecordWriteError::Changed);
+            }
+            let next = stored.as_ref().map_or(1, |(_, version)| version + 1);
+            *stored = Some((bytes.to_vec(), next));
+            Ok(next.to_string())
+        }
+    }
+
+    #[test]
+    fn a_poller_whose_journal_another_host_wrote_since_is_refused() {
+        let shared: Arc<dyn RecordStore> = Arc::new(Compared::default());
+        let old_host = Journal::open(shared.clone()).unwrap();
+        old_host
+            .record(&[json!({"update_id": 5, "text": "hello"})], kept)
+            .unwrap();
+        // Another host takes the poller over: it reads the journal and goes on from there.
+        let new_host = Journal::open(shared.clone()).unwrap();
+        assert_eq!(new_host.offset(), 6);
+        assert_eq!(new_host.pending().len(), 1, "the update not answered yet");
+        new_host
+            .record(&[json!({"update_id": 6, "text": "again"})], kept)
+            .unwrap();
+        // The old host, still polling, is refused: nothing it takes is recorded or handled.
+        let error = old_host
+            .record(&[json!({"update_id": 6, "text": "again"})], kept)
+            .unwrap_err();
+        assert!(error.contains("another gateway"), "{error}");
+        assert_eq!(Journal::open(shared).unwrap().offset(), 7);
+    }
+
     #[test]
     fn a_broken_journal_is_refused_with_what_to_do() {
         let dir = tempfile::tempdir().unwrap();
         std::fs::create_dir_all(dir.path().join("channels")).unwrap();
         std::fs::write(dir.path().join("channels/telegram.json"), "{not json").unwrap();
-        let error = Journal::open(dir.path()).err().unwrap().to_string();
+        let error = Journal::open(file_of(dir.path()))
+            .err()
+            .unwrap()
+            .to_string();
         assert!(error.contains("move it away to start over"), "{error}");
     }
 }

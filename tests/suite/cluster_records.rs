@@ -1,8 +1,10 @@
-//! The cron jobs of a cluster (`claw_cron` on a real `nats-server`): jobs added on one host are
-//! the jobs of every host; a write made at a revision another host has since moved past is
-//! refused and nothing of it is stored; two hosts firing the same jobs at once deliver every
-//! slot, none twice into the (deduplicating) inbox, and a host that dies mid-run leaves no slot
-//! unfired; a record larger than the server takes is refused with what to do.
+//! The records a cluster's hosts share (`claw_state` on a real `nats-server`). The cron jobs:
+//! jobs added on one host are the jobs of every host; a write made at a revision another host has
+//! since moved past is refused and nothing of it is stored; two hosts firing the same jobs at once
+//! deliver every slot, none twice into the (deduplicating) inbox, and a host that dies mid-run
+//! leaves no slot unfired; a record larger than the server takes is refused with what to do. The
+//! pairings: a code issued on one host is approved on another, and hosts changing them at once
+//! lose no change.
 
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -11,21 +13,25 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clawcage_agent::MessageBus;
-use clawcage_agent::cron::{
-    CronOptions, CronService, FiringSink, JobsStore, JobsWriteError, StoredJobs,
-};
-use clawcage_cluster::{ClusterOptions, KvJobs};
+use clawcage_agent::cron::{CronOptions, CronService, FiringSink};
+use clawcage_cluster::records::{CRON_RECORD, PAIRING_RECORD};
+use clawcage_cluster::{ClusterOptions, KvRecord, KvRecords};
+use clawcage_core::records::{RecordStore, RecordWriteError, StoredRecord};
 use clawcage_core::{InboundMessage, JobRequest, Scheduler};
+use clawcage_gateway::channels::pairing::{CodeRequest, PairingStore};
 use clawcage_tests::nats::NatsServer;
 
-fn jobs(server: &NatsServer) -> Arc<KvJobs> {
-    Arc::new(
-        KvJobs::connect(&server.url(), &ClusterOptions::default())
-            .unwrap_or_else(|error| panic!("{error}\n{}", server.log())),
-    )
+/// One host's connection to the shared records.
+fn records(server: &NatsServer) -> KvRecords {
+    KvRecords::connect(&server.url(), &ClusterOptions::default())
+        .unwrap_or_else(|error| panic!("{error}\n{}", server.log()))
 }
 
-fn service(store: Arc<KvJobs>) -> Arc<CronService> {
+fn jobs(server: &NatsServer) -> Arc<KvRecord> {
+    Arc::new(records(server).record(CRON_RECORD))
+}
+
+fn service(store: Arc<KvRecord>) -> Arc<CronService> {
     CronService::open_in(store, MessageBus::new(), CronOptions::default()).unwrap()
 }
 
@@ -85,29 +91,29 @@ async fn jobs_added_on_one_host_are_every_hosts_and_a_write_behind_another_is_re
     assert_eq!(service(jobs(&server)).list()[0].id, first.id);
 
     // The store itself: a write names the revision it read.
-    let StoredJobs::Found { bytes, version } = store_a.read(None).unwrap() else {
+    let StoredRecord::Found { bytes, version } = store_a.read(None).unwrap() else {
         panic!("the jobs are stored");
     };
     assert!(matches!(
         store_a.read(Some(&version)).unwrap(),
-        StoredJobs::Unchanged
+        StoredRecord::Unchanged
     ));
     let newer = store_b.write(&bytes, Some(&version)).unwrap();
     assert!(
         matches!(
             store_a.write(b"{\"next_id\":0,\"jobs\":[]}", Some(&version)),
-            Err(JobsWriteError::Changed)
+            Err(RecordWriteError::Changed)
         ),
         "a write behind another host's is refused"
     );
     assert!(
         matches!(
             store_a.write(b"{\"next_id\":0,\"jobs\":[]}", None),
-            Err(JobsWriteError::Changed)
+            Err(RecordWriteError::Changed)
         ),
         "creating what exists is refused"
     );
-    let StoredJobs::Found { version, .. } = store_a.read(None).unwrap() else {
+    let StoredRecord::Found { version, .. } = store_a.read(None).unwrap() else {
         panic!("still stored");
     };
     assert_eq!(version, newer, "nothing of the refused writes was stored");
@@ -116,8 +122,8 @@ async fn jobs_added_on_one_host_are_every_hosts_and_a_write_behind_another_is_re
     // A record larger than the server takes is refused before it is sent, saying what to do.
     let huge = vec![b' '; 1_100_000];
     match store_a.write(&huge, Some(&newer)) {
-        Err(JobsWriteError::Failed(message)) => {
-            assert!(message.contains("remove jobs"), "{message}")
+        Err(RecordWriteError::Failed(message)) => {
+            assert!(message.contains("remove entries"), "{message}")
         }
         other => panic!("a 1.1 MB record must be refused: {other:?}"),
     }
@@ -173,4 +179,50 @@ async fn two_hosts_firing_one_job_deliver_every_slot_and_the_inbox_takes_each_on
     let next = host_b.list()[0].next_fire.clone().unwrap();
     let next = chrono::DateTime::parse_from_rfc3339(&next).unwrap();
     assert!(next > *slots.last().unwrap(), "{next} after {slots:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_code_issued_on_one_host_is_approved_on_another_and_no_change_is_lost() {
+    let Some(server) = NatsServer::start("pairings_are_every_hosts") else {
+        return;
+    };
+    let host_a = PairingStore::in_store(Arc::new(records(&server).record(PAIRING_RECORD)));
+    let host_b = PairingStore::in_store(Arc::new(records(&server).record(PAIRING_RECORD)));
+    let CodeRequest::Issued(code) = host_a.request("telegram", "111", "Ada").unwrap() else {
+        panic!("a first request gets a code");
+    };
+    // The other host knows the code: the sender writing again is told it is pending.
+    assert_eq!(
+        host_b.request("telegram", "111", "Ada").unwrap(),
+        CodeRequest::AlreadyPending(code.clone())
+    );
+    let approved = host_b.approve(&code).unwrap();
+    assert_eq!(approved.peer, "111");
+    assert!(host_a.is_approved("telegram", "111").unwrap());
+
+    // Hosts issuing codes at once: each change is kept (a write behind another reads again).
+    let threads: Vec<_> = (0..4)
+        .map(|thread| {
+            let store = if thread % 2 == 0 {
+                host_a.clone()
+            } else {
+                host_b.clone()
+            };
+            std::thread::spawn(move || {
+                for peer in 0..5 {
+                    let peer = format!("{thread}-{peer}");
+                    assert!(matches!(
+                        store.request("telegram", &peer, "someone").unwrap(),
+                        CodeRequest::Issued(_)
+                    ));
+                }
+            })
+        })
+        .collect();
+    for thread in threads {
+        thread.join().unwrap();
+    }
+    let (pending, approved) = host_a.list().unwrap();
+    assert_eq!(pending.len(), 20, "{pending:?}");
+    assert_eq!(approved.len(), 1);
 }
