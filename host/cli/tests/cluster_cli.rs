@@ -286,3 +286,52 @@ fn a_gateway_whose_cluster_cannot_be_reached_says_what_to_check() {
         text(&output.stderr)
     );
 }
+
+/// With `[cluster]`, `clawcage pairing` changes the pairings every gateway host shares: a code a
+/// host issued (here, straight into the cluster's record) is approved from the command line, and
+/// the approval is what every host then reads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pairing_approves_a_code_in_the_clusters_shared_pairings() {
+    let Some(server) = NatsServer::start("pairing_in_the_cluster") else {
+        return;
+    };
+    let url = server.url();
+    let store = tokio::task::spawn_blocking(move || {
+        let records =
+            clawcage_cluster::KvRecords::connect(&url, &ClusterOptions::default()).unwrap();
+        clawcage_gateway::channels::pairing::PairingStore::in_store(std::sync::Arc::new(
+            records.record(clawcage_cluster::records::PAIRING_RECORD),
+        ))
+    })
+    .await
+    .unwrap();
+    let clawcage_gateway::channels::pairing::CodeRequest::Issued(code) =
+        store.request("telegram", "4242", "Grace").unwrap()
+    else {
+        panic!("a code is issued");
+    };
+    let config = format!(
+        "[cluster]\nnats = \"{}\"\nhost_id = \"pairing-test\"\n",
+        server.url()
+    );
+    let listed = {
+        let config = config.clone();
+        tokio::task::spawn_blocking(move || clawcage(&config, &["pairing", "list"]))
+            .await
+            .unwrap()
+    };
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    assert!(
+        text(&listed.stdout).contains("telegram:4242"),
+        "{}",
+        text(&listed.stdout)
+    );
+    let approved = tokio::task::spawn_blocking({
+        let code = code.clone();
+        move || clawcage(&config, &["pairing", "approve", &code])
+    })
+    .await
+    .unwrap();
+    assert!(approved.status.success(), "{}", text(&approved.stderr));
+    assert!(store.is_approved("telegram", "4242").unwrap());
+}
