@@ -70,17 +70,7 @@ async fn until_ready(tool: &WasmTool) {
 
 /// CPU time used by every thread of this process so far (`/proc/self/task/*/schedstat`).
 fn process_cpu() -> Duration {
-    let mut total = 0u64;
-    for task in std::fs::read_dir("/proc/self/task").unwrap().flatten() {
-        if let Ok(stat) = std::fs::read_to_string(task.path().join("schedstat")) {
-            total += stat
-                .split_whitespace()
-                .next()
-                .and_then(|ns| ns.parse::<u64>().ok())
-                .unwrap_or(0);
-        }
-    }
-    Duration::from_nanos(total)
+    threads_cpu("")
 }
 
 /// CPU time used so far by the threads whose name starts with `prefix` (as the kernel keeps it:

@@ -248,8 +248,6 @@ impl NatsServer {
                 .map(|address| address.port())
                 .expect("a free port")
         };
-        let client: Vec<u16> = (0..3).map(|_| free()).collect();
-        let routes: Vec<u16> = (0..3).map(|_| free()).collect();
         let binary = match server_binary() {
             Ok(binary) => binary,
             Err(reason) => {
@@ -257,34 +255,49 @@ impl NatsServer {
                 return None;
             }
         };
-        let mut nodes = Vec::new();
-        for index in 0..3 {
-            let others: Vec<String> = (0..3)
-                .filter(|other| *other != index)
-                .map(|other| format!("nats://127.0.0.1:{}", routes[other]))
-                .collect();
-            let mut server = Self {
-                binary: binary.clone(),
-                jetstream: true,
-                store: tempfile::tempdir().expect("a temporary store directory"),
-                port: client[index],
-                extra: vec![
-                    "-n".into(),
-                    format!("n{index}"),
-                    "--cluster_name".into(),
-                    "clawcage".into(),
-                    "--cluster".into(),
-                    format!("nats://127.0.0.1:{}", routes[index]),
-                    "--routes".into(),
-                    others.join(","),
-                ],
-                monitor: None,
-                child: None,
-            };
-            server.launch();
-            nodes.push(server);
+        // The ports are free when picked, but another socket may take one before its server
+        // binds it (an outgoing connection's ephemeral port among them): then the whole cluster
+        // starts again on new ports.
+        let mut tries = 0;
+        'cluster: loop {
+            tries += 1;
+            let client: Vec<u16> = (0..3).map(|_| free()).collect();
+            let routes: Vec<u16> = (0..3).map(|_| free()).collect();
+            let mut nodes: Vec<Self> = Vec::new();
+            for index in 0..3 {
+                let others: Vec<String> = (0..3)
+                    .filter(|other| *other != index)
+                    .map(|other| format!("nats://127.0.0.1:{}", routes[other]))
+                    .collect();
+                let mut server = Self {
+                    binary: binary.clone(),
+                    jetstream: true,
+                    store: tempfile::tempdir().expect("a temporary store directory"),
+                    port: client[index],
+                    extra: vec![
+                        "-n".into(),
+                        format!("n{index}"),
+                        "--cluster_name".into(),
+                        "clawcage".into(),
+                        "--cluster".into(),
+                        format!("nats://127.0.0.1:{}", routes[index]),
+                        "--routes".into(),
+                        others.join(","),
+                    ],
+                    monitor: None,
+                    child: None,
+                };
+                if let Err(why) = server.try_launch() {
+                    assert!(tries < 5, "{why}");
+                    eprintln!(
+                        "a NATS cluster node did not start; starting the cluster again: {why}"
+                    );
+                    continue 'cluster;
+                }
+                nodes.push(server);
+            }
+            return Some(nodes);
         }
-        Some(nodes)
     }
 
     /// The client URLs of `nodes`, as one connection string.
@@ -317,10 +330,26 @@ impl NatsServer {
     /// Starts the server again on the same port and store, after [`NatsServer::kill`].
     pub fn restart(&mut self) {
         self.kill();
+        // Its port may be held for a moment by another socket (a connection's ephemeral port):
+        // tried again for a few seconds.
+        for _ in 0..20 {
+            match self.try_launch() {
+                Ok(()) => return,
+                Err(why) if why.contains("address already in use") => {
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(why) => panic!("{why}"),
+            }
+        }
         self.launch();
     }
 
     fn launch(&mut self) {
+        self.try_launch().unwrap_or_else(|why| panic!("{why}"));
+    }
+
+    /// Starts the server and waits until it accepts connections, or says why it did not.
+    fn try_launch(&mut self) -> Result<(), String> {
         let ports_dir = self.store.path().join("ports");
         let _ = std::fs::remove_dir_all(&ports_dir);
         std::fs::create_dir_all(&ports_dir).expect("the ports file directory");
@@ -357,21 +386,23 @@ impl NatsServer {
                 break;
             }
             if let Ok(Some(status)) = child.try_wait() {
-                panic!(
+                return Err(format!(
                     "nats-server exited ({status}) before accepting connections:\n{}",
                     self.log()
-                );
+                ));
             }
             if Instant::now() > deadline {
                 let _ = child.kill();
-                panic!(
+                let _ = child.wait();
+                return Err(format!(
                     "nats-server did not accept connections within {START_TIMEOUT:?}:\n{}",
                     self.log()
-                );
+                ));
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         self.child = Some(child);
+        Ok(())
     }
 
     /// What the server logged.

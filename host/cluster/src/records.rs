@@ -58,13 +58,7 @@ impl KvRecords {
     /// needed) the bucket. Blocks: call it from a blocking thread.
     pub fn connect(url: &str, options: &ClusterOptions) -> Result<Self, ClusterError> {
         let what = format!("the key-value bucket {STATE_BUCKET}");
-        let worker = Worker::start("clawcage-records").map_err(|error| {
-            cluster_error(
-                std::io::Error::other(format!("cannot start its runtime: {error}")),
-                url,
-                &what,
-            )
-        })?;
+        let worker = Worker::start_for("clawcage-records", url, &what)?;
         let (url_owned, options_owned) = (url.to_string(), options.clone());
         let bucket = worker
             .run(setup_limit(options), async move {

@@ -42,6 +42,17 @@ impl Worker {
         Ok(Self(Some(runtime)))
     }
 
+    /// [`Worker::start`] for the store of `what` at `url`, its failure said as that store's.
+    pub(crate) fn start_for(name: &str, url: &str, what: &str) -> Result<Self, ClusterError> {
+        Self::start(name).map_err(|error| {
+            cluster_error(
+                std::io::Error::other(format!("cannot start its runtime: {error}")),
+                url,
+                what,
+            )
+        })
+    }
+
     /// Runs `job` on the store's runtime and waits at most `limit` for its answer, from any
     /// thread.
     pub(crate) fn run<T: Send + 'static>(
@@ -256,13 +267,7 @@ pub(crate) fn connect_log(
     log: LogStream,
 ) -> Result<LogConnection, ClusterError> {
     let what = format!("the stream {}", log.name);
-    let worker = Worker::start(thread).map_err(|error| {
-        cluster_error(
-            std::io::Error::other(format!("cannot start its runtime: {error}")),
-            url,
-            &what,
-        )
-    })?;
+    let worker = Worker::start_for(thread, url, &what)?;
     let (url_owned, options_owned) = (url.to_string(), options.clone());
     let (cluster, stream) = worker
         .run(setup_limit(options), async move {
