@@ -226,3 +226,37 @@ async fn a_code_issued_on_one_host_is_approved_on_another_and_no_change_is_lost(
     assert_eq!(pending.len(), 20, "{pending:?}");
     assert_eq!(approved.len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_allow_always_decision_made_on_one_host_is_every_hosts() {
+    let Some(server) = NatsServer::start("approvals_are_every_hosts") else {
+        return;
+    };
+    let state = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let host_a = clawcage_agent::ApprovalStore::in_state_dir(state.0.path());
+    let host_b = clawcage_agent::ApprovalStore::in_state_dir(state.1.path());
+    for host in [&host_a, &host_b] {
+        host.share_in(Arc::new(
+            records(&server).record(clawcage_cluster::records::APPROVALS_RECORD),
+        ));
+    }
+    let decision = clawcage_agent::approvals::StoredApproval {
+        id: "apv-1".to_string(),
+        kind: "exec".to_string(),
+        entry: clawcage_core::approval::AllowEntry::parse("rm -r build").unwrap(),
+        created: "2026-12-06T00:00:00Z".to_string(),
+        session: None,
+    };
+    host_a.add(vec![decision.clone()]).unwrap();
+    let seen = host_b.list().unwrap();
+    assert_eq!(seen, vec![decision.clone()], "the other host knows it");
+    assert!(
+        host_b.describe().contains("claw_state"),
+        "{}",
+        host_b.describe()
+    );
+    // Nothing went to either state directory.
+    assert!(!state.0.path().join("approvals.json").exists());
+    host_b.revoke("apv-1").unwrap();
+    assert!(host_a.list().unwrap().is_empty(), "revoked for every host");
+}

@@ -187,7 +187,7 @@ async fn run(cli: Cli) -> Result<(), Failure> {
         Command::Demo => demo::run(&options).await,
         Command::Trust => trust(&options),
         Command::Sessions { json } => sessions(&options, json),
-        Command::Approvals(command) => approvals(&options, command),
+        Command::Approvals(command) => approvals(&options, command).await,
         Command::Cron(command) => {
             let runtime = open(options).await?;
             cron(&runtime, command).await
@@ -270,10 +270,19 @@ async fn open(options: Options) -> Result<Runtime, Failure> {
 }
 
 /// `clawcage sessions`: the transcripts of the state directory, newest first.
-/// `clawcage approvals list|revoke`: the state directory's allow-always decisions.
-fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure> {
+/// `clawcage approvals list|revoke`: the state directory's allow-always decisions, or, with
+/// `[cluster]`, the ones every gateway host shares.
+async fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
     let store = clawcage_agent::ApprovalStore::in_state_dir(&state_dir);
+    if let Some(shared) = cluster::shared_record_of(
+        cluster::settings_of(options)?,
+        clawcage_cluster::records::APPROVALS_RECORD,
+    )
+    .await?
+    {
+        store.share_in(shared);
+    }
     let failure =
         |error: clawcage_agent::ApprovalError| Failure::Tool(format!("clawcage: {error}"));
     match command {
@@ -285,7 +294,7 @@ fn approvals(options: &Options, command: ApprovalsCommand) -> Result<(), Failure
                     serde_json::to_string_pretty(&stored).unwrap_or_else(|_| "[]".to_string())
                 );
             } else if stored.is_empty() {
-                outln!("no kept approvals in {}", store.path().display());
+                outln!("no kept approvals in {}", store.describe());
             } else {
                 for approval in stored {
                     outln!(

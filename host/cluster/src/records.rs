@@ -1,6 +1,7 @@
 //! The small records every gateway host of a cluster shares, each kept whole under one key of the
 //! `claw_state` bucket: the cron jobs ([`CRON_RECORD`]), the channel pairings
-//! ([`PAIRING_RECORD`]) and the Telegram journal ([`TELEGRAM_RECORD`]), each a
+//! ([`PAIRING_RECORD`]), the Telegram journal ([`TELEGRAM_RECORD`]) and the allow-always
+//! approvals ([`APPROVALS_RECORD`]), each a
 //! [`RecordStore`]. A write names the revision it read, so of two hosts changing a record at
 //! once the second is refused and reads again, and a host that lost the active gateway's lease
 //! but writes on (the Telegram poller) is refused by the server.
@@ -32,6 +33,8 @@ pub const CRON_RECORD: &str = "cron";
 pub const PAIRING_RECORD: &str = "pairing";
 /// The key of the Telegram journal (the poller's offset and the updates not yet answered).
 pub const TELEGRAM_RECORD: &str = "telegram";
+/// The key of the allow-always approvals.
+pub const APPROVALS_RECORD: &str = "approvals";
 
 /// The largest record written: under the server's default largest message (1 MiB) with room
 /// for the headers.

@@ -150,7 +150,7 @@ fn file_stamp(file: &Path) -> Option<String> {
 
 /// Reads `store`'s record, lets `change` change it, and writes it back when `change` says it
 /// changed something, at the version read; when another process wrote meanwhile, reads and
-/// decides again (at most a few times). `parse` turns the stored bytes into the record (nothing
+/// decides again after a short pause (at most 20 times, a few hundred milliseconds in all). `parse` turns the stored bytes into the record (nothing
 /// stored is `R::default()`), `encode` back.
 pub fn read_change_write<R: Default, T>(
     store: &dyn RecordStore,
@@ -158,8 +158,17 @@ pub fn read_change_write<R: Default, T>(
     encode: impl Fn(&R) -> Result<Vec<u8>, String>,
     mut change: impl FnMut(&mut R) -> (T, bool),
 ) -> Result<T, String> {
-    const TRIES: usize = 8;
-    for _ in 0..TRIES {
+    const TRIES: u32 = 20;
+    for tried in 0..TRIES {
+        if tried > 0 {
+            // Writers that keep meeting each other step apart: a pause that grows, with jitter.
+            let jitter = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |now| now.subsec_nanos() % 5_000_000);
+            std::thread::sleep(std::time::Duration::from_nanos(
+                u64::from(tried.min(10)) * 2_000_000 + u64::from(jitter),
+            ));
+        }
         let _guard = store.hold()?;
         let (mut record, version) = match store.read(None)? {
             StoredRecord::Found { bytes, version } => (parse(&bytes)?, Some(version)),

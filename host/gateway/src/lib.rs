@@ -307,6 +307,15 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         None => None,
     };
 
+    // In a cluster, the allow-always approvals are the ones every host shares.
+    if let (Some(active), Some(store)) = (&active, runtime.approvals().store()) {
+        store.share_in(Arc::new(
+            active
+                .records
+                .record(clawcage_cluster::records::APPROVALS_RECORD),
+        ));
+    }
+
     // The `message` tool posts into the session whose turn calls it.
     let hub_cell: Arc<OnceLock<Weak<Hub>>> = Arc::new(OnceLock::new());
     let channels_cell: Arc<OnceLock<Weak<channels::Channels>>> = Arc::new(OnceLock::new());

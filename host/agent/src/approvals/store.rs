@@ -1,9 +1,11 @@
-//! `<state-dir>/approvals.json`: the allow-always decisions a person made, read again at every
-//! use and changed under a lock file.
+//! `<state-dir>/approvals.json` (or a cluster's shared record): the allow-always decisions a
+//! person made, read again at every use and changed under a lock file (or at the revision read).
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
+use std::sync::{Arc, RwLock};
 
 use clawcage_core::approval::AllowEntry;
+use clawcage_core::records::{FileRecord, RecordStore, StoredRecord, read_change_write};
 use serde::{Deserialize, Serialize};
 
 use super::{ApprovalError, MAX_STORE_BYTES, NETWORK_KIND, WRITE_KIND};
@@ -44,43 +46,74 @@ struct StoreFile {
 }
 
 /// `<state-dir>/approvals.json`: allow-always decisions, read again at every use (another
-/// process may have revoked one), changed under a lock file and written atomically, mode 0600.
+/// process may have revoked one), changed under a lock file and written atomically, mode 0600 —
+/// or, once [`ApprovalStore::share_in`] moved it, one record every gateway host of a cluster
+/// shares, changed at the revision read. Clones share where the decisions are.
 #[derive(Debug, Clone)]
 pub struct ApprovalStore {
-    path: PathBuf,
+    record: Arc<RwLock<Arc<dyn RecordStore>>>,
 }
 
 impl ApprovalStore {
     /// The store in `state_dir`.
     pub fn in_state_dir(state_dir: &Path) -> ApprovalStore {
+        let file = FileRecord::new(
+            crate::StateDir::new(state_dir).approvals(),
+            MAX_STORE_BYTES,
+            true,
+        );
         ApprovalStore {
-            path: crate::StateDir::new(state_dir).approvals(),
+            record: Arc::new(RwLock::new(Arc::new(file))),
         }
     }
 
-    /// The file's path.
-    pub fn path(&self) -> &Path {
-        &self.path
+    /// From now on this store, and every clone of it (the broker's), keeps its decisions in
+    /// `record` (a cluster's shared record) instead.
+    pub fn share_in(&self, record: Arc<dyn RecordStore>) {
+        *self
+            .record
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()) = record;
+    }
+
+    fn record(&self) -> Arc<dyn RecordStore> {
+        self.record
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+            .clone()
+    }
+
+    /// Where the decisions are, for messages (a path, a cluster's record).
+    pub fn describe(&self) -> String {
+        self.record().describe()
     }
 
     /// Every stored decision.
     pub fn list(&self) -> Result<Vec<StoredApproval>, ApprovalError> {
-        Ok(self.read()?.approvals)
+        let record = self.record();
+        match record.read(None).map_err(ApprovalError::Store)? {
+            StoredRecord::Found { bytes, .. } => Ok(parse(&record.describe(), &bytes)
+                .map_err(ApprovalError::Store)?
+                .approvals),
+            StoredRecord::Missing | StoredRecord::Unchanged => Ok(Vec::new()),
+        }
     }
 
     /// Adds decisions; an entry already stored is not added twice.
     pub fn add(&self, entries: Vec<StoredApproval>) -> Result<(), ApprovalError> {
         self.change(|file| {
-            for entry in entries {
+            let mut changed = false;
+            for entry in &entries {
                 if !file
                     .approvals
                     .iter()
                     .any(|stored| stored.kind == entry.kind && stored.entry == entry.entry)
                 {
-                    file.approvals.push(entry);
+                    file.approvals.push(entry.clone());
+                    changed = true;
                 }
             }
-            Ok(())
+            Ok(changed)
         })
     }
 
@@ -98,61 +131,46 @@ impl ApprovalStore {
                     ))
                 })?;
             removed = Some(file.approvals.remove(position));
-            Ok(())
+            Ok(true)
         })?;
         removed.ok_or_else(|| ApprovalError::Unknown(id.to_string()))
     }
 
-    fn read(&self) -> Result<StoreFile, ApprovalError> {
-        let text = match clawcage_core::files::read_regular_text(
-            &self.path,
-            MAX_STORE_BYTES,
-            clawcage_core::files::Symlinks::Refuse,
-        ) {
-            Ok(text) => text,
-            Err(error) if error.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(StoreFile {
-                    version: 1,
-                    approvals: Vec::new(),
-                });
-            }
-            Err(error) => {
-                return Err(ApprovalError::Store(format!(
-                    "cannot read {}: {error}",
-                    self.path.display()
-                )));
-            }
-        };
-        serde_json::from_str(&text).map_err(|error| {
-            ApprovalError::Store(format!(
-                "{} is not a valid approvals file ({error}); fix or remove it",
-                self.path.display()
-            ))
-        })
-    }
-
+    /// Runs `edit` on the decisions and writes them back when it says it changed them (read
+    /// again and run again when another process wrote meanwhile).
     fn change(
         &self,
-        edit: impl FnOnce(&mut StoreFile) -> Result<(), ApprovalError>,
+        mut edit: impl FnMut(&mut StoreFile) -> Result<bool, ApprovalError>,
     ) -> Result<(), ApprovalError> {
-        let failed = |what: &str, error: std::io::Error| {
-            ApprovalError::Store(format!("cannot {what} {}: {error}", self.path.display()))
-        };
-        let dir = self.path.parent().unwrap_or(Path::new("."));
-        std::fs::create_dir_all(dir).map_err(|error| failed("create the directory of", error))?;
-        let lock = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(dir.join("approvals.lock"))
-            .map_err(|error| failed("lock", error))?;
-        lock.lock().map_err(|error| failed("lock", error))?;
-        let mut file = self.read()?;
-        edit(&mut file)?;
-        file.version = 1;
-        let bytes = serde_json::to_vec_pretty(&file)
-            .map_err(|error| ApprovalError::Store(error.to_string()))?;
-        clawcage_core::files::write_atomically(&self.path, &bytes, true)
-            .map_err(|error| failed("write", error))
+        let record = self.record();
+        let place = record.describe();
+        let mut refused = None;
+        read_change_write(
+            record.as_ref(),
+            |bytes| parse(&place, bytes),
+            |file: &StoreFile| {
+                serde_json::to_vec_pretty(&StoreFile {
+                    version: 1,
+                    approvals: file.approvals.clone(),
+                })
+                .map_err(|error| error.to_string())
+            },
+            |file| match edit(file) {
+                Ok(changed) => ((), changed),
+                Err(error) => {
+                    refused = Some(error);
+                    ((), false)
+                }
+            },
+        )
+        .map_err(ApprovalError::Store)?;
+        refused.map_or(Ok(()), Err)
     }
+}
+
+/// The decisions of a stored record; `place` names it in errors.
+fn parse(place: &str, bytes: &[u8]) -> Result<StoreFile, String> {
+    serde_json::from_slice(bytes).map_err(|error| {
+        format!("{place} is not a valid approvals file ({error}); fix or remove it")
+    })
 }

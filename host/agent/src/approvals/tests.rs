@@ -244,7 +244,7 @@ async fn allow_always_is_stored_and_revoke_removes_it() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt as _;
-        let mode = std::fs::metadata(store.path())
+        let mode = std::fs::metadata(dir.path().join("approvals.json"))
             .expect("meta")
             .permissions()
             .mode();
@@ -357,7 +357,7 @@ async fn a_session_operator_hears_its_session_and_its_sub_agents_only() {
 fn a_corrupt_store_is_reported_not_ignored() {
     let dir = tempfile::tempdir().expect("tempdir");
     let store = ApprovalStore::in_state_dir(dir.path());
-    std::fs::write(store.path(), "{not json").expect("write");
+    std::fs::write(dir.path().join("approvals.json"), "{not json").expect("write");
     let error = store.list().expect_err("corrupt");
     assert!(
         error.to_string().contains("not a valid approvals file"),
