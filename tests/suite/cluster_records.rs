@@ -260,3 +260,38 @@ async fn an_allow_always_decision_made_on_one_host_is_every_hosts() {
     host_b.revoke("apv-1").unwrap();
     assert!(host_a.list().unwrap().is_empty(), "revoked for every host");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_taken_once_on_one_host_is_taken_for_every_host() {
+    let Some(server) = NatsServer::start("keys_taken_once") else {
+        return;
+    };
+    let (host_a, host_b) = (records(&server), records(&server));
+    assert!(host_a.take_once("webhook.ops.00ff").unwrap());
+    assert!(
+        !host_b.take_once("webhook.ops.00ff").unwrap(),
+        "the other host"
+    );
+    assert!(
+        !host_a.take_once("webhook.ops.00ff").unwrap(),
+        "the same host"
+    );
+    assert!(host_b.take_once("webhook.ops.01ff").unwrap(), "another key");
+    // Hosts racing for one key: exactly one takes it.
+    let racers: Vec<_> = (0..6)
+        .map(|index| {
+            let records = if index % 2 == 0 {
+                host_a.clone()
+            } else {
+                host_b.clone()
+            };
+            std::thread::spawn(move || records.take_once("webhook.ops.race").unwrap())
+        })
+        .collect();
+    let taken = racers
+        .into_iter()
+        .map(|racer| racer.join().unwrap())
+        .filter(|taken| *taken)
+        .count();
+    assert_eq!(taken, 1);
+}

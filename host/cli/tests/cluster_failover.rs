@@ -23,6 +23,9 @@ use clawcage_tests::nats::NatsServer;
 use serde_json::json;
 
 const TOKEN: &str = "cluster-failover-token";
+/// The webhook's signing secret and the variable that holds it.
+const HOOK_SECRET_ENV: &str = "CLAWCAGE_TEST_HOOK_SECRET";
+const HOOK_SECRET: &str = "failover-hook-secret-0123456789abcdef";
 
 /// A host of the cluster: its configuration (naming its `host_id`) and state directory.
 struct Host {
@@ -32,13 +35,18 @@ struct Host {
 
 impl Host {
     fn new(nats: &str, model: &str, host_id: &str) -> Host {
+        Self::with(nats, model, host_id, "")
+    }
+
+    /// A host whose configuration has `extra` sections too.
+    fn with(nats: &str, model: &str, host_id: &str, extra: &str) -> Host {
         clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
         let root = tempfile::tempdir().unwrap();
         std::fs::write(
             root.path().join("clawcage.toml"),
             format!(
                 "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
-                 [cluster]\nnats = \"{nats}\"\nhost_id = \"{host_id}\"\nlease_secs = 2\n"
+                 [cluster]\nnats = \"{nats}\"\nhost_id = \"{host_id}\"\nlease_secs = 2\n\n{extra}"
             ),
         )
         .unwrap();
@@ -60,7 +68,8 @@ impl Host {
             .args(args)
             .env_remove("RUST_LOG")
             .env_remove("CLAWCAGE_GATEWAY_TOKEN")
-            .env("ANTHROPIC_API_KEY", "sk-failover-test");
+            .env("ANTHROPIC_API_KEY", "sk-failover-test")
+            .env(HOOK_SECRET_ENV, HOOK_SECRET);
         command
     }
 
@@ -423,6 +432,58 @@ async fn cron_jobs_are_the_clusters_and_keep_firing_after_the_active_host_dies()
         !listed.contains("ticker"),
         "removed for every host: {listed}"
     );
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
+}
+
+/// A signed webhook request is taken once across the cluster: replayed to the host that took
+/// over from the one that accepted it, it is refused as a replay, while a new signed request is
+/// taken there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_replayed_to_the_host_that_took_over_is_refused() {
+    use clawcage_tests::channels::{post, signed_headers, unix_now};
+    let Some(nats) = NatsServer::start("a_webhook_replayed_after_a_takeover") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|_| anthropic::message(&[anthropic::text("ok")])).await;
+    let hook = format!("[channels.webhooks.ops]\nsecret_env = \"{HOOK_SECRET_ENV}\"\n");
+    let workspace = tempfile::tempdir().unwrap();
+    let first = Host::with(&nats.url(), model.url(), "host-a", &hook);
+    let second = Host::with(&nats.url(), model.url(), "host-b", &hook);
+    let active = GatewayProcess::start(first.gateway(workspace.path()));
+    let standby = tokio::task::spawn_blocking({
+        let command = second.gateway(workspace.path());
+        move || GatewayProcess::start(command)
+    });
+    let body = json!({"message": "deploy done", "id": "d-1"})
+        .to_string()
+        .into_bytes();
+    let headers = signed_headers(HOOK_SECRET, unix_now(), &body);
+    let url = |addr: std::net::SocketAddr| format!("http://{addr}/hooks/ops");
+    let (status, text) = post(&url(active.addr), &headers, body.clone()).await;
+    assert_eq!(status, 202, "{text}");
+    // The same request again, to the same host: a replay.
+    let (status, text) = post(&url(active.addr), &headers, body.clone()).await;
+    assert_eq!(status, 401, "{text}");
+    let said = active.kill();
+    assert!(!said.contains("panicked"), "{said}");
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap();
+    let (status, text) = post(&url(standby.addr), &headers, body.clone()).await;
+    assert_eq!(status, 401, "a replay to the new host is refused: {text}");
+    assert!(text.contains("replay"), "{text}");
+    let fresh = json!({"message": "deploy done again", "id": "d-2"})
+        .to_string()
+        .into_bytes();
+    let (status, text) = post(
+        &url(standby.addr),
+        &signed_headers(HOOK_SECRET, unix_now(), &fresh),
+        fresh,
+    )
+    .await;
+    assert_eq!(status, 202, "{text}");
     let (exit, output) = standby.terminate();
     assert!(exit.success(), "{output}");
 }

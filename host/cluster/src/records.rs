@@ -36,6 +36,13 @@ pub const TELEGRAM_RECORD: &str = "telegram";
 /// The key of the allow-always approvals.
 pub const APPROVALS_RECORD: &str = "approvals";
 
+/// The bucket of keys taken once (a webhook's signature): an entry lives two days, longer than
+/// any replay window can need (a timestamp at most a day either way of the clock).
+pub const ONCE_BUCKET: &str = "claw_once";
+
+/// How long a key taken once stays taken.
+const ONCE_KEPT: Duration = Duration::from_secs(49 * 3600);
+
 /// The largest record written: under the server's default largest message (1 MiB) with room
 /// for the headers.
 const MAX_RECORD: usize = 1_000_000;
@@ -45,6 +52,7 @@ const MAX_RECORD: usize = 1_000_000;
 #[derive(Clone)]
 pub struct KvRecords {
     bucket: kv::Store,
+    once: kv::Store,
     worker: Arc<Worker>,
     /// How long a caller waits for an answer.
     limit: Duration,
@@ -63,27 +71,68 @@ impl KvRecords {
         let what = format!("the key-value bucket {STATE_BUCKET}");
         let worker = Worker::start_for("clawcage-records", url, &what)?;
         let (url_owned, options_owned) = (url.to_string(), options.clone());
-        let bucket = worker
+        let (bucket, once) = worker
             .run(setup_limit(options), async move {
                 let cluster = Cluster::connect(&url_owned, &options_owned)
                     .await
                     .map_err(std::io::Error::other)?;
-                crate::open_bucket(
+                let bucket = crate::open_bucket(
                     &cluster.context,
                     &options_owned,
                     STATE_BUCKET,
-                    "clawcage: what every gateway host shares: cron jobs, pairings, the Telegram journal",
+                    "clawcage: what every gateway host shares: cron jobs, pairings, the Telegram journal, approvals",
                     Duration::ZERO,
                 )
                 .await
-                .map_err(|(_, reason)| std::io::Error::other(reason))
+                .map_err(|(_, reason)| std::io::Error::other(reason))?;
+                let once = crate::open_bucket(
+                    &cluster.context,
+                    &options_owned,
+                    ONCE_BUCKET,
+                    "clawcage: keys taken once across hosts (webhook signatures against replays)",
+                    ONCE_KEPT,
+                )
+                .await
+                .map_err(|(_, reason)| std::io::Error::other(reason))?;
+                Ok((bucket, once))
             })
             .map_err(|error| cluster_error(error, url, &what))?;
         Ok(Self {
             bucket,
+            once,
             worker: Arc::new(worker),
             limit: options.request_timeout + Duration::from_secs(1),
         })
+    }
+
+    /// Takes `key` (letters, digits, `-`, `_`, `.`) for good: true for the first host that
+    /// asks, false for every later ask, on any host, for two days. Blocks for one round trip.
+    /// The key is created with a value of this ask's own, so a try whose answer was lost is
+    /// recognised as this ask's when it is refused on the next try.
+    pub fn take_once(&self, key: &str) -> Result<bool, String> {
+        let (once, key_owned) = (self.once.clone(), key.to_string());
+        let mine = bytes::Bytes::from(crate::subject_log::writer_nonce());
+        let taken = self
+            .worker
+            .run(self.limit, async move {
+                crate::subject_log::patiently(|| async {
+                    match once.create(&key_owned, mine.clone()).await {
+                        Ok(_) => Ok(true),
+                        Err(error) if error.kind() == kv::CreateErrorKind::AlreadyExists => {
+                            let stored = once
+                                .get(&key_owned)
+                                .await
+                                .map_err(|error| error.to_string())?;
+                            Ok(stored.as_ref() == Some(&mine))
+                        }
+                        Err(error) => Err(error.to_string()),
+                    }
+                })
+                .await
+                .map_err(std::io::Error::other)
+            })
+            .map_err(|error| format!("the cluster's {ONCE_BUCKET} bucket: {error}"))?;
+        Ok(taken)
     }
 
     /// The record under `key`.

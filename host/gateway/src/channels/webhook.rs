@@ -7,7 +7,8 @@
 //! with the hook's secret, of the timestamp, a `.`, and the body's bytes. An inbound request is
 //! accepted only with a valid signature (checked in constant time), a timestamp inside the
 //! replay window (default 5 minutes either way) and a signature not seen before within that
-//! window (the cache survives a restart); anything else is 401 and nothing enters a session. The body (at most 64 KiB) is
+//! window (the cache survives a restart; in a cluster it is the cluster's, so a request replayed
+//! to another host is refused too); anything else is 401 and nothing enters a session. The body (at most 64 KiB) is
 //! `{"message": "...", "peer"?: "...", "id"?: "..."}`; the answer is 202 with the run's id.
 
 use std::collections::HashMap;
@@ -325,7 +326,32 @@ impl Webhooks {
         ) {
             return unauthorized("the signature does not match");
         }
-        {
+        if let Some(records) = self.shared.hub.parts.shared_records.clone() {
+            // In a cluster the signature is taken once across every host, so a request
+            // replayed to another host (after a takeover) is refused too.
+            let key = format!("webhook.{name}.{}", hex::encode(&signature));
+            let taken = tokio::task::spawn_blocking(move || records.take_once(&key)).await;
+            match taken {
+                Ok(Ok(true)) => {}
+                Ok(Ok(false)) => {
+                    return unauthorized("this signed request was seen before (a replay)");
+                }
+                Ok(Err(error)) => {
+                    tracing::error!(%error, "cannot record a webhook signature in the cluster");
+                    return refuse(
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "the gateway cannot record the request against replays; retry later",
+                    );
+                }
+                Err(error) => {
+                    tracing::error!(%error, "the replay check stopped");
+                    return refuse(
+                        http::StatusCode::SERVICE_UNAVAILABLE,
+                        "the gateway cannot record the request against replays; retry later",
+                    );
+                }
+            }
+        } else {
             let mut seen = self
                 .seen
                 .lock()
