@@ -295,3 +295,52 @@ async fn a_key_taken_once_on_one_host_is_taken_for_every_host() {
         .count();
     assert_eq!(taken, 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_days_token_count_is_every_hosts_and_no_charge_is_lost() {
+    let Some(server) = NatsServer::start("budget_is_every_hosts") else {
+        return;
+    };
+    let config = clawcage_agent::BudgetConfig {
+        session_tokens: None,
+        daily_tokens: Some(1_000),
+    };
+    let budget = |records: &KvRecords| {
+        Arc::new(clawcage_agent::Budget::in_store(
+            config,
+            Some(Arc::new(
+                records.record(clawcage_cluster::records::BUDGET_RECORD),
+            )),
+        ))
+    };
+    let (host_a, host_b) = (budget(&records(&server)), budget(&records(&server)));
+    // Charges made on both hosts at once: every one is counted.
+    let chargers: Vec<_> = (0..4)
+        .map(|index| {
+            let budget = if index % 2 == 0 {
+                host_a.clone()
+            } else {
+                host_b.clone()
+            };
+            std::thread::spawn(move || {
+                for _ in 0..10 {
+                    budget.charge(Some("agent:main:s"), 20);
+                }
+            })
+        })
+        .collect();
+    for charger in chargers {
+        charger.join().unwrap();
+    }
+    assert_eq!(host_a.used_today(), 800);
+    assert_eq!(host_b.used_today(), 800);
+    assert!(host_b.check(None).is_ok());
+    host_a.charge(None, 200);
+    let refused = host_b.check(None).unwrap_err();
+    assert!(
+        refused.contains("today's budget of 1000 tokens"),
+        "{refused}"
+    );
+    // A host that starts later takes the day's count up.
+    assert_eq!(budget(&records(&server)).used_today(), 1_000);
+}

@@ -9,14 +9,17 @@
 //! budget account, a task-local set by the session's lane and carried into its children by the
 //! sub-agent manager: [`charged_to`], [`budget_account`]). Crossing 80 % or 100 % of either is
 //! said once ([`Budget::take_notices`]). The day's count is kept in the state directory
-//! (`usage/daily.json`, written atomically), so a restart does not start the day afresh; a
-//! session's count is rebuilt at load from its transcript ([`Budget::seed`]).
+//! (`usage/daily.json`, written atomically under a lock) or, in a cluster, in a record every
+//! gateway host shares; each charge adds to the count as stored, so a restart does not start the
+//! day afresh and processes (or hosts) charging at once lose none of it. A session's count is
+//! rebuilt at load from its transcript ([`Budget::seed`]).
 
 use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use clawcage_core::records::{FileRecord, RecordStore, StoredRecord, read_change_write};
 use clawcage_core::{BoxFuture, Usage};
 use serde::{Deserialize, Serialize};
 
@@ -56,7 +59,8 @@ struct Ledger {
 #[derive(Debug)]
 pub struct Budget {
     config: BudgetConfig,
-    file: Option<PathBuf>,
+    /// Where the day's count is kept (none: in memory only).
+    store: Option<Arc<dyn RecordStore>>,
     ledger: Mutex<Ledger>,
 }
 
@@ -88,13 +92,17 @@ fn percent(used: u64, limit: u64) -> u64 {
 impl Budget {
     /// Budgets `config`, with the day's count kept in `file` (none: in memory only).
     pub fn new(config: BudgetConfig, file: Option<PathBuf>) -> Self {
-        let daily = file
-            .as_ref()
-            .and_then(|path| read_daily(path))
-            .unwrap_or_default();
+        let store = file
+            .map(|path| -> Arc<dyn RecordStore> { Arc::new(FileRecord::new(path, 4096, true)) });
+        Self::in_store(config, store)
+    }
+
+    /// Budgets `config`, with the day's count kept in `store` (a cluster's shared record).
+    pub fn in_store(config: BudgetConfig, store: Option<Arc<dyn RecordStore>>) -> Self {
+        let daily = store.as_deref().and_then(read_daily).unwrap_or_default();
         Self {
             config,
-            file,
+            store,
             ledger: Mutex::new(Ledger {
                 daily,
                 ..Ledger::default()
@@ -147,7 +155,7 @@ impl Budget {
     /// processes on the same state directory added.
     fn refresh(&self, daily: &mut Daily) {
         let day = today();
-        if let Some(stored) = self.file.as_ref().and_then(|path| read_daily(path))
+        if let Some(stored) = self.store.as_deref().and_then(read_daily)
             && stored.day == day
             && stored.tokens > daily.tokens
         {
@@ -189,19 +197,36 @@ impl Budget {
         let mut ledger = self.lock();
         let ledger = &mut *ledger;
         self.refresh(&mut ledger.daily);
-        let daily_before = ledger.daily.tokens;
+        let mut daily_before = ledger.daily.tokens;
         ledger.daily.tokens = ledger.daily.tokens.saturating_add(tokens);
-        if let Some(path) = &self.file {
-            let written = serde_json::to_vec(&ledger.daily)
-                .map_err(std::io::Error::other)
-                .and_then(|bytes| {
-                    if let Some(parent) = path.parent() {
-                        std::fs::create_dir_all(parent)?;
+        if let Some(store) = &self.store {
+            // Added to the count as stored (read, add, written at the version read), so what
+            // other processes charged meanwhile is kept.
+            let day = today();
+            let stored = read_change_write(
+                store.as_ref(),
+                |bytes| serde_json::from_slice::<Daily>(bytes).map_err(|error| error.to_string()),
+                |daily| serde_json::to_vec(daily).map_err(|error| error.to_string()),
+                |daily: &mut Daily| {
+                    if daily.day != day {
+                        *daily = Daily {
+                            day: day.clone(),
+                            tokens: 0,
+                        };
                     }
-                    clawcage_core::files::write_atomically(path, &bytes, true)
-                });
-            if let Err(error) = written {
-                tracing::warn!(path = %path.display(), "cannot record the day's token use: {error}");
+                    daily.tokens = daily.tokens.saturating_add(tokens);
+                    (daily.clone(), true)
+                },
+            );
+            match stored {
+                Ok(stored) => {
+                    daily_before = stored.tokens.saturating_sub(tokens);
+                    ledger.daily = stored;
+                }
+                Err(error) => tracing::warn!(
+                    place = %store.describe(),
+                    "cannot record the day's token use: {error}"
+                ),
             }
         }
         let mut notices = Vec::new();
@@ -323,11 +348,12 @@ pub fn charge_reported(budget: Option<&Budget>, usage: Usage) {
     }
 }
 
-fn read_daily(path: &std::path::Path) -> Option<Daily> {
-    let text =
-        clawcage_core::files::read_regular_text(path, 4096, clawcage_core::files::Symlinks::Refuse)
-            .ok()?;
-    serde_json::from_str(&text).ok()
+/// The day's count as `store` keeps it, if it keeps a readable one.
+fn read_daily(store: &dyn RecordStore) -> Option<Daily> {
+    match store.read(None).ok()? {
+        StoredRecord::Found { bytes, .. } => serde_json::from_slice(&bytes).ok(),
+        StoredRecord::Missing | StoredRecord::Unchanged => None,
+    }
 }
 
 #[cfg(test)]

@@ -35,6 +35,8 @@ pub const PAIRING_RECORD: &str = "pairing";
 pub const TELEGRAM_RECORD: &str = "telegram";
 /// The key of the allow-always approvals.
 pub const APPROVALS_RECORD: &str = "approvals";
+/// The key of the day's token count (`[budget] daily_tokens`).
+pub const BUDGET_RECORD: &str = "budget";
 
 /// The bucket of keys taken once (a webhook's signature): an entry lives two days, longer than
 /// any replay window can need (a timestamp at most a day either way of the clock).
@@ -231,16 +233,19 @@ async fn read(bucket: &kv::Store, key: &str, known: Option<u64>) -> std::io::Res
     })
 }
 
-/// Writes `bytes` under `key` at revision `expected` (`None`: only if absent). A try whose
-/// acknowledgement was lost, seen as refused on the next try, is recognised by the record now
-/// holding exactly these bytes.
+/// Writes `bytes` under `key` at revision `expected` (`None`: only if absent). A refusal that
+/// follows a try whose answer was lost (a timeout while the servers elected a leader) may be this
+/// very write, stored by that try: it is taken as this write's when the record now holds exactly
+/// these bytes. A refusal at the first try is always another writer's.
 async fn write(
     bucket: &kv::Store,
     key: &str,
     bytes: Vec<u8>,
     expected: Option<u64>,
 ) -> Result<String, RecordWriteError> {
+    let tries = std::sync::atomic::AtomicUsize::new(0);
     let written = crate::subject_log::patiently(|| async {
+        tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         match expected {
             Some(revision) => bucket
                 .update(key, bytes.clone().into(), revision)
@@ -265,7 +270,10 @@ async fn write(
     if let Some(revision) = written {
         return Ok(revision.to_string());
     }
-    // Refused: another writer's record, or this very write from a try whose answer was lost.
+    if tries.load(std::sync::atomic::Ordering::Relaxed) == 1 {
+        return Err(RecordWriteError::Changed);
+    }
+    // Refused after a lost answer: another writer's record, or this very write.
     match read(bucket, key, None).await {
         Ok(StoredRecord::Found {
             bytes: stored,

@@ -239,6 +239,7 @@ pub(crate) async fn join(
                 transcripts: Arc::new(transcripts),
                 inbox: Arc::new(inbox),
                 cron_jobs: Some(Arc::new(records.record(records::CRON_RECORD))),
+                budget: Some(Arc::new(records.record(records::BUDGET_RECORD))),
             },
             records,
         ))

@@ -56,6 +56,8 @@ pub struct SessionStores {
     pub inbox: Arc<dyn clawcage_agent::LaneInbox>,
     /// The cron jobs; `None`: the state directory's `cron/jobs.json`.
     pub cron_jobs: Option<Arc<dyn clawcage_core::records::RecordStore>>,
+    /// The day's token count; `None`: the state directory's `usage/daily.json`.
+    pub budget: Option<Arc<dyn clawcage_core::records::RecordStore>>,
 }
 
 impl AgentOptions {
@@ -158,11 +160,16 @@ impl Runtime {
         // One budget, held by the provider every model call goes through (turns, compaction,
         // sub-agents), by the sessions (their counts and notices) and by the sub-agent manager
         // (external agents' reported usage).
-        let budget =
-            (budget.session_tokens.is_some() || budget.daily_tokens.is_some()).then(|| {
-                let file = self.state_dir().daily_usage();
-                Arc::new(Budget::new(budget, Some(file)))
-            });
+        let budget = (budget.session_tokens.is_some() || budget.daily_tokens.is_some()).then(
+            || match options
+                .stores
+                .as_ref()
+                .and_then(|stores| stores.budget.clone())
+            {
+                Some(shared) => Arc::new(Budget::in_store(budget, Some(shared))),
+                None => Arc::new(Budget::new(budget, Some(self.state_dir().daily_usage()))),
+            },
+        );
         let provider: Arc<dyn clawcage_agent::Provider> = match &budget {
             Some(budget) => Arc::new(Metered::new(chosen.provider, budget.clone())),
             None => chosen.provider,
