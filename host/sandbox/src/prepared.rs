@@ -340,10 +340,12 @@ impl WaitingInstances {
                     continue;
                 }
                 instances.ahead.store(true, Ordering::Release);
-                instances.watching.store(false, Ordering::Release);
+                // The background jobs are all busy (dropping stores): look again after the
+                // next pause, or the component would wait for a call before one is made ahead.
                 let Some(job) = BackgroundJob::start(&instances.background) else {
-                    return;
+                    continue;
                 };
+                instances.watching.store(false, Ordering::Release);
                 let Some(claim) = instances.claim_preparation() else {
                     return;
                 };
