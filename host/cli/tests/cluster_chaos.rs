@@ -157,6 +157,7 @@ async fn chaos(seed: u64) -> bool {
         return false;
     };
     let nats_url = NatsServer::urls(&nats);
+    cluster_ready(&nats_url, seed).await;
     eprintln!("cluster chaos: seed {seed} (CLAWCAGE_CHAOS_SEED={seed} replays it)");
     let mut random = Seeded::new(seed);
     // Each answer takes 50 to 400 ms, so kills land during model calls as well as between them.
@@ -182,7 +183,7 @@ async fn chaos(seed: u64) -> bool {
         start(&hosts, index, workspace.path(), &serving);
     }
     let next_active = |served: &mpsc::Receiver<Result<(usize, GatewayProcess), String>>| {
-        let deadline = Instant::now() + Duration::from_secs(90);
+        let deadline = Instant::now() + Duration::from_secs(120);
         let mut stopped = Vec::new();
         loop {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -191,7 +192,7 @@ async fn chaos(seed: u64) -> bool {
                 // A host that stopped before serving: said, and the others are waited for.
                 Ok(Err(why)) => stopped.push(why),
                 Err(_) => panic!(
-                    "no standby took over within 90 s (seed {seed}); hosts that stopped: {stopped:#?}"
+                    "no standby took over within 120 s (seed {seed}); hosts that stopped: {stopped:#?}"
                 ),
             }
         }
@@ -506,4 +507,36 @@ async fn cron_turns(
         "every firing taken is a turn (seed {seed}): {keys:?}"
     );
     (firings, answers)
+}
+
+/// Waits until a fresh three-server cluster takes replicated writes (its JetStream layer elects
+/// its leaders first; on a busy machine that takes up to a minute), so that the hosts start on a
+/// formed cluster, as in production.
+async fn cluster_ready(nats: &str, seed: u64) {
+    let options = clawcage_cluster::ClusterOptions {
+        replicas: 3,
+        ..Default::default()
+    };
+    let started = Instant::now();
+    loop {
+        let url = nats.to_string();
+        let options = options.clone();
+        let ready = tokio::task::spawn_blocking(move || {
+            clawcage_cluster::KvRecords::connect(&url, &options)
+                .map_err(|error| error.to_string())
+                .and_then(|records| records.take_once(&format!("ready.{}", std::process::id())))
+        })
+        .await
+        .unwrap();
+        match ready {
+            Ok(_) => return,
+            Err(error) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(180),
+                    "the NATS cluster took no replicated write within 180 s (seed {seed}): {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
 }
