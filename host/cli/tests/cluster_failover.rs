@@ -81,6 +81,25 @@ impl Host {
     }
 }
 
+/// `host` started as a standby in `workspace`: the task ends once it serves.
+fn standby_of(host: &Host, workspace: &Path) -> tokio::task::JoinHandle<GatewayProcess> {
+    let command = host.gateway(workspace);
+    tokio::task::spawn_blocking(move || GatewayProcess::start(command))
+}
+
+/// Kills `active` with SIGKILL and returns `standby` once it serves in its place.
+async fn fail_over(
+    active: GatewayProcess,
+    standby: tokio::task::JoinHandle<GatewayProcess>,
+) -> GatewayProcess {
+    let said = active.kill();
+    assert!(!said.contains("panicked"), "{said}");
+    tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once() {
     let Some(nats) = NatsServer::start("the_standby_takes_over") else {
@@ -110,10 +129,7 @@ async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once()
         active.output()
     );
     // The standby waits (it prints its address only when it serves).
-    let standby = tokio::task::spawn_blocking({
-        let command = second.gateway(workspace.path());
-        move || GatewayProcess::start(command)
-    });
+    let standby = standby_of(&second, workspace.path());
 
     let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
     let session = "agent:main:test:failover";
@@ -128,13 +144,7 @@ async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once()
     // The turn is waiting for the model when the active host dies.
     gate.reached(1).await;
     let killed_at = Instant::now();
-    let said = active.kill();
-    assert!(!said.contains("panicked"), "{said}");
-
-    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
-        .await
-        .expect("the standby took over within 60 s")
-        .unwrap();
+    let standby = fail_over(active, standby).await;
     let took_over = killed_at.elapsed();
     let output = standby.output();
     assert!(
@@ -366,10 +376,7 @@ async fn cron_jobs_are_the_clusters_and_keep_firing_after_the_active_host_dies()
     let first = Host::new(&nats.url(), model.url(), "host-a");
     let second = Host::new(&nats.url(), model.url(), "host-b");
     let active = GatewayProcess::start(first.gateway(workspace.path()));
-    let standby = tokio::task::spawn_blocking({
-        let command = second.gateway(workspace.path());
-        move || GatewayProcess::start(command)
-    });
+    let standby = standby_of(&second, workspace.path());
     let session = "agent:main:test:cron";
     let run = |mut command: Command| {
         tokio::task::spawn_blocking(move || {
@@ -408,12 +415,7 @@ async fn cron_jobs_are_the_clusters_and_keep_firing_after_the_active_host_dies()
 
     let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
     let before = until_answered(&mut client, session, 2).await;
-    let said = active.kill();
-    assert!(!said.contains("panicked"), "{said}");
-    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
-        .await
-        .expect("the standby took over within 60 s")
-        .unwrap();
+    let standby = fail_over(active, standby).await;
     let (mut client, _) = GatewayClient::connect(standby.addr, TOKEN).await;
     until_answered(&mut client, session, before + 2).await;
     // Let a firing under way end, then compare: every firing answered exactly once.
@@ -451,10 +453,7 @@ async fn a_webhook_replayed_to_the_host_that_took_over_is_refused() {
     let first = Host::with(&nats.url(), model.url(), "host-a", &hook);
     let second = Host::with(&nats.url(), model.url(), "host-b", &hook);
     let active = GatewayProcess::start(first.gateway(workspace.path()));
-    let standby = tokio::task::spawn_blocking({
-        let command = second.gateway(workspace.path());
-        move || GatewayProcess::start(command)
-    });
+    let standby = standby_of(&second, workspace.path());
     let body = json!({"message": "deploy done", "id": "d-1"})
         .to_string()
         .into_bytes();
@@ -465,12 +464,7 @@ async fn a_webhook_replayed_to_the_host_that_took_over_is_refused() {
     // The same request again, to the same host: a replay.
     let (status, text) = post(&url(active.addr), &headers, body.clone()).await;
     assert_eq!(status, 401, "{text}");
-    let said = active.kill();
-    assert!(!said.contains("panicked"), "{said}");
-    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
-        .await
-        .expect("the standby took over within 60 s")
-        .unwrap();
+    let standby = fail_over(active, standby).await;
     let (status, text) = post(&url(standby.addr), &headers, body.clone()).await;
     assert_eq!(status, 401, "a replay to the new host is refused: {text}");
     assert!(text.contains("replay"), "{text}");
