@@ -789,7 +789,15 @@ async fn kill_9_mid_turn_then_a_restart_resumes_the_run_under_its_id() {
             json!({"sessionKey": session, "since": 0}),
         )
         .await;
-    let seq_before = before["payload"]["lastSeq"].as_u64().unwrap();
+    assert_eq!(before["ok"], true, "{before}");
+    // The last event stored before the kill: the second run's start, as the log replays it
+    // (the hub numbers events before its writer stores them, so `lastSeq` may run ahead).
+    let stored = client
+        .agent_events_until(WAIT, |e| {
+            e["runId"] == second_run.as_str() && e["data"]["phase"] == "start"
+        })
+        .await;
+    let seq_before = stored.last().unwrap()["seq"].as_u64().unwrap();
     gateway.kill();
 
     // The restarted gateway takes the run up again under its id: the model is asked again
