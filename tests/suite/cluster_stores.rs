@@ -6,7 +6,8 @@
 //! input per idempotency key, a restarted host takes its claims back at once while another host
 //! waits for the dead one's lease to lapse, and a long session is rolled up without losing what
 //! is pending or remembered. Three servers: the stores (R3) ride through the death of one server,
-//! a write waiting for new stream leaders and then going through once.
+//! a write waiting for new stream leaders and then going through once. A host whose lease
+//! lapsed (its write fence shut) sends nothing more to any store.
 
 use std::time::Duration;
 
@@ -20,7 +21,7 @@ use clawcage_core::ChatMessage;
 use clawcage_core::redact::Redactor;
 use clawcage_tests::nats::NatsServer;
 
-use crate::cluster::{connect, event};
+use crate::cluster::{connect, connect_with, event};
 use crate::cluster_leases::short_leases;
 
 /// A message of the conversation: the user's at odd times, the assistant's at even ones (two
@@ -430,4 +431,118 @@ async fn three_servers_keep_every_store_when_one_of_them_dies() {
     assert_eq!(pending.len(), 10);
     let replay = events.read(key, 0, 100).await.unwrap();
     assert_eq!(replay.events.len(), 10);
+}
+
+/// A host whose lease lapsed sends nothing more: with the write fence its stores were connected
+/// with shut, a transcript append, an inbox append and an event are each refused before they
+/// leave the process, saying why, and nothing of them is stored; once the fence is open again
+/// (the lease renewed) they go through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_host_whose_lease_lapsed_sends_nothing_more() {
+    let Some(server) = NatsServer::start("a_host_whose_lease_lapsed") else {
+        return;
+    };
+    let fence = clawcage_cluster::WriteFence::shut_until_held();
+    let options = ClusterOptions {
+        write_fence: fence.clone(),
+        ..ClusterOptions::default()
+    };
+    let key = "agent:main:test:fenced";
+    let url = server.url();
+    let (fenced_transcripts, fenced_inbox) = {
+        let options = options.clone();
+        tokio::task::spawn_blocking(move || {
+            let me = Holder {
+                host: "a".to_string(),
+                incarnation: "1".to_string(),
+            };
+            (
+                JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap(),
+                JetStreamInbox::connect(&url, &options, me, Claims::CoveredByCaller).unwrap(),
+            )
+        })
+        .await
+        .unwrap()
+    };
+    let fenced_events = connect_with(&server, &options).await.event_log();
+    let refusal = |error: String| {
+        assert!(
+            error.contains("was not sent") && error.contains("lease"),
+            "{error}"
+        );
+    };
+    // Shut: refused, every store.
+    let (to_transcripts, to_inbox) = (fenced_transcripts.clone(), fenced_inbox.clone());
+    let (wrote, took) = tokio::task::spawn_blocking(move || {
+        (
+            to_transcripts.append_steps(key, &[message(1, "late")]),
+            to_inbox.append(
+                key,
+                &crate::store_contracts::input_of(key, "late", Some("k-late")),
+            ),
+        )
+    })
+    .await
+    .unwrap();
+    refusal(
+        wrote
+            .expect_err("a shut fence refuses transcripts")
+            .to_string(),
+    );
+    refusal(took.expect_err("a shut fence refuses inboxes").to_string());
+    let appended = fenced_events.append(event(key, 1, "late"), 7).await;
+    refusal(
+        appended
+            .expect_err("a shut fence refuses events")
+            .to_string(),
+    );
+    // Nothing of them is stored, as an unfenced host reads it.
+    let reader_transcripts = transcripts(&server, Redactor::default());
+    let reader_inbox = inbox(&server, &ClusterOptions::default(), "reader", "1");
+    let reader_events = connect(&server).await.event_log();
+    let (stored_messages, stored_inputs) = tokio::task::spawn_blocking(move || {
+        (
+            reader_transcripts.load(key, 100).unwrap().messages.len(),
+            reader_inbox.pending(key).unwrap().len(),
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!((stored_messages, stored_inputs), (0, 0));
+    assert_eq!(reader_events.last_seq(key).await.unwrap(), 0);
+    // Renewed: open again.
+    fence.open_until(std::time::Instant::now() + Duration::from_secs(60));
+    let (to_transcripts, to_inbox) = (fenced_transcripts.clone(), fenced_inbox.clone());
+    tokio::task::spawn_blocking(move || {
+        to_transcripts
+            .append_steps(key, &[message(1, "fresh")])
+            .unwrap();
+        to_inbox
+            .append(
+                key,
+                &crate::store_contracts::input_of(key, "fresh", Some("k-fresh")),
+            )
+            .unwrap();
+    })
+    .await
+    .unwrap();
+    fenced_events
+        .append(event(key, 1, "fresh"), 7)
+        .await
+        .unwrap();
+    assert_eq!(reader_events.last_seq(key).await.unwrap(), 1);
+    // Lost for good: shut again, and a renewal racing the loss does not reopen it.
+    fence.close();
+    fence.open_until(std::time::Instant::now() + Duration::from_secs(60));
+    let to_transcripts = fenced_transcripts.clone();
+    let wrote = tokio::task::spawn_blocking(move || {
+        to_transcripts.append_steps(key, &[message(2, "after the loss")])
+    })
+    .await
+    .unwrap();
+    refusal(
+        wrote
+            .expect_err("a lost lease's fence stays shut")
+            .to_string(),
+    );
 }

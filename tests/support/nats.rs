@@ -327,6 +327,29 @@ impl NatsServer {
         }
     }
 
+    /// Stalls the server (SIGSTOP): its connections stay open and every request waits, as on
+    /// a server that hangs; [`NatsServer::resume`] lets it go on.
+    pub fn pause(&self) {
+        self.signal("STOP");
+    }
+
+    /// Lets a server stalled by [`NatsServer::pause`] go on (SIGCONT).
+    pub fn resume(&self) {
+        self.signal("CONT");
+    }
+
+    fn signal(&self, signal: &str) {
+        let Some(child) = &self.child else {
+            panic!("the NATS server on port {} is not running", self.port);
+        };
+        let sent = std::process::Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(child.id().to_string())
+            .status()
+            .expect("kill runs");
+        assert!(sent.success(), "kill -{signal} failed");
+    }
+
     /// Starts the server again on the same port and store, after [`NatsServer::kill`].
     pub fn restart(&mut self) {
         self.kill();

@@ -302,7 +302,7 @@ impl CronService {
         tokio::spawn(async move { service.run().await })
     }
 
-    async fn run(&self) {
+    async fn run(self: Arc<Self>) {
         loop {
             let notified = self.wake.notified();
             tokio::pin!(notified);
@@ -329,8 +329,10 @@ impl CronService {
 
     /// Fires every job due at `now` (once each, however late), moves them on, saves, publishes,
     /// and returns the earliest next firing of all jobs. With a sink, the firings are handed to
-    /// it with no lock held, and each job moves on once its firing was taken.
-    async fn fire_due(&self, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
+    /// it with no lock held, and each job moves on once its firing was taken. The store's reads
+    /// and writes (a file, or a record on the cluster that may take seconds to answer) run on
+    /// the blocking pool, never on a thread of the runtime the other tasks need.
+    async fn fire_due(self: &Arc<Self>, now: DateTime<Utc>) -> Option<DateTime<Utc>> {
         let sink = self
             .sink
             .lock()
@@ -338,7 +340,10 @@ impl CronService {
             .clone();
         let mut failed = false;
         if let Some(sink) = &sink {
-            let due = self.due_firings(now);
+            let due = self
+                .off_the_runtime(move |service| service.due_firings(now))
+                .await
+                .unwrap_or_default();
             let mut taken = Vec::new();
             for firing in due {
                 match sink.deliver(firing.message.clone(), &firing.key).await {
@@ -349,11 +354,46 @@ impl CronService {
                     }
                 }
             }
-            self.move_on(&taken);
+            self.off_the_runtime(move |service| service.move_on(&taken))
+                .await;
         }
+        let with_sink = sink.is_some();
+        let (earliest, firings) = self
+            .off_the_runtime(move |service| service.settle(now, with_sink, failed))
+            .await
+            .unwrap_or((Some(now + chrono::Duration::seconds(1)), Vec::new()));
+        for message in firings {
+            let sender = message.sender.clone();
+            if let Err(error) = self.bus.publish(message) {
+                tracing::warn!(%sender, %error, "a cron firing could not be delivered");
+            }
+        }
+        earliest
+    }
+
+    /// Runs `job` on the blocking pool (`None` when it panicked there).
+    async fn off_the_runtime<T: Send + 'static>(
+        self: &Arc<Self>,
+        job: impl FnOnce(&Self) -> T + Send + 'static,
+    ) -> Option<T> {
+        let service = Arc::clone(self);
+        tokio::task::spawn_blocking(move || job(&service))
+            .await
+            .ok()
+    }
+
+    /// Without a sink, moves the due jobs on, saves, and returns their firings to publish; with
+    /// or without, the earliest next firing of all jobs (in a second at the latest when a
+    /// delivery `failed`).
+    fn settle(
+        &self,
+        now: DateTime<Utc>,
+        with_sink: bool,
+        failed: bool,
+    ) -> (Option<DateTime<Utc>>, Vec<InboundMessage>) {
         let mut state = self.lock();
         let mut firings = Vec::new();
-        if sink.is_none() {
+        if !with_sink {
             for job in &mut state.jobs {
                 let Some(due) = job.stored.next_fire else {
                     continue;
@@ -382,13 +422,7 @@ impl CronService {
             earliest = Some(earliest.map_or(retry, |next| next.min(retry)));
         }
         drop(state);
-        for message in firings {
-            let sender = message.sender.clone();
-            if let Err(error) = self.bus.publish(message) {
-                tracing::warn!(%sender, %error, "a cron firing could not be delivered");
-            }
-        }
-        earliest
+        (earliest, firings)
     }
 
     /// The firings due at `now`, for a sink, each with its key and where its job goes next.

@@ -5,7 +5,8 @@
 //! the stream, asks the model again for the step that had not finished, and ends the turn once:
 //! a client of the new host finds the answer exactly once in the history, `agent.wait` on the
 //! run's id answers there, and a resent idempotency key is a duplicate of that run. `clawcage
-//! cluster status` then names the new holder of the gateway lease.
+//! cluster status` then names the new holder of the gateway lease. An active host whose NATS
+//! server stalls stops writing before its lease can lapse, and stops serving.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -208,6 +209,63 @@ async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once()
 /// before its inbox took the input, leaves a run in flight that no host will ever run. The
 /// sender's resend with the same key is then taken, under that run's id, and answered: neither
 /// lost nor reported as a duplicate of a run that never ends.
+/// An active host whose NATS server stalls (every request, its lease renewal too, waits
+/// without an answer) stops writing before its lease can lapse and another host take over:
+/// its renewal is given up when the lease stops being fresh (70% of the 2 s time to live after
+/// the last renewal was sent), not when the request times out (10 s), and it then stops
+/// serving, saying why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_active_host_whose_server_stalls_stops_before_its_lease_can_lapse() {
+    let Some(nats) = NatsServer::start("an_active_host_whose_server_stalls") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|_| anthropic::message(&[anthropic::text("hello")])).await;
+    let workspace = tempfile::tempdir().unwrap();
+    let host = Host::new(&nats.url(), model.url(), "host-a");
+    let command = host.gateway(workspace.path());
+    let mut active = tokio::task::spawn_blocking(move || GatewayProcess::start(command))
+        .await
+        .unwrap();
+    // A few renewals go through first.
+    tokio::time::sleep(Duration::from_millis(1200)).await;
+    nats.pause();
+    let stalled = Instant::now();
+    let stopped_writing = loop {
+        if active.output().contains("could not be renewed in time") {
+            break stalled.elapsed();
+        }
+        assert!(
+            stalled.elapsed() < Duration::from_secs(20),
+            "the host went on past its lease: {}",
+            active.output()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    nats.resume();
+    assert!(
+        stopped_writing < Duration::from_secs(2),
+        "the host stopped writing {stopped_writing:?} after its server stalled: past its lease's 2 s time to live"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(status) = active.exited() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the host serves on: {}",
+            active.output()
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(status.code(), Some(1), "{}", active.output());
+    assert!(
+        active.output().contains("lost the cluster's gateway lease"),
+        "{}",
+        active.output()
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_whose_host_died_before_its_inbox_took_it_is_taken_when_sent_again() {
     let Some(nats) = NatsServer::start("a_send_whose_host_died_before_its_inbox_took_it") else {

@@ -88,6 +88,8 @@ struct Inner {
     tails: Mutex<HashMap<String, Tail>>,
     /// Moves with every reconnection to the servers.
     reconnected: watch::Receiver<u64>,
+    /// Closed when the lease this log is written under is lost: nothing more is sent.
+    fence: crate::WriteFence,
 }
 
 impl std::fmt::Debug for JetStreamEventLog {
@@ -193,6 +195,7 @@ impl JetStreamEventLog {
                 stream,
                 tails: Mutex::new(HashMap::new()),
                 reconnected,
+                fence: options.write_fence.clone(),
             }),
         })
     }
@@ -258,6 +261,9 @@ impl Inner {
         let mut reconnected = self.reconnected.clone();
         reconnected.mark_unchanged();
         loop {
+            self.fence
+                .check(&format!("event {} of session {session}", event.seq))
+                .map_err(failed)?;
             let mut headers = HeaderMap::new();
             headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
             headers.insert(EPOCH_HEADER, epoch.to_string().as_str());
@@ -544,6 +550,9 @@ impl Inner {
     async fn remove(&self, session: &str) -> Result<(), EventLogError> {
         let subject = subject_of(session);
         let tail = self.lookup_tail(session, &subject).await?;
+        self.fence
+            .check(&format!("the removal of session {session}'s events"))
+            .map_err(failed)?;
         let mut headers = HeaderMap::new();
         headers.insert(ROLLUP_HEADER, "sub");
         headers.insert(REMOVED_HEADER, "1");

@@ -94,6 +94,8 @@ struct Inner {
     timeout: Duration,
     /// This store among the writers (its appends' message ids).
     writer: String,
+    /// Closed when the lease this store writes under is lost: nothing more is sent.
+    fence: crate::WriteFence,
 }
 
 /// Lane inboxes on JetStream. Cheap to clone; the connection, its thread and the renewal of the
@@ -152,6 +154,7 @@ impl JetStreamInbox {
             claims,
             timeout: options.request_timeout,
             writer: crate::subject_log::writer_nonce(),
+            fence: options.write_fence.clone(),
         });
         worker.spawn(renew_claims(Arc::downgrade(&inner), options.lease_ttl / 3));
         Ok(Self {
@@ -276,6 +279,7 @@ impl Inner {
                 serde_json::to_vec(std::slice::from_ref(&line)).map_err(std::io::Error::other)?;
             match append_fenced(
                 &self.context,
+                &self.fence,
                 &subject,
                 session,
                 payload,
@@ -292,6 +296,7 @@ impl Inner {
                 }
                 Err(AppendError::Moved) => known = self.read(session).await?,
                 Err(AppendError::Failed(error)) => return Err(unreachable(session, error)),
+                Err(AppendError::Fenced(why)) => return Err(std::io::Error::other(why)),
             }
         }
         Err(std::io::Error::other(format!(
@@ -310,6 +315,9 @@ impl Inner {
             return Ok(());
         }
         let payload = serde_json::to_vec(&live).map_err(std::io::Error::other)?;
+        self.fence
+            .check(&format!("the roll-up of session {session}'s inbox"))
+            .map_err(std::io::Error::other)?;
         let mut headers = HeaderMap::new();
         headers.insert(SESSION_HEADER, session);
         headers.insert("Nats-Rollup", "sub");

@@ -111,6 +111,12 @@ impl Lease {
     pub fn is_fresh(&self) -> bool {
         self.renewed.elapsed() < self.fresh_for
     }
+
+    /// When it stops being fresh unless renewed before: [`SELF_FENCE_FRACTION`] of the time to
+    /// live after the last renewal was sent. The holder's writes must stop by then.
+    pub fn fresh_until(&self) -> Instant {
+        self.renewed + self.fresh_for
+    }
 }
 
 /// Why a lease operation failed.
@@ -208,12 +214,14 @@ impl Leases {
     /// Takes lease `name` if nobody holds it: `None` when another host (or this one, under an
     /// earlier handle) does. Of hosts racing for a free lease exactly one gets it.
     pub async fn acquire(&self, name: &str) -> Result<Option<Lease>, LeaseError> {
+        // Counted from before the request: the server's time to live runs from its write, later.
+        let sent = Instant::now();
         match self.leases.create(token(name), encode(&self.me)).await {
             Ok(revision) => Ok(Some(Lease {
                 name: name.to_string(),
                 epoch: revision,
                 revision,
-                renewed: Instant::now(),
+                renewed: sent,
                 fresh_for: self.fresh_for,
             })),
             Err(error) if error.kind() == kv::CreateErrorKind::AlreadyExists => Ok(None),
@@ -234,6 +242,7 @@ impl Leases {
         if holder.host != self.me.host || holder.incarnation == self.me.incarnation {
             return Ok(None);
         }
+        let sent = Instant::now();
         match self
             .leases
             .update(token(name), encode(&self.me), revision)
@@ -243,7 +252,7 @@ impl Leases {
                 name: name.to_string(),
                 epoch: taken,
                 revision: taken,
-                renewed: Instant::now(),
+                renewed: sent,
                 fresh_for: self.fresh_for,
             })),
             // Changed meanwhile: whoever holds it now, it is not ours to take.

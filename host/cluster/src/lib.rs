@@ -18,6 +18,7 @@
 //! §2.7, §2.10).
 
 pub mod events;
+pub mod fence;
 pub mod inbox;
 pub mod keys;
 pub mod lag;
@@ -36,6 +37,7 @@ use clawcage_agent::events::EventLog;
 use clawcage_agent::runs::RunRegistry;
 
 pub use events::JetStreamEventLog;
+pub use fence::WriteFence;
 pub use inbox::{Claims, JetStreamInbox};
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
 pub use records::{KvRecord, KvRecords};
@@ -127,6 +129,10 @@ pub struct ClusterOptions {
     /// How long a lease lasts without renewal (the leases bucket's `max_age`); every host of a
     /// cluster must use the same. A dead host's partitions move after at most this long.
     pub lease_ttl: Duration,
+    /// The fence the stores connected with these options check before every write: held open
+    /// by the keeper of the lease they write under (the active gateway's), never closed by
+    /// default.
+    pub write_fence: WriteFence,
 }
 
 impl Default for ClusterOptions {
@@ -141,6 +147,7 @@ impl Default for ClusterOptions {
             events_per_session: events::EVENTS_PER_SESSION,
             events_max_age: None,
             lease_ttl: Duration::from_secs(10),
+            write_fence: WriteFence::default(),
         }
     }
 }

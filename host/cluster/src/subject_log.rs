@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use async_nats::HeaderMap;
 
-use crate::{Cluster, ClusterError, ClusterOptions};
+use crate::{Cluster, ClusterError, ClusterOptions, WriteFence};
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -89,6 +89,8 @@ pub(crate) enum AppendError {
     Moved,
     /// The servers did not take it.
     Failed(String),
+    /// Not sent: the writer's lease is lost or stale (its write fence is shut); why.
+    Fenced(String),
 }
 
 /// How long an append keeps trying while the servers cannot take it (a stream's leader being
@@ -101,9 +103,11 @@ const APPEND_PATIENCE: Duration = Duration::from_secs(30);
 /// acknowledgement was lost is recognised by the server as the same message (not stored twice,
 /// and not mistaken for another writer's), while another writer's append at the same place is
 /// refused by the fence. Errors that pass (no stream leader for a moment, a timeout) are tried
-/// again for up to [`APPEND_PATIENCE`].
+/// again for up to [`APPEND_PATIENCE`], each try only while `fence` is open (a host whose lease
+/// lapsed sends nothing more, retries included).
 pub(crate) async fn append_fenced(
     context: &jetstream::Context,
+    fence: &WriteFence,
     subject: &str,
     session: &str,
     payload: Vec<u8>,
@@ -114,6 +118,9 @@ pub(crate) async fn append_fenced(
     let started = std::time::Instant::now();
     let mut pause = Duration::from_millis(100);
     loop {
+        fence
+            .check(&format!("an append to {subject}"))
+            .map_err(AppendError::Fenced)?;
         let mut headers = HeaderMap::new();
         headers.insert(SESSION_HEADER, session);
         headers.insert(

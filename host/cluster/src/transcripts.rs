@@ -77,6 +77,8 @@ struct Inner {
     timeout: Duration,
     /// This store among the writers (its appends' message ids).
     writer: String,
+    /// Closed when the lease this store writes under is lost: nothing more is sent.
+    fence: crate::WriteFence,
 }
 
 /// Transcripts on JetStream. Cheap to clone; the connection and its thread end with the last
@@ -134,6 +136,7 @@ impl JetStreamTranscripts {
                 tails: Mutex::new(HashMap::new()),
                 timeout: options.request_timeout,
                 writer: crate::subject_log::writer_nonce(),
+                fence: options.write_fence.clone(),
             }),
             runtime: Arc::new(worker),
         })
@@ -197,6 +200,7 @@ impl Inner {
             let payload = serde_json::to_vec(&scrubbed).map_err(std::io::Error::other)?;
             let sequence = match append_fenced(
                 &self.context,
+                &self.fence,
                 &subject,
                 session,
                 payload,
@@ -214,6 +218,7 @@ impl Inner {
                     )));
                 }
                 Err(AppendError::Failed(error)) => return Err(unreachable(session, error)),
+                Err(AppendError::Fenced(why)) => return Err(std::io::Error::other(why)),
             };
             for entry in &record {
                 tail = tail.after(entry, sequence);

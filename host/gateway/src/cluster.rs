@@ -17,7 +17,7 @@ use std::time::Duration;
 
 use clawcage_cluster::{
     Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, KvRecords,
-    Lease, LeaseError, Leases, TlsOptions, records,
+    Lease, LeaseError, Leases, TlsOptions, WriteFence, records,
 };
 use clawcage_core::redact::Redactor;
 use clawcage_runtime::cluster_config::ClusterSettings;
@@ -136,7 +136,11 @@ pub(crate) async fn join(
     workspace: &Path,
     redactor: Redactor,
 ) -> Result<Active, Error> {
-    let options = cluster_options(settings, "gateway");
+    let mut options = cluster_options(settings, "gateway");
+    // Every store this host writes the sessions with is fenced by the gateway lease: shut until
+    // the lease is taken, open while it is renewed in time, shut for good once it is lost.
+    let fence = WriteFence::shut_until_held();
+    options.write_fence = fence.clone();
     let cluster = Cluster::connect(&settings.nats, &options)
         .await
         .map_err(|error| Error::Failed(error.to_string()))?;
@@ -227,7 +231,14 @@ pub(crate) async fn join(
         "this host is the cluster's active gateway"
     );
     let lost = CancellationToken::new();
-    tokio::spawn(keep(leases, lease.clone(), lost.clone(), options.lease_ttl));
+    fence.open_until(lease.fresh_until());
+    keep_apart(
+        leases,
+        lease.clone(),
+        lost.clone(),
+        fence,
+        options.lease_ttl,
+    );
     // The stores' connections run on runtimes of their own: made on a blocking thread.
     let (nats, store_options, owner) = (settings.nats.clone(), options.clone(), me.clone());
     let (stores, records) = tokio::task::spawn_blocking(move || {
@@ -270,15 +281,61 @@ async fn announce(leases: Leases, url: Arc<Mutex<Option<String>>>, started_ms: u
     }
 }
 
-/// Renews `lease` a few times per time to live; cancels `lost` when it is lost or has gone
-/// unrenewed too long to act on.
-async fn keep(leases: Leases, mut lease: Lease, lost: CancellationToken, ttl: Duration) {
+/// Runs [`keep`] on a thread and runtime of its own: a task of the gateway's runtime that blocks
+/// a worker (a store call waiting on a stalled server) cannot delay the renewal, nor the
+/// decision to stop when it fails. Without a thread, the lease is given up at once.
+fn keep_apart(
+    leases: Leases,
+    lease: Lease,
+    lost: CancellationToken,
+    fence: WriteFence,
+    ttl: Duration,
+) {
+    let (on_failure, lost_on_failure) = (fence.clone(), lost.clone());
+    let started = std::thread::Builder::new()
+        .name("clawcage-lease".to_string())
+        .spawn(move || {
+            match tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+            {
+                Ok(runtime) => runtime.block_on(keep(leases, lease, lost, fence, ttl)),
+                Err(error) => {
+                    tracing::error!(
+                        "cannot keep the gateway lease: {error}; this host stops serving"
+                    );
+                    fence.close();
+                    lost.cancel();
+                }
+            }
+        });
+    if let Err(error) = started {
+        tracing::error!("cannot keep the gateway lease: {error}; this host stops serving");
+        on_failure.close();
+        lost_on_failure.cancel();
+    }
+}
+
+/// Renews `lease` a few times per time to live, moving `fence` on with each renewal; shuts the
+/// fence and cancels `lost` when the lease is lost or has gone unrenewed too long to act on. A
+/// renewal that has not come back by the time the lease stops being fresh is given up, so a
+/// server that holds the request (an election, a stalled server) cannot hold this host past its
+/// lease: its writes stop, and it stops serving, before another host may take over.
+async fn keep(
+    leases: Leases,
+    mut lease: Lease,
+    lost: CancellationToken,
+    fence: WriteFence,
+    ttl: Duration,
+) {
     let mut ticks = tokio::time::interval((ttl / 4).max(Duration::from_millis(250)));
     loop {
         ticks.tick().await;
-        match leases.renew(&mut lease).await {
-            Ok(()) => {}
-            Err(LeaseError::Lost { holder, .. }) => {
+        let fresh_until = tokio::time::Instant::from_std(lease.fresh_until());
+        match tokio::time::timeout_at(fresh_until, leases.renew(&mut lease)).await {
+            Ok(Ok(())) => fence.open_until(lease.fresh_until()),
+            Ok(Err(LeaseError::Lost { holder, .. })) => {
+                fence.close();
                 tracing::error!(
                     now = holder.map(|holder| holder.host).unwrap_or_default(),
                     "this host lost the gateway lease: it stops serving"
@@ -286,9 +343,11 @@ async fn keep(leases: Leases, mut lease: Lease, lost: CancellationToken, ttl: Du
                 lost.cancel();
                 return;
             }
-            Err(error) => tracing::warn!("cannot renew the gateway lease: {error}"),
+            Ok(Err(error)) => tracing::warn!("cannot renew the gateway lease: {error}"),
+            Err(_) => tracing::warn!("a renewal of the gateway lease did not come back in time"),
         }
         if !lease.is_fresh() {
+            fence.close();
             tracing::error!(
                 "the gateway lease could not be renewed in time: this host stops serving before another may take over"
             );

@@ -100,7 +100,7 @@ pub enum DropReason {
     Unavailable,
     /// The session's inbox could not record it, so it was not taken.
     #[error(
-        "not queued: the session's inbox cannot record it ({why}); check the state directory's disk, then send it again"
+        "not queued: the session's inbox cannot record it: {why}. Nothing was taken: send it again once that is fixed"
     )]
     NotRecorded {
         /// What the inbox said.
