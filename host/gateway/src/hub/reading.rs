@@ -36,8 +36,8 @@ impl Hub {
         let session = self.open_session(key).await?;
         let (cursor, skip, running, bytes) = {
             let state = session.lock();
-            // The last event numbered: what the snapshot below already contains (it may still
-            // be on its way to the log; a subscriber from here gets it).
+            // The last event numbered: what the snapshot below already contains (stored before
+            // the answer goes out, below).
             let last = state.next_seq - 1;
             let committed = self
                 .parts
@@ -60,6 +60,9 @@ impl Hub {
                 None => (last, Vec::new(), None, committed),
             }
         };
+        // The cursor's events stored before it is given: a number not stored yet would be given
+        // again after a crash (to another event), which a client resuming from it would miss.
+        super::subscribers::written(&session).await;
         let store = self.parts.transcripts.clone();
         let events = self.parts.events.clone();
         let owned_key = key.to_string();

@@ -250,11 +250,17 @@ impl Hub {
         };
         lock(subscriptions).remove(key);
         let Some(since) = since else {
+            // The last event the log has stored, not the last numbered: a number not stored yet
+            // is given again after a crash (to another event), and a client resuming from it
+            // would miss that event. The events numbered meanwhile come on the subscription.
+            let stored = self.parts.events.last_seq(key).await.map_err(|error| {
+                GatewayError::internal("cannot read the session's events", error)
+            })?;
             outbox.push(protocol::ok(
                 id,
-                json!({"sessionKey": key, "lastSeq": numbered, "replayed": 0, "more": false}),
+                json!({"sessionKey": key, "lastSeq": stored, "replayed": 0, "more": false}),
             ));
-            self.add_subscriber(&session, self.follow_live(key, numbered, outbox.clone()));
+            self.add_subscriber(&session, self.follow_live(key, stored, outbox.clone()));
             lock(subscriptions).insert(key.to_string());
             return Ok(());
         };
@@ -272,7 +278,8 @@ impl Hub {
             .follow(key, since)
             .await
             .map_err(|error| GatewayError::internal("cannot read the session's events", error))?;
-        let last = follow.last_seq.max(numbered);
+        // Stored, not numbered (as above): the events numbered after come live.
+        let last = follow.last_seq;
         let start = since.max(follow.first_retained.saturating_sub(1));
         let waiting = last.saturating_sub(start);
         let replayed = waiting.min(REPLAY_PAGE as u64);
