@@ -86,6 +86,21 @@ impl GatewayClient {
         (client, hello)
     }
 
+    /// [`GatewayClient::connect`], or why it could not (the gateway gone, or it refused)
+    /// instead of panicking: for a test whose gateway may die.
+    pub async fn try_connect(addr: SocketAddr, token: &str) -> Result<(Self, Value), String> {
+        let (mut client, _) = Self::open(addr, None).await?;
+        let id = client
+            .try_send_request("connect", connect_params(token))
+            .await?;
+        let hello = client.try_response(&id).await?;
+        if hello["ok"] == true && hello["payload"]["type"] == "hello-ok" {
+            Ok((client, hello))
+        } else {
+            Err(format!("the gateway refused the connection: {hello}"))
+        }
+    }
+
     /// Sends `text` as one text frame.
     pub async fn send_text(&mut self, text: impl Into<String>) {
         self.socket

@@ -31,13 +31,23 @@ impl GatewayProcess {
 
     /// [`GatewayProcess::start`], saying why it did not start instead of panicking (a standby
     /// that never serves, its cluster gone).
-    pub fn try_start(mut command: Command) -> Result<GatewayProcess, String> {
+    pub fn try_start(command: Command) -> Result<GatewayProcess, String> {
+        Self::try_start_telling(command, |_| {})
+    }
+
+    /// [`GatewayProcess::try_start`], telling `spawned` the process id as soon as it runs (a
+    /// standby can then be killed while it waits).
+    pub fn try_start_telling(
+        mut command: Command,
+        spawned: impl FnOnce(u32),
+    ) -> Result<GatewayProcess, String> {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn()
             .expect("clawcage starts");
+        spawned(child.id());
         let output = Arc::new(Mutex::new(String::new()));
         let (lines, stdout) = mpsc::channel();
         let out = child.stdout.take().expect("stdout is piped");

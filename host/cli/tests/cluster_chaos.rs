@@ -1,23 +1,26 @@
-//! The cluster's chaos suite, active/standby: three `clawcage gateway` hosts on a real
-//! `nats-server` (each host with its own state directory, one workspace), five sessions
-//! receiving messages with idempotency keys and a cron job firing every 2 s into a sixth, while
-//! the active host is killed with SIGKILL at seeded random moments, under three seeds (two fixed, one new each run; each printed, and
-//! `CLAWCAGE_CHAOS_SEED` replays one). With `CLAWCAGE_CHAOS_THREE_SERVERS=1` the hosts run on a
-//! three-server NATS cluster (every stream and bucket with three replicas) and, once, one of the
-//! servers is killed (started again after the next takeover); that variant still finds, now and
-//! then, a turn answered twice, so it is not part of the default run. A killed host is started again, mostly after another host
-//! took over (a failover once the lease lapses), sometimes at once (it takes its own earlier
-//! lease back), and then waits as a standby; an active host that stops on its own (it could not
-//! renew its lease while a NATS server's streams elected new leaders) is started again the same
-//! way. Sends that were on their way at a kill are sent again to the next active host with the
-//! same key. Then, on the last active host:
+//! The cluster's chaos suite, active/standby: three `clawcage gateway` hosts (each with its own
+//! state directory, one workspace) on a three-server NATS cluster (every stream and bucket with
+//! three replicas), twenty sessions receiving ten messages each with idempotency keys and a cron
+//! job firing every 2 s into another, while every 8 to 15 s a random host is killed with SIGKILL
+//! (a standby, started again at once, or the active host, at least three times) and, once, one
+//! of the NATS servers (started again a round later); under three seeds (two fixed, one new each
+//! run; each printed, and `CLAWCAGE_CHAOS_SEED` replays one). `CLAWCAGE_CHAOS_ONE_SERVER=1` runs
+//! it on one nats-server, which is not killed. A killed active host is started again, mostly
+//! after another host took over (a failover once the lease lapses), sometimes at once (it takes
+//! its own earlier lease back), and then waits as a standby; an active host that stops on its
+//! own (it could not renew its lease while a NATS server's streams elected new leaders) is
+//! started again the same way. Sends that were on their way at a kill are sent again to the next
+//! active host with the same key. Then, on the last active host:
 //! - every message sent is answered exactly once, in its session's order (nothing lost, nothing
 //!   doubled, whichever host took it and however many times it was sent; the sessions queue in
 //!   `followup` mode, so each message is a turn of its own);
 //! - every run ends `ok` for `agent.wait` on the host that finished it;
 //! - every cron firing is a turn answered once, each slot's key taken once by the inbox, and the
 //!   job fired under more than one host;
-//! - the epochs of the successive active hosts only grow.
+//! - the epochs of the successive active hosts only grow;
+//! - a client that followed one session throughout, subscribing again on each new active host
+//!   from the last event it saw, saw exactly that session's event log: each event once, in
+//!   order, none missed, the turns that resumed on another host ending there.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -27,7 +30,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
 
 use clawcage_tests::gateway_client::GatewayClient;
@@ -39,9 +42,14 @@ use serde_json::json;
 
 const TOKEN: &str = "cluster-chaos-token-0123";
 const HOSTS: [&str; 3] = ["host-a", "host-b", "host-c"];
-const SESSIONS: usize = 5;
-const MESSAGES: usize = 6;
-const KILLS: usize = 4;
+const SESSIONS: usize = 20;
+const MESSAGES: usize = 10;
+/// The active host is killed at least this often (the other kills may hit standbys).
+const MIN_ACTIVE_KILLS: usize = 3;
+/// The longest pause between two sends: about a minute of sending in all.
+const SEND_PAUSE_MS: u64 = 500;
+/// The session a client follows across every takeover.
+const WATCHED: &str = "agent:main:chaos:s0";
 /// The session the cron job fires into.
 const CRON_SESSION: &str = "agent:main:chaos:cron";
 /// How a firing of the cron job reaches the model, as JSON writes it.
@@ -90,9 +98,18 @@ fn clawcage(hosts: &[Host], index: usize, workspace: &Path) -> Command {
     command
 }
 
+/// The process id of each host while it waits as a standby (to kill it there).
+type Standbys = Arc<Mutex<[Option<u32>; HOSTS.len()]>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
 /// Starts host `index` in a thread of its own; it reports on `serving` once it serves (a
-/// standby waits until then).
-fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving) {
+/// standby waits until then, its process id in `standbys`).
+fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving, standbys: &Standbys) {
     let mut command = clawcage(hosts, index, workspace);
     command
         .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
@@ -100,10 +117,21 @@ fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving) {
         .env_remove("RUST_LOG")
         .env_remove("CLAWCAGE_GATEWAY_TOKEN")
         .env("ANTHROPIC_API_KEY", "sk-chaos-test");
-    let serving = serving.clone();
+    let (serving, standbys) = (serving.clone(), standbys.clone());
     std::thread::spawn(move || {
+        let mut mine = None;
+        let started = GatewayProcess::try_start_telling(command, |pid| {
+            mine = Some(pid);
+            lock(&standbys)[index] = Some(pid);
+        });
+        // Serving or gone: no longer a standby (unless the host was started again meanwhile).
+        let mut slots = lock(&standbys);
+        if slots[index] == mine {
+            slots[index] = None;
+        }
+        drop(slots);
         // A standby still waiting when its run ends stops with its cluster (nobody listens).
-        let _ = serving.send(GatewayProcess::try_start(command).map(|process| (index, process)));
+        let _ = serving.send(started.map(|process| (index, process)));
     });
 }
 
@@ -154,10 +182,9 @@ async fn killing_the_active_gateway_at_random_loses_and_doubles_nothing() {
 
 /// One run of the suite under `seed`; false when it is skipped (no nats-server, outside CI).
 async fn chaos(seed: u64) -> bool {
-    // One server by default; three, with one of them killed once, under
-    // CLAWCAGE_CHAOS_THREE_SERVERS=1 (which still finds a turn answered twice now and then: see
-    // docs/cluster.md).
-    let three = std::env::var_os("CLAWCAGE_CHAOS_THREE_SERVERS").is_some();
+    // Three servers, one of them killed once; one server (nothing killed but hosts) under
+    // CLAWCAGE_CHAOS_ONE_SERVER=1, a quicker run while working on the hosts.
+    let three = std::env::var_os("CLAWCAGE_CHAOS_ONE_SERVER").is_none();
     let test = "killing_the_active_gateway_at_random";
     let started = if three {
         NatsServer::start_cluster(test)
@@ -191,8 +218,9 @@ async fn chaos(seed: u64) -> bool {
         .map(|id| host(&nats_url, model.url(), id, replicas))
         .collect();
     let (serving, served) = mpsc::channel();
+    let standbys: Standbys = Arc::default();
     for index in 0..HOSTS.len() {
-        start(&hosts, index, workspace.path(), &serving);
+        start(&hosts, index, workspace.path(), &serving, &standbys);
     }
     let next_active = |served: &mpsc::Receiver<Result<(usize, GatewayProcess), String>>| {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -210,6 +238,10 @@ async fn chaos(seed: u64) -> bool {
         }
     };
     let (mut index, mut active) = next_active(&served);
+    // A client following one session's events throughout, moving to each new active host.
+    let (active_addr, active_addrs) = tokio::sync::watch::channel(active.addr);
+    let watched: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let watching = tokio::spawn(watch_events(active_addrs, watched.clone()));
     let mut epochs = vec![epoch_of(&active.output())];
     // A cron job every 2 s, added with a standby's configuration: the cluster's, fired by
     // whichever host is active.
@@ -229,21 +261,31 @@ async fn chaos(seed: u64) -> bool {
         .unwrap();
     assert!(added.status.success(), "{added:?}");
     // Once, in a seeded round, a NATS server is killed while the active host serves; it starts
-    // again after the next takeover.
-    let nats_round = 1 + random.below(KILLS as u64 - 1) as usize;
-    let nats_victim = random.below(3) as usize;
-    let kills_a_server = three;
+    // again after the next kill of a host.
+    let nats_round = 1 + random.below(3) as usize;
+    let nats_victim = random.below(nats.len() as u64) as usize;
+    let kills_a_server = nats.len() > 1;
     let mut nats_down = false;
     let mut round = 0;
     // Every send: (session, message) -> its key and the run id it was acknowledged with.
     let mut acked: BTreeMap<(usize, usize), String> = BTreeMap::new();
     let mut next = [0usize; SESSIONS];
-    let mut kills = 0;
+    let (mut kills, mut active_kills) = (0, 0);
     loop {
         round += 1;
+        if nats_down {
+            nats[nats_victim].restart();
+            nats_down = false;
+            eprintln!("cluster chaos: NATS server n{nats_victim} started again");
+        }
         let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
-        let kill_after = if kills < KILLS {
-            Some(Duration::from_millis(400 + random.below(1600)))
+        let everything_sent = |next: &[usize; SESSIONS]| next.iter().all(|&n| n == MESSAGES);
+        // The next kill of a host, 8 to 15 s from now; once everything is sent, of the active
+        // host 1 to 3 s from now until it was killed often enough, then none.
+        let kill_after = if !everything_sent(&next) {
+            Some(Duration::from_millis(8000 + random.below(7000)))
+        } else if active_kills < MIN_ACTIVE_KILLS {
+            Some(Duration::from_millis(1000 + random.below(2000)))
         } else {
             None
         };
@@ -296,6 +338,7 @@ async fn chaos(seed: u64) -> bool {
                 // while a NATS server's streams elect new leaders): sent again with its key.
                 Ok(Ok(response)) if response["error"]["retryable"] == true => {
                     eprintln!("cluster chaos: a send is sent again: {response}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                 }
                 Ok(Ok(response)) => panic!("a send failed: {response} (seed {seed})"),
                 // The active host is gone: it stopped itself when it could not keep its lease
@@ -318,12 +361,13 @@ async fn chaos(seed: u64) -> bool {
             if kill_after.is_some_and(|after| started.elapsed() >= after) {
                 break 'sending;
             }
-            tokio::time::sleep(Duration::from_millis(random.below(120))).await;
+            tokio::time::sleep(Duration::from_millis(random.below(SEND_PAUSE_MS))).await;
         }
         if stopped_itself {
             let stopped = index;
             (index, active) = next_active(&served);
-            start(&hosts, stopped, workspace.path(), &serving);
+            active_addr.send_replace(active.addr);
+            start(&hosts, stopped, workspace.path(), &serving, &standbys);
             epochs.push(epoch_of(&active.output()));
             eprintln!("cluster chaos: {} serves", HOSTS[index]);
             continue;
@@ -331,7 +375,32 @@ async fn chaos(seed: u64) -> bool {
         if kill_after.is_none() {
             break;
         }
-        // The kill; sometimes a send is on its way as it lands (resent below with its key).
+        // A random host is killed: a standby (started again at once), or the active host (the
+        // active host once everything is sent).
+        let victim = if everything_sent(&next) {
+            index
+        } else {
+            random.below(HOSTS.len() as u64) as usize
+        };
+        kills += 1;
+        if victim != index {
+            let pid = lock(&standbys)[victim].take();
+            if let Some(pid) = pid {
+                let killed = Command::new("kill")
+                    .args(["-9", &pid.to_string()])
+                    .status()
+                    .unwrap();
+                assert!(killed.success(), "kill -9 {pid}");
+                eprintln!(
+                    "cluster chaos: killed standby {} (kill {kills})",
+                    HOSTS[victim]
+                );
+                start(&hosts, victim, workspace.path(), &serving, &standbys);
+                continue;
+            }
+        }
+        // The active host; sometimes a send is on its way as it lands (resent below with its
+        // key).
         let (session, message) = (0..SESSIONS)
             .find(|&s| next[s] < MESSAGES)
             .map(|s| (s, next[s]))
@@ -343,26 +412,22 @@ async fn chaos(seed: u64) -> bool {
         }
         let said = active.kill();
         assert!(!said.contains("panicked"), "{said}");
-        kills += 1;
+        active_kills += 1;
         eprintln!("cluster chaos: killed {} (kill {kills})", HOSTS[index]);
         // The killed host starts again: mostly once another host serves (a failover after the
         // lease lapses), sometimes at once (it takes its own earlier lease back).
         let killed = index;
         let at_once = random.below(4) == 0;
         if at_once {
-            start(&hosts, killed, workspace.path(), &serving);
+            start(&hosts, killed, workspace.path(), &serving, &standbys);
         }
         (index, active) = next_active(&served);
+        active_addr.send_replace(active.addr);
         if !at_once {
-            start(&hosts, killed, workspace.path(), &serving);
+            start(&hosts, killed, workspace.path(), &serving, &standbys);
         }
         epochs.push(epoch_of(&active.output()));
         eprintln!("cluster chaos: {} serves", HOSTS[index]);
-        if nats_down {
-            nats[nats_victim].restart();
-            nats_down = false;
-            eprintln!("cluster chaos: NATS server n{nats_victim} started again");
-        }
     }
 
     // Every run ends; each message is answered once, in order.
@@ -381,6 +446,51 @@ async fn chaos(seed: u64) -> bool {
         SESSIONS * MESSAGES,
         "every message was acknowledged"
     );
+    // The client that followed a session across every takeover saw exactly its log: each
+    // event once, in order, none missed, the ends of the turns that resumed included.
+    let subscribed = client
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": WATCHED, "since": 0}),
+        )
+        .await;
+    let last = subscribed["payload"]["lastSeq"].as_u64().unwrap();
+    let log: Vec<serde_json::Value> = client
+        .agent_events_until(Duration::from_secs(60), |e| {
+            e["sessionKey"] == WATCHED && e["seq"] == last
+        })
+        .await
+        .into_iter()
+        .filter(|e| e["sessionKey"] == WATCHED)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while lock(&watched).last().and_then(|e| e["seq"].as_u64()) < Some(last) {
+        assert!(
+            Instant::now() < deadline,
+            "the watching client stopped at {:?} of {last} (seed {seed})",
+            lock(&watched).last().map(|e| e["seq"].clone())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watching.abort();
+    let seen = lock(&watched).clone();
+    let brief = |events: &[serde_json::Value]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| format!("{} {} {} {}", e["seq"], e["runId"], e["stream"], e["data"]))
+            .collect()
+    };
+    assert_eq!(
+        brief(&seen),
+        brief(&log),
+        "the watching client saw its session's log exactly (seed {seed})"
+    );
+    let ended = log
+        .iter()
+        .filter(|e| e["stream"] == "lifecycle" && e["data"]["phase"] == "end")
+        .count();
+    assert!(ended >= MESSAGES, "{ended} turn ends seen (seed {seed})");
+    let followed = seen.len();
     for session in 0..SESSIONS {
         let history = client
             .request(
@@ -433,7 +543,7 @@ async fn chaos(seed: u64) -> bool {
         "epochs only grow: {epochs:?} (seed {seed})"
     );
     eprintln!(
-        "cluster chaos: {kills} kills, {} messages answered once each, {firings} cron firings, epochs {epochs:?}, {} model requests",
+        "cluster chaos: {kills} kills, {} messages answered once each, {firings} cron firings, {followed} events followed across takeovers, epochs {epochs:?}, {} model requests",
         acked.len(),
         model.bodies().len()
     );
@@ -441,6 +551,57 @@ async fn chaos(seed: u64) -> bool {
     let (status, output) = active.terminate();
     assert!(status.success(), "{output}");
     true
+}
+
+/// Follows [`WATCHED`]'s events from its first, as a client whose host dies would: connected to
+/// the active host `hosts` names, and on each new one subscribing again from the last event it
+/// saw. Every event seen is pushed to `seen`.
+async fn watch_events(
+    mut hosts: tokio::sync::watch::Receiver<std::net::SocketAddr>,
+    seen: Arc<Mutex<Vec<serde_json::Value>>>,
+) {
+    loop {
+        let addr = *hosts.borrow_and_update();
+        let since = lock(&seen)
+            .last()
+            .and_then(|event| event["seq"].as_u64())
+            .unwrap_or(0);
+        let subscribed = async {
+            let (mut client, _) = GatewayClient::try_connect(addr, TOKEN).await?;
+            let id = client
+                .try_send_request(
+                    "sessions.subscribe",
+                    json!({"sessionKey": WATCHED, "since": since}),
+                )
+                .await?;
+            let answer = client.try_response(&id).await?;
+            if answer["ok"] != true {
+                return Err(format!("{answer}"));
+            }
+            Ok::<_, String>(client)
+        };
+        let Ok(mut client) = subscribed.await else {
+            // That host is gone already: the next one is named soon.
+            let _ = tokio::time::timeout(Duration::from_millis(200), hosts.changed()).await;
+            continue;
+        };
+        while !hosts.has_changed().unwrap_or(true) {
+            let asked = Instant::now();
+            match client.next_event(Duration::from_millis(200)).await {
+                Some(event)
+                    if event["event"] == "agent" && event["payload"]["sessionKey"] == WATCHED =>
+                {
+                    lock(&seen).push(event["payload"].clone());
+                }
+                Some(_) => {}
+                // Closed (its host died): nothing comes until the next host is named.
+                None if asked.elapsed() < Duration::from_millis(100) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                None => {}
+            }
+        }
+    }
 }
 
 /// A reader of the cluster's inboxes (it never claims or appends).
