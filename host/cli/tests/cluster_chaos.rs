@@ -48,6 +48,8 @@ const MESSAGES: usize = 10;
 const MIN_ACTIVE_KILLS: usize = 3;
 /// The longest pause between two sends: about a minute of sending in all.
 const SEND_PAUSE_MS: u64 = 500;
+/// How long one seed's run may take, from a formed cluster to the last check (about 100 s here).
+const SEED_BUDGET: Duration = Duration::from_secs(300);
 /// The session a client follows across every takeover.
 const WATCHED: &str = "agent:main:chaos:s0";
 /// The session the cron job fires into.
@@ -198,6 +200,7 @@ async fn chaos(seed: u64) -> bool {
     let nats_url = NatsServer::urls(&nats);
     cluster_ready(&nats_url, replicas, seed).await;
     eprintln!("cluster chaos: seed {seed} (CLAWCAGE_CHAOS_SEED={seed} replays it)");
+    let began = Instant::now();
     let mut random = Seeded::new(seed);
     // Each answer takes 50 to 400 ms, so kills land during model calls as well as between them.
     let model = LlmServer::start_routed(move |body| {
@@ -273,6 +276,10 @@ async fn chaos(seed: u64) -> bool {
     let (mut kills, mut active_kills) = (0, 0);
     loop {
         round += 1;
+        assert!(
+            began.elapsed() < SEED_BUDGET,
+            "the run ran out of time (seed {seed})"
+        );
         if nats_down {
             nats[nats_victim].restart();
             nats_down = false;
