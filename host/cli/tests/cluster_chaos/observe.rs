@@ -1,0 +1,180 @@
+//! What the cluster's chaos suite watches and checks besides its sends: a client following one
+//! session's events across every takeover, the cluster's inboxes read directly, the cron
+//! session's firings and answers, and the wait for a fresh NATS cluster to take replicated
+//! writes.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use clawcage_tests::gateway_client::GatewayClient;
+use serde_json::json;
+
+use super::{CRON_SESSION, FIRING, TOKEN, WATCHED, lock};
+
+/// Follows [`WATCHED`]'s events from its first, as a client whose host dies would: connected to
+/// the active host `hosts` names, and on each new one subscribing again from the last event it
+/// saw. Every event seen is pushed to `seen`.
+pub(super) async fn watch_events(
+    mut hosts: tokio::sync::watch::Receiver<std::net::SocketAddr>,
+    seen: Arc<Mutex<Vec<serde_json::Value>>>,
+) {
+    loop {
+        let addr = *hosts.borrow_and_update();
+        let since = lock(&seen)
+            .last()
+            .and_then(|event| event["seq"].as_u64())
+            .unwrap_or(0);
+        let subscribed = async {
+            let (mut client, _) = GatewayClient::try_connect(addr, TOKEN).await?;
+            let id = client
+                .try_send_request(
+                    "sessions.subscribe",
+                    json!({"sessionKey": WATCHED, "since": since}),
+                )
+                .await?;
+            let answer = client.try_response(&id).await?;
+            if answer["ok"] != true {
+                return Err(format!("{answer}"));
+            }
+            Ok::<_, String>(client)
+        };
+        let Ok(mut client) = subscribed.await else {
+            // That host is gone already: the next one is named soon.
+            let _ = tokio::time::timeout(Duration::from_millis(200), hosts.changed()).await;
+            continue;
+        };
+        while !hosts.has_changed().unwrap_or(true) {
+            let asked = Instant::now();
+            match client.next_event(Duration::from_millis(200)).await {
+                Some(event)
+                    if event["event"] == "agent" && event["payload"]["sessionKey"] == WATCHED =>
+                {
+                    lock(&seen).push(event["payload"].clone());
+                }
+                Some(_) => {}
+                // Closed (its host died): nothing comes until the next host is named.
+                None if asked.elapsed() < Duration::from_millis(100) => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                None => {}
+            }
+        }
+    }
+}
+
+/// A reader of the cluster's inboxes (it never claims or appends).
+pub(super) fn inbox_of(nats: &str, replicas: usize) -> clawcage_cluster::JetStreamInbox {
+    clawcage_cluster::JetStreamInbox::connect(
+        nats,
+        &clawcage_cluster::ClusterOptions {
+            replicas,
+            ..Default::default()
+        },
+        clawcage_cluster::Holder {
+            host: "chaos-reader".to_string(),
+            incarnation: "1".to_string(),
+        },
+        clawcage_cluster::Claims::CoveredByCaller,
+    )
+    .unwrap()
+}
+
+/// The cron session's history as JSON text.
+pub(super) async fn cron_history(client: &mut GatewayClient) -> String {
+    client
+        .request(
+            "chat.history",
+            json!({"sessionKey": CRON_SESSION, "limit": 1000}),
+        )
+        .await
+        .to_string()
+}
+
+/// The cron job's firings answered so far.
+pub(super) async fn cron_answers(client: &mut GatewayClient) -> usize {
+    cron_history(client)
+        .await
+        .matches(&format!("Answered: {FIRING}"))
+        .count()
+}
+
+/// Once no firing of the cron session is pending: the firings it took as turns and the answers
+/// to them in its history, after checking that the inbox took each slot's key once and that
+/// every firing it took is in the history.
+pub(super) async fn cron_turns(
+    client: &mut GatewayClient,
+    inbox: &clawcage_cluster::JetStreamInbox,
+    seed: u64,
+) -> (usize, usize) {
+    use clawcage_agent::LaneInbox as _;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !inbox.pending(CRON_SESSION).unwrap().is_empty() {
+        assert!(
+            Instant::now() < deadline,
+            "cron firings still pending after 60 s (seed {seed})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let keys: Vec<String> = inbox
+        .finished(CRON_SESSION)
+        .unwrap()
+        .into_iter()
+        .filter_map(|input| input.idempotency)
+        .collect();
+    let distinct: std::collections::BTreeSet<&String> = keys.iter().collect();
+    assert_eq!(
+        distinct.len(),
+        keys.len(),
+        "each slot taken once: {keys:?} (seed {seed})"
+    );
+    assert!(
+        keys.iter().all(|key| key.starts_with("cron:job-1:")),
+        "{keys:?}"
+    );
+    let history = cron_history(client).await;
+    let answers = history.matches(&format!("Answered: {FIRING}")).count();
+    let firings = history.matches(FIRING).count() - answers;
+    assert_eq!(
+        firings,
+        keys.len(),
+        "every firing taken is a turn (seed {seed}): {keys:?}"
+    );
+    (firings, answers)
+}
+
+/// Waits until a fresh three-server cluster takes replicated writes (its JetStream layer elects
+/// its leaders first; on a busy machine that takes up to a minute), so that the hosts start on a
+/// formed cluster, as in production.
+pub(super) async fn cluster_ready(nats: &str, replicas: usize, seed: u64) {
+    let options = clawcage_cluster::ClusterOptions {
+        replicas,
+        ..Default::default()
+    };
+    let started = Instant::now();
+    loop {
+        let url = nats.to_string();
+        let options = options.clone();
+        let ready = tokio::task::spawn_blocking(move || {
+            clawcage_cluster::KvRecords::connect(&url, &options)
+                .map_err(|error| error.to_string())
+                .and_then(|records| records.take_once(&format!("ready.{}", std::process::id())))
+        })
+        .await
+        .unwrap();
+        match ready {
+            Ok(_) => return,
+            Err(error) => {
+                assert!(
+                    started.elapsed() < Duration::from_secs(180),
+                    "the NATS cluster took no replicated write within 180 s (seed {seed}): {error}"
+                );
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        }
+    }
+}
