@@ -60,7 +60,7 @@ impl GatewayProcess {
         });
         let mut err = child.stderr.take().expect("stderr is piped");
         let collected = output.clone();
-        std::thread::spawn(move || {
+        let stderr_read = std::thread::spawn(move || {
             let mut buffer = [0u8; 4096];
             while let Ok(read) = err.read(&mut buffer) {
                 if read == 0 {
@@ -76,6 +76,8 @@ impl GatewayProcess {
             let Ok(line) = stdout.recv_timeout(START_TIMEOUT) else {
                 let _ = child.kill();
                 let _ = child.wait();
+                // Everything it said before it ended (why it stopped) is part of the error.
+                let _ = stderr_read.join();
                 return Err(format!(
                     "the gateway did not start; it printed {seen:?}\n{}",
                     lock(&output)

@@ -11,10 +11,12 @@
 //! own (it could not renew its lease while a NATS server's streams elected new leaders) is
 //! started again the same way. Sends that were on their way at a kill are sent again to the next
 //! active host with the same key. Then, on the last active host:
-//! - every message sent is answered exactly once, in its session's order (nothing lost, nothing
-//!   doubled, whichever host took it and however many times it was sent; the sessions queue in
-//!   `followup` mode, so each message is a turn of its own);
-//! - every run ends `ok` for `agent.wait` on the host that finished it;
+//! - in the ten `followup` sessions (each message a turn of its own), every message sent is
+//!   answered exactly once, in its session's order (nothing lost, nothing doubled, whichever host
+//!   took it and however many times it was sent); in the `steer`, `collect` and `interrupt`
+//!   sessions, every message is in the history once unless the queue dropped it, and no answer
+//!   is given twice;
+//! - every run ends `ok` for `agent.wait` (or, in `interrupt` mode, `aborted` or `dropped`);
 //! - every cron firing is a turn answered once, each slot's key taken once by the inbox, and the
 //!   job fired under more than one host;
 //! - the epochs of the successive active hosts only grow;
@@ -77,6 +79,7 @@ fn host(nats: &str, model: &str, id: &str, replicas: usize) -> Host {
         format!(
             "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
              [queue]\nmode = \"followup\"\n\n\
+             [queue.by_channel]\nsteer = \"steer\"\ncollect = \"collect\"\ninterrupt = \"interrupt\"\n\n\
              [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\nlease_secs = 3\nreplicas = {replicas}\n"
         ),
     )
@@ -141,6 +144,40 @@ fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving, stan
     });
 }
 
+/// The queue mode of session `session` (its key's channel picks it): half the sessions
+/// `followup` (each message a turn of its own, checked in order), the rest `steer`, `collect`
+/// and `interrupt`.
+fn mode_of(session: usize) -> &'static str {
+    match session * 4 / SESSIONS {
+        0 | 1 => "followup",
+        2 => "steer",
+        _ if session.is_multiple_of(2) => "collect",
+        _ => "interrupt",
+    }
+}
+
+/// Session `session`'s key: its channel names its queue mode (`chaos` for `followup`).
+fn session_key(session: usize) -> String {
+    match mode_of(session) {
+        "followup" => format!("agent:main:chaos:s{session}"),
+        mode => format!("agent:main:{mode}:s{session}"),
+    }
+}
+
+/// How often `text` (`s<session> m<message>`) stands in `within` as a whole, not as part of a
+/// longer one (`s1 m2` is not in `s11 m2`).
+fn occurrences(within: &str, text: &str) -> usize {
+    let words: Vec<&str> = within
+        .split(|c: char| !c.is_ascii_alphanumeric())
+        .filter(|word| !word.is_empty())
+        .collect();
+    let wanted: Vec<&str> = text.split(' ').collect();
+    words
+        .windows(wanted.len())
+        .filter(|window| *window == wanted.as_slice())
+        .count()
+}
+
 fn text(session: usize, message: usize) -> String {
     format!("s{session} m{message}")
 }
@@ -149,7 +186,7 @@ fn text(session: usize, message: usize) -> String {
 /// idempotency key (the same key each time that message is sent).
 fn send_params(session: usize, message: usize) -> serde_json::Value {
     json!({
-        "sessionKey": format!("agent:main:chaos:s{session}"),
+        "sessionKey": session_key(session),
         "message": text(session, message),
         "idempotencyKey": format!("k-{session}-{message}"),
     })
@@ -443,14 +480,25 @@ async fn chaos(seed: u64) -> bool {
 
     // Every run ends; each message is answered once, in order.
     let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
+    let mut statuses: BTreeMap<(usize, usize), String> = BTreeMap::new();
     for ((session, message), run_id) in &acked {
         let waited = client
             .request("agent.wait", json!({"runId": run_id, "timeoutMs": 120000}))
             .await;
-        assert_eq!(
-            waited["payload"]["status"], "ok",
-            "s{session} m{message}: {waited} (seed {seed})"
+        // In `interrupt` mode a newer message stops the run it finds (`aborted`) or replaces
+        // one still waiting (`dropped`); every other run ends `ok`.
+        let status = waited["payload"]["status"].as_str().unwrap_or("?");
+        let allowed: &[&str] = if mode_of(*session) == "interrupt" {
+            &["ok", "aborted", "dropped"]
+        } else {
+            &["ok"]
+        };
+        assert!(
+            allowed.contains(&status),
+            "s{session} m{message} ({} mode): {waited} (seed {seed})",
+            mode_of(*session)
         );
+        statuses.insert((*session, *message), status.to_string());
     }
     assert_eq!(
         acked.len(),
@@ -506,16 +554,60 @@ async fn chaos(seed: u64) -> bool {
         let history = client
             .request(
                 "chat.history",
-                json!({"sessionKey": format!("agent:main:chaos:s{session}"), "limit": 1000}),
+                json!({"sessionKey": session_key(session), "limit": 1000}),
             )
             .await;
-        let texts: Vec<String> = history["payload"]["messages"]
+        let messages = history["payload"]["messages"]
             .as_array()
-            .unwrap_or_else(|| panic!("{history}"))
-            .iter()
-            .filter(|message| message["role"] == "assistant")
-            .map(text_of)
-            .collect();
+            .unwrap_or_else(|| panic!("{history}"));
+        let of_role = |role: &str| -> Vec<String> {
+            messages
+                .iter()
+                .filter(|message| message["role"] == role)
+                .map(text_of)
+                .collect()
+        };
+        let texts = of_role("assistant");
+        if mode_of(session) != "followup" {
+            // Steered, collected or interrupting: every message is in the history once (none
+            // lost, none taken twice) unless the queue dropped it, and no answer is given
+            // twice (no turn ran twice).
+            // Each text block apart (a message interrupted before its answer and the next one
+            // are one user message of two blocks).
+            let asked: String = messages
+                .iter()
+                .filter(|message| message["role"] == "user")
+                .flat_map(|message| match &message["content"] {
+                    serde_json::Value::Array(blocks) => blocks
+                        .iter()
+                        .filter_map(|block| block["text"].as_str().map(str::to_string))
+                        .collect(),
+                    other => vec![other.as_str().unwrap_or_default().to_string()],
+                })
+                .collect::<Vec<String>>()
+                .join("\n");
+            for message in 0..MESSAGES {
+                let dropped = statuses[&(session, message)] == "dropped";
+                let times = occurrences(&asked, &text(session, message));
+                assert!(
+                    times == 1 || (dropped && times == 0),
+                    "s{session} m{message} ({} mode) is in the history {times} times (seed {seed}): {asked:?}",
+                    mode_of(session)
+                );
+            }
+            let answers: Vec<&String> = texts
+                .iter()
+                .filter(|text| text.starts_with("Answered: "))
+                .collect();
+            let distinct: std::collections::BTreeSet<&&String> = answers.iter().collect();
+            assert_eq!(
+                distinct.len(),
+                answers.len(),
+                "s{session} ({} mode): an answer given twice (seed {seed}): {answers:?}",
+                mode_of(session)
+            );
+            continue;
+        }
         let expected: Vec<String> = (0..MESSAGES)
             .map(|message| format!("Answered: {}", text(session, message)))
             .collect();
@@ -554,8 +646,13 @@ async fn chaos(seed: u64) -> bool {
         "epochs only grow: {epochs:?} (seed {seed})"
     );
     eprintln!(
-        "cluster chaos: {kills} kills, {} messages answered once each, {firings} cron firings, {followed} events followed across takeovers, epochs {epochs:?}, {} model requests",
+        "cluster chaos: {kills} kills, {} messages each taken once ({} of them in followup sessions, answered once in order; {} interrupted or dropped), {firings} cron firings, {followed} events followed across takeovers, epochs {epochs:?}, {} model requests",
         acked.len(),
+        acked
+            .keys()
+            .filter(|(session, _)| mode_of(*session) == "followup")
+            .count(),
+        statuses.values().filter(|status| *status != "ok").count(),
         model.bodies().len()
     );
     drop(served);

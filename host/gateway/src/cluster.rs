@@ -177,13 +177,13 @@ pub(crate) async fn join(
         options.lease_ttl,
     ));
     let mut said = None;
-    // Since when the cluster has failed to answer, while it does.
-    let mut failing: Option<std::time::Instant> = None;
-    let give_up_after = (options.lease_ttl * 5).max(Duration::from_secs(15));
+    // Since when the cluster has failed to answer, while it does, and when that was last said.
+    let mut failing: Option<(std::time::Instant, std::time::Instant)> = None;
     let lease = loop {
-        // A standby waits through the cluster's failures (a server restarting, a stream's new
-        // leader being elected): it says so once, and tries again; a cluster gone for five
-        // times the lease (at least 15 s) ends it, with the error.
+        // A standby waits through the cluster's failures (a server restarting, a fresh
+        // cluster placing its streams, a stream's new leader being elected) for as long as they
+        // last: it says so when they start and once a minute while they go on, and when the
+        // cluster answers again. Only a standby can take over once the cluster is back.
         let looked = async {
             let taken = match leases.acquire(GATEWAY_LEASE).await? {
                 Some(lease) => Some(lease),
@@ -198,17 +198,30 @@ pub(crate) async fn join(
         let active = match looked.await {
             Ok((Some(lease), _)) => break lease,
             Ok((None, active)) => {
-                failing = None;
+                if let Some((since, _)) = failing.take() {
+                    tracing::info!(
+                        "the cluster answers again after {} s; this standby waits on",
+                        since.elapsed().as_secs()
+                    );
+                }
                 active
             }
             Err(error) => {
-                let first = failing.is_none();
-                let since = *failing.get_or_insert_with(std::time::Instant::now);
-                if since.elapsed() >= give_up_after {
-                    return Err(failed(settings, error));
-                }
-                if first {
-                    tracing::warn!("{}; this standby tries again", failed(settings, &error));
+                let now = std::time::Instant::now();
+                match &mut failing {
+                    None => {
+                        tracing::warn!("{}; this standby tries again", failed(settings, &error));
+                        failing = Some((now, now));
+                    }
+                    Some((since, last_said)) if last_said.elapsed() >= Duration::from_secs(60) => {
+                        tracing::warn!(
+                            "{}; this standby has tried for {} s and goes on trying",
+                            failed(settings, &error),
+                            since.elapsed().as_secs()
+                        );
+                        *last_said = now;
+                    }
+                    Some(_) => {}
                 }
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
