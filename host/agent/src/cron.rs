@@ -354,8 +354,10 @@ impl CronService {
                     }
                 }
             }
-            self.off_the_runtime(move |service| service.move_on(&taken))
-                .await;
+            if !taken.is_empty() {
+                self.off_the_runtime(move |service| service.move_on(&taken))
+                    .await;
+            }
         }
         let with_sink = sink.is_some();
         let (earliest, firings) = self
@@ -453,12 +455,9 @@ impl CronService {
         due_firings
     }
 
-    /// Moves the jobs of `taken` firings on (a job changed or removed meanwhile is left as it
-    /// is now), and saves.
+    /// Moves the jobs of `taken` firings (not none) on (a job changed or removed meanwhile is
+    /// left as it is now), and saves.
     fn move_on(&self, taken: &[DueFiring]) {
-        if taken.is_empty() {
-            return;
-        }
         let mut state = self.lock();
         for firing in taken {
             if let Some(job) = state

@@ -205,10 +205,6 @@ async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once()
     assert!(exit.success(), "{output}");
 }
 
-/// A host that registered a send's run and idempotency key in the cluster's registry, then died
-/// before its inbox took the input, leaves a run in flight that no host will ever run. The
-/// sender's resend with the same key is then taken, under that run's id, and answered: neither
-/// lost nor reported as a duplicate of a run that never ends.
 /// An active host whose NATS server stalls (every request, its lease renewal too, waits
 /// without an answer) stops writing before its lease can lapse and another host take over:
 /// its renewal is given up when the lease stops being fresh (70% of the 2 s time to live after
@@ -266,6 +262,10 @@ async fn an_active_host_whose_server_stalls_stops_before_its_lease_can_lapse() {
     );
 }
 
+/// A host that registered a send's run and idempotency key in the cluster's registry, then died
+/// before its inbox took the input, leaves a run in flight that no host will ever run. The
+/// sender's resend with the same key is then taken, under that run's id, and answered: neither
+/// lost nor reported as a duplicate of a run that never ends.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_send_whose_host_died_before_its_inbox_took_it_is_taken_when_sent_again() {
     let Some(nats) = NatsServer::start("a_send_whose_host_died_before_its_inbox_took_it") else {

@@ -262,7 +262,7 @@ impl Inner {
         reconnected.mark_unchanged();
         loop {
             self.fence
-                .check(&format!("event {} of session {session}", event.seq))
+                .check(|| format!("event {} of session {session}", event.seq))
                 .map_err(failed)?;
             let mut headers = HeaderMap::new();
             headers.insert(SEQ_HEADER, event.seq.to_string().as_str());
@@ -551,7 +551,7 @@ impl Inner {
         let subject = subject_of(session);
         let tail = self.lookup_tail(session, &subject).await?;
         self.fence
-            .check(&format!("the removal of session {session}'s events"))
+            .check(|| format!("the removal of session {session}'s events"))
             .map_err(failed)?;
         let mut headers = HeaderMap::new();
         headers.insert(ROLLUP_HEADER, "sub");

@@ -65,13 +65,15 @@ impl WriteFence {
         }
     }
 
-    /// `Ok` when a write may go out now; otherwise why not, for the error of the write `what`.
-    pub fn check(&self, what: &str) -> Result<(), String> {
+    /// `Ok` when a write may go out now; otherwise why not, for the error of the write `what`
+    /// describes (made only then: the check is on every write's path).
+    pub fn check(&self, what: impl FnOnce() -> String) -> Result<(), String> {
         if self.is_open() {
             Ok(())
         } else {
             Err(format!(
-                "{what} was not sent: this host's lease is lost or could not be renewed in time, so another host may own the session now; this host stops writing (start it again to wait as a standby)"
+                "{} was not sent: this host's lease is lost or could not be renewed in time, so another host may own the session now; this host stops writing (start it again to wait as a standby)",
+                what()
             ))
         }
     }
@@ -92,7 +94,7 @@ mod tests {
     fn an_unheld_fence_never_closes_by_time() {
         let fence = WriteFence::default();
         assert!(fence.is_open());
-        assert!(fence.check("an append").is_ok());
+        assert!(fence.check(|| "an append".to_string()).is_ok());
     }
 
     #[test]
@@ -103,7 +105,7 @@ mod tests {
         assert!(shared.is_open());
         std::thread::sleep(Duration::from_millis(40));
         assert!(!shared.is_open());
-        let refused = shared.check("an append").unwrap_err();
+        let refused = shared.check(|| "an append".to_string()).unwrap_err();
         assert!(refused.contains("an append was not sent"), "{refused}");
         fence.open_until(Instant::now() + Duration::from_secs(5));
         assert!(shared.is_open());

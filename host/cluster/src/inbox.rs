@@ -316,7 +316,7 @@ impl Inner {
         }
         let payload = serde_json::to_vec(&live).map_err(std::io::Error::other)?;
         self.fence
-            .check(&format!("the roll-up of session {session}'s inbox"))
+            .check(|| format!("the roll-up of session {session}'s inbox"))
             .map_err(std::io::Error::other)?;
         let mut headers = HeaderMap::new();
         headers.insert(SESSION_HEADER, session);

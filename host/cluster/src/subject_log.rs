@@ -119,7 +119,7 @@ pub(crate) async fn append_fenced(
     let mut pause = Duration::from_millis(100);
     loop {
         fence
-            .check(&format!("an append to {subject}"))
+            .check(|| format!("an append to {subject}"))
             .map_err(AppendError::Fenced)?;
         let mut headers = HeaderMap::new();
         headers.insert(SESSION_HEADER, session);

@@ -304,7 +304,7 @@ fn keep_apart(
     fence: WriteFence,
     ttl: Duration,
 ) {
-    let (on_failure, lost_on_failure) = (fence.clone(), lost.clone());
+    let (fence_kept, lost_kept) = (fence.clone(), lost.clone());
     let started = std::thread::Builder::new()
         .name("clawcage-lease".to_string())
         .spawn(move || {
@@ -312,21 +312,29 @@ fn keep_apart(
                 .enable_all()
                 .build()
             {
-                Ok(runtime) => runtime.block_on(keep(leases, lease, lost, fence, ttl)),
-                Err(error) => {
-                    tracing::error!(
-                        "cannot keep the gateway lease: {error}; this host stops serving"
-                    );
-                    fence.close();
-                    lost.cancel();
-                }
+                Ok(runtime) => runtime.block_on(keep(leases, lease, lost_kept, fence_kept, ttl)),
+                Err(error) => stop_serving(
+                    &fence_kept,
+                    &lost_kept,
+                    &format!("cannot keep the gateway lease: {error}; this host stops serving"),
+                ),
             }
         });
     if let Err(error) = started {
-        tracing::error!("cannot keep the gateway lease: {error}; this host stops serving");
-        on_failure.close();
-        lost_on_failure.cancel();
+        stop_serving(
+            &fence,
+            &lost,
+            &format!("cannot keep the gateway lease: {error}; this host stops serving"),
+        );
     }
+}
+
+/// Shuts `fence` (no write goes out from now on), says `why`, and cancels `lost` (the host stops
+/// serving).
+fn stop_serving(fence: &WriteFence, lost: &CancellationToken, why: &str) {
+    fence.close();
+    tracing::error!("{why}");
+    lost.cancel();
 }
 
 /// Renews `lease` a few times per time to live, moving `fence` on with each renewal; shuts the
@@ -348,23 +356,23 @@ async fn keep(
         match tokio::time::timeout_at(fresh_until, leases.renew(&mut lease)).await {
             Ok(Ok(())) => fence.open_until(lease.fresh_until()),
             Ok(Err(LeaseError::Lost { holder, .. })) => {
-                fence.close();
-                tracing::error!(
-                    now = holder.map(|holder| holder.host).unwrap_or_default(),
-                    "this host lost the gateway lease: it stops serving"
+                let now = holder.map(|holder| holder.host).unwrap_or_default();
+                stop_serving(
+                    &fence,
+                    &lost,
+                    &format!("this host lost the gateway lease (to {now}): it stops serving"),
                 );
-                lost.cancel();
                 return;
             }
             Ok(Err(error)) => tracing::warn!("cannot renew the gateway lease: {error}"),
             Err(_) => tracing::warn!("a renewal of the gateway lease did not come back in time"),
         }
         if !lease.is_fresh() {
-            fence.close();
-            tracing::error!(
-                "the gateway lease could not be renewed in time: this host stops serving before another may take over"
+            stop_serving(
+                &fence,
+                &lost,
+                "the gateway lease could not be renewed in time: this host stops serving before another may take over",
             );
-            lost.cancel();
             return;
         }
     }
