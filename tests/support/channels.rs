@@ -86,6 +86,17 @@ pub async fn post(url: &str, headers: &[(String, String)], body: Vec<u8>) -> (u1
     (status, response.text().await.unwrap_or_default())
 }
 
+/// A GET of `url`; the status and the body.
+pub async fn get(url: &str) -> (u16, String) {
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .build()
+        .expect("an HTTP client");
+    let response = client.get(url).send().await.expect("the gateway answers");
+    let status = response.status().as_u16();
+    (status, response.text().await.unwrap_or_default())
+}
+
 /// A GET of `url`; the status.
 pub async fn get_status(url: &str) -> u16 {
     let client = reqwest::Client::builder()

@@ -40,13 +40,30 @@ pub struct Closed {
 impl GatewayClient {
     /// Opens a socket to `addr` (with `Origin: origin` if given) and reads the challenge.
     pub async fn open(addr: SocketAddr, origin: Option<&str>) -> Result<(Self, Value), String> {
+        let origin: Vec<(&str, &str)> = origin
+            .map(|origin| ("origin", origin))
+            .into_iter()
+            .collect();
+        Self::open_with(addr, &origin).await
+    }
+
+    /// Opens a socket to `addr` with the request headers `headers` and reads the challenge.
+    pub async fn open_with(
+        addr: SocketAddr,
+        headers: &[(&str, &str)],
+    ) -> Result<(Self, Value), String> {
         let mut request = format!("ws://{addr}/ws")
             .into_client_request()
             .map_err(|error| error.to_string())?;
-        if let Some(origin) = origin {
+        for (name, value) in headers {
+            let name: tokio_tungstenite::tungstenite::http::HeaderName = name
+                .parse()
+                .map_err(|_| format!("a bad header name {name}"))?;
             request.headers_mut().insert(
-                "origin",
-                origin.parse().map_err(|_| "a bad origin".to_string())?,
+                name,
+                value
+                    .parse()
+                    .map_err(|_| format!("a bad header value {value}"))?,
             );
         }
         let stream = TcpStream::connect(addr)

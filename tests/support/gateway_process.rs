@@ -38,9 +38,20 @@ impl GatewayProcess {
     /// [`GatewayProcess::try_start`], telling `spawned` the process id as soon as it runs (a
     /// standby can then be killed while it waits).
     pub fn try_start_telling(
-        mut command: Command,
+        command: Command,
         spawned: impl FnOnce(u32),
     ) -> Result<GatewayProcess, String> {
+        Self::try_start_watching(command, spawned, |_| {})
+    }
+
+    /// [`GatewayProcess::try_start_telling`], telling `relaying` too where a host of a cluster
+    /// accepts clients while it waits as a standby (it relays them to the active host).
+    pub fn try_start_watching(
+        mut command: Command,
+        spawned: impl FnOnce(u32),
+        relaying: impl FnOnce(SocketAddr),
+    ) -> Result<GatewayProcess, String> {
+        let mut relaying = Some(relaying);
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -83,6 +94,12 @@ impl GatewayProcess {
                     lock(&output)
                 ));
             };
+            if let Some(rest) = line.strip_prefix("cluster: clients may connect at ws://")
+                && let Some(addr) = rest.split('/').next().and_then(|addr| addr.parse().ok())
+                && let Some(relaying) = relaying.take()
+            {
+                relaying(addr);
+            }
             if let Some(rest) = line.strip_prefix("WebSocket: ws://") {
                 match rest.split('/').next().and_then(|addr| addr.parse().ok()) {
                     Some(addr) => break addr,

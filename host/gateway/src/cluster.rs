@@ -26,6 +26,8 @@ use tokio_util::sync::CancellationToken;
 
 pub use clawcage_cluster::leases::GATEWAY_LEASE;
 
+pub use crate::relay::ActiveGateway;
+
 /// The connection options `settings` describe, for a connection named `connection`.
 pub fn cluster_options(settings: &ClusterSettings, connection: &str) -> ClusterOptions {
     ClusterOptions {
@@ -53,8 +55,6 @@ pub(crate) struct Active {
     pub(crate) epoch: u64,
     /// Cancelled when the lease is lost (or could not be renewed in time).
     pub(crate) lost: CancellationToken,
-    /// Where this host's clients connect, once it listens (announced with the host).
-    pub(crate) url: Arc<Mutex<Option<String>>>,
     pub(crate) me: Holder,
 }
 
@@ -128,13 +128,17 @@ fn workspace_identity(workspace: &Path) -> Result<String, Error> {
     }
 }
 
-/// Joins the cluster `settings` name: connects, announces this host, waits as a standby until
-/// the `gateway` lease is free (saying who is active), takes it, and opens the stores. The lease
-/// is renewed from here on; `Active::lost` says when it is lost.
+/// Joins the cluster `settings` name: connects, announces this host (with `url`, where its
+/// clients connect), waits as a standby until the `gateway` lease is free (saying who is
+/// active, and telling `active_seen` who and where, for the relay of this standby's clients),
+/// takes it, and opens the stores. The lease is renewed from here on; `Active::lost` says when
+/// it is lost.
 pub(crate) async fn join(
     settings: &ClusterSettings,
     workspace: &Path,
     redactor: Redactor,
+    url: Arc<Mutex<Option<String>>>,
+    active_seen: tokio::sync::watch::Sender<Option<ActiveGateway>>,
 ) -> Result<Active, Error> {
     let mut options = cluster_options(settings, "gateway");
     // Every store this host writes the sessions with is fenced by the gateway lease: shut until
@@ -169,7 +173,6 @@ pub(crate) async fn join(
         .await
         .map_err(|error| Error::Failed(error.to_string()))?;
     let started_ms = clawcage_agent::transcript::now_ms();
-    let url: Arc<Mutex<Option<String>>> = Arc::new(Mutex::new(None));
     tokio::spawn(announce(
         leases.clone(),
         url.clone(),
@@ -193,7 +196,30 @@ pub(crate) async fn join(
                 return Ok((taken, None));
             }
             let active = leases.holder(GATEWAY_LEASE).await?;
-            Ok::<_, LeaseError>((None, active.map(|(holder, _)| holder.host)))
+            let active = active.map(|(holder, _)| holder.host);
+            // Where the active host listens, looked up when it changes or is not known yet.
+            let known = active_seen.borrow().clone();
+            let seen = match (&active, known) {
+                (None, _) => None,
+                (Some(host), Some(known)) if known.host == *host && known.url.is_some() => {
+                    Some(known)
+                }
+                (Some(host), _) => Some(ActiveGateway {
+                    host: host.clone(),
+                    url: leases
+                        .live_hosts()
+                        .await?
+                        .into_iter()
+                        .find(|record| record.holder.host == *host)
+                        .and_then(|record| record.url),
+                }),
+            };
+            active_seen.send_if_modified(|now| {
+                let changed = *now != seen;
+                *now = seen;
+                changed
+            });
+            Ok::<_, LeaseError>((None, active))
         };
         let active = match looked.await {
             Ok((Some(lease), _)) => break lease,
@@ -277,7 +303,6 @@ pub(crate) async fn join(
         records,
         epoch: lease.epoch(),
         lost,
-        url,
         me,
     })
 }

@@ -25,10 +25,10 @@ use tokio_tungstenite::tungstenite::protocol::CloseFrame;
 use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
 use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
 
-use crate::Gateway;
 use crate::hub::Outbox;
-use crate::limits::PendingSlot;
+use crate::limits::{AuthenticatedSlot, PendingSlot};
 use crate::protocol::{self, Code, GatewayError, PROTOCOL_VERSION, Request};
+use crate::{Gateway, Settings};
 
 /// How long one frame may take to write before the client counts as gone.
 pub const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -120,7 +120,7 @@ impl Conn {
     }
 }
 
-async fn close<S>(socket: &mut WebSocketStream<S>, code: CloseCode, reason: &str)
+pub(crate) async fn close<S>(socket: &mut WebSocketStream<S>, code: CloseCode, reason: &str)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -137,7 +137,7 @@ where
 }
 
 /// Refuses the handshake: the error as a response when the request had an id, then a close.
-async fn refuse<S>(socket: &mut WebSocketStream<S>, id: &Value, error: GatewayError)
+pub(crate) async fn refuse<S>(socket: &mut WebSocketStream<S>, id: &Value, error: GatewayError)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -150,7 +150,7 @@ where
     close(socket, CloseCode::Policy, &error.message).await;
 }
 
-fn capacity_reason(error: &CapacityError, max: usize) -> String {
+pub(crate) fn capacity_reason(error: &CapacityError, max: usize) -> String {
     let size = match error {
         CapacityError::MessageTooLong { size, .. } => format!(" (this one: {size})"),
         _ => String::new(),
@@ -160,7 +160,7 @@ fn capacity_reason(error: &CapacityError, max: usize) -> String {
 
 /// Closes after an oversized frame: the rest of it is read and dropped first (for at most two
 /// seconds), so the client receives the close frame instead of a reset.
-async fn close_oversized<S>(socket: &mut WebSocketStream<S>, reason: &str)
+pub(crate) async fn close_oversized<S>(socket: &mut WebSocketStream<S>, reason: &str)
 where
     S: AsyncRead + AsyncWrite + Unpin,
 {
@@ -177,7 +177,7 @@ where
 }
 
 /// Reads the `connect` request and checks it; returns the client or why not.
-fn check_connect(gateway: &Gateway, request: &Request) -> Result<ClientInfo, GatewayError> {
+fn check_connect(settings: &Settings, request: &Request) -> Result<ClientInfo, GatewayError> {
     if request.method != "connect" {
         return Err(GatewayError::new(
             Code::InvalidRequest,
@@ -213,7 +213,7 @@ fn check_connect(gateway: &Gateway, request: &Request) -> Result<ClientInfo, Gat
             "unauthorized: connect needs auth.token (open the URL the gateway printed, or read <state-dir>/gateway/token)",
         ));
     }
-    if !gateway.settings.token.matches(token) {
+    if !settings.token.matches(token) {
         return Err(GatewayError::new(
             Code::Unauthorized,
             "unauthorized: wrong token",
@@ -259,22 +259,36 @@ fn check_connect(gateway: &Gateway, request: &Request) -> Result<ClientInfo, Gat
     })
 }
 
-/// Serves one upgraded connection, unauthenticated in `slot`, until it ends.
-pub async fn serve<S>(gateway: Arc<Gateway>, mut socket: WebSocketStream<S>, slot: PendingSlot)
+/// A connection whose `connect` proved the token.
+pub(crate) struct Connected {
+    /// The `connect` request.
+    pub(crate) request: Request,
+    /// Its frame as the client sent it.
+    pub(crate) frame: Utf8Bytes,
+    /// Who the client said it is.
+    pub(crate) client: ClientInfo,
+    /// Its place among the authenticated connections, held while it lives.
+    pub(crate) admitted: AuthenticatedSlot,
+}
+
+/// The handshake of an upgraded connection, unauthenticated in `slot`: the challenge, then the
+/// client's `connect`, checked against `settings` (protocol, token) within the unauthenticated
+/// timeout, and the connection's promotion to the authenticated ones. Refuses (and closes) the
+/// socket and returns `None` when any of it fails.
+pub(crate) async fn handshake<S>(
+    settings: &Settings,
+    socket: &mut WebSocketStream<S>,
+    slot: PendingSlot,
+) -> Option<Connected>
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin,
 {
-    let max_frame = gateway.settings.max_frame_bytes;
-    let timeout = gateway.settings.limits.unauthenticated_timeout;
+    let max_frame = settings.max_frame_bytes;
+    let timeout = settings.limits.unauthenticated_timeout;
     let evicted = slot.evicted();
     let Ok(nonce) = crate::auth::random_hex(16) else {
-        close(
-            &mut socket,
-            CloseCode::Error,
-            "no randomness for the challenge",
-        )
-        .await;
-        return;
+        close(socket, CloseCode::Error, "no randomness for the challenge").await;
+        return None;
     };
     let challenge = protocol::event(
         "connect.challenge",
@@ -286,19 +300,19 @@ where
     let deadline = tokio::time::Instant::now() + timeout;
     let sent = tokio::select! {
         sent = tokio::time::timeout_at(deadline, socket.send(Message::Text(challenge))) => sent,
-        () = evicted.cancelled() => return,
+        () = evicted.cancelled() => return None,
     };
     if !matches!(sent, Ok(Ok(()))) {
-        return;
+        return None;
     }
     let first = tokio::select! {
         first = tokio::time::timeout_at(deadline, socket.next()) => first,
-        () = evicted.cancelled() => return,
+        () = evicted.cancelled() => return None,
     };
     let text = match first {
         Err(_) => {
             close(
-                &mut socket,
+                socket,
                 CloseCode::Policy,
                 &format!(
                     "handshake timeout: send connect within {} s",
@@ -306,23 +320,25 @@ where
                 ),
             )
             .await;
-            return;
+            return None;
         }
-        Ok(None) | Ok(Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed))) => return,
+        Ok(None) | Ok(Some(Err(WsError::ConnectionClosed | WsError::AlreadyClosed))) => {
+            return None;
+        }
         Ok(Some(Err(WsError::Capacity(error)))) => {
-            close_oversized(&mut socket, &capacity_reason(&error, max_frame)).await;
-            return;
+            close_oversized(socket, &capacity_reason(&error, max_frame)).await;
+            return None;
         }
-        Ok(Some(Err(_))) => return,
+        Ok(Some(Err(_))) => return None,
         Ok(Some(Ok(Message::Text(text)))) => text,
         Ok(Some(Ok(_))) => {
             close(
-                &mut socket,
+                socket,
                 CloseCode::Unsupported,
                 "the first frame must be a JSON text frame with the connect request",
             )
             .await;
-            return;
+            return None;
         }
     };
     let request = match protocol::parse_request(text.as_str()) {
@@ -335,24 +351,24 @@ where
                     error.message
                 ),
             );
-            refuse(&mut socket, &id, error).await;
-            return;
+            refuse(socket, &id, error).await;
+            return None;
         }
     };
-    let client = match check_connect(&gateway, &request) {
+    let client = match check_connect(settings, &request) {
         Ok(client) => client,
         Err(error) => {
-            refuse(&mut socket, &request.id, error).await;
-            return;
+            refuse(socket, &request.id, error).await;
+            return None;
         }
     };
     // The token is proven: the connection leaves the unauthenticated ones (and their timeouts)
     // for the authenticated ones, which have a cap of their own.
-    let _admitted = match slot.promote() {
+    let admitted = match slot.promote() {
         Ok(admitted) => admitted,
         Err(full) => {
             if evicted.is_cancelled() {
-                return;
+                return None;
             }
             let error = GatewayError::new(
                 Code::Unavailable,
@@ -361,9 +377,33 @@ where
                     full.cap
                 ),
             );
-            refuse(&mut socket, &request.id, error).await;
-            return;
+            refuse(socket, &request.id, error).await;
+            return None;
         }
+    };
+
+    Some(Connected {
+        request,
+        frame: text,
+        client,
+        admitted,
+    })
+}
+
+/// Serves one upgraded connection, unauthenticated in `slot`, until it ends.
+pub async fn serve<S>(gateway: Arc<Gateway>, mut socket: WebSocketStream<S>, slot: PendingSlot)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let max_frame = gateway.settings.max_frame_bytes;
+    let Some(Connected {
+        request,
+        client,
+        admitted: _admitted,
+        ..
+    }) = handshake(&gateway.settings, &mut socket, slot).await
+    else {
+        return;
     };
 
     let id = gateway.hub.next_id();

@@ -19,8 +19,9 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 use tokio_tungstenite::tungstenite::protocol::{Role, WebSocketConfig};
 use tokio_util::sync::CancellationToken;
 
-use crate::Gateway;
-use crate::limits::PendingSlot;
+use crate::limits::{Admissions, PendingSlot};
+use crate::relay::Standby;
+use crate::{Gateway, Settings};
 
 /// The WebSocket path.
 pub const WS_PATH: &str = "/ws";
@@ -36,12 +37,42 @@ const MARKDOWN_JS: &str = include_str!("web/markdown-it.min.js");
 const PURIFY_JS: &str = include_str!("web/purify.min.js");
 const FAVICON_SVG: &str = include_str!("web/favicon.svg");
 
-type Response = http::Response<Full<Bytes>>;
+pub(crate) type Response = http::Response<Full<Bytes>>;
 
-/// Accepts connections on `listener` until `stop` is cancelled. Each one is admitted as
-/// unauthenticated ([`Admissions::admit`](crate::limits::Admissions::admit), which may evict
-/// the oldest such connection) and served by [`serve_http`].
-pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: CancellationToken) {
+/// What serves a listener: the gateway itself, or, while this host waits as a standby in a
+/// cluster, the relay to the active gateway ([`crate::relay`]).
+#[derive(Clone)]
+pub(crate) enum Front {
+    /// This host serves the sessions.
+    Active(Arc<Gateway>),
+    /// This host is a standby: it relays its clients to the active host.
+    Standby(Arc<Standby>),
+}
+
+impl Front {
+    fn settings(&self) -> &Settings {
+        match self {
+            Front::Active(gateway) => &gateway.settings,
+            Front::Standby(standby) => standby.settings(),
+        }
+    }
+
+    fn admissions(&self) -> &Arc<Admissions> {
+        match self {
+            Front::Active(gateway) => &gateway.admissions,
+            Front::Standby(standby) => standby.admissions(),
+        }
+    }
+}
+
+/// Accepts connections on `listener` until `stop` is cancelled, then gives the listener back.
+/// Each one is admitted as unauthenticated ([`Admissions::admit`], which may evict the oldest
+/// such connection) and served by [`serve_http`].
+pub(crate) async fn accept_loop(
+    front: Front,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> TcpListener {
     let mut warned: Option<tokio::time::Instant> = None;
     loop {
         let (stream, peer) = tokio::select! {
@@ -59,11 +90,11 @@ pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: Can
                     continue;
                 }
             },
-            () = stop.cancelled() => return,
+            () = stop.cancelled() => return listener,
         };
         let _ = stream.set_nodelay(true);
-        let slot = gateway.admissions.admit(peer);
-        tokio::spawn(serve_http(gateway.clone(), stream, slot));
+        let slot = front.admissions().admit(peer);
+        tokio::spawn(serve_http(front.clone(), stream, slot));
     }
 }
 
@@ -74,14 +105,14 @@ pub async fn accept_loop(gateway: Arc<Gateway>, listener: TcpListener, stop: Can
 /// from the previous response: a silent client, one that sends a byte now and then, and an
 /// idle keep-alive connection alike; a webhook's body must arrive within it too. An upgrade to
 /// a WebSocket takes the slot along.
-async fn serve_http(gateway: Arc<Gateway>, stream: TcpStream, slot: PendingSlot) {
-    let timeout = gateway.settings.limits.unauthenticated_timeout;
-    let lifetime_ends = slot.admitted() + gateway.settings.limits.unauthenticated_lifetime();
+async fn serve_http(front: Front, stream: TcpStream, slot: PendingSlot) {
+    let timeout = front.settings().limits.unauthenticated_timeout;
+    let lifetime_ends = slot.admitted() + front.settings().limits.unauthenticated_lifetime();
     let evicted = slot.evicted();
     let peer = slot.peer();
     let slot = Arc::new(Mutex::new(Some(slot)));
     let service = hyper::service::service_fn(move |request| {
-        let gateway = gateway.clone();
+        let front = front.clone();
         let slot = slot.clone();
         async move {
             // Webhooks are authenticated by their signature, not by Host or Origin. Their
@@ -89,7 +120,13 @@ async fn serve_http(gateway: Arc<Gateway>, stream: TcpStream, slot: PendingSlot)
             // is delivered later, by a POST of the gateway's own).
             if let Some(name) = request.uri().path().strip_prefix(HOOKS_PREFIX) {
                 let name = name.to_string();
-                let answered = tokio::time::timeout(timeout, hook(gateway, &name, request)).await;
+                let answered = tokio::time::timeout(timeout, async {
+                    match front {
+                        Front::Active(gateway) => hook(gateway, &name, request).await,
+                        Front::Standby(standby) => standby.forward_hook(&name, request).await,
+                    }
+                })
+                .await;
                 return Ok::<_, Infallible>(answered.unwrap_or_else(|_| {
                     plain(
                         http::StatusCode::REQUEST_TIMEOUT,
@@ -100,7 +137,7 @@ async fn serve_http(gateway: Arc<Gateway>, stream: TcpStream, slot: PendingSlot)
                     )
                 }));
             }
-            Ok::<_, Infallible>(route(gateway, request, &slot))
+            Ok::<_, Infallible>(route(front, request, &slot))
         }
     });
     let connection = hyper::server::conn::http1::Builder::new()
@@ -130,7 +167,7 @@ async fn serve_http(gateway: Arc<Gateway>, stream: TcpStream, slot: PendingSlot)
     }
 }
 
-fn plain(status: http::StatusCode, text: impl Into<String>) -> Response {
+pub(crate) fn plain(status: http::StatusCode, text: impl Into<String>) -> Response {
     let mut response = http::Response::new(Full::new(Bytes::from(text.into())));
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -168,7 +205,7 @@ fn asset(content_type: &'static str, body: &'static str) -> Response {
     response
 }
 
-fn header(request: &http::Request<Incoming>, name: http::HeaderName) -> Option<&str> {
+pub(crate) fn header(request: &http::Request<Incoming>, name: http::HeaderName) -> Option<&str> {
     request
         .headers()
         .get(name)
@@ -176,13 +213,13 @@ fn header(request: &http::Request<Incoming>, name: http::HeaderName) -> Option<&
 }
 
 fn route(
-    gateway: Arc<Gateway>,
+    front: Front,
     mut request: http::Request<Incoming>,
     slot: &Mutex<Option<PendingSlot>>,
 ) -> Response {
     let path = request.uri().path();
     if path == WS_PATH {
-        return upgrade(gateway, &mut request, slot);
+        return upgrade(front, &mut request, slot);
     }
     if request.method() != http::Method::GET && request.method() != http::Method::HEAD {
         return plain(
@@ -193,8 +230,8 @@ fn route(
     if let Err(why) = crate::auth::check_request(
         header(&request, http::header::HOST),
         None,
-        gateway.settings.loopback,
-        &gateway.settings.allowed_origins,
+        front.settings().loopback,
+        &front.settings().allowed_origins,
     ) {
         return plain(http::StatusCode::FORBIDDEN, format!("{why}\n"));
     }
@@ -206,7 +243,10 @@ fn route(
         "/purify.min.js" => asset("text/javascript; charset=utf-8", PURIFY_JS),
         // Browsers ask for /favicon.ico on their own; an SVG answers both.
         "/favicon.svg" | "/favicon.ico" => asset("image/svg+xml", FAVICON_SVG),
-        "/healthz" => plain(http::StatusCode::OK, "ok\n"),
+        "/healthz" => match &front {
+            Front::Active(_) => plain(http::StatusCode::OK, "ok\n"),
+            Front::Standby(standby) => standby.health(),
+        },
         _ => plain(
             http::StatusCode::NOT_FOUND,
             "not found: the web chat is at /, the WebSocket at /ws\n",
@@ -229,8 +269,18 @@ async fn hook(gateway: Arc<Gateway>, name: &str, request: http::Request<Incoming
     }
 }
 
+/// How a WebSocket is framed: frames and messages of at most `max_frame_bytes`, written at once.
+pub(crate) fn websocket_config(max_frame_bytes: usize) -> WebSocketConfig {
+    WebSocketConfig::default()
+        .read_buffer_size(4 << 10)
+        .write_buffer_size(0)
+        .max_write_buffer_size(max_frame_bytes.max(1 << 20) * 4)
+        .max_message_size(Some(max_frame_bytes))
+        .max_frame_size(Some(max_frame_bytes))
+}
+
 fn upgrade(
-    gateway: Arc<Gateway>,
+    front: Front,
     request: &mut http::Request<Incoming>,
     slot: &Mutex<Option<PendingSlot>>,
 ) -> Response {
@@ -252,11 +302,16 @@ fn upgrade(
     if let Err(why) = crate::auth::check_request(
         header(request, http::header::HOST),
         header(request, http::header::ORIGIN),
-        gateway.settings.loopback,
-        &gateway.settings.allowed_origins,
+        front.settings().loopback,
+        &front.settings().allowed_origins,
     ) {
         tracing::info!("refused a WebSocket upgrade: {why}");
         return plain(http::StatusCode::FORBIDDEN, format!("{why}\n"));
+    }
+    if let Front::Standby(standby) = &front
+        && let Some(refused) = standby.refuse_relayed(request)
+    {
+        return refused;
     }
     // The WebSocket keeps the connection's place among the unauthenticated ones until its
     // `connect` proves the token.
@@ -271,12 +326,7 @@ fn upgrade(
         );
     };
     let on_upgrade = hyper::upgrade::on(request);
-    let config = WebSocketConfig::default()
-        .read_buffer_size(4 << 10)
-        .write_buffer_size(0)
-        .max_write_buffer_size(gateway.settings.max_frame_bytes.max(1 << 20) * 4)
-        .max_message_size(Some(gateway.settings.max_frame_bytes))
-        .max_frame_size(Some(gateway.settings.max_frame_bytes));
+    let config = websocket_config(front.settings().max_frame_bytes);
     tokio::spawn(async move {
         let evicted = slot.evicted();
         let upgraded = tokio::select! {
@@ -291,7 +341,10 @@ fn upgrade(
                     Some(config),
                 )
                 .await;
-                crate::connection::serve(gateway, socket, slot).await;
+                match front {
+                    Front::Active(gateway) => crate::connection::serve(gateway, socket, slot).await,
+                    Front::Standby(standby) => crate::relay::serve(standby, socket, slot).await,
+                }
             }
             Err(error) => tracing::debug!("the WebSocket upgrade failed: {error}"),
         }

@@ -18,6 +18,7 @@ mod keys;
 pub mod limits;
 mod methods;
 pub mod protocol;
+mod relay;
 mod stores;
 
 use std::net::SocketAddr;
@@ -180,7 +181,11 @@ impl Gateway {
             })
         };
         let accepting = CancellationToken::new();
-        let acceptor = tokio::spawn(http::accept_loop(self.clone(), listener, accepting.clone()));
+        let acceptor = tokio::spawn(http::accept_loop(
+            http::Front::Active(self.clone()),
+            listener,
+            accepting.clone(),
+        ));
         shutdown.cancelled().await;
         accepting.cancel();
         let _ = acceptor.await;
@@ -295,16 +300,64 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         .cluster
         .settings(config_dir.as_deref())
         .map_err(|error| Error::Usage(format!("{error:#}")))?;
-    let active = match &cluster_settings {
-        Some(settings) => Some(
-            cluster::join(
-                settings,
+    let listener = TcpListener::bind(args.bind).await.map_err(|error| {
+        Error::Usage(format!(
+            "cannot listen on {}: {error}; pick another address with --bind (port 0 picks a free port)",
+            args.bind
+        ))
+    })?;
+    let bound = listener
+        .local_addr()
+        .map_err(|error| Error::Failed(format!("cannot read the listening address: {error}")))?;
+    let mut settings = Settings::new(token.clone());
+    settings.allowed_origins = args.allow_origins.clone();
+    settings.loopback = bound.ip().is_loopback();
+    settings.sends_per_minute = args.sends_per_minute.max(1);
+    settings.limits = connection_limits;
+    let url = format!("http://{bound}/");
+    // A standby listens all the same and relays its clients to the active gateway until it
+    // takes over: any host of the cluster accepts any client.
+    let (active, listener) = match &cluster_settings {
+        Some(cluster_settings) => {
+            let announced = cluster_settings.advertise_url.clone().unwrap_or_else(|| {
+                if bound.ip().is_unspecified() {
+                    clawcage_runtime::tell!(
+                        "clawcage gateway: warning: this host listens on {bound}, which the other hosts of the cluster cannot reach it at; set [cluster] advertise_url so that they can relay their clients to it"
+                    );
+                }
+                url.clone()
+            });
+            let (tell_active, active_seen) = tokio::sync::watch::channel(None);
+            let standby = relay::Standby::new(
+                settings.clone(),
+                active_seen,
+                cluster_settings.host_id.clone(),
+            );
+            let relaying = CancellationToken::new();
+            let front = tokio::spawn(http::accept_loop(
+                http::Front::Standby(standby),
+                listener,
+                relaying.clone(),
+            ));
+            println!(
+                "cluster: clients may connect at ws://{bound}{} now; while this host is a standby they are relayed to the active gateway",
+                http::WS_PATH
+            );
+            let joined = cluster::join(
+                cluster_settings,
                 runtime.workspace().path(),
                 runtime.redactor().clone(),
+                Arc::new(std::sync::Mutex::new(Some(announced))),
+                tell_active,
             )
-            .await?,
-        ),
-        None => None,
+            .await;
+            relaying.cancel();
+            let listener = front.await.map_err(|error| {
+                Error::Failed(format!("the standby's listener stopped: {error}"))
+            })?;
+            (Some(joined?), listener)
+        }
+        None => (None, listener),
     };
 
     // In a cluster, the allow-always approvals are the ones every host shares.
@@ -372,20 +425,6 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         state_dir: state.to_path_buf(),
         shared_records: active.as_ref().map(|active| active.records.clone()),
     };
-    let listener = TcpListener::bind(args.bind).await.map_err(|error| {
-        Error::Usage(format!(
-            "cannot listen on {}: {error}; pick another address with --bind (port 0 picks a free port)",
-            args.bind
-        ))
-    })?;
-    let bound = listener
-        .local_addr()
-        .map_err(|error| Error::Failed(format!("cannot read the listening address: {error}")))?;
-    let mut settings = Settings::new(token.clone());
-    settings.allowed_origins = args.allow_origins.clone();
-    settings.loopback = bound.ip().is_loopback();
-    settings.sends_per_minute = args.sends_per_minute.max(1);
-    settings.limits = connection_limits;
     let gateway = Gateway::start(parts, settings).await;
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
     // Always: even with the configuration's policy off, a session may set its own.
@@ -409,10 +448,6 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         let _ = gateway.channels.set(started);
     }
 
-    let url = format!("http://{bound}/");
-    if let Some(active) = &active {
-        *clawcage_core::sync::lock(&active.url) = Some(url.clone());
-    }
     let info = json!({
         "pid": std::process::id(),
         "url": url,

@@ -1,10 +1,9 @@
 //! `[cluster]` in the config: the NATS servers several gateway hosts share their sessions
 //! through, this host's id, the credentials and TLS to reach them, and how many replicas the
 //! streams and buckets keep. Checked here, so a bad value is a configuration error at start-up
-//! that names the key. Without the section nothing changes and no server is needed. Only
-//! `clawcage cluster status` reads it in this version; `clawcage gateway` refuses to start with
-//! it (it does not yet keep its sessions on JetStream, and running it beside a cluster it does
-//! not join would split the sessions).
+//! that names the key. Without the section nothing changes and no server is needed; with it,
+//! `clawcage gateway` keeps its sessions on JetStream and the commands that change shared
+//! records (cron, pairing, approvals) change the cluster's.
 
 use std::path::{Path, PathBuf};
 
@@ -34,6 +33,9 @@ pub struct ClusterSection {
     /// Seconds a lease lasts without renewal (default 10): how long a dead host's sessions
     /// wait for another host. Every host of a cluster must say the same.
     pub lease_secs: Option<u64>,
+    /// Where the other hosts reach this host's gateway (`http://HOST:PORT/`), to relay their
+    /// clients to it while it is active (default: the address it listens on).
+    pub advertise_url: Option<String>,
 }
 
 /// `[cluster]` checked, with its paths resolved.
@@ -55,6 +57,8 @@ pub struct ClusterSettings {
     pub replicas: usize,
     /// Seconds a lease lasts without renewal.
     pub lease_secs: u64,
+    /// Where the other hosts reach this host's gateway (`http://HOST:PORT/`), when set.
+    pub advertise_url: Option<String>,
 }
 
 /// The longest host id.
@@ -71,7 +75,8 @@ impl ClusterSection {
                 || self.tls_key.is_some()
                 || self.replicas.is_some()
                 || self.lease_secs.is_some()
-                || self.tls_required.is_some();
+                || self.tls_required.is_some()
+                || self.advertise_url.is_some();
             if stray {
                 bail!(
                     "[cluster] has settings but no `nats` servers; add nats = \"nats://HOST:4222\", or remove the section"
@@ -125,6 +130,28 @@ impl ClusterSection {
             Some(n) if (2..=300).contains(&n) => n,
             Some(n) => bail!("[cluster] lease_secs = {n} is out of range; use 2 to 300"),
         };
+        let advertise_url = self
+            .advertise_url
+            .as_deref()
+            .map(|url| {
+                let authority = url
+                    .strip_prefix("http://")
+                    .map(|rest| rest.strip_suffix('/').unwrap_or(rest))
+                    .filter(|authority| {
+                        authority.rsplit_once(':').is_some_and(|(host, port)| {
+                            !host.is_empty()
+                                && !host.contains(['/', '@', '?', '#'])
+                                && port.parse::<u16>().is_ok_and(|port| port > 0)
+                        })
+                    });
+                match authority {
+                    Some(authority) => Ok(format!("http://{authority}/")),
+                    None => bail!(
+                        "[cluster] advertise_url = {url:?} is not valid; use http://HOST:PORT/, the address the other hosts reach this gateway at"
+                    ),
+                }
+            })
+            .transpose()?;
         Ok(Some(ClusterSettings {
             nats: nats.to_string(),
             host_id,
@@ -135,6 +162,7 @@ impl ClusterSection {
             tls_client,
             replicas,
             lease_secs,
+            advertise_url,
         }))
     }
 }
@@ -205,10 +233,34 @@ mod tests {
             ("nats = \"nats://a\"\ntls_key = \"k\"", "go together"),
             ("nats = \"nats://a\"\nreplicas = 0", "replicas = 0"),
             ("nats = \"nats://a\"\nlease_secs = 1", "lease_secs = 1"),
+            (
+                "nats = \"nats://a\"\nadvertise_url = \"https://gw:1\"",
+                "advertise_url",
+            ),
+            (
+                "nats = \"nats://a\"\nadvertise_url = \"http://gw/chat\"",
+                "advertise_url",
+            ),
+            (
+                "nats = \"nats://a\"\nadvertise_url = \"http://u@gw:80\"",
+                "advertise_url",
+            ),
+            (
+                "nats = \"nats://a\"\nadvertise_url = \"http://gw:0\"",
+                "advertise_url",
+            ),
         ] {
             let error = section(bad).settings(None).unwrap_err().to_string();
             assert!(error.contains(named), "{bad}: {error}");
         }
+        let advertised = section("nats = \"nats://a\"\nadvertise_url = \"http://10.0.0.5:18789\"")
+            .settings(None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            advertised.advertise_url.as_deref(),
+            Some("http://10.0.0.5:18789/")
+        );
         assert!(
             toml::from_str::<ClusterSection>("natz = \"x\"").is_err(),
             "unknown keys are refused"

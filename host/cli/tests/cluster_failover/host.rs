@@ -1,0 +1,88 @@
+//! The hosts of the cluster tests: each with its configuration (a `[cluster]` on the test's
+//! nats-server, its own `host_id`, a 2 s lease) and state directory, started as `clawcage
+//! gateway` processes on one shared workspace; a standby started in the background, and the
+//! failover of a killed active host to it.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use clawcage_tests::gateway_process::GatewayProcess;
+
+pub const TOKEN: &str = "cluster-failover-token";
+/// The webhook's signing secret and the variable that holds it.
+pub const HOOK_SECRET_ENV: &str = "CLAWCAGE_TEST_HOOK_SECRET";
+pub const HOOK_SECRET: &str = "failover-hook-secret-0123456789abcdef";
+
+/// A host of the cluster: its configuration (naming its `host_id`) and state directory.
+pub struct Host {
+    pub root: tempfile::TempDir,
+    pub state: tempfile::TempDir,
+}
+
+impl Host {
+    pub fn new(nats: &str, model: &str, host_id: &str) -> Host {
+        Self::with(nats, model, host_id, "")
+    }
+
+    /// A host whose configuration has `extra` sections too.
+    pub fn with(nats: &str, model: &str, host_id: &str, extra: &str) -> Host {
+        clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+        let root = tempfile::tempdir().unwrap();
+        std::fs::write(
+            root.path().join("clawcage.toml"),
+            format!(
+                "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
+                 [cluster]\nnats = \"{nats}\"\nhost_id = \"{host_id}\"\nlease_secs = 2\n\n{extra}"
+            ),
+        )
+        .unwrap();
+        Host {
+            root,
+            state: clawcage_tests::cli_state::private_state_dir(),
+        }
+    }
+
+    pub fn command(&self, workspace: &Path, args: &[&str]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+        command
+            .arg("--config")
+            .arg(self.root.path().join("clawcage.toml"))
+            .arg("--state-dir")
+            .arg(self.state.path())
+            .arg("--workspace")
+            .arg(workspace)
+            .args(args)
+            .env_remove("RUST_LOG")
+            .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+            .env("ANTHROPIC_API_KEY", "sk-failover-test")
+            .env(HOOK_SECRET_ENV, HOOK_SECRET);
+        command
+    }
+
+    pub fn gateway(&self, workspace: &Path) -> Command {
+        self.command(
+            workspace,
+            &["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN],
+        )
+    }
+}
+
+/// `host` started as a standby in `workspace`: the task ends once it serves.
+pub fn standby_of(host: &Host, workspace: &Path) -> tokio::task::JoinHandle<GatewayProcess> {
+    let command = host.gateway(workspace);
+    tokio::task::spawn_blocking(move || GatewayProcess::start(command))
+}
+
+/// Kills `active` with SIGKILL and returns `standby` once it serves in its place.
+pub async fn fail_over(
+    active: GatewayProcess,
+    standby: tokio::task::JoinHandle<GatewayProcess>,
+) -> GatewayProcess {
+    let said = active.kill();
+    assert!(!said.contains("panicked"), "{said}");
+    tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+}

@@ -1,0 +1,358 @@
+//! Any host of a cluster accepts any client: two `clawcage gateway` hosts on a real
+//! `nats-server`, the second a standby that listens all the same. A client connected to the
+//! standby is relayed to the active host: it sends, follows the session's events and waits for
+//! its run there as it would on the active host, and a webhook posted to the standby is
+//! forwarded whole (its replay to the active host refused). The standby holds its clients to
+//! the same checks as the active host (a wrong token, a foreign origin, a connection relayed by
+//! another standby are refused there), and its `/healthz` says it is a standby. When the active
+//! host is killed while the relayed client's turn waits for the model, the relayed connection
+//! closes with 1012; the client connects again to the same address, now the active host's,
+//! resumes its stream from the last event it saw, and sees its turn resume and end once.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use clawcage_tests::channels::{get, post, signed_headers, unix_now};
+use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::gateway_process::GatewayProcess;
+use clawcage_tests::llm_server::{
+    LlmServer, ReplyGate, anthropic, last_user, text_of, tool_result_of,
+};
+use clawcage_tests::nats::NatsServer;
+use serde_json::{Value, json};
+
+#[path = "cluster_failover/host.rs"]
+#[allow(
+    dead_code,
+    reason = "shared with the failover tests, which use all of it"
+)]
+mod host;
+use host::{HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN};
+
+/// `host` started as a standby in `workspace`: the task that ends once it serves, and where it
+/// accepts clients meanwhile.
+async fn standby_relaying(
+    host: &Host,
+    workspace: &Path,
+) -> (
+    tokio::task::JoinHandle<Result<GatewayProcess, String>>,
+    SocketAddr,
+) {
+    let (relay_tx, relay_rx) = std::sync::mpsc::channel();
+    let command = host.gateway(workspace);
+    let standby = tokio::task::spawn_blocking(move || {
+        GatewayProcess::try_start_watching(
+            command,
+            |_| {},
+            move |addr| {
+                let _ = relay_tx.send(addr);
+            },
+        )
+    });
+    let relay =
+        tokio::task::spawn_blocking(move || relay_rx.recv_timeout(Duration::from_secs(180)))
+            .await
+            .unwrap()
+            .expect("the standby says where it accepts clients");
+    (standby, relay)
+}
+
+/// The payload of the next `name` event `client` hears, within 60 s.
+async fn event_named(client: &mut GatewayClient, name: &str) -> Value {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        let Some(event) = client.next_event(left).await else {
+            panic!("no {name} event within 60 s");
+        };
+        if event["event"] == name {
+            return event["payload"].clone();
+        }
+    }
+}
+
+/// The largest `seq` among `events`' `agent` and `chat` frames.
+fn last_seq(events: &[Value], before: u64) -> u64 {
+    events
+        .iter()
+        .filter_map(|event| event["seq"].as_u64())
+        .fold(before, u64::max)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it_takes_over() {
+    let Some(nats) = NatsServer::start("a_standby_relays_its_clients") else {
+        return;
+    };
+    // The model holds its first answer until the test opens the gate; after that it answers.
+    let gate = ReplyGate::new();
+    let model = LlmServer::start_routed({
+        let gate = gate.clone();
+        move |body| {
+            let (text, _) = last_user(body);
+            gate.hold(anthropic::message(&[anthropic::text(&format!(
+                "Answered: {text}"
+            ))]))
+        }
+    })
+    .await;
+    let hook = format!("[channels.webhooks.ops]\nsecret_env = \"{HOOK_SECRET_ENV}\"\n");
+    let workspace = tempfile::tempdir().unwrap();
+    let first = Host::with(&nats.url(), model.url(), "host-a", &hook);
+    let second = Host::with(&nats.url(), model.url(), "host-b", &hook);
+    let active = GatewayProcess::start(first.gateway(workspace.path()));
+    let (standby, relay) = standby_relaying(&second, workspace.path()).await;
+
+    // Its health check says it is a standby, and who is active (once it has looked).
+    let mut health = (0, String::new());
+    for _ in 0..100 {
+        health = get(&format!("http://{relay}/healthz")).await;
+        if health.1.contains("host-a") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(health.0, 503, "{health:?}");
+    assert!(
+        health.1.contains("standby (host-b)") && health.1.contains("the active gateway is host-a"),
+        "{health:?}"
+    );
+    // The web chat's page is served there too.
+    assert_eq!(get(&format!("http://{relay}/")).await.0, 200);
+
+    // The standby's own checks: a wrong token, a foreign origin, a connection another standby
+    // relays.
+    let refused = GatewayClient::try_connect(relay, "not-the-token-of-this-cluster").await;
+    let refused = refused.err().expect("a wrong token is refused");
+    assert!(refused.contains("wrong token"), "{refused}");
+    let foreign = GatewayClient::open(relay, Some("https://evil.example")).await;
+    assert!(foreign.is_err(), "a foreign origin is refused");
+    let relayed = GatewayClient::open_with(relay, &[("x-clawcage-relayed-by", "host-z")]).await;
+    let relayed = relayed
+        .err()
+        .expect("a relayed connection is refused by a standby");
+    assert!(relayed.contains("503"), "{relayed}");
+
+    // A client of the standby is served by the active host.
+    let (mut client, hello) = GatewayClient::connect(relay, TOKEN).await;
+    assert_eq!(hello["payload"]["type"], "hello-ok", "{hello}");
+    let session = "agent:main:test:relayed";
+    let subscribed = client
+        .request("sessions.subscribe", json!({"sessionKey": session}))
+        .await;
+    assert_eq!(subscribed["ok"], true, "{subscribed}");
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "through the standby", "idempotencyKey": "r1"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run_id = sent["payload"]["runId"].as_str().unwrap().to_string();
+    // The turn waits for the model on the active host; its start came through the relay.
+    gate.reached(1).await;
+    let mut seen = Vec::new();
+    while let Some(event) = client.next_event(Duration::from_secs(2)).await {
+        seen.push(event);
+    }
+    assert!(
+        seen.iter()
+            .any(|event| event["payload"]["runId"] == run_id.as_str()),
+        "the run's events reach the relayed client: {seen:#?}"
+    );
+    let since = last_seq(&seen, 0);
+    assert!(since > 0, "{seen:#?}");
+
+    // A webhook posted to the standby is forwarded to the active host, which takes it once.
+    let body = json!({"message": "deploy done", "id": "d-1"})
+        .to_string()
+        .into_bytes();
+    let headers = signed_headers(HOOK_SECRET, unix_now(), &body);
+    let (status, text) = post(&format!("http://{relay}/hooks/ops"), &headers, body.clone()).await;
+    assert_eq!(status, 202, "{text}");
+    let (status, text) = post(&format!("http://{}/hooks/ops", active.addr), &headers, body).await;
+    assert_eq!(
+        status, 401,
+        "the replay to the active host is refused: {text}"
+    );
+
+    // The active host dies while the relayed client's turn waits: the relayed connection
+    // closes, saying so.
+    let said = active.kill();
+    assert!(!said.contains("panicked"), "{said}");
+    let (_, closed) = client.until_closed().await;
+    assert_eq!(closed.code, 1012, "{closed:?}");
+    assert!(
+        closed.reason.contains("active gateway went away"),
+        "{closed:?}"
+    );
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+        .expect("the standby serves");
+    assert_eq!(standby.addr, relay, "it serves where it relayed");
+
+    // The client connects again to the same address and resumes its stream.
+    gate.reached(2).await;
+    let (mut client, _) = GatewayClient::connect(relay, TOKEN).await;
+    let resumed = client
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": session, "since": since}),
+        )
+        .await;
+    assert_eq!(resumed["ok"], true, "{resumed}");
+    gate.open();
+    // Only what came after the last event it saw, in order, until its turn ends.
+    let mut after = Vec::new();
+    loop {
+        let event = client
+            .next_event(Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|| panic!("the resumed turn did not end; saw {after:#?}"));
+        if event["event"] != "agent" {
+            continue;
+        }
+        let seq = event["seq"].as_u64().expect("an agent event is numbered");
+        assert!(seq > last_seq(&after, since), "{seq} after {after:#?}");
+        let payload = &event["payload"];
+        let ended = payload["runId"] == run_id.as_str()
+            && payload["stream"] == "lifecycle"
+            && payload["data"]["phase"] == "end";
+        after.push(event);
+        if ended {
+            break;
+        }
+    }
+    assert_eq!(
+        after[0]["seq"].as_u64(),
+        Some(since + 1),
+        "the first event after {since} comes first: {after:#?}"
+    );
+    let waited = client
+        .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await
+        .to_string();
+    assert_eq!(
+        history.matches("Answered: through the standby").count(),
+        1,
+        "the turn ended once: {history}"
+    );
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
+}
+
+/// An approver connected to a standby hears the active host's approval requests through it and
+/// answers them there: the first answer wins on the active host, and the command runs once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_connected_to_a_standby_answers_the_active_hosts_requests() {
+    let Some(nats) = NatsServer::start("an_approver_connected_to_a_standby") else {
+        return;
+    };
+    // The model runs `rm -r DIR` for "remove DIR", then repeats the tool's result.
+    let model = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if let Some(result) = tool_result_of(&last) {
+            return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
+        }
+        match text_of(&last).strip_prefix("remove ") {
+            Some(dir) => anthropic::message(&[anthropic::tool(
+                "t1",
+                "exec",
+                json!({"command": format!("rm -r {dir}")}),
+            )]),
+            None => anthropic::message(&[anthropic::text("ok")]),
+        }
+    })
+    .await;
+    let approvals = "[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n";
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::create_dir(workspace.path().join("build")).unwrap();
+    let first = Host::with(&nats.url(), model.url(), "host-a", approvals);
+    let second = Host::with(&nats.url(), model.url(), "host-b", approvals);
+    let active = GatewayProcess::start(first.gateway(workspace.path()));
+    let (standby, relay) = standby_relaying(&second, workspace.path()).await;
+
+    // The approver connects to the standby, with the approvals scope.
+    let mut approver = None;
+    for _ in 0..100 {
+        let (mut client, _) = GatewayClient::open(relay, None).await.unwrap();
+        let mut params = clawcage_tests::gateway_client::connect_params(TOKEN);
+        params["scopes"] = json!(["operator.approvals"]);
+        let hello = client.request("connect", params).await;
+        if hello["ok"] == true {
+            approver = Some(client);
+            break;
+        }
+        // The standby has not seen the active host yet.
+        assert_eq!(hello["error"]["code"], "UNAVAILABLE", "{hello}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut approver = approver.expect("the standby relays the approver");
+
+    // A client of the active host asks for a command the allowlist does not cover.
+    let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
+    let session = "agent:main:test:approved";
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "remove build", "idempotencyKey": "a1"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run_id = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let request = event_named(&mut approver, "exec.approval.requested").await;
+    assert_eq!(request["sessionKey"], session, "{request}");
+    assert_eq!(request["summary"], "rm -r build", "{request}");
+    assert!(
+        workspace.path().join("build").exists(),
+        "nothing runs before the answer"
+    );
+    let id = request["id"].as_str().unwrap().to_string();
+    let answered = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(answered["ok"], true, "{answered}");
+    let resolved = event_named(&mut approver, "exec.approval.resolved").await;
+    assert_eq!(resolved["decision"], "allow-once", "{resolved}");
+    let waited = client
+        .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    assert!(
+        !workspace.path().join("build").exists(),
+        "the command ran once allowed"
+    );
+    // A second answer to the same request is refused: the first won.
+    let again = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(again["ok"], false, "{again}");
+    // Stopped, the active host hands over to the standby, which is then stopped too.
+    let (exit, output) = active.terminate();
+    assert!(exit.success(), "{output}");
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+        .expect("the standby serves");
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
+}

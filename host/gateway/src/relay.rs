@@ -1,0 +1,487 @@
+//! A standby's front in a cluster: while a host waits as a standby it listens all the same, so
+//! that a client may connect to any host of the cluster. It serves the web chat's page itself,
+//! answers `/healthz` with 503 naming the active host (a load balancer that checks it sends new
+//! clients to the active host directly), and holds every connection to the same checks and
+//! limits as the active gateway: `Host` and `Origin`, the unauthenticated connections' caps and
+//! timeouts, the `connect` and its token. Only then does it open a connection of its own to the
+//! active gateway (the holder of the `gateway` lease, at the address it announced), hand it the
+//! client's `connect`, and relay the two connections frame by frame, unchanged, in both
+//! directions: the active gateway does everything the client asks, so `chat.send`,
+//! `sessions.subscribe`, `agent.wait`, approvals and the rest answer the same through any
+//! host. A webhook is forwarded whole to the active host, which checks its signature. When the
+//! active host goes away the relayed connection is closed with 1012 ("service restart"): the
+//! client connects again and is relayed to the new active host, or served by this one if it
+//! took over. A connection that another standby relays here is refused, so two standbys with
+//! stale views of the cluster cannot relay a client round in a loop.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures_util::{SinkExt as _, StreamExt as _};
+use http_body_util::{BodyExt as _, Full, Limited};
+use hyper::body::Incoming;
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::net::TcpStream;
+use tokio::sync::watch;
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message, Utf8Bytes};
+
+use crate::Settings;
+use crate::channels::webhook::MAX_BODY_BYTES;
+use crate::connection::{
+    Connected, WRITE_TIMEOUT, capacity_reason, close, close_oversized, handshake, refuse,
+};
+use crate::http::{Response, WS_PATH, plain};
+use crate::limits::{Admissions, PendingSlot};
+use crate::protocol::{Code, GatewayError};
+
+/// The header a standby puts on what it relays, naming itself.
+pub const RELAYED_BY_HEADER: &str = "x-clawcage-relayed-by";
+
+/// How long reaching the active gateway and its handshake may take.
+const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The largest answer of the active host to a forwarded webhook passed on.
+const MAX_HOOK_ANSWER_BYTES: usize = 64 << 10;
+
+/// The active gateway as this standby last saw the cluster: its host and where it listens.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ActiveGateway {
+    /// Its `host_id`.
+    pub host: String,
+    /// The URL it announced (`http://host:port/`), once it did.
+    pub url: Option<String>,
+}
+
+/// Where to reach the active gateway.
+struct Target {
+    host: String,
+    /// `host:port`.
+    authority: String,
+}
+
+/// A standby's front: the settings and limits it serves its clients under, and the active
+/// gateway it relays them to.
+pub(crate) struct Standby {
+    settings: Settings,
+    admissions: Arc<Admissions>,
+    active: watch::Receiver<Option<ActiveGateway>>,
+    /// This host's id, named on what it relays.
+    me: String,
+    /// Forwards webhooks; `None` when it could not be made (a webhook is then refused).
+    forwarder: Option<reqwest::Client>,
+}
+
+impl Standby {
+    /// A front under `settings` for the host `me`, relaying to the active gateway `active` says.
+    pub(crate) fn new(
+        settings: Settings,
+        active: watch::Receiver<Option<ActiveGateway>>,
+        me: String,
+    ) -> Arc<Self> {
+        let forwarder = reqwest::Client::builder()
+            .no_proxy()
+            .redirect(reqwest::redirect::Policy::none())
+            .connect_timeout(UPSTREAM_TIMEOUT)
+            .timeout(UPSTREAM_TIMEOUT)
+            .build()
+            .inspect_err(|error| tracing::warn!("cannot make the webhook forwarder: {error}"))
+            .ok();
+        Arc::new(Self {
+            admissions: Admissions::new(settings.limits.clone(), settings.loopback),
+            settings,
+            active,
+            me,
+            forwarder,
+        })
+    }
+
+    pub(crate) fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    pub(crate) fn admissions(&self) -> &Arc<Admissions> {
+        &self.admissions
+    }
+
+    /// `/healthz` on a standby: 503, naming the active host.
+    pub(crate) fn health(&self) -> Response {
+        let active = match self.active.borrow().as_ref() {
+            Some(active) => format!("the active gateway is {}", active.host),
+            None => "no host of the cluster is active right now".to_string(),
+        };
+        plain(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "standby ({}): {active}; clients connecting here are relayed to it\n",
+                self.me
+            ),
+        )
+    }
+
+    /// Refuses what another standby relays (`None`: it comes from a client).
+    pub(crate) fn refuse_relayed(&self, request: &http::Request<Incoming>) -> Option<Response> {
+        let by = request.headers().get(RELAYED_BY_HEADER)?;
+        let by: String = String::from_utf8_lossy(by.as_bytes())
+            .chars()
+            .filter(|c| !c.is_control())
+            .take(64)
+            .collect();
+        Some(plain(
+            http::StatusCode::SERVICE_UNAVAILABLE,
+            format!(
+                "this host ({}) is a standby too, not the active gateway {by} took it for: connect again in a few seconds\n",
+                self.me
+            ),
+        ))
+    }
+
+    /// Where the active gateway is, or why it cannot be reached now.
+    fn target(&self) -> Result<Target, String> {
+        let Some(active) = self.active.borrow().clone() else {
+            return Err("no host of the cluster is active right now (a standby takes over within the lease's time to live): connect again in a few seconds".to_string());
+        };
+        let Some(url) = active.url else {
+            return Err(format!(
+                "the active gateway {} has not said where it listens yet: connect again in a moment",
+                active.host
+            ));
+        };
+        let authority = url
+            .strip_prefix("http://")
+            .map(|rest| rest.split('/').next().unwrap_or_default().to_string())
+            .filter(|authority| !authority.is_empty())
+            .ok_or_else(|| {
+                format!(
+                    "the active gateway {} announced {url}, which is not an http:// address: set its [cluster] advertise_url",
+                    active.host
+                )
+            })?;
+        let unspecified = authority
+            .parse::<std::net::SocketAddr>()
+            .is_ok_and(|address| address.ip().is_unspecified());
+        if unspecified {
+            return Err(format!(
+                "the active gateway {} listens on {authority}, an address other hosts cannot reach: set its [cluster] advertise_url to the address they reach it at",
+                active.host
+            ));
+        }
+        Ok(Target {
+            host: active.host,
+            authority,
+        })
+    }
+
+    /// `POST /hooks/<name>` on a standby: forwarded whole to the active gateway, whose answer
+    /// is passed on.
+    pub(crate) async fn forward_hook(
+        &self,
+        name: &str,
+        request: http::Request<Incoming>,
+    ) -> Response {
+        let unavailable =
+            |why: String| plain(http::StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
+        if let Some(refused) = self.refuse_relayed(&request) {
+            return refused;
+        }
+        let target = match self.target() {
+            Ok(target) => target,
+            Err(why) => return unavailable(why),
+        };
+        let Some(forwarder) = &self.forwarder else {
+            return unavailable("this standby cannot forward webhooks: see its log".to_string());
+        };
+        let (parts, body) = request.into_parts();
+        let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+            Ok(body) => body.to_bytes(),
+            Err(_) => {
+                return plain(
+                    http::StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("the body is over {MAX_BODY_BYTES} bytes, or did not arrive whole\n"),
+                );
+            }
+        };
+        let mut forwarded = forwarder
+            .post(format!("http://{}/hooks/{name}", target.authority))
+            .header(RELAYED_BY_HEADER, self.me.as_str())
+            .body(body);
+        for (header, value) in &parts.headers {
+            let hop = matches!(
+                header.as_str(),
+                "host"
+                    | "connection"
+                    | "content-length"
+                    | "transfer-encoding"
+                    | "keep-alive"
+                    | "upgrade"
+                    | "te"
+                    | "trailer"
+            );
+            if !hop && header.as_str() != RELAYED_BY_HEADER {
+                forwarded = forwarded.header(header.as_str(), value.as_bytes());
+            }
+        }
+        let answer = match forwarded.send().await {
+            Ok(answer) => answer,
+            Err(error) => {
+                return unavailable(format!(
+                    "the active gateway {} at {} cannot be reached ({error}); send it again in a few seconds",
+                    target.host, target.authority
+                ));
+            }
+        };
+        let status = answer.status();
+        let content_type = answer.headers().get(http::header::CONTENT_TYPE).cloned();
+        let mut body = Vec::new();
+        let mut answer = answer;
+        while let Ok(Some(chunk)) = answer.chunk().await {
+            let room = MAX_HOOK_ANSWER_BYTES.saturating_sub(body.len());
+            body.extend_from_slice(&chunk[..chunk.len().min(room)]);
+            if body.len() >= MAX_HOOK_ANSWER_BYTES {
+                break;
+            }
+        }
+        let mut response = http::Response::new(Full::new(Bytes::from(body)));
+        *response.status_mut() = status;
+        if let Some(content_type) = content_type {
+            response
+                .headers_mut()
+                .insert(http::header::CONTENT_TYPE, content_type);
+        }
+        response
+    }
+}
+
+/// Serves one upgraded connection of a standby, unauthenticated in `slot`: the handshake as
+/// the active gateway would hold it, then the relay to the active gateway until either side
+/// ends.
+pub(crate) async fn serve<S>(
+    standby: Arc<Standby>,
+    mut socket: WebSocketStream<S>,
+    slot: PendingSlot,
+) where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let Some(Connected {
+        request,
+        frame,
+        client,
+        admitted: _admitted,
+    }) = handshake(&standby.settings, &mut socket, slot).await
+    else {
+        return;
+    };
+    let target = match standby.target() {
+        Ok(target) => target,
+        Err(why) => {
+            refuse(
+                &mut socket,
+                &request.id,
+                GatewayError::new(Code::Unavailable, why),
+            )
+            .await;
+            return;
+        }
+    };
+    let (mut upstream, answer) = match open_upstream(&standby, &target, frame).await {
+        Ok(opened) => opened,
+        Err(why) => {
+            let error = GatewayError::new(
+                Code::Unavailable,
+                format!(
+                    "the active gateway {} at {} cannot be reached ({why}); connect again in a few seconds",
+                    target.host, target.authority
+                ),
+            );
+            refuse(&mut socket, &request.id, error).await;
+            return;
+        }
+    };
+    let accepted = serde_json::from_str::<serde_json::Value>(answer.as_str())
+        .is_ok_and(|answer| answer["ok"] == true);
+    if tokio::time::timeout(WRITE_TIMEOUT, socket.send(Message::Text(answer)))
+        .await
+        .is_err()
+        || !accepted
+    {
+        // The active gateway refused the client (and closes its side): so does this one.
+        close(
+            &mut socket,
+            CloseCode::Policy,
+            "refused by the active gateway",
+        )
+        .await;
+        return;
+    }
+    tracing::info!(client = %client.id, mode = %client.mode, active = %target.host, "client relayed to the active gateway");
+    let ended = pipe(&mut socket, &mut upstream, standby.settings.max_frame_bytes).await;
+    let _ = tokio::time::timeout(Duration::from_secs(2), upstream.close(None)).await;
+    match ended {
+        Ended::Client => {}
+        Ended::Oversized(reason) => close_oversized(&mut socket, &reason).await,
+        Ended::Upstream(code, reason) => close(&mut socket, code, &reason).await,
+    }
+    tracing::info!(client = %client.id, "relayed client disconnected");
+}
+
+/// Connects to the active gateway as the client: its challenge is read, the client's `connect`
+/// frame sent, and its answer returned.
+async fn open_upstream(
+    standby: &Standby,
+    target: &Target,
+    connect: Utf8Bytes,
+) -> Result<(WebSocketStream<TcpStream>, Utf8Bytes), String> {
+    let steps = async {
+        let stream = TcpStream::connect(&target.authority)
+            .await
+            .map_err(|error| error.to_string())?;
+        let _ = stream.set_nodelay(true);
+        let mut request = format!("ws://{}{WS_PATH}", target.authority)
+            .into_client_request()
+            .map_err(|error| error.to_string())?;
+        let me = http::HeaderValue::from_str(&standby.me).map_err(|error| error.to_string())?;
+        request.headers_mut().insert(RELAYED_BY_HEADER, me);
+        // What the active gateway sends may be larger than what a client may send.
+        let config = WebSocketConfig::default().write_buffer_size(0);
+        let (mut upstream, _) =
+            tokio_tungstenite::client_async_with_config(request, stream, Some(config))
+                .await
+                .map_err(|error| format!("its WebSocket handshake failed: {error}"))?;
+        match upstream.next().await {
+            Some(Ok(Message::Text(challenge))) if challenge.contains("connect.challenge") => {}
+            other => return Err(format!("it did not send its challenge (got {other:?})")),
+        }
+        upstream
+            .send(Message::Text(connect))
+            .await
+            .map_err(|error| error.to_string())?;
+        match upstream.next().await {
+            Some(Ok(Message::Text(answer))) => Ok((upstream, answer)),
+            other => Err(format!("it did not answer the connect (got {other:?})")),
+        }
+    };
+    tokio::time::timeout(UPSTREAM_TIMEOUT, steps)
+        .await
+        .unwrap_or_else(|_| Err(format!("no answer within {} s", UPSTREAM_TIMEOUT.as_secs())))
+}
+
+/// How a relay ended.
+enum Ended {
+    /// The client went away (or its socket failed).
+    Client,
+    /// The client sent a frame over the limit.
+    Oversized(String),
+    /// The active gateway closed (with its code and reason) or went away.
+    Upstream(CloseCode, String),
+}
+
+/// Relays frames between the client and the active gateway until one of them ends. A client
+/// that does not read stops this relay's reading of the active gateway, whose own send queue
+/// then cuts the relayed connection off, as it would a direct client.
+async fn pipe<S>(
+    socket: &mut WebSocketStream<S>,
+    upstream: &mut WebSocketStream<TcpStream>,
+    max_frame: usize,
+) -> Ended
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let gone = || {
+        Ended::Upstream(
+            CloseCode::Restart,
+            "the active gateway went away: connect again (another host takes over)".to_string(),
+        )
+    };
+    loop {
+        tokio::select! {
+            message = socket.next() => match message {
+                Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
+                    let sent = tokio::time::timeout(WRITE_TIMEOUT, upstream.send(message)).await;
+                    if !matches!(sent, Ok(Ok(()))) {
+                        return gone();
+                    }
+                }
+                Some(Ok(Message::Close(_))) | None => return Ended::Client,
+                Some(Ok(_)) => {}
+                Some(Err(WsError::Capacity(error))) => {
+                    return Ended::Oversized(capacity_reason(&error, max_frame));
+                }
+                Some(Err(_)) => return Ended::Client,
+            },
+            message = upstream.next() => match message {
+                Some(Ok(Message::Text(text))) => {
+                    match tokio::time::timeout(WRITE_TIMEOUT, socket.send(Message::Text(text))).await {
+                        Ok(Ok(())) => {}
+                        Ok(Err(_)) => return Ended::Client,
+                        Err(_) => {
+                            return Ended::Upstream(
+                                CloseCode::Again,
+                                "the client did not read for 10 s".to_string(),
+                            );
+                        }
+                    }
+                }
+                Some(Ok(Message::Close(frame))) => {
+                    let (code, reason) = frame
+                        .map(|CloseFrame { code, reason }| (code, reason.to_string()))
+                        .unwrap_or((CloseCode::Restart, "the active gateway closed the connection".to_string()));
+                    return Ended::Upstream(code, reason);
+                }
+                Some(Ok(_)) => {}
+                Some(Err(_)) | None => return gone(),
+            },
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Token;
+
+    fn standby_seeing(active: Option<ActiveGateway>) -> Arc<Standby> {
+        let (_tell, seen) = watch::channel(active);
+        Standby::new(
+            Settings::new(Token::explicit("a-token-of-thirty-two-characters-at-least")),
+            seen,
+            "host-b".to_string(),
+        )
+    }
+
+    fn active(url: Option<&str>) -> Option<ActiveGateway> {
+        Some(ActiveGateway {
+            host: "host-a".to_string(),
+            url: url.map(str::to_string),
+        })
+    }
+
+    #[test]
+    fn the_active_gateway_is_reached_only_where_it_can_be() {
+        let target = standby_seeing(active(Some("http://10.0.0.5:18789/")))
+            .target()
+            .ok()
+            .expect("an announced address is reached");
+        assert_eq!(
+            (target.host.as_str(), target.authority.as_str()),
+            ("host-a", "10.0.0.5:18789")
+        );
+        for (seen, named) in [
+            (None, "no host of the cluster is active"),
+            (active(None), "has not said where it listens"),
+            (active(Some("https://gw:1/")), "not an http:// address"),
+            (active(Some("http:///")), "not an http:// address"),
+            (active(Some("http://0.0.0.0:18789/")), "advertise_url"),
+            (active(Some("http://[::]:18789/")), "advertise_url"),
+        ] {
+            let why = standby_seeing(seen.clone())
+                .target()
+                .err()
+                .expect("refused");
+            assert!(why.contains(named), "{seen:?}: {why}");
+        }
+    }
+}
