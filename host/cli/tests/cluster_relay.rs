@@ -44,8 +44,18 @@ async fn standby_relaying(
     tokio::task::JoinHandle<Result<GatewayProcess, String>>,
     SocketAddr,
 ) {
+    standby_started(host.gateway(workspace)).await
+}
+
+/// The standby `command` starts: the task that ends once it serves, and where it accepts
+/// clients meanwhile.
+async fn standby_started(
+    command: std::process::Command,
+) -> (
+    tokio::task::JoinHandle<Result<GatewayProcess, String>>,
+    SocketAddr,
+) {
     let (relay_tx, relay_rx) = std::sync::mpsc::channel();
-    let command = host.gateway(workspace);
     let standby = tokio::task::spawn_blocking(move || {
         GatewayProcess::try_start_watching(
             command,
@@ -249,6 +259,105 @@ async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it
         1,
         "the turn ended once: {history}"
     );
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
+}
+
+/// A client of the standby once it has seen the active host (until then a `connect` there is
+/// refused as unavailable).
+async fn relayed_client(relay: SocketAddr) -> GatewayClient {
+    for _ in 0..100 {
+        match GatewayClient::try_connect(relay, TOKEN).await {
+            Ok((client, _)) => return client,
+            Err(why) => assert!(
+                why.contains("UNAVAILABLE") || why.contains("no host"),
+                "{why}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the standby did not relay a client within 10 s");
+}
+
+/// A standby holds the connections it relays to the same limits as the active host: one that
+/// does not present the token in time is closed, an oversized frame closes its connection with
+/// 1009 there, and the authenticated connections have their cap. (A relayed client that does
+/// not read is cut off: `host/gateway/src/relay/tests.rs`, against an active gateway that
+/// floods.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_standby_holds_the_clients_it_relays_to_the_gateways_limits() {
+    let Some(nats) = NatsServer::start("a_standby_holds_its_clients_to_limits") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|_| anthropic::message(&[anthropic::text("ok")])).await;
+    let workspace = tempfile::tempdir().unwrap();
+    let first = Host::new(&nats.url(), model.url(), "host-a");
+    let second = Host::new(&nats.url(), model.url(), "host-b");
+    let active = GatewayProcess::start(first.gateway(workspace.path()));
+    let (standby, relay) = standby_started(second.command(
+        workspace.path(),
+        &[
+            "gateway",
+            "--bind",
+            "127.0.0.1:0",
+            "--token",
+            TOKEN,
+            "--unauthenticated-timeout",
+            "1",
+            "--max-connections",
+            "5",
+            "--max-unauthenticated",
+            "2",
+        ],
+    ))
+    .await;
+
+    // Silent after the challenge: closed by the standby within its timeout.
+    let (mut silent, challenge) = GatewayClient::open(relay, None).await.unwrap();
+    assert_eq!(challenge["event"], "connect.challenge", "{challenge}");
+    let (_, closed) = silent.until_closed().await;
+    assert_eq!(closed.code, 1008, "{closed:?}");
+    assert!(closed.reason.contains("handshake timeout"), "{closed:?}");
+
+    // An oversized frame from a relayed client: closed with 1009 by the standby.
+    let mut huge = relayed_client(relay).await;
+    let _ = huge.try_send_text("x".repeat(300 * 1024)).await;
+    let (_, closed) = huge.until_closed().await;
+    assert_eq!(closed.code, 1009, "{closed:?}");
+    assert!(closed.reason.contains("too large"), "{closed:?}");
+
+    // Three authenticated connections at most (five less two unauthenticated): the fourth is
+    // told so, and is served once one of them closes.
+    let first_client = relayed_client(relay).await;
+    let _second = relayed_client(relay).await;
+    let mut third = relayed_client(relay).await;
+    let refused = GatewayClient::try_connect(relay, TOKEN)
+        .await
+        .err()
+        .expect("the fourth authenticated connection is refused");
+    assert!(refused.contains("too many connections"), "{refused}");
+    first_client.close().await;
+    let mut fourth = None;
+    for _ in 0..50 {
+        if let Ok((client, _)) = GatewayClient::try_connect(relay, TOKEN).await {
+            fourth = Some(client);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut fourth = fourth.expect("a place freed is taken");
+    for client in [&mut third, &mut fourth] {
+        let health = client.request("health", json!({})).await;
+        assert_eq!(health["payload"]["ok"], true, "{health}");
+    }
+
+    let (exit, output) = active.terminate();
+    assert!(exit.success(), "{output}");
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+        .expect("the standby serves");
     let (exit, output) = standby.terminate();
     assert!(exit.success(), "{output}");
 }

@@ -12,7 +12,9 @@
 //! active host goes away the relayed connection is closed with 1012 ("service restart"): the
 //! client connects again and is relayed to the new active host, or served by this one if it
 //! took over. A connection that another standby relays here is refused, so two standbys with
-//! stale views of the cluster cannot relay a client round in a loop.
+//! stale views of the cluster cannot relay a client round in a loop. The relay keeps little in
+//! flight (a small receive buffer towards the active gateway), so a relayed client that does not
+//! read is cut off by the active gateway's own send queue, as a direct client is.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -44,6 +46,9 @@ pub const RELAYED_BY_HEADER: &str = "x-clawcage-relayed-by";
 
 /// How long reaching the active gateway and its handshake may take.
 const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The receive buffer of a relay's connection to the active gateway.
+const UPSTREAM_RECEIVE_BUFFER: u32 = 128 << 10;
 
 /// The largest answer of the active host to a forwarded webhook passed on.
 const MAX_HOOK_ANSWER_BYTES: usize = 64 << 10;
@@ -336,10 +341,7 @@ async fn open_upstream(
     connect: Utf8Bytes,
 ) -> Result<(WebSocketStream<TcpStream>, Utf8Bytes), String> {
     let steps = async {
-        let stream = TcpStream::connect(&target.authority)
-            .await
-            .map_err(|error| error.to_string())?;
-        let _ = stream.set_nodelay(true);
+        let stream = connect_buffering_little(&target.authority).await?;
         let mut request = format!("ws://{}{WS_PATH}", target.authority)
             .into_client_request()
             .map_err(|error| error.to_string())?;
@@ -367,6 +369,35 @@ async fn open_upstream(
     tokio::time::timeout(UPSTREAM_TIMEOUT, steps)
         .await
         .unwrap_or_else(|_| Err(format!("no answer within {} s", UPSTREAM_TIMEOUT.as_secs())))
+}
+
+/// A TCP connection to `authority` whose receive buffer stays small (the kernel would grow a
+/// loopback one to 32 MB): what the active gateway sends waits on its side, in its connection's
+/// queue, while the client does not read, so the active gateway cuts a slow relayed client off
+/// as it would a direct one, and the relay holds little of what it passes on.
+async fn connect_buffering_little(authority: &str) -> Result<TcpStream, String> {
+    let mut last_error = format!("{authority} names no address");
+    for address in tokio::net::lookup_host(authority)
+        .await
+        .map_err(|error| format!("cannot resolve {authority}: {error}"))?
+    {
+        let socket = match address {
+            std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4(),
+            std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6(),
+        }
+        .map_err(|error| error.to_string())?;
+        socket
+            .set_recv_buffer_size(UPSTREAM_RECEIVE_BUFFER)
+            .map_err(|error| error.to_string())?;
+        match socket.connect(address).await {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(error) => last_error = format!("{address}: {error}"),
+        }
+    }
+    Err(last_error)
 }
 
 /// How a relay ended.
@@ -439,49 +470,4 @@ where
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::Token;
-
-    fn standby_seeing(active: Option<ActiveGateway>) -> Arc<Standby> {
-        let (_tell, seen) = watch::channel(active);
-        Standby::new(
-            Settings::new(Token::explicit("a-token-of-thirty-two-characters-at-least")),
-            seen,
-            "host-b".to_string(),
-        )
-    }
-
-    fn active(url: Option<&str>) -> Option<ActiveGateway> {
-        Some(ActiveGateway {
-            host: "host-a".to_string(),
-            url: url.map(str::to_string),
-        })
-    }
-
-    #[test]
-    fn the_active_gateway_is_reached_only_where_it_can_be() {
-        let target = standby_seeing(active(Some("http://10.0.0.5:18789/")))
-            .target()
-            .ok()
-            .expect("an announced address is reached");
-        assert_eq!(
-            (target.host.as_str(), target.authority.as_str()),
-            ("host-a", "10.0.0.5:18789")
-        );
-        for (seen, named) in [
-            (None, "no host of the cluster is active"),
-            (active(None), "has not said where it listens"),
-            (active(Some("https://gw:1/")), "not an http:// address"),
-            (active(Some("http:///")), "not an http:// address"),
-            (active(Some("http://0.0.0.0:18789/")), "advertise_url"),
-            (active(Some("http://[::]:18789/")), "advertise_url"),
-        ] {
-            let why = standby_seeing(seen.clone())
-                .target()
-                .err()
-                .expect("refused");
-            assert!(why.contains(named), "{seen:?}: {why}");
-        }
-    }
-}
+mod tests;
