@@ -9,8 +9,9 @@
 //! after another host took over (a failover once the lease lapses), sometimes at once (it takes
 //! its own earlier lease back), and then waits as a standby; an active host that stops on its
 //! own (it could not renew its lease while a NATS server's streams elected new leaders) is
-//! started again the same way. Sends that were on their way at a kill are sent again to the next
-//! active host with the same key. Then, on the last active host:
+//! started again the same way. Any host accepts the clients: each round's sends go through
+//! another host (a standby relays them to the active host), and sends that were on their way at
+//! a kill are sent again with the same key. Then, on the last active host:
 //! - in the ten `followup` sessions (each message a turn of its own), every message sent is
 //!   answered exactly once, in its session's order (nothing lost, nothing doubled, whichever host
 //!   took it and however many times it was sent); in the `steer`, `collect` and `interrupt`
@@ -20,9 +21,10 @@
 //! - every cron firing is a turn answered once, each slot's key taken once by the inbox, and the
 //!   job fired under more than one host;
 //! - the epochs of the successive active hosts only grow;
-//! - a client that followed one session throughout, subscribing again on each new active host
-//!   from the last event it saw, saw exactly that session's event log: each event once, in
-//!   order, none missed, the turns that resumed on another host ending there.
+//! - a client that followed one session throughout, through one host after another (subscribing
+//!   again, from the last event it saw, whenever its connection ended or another host became
+//!   active), saw exactly that session's event log: each event once, in order, none missed, the
+//!   turns that resumed on another host ending there.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -30,7 +32,7 @@
 )]
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::sync::{Arc, Mutex, mpsc};
 use std::time::{Duration, Instant};
@@ -42,9 +44,12 @@ use clawcage_tests::nats::NatsServer;
 use clawcage_tests::seeded::Seeded;
 use serde_json::json;
 
+#[path = "cluster_chaos/hosts.rs"]
+mod hosts;
 #[path = "cluster_chaos/observe.rs"]
 mod observe;
-use observe::{cluster_ready, cron_answers, cron_turns, inbox_of, watch_events};
+use hosts::{Addresses, Host, Standbys, clawcage, host, lock, start};
+use observe::{client_through, cluster_ready, cron_answers, cron_turns, inbox_of, watch_events};
 
 const TOKEN: &str = "cluster-chaos-token-0123";
 const HOSTS: [&str; 3] = ["host-a", "host-b", "host-c"];
@@ -63,86 +68,6 @@ const CRON_SESSION: &str = "agent:main:chaos:cron";
 /// How a firing of the cron job reaches the model, as JSON writes it.
 const FIRING: &str =
     "[notification on the `system` channel from cron:job-1]\\n[cron job ticker] tick";
-
-/// One host's configuration and state directory.
-struct Host {
-    config: PathBuf,
-    state: tempfile::TempDir,
-    _root: tempfile::TempDir,
-}
-
-fn host(nats: &str, model: &str, id: &str, replicas: usize) -> Host {
-    let root = tempfile::tempdir().unwrap();
-    let config = root.path().join("clawcage.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
-             [queue]\nmode = \"followup\"\n\n\
-             [queue.by_channel]\nsteer = \"steer\"\ncollect = \"collect\"\ninterrupt = \"interrupt\"\n\n\
-             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\nlease_secs = 3\nreplicas = {replicas}\n"
-        ),
-    )
-    .unwrap();
-    Host {
-        config,
-        state: clawcage_tests::cli_state::private_state_dir(),
-        _root: root,
-    }
-}
-
-/// Where a host's start reports: the host serving, or why it stopped before it served.
-type Serving = mpsc::Sender<Result<(usize, GatewayProcess), String>>;
-
-/// `clawcage` with host `index`'s configuration and state directory.
-fn clawcage(hosts: &[Host], index: usize, workspace: &Path) -> Command {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
-    command
-        .arg("--config")
-        .arg(&hosts[index].config)
-        .arg("--state-dir")
-        .arg(hosts[index].state.path())
-        .arg("--workspace")
-        .arg(workspace);
-    command
-}
-
-/// The process id of each host while it waits as a standby (to kill it there).
-type Standbys = Arc<Mutex<[Option<u32>; HOSTS.len()]>>;
-
-fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
-
-/// Starts host `index` in a thread of its own; it reports on `serving` once it serves (a
-/// standby waits until then, its process id in `standbys`).
-fn start(hosts: &[Host], index: usize, workspace: &Path, serving: &Serving, standbys: &Standbys) {
-    let mut command = clawcage(hosts, index, workspace);
-    command
-        .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
-        .args(["--sends-per-minute", "10000"])
-        .env_remove("RUST_LOG")
-        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
-        .env("ANTHROPIC_API_KEY", "sk-chaos-test");
-    let (serving, standbys) = (serving.clone(), standbys.clone());
-    std::thread::spawn(move || {
-        let mut mine = None;
-        let started = GatewayProcess::try_start_telling(command, |pid| {
-            mine = Some(pid);
-            lock(&standbys)[index] = Some(pid);
-        });
-        // Serving or gone: no longer a standby (unless the host was started again meanwhile).
-        let mut slots = lock(&standbys);
-        if slots[index] == mine {
-            slots[index] = None;
-        }
-        drop(slots);
-        // A standby still waiting when its run ends stops with its cluster (nobody listens).
-        let _ = serving.send(started.map(|process| (index, process)));
-    });
-}
 
 /// The queue mode of session `session` (its key's channel picks it): half the sessions
 /// `followup` (each message a turn of its own, checked in order), the rest `steer`, `collect`
@@ -263,8 +188,16 @@ async fn chaos(seed: u64) -> bool {
         .collect();
     let (serving, served) = mpsc::channel();
     let standbys: Standbys = Arc::default();
+    let addresses: Addresses = Arc::default();
     for index in 0..HOSTS.len() {
-        start(&hosts, index, workspace.path(), &serving, &standbys);
+        start(
+            &hosts,
+            index,
+            workspace.path(),
+            &serving,
+            &standbys,
+            &addresses,
+        );
     }
     let next_active = |served: &mpsc::Receiver<Result<(usize, GatewayProcess), String>>| {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -285,7 +218,11 @@ async fn chaos(seed: u64) -> bool {
     // A client following one session's events throughout, moving to each new active host.
     let (active_addr, active_addrs) = tokio::sync::watch::channel(active.addr);
     let watched: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
-    let watching = tokio::spawn(watch_events(active_addrs, watched.clone()));
+    let watching = tokio::spawn(watch_events(
+        active_addrs,
+        addresses.clone(),
+        watched.clone(),
+    ));
     let mut epochs = vec![epoch_of(&active.output())];
     // A cron job every 2 s, added with a standby's configuration: the cluster's, fired by
     // whichever host is active.
@@ -326,7 +263,8 @@ async fn chaos(seed: u64) -> bool {
             nats_down = false;
             eprintln!("cluster chaos: NATS server n{nats_victim} started again");
         }
-        let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
+        // Any host accepts the sender: each round another one (a standby relays it).
+        let mut client = client_through(&addresses, active.addr, round).await;
         let everything_sent = |next: &[usize; SESSIONS]| next.iter().all(|&n| n == MESSAGES);
         // The next kill of a host, 8 to 15 s from now; once everything is sent, of the active
         // host 1 to 3 s from now until it was killed often enough, then none.
@@ -415,7 +353,14 @@ async fn chaos(seed: u64) -> bool {
             let stopped = index;
             (index, active) = next_active(&served);
             active_addr.send_replace(active.addr);
-            start(&hosts, stopped, workspace.path(), &serving, &standbys);
+            start(
+                &hosts,
+                stopped,
+                workspace.path(),
+                &serving,
+                &standbys,
+                &addresses,
+            );
             epochs.push(epoch_of(&active.output()));
             eprintln!("cluster chaos: {} serves", HOSTS[index]);
             continue;
@@ -443,7 +388,14 @@ async fn chaos(seed: u64) -> bool {
                     "cluster chaos: killed standby {} (kill {kills})",
                     HOSTS[victim]
                 );
-                start(&hosts, victim, workspace.path(), &serving, &standbys);
+                start(
+                    &hosts,
+                    victim,
+                    workspace.path(),
+                    &serving,
+                    &standbys,
+                    &addresses,
+                );
                 continue;
             }
         }
@@ -467,12 +419,26 @@ async fn chaos(seed: u64) -> bool {
         let killed = index;
         let at_once = random.below(4) == 0;
         if at_once {
-            start(&hosts, killed, workspace.path(), &serving, &standbys);
+            start(
+                &hosts,
+                killed,
+                workspace.path(),
+                &serving,
+                &standbys,
+                &addresses,
+            );
         }
         (index, active) = next_active(&served);
         active_addr.send_replace(active.addr);
         if !at_once {
-            start(&hosts, killed, workspace.path(), &serving, &standbys);
+            start(
+                &hosts,
+                killed,
+                workspace.path(),
+                &serving,
+                &standbys,
+                &addresses,
+            );
         }
         epochs.push(epoch_of(&active.output()));
         eprintln!("cluster chaos: {} serves", HOSTS[index]);

@@ -14,17 +14,45 @@ use std::time::{Duration, Instant};
 use clawcage_tests::gateway_client::GatewayClient;
 use serde_json::json;
 
-use super::{CRON_SESSION, FIRING, TOKEN, WATCHED, lock};
+use super::{Addresses, CRON_SESSION, FIRING, HOSTS, TOKEN, WATCHED, lock};
+
+/// A client through host `turn` (modulo the hosts) when it takes one (a standby relays it to the
+/// active host), else through the active host at `active`.
+pub(super) async fn client_through(
+    addresses: &Addresses,
+    active: std::net::SocketAddr,
+    turn: usize,
+) -> GatewayClient {
+    let host = turn % HOSTS.len();
+    let through = lock(addresses)[host];
+    if let Some(addr) = through
+        && let Ok((client, _)) = GatewayClient::try_connect(addr, TOKEN).await
+    {
+        let how = if addr == active {
+            "the active host"
+        } else {
+            "a standby, relayed"
+        };
+        eprintln!("cluster chaos: sending through {} ({how})", HOSTS[host]);
+        return client;
+    }
+    GatewayClient::connect(active, TOKEN).await.0
+}
 
 /// Follows [`WATCHED`]'s events from its first, as a client whose host dies would: connected to
-/// the active host `hosts` names, and on each new one subscribing again from the last event it
-/// saw. Every event seen is pushed to `seen`.
+/// one host after another (`addresses`; a standby relays it to the active host `hosts` names),
+/// and, each time its connection ends or another host becomes active, subscribing again
+/// through the next one from the last event it saw. Every event seen is pushed to `seen`.
 pub(super) async fn watch_events(
     mut hosts: tokio::sync::watch::Receiver<std::net::SocketAddr>,
+    addresses: Addresses,
     seen: Arc<Mutex<Vec<serde_json::Value>>>,
 ) {
+    let mut turn = 0;
     loop {
-        let addr = *hosts.borrow_and_update();
+        let active = *hosts.borrow_and_update();
+        turn += 1;
+        let addr = lock(&addresses)[turn % HOSTS.len()].unwrap_or(active);
         let since = lock(&seen)
             .last()
             .and_then(|event| event["seq"].as_u64())
@@ -48,7 +76,16 @@ pub(super) async fn watch_events(
             let _ = tokio::time::timeout(Duration::from_millis(200), hosts.changed()).await;
             continue;
         };
+        let mut probed = Instant::now();
         while !hosts.has_changed().unwrap_or(true) {
+            // The host it goes through may die (a standby killed): the connection's end is
+            // found by a request that cannot be sent.
+            if probed.elapsed() >= Duration::from_secs(1) {
+                probed = Instant::now();
+                if client.try_send_request("health", json!({})).await.is_err() {
+                    break;
+                }
+            }
             let asked = Instant::now();
             match client.next_event(Duration::from_millis(200)).await {
                 Some(event)
@@ -57,7 +94,7 @@ pub(super) async fn watch_events(
                     lock(&seen).push(event["payload"].clone());
                 }
                 Some(_) => {}
-                // Closed (its host died): nothing comes until the next host is named.
+                // Closed (its host died): found by the next probe.
                 None if asked.elapsed() < Duration::from_millis(100) => {
                     tokio::time::sleep(Duration::from_millis(50)).await;
                 }
