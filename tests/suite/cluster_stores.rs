@@ -7,7 +7,8 @@
 //! waits for the dead one's lease to lapse, and a long session is rolled up without losing what
 //! is pending or remembered. Three servers: the stores (R3) ride through the death of one server,
 //! a write waiting for new stream leaders and then going through once. A host whose lease
-//! lapsed (its write fence shut) sends nothing more to any store.
+//! lapsed (its write fence shut) sends nothing more to any store, and a host taking a session
+//! up is not written behind by the one it replaced.
 
 use std::time::Duration;
 
@@ -75,6 +76,83 @@ fn a_host_that_lost_a_session_is_refused_when_it_writes_again() {
     first.load(key, 100).unwrap();
     first.append_steps(key, &[message(4, "back")]).unwrap();
     assert_eq!(second.load(key, 100).unwrap().messages.len(), 4);
+}
+
+/// A host that becomes a session's writer takes it up before it reads it: a marker appended to
+/// its transcript and its inbox. The host it replaced is then refused by the server at its next
+/// transcript write, although the new host wrote nothing of its own yet: a write the old host
+/// sent before the takeover and a stalled server stores only after meets the same refusal.
+/// What was stored before is read, and the markers change nothing a reader sees.
+#[test]
+fn taking_a_session_up_refuses_what_its_last_writer_sends_after() {
+    let Some(server) = NatsServer::start("taking_a_session_up") else {
+        return;
+    };
+    let key = "agent:main:test:inbox";
+    let old = transcripts(&server, Redactor::default());
+    old.append_steps(key, &[message(1, "one")]).unwrap();
+    let old_inbox = inbox(&server, &ClusterOptions::default(), "old", "1");
+    assert_eq!(
+        old_inbox.append(key, &input("i1", Some("k1"))).unwrap(),
+        Appended::New
+    );
+    // The new writer takes the session up, twice (a host taking over again): nothing else.
+    let new = transcripts(&server, Redactor::default());
+    let new_inbox = inbox(&server, &ClusterOptions::default(), "new", "1");
+    for _ in 0..2 {
+        new.take_up(&[key.to_string()]).unwrap();
+        new_inbox
+            .take_up(&[key.to_string()], "new (epoch 2)")
+            .unwrap();
+    }
+    let error = old
+        .append_steps(key, &[message(2, "stale")])
+        .expect_err("the replaced writer is refused");
+    assert!(
+        error.to_string().contains("written by another host"),
+        "{error}"
+    );
+    // Readers see what was stored, and nothing of the markers.
+    let texts = |store: &JetStreamTranscripts| -> Vec<String> {
+        store
+            .load(key, 100)
+            .unwrap()
+            .messages
+            .iter()
+            .map(ChatMessage::text)
+            .collect()
+    };
+    assert_eq!(texts(&new), ["one"]);
+    let pending: Vec<String> = new_inbox
+        .pending(key)
+        .unwrap()
+        .into_iter()
+        .map(|record| record.id)
+        .collect();
+    assert_eq!(pending, ["i1"]);
+    assert_eq!(
+        new_inbox
+            .append(key, &input("i1-again", Some("k1")))
+            .unwrap(),
+        Appended::Duplicate("i1".to_string()),
+        "the input's key is still known"
+    );
+    // The new writer writes on; the session's whole story is one.
+    new.append_steps(key, &[message(2, "two")]).unwrap();
+    new_inbox
+        .done(key, &["i1".to_string()], InputStatus::Ok)
+        .unwrap();
+    assert_eq!(
+        texts(&transcripts(&server, Redactor::default())),
+        ["one", "two"]
+    );
+    let reader = inbox(&server, &ClusterOptions::default(), "reader", "1");
+    assert!(reader.pending(key).unwrap().is_empty());
+    assert_eq!(reader.finished(key).unwrap().len(), 1);
+    // Taking up a session with nothing stored yet is no error, and leaves it empty.
+    new.take_up(&["agent:main:test:new".to_string()]).unwrap();
+    let loaded = new.load("agent:main:test:new", 100).unwrap();
+    assert!(loaded.messages.is_empty());
 }
 
 #[tokio::test]

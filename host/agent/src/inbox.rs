@@ -155,6 +155,13 @@ pub enum Line {
         /// The settings (`None`: the configuration's).
         value: Option<QueueOverride>,
     },
+    /// A host of a cluster took the session up (it became the session's writer): changes
+    /// nothing of the inbox, but moves its end, so that a write its predecessor sent before
+    /// and a stalled server stores only after is refused.
+    Taken {
+        /// The host, and the epoch it writes under.
+        by: String,
+    },
 }
 
 /// One session's inbox as its records replay: every store reads its inboxes through it, so
@@ -230,6 +237,7 @@ impl SessionInbox {
                 }
             }
             Line::Queue { value } => self.queue_override = value,
+            Line::Taken { .. } => {}
         }
     }
 

@@ -38,8 +38,8 @@ use clawcage_core::sync::lock;
 use crate::keys::token;
 use crate::leases::{Holder, Lease, LeaseError, Leases};
 use crate::subject_log::{
-    AppendError, LogConnection, LogStream, SESSION_HEADER, Worker, append_fenced, cluster_error,
-    connect_log, read_subject, setup_limit,
+    AppendError, LogConnection, LogStream, SESSION_HEADER, TAKE_UP_AT_ONCE, Worker, append_fenced,
+    cluster_error, connect_log, read_subject, setup_limit, take_up,
 };
 use crate::{ClusterError, ClusterOptions};
 
@@ -170,6 +170,31 @@ impl JetStreamInbox {
         self.runtime
             .run(self.inner.timeout * 6, job(self.inner.clone()))
     }
+
+    /// Takes `sessions` up for this host (`by`: it and its epoch), which has just become their
+    /// writer: before it reads one, a [`Line::Taken`] is appended to its inbox, so that an
+    /// append of the host it replaced that the server stores only now (held by a stalled
+    /// server) is refused rather than land after this host read the session. Up to
+    /// [`TAKE_UP_AT_ONCE`] sessions at once.
+    pub fn take_up(&self, sessions: &[String], by: &str) -> std::io::Result<()> {
+        let sessions = sessions.to_vec();
+        let marker = serde_json::to_vec(&[Line::Taken { by: by.to_string() }])
+            .map_err(std::io::Error::other)?;
+        let limit = self.inner.timeout * (6 + sessions.len() as u32 / TAKE_UP_AT_ONCE as u32);
+        let inner = self.inner.clone();
+        self.runtime.run(limit, async move {
+            use futures_util::{StreamExt as _, TryStreamExt as _};
+            futures_util::stream::iter(sessions)
+                .map(|session| {
+                    let (inner, marker) = (inner.clone(), marker.clone());
+                    async move { inner.take_up(&session, &marker).await }
+                })
+                .buffer_unordered(TAKE_UP_AT_ONCE)
+                .try_collect::<Vec<()>>()
+                .await
+                .map(drop)
+        })
+    }
 }
 
 impl Drop for JetStreamInbox {
@@ -255,6 +280,29 @@ impl Inner {
         known.inbox.prune(now_ms());
         lock(&self.sessions).insert(session.to_string(), known.clone());
         Ok(known)
+    }
+
+    async fn take_up(&self, session: &str, marker: &[u8]) -> std::io::Result<()> {
+        let taken = take_up(
+            &self.context,
+            &self.stream,
+            &self.fence,
+            &subject_of(session),
+            session,
+            marker,
+            &self.writer,
+        )
+        .await;
+        // Read again before the next append.
+        lock(&self.sessions).remove(session);
+        match taken {
+            Ok(_) => Ok(()),
+            Err(AppendError::Failed(error)) => Err(unreachable(session, error)),
+            Err(AppendError::Fenced(why)) => Err(std::io::Error::other(why)),
+            Err(AppendError::Moved) => Err(std::io::Error::other(format!(
+                "the inbox of session {session} kept changing while this host took it up"
+            ))),
+        }
     }
 
     async fn known(&self, session: &str) -> std::io::Result<Known> {

@@ -329,6 +329,51 @@ pub(crate) async fn last_sequence(
     }
 }
 
+/// How often a take-up reads the subject again because another writer appended meanwhile.
+const TAKE_UP_TRIES: usize = 16;
+
+/// How many sessions a store takes up at once.
+pub(crate) const TAKE_UP_AT_ONCE: usize = 16;
+
+/// Takes `session`'s subject up for this writer, which is about to read the session and act on
+/// it: appends `marker`, expecting the subject's last sequence as the server has it now (read
+/// again when another writer appended meanwhile). A write an earlier writer sent before and the
+/// server stores only after (a stalled server) is then refused, its expected sequence no
+/// longer holding; one stored before is there when this writer reads. Returns the marker's
+/// sequence.
+pub(crate) async fn take_up(
+    context: &jetstream::Context,
+    stream: &stream::Stream<()>,
+    fence: &WriteFence,
+    subject: &str,
+    session: &str,
+    marker: &[u8],
+    writer: &str,
+) -> Result<u64, AppendError> {
+    for _ in 0..TAKE_UP_TRIES {
+        let last = last_sequence(stream, subject)
+            .await
+            .map_err(AppendError::Failed)?;
+        match append_fenced(
+            context,
+            fence,
+            subject,
+            session,
+            marker.to_vec(),
+            last,
+            writer,
+        )
+        .await
+        {
+            Err(AppendError::Moved) => continue,
+            taken => return taken,
+        }
+    }
+    Err(AppendError::Failed(format!(
+        "{subject} kept changing while this host took it up"
+    )))
+}
+
 /// The records of `subject`, in order, with their sequences, up to `until` and the last one
 /// stored when the read began; and that last sequence.
 pub(crate) async fn read_subject(

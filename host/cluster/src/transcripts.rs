@@ -24,8 +24,8 @@ use clawcage_core::sync::lock;
 
 use crate::keys::token;
 use crate::subject_log::{
-    AppendError, LogConnection, LogStream, Worker, append_fenced, connect_log, last_sequence,
-    read_subject,
+    AppendError, LogConnection, LogStream, TAKE_UP_AT_ONCE, Worker, append_fenced, connect_log,
+    last_sequence, read_subject, take_up,
 };
 use crate::{ClusterError, ClusterOptions};
 
@@ -151,6 +151,28 @@ impl JetStreamTranscripts {
         self.runtime.run(limit, job(self.inner.clone()))
     }
 
+    /// Takes `sessions` up for this host, which has just become their writer: before it reads
+    /// one, a marker is appended to its transcript, so that a write of the host it replaced
+    /// that the server stores only now (held by a stalled server) is refused rather than land
+    /// after this host read the session. Up to [`TAKE_UP_AT_ONCE`] sessions at once.
+    pub fn take_up(&self, sessions: &[String]) -> std::io::Result<()> {
+        let sessions = sessions.to_vec();
+        let limit = self.inner.timeout * (6 + sessions.len() as u32 / TAKE_UP_AT_ONCE as u32);
+        let inner = self.inner.clone();
+        self.runtime.run(limit, async move {
+            use futures_util::{StreamExt as _, TryStreamExt as _};
+            futures_util::stream::iter(sessions)
+                .map(|session| {
+                    let inner = inner.clone();
+                    async move { inner.take_up(&session).await }
+                })
+                .buffer_unordered(TAKE_UP_AT_ONCE)
+                .try_collect::<Vec<()>>()
+                .await
+                .map(drop)
+        })
+    }
+
     fn write(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
         let key = key.to_string();
         let entries = entries.to_vec();
@@ -262,6 +284,31 @@ impl Inner {
             lock(&self.tails).insert(session.to_string(), tail);
         }
         Ok(replay.finish())
+    }
+
+    /// Takes `session` up for this host before it reads it ([`take_up`]): the marker is an
+    /// empty record, which a replay passes over.
+    async fn take_up(&self, session: &str) -> std::io::Result<()> {
+        let taken = take_up(
+            &self.context,
+            &self.stream,
+            &self.fence,
+            &subject_of(session),
+            session,
+            b"[]",
+            &self.writer,
+        )
+        .await;
+        // Read whole again before the next write.
+        lock(&self.tails).remove(session);
+        match taken {
+            Ok(_) => Ok(()),
+            Err(AppendError::Failed(error)) => Err(unreachable(session, error)),
+            Err(AppendError::Fenced(why)) => Err(std::io::Error::other(why)),
+            Err(AppendError::Moved) => Err(std::io::Error::other(format!(
+                "the transcript of session {session} kept changing while this host took it up"
+            ))),
+        }
     }
 
     async fn remove(&self, session: &str) -> std::io::Result<()> {

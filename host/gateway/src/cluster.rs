@@ -278,13 +278,32 @@ pub(crate) async fn join(
         fence,
         options.lease_ttl,
     );
-    // The stores' connections run on runtimes of their own: made on a blocking thread.
+    // The stores' connections run on runtimes of their own: made on a blocking thread. Every
+    // session is taken up before anything of it is read: a write of the host this one
+    // replaces that a stalled server stores only now is refused by the server.
     let (nats, store_options, owner) = (settings.nats.clone(), options.clone(), me.clone());
+    let by = format!("{} (epoch {})", me.host, lease.epoch());
     let (stores, records) = tokio::task::spawn_blocking(move || {
-        let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)?;
-        let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)?;
-        let records = KvRecords::connect(&nats, &store_options)?;
-        Ok::<_, clawcage_cluster::ClusterError>((
+        let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)
+            .map_err(|error| error.to_string())?;
+        let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)
+            .map_err(|error| error.to_string())?;
+        let records =
+            KvRecords::connect(&nats, &store_options).map_err(|error| error.to_string())?;
+        let started = std::time::Instant::now();
+        let sessions = clawcage_agent::LaneInbox::sessions(&inbox)
+            .and_then(|sessions| {
+                transcripts.take_up(&sessions)?;
+                inbox.take_up(&sessions, &by)?;
+                Ok(sessions.len())
+            })
+            .map_err(|error| format!("cannot take the sessions up: {error}"))?;
+        tracing::info!(
+            sessions,
+            ms = started.elapsed().as_millis() as u64,
+            "took the cluster's sessions up"
+        );
+        Ok::<_, String>((
             SessionStores {
                 transcripts: Arc::new(transcripts),
                 inbox: Arc::new(inbox),
@@ -296,7 +315,7 @@ pub(crate) async fn join(
     })
     .await
     .map_err(|error| failed(settings, error))?
-    .map_err(|error| Error::Failed(error.to_string()))?;
+    .map_err(|error| failed(settings, error))?;
     Ok(Active {
         cluster,
         stores,
