@@ -7,7 +7,7 @@
 //! runs in a child process (this program started again) so its memory is its own. Then the same
 //! for a gateway of a cluster, whose sessions live on a local one-node `nats-server` (events,
 //! runs, transcripts, inboxes on JetStream), with the NATS traffic per turn read from the
-//! server's `/varz`.
+//! server's `/varz`; and the same turns through a standby's relay to that gateway.
 //!
 //! Run: `cargo bench -p clawcage-tests --bench gateway` (the cluster part needs nats-server,
 //! installed by tests/nats/setup.sh, and is skipped with a note without it).
@@ -34,6 +34,7 @@ use clawcage_cluster::{
     Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts,
 };
 use clawcage_core::redact::Redactor;
+use clawcage_gateway::cluster::ActiveGateway;
 use clawcage_gateway::{Gateway, GatewayParts, Settings, Token};
 use clawcage_tests::bench::{percentile, report, report_against};
 use clawcage_tests::gateway_client::GatewayClient;
@@ -234,11 +235,9 @@ fn spawn_gateway(llm: &str, nats: Option<&str>) -> (std::process::Child, SocketA
     (gateway, addr)
 }
 
-/// The turns of one gateway: `TURNS` one after another against `baseline`, then 200 clients
-/// (memory per idle connection, one turn each, all at once); the median turn.
-async fn measure(
+/// `TURNS` turns one after another through `addr`, against `baseline`; the median turn.
+async fn one_after_another(
     label: &str,
-    gateway: &std::process::Child,
     addr: SocketAddr,
     baseline: Duration,
     traffic: Option<&dyn Fn() -> [u64; 4]>,
@@ -286,6 +285,19 @@ async fn measure(
         (through.as_secs_f64() - baseline.as_secs_f64()) * 1e6
     );
     client.close().await;
+    through
+}
+
+/// The turns of one gateway: `TURNS` one after another against `baseline`, then 200 clients
+/// (memory per idle connection, one turn each, all at once); the median turn.
+async fn measure(
+    label: &str,
+    gateway: &std::process::Child,
+    addr: SocketAddr,
+    baseline: Duration,
+    traffic: Option<&dyn Fn() -> [u64; 4]>,
+) -> Duration {
+    let through = one_after_another(label, addr, baseline, traffic).await;
 
     // 200 clients: memory per idle connection, then one turn each, all at once.
     tokio::time::sleep(Duration::from_millis(300)).await;
@@ -397,6 +409,28 @@ fn main() {
             "added by JetStream over the files (p50 difference)",
             (on_nats.as_secs_f64() - on_files.as_secs_f64()) * 1e6,
             on_nats.as_secs_f64() / on_files.as_secs_f64()
+        );
+
+        // The same turns through a standby's relay (in this process) to that gateway.
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay = listener.local_addr().unwrap();
+        let (_tell, active) = tokio::sync::watch::channel(Some(ActiveGateway {
+            host: "bench".to_string(),
+            url: Some(format!("http://{addr}/")),
+        }));
+        tokio::spawn(clawcage_gateway::relay_clients(
+            listener,
+            Settings::new(Token::explicit(TOKEN)),
+            active,
+            "bench-standby".to_string(),
+            CancellationToken::new(),
+        ));
+        let relayed = one_after_another("jetstream-relayed", relay, baseline, None).await;
+        println!(
+            "{:<52} p50 {:>9.2} µs   ({:.2}x the direct median)",
+            "added by a standby's relay (p50 difference)",
+            (relayed.as_secs_f64() - on_nats.as_secs_f64()) * 1e6,
+            relayed.as_secs_f64() / on_nats.as_secs_f64()
         );
         drop(gateway.stdin.take());
         let _ = gateway.wait();

@@ -199,6 +199,20 @@ impl Gateway {
     }
 }
 
+/// Serves `listener` as a standby of a cluster until `stop` is cancelled, then gives it back:
+/// every client is held to `settings` and relayed to the active gateway `active` names
+/// ([`relay`]), `me` naming this host on what it relays.
+pub async fn relay_clients(
+    listener: TcpListener,
+    settings: Settings,
+    active: tokio::sync::watch::Receiver<Option<cluster::ActiveGateway>>,
+    me: String,
+    stop: CancellationToken,
+) -> TcpListener {
+    let standby = relay::Standby::new(settings, active, me);
+    http::accept_loop(http::Front::Standby(standby), listener, stop).await
+}
+
 /// The token a gateway on `state_dir` generated (`<state-dir>/gateway/token`), for clients on
 /// the same machine. Says what to do when there is none.
 pub fn saved_token(state_dir: &Path) -> Result<String, Error> {
@@ -328,15 +342,12 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
                 url.clone()
             });
             let (tell_active, active_seen) = tokio::sync::watch::channel(None);
-            let standby = relay::Standby::new(
+            let relaying = CancellationToken::new();
+            let front = tokio::spawn(relay_clients(
+                listener,
                 settings.clone(),
                 active_seen,
                 cluster_settings.host_id.clone(),
-            );
-            let relaying = CancellationToken::new();
-            let front = tokio::spawn(http::accept_loop(
-                http::Front::Standby(standby),
-                listener,
                 relaying.clone(),
             ));
             println!(
