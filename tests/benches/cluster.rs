@@ -9,6 +9,9 @@
 //! 3. Following from the middle of a long session (5,000 events among two other sessions'):
 //!    from `follow(since)` to the first event after `since` (the start's lookup); and reading
 //!    the whole session (what the gateway's history and recovery read).
+//! 4. A takeover's take-up of 200 sessions (a marker on each one's transcript and inbox, so the
+//!    replaced host's late writes are refused), beside what the new host does with them anyway:
+//!    reading each one's pending inputs.
 //!
 //! Run: `cargo bench -p clawcage-tests --bench cluster` (installs nats-server 2.15.1 through
 //! tests/nats/setup.sh on first use, or uses the binary `NATS_SERVER` names).
@@ -34,6 +37,9 @@ const ROUNDS: usize = 20;
 const LONG_SESSION: u64 = 5_000;
 const FOLLOWS: usize = 100;
 const READS: usize = 20;
+/// Sessions taken up at once, and how many takeovers are timed.
+const TAKEN_UP: usize = 200;
+const TAKEOVERS: usize = 10;
 
 /// One backend under measurement, with the next `seq` of each session it writes.
 struct Backend {
@@ -237,5 +243,74 @@ fn main() {
             Some(base),
         );
     });
+    take_ups(&server);
     drop(server);
+}
+
+/// Section 4: the take-up of [`TAKEN_UP`] sessions at each of [`TAKEOVERS`] takeovers, against
+/// reading their pending inputs (each takeover by stores of its own, as a new host's).
+fn take_ups(server: &NatsServer) {
+    use clawcage_agent::inbox::InputRecord;
+    use clawcage_agent::session::queue::{Origin, QueuedJob};
+    use clawcage_agent::{LaneInbox, TranscriptStore};
+    use clawcage_cluster::{Claims, Holder, JetStreamInbox, JetStreamTranscripts};
+    let options = ClusterOptions::default();
+    let stores = |host: &str| {
+        let me = Holder {
+            host: host.to_string(),
+            incarnation: "1".to_string(),
+        };
+        (
+            JetStreamTranscripts::connect(&server.url(), &options, Default::default()).unwrap(),
+            JetStreamInbox::connect(&server.url(), &options, me, Claims::CoveredByCaller).unwrap(),
+        )
+    };
+    let sessions: Vec<String> = (0..TAKEN_UP)
+        .map(|n| format!("agent:main:bench:taken-{n}"))
+        .collect();
+    let (transcripts, inbox) = stores("first");
+    for session in &sessions {
+        transcripts
+            .append_steps(
+                session,
+                &[clawcage_agent::transcript::Entry::Message {
+                    at_ms: 1,
+                    message: clawcage_core::ChatMessage::user("hello"),
+                }],
+            )
+            .unwrap();
+        let record = InputRecord {
+            id: format!("{session}-in"),
+            at_ms: 1,
+            idempotency: None,
+            job: QueuedJob::User {
+                text: "hello".to_string(),
+                origin: Origin::of_key(session),
+            },
+            stop_requested: false,
+        };
+        inbox.append(session, &record).unwrap();
+    }
+    let (mut reads, mut take_ups) = (Vec::new(), Vec::new());
+    for takeover in 0..TAKEOVERS {
+        let (transcripts, inbox) = stores(&format!("host-{takeover}"));
+        let started = Instant::now();
+        for session in &sessions {
+            assert_eq!(inbox.pending(session).unwrap().len(), 1);
+        }
+        reads.push(started.elapsed());
+        let started = Instant::now();
+        transcripts.take_up(&sessions).unwrap();
+        inbox.take_up(&sessions, "bench").unwrap();
+        take_ups.push(started.elapsed());
+    }
+    let base = report(
+        &format!("takeover: read {TAKEN_UP} sessions' pending inputs"),
+        reads,
+    );
+    report_against(
+        &format!("takeover: take {TAKEN_UP} sessions up (2 markers each)"),
+        take_ups,
+        Some(base),
+    );
 }

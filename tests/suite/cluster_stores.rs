@@ -155,6 +155,90 @@ fn taking_a_session_up_refuses_what_its_last_writer_sends_after() {
     assert!(loaded.messages.is_empty());
 }
 
+/// A takeover reads every session's inbox and transcript: each read's consumer is deleted when
+/// the read ends, so none is left on the server (they lingered for its inactivity threshold,
+/// and a takeover of many sessions met the server's limit of consumers).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reading_many_sessions_leaves_no_consumers_behind() {
+    let Some(server) = NatsServer::start("reading_many_sessions") else {
+        return;
+    };
+    const SESSIONS: usize = 60;
+    let url = server.url();
+    let keys: Vec<String> = (0..SESSIONS)
+        .map(|n| format!("agent:main:test:read-{n}"))
+        .collect();
+    let written = keys.clone();
+    tokio::task::spawn_blocking(move || {
+        let writer =
+            JetStreamTranscripts::connect(&url, &ClusterOptions::default(), Redactor::default())
+                .unwrap();
+        let me = Holder {
+            host: "writer".to_string(),
+            incarnation: "1".to_string(),
+        };
+        let inbox = JetStreamInbox::connect(
+            &url,
+            &ClusterOptions::default(),
+            me,
+            Claims::CoveredByCaller,
+        )
+        .unwrap();
+        for key in &written {
+            writer.append_steps(key, &[message(1, "hello")]).unwrap();
+            inbox
+                .append(key, &crate::store_contracts::input_of(key, "i1", None))
+                .unwrap();
+        }
+    })
+    .await
+    .unwrap();
+    // Another host reads them all, as a takeover does.
+    let url = server.url();
+    let read = keys.clone();
+    tokio::task::spawn_blocking(move || {
+        let reader =
+            JetStreamTranscripts::connect(&url, &ClusterOptions::default(), Redactor::default())
+                .unwrap();
+        let me = Holder {
+            host: "reader".to_string(),
+            incarnation: "1".to_string(),
+        };
+        let inbox = JetStreamInbox::connect(
+            &url,
+            &ClusterOptions::default(),
+            me,
+            Claims::CoveredByCaller,
+        )
+        .unwrap();
+        for key in &read {
+            assert_eq!(reader.load(key, 10).unwrap().messages.len(), 1);
+            assert_eq!(inbox.pending(key).unwrap().len(), 1);
+        }
+    })
+    .await
+    .unwrap();
+    let cluster = connect(&server).await;
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = cluster.status().await.unwrap();
+        let open: Vec<(String, usize)> = status
+            .streams
+            .iter()
+            .filter(|stream| stream.name == "CLAW_TX" || stream.name == "CLAW_INBOX")
+            .map(|stream| (stream.name.clone(), stream.consumers))
+            .collect();
+        if open.iter().all(|(_, consumers)| *consumers == 0) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "consumers left behind after {SESSIONS} sessions were read: {open:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test]
 async fn entries_are_scrubbed_and_the_store_works_inside_a_single_threaded_runtime() {
     let Some(server) = NatsServer::start("entries_are_scrubbed") else {

@@ -176,8 +176,8 @@ fn describe(status: &ClusterStatus) -> Vec<String> {
     lines.push("streams:".to_string());
     for stream in &status.streams {
         lines.push(format!(
-            "  {}  {} messages  {} bytes  {} subjects",
-            stream.name, stream.messages, stream.bytes, stream.subjects
+            "  {}  {} messages  {} bytes  {} subjects  {} consumers",
+            stream.name, stream.messages, stream.bytes, stream.subjects, stream.consumers
         ));
     }
     lines

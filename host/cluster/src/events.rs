@@ -30,11 +30,11 @@ use clawcage_agent::events::{
     AgentEvent, Epoch, EventFuture, EventLog, EventLogError, Follow, Replay,
 };
 use clawcage_core::sync::lock;
-use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch};
 
 use crate::ClusterOptions;
 use crate::keys::token;
+use crate::subject_log::Reader;
 
 /// The stream of every session's events.
 pub const EVENT_STREAM: &str = "CLAW_EV";
@@ -473,25 +473,9 @@ impl Inner {
             Some(start_sequence) => consumer::DeliverPolicy::ByStartSequence { start_sequence },
             None => consumer::DeliverPolicy::All,
         };
-        let consumer = self
-            .stream
-            .create_consumer(consumer::pull::OrderedConfig {
-                filter_subject: subject.to_string(),
-                deliver_policy,
-                ..Default::default()
-            })
+        Reader::open(&self.stream, subject, deliver_policy)
             .await
-            .map_err(|error| unreachable_store(session, error))?;
-        let name = consumer.cached_info().name.clone();
-        let messages = consumer
-            .messages()
-            .await
-            .map_err(|error| unreachable_store(session, error))?;
-        Ok(Reader {
-            messages: Some(messages),
-            name,
-            stream: self.stream.clone(),
-        })
+            .map_err(|error| unreachable_store(session, error))
     }
 
     async fn read(&self, session: &str, since: u64, limit: usize) -> Result<Replay, EventLogError> {
@@ -576,37 +560,6 @@ impl Inner {
             },
         );
         Ok(())
-    }
-}
-
-/// An ordered consumer that deletes itself on the server when dropped, rather than lingering
-/// for the server's inactivity threshold (30 s).
-struct Reader {
-    messages: Option<consumer::pull::Ordered>,
-    name: String,
-    stream: stream::Stream<()>,
-}
-
-impl Reader {
-    async fn next(&mut self) -> Option<Result<jetstream::Message, consumer::pull::OrderedError>> {
-        match self.messages.as_mut() {
-            Some(messages) => messages.next().await,
-            None => None,
-        }
-    }
-}
-
-impl Drop for Reader {
-    fn drop(&mut self) {
-        // First stop pulling (a live ordered consumer would recreate what is deleted).
-        drop(self.messages.take());
-        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-            let (stream, name) = (self.stream.clone(), std::mem::take(&mut self.name));
-            runtime.spawn(async move {
-                // Best effort: one the client recreated under another name expires by itself.
-                let _ = stream.delete_consumer(&name).await;
-            });
-        }
     }
 }
 

@@ -105,6 +105,9 @@ pub struct StreamStatus {
     pub bytes: u64,
     /// Distinct subjects (sessions, keys).
     pub subjects: u64,
+    /// Consumers open on it now (each live follower and each read has one while it lasts; a
+    /// number that only grows means readers are not ending).
+    pub consumers: usize,
 }
 
 /// How to reach the NATS servers and how to lay out what the backend stores there.
@@ -377,6 +380,7 @@ impl Cluster {
                 messages: info.state.messages,
                 bytes: info.state.bytes,
                 subjects: info.state.subjects_count,
+                consumers: info.state.consumer_count,
             });
         }
         streams.sort_by(|a, b| a.name.cmp(&b.name));

@@ -374,6 +374,67 @@ pub(crate) async fn take_up(
     )))
 }
 
+/// An ordered consumer of one subject that deletes itself on the server when dropped, rather
+/// than lingering for the server's inactivity threshold: a takeover reads every session's
+/// inbox and transcript, and left behind, those consumers would pile up by the thousand.
+pub(crate) struct Reader {
+    messages: Option<consumer::pull::Ordered>,
+    name: String,
+    stream: stream::Stream<()>,
+}
+
+impl Reader {
+    /// An ordered consumer of `subject` in `stream` from `deliver_policy`.
+    pub(crate) async fn open(
+        stream: &stream::Stream<()>,
+        subject: &str,
+        deliver_policy: consumer::DeliverPolicy,
+    ) -> Result<Self, String> {
+        let consumer = stream
+            .create_consumer(consumer::pull::OrderedConfig {
+                filter_subject: subject.to_string(),
+                deliver_policy,
+                ..Default::default()
+            })
+            .await
+            .map_err(|error| error.to_string())?;
+        let name = consumer.cached_info().name.clone();
+        let messages = consumer
+            .messages()
+            .await
+            .map_err(|error| error.to_string())?;
+        Ok(Self {
+            messages: Some(messages),
+            name,
+            stream: stream.clone(),
+        })
+    }
+
+    /// The next message.
+    pub(crate) async fn next(
+        &mut self,
+    ) -> Option<Result<jetstream::Message, consumer::pull::OrderedError>> {
+        match self.messages.as_mut() {
+            Some(messages) => messages.next().await,
+            None => None,
+        }
+    }
+}
+
+impl Drop for Reader {
+    fn drop(&mut self) {
+        // First stop pulling (a live ordered consumer would recreate what is deleted).
+        drop(self.messages.take());
+        if let Ok(runtime) = tokio::runtime::Handle::try_current() {
+            let (stream, name) = (self.stream.clone(), std::mem::take(&mut self.name));
+            runtime.spawn(async move {
+                // Best effort: one the client recreated under another name expires by itself.
+                let _ = stream.delete_consumer(&name).await;
+            });
+        }
+    }
+}
+
 /// The records of `subject`, in order, with their sequences, up to `until` and the last one
 /// stored when the read began; and that last sequence.
 pub(crate) async fn read_subject(
@@ -387,18 +448,7 @@ pub(crate) async fn read_subject(
     if last == 0 || until == 0 {
         return Ok((records, last));
     }
-    let ordered = stream
-        .create_consumer(consumer::pull::OrderedConfig {
-            filter_subject: subject.to_string(),
-            deliver_policy: consumer::DeliverPolicy::All,
-            ..Default::default()
-        })
-        .await
-        .map_err(|error| error.to_string())?;
-    let mut messages = ordered
-        .messages()
-        .await
-        .map_err(|error| error.to_string())?;
+    let mut messages = Reader::open(stream, subject, consumer::DeliverPolicy::All).await?;
     loop {
         let message = match tokio::time::timeout(wait, messages.next()).await {
             Ok(Some(Ok(message))) => message,

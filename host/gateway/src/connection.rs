@@ -9,7 +9,8 @@
 //! [`Outbox`] holds — responses and the events of the sessions it subscribed to — in order. A
 //! client that does not read is cut off when its outbox fills, a frame over the size limit closes
 //! the socket with code 1009, and a write that takes longer than [`WRITE_TIMEOUT`] ends the
-//! connection: nothing one client does stalls another.
+//! connection: nothing one client does stalls another. A standby of a cluster holds its clients
+//! to the same [`handshake`] before it relays them ([`crate::relay`]).
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex, MutexGuard};

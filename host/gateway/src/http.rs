@@ -4,7 +4,9 @@
 //! authenticated by their signatures), and upgrades `GET /ws` to a WebSocket after checking the
 //! `Host` and `Origin` headers. The upgraded connection is handed to
 //! [`connection::serve`](crate::connection::serve). Every connection is counted and timed as
-//! unauthenticated ([`crate::limits`]) until that WebSocket's `connect` proves the token.
+//! unauthenticated ([`crate::limits`]) until that WebSocket's `connect` proves the token. While
+//! the host is a standby of a cluster the same front serves, the WebSocket and the webhooks
+//! going to the active host through [`crate::relay`] ([`Front`]).
 
 use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
