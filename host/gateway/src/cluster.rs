@@ -1,9 +1,11 @@
 //! The gateway in a cluster (`[cluster]`), active/standby: every gateway host keeps its
 //! sessions' state on NATS JetStream (events, runs, transcripts with their turn journals,
 //! inboxes), and the one that holds the `gateway` lease serves; the others wait as standbys,
-//! announced in `claw_hosts`, and the first to take the lease after the active host is gone
-//! serves in its place, taking up every session's pending inputs and open turns from the
-//! stream. The lease's epoch is the new active host's epoch as the sessions' writer, so a late
+//! announced in `claw_hosts` and relaying their clients to the active host ([`crate::relay`]),
+//! and the first to take the lease after the active host is gone serves in its place, taking
+//! every session up (a marker on each one's transcript and inbox, so that a late write of the
+//! host it replaced is refused by the server) and then its pending inputs and open turns from
+//! the stream. The lease's epoch is the new active host's epoch as the sessions' writer, so a late
 //! write of the host it replaced is refused by the server. An active host that cannot renew its
 //! lease in time stops serving at once (exit 1) rather than write beside its successor. A host
 //! restarting under the same `host_id` takes its own earlier lease back without waiting. Every
@@ -324,6 +326,56 @@ pub(crate) async fn join(
         lost,
         me,
     })
+}
+
+/// Joins the cluster `cluster_settings` name ([`join`]) while `listener` already serves, as a
+/// standby's front relaying every client to the active gateway under `settings`; once this
+/// host is active, gives the listener back to be served by the gateway itself. `url` is where
+/// it listens, announced to the other hosts unless `[cluster] advertise_url` says otherwise.
+pub(crate) async fn join_relaying(
+    cluster_settings: &ClusterSettings,
+    runtime: &clawcage_runtime::Runtime,
+    listener: tokio::net::TcpListener,
+    settings: crate::Settings,
+    url: &str,
+) -> Result<(Active, tokio::net::TcpListener), Error> {
+    let bound = listener
+        .local_addr()
+        .map_err(|error| Error::Failed(format!("cannot read the listening address: {error}")))?;
+    let announced = cluster_settings.advertise_url.clone().unwrap_or_else(|| {
+        if bound.ip().is_unspecified() {
+            clawcage_runtime::tell!(
+                "clawcage gateway: warning: this host listens on {bound}, which the other hosts of the cluster cannot reach it at; set [cluster] advertise_url so that they can relay their clients to it"
+            );
+        }
+        url.to_string()
+    });
+    let (tell_active, active_seen) = tokio::sync::watch::channel(None);
+    let relaying = CancellationToken::new();
+    let front = tokio::spawn(crate::relay_clients(
+        listener,
+        settings,
+        active_seen,
+        cluster_settings.host_id.clone(),
+        relaying.clone(),
+    ));
+    println!(
+        "cluster: clients may connect at ws://{bound}{} now; while this host is a standby they are relayed to the active gateway",
+        crate::http::WS_PATH
+    );
+    let joined = join(
+        cluster_settings,
+        runtime.workspace().path(),
+        runtime.redactor().clone(),
+        Arc::new(Mutex::new(Some(announced))),
+        tell_active,
+    )
+    .await;
+    relaying.cancel();
+    let listener = front
+        .await
+        .map_err(|error| Error::Failed(format!("the standby's listener stopped: {error}")))?;
+    Ok((joined?, listener))
 }
 
 /// Says this host is alive, with its clients' address once known, for as long as it runs.

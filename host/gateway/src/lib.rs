@@ -19,6 +19,7 @@ pub mod limits;
 mod methods;
 pub mod protocol;
 mod relay;
+pub use relay::relay_clients;
 mod stores;
 
 use std::net::SocketAddr;
@@ -199,20 +200,6 @@ impl Gateway {
     }
 }
 
-/// Serves `listener` as a standby of a cluster until `stop` is cancelled, then gives it back:
-/// every client is held to `settings` and relayed to the active gateway `active` names
-/// ([`relay`]), `me` naming this host on what it relays.
-pub async fn relay_clients(
-    listener: TcpListener,
-    settings: Settings,
-    active: tokio::sync::watch::Receiver<Option<cluster::ActiveGateway>>,
-    me: String,
-    stop: CancellationToken,
-) -> TcpListener {
-    let standby = relay::Standby::new(settings, active, me);
-    http::accept_loop(http::Front::Standby(standby), listener, stop).await
-}
-
 /// The token a gateway on `state_dir` generated (`<state-dir>/gateway/token`), for clients on
 /// the same machine. Says what to do when there is none.
 pub fn saved_token(state_dir: &Path) -> Result<String, Error> {
@@ -333,40 +320,15 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     // takes over: any host of the cluster accepts any client.
     let (active, listener) = match &cluster_settings {
         Some(cluster_settings) => {
-            let announced = cluster_settings.advertise_url.clone().unwrap_or_else(|| {
-                if bound.ip().is_unspecified() {
-                    clawcage_runtime::tell!(
-                        "clawcage gateway: warning: this host listens on {bound}, which the other hosts of the cluster cannot reach it at; set [cluster] advertise_url so that they can relay their clients to it"
-                    );
-                }
-                url.clone()
-            });
-            let (tell_active, active_seen) = tokio::sync::watch::channel(None);
-            let relaying = CancellationToken::new();
-            let front = tokio::spawn(relay_clients(
+            let (active, listener) = cluster::join_relaying(
+                cluster_settings,
+                &runtime,
                 listener,
                 settings.clone(),
-                active_seen,
-                cluster_settings.host_id.clone(),
-                relaying.clone(),
-            ));
-            println!(
-                "cluster: clients may connect at ws://{bound}{} now; while this host is a standby they are relayed to the active gateway",
-                http::WS_PATH
-            );
-            let joined = cluster::join(
-                cluster_settings,
-                runtime.workspace().path(),
-                runtime.redactor().clone(),
-                Arc::new(std::sync::Mutex::new(Some(announced))),
-                tell_active,
+                &url,
             )
-            .await;
-            relaying.cancel();
-            let listener = front.await.map_err(|error| {
-                Error::Failed(format!("the standby's listener stopped: {error}"))
-            })?;
-            (Some(joined?), listener)
+            .await?;
+            (Some(active), listener)
         }
         None => (None, listener),
     };

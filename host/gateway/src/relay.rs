@@ -261,6 +261,20 @@ impl Standby {
     }
 }
 
+/// Serves `listener` as a standby of a cluster until `stop` is cancelled, then gives it back:
+/// every client is held to `settings` and relayed to the active gateway `active` names, `me`
+/// naming this host on what it relays.
+pub async fn relay_clients(
+    listener: tokio::net::TcpListener,
+    settings: Settings,
+    active: watch::Receiver<Option<ActiveGateway>>,
+    me: String,
+    stop: tokio_util::sync::CancellationToken,
+) -> tokio::net::TcpListener {
+    let standby = Standby::new(settings, active, me);
+    crate::http::accept_loop(crate::http::Front::Standby(standby), listener, stop).await
+}
+
 /// Serves one upgraded connection of a standby, unauthenticated in `slot`: the handshake as
 /// the active gateway would hold it, then the relay to the active gateway until either side
 /// ends.
