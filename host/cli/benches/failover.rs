@@ -1,0 +1,190 @@
+//! Failover with the default lease (10 s), measured on the `clawcage` binary: two gateway hosts
+//! of a cluster on a local one-node `nats-server`, a turn waiting for the model on the active
+//! host when it is killed with SIGKILL, and a client that was connected through the standby (it
+//! relays it to the active host). The client connects again to the standby's address until it is
+//! served there, resumes its stream from the last event it saw, and the time from the kill to
+//! the resumed turn's first event, and to its end, is taken. Three runs, each on a fresh server
+//! and fresh hosts; the medians are reported.
+//!
+//! Run: `cargo bench -p clawcage-cli --bench failover` (needs nats-server, installed by
+//! tests/nats/setup.sh).
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "a benchmark fails by panicking"
+)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use clawcage_tests::bench::report;
+use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::gateway_process::GatewayProcess;
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
+use clawcage_tests::nats::NatsServer;
+use serde_json::json;
+
+const TOKEN: &str = "failover-bench-token-0123456789";
+const RUNS: usize = 3;
+const SESSION: &str = "agent:main:bench:failover";
+
+/// `clawcage gateway` for host `id` of the cluster at `nats`, with its own configuration and
+/// state directory under `root`.
+fn gateway(root: &Path, nats: &str, model: &str, id: &str, workspace: &Path) -> Command {
+    let dir = root.join(id);
+    std::fs::create_dir_all(dir.join("state")).unwrap();
+    let config = dir.join("clawcage.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
+             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\n"
+        ),
+    )
+    .unwrap();
+    let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
+    command
+        .arg("--config")
+        .arg(&config)
+        .arg("--state-dir")
+        .arg(dir.join("state"))
+        .arg("--workspace")
+        .arg(workspace)
+        .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
+        .env_remove("RUST_LOG")
+        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
+        .env("ANTHROPIC_API_KEY", "sk-failover-bench");
+    command
+}
+
+/// One failover: from the kill to the resumed turn's first event and to its end.
+async fn failover(run: usize) -> (Duration, Duration) {
+    let nats = NatsServer::start("failover bench").expect("nats-server");
+    let gate = ReplyGate::new();
+    let model = LlmServer::start_routed({
+        let gate = gate.clone();
+        move |body| {
+            let (text, _) = last_user(body);
+            gate.hold(anthropic::message(&[anthropic::text(&format!(
+                "Answered: {text}"
+            ))]))
+        }
+    })
+    .await;
+    let root = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let active = GatewayProcess::start(gateway(
+        root.path(),
+        &nats.url(),
+        model.url(),
+        "host-a",
+        workspace.path(),
+    ));
+    let (relay_tx, relay_rx) = std::sync::mpsc::channel::<SocketAddr>();
+    let command = gateway(
+        root.path(),
+        &nats.url(),
+        model.url(),
+        "host-b",
+        workspace.path(),
+    );
+    let standby = tokio::task::spawn_blocking(move || {
+        GatewayProcess::try_start_watching(
+            command,
+            |_| {},
+            move |addr| {
+                let _ = relay_tx.send(addr);
+            },
+        )
+    });
+    let relay =
+        tokio::task::spawn_blocking(move || relay_rx.recv_timeout(Duration::from_secs(180)))
+            .await
+            .unwrap()
+            .unwrap();
+    // Through the standby, once it has seen the active host.
+    let mut client = loop {
+        if let Ok((client, _)) = GatewayClient::try_connect(relay, TOKEN).await {
+            break client;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let subscribed = client
+        .request("sessions.subscribe", json!({"sessionKey": SESSION}))
+        .await;
+    assert_eq!(subscribed["ok"], true, "{subscribed}");
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": SESSION, "message": format!("run {run}"), "idempotencyKey": format!("k{run}")}),
+        )
+        .await;
+    let run_id = sent["payload"]["runId"].as_str().unwrap().to_string();
+    gate.reached(1).await;
+    let mut since = 0;
+    while let Some(event) = client.next_event(Duration::from_millis(500)).await {
+        since = since.max(event["seq"].as_u64().unwrap_or(0));
+    }
+    let killed = Instant::now();
+    active.kill();
+    // The model answers from now on (the resumed turn asks it again).
+    gate.open();
+    let mut client = loop {
+        if let Ok((mut client, _)) = GatewayClient::try_connect(relay, TOKEN).await {
+            let resumed = client
+                .request(
+                    "sessions.subscribe",
+                    json!({"sessionKey": SESSION, "since": since}),
+                )
+                .await;
+            if resumed["ok"] == true {
+                break client;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let mut first = None;
+    loop {
+        let event = client
+            .next_event(Duration::from_secs(60))
+            .await
+            .expect("the resumed turn goes on");
+        if event["event"] != "agent" || event["payload"]["runId"] != run_id.as_str() {
+            continue;
+        }
+        first.get_or_insert_with(|| killed.elapsed());
+        let payload = &event["payload"];
+        if payload["stream"] == "lifecycle" && payload["data"]["phase"] == "end" {
+            break;
+        }
+    }
+    let ended = killed.elapsed();
+    let standby = standby.await.unwrap().unwrap();
+    let _ = standby.terminate();
+    (first.unwrap(), ended)
+}
+
+fn main() {
+    clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
+    let runtime = clawcage_tests::bench::runtime();
+    runtime.block_on(async {
+        println!(
+            "failover benchmark: default lease (10 s), {RUNS} runs, client through the standby"
+        );
+        let (mut firsts, mut ends) = (Vec::new(), Vec::new());
+        for run in 0..RUNS {
+            let (first, end) = failover(run).await;
+            println!(
+                "run {run}: kill -9 to the resumed turn's first event {:.2} s, to its end {:.2} s",
+                first.as_secs_f64(),
+                end.as_secs_f64()
+            );
+            firsts.push(first);
+            ends.push(end);
+        }
+        report("kill -9 to the resumed turn's first event", firsts);
+        report("kill -9 to the resumed turn's end", ends);
+    });
+}
