@@ -164,28 +164,31 @@ async fn reading_many_sessions_leaves_no_consumers_behind() {
         return;
     };
     const SESSIONS: usize = 60;
-    let url = server.url();
+    // A host's stores, as a gateway's: the transcripts and the inboxes it covers.
+    let stores_of = |host: &str| {
+        let (url, host) = (server.url(), host.to_string());
+        move || {
+            let me = Holder {
+                host,
+                incarnation: "1".to_string(),
+            };
+            let options = ClusterOptions::default();
+            (
+                JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap(),
+                JetStreamInbox::connect(&url, &options, me, Claims::CoveredByCaller).unwrap(),
+            )
+        }
+    };
     let keys: Vec<String> = (0..SESSIONS)
         .map(|n| format!("agent:main:test:read-{n}"))
         .collect();
-    let written = keys.clone();
+    let (written, writer) = (keys.clone(), stores_of("writer"));
     tokio::task::spawn_blocking(move || {
-        let writer =
-            JetStreamTranscripts::connect(&url, &ClusterOptions::default(), Redactor::default())
-                .unwrap();
-        let me = Holder {
-            host: "writer".to_string(),
-            incarnation: "1".to_string(),
-        };
-        let inbox = JetStreamInbox::connect(
-            &url,
-            &ClusterOptions::default(),
-            me,
-            Claims::CoveredByCaller,
-        )
-        .unwrap();
+        let (transcripts, inbox) = writer();
         for key in &written {
-            writer.append_steps(key, &[message(1, "hello")]).unwrap();
+            transcripts
+                .append_steps(key, &[message(1, "hello")])
+                .unwrap();
             inbox
                 .append(key, &crate::store_contracts::input_of(key, "i1", None))
                 .unwrap();
@@ -194,25 +197,11 @@ async fn reading_many_sessions_leaves_no_consumers_behind() {
     .await
     .unwrap();
     // Another host reads them all, as a takeover does.
-    let url = server.url();
-    let read = keys.clone();
+    let (read, reader) = (keys.clone(), stores_of("reader"));
     tokio::task::spawn_blocking(move || {
-        let reader =
-            JetStreamTranscripts::connect(&url, &ClusterOptions::default(), Redactor::default())
-                .unwrap();
-        let me = Holder {
-            host: "reader".to_string(),
-            incarnation: "1".to_string(),
-        };
-        let inbox = JetStreamInbox::connect(
-            &url,
-            &ClusterOptions::default(),
-            me,
-            Claims::CoveredByCaller,
-        )
-        .unwrap();
+        let (transcripts, inbox) = reader();
         for key in &read {
-            assert_eq!(reader.load(key, 10).unwrap().messages.len(), 1);
+            assert_eq!(transcripts.load(key, 10).unwrap().messages.len(), 1);
             assert_eq!(inbox.pending(key).unwrap().len(), 1);
         }
     })

@@ -234,6 +234,20 @@ impl GatewayClient {
         }
     }
 
+    /// The payload of the next event named `name`, skipping others; panics after 60 s.
+    pub async fn event_named(&mut self, name: &str) -> Value {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+            let Some(event) = self.next_event(left).await else {
+                panic!("no {name} event within 60 s");
+            };
+            if event["event"] == name {
+                return event["payload"].clone();
+            }
+        }
+    }
+
     /// The `agent` events' payloads until one satisfies `done` (included), ignoring `tick`s;
     /// panics after `wait`.
     pub async fn agent_events_until(

@@ -189,7 +189,7 @@ async fn chaos(seed: u64) -> bool {
     let (serving, served) = mpsc::channel();
     let standbys: Standbys = Arc::default();
     let addresses: Addresses = Arc::default();
-    for index in 0..HOSTS.len() {
+    let start_host = |index: usize| {
         start(
             &hosts,
             index,
@@ -197,7 +197,10 @@ async fn chaos(seed: u64) -> bool {
             &serving,
             &standbys,
             &addresses,
-        );
+        )
+    };
+    for index in 0..HOSTS.len() {
+        start_host(index);
     }
     let next_active = |served: &mpsc::Receiver<Result<(usize, GatewayProcess), String>>| {
         let deadline = Instant::now() + Duration::from_secs(120);
@@ -353,14 +356,7 @@ async fn chaos(seed: u64) -> bool {
             let stopped = index;
             (index, active) = next_active(&served);
             active_addr.send_replace(active.addr);
-            start(
-                &hosts,
-                stopped,
-                workspace.path(),
-                &serving,
-                &standbys,
-                &addresses,
-            );
+            start_host(stopped);
             epochs.push(epoch_of(&active.output()));
             eprintln!("cluster chaos: {} serves", HOSTS[index]);
             continue;
@@ -388,14 +384,7 @@ async fn chaos(seed: u64) -> bool {
                     "cluster chaos: killed standby {} (kill {kills})",
                     HOSTS[victim]
                 );
-                start(
-                    &hosts,
-                    victim,
-                    workspace.path(),
-                    &serving,
-                    &standbys,
-                    &addresses,
-                );
+                start_host(victim);
                 continue;
             }
         }
@@ -419,26 +408,12 @@ async fn chaos(seed: u64) -> bool {
         let killed = index;
         let at_once = random.below(4) == 0;
         if at_once {
-            start(
-                &hosts,
-                killed,
-                workspace.path(),
-                &serving,
-                &standbys,
-                &addresses,
-            );
+            start_host(killed);
         }
         (index, active) = next_active(&served);
         active_addr.send_replace(active.addr);
         if !at_once {
-            start(
-                &hosts,
-                killed,
-                workspace.path(),
-                &serving,
-                &standbys,
-                &addresses,
-            );
+            start_host(killed);
         }
         epochs.push(epoch_of(&active.output()));
         eprintln!("cluster chaos: {} serves", HOSTS[index]);

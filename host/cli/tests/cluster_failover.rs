@@ -24,7 +24,7 @@ use serde_json::json;
 
 #[path = "cluster_failover/host.rs"]
 mod host;
-use host::{HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN, fail_over, standby_of};
+use host::{HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN, answering_after, fail_over, standby_of};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once() {
@@ -33,15 +33,7 @@ async fn the_standby_takes_over_a_killed_active_gateway_and_ends_its_turn_once()
     };
     // The model holds its first answer until the test opens the gate; after that it answers.
     let gate = ReplyGate::new();
-    let model = LlmServer::start_routed({
-        let gate = gate.clone();
-        move |body| {
-            let (text, _) = last_user(body);
-            let reply = anthropic::message(&[anthropic::text(&format!("Answered: {text}"))]);
-            gate.hold(reply)
-        }
-    })
-    .await;
+    let model = answering_after(&gate).await;
     let workspace = tempfile::tempdir().unwrap();
     let first = Host::new(&nats.url(), model.url(), "host-a");
     let second = Host::new(&nats.url(), model.url(), "host-b");

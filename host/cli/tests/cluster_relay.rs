@@ -21,9 +21,7 @@ use std::time::Duration;
 use clawcage_tests::channels::{get, post, signed_headers, unix_now};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{
-    LlmServer, ReplyGate, anthropic, last_user, text_of, tool_result_of,
-};
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, text_of, tool_result_of};
 use clawcage_tests::nats::NatsServer;
 use serde_json::{Value, json};
 
@@ -33,7 +31,7 @@ use serde_json::{Value, json};
     reason = "shared with the failover tests, which use all of it"
 )]
 mod host;
-use host::{HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN};
+use host::{HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN, answering_after};
 
 /// `host` started as a standby in `workspace`: the task that ends once it serves, and where it
 /// accepts clients meanwhile.
@@ -73,18 +71,20 @@ async fn standby_started(
     (standby, relay)
 }
 
-/// The payload of the next `name` event `client` hears, within 60 s.
-async fn event_named(client: &mut GatewayClient, name: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let Some(event) = client.next_event(left).await else {
-            panic!("no {name} event within 60 s");
-        };
-        if event["event"] == name {
-            return event["payload"].clone();
-        }
-    }
+/// Stops `active` (it hands over to the standby), then the standby once it serves; both end well.
+async fn stop_both(
+    active: GatewayProcess,
+    standby: tokio::task::JoinHandle<Result<GatewayProcess, String>>,
+) {
+    let (exit, output) = active.terminate();
+    assert!(exit.success(), "{output}");
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+        .expect("the standby serves");
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
 }
 
 /// The largest `seq` among `events`' `agent` and `chat` frames.
@@ -102,16 +102,7 @@ async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it
     };
     // The model holds its first answer until the test opens the gate; after that it answers.
     let gate = ReplyGate::new();
-    let model = LlmServer::start_routed({
-        let gate = gate.clone();
-        move |body| {
-            let (text, _) = last_user(body);
-            gate.hold(anthropic::message(&[anthropic::text(&format!(
-                "Answered: {text}"
-            ))]))
-        }
-    })
-    .await;
+    let model = answering_after(&gate).await;
     let hook = format!("[channels.webhooks.ops]\nsecret_env = \"{HOOK_SECRET_ENV}\"\n");
     let workspace = tempfile::tempdir().unwrap();
     let first = Host::with(&nats.url(), model.url(), "host-a", &hook);
@@ -351,15 +342,7 @@ async fn a_standby_holds_the_clients_it_relays_to_the_gateways_limits() {
         assert_eq!(health["payload"]["ok"], true, "{health}");
     }
 
-    let (exit, output) = active.terminate();
-    assert!(exit.success(), "{output}");
-    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
-        .await
-        .expect("the standby took over within 60 s")
-        .unwrap()
-        .expect("the standby serves");
-    let (exit, output) = standby.terminate();
-    assert!(exit.success(), "{output}");
+    stop_both(active, standby).await;
 }
 
 /// An approver connected to a standby hears the active host's approval requests through it and
@@ -421,7 +404,7 @@ async fn an_approver_connected_to_a_standby_answers_the_active_hosts_requests() 
         .await;
     assert_eq!(sent["ok"], true, "{sent}");
     let run_id = sent["payload"]["runId"].as_str().unwrap().to_string();
-    let request = event_named(&mut approver, "exec.approval.requested").await;
+    let request = approver.event_named("exec.approval.requested").await;
     assert_eq!(request["sessionKey"], session, "{request}");
     assert_eq!(request["summary"], "rm -r build", "{request}");
     assert!(
@@ -436,7 +419,7 @@ async fn an_approver_connected_to_a_standby_answers_the_active_hosts_requests() 
         )
         .await;
     assert_eq!(answered["ok"], true, "{answered}");
-    let resolved = event_named(&mut approver, "exec.approval.resolved").await;
+    let resolved = approver.event_named("exec.approval.resolved").await;
     assert_eq!(resolved["decision"], "allow-once", "{resolved}");
     let waited = client
         .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
@@ -454,14 +437,5 @@ async fn an_approver_connected_to_a_standby_answers_the_active_hosts_requests() 
         )
         .await;
     assert_eq!(again["ok"], false, "{again}");
-    // Stopped, the active host hands over to the standby, which is then stopped too.
-    let (exit, output) = active.terminate();
-    assert!(exit.success(), "{output}");
-    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
-        .await
-        .expect("the standby took over within 60 s")
-        .unwrap()
-        .expect("the standby serves");
-    let (exit, output) = standby.terminate();
-    assert!(exit.success(), "{output}");
+    stop_both(active, standby).await;
 }

@@ -1501,20 +1501,6 @@ async fn interrupt_stops_the_running_turn_and_collect_drains_the_waiting_message
     );
 }
 
-/// Waits for the next event named `name`, skipping others; panics after 60 s.
-async fn event_named(client: &mut GatewayClient, name: &str) -> Value {
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    loop {
-        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
-        let Some(event) = client.next_event(left).await else {
-            panic!("no {name} event within 60 s");
-        };
-        if event["event"] == name {
-            return event["payload"].clone();
-        }
-    }
-}
-
 /// A model that runs `rm -r DIR` for "remove DIR" and then repeats the tool's result.
 fn remove_on_request(body: &Value) -> Reply {
     let last = body["messages"].as_array().unwrap().last().unwrap().clone();
@@ -1588,7 +1574,7 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
             send_params("agent:main:web:a", "remove build", "a1"),
         )
         .await;
-    let request = event_named(&mut approver, "exec.approval.requested").await;
+    let request = approver.event_named("exec.approval.requested").await;
     assert_eq!(request["sessionKey"], "agent:main:web:a", "{request}");
     assert_eq!(request["tool"], "exec");
     assert_eq!(request["summary"], "rm -r build", "{request}");
@@ -1653,7 +1639,7 @@ async fn approvals_reach_approver_connections_and_only_they_may_answer() {
         )
         .await;
     assert_eq!(resolved["ok"], true, "{resolved}");
-    let done = event_named(&mut approver, "exec.approval.resolved").await;
+    let done = approver.event_named("exec.approval.resolved").await;
     assert_eq!(done["decision"], "allow-once");
     let accepted = plain.response(&run).await;
     let second = accepted["payload"]["runId"].as_str().unwrap().to_string();

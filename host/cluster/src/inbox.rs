@@ -38,8 +38,8 @@ use clawcage_core::sync::lock;
 use crate::keys::token;
 use crate::leases::{Holder, Lease, LeaseError, Leases};
 use crate::subject_log::{
-    AppendError, LogConnection, LogStream, SESSION_HEADER, TAKE_UP_AT_ONCE, Worker, append_fenced,
-    cluster_error, connect_log, read_subject, setup_limit, take_up,
+    AppendError, LogConnection, LogStream, SESSION_HEADER, Worker, append_fenced, cluster_error,
+    connect_log, for_each_session, read_subject, setup_limit, take_up,
 };
 use crate::{ClusterError, ClusterOptions};
 
@@ -175,25 +175,20 @@ impl JetStreamInbox {
     /// writer: before it reads one, a [`Line::Taken`] is appended to its inbox, so that an
     /// append of the host it replaced that the server stores only now (held by a stalled
     /// server) is refused rather than land after this host read the session. Up to
-    /// [`TAKE_UP_AT_ONCE`] sessions at once.
+    /// sixteen sessions at once.
     pub fn take_up(&self, sessions: &[String], by: &str) -> std::io::Result<()> {
-        let sessions = sessions.to_vec();
         let marker = serde_json::to_vec(&[Line::Taken { by: by.to_string() }])
             .map_err(std::io::Error::other)?;
-        let limit = self.inner.timeout * (6 + sessions.len() as u32 / TAKE_UP_AT_ONCE as u32);
         let inner = self.inner.clone();
-        self.runtime.run(limit, async move {
-            use futures_util::{StreamExt as _, TryStreamExt as _};
-            futures_util::stream::iter(sessions)
-                .map(|session| {
-                    let (inner, marker) = (inner.clone(), marker.clone());
-                    async move { inner.take_up(&session, &marker).await }
-                })
-                .buffer_unordered(TAKE_UP_AT_ONCE)
-                .try_collect::<Vec<()>>()
-                .await
-                .map(drop)
-        })
+        for_each_session(
+            &self.runtime,
+            self.inner.timeout,
+            sessions,
+            move |session| {
+                let (inner, marker) = (inner.clone(), marker.clone());
+                async move { inner.take_up(&session, &marker).await }
+            },
+        )
     }
 }
 
@@ -291,18 +286,12 @@ impl Inner {
             session,
             marker,
             &self.writer,
+            |error| unreachable(session, error),
         )
         .await;
         // Read again before the next append.
         lock(&self.sessions).remove(session);
-        match taken {
-            Ok(_) => Ok(()),
-            Err(AppendError::Failed(error)) => Err(unreachable(session, error)),
-            Err(AppendError::Fenced(why)) => Err(std::io::Error::other(why)),
-            Err(AppendError::Moved) => Err(std::io::Error::other(format!(
-                "the inbox of session {session} kept changing while this host took it up"
-            ))),
-        }
+        taken.map(drop)
     }
 
     async fn known(&self, session: &str) -> std::io::Result<Known> {

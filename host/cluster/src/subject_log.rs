@@ -333,14 +333,44 @@ pub(crate) async fn last_sequence(
 const TAKE_UP_TRIES: usize = 16;
 
 /// How many sessions a store takes up at once.
-pub(crate) const TAKE_UP_AT_ONCE: usize = 16;
+const TAKE_UP_AT_ONCE: usize = 16;
+
+/// Runs `job` for each of `sessions` on `worker`, [`TAKE_UP_AT_ONCE`] at a time, until all are
+/// done or one fails (allowing six request timeouts, and one more per batch).
+pub(crate) fn for_each_session<F, Fut>(
+    worker: &Worker,
+    timeout: Duration,
+    sessions: &[String],
+    job: F,
+) -> std::io::Result<()>
+where
+    F: Fn(String) -> Fut + Send + 'static,
+    Fut: std::future::Future<Output = std::io::Result<()>> + Send + 'static,
+{
+    use futures_util::TryStreamExt as _;
+    let sessions = sessions.to_vec();
+    let batches = u32::try_from(sessions.len() / TAKE_UP_AT_ONCE).unwrap_or(u32::MAX);
+    let limit = timeout.saturating_mul(batches.saturating_add(6));
+    worker.run(limit, async move {
+        futures_util::stream::iter(sessions)
+            .map(job)
+            .buffer_unordered(TAKE_UP_AT_ONCE)
+            .try_collect::<Vec<()>>()
+            .await
+            .map(drop)
+    })
+}
 
 /// Takes `session`'s subject up for this writer, which is about to read the session and act on
 /// it: appends `marker`, expecting the subject's last sequence as the server has it now (read
 /// again when another writer appended meanwhile). A write an earlier writer sent before and the
 /// server stores only after (a stalled server) is then refused, its expected sequence no
 /// longer holding; one stored before is there when this writer reads. Returns the marker's
-/// sequence.
+/// sequence. A server that does not answer is said by `unreachable`.
+#[allow(
+    clippy::too_many_arguments,
+    reason = "the subject's place and its writer, as append_fenced takes them"
+)]
 pub(crate) async fn take_up(
     context: &jetstream::Context,
     stream: &stream::Stream<()>,
@@ -349,11 +379,10 @@ pub(crate) async fn take_up(
     session: &str,
     marker: &[u8],
     writer: &str,
-) -> Result<u64, AppendError> {
+    unreachable: impl Fn(String) -> std::io::Error,
+) -> std::io::Result<u64> {
     for _ in 0..TAKE_UP_TRIES {
-        let last = last_sequence(stream, subject)
-            .await
-            .map_err(AppendError::Failed)?;
+        let last = last_sequence(stream, subject).await.map_err(&unreachable)?;
         match append_fenced(
             context,
             fence,
@@ -365,12 +394,14 @@ pub(crate) async fn take_up(
         )
         .await
         {
+            Ok(sequence) => return Ok(sequence),
             Err(AppendError::Moved) => continue,
-            taken => return taken,
+            Err(AppendError::Failed(error)) => return Err(unreachable(error)),
+            Err(AppendError::Fenced(why)) => return Err(std::io::Error::other(why)),
         }
     }
-    Err(AppendError::Failed(format!(
-        "{subject} kept changing while this host took it up"
+    Err(std::io::Error::other(format!(
+        "{subject} kept changing while this host took it up; take it up again"
     )))
 }
 

@@ -24,7 +24,7 @@ use clawcage_core::sync::lock;
 
 use crate::keys::token;
 use crate::subject_log::{
-    AppendError, LogConnection, LogStream, TAKE_UP_AT_ONCE, Worker, append_fenced, connect_log,
+    AppendError, LogConnection, LogStream, Worker, append_fenced, connect_log, for_each_session,
     last_sequence, read_subject, take_up,
 };
 use crate::{ClusterError, ClusterOptions};
@@ -154,23 +154,18 @@ impl JetStreamTranscripts {
     /// Takes `sessions` up for this host, which has just become their writer: before it reads
     /// one, a marker is appended to its transcript, so that a write of the host it replaced
     /// that the server stores only now (held by a stalled server) is refused rather than land
-    /// after this host read the session. Up to [`TAKE_UP_AT_ONCE`] sessions at once.
+    /// after this host read the session. Sixteen sessions at once.
     pub fn take_up(&self, sessions: &[String]) -> std::io::Result<()> {
-        let sessions = sessions.to_vec();
-        let limit = self.inner.timeout * (6 + sessions.len() as u32 / TAKE_UP_AT_ONCE as u32);
         let inner = self.inner.clone();
-        self.runtime.run(limit, async move {
-            use futures_util::{StreamExt as _, TryStreamExt as _};
-            futures_util::stream::iter(sessions)
-                .map(|session| {
-                    let inner = inner.clone();
-                    async move { inner.take_up(&session).await }
-                })
-                .buffer_unordered(TAKE_UP_AT_ONCE)
-                .try_collect::<Vec<()>>()
-                .await
-                .map(drop)
-        })
+        for_each_session(
+            &self.runtime,
+            self.inner.timeout,
+            sessions,
+            move |session| {
+                let inner = inner.clone();
+                async move { inner.take_up(&session).await }
+            },
+        )
     }
 
     fn write(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
@@ -297,18 +292,12 @@ impl Inner {
             session,
             b"[]",
             &self.writer,
+            |error| unreachable(session, error),
         )
         .await;
         // Read whole again before the next write.
         lock(&self.tails).remove(session);
-        match taken {
-            Ok(_) => Ok(()),
-            Err(AppendError::Failed(error)) => Err(unreachable(session, error)),
-            Err(AppendError::Fenced(why)) => Err(std::io::Error::other(why)),
-            Err(AppendError::Moved) => Err(std::io::Error::other(format!(
-                "the transcript of session {session} kept changing while this host took it up"
-            ))),
-        }
+        taken.map(drop)
     }
 
     async fn remove(&self, session: &str) -> std::io::Result<()> {

@@ -8,6 +8,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use clawcage_tests::gateway_process::GatewayProcess;
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
 
 pub const TOKEN: &str = "cluster-failover-token";
 /// The webhook's signing secret and the variable that holds it.
@@ -85,4 +86,17 @@ pub async fn fail_over(
         .await
         .expect("the standby took over within 60 s")
         .unwrap()
+}
+
+/// A model that answers "Answered: <the user's message>", each answer held at `gate` until the
+/// test opens it.
+pub async fn answering_after(gate: &ReplyGate) -> LlmServer {
+    let gate = gate.clone();
+    LlmServer::start_routed(move |body| {
+        let (text, _) = last_user(body);
+        gate.hold(anthropic::message(&[anthropic::text(&format!(
+            "Answered: {text}"
+        ))]))
+    })
+    .await
 }
