@@ -3,7 +3,9 @@
 //! approval request another client's turn raised is shown while it waits and its decision
 //! replaces it, and the next line typed is a message, not an answer; after the gateway restarts
 //! the terminal says it lost the connection, connects again and goes on. The restarted gateway
-//! prints the address to open with the token it read from its file.
+//! prints the address to open with the token it read from its file. A terminal attached to a
+//! standby of a cluster (which relays it to the active host) goes on the same way when the
+//! active host is killed and the standby takes over.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -107,6 +109,17 @@ async fn model() -> LlmServer {
 /// Runs `clawcage chat --gateway` in a pseudo-terminal through `steps` (on a blocking thread,
 /// so the test can act meanwhile); the driver's report.
 fn drive(python: &Path, state: &Path, addr: SocketAddr, steps: Value) -> Value {
+    drive_with(python, state, addr, &[], steps)
+}
+
+/// [`drive`] with `extra` arguments to `chat`.
+fn drive_with(
+    python: &Path,
+    state: &Path,
+    addr: SocketAddr,
+    extra: &[&str],
+    steps: Value,
+) -> Value {
     let driver = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/pty_driver.py");
     let output = Command::new(python)
         .arg(driver)
@@ -116,6 +129,7 @@ fn drive(python: &Path, state: &Path, addr: SocketAddr, steps: Value) -> Value {
         .arg("--state-dir")
         .arg(state)
         .args(["chat", "--gateway", &format!("ws://{addr}")])
+        .args(extra)
         .env("TERM", "xterm")
         .env_remove("NO_COLOR")
         .env_remove("RUST_LOG")
@@ -452,4 +466,118 @@ async fn a_chat_beside_a_gateway_says_the_gateway_runs_the_cron_jobs() {
     );
     assert!(!stderr.contains("another clawcage chat"), "{stderr}");
     drop(gateway);
+}
+
+#[path = "cluster_failover/host.rs"]
+#[allow(
+    dead_code,
+    reason = "shared with the failover tests, which use all of it"
+)]
+mod cluster_host;
+
+/// A terminal attached to a standby of a cluster is relayed to the active host and answered
+/// there; when the active host is killed, the terminal says it lost the connection, connects
+/// again to the same address (the standby, serving now) and goes on in the same session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terminal_attached_to_a_standby_goes_on_when_the_standby_takes_over() {
+    let Some(python) = screen_python("a_terminal_attached_to_a_standby") else {
+        return;
+    };
+    let Some(nats) = clawcage_tests::nats::NatsServer::start("a_terminal_attached_to_a_standby")
+    else {
+        return;
+    };
+    let server = model().await;
+    let workspace = tempfile::tempdir().unwrap();
+    let first = cluster_host::Host::new(&nats.url(), server.url(), "host-a");
+    let second = cluster_host::Host::new(&nats.url(), server.url(), "host-b");
+    let active = GatewayProcess::start(first.gateway(workspace.path()));
+    let (relay_tx, relay_rx) = std::sync::mpsc::channel();
+    let command = second.gateway(workspace.path());
+    let standby = tokio::task::spawn_blocking(move || {
+        GatewayProcess::try_start_watching(
+            command,
+            |_| {},
+            move |addr| {
+                let _ = relay_tx.send(addr);
+            },
+        )
+    });
+    let relay: SocketAddr =
+        tokio::task::spawn_blocking(move || relay_rx.recv_timeout(Duration::from_secs(180)))
+            .await
+            .unwrap()
+            .expect("the standby says where it accepts clients");
+    // Once the standby has seen the active host, the terminal attaches through it.
+    for _ in 0..100 {
+        if GatewayClient::try_connect(relay, cluster_host::TOKEN)
+            .await
+            .is_ok()
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let state = tempfile::tempdir().unwrap();
+    let terminal = {
+        let state = state.path().to_path_buf();
+        let steps = json!([
+            {"expect": "you> ", "timeout": 60},
+            {"send": "First.\r"},
+            {"expect": "Hi there, First", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"expect": "connecting again", "timeout": 60},
+            {"expect": "connected again", "timeout": 90},
+            {"sleep": 0.3},
+            {"screen": "back"},
+            {"send": "Second.\r"},
+            {"expect": "Hi there, Second", "timeout": 30},
+            {"expect": "you> ", "timeout": 10},
+            {"screen": "after"},
+            {"send": "/exit\r"},
+            {"sleep": 0.3},
+        ]);
+        tokio::task::spawn_blocking(move || {
+            drive_with(
+                &python,
+                &state,
+                relay,
+                &["--token", cluster_host::TOKEN],
+                steps,
+            )
+        })
+    };
+    // The first turn is answered (by the active host) before it is killed.
+    for _ in 0..600 {
+        if server
+            .bodies()
+            .iter()
+            .any(|body| body.to_string().contains("First."))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let said = active.kill();
+    assert!(!said.contains("panicked"), "{said}");
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+        .expect("the standby serves");
+    let report = terminal.await.unwrap();
+    assert_ok(&report);
+    // Long lines wrap at the terminal's width: judged as the lines read on.
+    let back = screen(&report, "back");
+    let unwrapped = back.replace('\n', "");
+    assert!(
+        unwrapped.contains("connecting again") && unwrapped.contains("connected again"),
+        "it says what happened:\n{back}"
+    );
+    let after = screen(&report, "after");
+    assert!(after.contains("Hi there, Second."), "and goes on:\n{after}");
+    assert_eq!(standby.addr, relay, "the standby serves where it relayed");
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
 }
