@@ -14,7 +14,6 @@
     reason = "a benchmark fails by panicking"
 )]
 
-use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -25,6 +24,13 @@ use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
 use clawcage_tests::nats::NatsServer;
 use serde_json::json;
+
+#[path = "../tests/cluster_failover/host.rs"]
+#[allow(
+    dead_code,
+    reason = "the cluster tests' hosts; this benchmark starts its own, with the default lease"
+)]
+mod host;
 
 const TOKEN: &str = "failover-bench-token-0123456789";
 const RUNS: usize = 3;
@@ -82,35 +88,15 @@ async fn failover(run: usize) -> (Duration, Duration) {
         "host-a",
         workspace.path(),
     ));
-    let (relay_tx, relay_rx) = std::sync::mpsc::channel::<SocketAddr>();
-    let command = gateway(
+    let (standby, relay) = host::standby_started(gateway(
         root.path(),
         &nats.url(),
         model.url(),
         "host-b",
         workspace.path(),
-    );
-    let standby = tokio::task::spawn_blocking(move || {
-        GatewayProcess::try_start_watching(
-            command,
-            |_| {},
-            move |addr| {
-                let _ = relay_tx.send(addr);
-            },
-        )
-    });
-    let relay =
-        tokio::task::spawn_blocking(move || relay_rx.recv_timeout(Duration::from_secs(180)))
-            .await
-            .unwrap()
-            .unwrap();
-    // Through the standby, once it has seen the active host.
-    let mut client = loop {
-        if let Ok((client, _)) = GatewayClient::try_connect(relay, TOKEN).await {
-            break client;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
+    ))
+    .await;
+    let mut client = host::relayed_client(relay, TOKEN).await;
     let subscribed = client
         .request("sessions.subscribe", json!({"sessionKey": SESSION}))
         .await;

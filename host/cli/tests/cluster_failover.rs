@@ -23,6 +23,7 @@ use clawcage_tests::nats::NatsServer;
 use serde_json::json;
 
 #[path = "cluster_failover/host.rs"]
+#[allow(dead_code, reason = "shared with the relay tests, which use the rest")]
 mod host;
 use host::{HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN, answering_after, fail_over, standby_of};
 

@@ -14,8 +14,6 @@
     reason = "tests fail by panicking"
 )]
 
-use std::net::SocketAddr;
-use std::path::Path;
 use std::time::Duration;
 
 use clawcage_tests::channels::{get, post, signed_headers, unix_now};
@@ -31,61 +29,10 @@ use serde_json::{Value, json};
     reason = "shared with the failover tests, which use all of it"
 )]
 mod host;
-use host::{HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN, answering_after};
-
-/// `host` started as a standby in `workspace`: the task that ends once it serves, and where it
-/// accepts clients meanwhile.
-async fn standby_relaying(
-    host: &Host,
-    workspace: &Path,
-) -> (
-    tokio::task::JoinHandle<Result<GatewayProcess, String>>,
-    SocketAddr,
-) {
-    standby_started(host.gateway(workspace)).await
-}
-
-/// The standby `command` starts: the task that ends once it serves, and where it accepts
-/// clients meanwhile.
-async fn standby_started(
-    command: std::process::Command,
-) -> (
-    tokio::task::JoinHandle<Result<GatewayProcess, String>>,
-    SocketAddr,
-) {
-    let (relay_tx, relay_rx) = std::sync::mpsc::channel();
-    let standby = tokio::task::spawn_blocking(move || {
-        GatewayProcess::try_start_watching(
-            command,
-            |_| {},
-            move |addr| {
-                let _ = relay_tx.send(addr);
-            },
-        )
-    });
-    let relay =
-        tokio::task::spawn_blocking(move || relay_rx.recv_timeout(Duration::from_secs(180)))
-            .await
-            .unwrap()
-            .expect("the standby says where it accepts clients");
-    (standby, relay)
-}
-
-/// Stops `active` (it hands over to the standby), then the standby once it serves; both end well.
-async fn stop_both(
-    active: GatewayProcess,
-    standby: tokio::task::JoinHandle<Result<GatewayProcess, String>>,
-) {
-    let (exit, output) = active.terminate();
-    assert!(exit.success(), "{output}");
-    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
-        .await
-        .expect("the standby took over within 60 s")
-        .unwrap()
-        .expect("the standby serves");
-    let (exit, output) = standby.terminate();
-    assert!(exit.success(), "{output}");
-}
+use host::{
+    HOOK_SECRET, HOOK_SECRET_ENV, Host, TOKEN, answering_after, relayed_client, standby_started,
+    stop_both,
+};
 
 /// The largest `seq` among `events`' `agent` and `chat` frames.
 fn last_seq(events: &[Value], before: u64) -> u64 {
@@ -108,7 +55,7 @@ async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it
     let first = Host::with(&nats.url(), model.url(), "host-a", &hook);
     let second = Host::with(&nats.url(), model.url(), "host-b", &hook);
     let active = GatewayProcess::start(first.gateway(workspace.path()));
-    let (standby, relay) = standby_relaying(&second, workspace.path()).await;
+    let (standby, relay) = second.standby_relaying(workspace.path()).await;
 
     // Its health check says it is a standby, and who is active (once it has looked).
     let mut health = (0, String::new());
@@ -175,6 +122,12 @@ async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it
         .to_string()
         .into_bytes();
     let headers = signed_headers(HOOK_SECRET, unix_now(), &body);
+    // One that another standby relays here is refused, not relayed again.
+    let mut relayed = headers.clone();
+    relayed.push(("x-clawcage-relayed-by".to_string(), "host-z".to_string()));
+    let (status, text) = post(&format!("http://{relay}/hooks/ops"), &relayed, body.clone()).await;
+    assert_eq!(status, 503, "{text}");
+    assert!(text.contains("a standby too"), "{text}");
     let (status, text) = post(&format!("http://{relay}/hooks/ops"), &headers, body.clone()).await;
     assert_eq!(status, 202, "{text}");
     let (status, text) = post(&format!("http://{}/hooks/ops", active.addr), &headers, body).await;
@@ -254,22 +207,6 @@ async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it
     assert!(exit.success(), "{output}");
 }
 
-/// A client of the standby once it has seen the active host (until then a `connect` there is
-/// refused as unavailable).
-async fn relayed_client(relay: SocketAddr) -> GatewayClient {
-    for _ in 0..100 {
-        match GatewayClient::try_connect(relay, TOKEN).await {
-            Ok((client, _)) => return client,
-            Err(why) => assert!(
-                why.contains("UNAVAILABLE") || why.contains("no host"),
-                "{why}"
-            ),
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    panic!("the standby did not relay a client within 10 s");
-}
-
 /// A standby holds the connections it relays to the same limits as the active host: one that
 /// does not present the token in time is closed, an oversized frame closes its connection with
 /// 1009 there, and the authenticated connections have their cap. (A relayed client that does
@@ -311,7 +248,7 @@ async fn a_standby_holds_the_clients_it_relays_to_the_gateways_limits() {
     assert!(closed.reason.contains("handshake timeout"), "{closed:?}");
 
     // An oversized frame from a relayed client: closed with 1009 by the standby.
-    let mut huge = relayed_client(relay).await;
+    let mut huge = relayed_client(relay, TOKEN).await;
     let _ = huge.try_send_text("x".repeat(300 * 1024)).await;
     let (_, closed) = huge.until_closed().await;
     assert_eq!(closed.code, 1009, "{closed:?}");
@@ -319,9 +256,9 @@ async fn a_standby_holds_the_clients_it_relays_to_the_gateways_limits() {
 
     // Three authenticated connections at most (five less two unauthenticated): the fourth is
     // told so, and is served once one of them closes.
-    let first_client = relayed_client(relay).await;
-    let _second = relayed_client(relay).await;
-    let mut third = relayed_client(relay).await;
+    let first_client = relayed_client(relay, TOKEN).await;
+    let _second = relayed_client(relay, TOKEN).await;
+    let mut third = relayed_client(relay, TOKEN).await;
     let refused = GatewayClient::try_connect(relay, TOKEN)
         .await
         .err()
@@ -374,7 +311,7 @@ async fn an_approver_connected_to_a_standby_answers_the_active_hosts_requests() 
     let first = Host::with(&nats.url(), model.url(), "host-a", approvals);
     let second = Host::with(&nats.url(), model.url(), "host-b", approvals);
     let active = GatewayProcess::start(first.gateway(workspace.path()));
-    let (standby, relay) = standby_relaying(&second, workspace.path()).await;
+    let (standby, relay) = second.standby_relaying(workspace.path()).await;
 
     // The approver connects to the standby, with the approvals scope.
     let mut approver = None;

@@ -106,6 +106,27 @@ async fn model() -> LlmServer {
     .await
 }
 
+/// The terminal's steps across a lost connection: a line answered, the connection lost and made
+/// again (the screen `back`), the next line answered (the screen `after`), then `/exit`.
+fn across_a_reconnection() -> Value {
+    json!([
+        {"expect": "you> ", "timeout": 60},
+        {"send": "First.\r"},
+        {"expect": "Hi there, First", "timeout": 30},
+        {"expect": "you> ", "timeout": 10},
+        {"expect": "connecting again", "timeout": 60},
+        {"expect": "connected again", "timeout": 90},
+        {"sleep": 0.3},
+        {"screen": "back"},
+        {"send": "Second.\r"},
+        {"expect": "Hi there, Second", "timeout": 30},
+        {"expect": "you> ", "timeout": 10},
+        {"screen": "after"},
+        {"send": "/exit\r"},
+        {"sleep": 0.3},
+    ])
+}
+
 /// Runs `clawcage chat --gateway` in a pseudo-terminal through `steps` (on a blocking thread,
 /// so the test can act meanwhile); the driver's report.
 fn drive(python: &Path, state: &Path, addr: SocketAddr, steps: Value) -> Value {
@@ -289,22 +310,7 @@ async fn the_terminal_connects_again_after_the_gateway_restarts() {
     let addr = first.addr;
     let terminal = {
         let python = python.clone();
-        let steps = json!([
-            {"expect": "you> ", "timeout": 60},
-            {"send": "First.\r"},
-            {"expect": "Hi there, First", "timeout": 30},
-            {"expect": "you> ", "timeout": 10},
-            {"expect": "connecting again", "timeout": 60},
-            {"expect": "connected again", "timeout": 90},
-            {"sleep": 0.3},
-            {"screen": "back"},
-            {"send": "Second.\r"},
-            {"expect": "Hi there, Second", "timeout": 30},
-            {"expect": "you> ", "timeout": 10},
-            {"screen": "after"},
-            {"send": "/exit\r"},
-            {"sleep": 0.3},
-        ]);
+        let steps = across_a_reconnection();
         let state = setup.state.clone();
         tokio::task::spawn_blocking(move || drive(&python, &state, addr, steps))
     };
@@ -492,51 +498,13 @@ async fn a_terminal_attached_to_a_standby_goes_on_when_the_standby_takes_over() 
     let first = cluster_host::Host::new(&nats.url(), server.url(), "host-a");
     let second = cluster_host::Host::new(&nats.url(), server.url(), "host-b");
     let active = GatewayProcess::start(first.gateway(workspace.path()));
-    let (relay_tx, relay_rx) = std::sync::mpsc::channel();
-    let command = second.gateway(workspace.path());
-    let standby = tokio::task::spawn_blocking(move || {
-        GatewayProcess::try_start_watching(
-            command,
-            |_| {},
-            move |addr| {
-                let _ = relay_tx.send(addr);
-            },
-        )
-    });
-    let relay: SocketAddr =
-        tokio::task::spawn_blocking(move || relay_rx.recv_timeout(Duration::from_secs(180)))
-            .await
-            .unwrap()
-            .expect("the standby says where it accepts clients");
+    let (standby, relay) = second.standby_relaying(workspace.path()).await;
     // Once the standby has seen the active host, the terminal attaches through it.
-    for _ in 0..100 {
-        if GatewayClient::try_connect(relay, cluster_host::TOKEN)
-            .await
-            .is_ok()
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    drop(cluster_host::relayed_client(relay, cluster_host::TOKEN).await);
     let state = tempfile::tempdir().unwrap();
     let terminal = {
         let state = state.path().to_path_buf();
-        let steps = json!([
-            {"expect": "you> ", "timeout": 60},
-            {"send": "First.\r"},
-            {"expect": "Hi there, First", "timeout": 30},
-            {"expect": "you> ", "timeout": 10},
-            {"expect": "connecting again", "timeout": 60},
-            {"expect": "connected again", "timeout": 90},
-            {"sleep": 0.3},
-            {"screen": "back"},
-            {"send": "Second.\r"},
-            {"expect": "Hi there, Second", "timeout": 30},
-            {"expect": "you> ", "timeout": 10},
-            {"screen": "after"},
-            {"send": "/exit\r"},
-            {"sleep": 0.3},
-        ]);
+        let steps = across_a_reconnection();
         tokio::task::spawn_blocking(move || {
             drive_with(
                 &python,

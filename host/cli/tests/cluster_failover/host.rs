@@ -1,12 +1,15 @@
 //! The hosts of the cluster tests: each with its configuration (a `[cluster]` on the test's
 //! nats-server, its own `host_id`, a 2 s lease) and state directory, started as `clawcage
-//! gateway` processes on one shared workspace; a standby started in the background, and the
-//! failover of a killed active host to it.
+//! gateway` processes on one shared workspace; a standby started in the background (where it
+//! relays clients meanwhile, and a client relayed through it), the failover of a killed active
+//! host to it, and both hosts stopped.
 
+use std::net::SocketAddr;
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
+use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
 
@@ -67,6 +70,17 @@ impl Host {
             &["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN],
         )
     }
+
+    /// This host started as a standby in `workspace` ([`standby_started`]).
+    pub async fn standby_relaying(
+        &self,
+        workspace: &Path,
+    ) -> (
+        tokio::task::JoinHandle<Result<GatewayProcess, String>>,
+        SocketAddr,
+    ) {
+        standby_started(self.gateway(workspace)).await
+    }
 }
 
 /// `host` started as a standby in `workspace`: the task ends once it serves.
@@ -99,4 +113,62 @@ pub async fn answering_after(gate: &ReplyGate) -> LlmServer {
         ))]))
     })
     .await
+}
+
+/// The standby `command` starts: the task that ends once it serves, and where it accepts
+/// clients meanwhile (it relays them to the active host).
+pub async fn standby_started(
+    command: Command,
+) -> (
+    tokio::task::JoinHandle<Result<GatewayProcess, String>>,
+    SocketAddr,
+) {
+    let (relay_tx, relay_rx) = std::sync::mpsc::channel();
+    let standby = tokio::task::spawn_blocking(move || {
+        GatewayProcess::try_start_watching(
+            command,
+            |_| {},
+            move |addr| {
+                let _ = relay_tx.send(addr);
+            },
+        )
+    });
+    let relay =
+        tokio::task::spawn_blocking(move || relay_rx.recv_timeout(Duration::from_secs(180)))
+            .await
+            .unwrap()
+            .expect("the standby says where it accepts clients");
+    (standby, relay)
+}
+
+/// A client (with `token`) of the standby at `relay`, once it has seen the active host: until
+/// then a `connect` there is refused as unavailable.
+pub async fn relayed_client(relay: SocketAddr, token: &str) -> GatewayClient {
+    for _ in 0..100 {
+        match GatewayClient::try_connect(relay, token).await {
+            Ok((client, _)) => return client,
+            Err(why) => assert!(
+                why.contains("UNAVAILABLE") || why.contains("no host"),
+                "{why}"
+            ),
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("the standby did not relay a client within 10 s");
+}
+
+/// Stops `active` (it hands over to the standby), then the standby once it serves; both end well.
+pub async fn stop_both(
+    active: GatewayProcess,
+    standby: tokio::task::JoinHandle<Result<GatewayProcess, String>>,
+) {
+    let (exit, output) = active.terminate();
+    assert!(exit.success(), "{output}");
+    let standby = tokio::time::timeout(Duration::from_secs(60), standby)
+        .await
+        .expect("the standby took over within 60 s")
+        .unwrap()
+        .expect("the standby serves");
+    let (exit, output) = standby.terminate();
+    assert!(exit.success(), "{output}");
 }
