@@ -209,8 +209,12 @@ async fn chaos(seed: u64) -> bool {
             let left = deadline.saturating_duration_since(Instant::now());
             match served.recv_timeout(left) {
                 Ok(Ok(active)) => return active,
-                // A host that stopped before serving: said, and the others are waited for.
-                Ok(Err(why)) => stopped.push(why),
+                // A host that stopped before serving: said at once (an earlier wait may have
+                // taken it), and the others are waited for.
+                Ok(Err(why)) => {
+                    eprintln!("cluster chaos: a host stopped before it served: {why}");
+                    stopped.push(why);
+                }
                 Err(_) => panic!(
                     "no standby took over within 120 s (seed {seed}); hosts that stopped: {stopped:#?}"
                 ),

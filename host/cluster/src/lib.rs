@@ -412,17 +412,24 @@ impl Cluster {
         )
         .await
         .map_err(|(_, reason)| setup(reason))?;
-        match meta.create("workspace", identity.to_string().into()).await {
-            Ok(_) => return Ok(identity.to_string()),
-            Err(error) if error.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => {}
-            Err(error) => return Err(setup(error.to_string())),
-        }
-        let recorded = meta
-            .get("workspace")
-            .await
-            .map_err(|error| setup(error.to_string()))?
-            .ok_or_else(|| setup("the recorded workspace vanished; start the host again".into()))?;
-        Ok(String::from_utf8_lossy(&recorded).into_owned())
+        // Patiently: a fresh cluster's bucket may have no leader for a while ("no responders").
+        subject_log::patiently(|| async {
+            match meta.create("workspace", identity.to_string().into()).await {
+                Ok(_) => return Ok(identity.to_string()),
+                Err(error) if error.kind() == jetstream::kv::CreateErrorKind::AlreadyExists => {}
+                Err(error) => return Err(error.to_string()),
+            }
+            let recorded = meta
+                .get("workspace")
+                .await
+                .map_err(|error| error.to_string())?
+                .ok_or_else(|| {
+                    "the recorded workspace vanished; start the host again".to_string()
+                })?;
+            Ok(String::from_utf8_lossy(&recorded).into_owned())
+        })
+        .await
+        .map_err(setup)
     }
 
     /// The run registry on the `claw_runs` and `claw_idem` buckets.
