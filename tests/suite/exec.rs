@@ -409,3 +409,46 @@ async fn both_outputs_into_one_file_keep_both_in_order() {
     assert_eq!(read("g"), "y\n");
     assert_eq!(read("h"), "");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn read_takes_a_files_lines_exactly_and_redirections_each_open_their_file() {
+    let dir = workspace();
+    fs::write(
+        dir.path().join("lines.txt"),
+        "  two spaces  \n\ttab\\kept\nlast without newline",
+    )
+    .unwrap();
+    let registry = exec_registry(dir.path(), FsMode::ReadWrite).await;
+    // The idiom for every line, exactly, the unended last one included.
+    let text = exec(
+        &registry,
+        "cat lines.txt | while IFS= read -r line || [ -n \"$line\" ]; do echo \"[$line]\"; done",
+    )
+    .await;
+    assert_eq!(
+        text,
+        "[  two spaces  ]\n[\ttab\\kept]\n[last without newline]\n[exit status: 0]"
+    );
+    // Fields by IFS from a program's output; a prompt changes nothing without a terminal.
+    let text = exec(
+        &registry,
+        "printf 'root:x:0:0:/root\\n' | { IFS=: read -rp 'user? ' user pass rest; echo \"$user|$rest\"; }; echo \"IFS:[$IFS]\"",
+    )
+    .await;
+    assert!(text.starts_with("root|0:0:/root\n"), "{text}");
+    assert!(
+        !text.contains("IFS:[:]"),
+        "IFS is put back after the read: {text}"
+    );
+    // Every file named by a redirection is opened (created), the output going to the last.
+    let text = exec(&registry, "echo hi > first.txt > second.txt; echo done").await;
+    assert_eq!(text, "done\n[exit status: 0]");
+    assert_eq!(
+        fs::read_to_string(dir.path().join("first.txt")).unwrap(),
+        ""
+    );
+    assert_eq!(
+        fs::read_to_string(dir.path().join("second.txt")).unwrap(),
+        "hi\n"
+    );
+}

@@ -25,6 +25,7 @@ mod builtins;
 mod expand;
 mod launch;
 mod parse;
+mod read;
 mod redirect;
 mod xargs_builtin;
 
@@ -96,28 +97,44 @@ impl Stdin {
         }
     }
 
-    fn read_line(&self) -> Option<String> {
+    /// Consumes input up to `delimiter` (consumed, not returned) or `max_chars` characters,
+    /// whichever comes first: the text and whether the delimiter ended it. `None` at the end of
+    /// the input.
+    fn read_until(
+        &self,
+        delimiter: Option<u8>,
+        max_chars: Option<usize>,
+    ) -> Option<(String, bool)> {
         let Stdin::Bytes(shared) = self else {
             return None;
         };
         let mut shared = shared.borrow_mut();
         let (data, position) = &mut *shared;
-        if *position >= data.len() {
+        if *position >= data.len() || max_chars == Some(0) {
             return None;
         }
         let rest = &data[*position..];
-        let end = rest.iter().position(|byte| *byte == b'\n');
-        let line = match end {
-            Some(end) => {
-                *position += end + 1;
-                &rest[..end]
+        let mut chars = 0;
+        let mut end = rest.len();
+        let mut ended = false;
+        for (at, byte) in rest.iter().enumerate() {
+            if Some(*byte) == delimiter {
+                end = at;
+                ended = true;
+                break;
             }
-            None => {
-                *position = data.len();
-                rest
+            // A character starts at every byte that does not continue one.
+            if byte & 0xC0 != 0x80 {
+                if max_chars == Some(chars) {
+                    end = at;
+                    break;
+                }
+                chars += 1;
             }
-        };
-        Some(String::from_utf8_lossy(line).into_owned())
+        }
+        let text = String::from_utf8_lossy(&rest[..end]).into_owned();
+        *position += end + usize::from(ended);
+        Some((text, ended))
     }
 }
 

@@ -4,12 +4,38 @@
 
 use super::expand::unescape;
 use super::parse::{check_supported, parse, unsupported};
+use super::read::{parse_read_args, read_record, split_record};
 use super::redirect::{Dest, Redirected, deliveries};
 use super::{BUILTINS, Flow, Io, MAX_DEPTH, Prepared, Shell, Stdin, Stop, Variable};
 
 impl Shell<'_> {
-    /// Runs the builtin `prepared.argv[0]` (not `xargs`) with its redirections.
+    /// Runs the builtin `prepared.argv[0]` (not `xargs`) with its redirections, its `NAME=value`
+    /// prefixes set while it runs (`IFS= read -r line`) and put back after.
     pub(super) fn run_builtin(&mut self, prepared: Prepared, io: &Io) -> Flow<i32> {
+        let earlier: Vec<(String, Option<Variable>)> = prepared
+            .assignments
+            .iter()
+            .map(|(name, value)| {
+                let before = self.vars.get(name).cloned();
+                self.set_var(name, value.clone());
+                (name.clone(), before)
+            })
+            .collect();
+        let ran = self.run_builtin_itself(prepared, io);
+        for (name, before) in earlier.into_iter().rev() {
+            match before {
+                Some(variable) => {
+                    self.vars.insert(name, variable);
+                }
+                None => {
+                    self.vars.remove(&name);
+                }
+            }
+        }
+        ran
+    }
+
+    fn run_builtin_itself(&mut self, prepared: Prepared, io: &Io) -> Flow<i32> {
         let resolved = match self.redirections(&prepared.redirects, io)? {
             Ok(resolved) => resolved,
             Err(message) => {
@@ -105,21 +131,28 @@ impl Shell<'_> {
                 return Err(Stop::Exit(code & 0xff));
             }
             "set" => self.set(args, &mut stderr),
-            "read" => {
-                let names: Vec<&String> = args.iter().filter(|arg| !arg.starts_with('-')).collect();
-                match stdin.read_line() {
-                    Some(line) => {
-                        if names.is_empty() {
-                            self.set_var("REPLY", line.clone());
-                        }
-                        for (name, value) in names.iter().zip(read_fields(&line, names.len())) {
+            "read" => match parse_read_args(args) {
+                Ok(options) => {
+                    // At the end of the input the names are emptied, so that `while read line ||
+                    // [ -n "$line" ]` ends.
+                    let (record, whole) = read_record(&stdin, &options).unwrap_or_default();
+                    if options.names.is_empty() {
+                        self.set_var("REPLY", record);
+                    } else {
+                        // Unset IFS splits as the default does.
+                        let ifs = self.var("IFS").unwrap_or_else(|| " \t\n".to_string());
+                        let values = split_record(&record, &ifs, options.names.len());
+                        for (name, value) in options.names.iter().zip(values) {
                             self.set_var(name, value);
                         }
-                        0
                     }
-                    None => 1,
+                    i32::from(!whole)
                 }
-            }
+                Err(message) => {
+                    stderr.extend_from_slice(format!("sh: {message}\n").as_bytes());
+                    2
+                }
+            },
             "type" | "which" | "command" => {
                 let mut names: Vec<&String> =
                     args.iter().filter(|arg| !arg.starts_with('-')).collect();
@@ -397,26 +430,6 @@ fn echo(args: &[String]) -> Vec<u8> {
     out
 }
 
-/// The values `read` gives `count` names from `line`: a whitespace-separated field each, the
-/// last name the rest of the fields joined by single spaces.
-fn read_fields(line: &str, count: usize) -> Vec<String> {
-    let mut fields: Vec<&str> = line.split_whitespace().collect();
-    let mut values = Vec::with_capacity(count);
-    for position in 0..count {
-        let value = if position + 1 == count {
-            let rest = fields.join(" ");
-            fields.clear();
-            rest
-        } else if fields.is_empty() {
-            String::new()
-        } else {
-            fields.remove(0).to_string()
-        };
-        values.push(value);
-    }
-    values
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,14 +449,6 @@ mod tests {
         assert_eq!(echo(&strings(&["-x", "-"])), b"-x -\n");
         assert_eq!(echo(&strings(&["-e", "\\\\n"])), b"\\n\n");
         assert_eq!(echo(&[]), b"\n");
-    }
-
-    #[test]
-    fn read_gives_each_name_a_field_and_the_last_the_rest() {
-        assert_eq!(read_fields("  a  b c  ", 2), ["a", "b c"]);
-        assert_eq!(read_fields("a", 3), ["a", "", ""]);
-        assert_eq!(read_fields("a b", 1), ["a b"]);
-        assert!(read_fields("a b", 0).is_empty());
     }
 
     #[test]

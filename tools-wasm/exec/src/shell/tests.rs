@@ -350,3 +350,49 @@ fn a_redirection_alone_empties_the_file_it_writes_not_the_one_it_reads() {
         [(format!("{WORKSPACE}/out.txt"), wit::OpenMode::Truncate)]
     );
 }
+
+#[test]
+fn read_keeps_lines_whole_with_an_empty_ifs_and_understands_its_options() {
+    // The idiom for reading lines exactly: spacing and backslashes kept.
+    assert_eq!(
+        run("while IFS= read -r line; do echo \"[$line]\"; done <<'EOF'\n  a   b  \n\\t\\\\x\nEOF"),
+        Ok("[  a   b  ]\n[\\t\\\\x]\n[exit status: 0]".to_string())
+    );
+    // Without IFS= the ends are trimmed, the inner spacing of the last name kept.
+    assert_eq!(
+        run("read -r first rest <<< '  one   two  three  '; echo \"<$first><$rest>\""),
+        Ok("<one><two  three>\n[exit status: 0]".to_string())
+    );
+    // A prompt has no terminal to go to here; the name after it still gets the line.
+    assert_eq!(
+        run("read -p 'Name: ' who <<< 'Ann'; echo \"hello $who\""),
+        Ok("hello Ann\n[exit status: 0]".to_string())
+    );
+    assert_eq!(
+        run("IFS=: read -r user pass rest <<< 'root:x:0:0:/root'; echo \"$user $rest\""),
+        Ok("root 0:0:/root\n[exit status: 0]".to_string())
+    );
+    assert_eq!(
+        run("read <<< '  as is  '; echo \"[$REPLY]\""),
+        Ok("[  as is  ]\n[exit status: 0]".to_string())
+    );
+    let refused = run("read -a list <<< 'a b'; echo \"status $?\"").unwrap();
+    assert!(refused.contains("arrays are not supported"), "{refused}");
+    assert!(refused.contains("status 2"), "{refused}");
+}
+
+#[test]
+fn read_fails_at_the_end_and_an_unended_last_line_is_still_read() {
+    // The last line without a newline sets the name and fails, as in any shell; the read at the
+    // very end empties the name (so `while read l || [ -n "$l" ]` ends).
+    assert_eq!(
+        run(
+            "echo -en 'a\\nb' | { read -r x; echo \"$?[$x]\"; read -r y; echo \"$?[$y]\"; read -r z; echo \"$?[$z]\"; }"
+        ),
+        Ok("0[a]\n1[b]\n1[]\n[exit status: 0]".to_string())
+    );
+    assert_eq!(
+        run("read x <<< ''; echo \"$?[$x]\"; read y < /dev/null; echo \"$?[$y]\""),
+        Ok("0[]\n1[]\n[exit status: 0]".to_string())
+    );
+}
