@@ -262,30 +262,51 @@ async fn entries_are_scrubbed_and_the_store_works_inside_a_single_threaded_runti
 }
 
 #[test]
-fn an_entry_larger_than_the_server_takes_is_an_error_and_the_transcript_goes_on() {
+fn an_entry_larger_than_the_server_takes_is_stored_in_parts_and_read_whole() {
     let Some(server) = NatsServer::start("an_entry_larger_than_the_server_takes") else {
         return;
     };
     let store = transcripts(&server, Redactor::default());
     let key = "agent:main:test:large";
     store.append_steps(key, &[message(1, "small")]).unwrap();
-    let huge = "x".repeat(2 << 20);
-    let error = store
-        .append_steps(key, &[message(4, &huge)])
-        .expect_err("an entry over max_payload is refused");
-    assert!(
-        error.to_string().contains("transcript of session"),
-        "{error}"
-    );
-    store.append_steps(key, &[message(2, "after")]).unwrap();
-    let texts: Vec<String> = store
-        .load(key, 10)
-        .unwrap()
-        .messages
-        .iter()
-        .map(ChatMessage::text)
+    // 2.5 MiB of one answer: more than twice the server's 1 MiB max_payload.
+    let huge: String = (0..(5 << 19))
+        .map(|index: u32| char::from(b'a' + (index % 26) as u8))
         .collect();
-    assert_eq!(texts, ["small", "after"]);
+    store.append_steps(key, &[message(4, &huge)]).unwrap();
+    store.append_steps(key, &[message(2, "after")]).unwrap();
+    let expected = ["small".to_string(), huge.clone(), "after".to_string()];
+    let texts = |store: &JetStreamTranscripts| -> Vec<String> {
+        store
+            .load(key, 10)
+            .unwrap()
+            .messages
+            .iter()
+            .map(ChatMessage::text)
+            .collect()
+    };
+    assert_eq!(texts(&store), expected);
+    // Another host reads it whole too, and writes after it.
+    let other = transcripts(&server, Redactor::default());
+    assert_eq!(texts(&other), expected);
+    other
+        .append_steps(key, &[message(2, "from the other host")])
+        .unwrap();
+    assert_eq!(texts(&other).len(), 4);
+    // The stream holds the big record as several messages.
+    let messages = tokio::runtime::Runtime::new().unwrap().block_on(async {
+        let status = connect(&server).await.status().await.unwrap();
+        status
+            .streams
+            .iter()
+            .find(|stream| stream.name == "CLAW_TX")
+            .map(|stream| stream.messages)
+            .unwrap()
+    });
+    assert!(
+        messages >= 6,
+        "{messages} messages for 4 records, one of 2.5 MiB"
+    );
 }
 
 fn input(id: &str, key: Option<&str>) -> InputRecord {

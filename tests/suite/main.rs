@@ -14,6 +14,7 @@ mod audit;
 mod cache;
 mod cluster;
 mod cluster_leases;
+mod cluster_ownership;
 mod cluster_records;
 mod cluster_stores;
 mod context_windows;

@@ -11,7 +11,8 @@
 //! `CLAW_INBOX` stream, a subject per session, claims as leases), and the [`Leases`] that say
 //! which host owns what (`claw_leases`: revision-checked
 //! create and renew, a time to live, the taking revision as the fencing epoch; `claw_hosts`: the
-//! live hosts; rendezvous placement of the lane partitions), and the small records every host
+//! live hosts; rendezvous placement of the lane partitions) with the [`Ownership`] that keeps
+//! one host's share of the partitions while several hosts serve at once, and the small records every host
 //! shares ([`KvRecords`]: the cron jobs, the pairings and the Telegram journal in `claw_state`,
 //! each written at the revision read). This crate depends only on
 //! `clawcage-core` and `clawcage-agent`; the design is in the scale-out notes (§2.2, §2.3, §2.5,
@@ -23,6 +24,7 @@ pub mod inbox;
 pub mod keys;
 pub mod lag;
 pub mod leases;
+pub mod ownership;
 pub mod records;
 pub mod runs;
 mod subject_log;
@@ -40,6 +42,7 @@ pub use events::JetStreamEventLog;
 pub use fence::WriteFence;
 pub use inbox::{Claims, JetStreamInbox};
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
+pub use ownership::{Ownership, OwnershipOptions, PartitionChange};
 pub use records::{KvRecord, KvRecords};
 pub use runs::KvRuns;
 pub use transcripts::JetStreamTranscripts;

@@ -1,7 +1,10 @@
 //! [`JetStreamTranscripts`]: the sessions' transcripts and turn journals on the `CLAW_TX`
-//! stream, one subject per session (`claw.tx.<token>`), one message per write of entries (split
-//! before each turn's start; stored whole or not at all, scrubbed by the redactor before it
-//! leaves the process), the session key in a header. Every append
+//! stream, one subject per session (`claw.tx.<token>`), one record per write of entries (split
+//! before each turn's start; read whole or not at all, scrubbed by the redactor before it
+//! leaves the process), the session key in a header. A record is one message, or, when it is
+//! larger than the server takes (`max_payload`), several parts appended one after the other
+//! (framed by [`PART_MAGIC`]) that a reader joins again; a record whose last part never came (its
+//! writer died in between) is passed over as if never written. Every append
 //! expects the last sequence the writer knows of the session's subject
 //! (`Nats-Expected-Last-Subject-Sequence`), so after another host wrote to the session this
 //! one's append is refused by the server — it no longer owns the session — instead of
@@ -17,6 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
 use clawcage_agent::transcript::{Entry, Loaded, Position, SessionFile};
 use clawcage_agent::{TranscriptReplay, TranscriptStore};
 use clawcage_core::redact::Redactor;
@@ -38,6 +42,122 @@ const SUBJECT_PREFIX: &str = "claw.tx.";
 /// The subject of `session`'s transcript.
 fn subject_of(session: &str) -> String {
     format!("{SUBJECT_PREFIX}{}", token(session))
+}
+
+/// What a part of a record split across messages begins with: a record alone is a JSON array,
+/// which never begins with a zero byte. Then `<index> <count>\n` and the part's bytes.
+pub(crate) const PART_MAGIC: &[u8] = b"\0clawcage-part ";
+
+/// Room left in each message for its headers (the session key among them) beside a part.
+const HEADER_ROOM: usize = 4096;
+
+/// The messages `payload` is stored as, each at most `limit` bytes (headers aside): itself
+/// when it fits, else parts framed by [`PART_MAGIC`].
+fn split_record(payload: Vec<u8>, limit: usize) -> Vec<Vec<u8>> {
+    if payload.len() <= limit {
+        return vec![payload];
+    }
+    // The frame takes at most 40 bytes; a part carries the rest.
+    let room = limit.saturating_sub(PART_MAGIC.len() + 40).max(1);
+    let count = payload.len().div_ceil(room);
+    payload
+        .chunks(room)
+        .enumerate()
+        .map(|(index, bytes)| {
+            let mut part = PART_MAGIC.to_vec();
+            part.extend_from_slice(format!("{index} {count}\n").as_bytes());
+            part.extend_from_slice(bytes);
+            part
+        })
+        .collect()
+}
+
+/// Where part `payload` stands among its record's parts, and its bytes; `None` for a whole
+/// record.
+fn part_of(payload: &[u8]) -> Option<(usize, usize, &[u8])> {
+    let rest = payload.strip_prefix(PART_MAGIC)?;
+    let newline = rest.iter().position(|byte| *byte == b'\n')?;
+    let frame = std::str::from_utf8(&rest[..newline]).ok()?;
+    let (index, count) = frame.split_once(' ')?;
+    Some((
+        index.parse().ok()?,
+        count.parse().ok()?,
+        &rest[newline + 1..],
+    ))
+}
+
+/// One record of a session as read back: the sequence before its first message, the sequence
+/// of its last one, and its bytes (the parts joined).
+#[derive(Debug, PartialEq)]
+struct Record {
+    previous: u64,
+    sequence: u64,
+    payload: Bytes,
+}
+
+/// The records the messages `stored` (sequence and payload, in order) hold, parts joined. Parts
+/// that do not make a whole record (their writer died before the last, or they come out of
+/// order) are passed over, with a warning for `session`.
+fn records_read(session: &str, stored: Vec<(u64, Bytes)>) -> Vec<Record> {
+    let mut records = Vec::new();
+    let (mut previous, mut last_seen) = (0, 0);
+    // The parts of the record being joined: where it began and its bytes so far.
+    let mut joining: Option<(u64, usize, usize, Vec<u8>)> = None;
+    let torn = |first: u64| {
+        tracing::warn!(
+            session,
+            first,
+            "passing over a transcript record whose writer stopped before its last part"
+        );
+    };
+    for (sequence, payload) in stored {
+        match part_of(&payload) {
+            None => {
+                if let Some((first, ..)) = joining.take() {
+                    torn(first);
+                    previous = last_seen;
+                }
+                records.push(Record {
+                    previous,
+                    sequence,
+                    payload,
+                });
+            }
+            Some((index, count, bytes)) => {
+                let joined = match joining.take() {
+                    Some((first, expected, of, mut so_far)) if index == expected && count == of => {
+                        so_far.extend_from_slice(bytes);
+                        Some((first, so_far))
+                    }
+                    other => {
+                        if let Some((first, ..)) = other {
+                            torn(first);
+                            previous = last_seen;
+                        }
+                        (index == 0).then(|| (previous, bytes.to_vec()))
+                    }
+                };
+                match joined {
+                    Some((first, so_far)) if index + 1 == count => records.push(Record {
+                        previous: first,
+                        sequence,
+                        payload: Bytes::from(so_far),
+                    }),
+                    Some((first, so_far)) => joining = Some((first, index + 1, count, so_far)),
+                    None => torn(sequence),
+                }
+            }
+        }
+        // Until a record is whole, the place before it is the place before its first part.
+        last_seen = sequence;
+        if joining.is_none() {
+            previous = sequence;
+        }
+    }
+    if let Some((first, ..)) = joining {
+        torn(first);
+    }
+    records
 }
 
 /// Where a session's transcript stands, as this store last saw it.
@@ -79,6 +199,8 @@ struct Inner {
     writer: String,
     /// Closed when the lease this store writes under is lost: nothing more is sent.
     fence: crate::WriteFence,
+    /// The largest message the server takes, headers aside: a larger record goes in parts.
+    part_limit: usize,
 }
 
 /// Transcripts on JetStream. Cheap to clone; the connection and its thread end with the last
@@ -137,6 +259,7 @@ impl JetStreamTranscripts {
                 timeout: options.request_timeout,
                 writer: crate::subject_log::writer_nonce(),
                 fence: options.write_fence.clone(),
+                part_limit: cluster.max_payload().saturating_sub(HEADER_ROOM).max(1024),
             }),
             runtime: Arc::new(worker),
         })
@@ -215,28 +338,39 @@ impl Inner {
                     .collect()
             };
             let payload = serde_json::to_vec(&scrubbed).map_err(std::io::Error::other)?;
-            let sequence = match append_fenced(
-                &self.context,
-                &self.fence,
-                &subject,
-                session,
-                payload,
-                tail.last,
-                &self.writer,
-            )
-            .await
-            {
-                Ok(sequence) => sequence,
-                Err(AppendError::Moved) => {
-                    // Whatever is stored now is someone else's: read it again next time.
-                    lock(&self.tails).remove(session);
-                    return Err(std::io::Error::other(format!(
-                        "the transcript of session {session} was written by another host meanwhile: this one no longer owns the session and stops writing to it"
-                    )));
-                }
-                Err(AppendError::Failed(error)) => return Err(unreachable(session, error)),
-                Err(AppendError::Fenced(why)) => return Err(std::io::Error::other(why)),
-            };
+            // Each part expects the one before: nobody can write between them.
+            let mut sequence = tail.last;
+            for part in split_record(payload, self.part_limit) {
+                sequence = match append_fenced(
+                    &self.context,
+                    &self.fence,
+                    &subject,
+                    session,
+                    part,
+                    sequence,
+                    &self.writer,
+                )
+                .await
+                {
+                    Ok(sequence) => sequence,
+                    Err(AppendError::Moved) => {
+                        // Whatever is stored now is someone else's: read it again next time.
+                        lock(&self.tails).remove(session);
+                        return Err(std::io::Error::other(format!(
+                            "the transcript of session {session} was written by another host meanwhile: this one no longer owns the session and stops writing to it"
+                        )));
+                    }
+                    // Parts may be stored already: the next write reads where the subject ends.
+                    Err(AppendError::Failed(error)) => {
+                        lock(&self.tails).remove(session);
+                        return Err(unreachable(session, error));
+                    }
+                    Err(AppendError::Fenced(why)) => {
+                        lock(&self.tails).remove(session);
+                        return Err(std::io::Error::other(why));
+                    }
+                };
+            }
             for entry in &record {
                 tail = tail.after(entry, sequence);
             }
@@ -253,8 +387,12 @@ impl Inner {
             .map_err(|error| unreachable(session, error))?;
         let mut replay = TranscriptReplay::new(limit);
         let mut tail = Tail::default();
-        let mut previous = 0;
-        for (sequence, payload) in records {
+        for Record {
+            previous,
+            sequence,
+            payload,
+        } in records_read(session, records)
+        {
             match serde_json::from_slice::<Vec<Entry>>(&payload) {
                 Ok(entries) => {
                     for entry in entries {
@@ -272,7 +410,6 @@ impl Inner {
                     tail.last = sequence;
                 }
             }
-            previous = sequence;
         }
         if until == u64::MAX {
             tail.last = tail.last.max(last);
@@ -398,6 +535,74 @@ mod tests {
             at_ms: 1,
             message: ChatMessage::user(text),
         }
+    }
+
+    fn stored(messages: Vec<Vec<u8>>, first: u64) -> Vec<(u64, Bytes)> {
+        (first..)
+            .zip(messages)
+            .map(|(sequence, payload)| (sequence, Bytes::from(payload)))
+            .collect()
+    }
+
+    #[test]
+    fn a_record_larger_than_a_message_is_split_and_joined_again() {
+        let record = b"[\"0123456789abcdefghijklmnopqrstuvwxyz\"]".repeat(40);
+        assert_eq!(
+            split_record(record.clone(), 10_000),
+            std::slice::from_ref(&record)
+        );
+        let parts = split_record(record.clone(), 100);
+        assert!(parts.len() > 10);
+        assert!(parts.iter().all(|part| part.len() <= 100));
+        let mut messages = vec![b"[]".to_vec()];
+        messages.extend(parts.clone());
+        messages.push(b"[1]".to_vec());
+        let read = records_read("s", stored(messages, 5));
+        let last_part = 5 + parts.len() as u64;
+        assert_eq!(
+            read,
+            [
+                Record {
+                    previous: 0,
+                    sequence: 5,
+                    payload: Bytes::from_static(b"[]")
+                },
+                Record {
+                    previous: 5,
+                    sequence: last_part,
+                    payload: Bytes::from(record)
+                },
+                Record {
+                    previous: last_part,
+                    sequence: last_part + 1,
+                    payload: Bytes::from_static(b"[1]")
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn parts_that_never_make_a_whole_record_are_passed_over() {
+        let parts = split_record(b"[\"abcdefghijklmnopqrstuvwxyz\"]".repeat(10), 80);
+        assert!(parts.len() >= 3);
+        // The writer died after two parts; the next owner's marker and a record follow.
+        let mut messages = parts[..2].to_vec();
+        messages.push(b"[]".to_vec());
+        messages.push(b"[2]".to_vec());
+        let read = records_read("s", stored(messages, 1));
+        let payloads: Vec<&[u8]> = read.iter().map(|record| &record.payload[..]).collect();
+        assert_eq!(payloads, [&b"[]"[..], &b"[2]"[..]]);
+        assert_eq!((read[0].previous, read[0].sequence), (2, 3));
+        // Parts out of order, or a part without its first, make no record either.
+        let mut shuffled = vec![parts[1].clone(), parts[0].clone()];
+        shuffled.extend(parts[2..].to_vec());
+        assert!(records_read("s", stored(shuffled, 1)).is_empty());
+        // Torn at the very end: nothing, and the whole record before it stays.
+        let mut tail = vec![b"[3]".to_vec()];
+        tail.extend(parts[..parts.len() - 1].to_vec());
+        let read = records_read("s", stored(tail, 1));
+        assert_eq!(read.len(), 1);
+        assert_eq!(&read[0].payload[..], b"[3]");
     }
 
     #[test]

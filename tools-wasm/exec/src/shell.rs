@@ -31,7 +31,7 @@ mod xargs_builtin;
 
 pub(crate) use parse::check_nesting;
 use parse::{check_supported, parse, unsupported};
-use redirect::Dest;
+use redirect::{Dest, Redirected};
 
 /// Nested `sh -c`, scripts and command substitutions allowed.
 const MAX_DEPTH: usize = 32;
@@ -517,6 +517,7 @@ impl<'a> Shell<'a> {
         let result = self.run_compound(compound, &inner);
         let captured = self.captures.pop().unwrap_or_default();
         let status = result?;
+        self.open_unwritten(&resolved, io)?;
         self.deliver(&resolved, &resolved.stdout.clone(), &captured, io)?;
         Ok(status)
     }
@@ -636,14 +637,13 @@ impl<'a> Shell<'a> {
             };
             match self.redirections(&prepared.redirects, &io)? {
                 Ok(resolved) => {
-                    // `> file` alone creates or empties the file.
-                    let written = resolved
-                        .files
-                        .iter()
-                        .position(|file| file.mode != wit::OpenMode::Read);
-                    if let Some(index) = written {
-                        self.deliver(&resolved, &Dest::File(index as u32), b"", &io)?;
-                    }
+                    // `> file` alone creates or empties the file (each of them).
+                    let resolved = Redirected {
+                        stdout: Dest::Discard,
+                        stderr: Dest::Discard,
+                        ..resolved
+                    };
+                    self.open_unwritten(&resolved, &io)?;
                 }
                 Err(message) => {
                     self.error(&message);

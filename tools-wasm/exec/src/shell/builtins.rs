@@ -187,7 +187,7 @@ impl Shell<'_> {
             }
             _ => 127,
         };
-        let mut delivered = true;
+        let mut delivered = self.open_unwritten(&resolved, io)?;
         for (dest, bytes) in deliveries(&resolved.stdout, &resolved.stderr, stdout, stderr) {
             delivered &= self.deliver(&resolved, &dest, &bytes, io)?;
         }

@@ -242,6 +242,22 @@ impl Shell<'_> {
         Ok(true)
     }
 
+    /// Creates or empties (or, appending, creates) each file `resolved` writes that nothing is
+    /// delivered to: `echo hi > a > b` leaves `a` empty, as any shell does. False when one could
+    /// not be opened (reported).
+    pub(super) fn open_unwritten(&mut self, resolved: &Redirected, io: &Io) -> Flow<bool> {
+        let mut opened = true;
+        for (index, file) in resolved.files.iter().enumerate() {
+            let dest = Dest::File(index as u32);
+            if file.mode == wit::OpenMode::Read || resolved.stdout == dest || resolved.stderr == dest
+            {
+                continue;
+            }
+            opened &= self.deliver(resolved, &dest, b"", io)?;
+        }
+        Ok(opened)
+    }
+
     /// The standard input of a builtin after its redirections; `None` when its file cannot be
     /// read (reported).
     pub(super) fn builtin_stdin(&mut self, resolved: &Redirected, io: &Io) -> Option<Stdin> {

@@ -396,3 +396,41 @@ fn read_fails_at_the_end_and_an_unended_last_line_is_still_read() {
         Ok("0[]\n1[]\n[exit status: 0]".to_string())
     );
 }
+
+/// The files `command` had the host open, with their modes.
+fn opened_files(command: &str) -> Vec<(String, wit::OpenMode)> {
+    let mut host = Recording::default();
+    let mut shell = Shell::new(
+        &mut host,
+        Some(WORKSPACE.to_string()),
+        Vec::new(),
+        Duration::from_secs(30),
+    );
+    let result = shell.run_command_line(command);
+    assert!(result.is_ok(), "`{command}`: {result:?}");
+    host.files
+}
+
+#[test]
+fn every_file_a_redirection_names_is_opened_not_only_the_last() {
+    let file = |name: &str, mode| (format!("{WORKSPACE}/{name}"), mode);
+    for command in ["echo hi > a > b", "{ echo hi; } > a > b", "> a > b"] {
+        let opened = opened_files(command);
+        assert!(
+            opened.contains(&file("a", wit::OpenMode::Truncate))
+                && opened.contains(&file("b", wit::OpenMode::Truncate)),
+            "`{command}`: {opened:?}"
+        );
+    }
+    let opened = opened_files("echo hi >> log > out 2> err");
+    for (name, mode) in [
+        ("log", wit::OpenMode::Append),
+        ("out", wit::OpenMode::Truncate),
+        ("err", wit::OpenMode::Truncate),
+    ] {
+        assert!(opened.contains(&file(name, mode)), "{name}: {opened:?}");
+    }
+    // What is only read is not written.
+    let opened = opened_files("read x < in > out");
+    assert!(!opened.contains(&file("in", wit::OpenMode::Truncate)), "{opened:?}");
+}
