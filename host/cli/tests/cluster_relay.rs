@@ -6,8 +6,9 @@
 //! the same checks as the active host (a wrong token, a foreign origin, a connection relayed by
 //! another standby are refused there), and its `/healthz` says it is a standby. When the active
 //! host is killed while the relayed client's turn waits for the model, the relayed connection
-//! closes with 1012; the client connects again to the same address, now the active host's,
-//! resumes its stream from the last event it saw, and sees its turn resume and end once.
+//! stays open: its request in flight is answered `UNAVAILABLE`, a request sent meanwhile is
+//! held until the standby serves, and the client's events go on from the last one it got, none
+//! missed and none twice, until its turn resumes and ends once.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -136,35 +137,41 @@ async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it
         "the replay to the active host is refused: {text}"
     );
 
-    // The active host dies while the relayed client's turn waits: the relayed connection
-    // closes, saying so.
+    // The active host dies while the relayed client's turn waits, and while the client waits
+    // on the run: that request goes unanswered, and the client is told so.
+    let waiting = client
+        .send_request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
     let said = active.kill();
     assert!(!said.contains("panicked"), "{said}");
-    let (_, closed) = client.until_closed().await;
-    assert_eq!(closed.code, 1012, "{closed:?}");
+    let unanswered = client.response(&waiting).await;
+    assert_eq!(unanswered["ok"], false, "{unanswered}");
+    assert_eq!(unanswered["error"]["code"], "UNAVAILABLE", "{unanswered}");
     assert!(
-        closed.reason.contains("active gateway went away"),
-        "{closed:?}"
+        unanswered["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("went away before it answered agent.wait"),
+        "{unanswered}"
     );
+    // A request sent while no host serves is held until one does (this standby, taking over).
+    let held = client
+        .send_request("chat.history", json!({"sessionKey": session}))
+        .await;
     let standby = tokio::time::timeout(Duration::from_secs(60), standby)
         .await
         .expect("the standby took over within 60 s")
         .unwrap()
         .expect("the standby serves");
     assert_eq!(standby.addr, relay, "it serves where it relayed");
+    let history = client.response(&held).await;
+    assert_eq!(history["ok"], true, "{history}");
 
-    // The client connects again to the same address and resumes its stream.
+    // The same connection goes on: the session's events after the last one it got, none
+    // missed and none twice, until its turn ends.
     gate.reached(2).await;
-    let (mut client, _) = GatewayClient::connect(relay, TOKEN).await;
-    let resumed = client
-        .request(
-            "sessions.subscribe",
-            json!({"sessionKey": session, "since": since}),
-        )
-        .await;
-    assert_eq!(resumed["ok"], true, "{resumed}");
     gate.open();
-    // Only what came after the last event it saw, in order, until its turn ends.
     let mut after = Vec::new();
     loop {
         let event = client
@@ -189,6 +196,12 @@ async fn a_standby_relays_its_clients_to_the_active_host_and_serves_them_once_it
         after[0]["seq"].as_u64(),
         Some(since + 1),
         "the first event after {since} comes first: {after:#?}"
+    );
+    assert!(
+        after
+            .iter()
+            .any(|event| event["payload"]["data"]["phase"] == "resumed"),
+        "the turn resumed on the host that took over: {after:#?}"
     );
     let waited = client
         .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))

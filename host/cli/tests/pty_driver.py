@@ -11,6 +11,8 @@ as in a real terminal) and a 120x40 window. STEPS_JSON is a list of steps:
   {"signal": n}                     send signal n to the program
   {"exited": s}                     wait up to s seconds for the program to end; keep its status
   {"echo": "name"}                  keep whether the terminal echoes now (its line discipline's ECHO)
+  {"wait_file": path, "timeout": s}  wait (reading the output) until the file exists: the test
+                                    says when something outside the terminal has happened
 Prints one JSON object: {"ok": bool, "failed_step": n or null, "output": all output (ANSI kept),
 "echo": {name: bool}, "status": the wait status of an ended program or null,
 "marks": [[step, seconds since start, output length]], "screens": {name: [the 40 lines of the
@@ -102,6 +104,14 @@ def main():
         elif "screen" in step:
             if pyte:
                 screens[step["screen"]] = snapshot()
+        elif "wait_file" in step:
+            deadline = time.monotonic() + step.get("timeout", 30)
+            while not os.path.exists(step["wait_file"]) and time.monotonic() < deadline:
+                if not pump(min(deadline, time.monotonic() + 0.05)):
+                    break
+            if not os.path.exists(step["wait_file"]):
+                failed = number
+                break
         elif "sleep" in step:
             deadline = time.monotonic() + step["sleep"]
             while time.monotonic() < deadline and pump(deadline):

@@ -271,6 +271,12 @@ pub(crate) async fn join(
         host = me.host,
         "this host is the cluster's active gateway"
     );
+    // The connections this host relayed are carried over to itself: it is the active gateway
+    // now, at the address it announced.
+    active_seen.send_replace(Some(ActiveGateway {
+        host: me.host.clone(),
+        url: clawcage_core::sync::lock(&url).clone(),
+    }));
     let lost = CancellationToken::new();
     fence.open_until(lease.fresh_until());
     keep_apart(

@@ -9,9 +9,14 @@
 //! directions: the active gateway does everything the client asks, so `chat.send`,
 //! `sessions.subscribe`, `agent.wait`, approvals and the rest answer the same through any
 //! host. A webhook is forwarded whole to the active host, which checks its signature. When the
-//! active host goes away the relayed connection is closed with 1012 ("service restart"): the
-//! client connects again and is relayed to the new active host, or served by this one if it
-//! took over. A connection that another standby relays here is refused, so two standbys with
+//! active host goes away the relayed connection is carried over, not closed: the requests it
+//! had in flight are answered `UNAVAILABLE` (they may or may not have been done), those the
+//! client sends meanwhile are held, and once another host serves (this one, if it took over)
+//! the relay connects to it with the client's `connect`, follows each session the client
+//! followed again from the last event it passed on ([`carry`]), and sends the held requests on:
+//! the client sees its events go on, none missed and none twice, and its turn resume and end.
+//! If no host serves within [`CARRY_OVER_PATIENCE`], the connection is closed with 1012 and
+//! the client connects again. A connection that another standby relays here is refused, so two standbys with
 //! stale views of the cluster cannot relay a client round in a loop. The relay keeps little in
 //! flight (a small receive buffer towards the active gateway), so a relayed client that does not
 //! read is cut off by the active gateway's own send queue, as a direct client is.
@@ -41,6 +46,9 @@ use crate::http::{Response, WS_PATH, plain};
 use crate::limits::{Admissions, PendingSlot};
 use crate::protocol::{Code, GatewayError};
 
+mod carry;
+use carry::{Carried, FromGateway};
+
 /// The header a standby puts on what it relays, naming itself.
 pub const RELAYED_BY_HEADER: &str = "x-clawcage-relayed-by";
 
@@ -49,6 +57,13 @@ const UPSTREAM_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The receive buffer of a relay's connection to the active gateway.
 const UPSTREAM_RECEIVE_BUFFER: u32 = 128 << 10;
+
+/// How long a relayed connection whose active gateway went away waits for another host to
+/// serve (the lease's time to live and the next host's start) before it is closed.
+pub const CARRY_OVER_PATIENCE: Duration = Duration::from_secs(60);
+
+/// The pause between two attempts to reach the next active gateway.
+const CARRY_OVER_PAUSE: Duration = Duration::from_millis(500);
 
 /// The largest answer of the active host to a forwarded webhook passed on.
 const MAX_HOOK_ANSWER_BYTES: usize = 64 << 10;
@@ -79,6 +94,8 @@ pub(crate) struct Standby {
     me: String,
     /// Forwards webhooks; `None` when it could not be made (a webhook is then refused).
     forwarder: Option<reqwest::Client>,
+    /// How long a relayed connection waits for the next active gateway.
+    carry_over_patience: Duration,
 }
 
 impl Standby {
@@ -102,6 +119,7 @@ impl Standby {
             active,
             me,
             forwarder,
+            carry_over_patience: CARRY_OVER_PATIENCE,
         })
     }
 
@@ -306,7 +324,8 @@ pub(crate) async fn serve<S>(
             return;
         }
     };
-    let (mut upstream, answer) = match open_upstream(&standby, &target, frame).await {
+    let connect = frame.clone();
+    let (mut upstream, answer) = match open_upstream(&standby.me, &target, frame).await {
         Ok(opened) => opened,
         Err(why) => {
             let error = GatewayError::new(
@@ -337,20 +356,209 @@ pub(crate) async fn serve<S>(
         return;
     }
     tracing::info!(client = %client.id, mode = %client.mode, active = %target.host, "client relayed to the active gateway");
-    let ended = pipe(&mut socket, &mut upstream, standby.settings.max_frame_bytes).await;
-    let _ = tokio::time::timeout(Duration::from_secs(2), upstream.close(None)).await;
-    match ended {
-        Ended::Client => {}
-        Ended::Oversized(reason) => close_oversized(&mut socket, &reason).await,
-        Ended::Upstream(code, reason) => close(&mut socket, code, &reason).await,
+    let max_frame = standby.settings.max_frame_bytes;
+    let mut carried = Carried::default();
+    loop {
+        let ended = pipe(&mut socket, &mut upstream, max_frame, &mut carried).await;
+        let _ = tokio::time::timeout(Duration::from_secs(2), upstream.close(None)).await;
+        let ended = match ended {
+            Ended::Upstream(CloseCode::Restart | CloseCode::Away, reason) => {
+                tracing::info!(client = %client.id, "the active gateway went away ({reason}): carrying the relayed client over");
+                if !answer_unanswered(&mut socket, &mut carried).await {
+                    Ended::Client
+                } else {
+                    match carry_over(&standby, &connect, &mut socket, &mut carried, max_frame).await
+                    {
+                        Ok((next, host)) => {
+                            tracing::info!(client = %client.id, active = %host, "relayed client carried over to the next active gateway");
+                            upstream = next;
+                            continue;
+                        }
+                        Err(ended) => ended,
+                    }
+                }
+            }
+            other => other,
+        };
+        match ended {
+            Ended::Client => {}
+            Ended::Oversized(reason) => close_oversized(&mut socket, &reason).await,
+            Ended::Upstream(code, reason) => close(&mut socket, code, &reason).await,
+        }
+        break;
     }
     tracing::info!(client = %client.id, "relayed client disconnected");
+}
+
+/// Tells the client its requests in flight went unanswered; false when it cannot be told.
+async fn answer_unanswered<S>(socket: &mut WebSocketStream<S>, carried: &mut Carried) -> bool
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    for answer in carried.unanswered() {
+        let sent = tokio::time::timeout(WRITE_TIMEOUT, socket.send(Message::Text(answer))).await;
+        if !matches!(sent, Ok(Ok(()))) {
+            return false;
+        }
+    }
+    true
+}
+
+/// A connection being opened to the next active gateway: it, its answer to the client's
+/// `connect`, and its host.
+type Opening = futures_util::future::BoxFuture<
+    'static,
+    Result<(WebSocketStream<TcpStream>, Utf8Bytes, String), String>,
+>;
+
+/// Waits for the next active gateway and connects the client to it: held requests and the
+/// followed sessions go to it first. Meanwhile the client's requests are held. How the
+/// connection ended instead: the client left, sent too much, or no host served in time.
+async fn carry_over<S>(
+    standby: &Standby,
+    connect: &Utf8Bytes,
+    socket: &mut WebSocketStream<S>,
+    carried: &mut Carried,
+    max_frame: usize,
+) -> Result<(WebSocketStream<TcpStream>, String), Ended>
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    let patience = standby.carry_over_patience;
+    let deadline = tokio::time::Instant::now() + patience;
+    let mut next_try = tokio::time::Instant::now() + CARRY_OVER_PAUSE / 2;
+    let mut attempt: Option<(Opening, String)> = None;
+    let mut why = "no host of the cluster is active yet".to_string();
+    // Another host named active meanwhile ends an attempt to reach the one named before (it
+    // may hang rather than refuse).
+    let mut active = standby.active.clone();
+    let mut watching = true;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= deadline {
+            return Err(Ended::Upstream(
+                CloseCode::Restart,
+                format!(
+                    "the active gateway went away and no other host served within {} s ({why}): connect again",
+                    patience.as_secs()
+                ),
+            ));
+        }
+        if attempt.is_none() && now >= next_try {
+            match standby.target() {
+                Ok(target) => {
+                    let me = standby.me.clone();
+                    let connect = connect.clone();
+                    let host = target.host.clone();
+                    let opening: Opening = Box::pin(async move {
+                        open_upstream(&me, &target, connect)
+                            .await
+                            .map(|(upstream, answer)| (upstream, answer, target.host))
+                    });
+                    attempt = Some((opening, host));
+                }
+                Err(reason) => {
+                    why = reason;
+                    next_try = now + CARRY_OVER_PAUSE;
+                }
+            }
+        }
+        let trying = attempt.is_some();
+        let (mut opening, trying_host): (Opening, String) = attempt
+            .take()
+            .unwrap_or_else(|| (Box::pin(std::future::pending()), String::new()));
+        let step = tokio::select! {
+            changed = active.changed(), if watching => {
+                watching = changed.is_ok();
+                Step::Tick
+            }
+            message = socket.next() => Step::Client(message),
+            opened = &mut opening, if trying => {
+                Step::Opened(opened.map(|(upstream, answer, host)| (Box::new(upstream), answer, host)))
+            }
+            () = tokio::time::sleep_until(next_try), if !trying => Step::Tick,
+            () = tokio::time::sleep_until(deadline) => Step::Tick,
+        };
+        let opened = match step {
+            Step::Opened(opened) => opened,
+            other => {
+                let named = active.borrow().as_ref().map(|active| active.host.clone());
+                if trying && named.as_deref() == Some(trying_host.as_str()) {
+                    attempt = Some((opening, trying_host));
+                } else if trying {
+                    // Another host is active now: try it at once.
+                    next_try = tokio::time::Instant::now();
+                }
+                match other {
+                    Step::Client(Some(Ok(Message::Text(text)))) => {
+                        if !carried.hold(text) {
+                            return Err(Ended::Upstream(
+                                CloseCode::Again,
+                                format!(
+                                    "more than {} requests while the next active gateway was awaited: connect again and send them then",
+                                    carry::MAX_HELD_REQUESTS
+                                ),
+                            ));
+                        }
+                    }
+                    Step::Client(Some(Ok(Message::Close(_))) | None) => return Err(Ended::Client),
+                    Step::Client(Some(Err(WsError::Capacity(error)))) => {
+                        return Err(Ended::Oversized(capacity_reason(&error, max_frame)));
+                    }
+                    Step::Client(Some(Err(_))) => return Err(Ended::Client),
+                    Step::Client(Some(Ok(_))) | Step::Tick | Step::Opened(_) => {}
+                }
+                continue;
+            }
+        };
+        next_try = tokio::time::Instant::now() + CARRY_OVER_PAUSE;
+        match opened {
+            Ok((mut upstream, answer, host)) => {
+                let accepted = serde_json::from_str::<serde_json::Value>(answer.as_str())
+                    .is_ok_and(|answer| answer["ok"] == true);
+                if !accepted {
+                    return Err(Ended::Upstream(
+                        CloseCode::Policy,
+                        format!(
+                            "the next active gateway {host} refused this connection: connect again"
+                        ),
+                    ));
+                }
+                let mut resumed = true;
+                for frame in carried.resume() {
+                    let sent =
+                        tokio::time::timeout(WRITE_TIMEOUT, upstream.send(Message::Text(frame)))
+                            .await;
+                    resumed &= matches!(sent, Ok(Ok(())));
+                }
+                if resumed {
+                    return Ok((*upstream, host));
+                }
+                // Gone again at once: what was sent is in flight, and unanswered.
+                why = format!("{host} went away too");
+                if !answer_unanswered(socket, carried).await {
+                    return Err(Ended::Client);
+                }
+            }
+            Err(reason) => why = reason,
+        }
+    }
+}
+
+/// What a carried-over connection's wait brought.
+enum Step {
+    /// A frame (or the end) from the client.
+    Client(Option<Result<Message, WsError>>),
+    /// The attempt to reach the next active gateway ended.
+    Opened(Result<(Box<WebSocketStream<TcpStream>>, Utf8Bytes, String), String>),
+    /// Time to look again.
+    Tick,
 }
 
 /// Connects to the active gateway as the client: its challenge is read, the client's `connect`
 /// frame sent, and its answer returned.
 async fn open_upstream(
-    standby: &Standby,
+    me: &str,
     target: &Target,
     connect: Utf8Bytes,
 ) -> Result<(WebSocketStream<TcpStream>, Utf8Bytes), String> {
@@ -359,7 +567,7 @@ async fn open_upstream(
         let mut request = format!("ws://{}{WS_PATH}", target.authority)
             .into_client_request()
             .map_err(|error| error.to_string())?;
-        let me = http::HeaderValue::from_str(&standby.me).map_err(|error| error.to_string())?;
+        let me = http::HeaderValue::from_str(me).map_err(|error| error.to_string())?;
         request.headers_mut().insert(RELAYED_BY_HEADER, me);
         // What the active gateway sends may be larger than what a client may send.
         let config = WebSocketConfig::default().write_buffer_size(0);
@@ -431,6 +639,7 @@ async fn pipe<S>(
     socket: &mut WebSocketStream<S>,
     upstream: &mut WebSocketStream<TcpStream>,
     max_frame: usize,
+    carried: &mut Carried,
 ) -> Ended
 where
     S: AsyncRead + AsyncWrite + Unpin,
@@ -445,6 +654,9 @@ where
         tokio::select! {
             message = socket.next() => match message {
                 Some(Ok(message @ (Message::Text(_) | Message::Binary(_)))) => {
+                    if let Message::Text(text) = &message {
+                        carried.sent(text.as_str());
+                    }
                     let sent = tokio::time::timeout(WRITE_TIMEOUT, upstream.send(message)).await;
                     if !matches!(sent, Ok(Ok(()))) {
                         return gone();
@@ -459,6 +671,17 @@ where
             },
             message = upstream.next() => match message {
                 Some(Ok(Message::Text(text))) => {
+                    match carried.received(text.as_str()) {
+                        FromGateway::Pass => {}
+                        FromGateway::Keep => continue,
+                        FromGateway::Send(frame) => {
+                            let sent = tokio::time::timeout(WRITE_TIMEOUT, upstream.send(Message::Text(frame))).await;
+                            if !matches!(sent, Ok(Ok(()))) {
+                                return gone();
+                            }
+                            continue;
+                        }
+                    }
                     match tokio::time::timeout(WRITE_TIMEOUT, socket.send(Message::Text(text))).await {
                         Ok(Ok(())) => {}
                         Ok(Err(_)) => return Ended::Client,

@@ -214,3 +214,193 @@ async fn the_active_gateways_close_reaches_the_relayed_client() {
     assert_eq!(frame.code, CloseCode::Again);
     assert!(frame.reason.contains("slow consumer"), "{}", frame.reason);
 }
+
+/// Takes one connection on `listener` past the challenge and `connect`, as an active gateway.
+async fn accept_relayed(listener: &TcpListener) -> WebSocketStream<TcpStream> {
+    let (stream, _) = listener.accept().await.unwrap();
+    let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
+    let challenge = r#"{"type":"event","event":"connect.challenge","payload":{"nonce":"n"}}"#;
+    socket.send(Message::text(challenge)).await.unwrap();
+    let Some(Ok(Message::Text(connect))) = socket.next().await else {
+        panic!("no connect");
+    };
+    let connect: serde_json::Value = serde_json::from_str(connect.as_str()).unwrap();
+    let hello = serde_json::json!({"type": "res", "id": connect["id"], "ok": true, "payload": {"type": "hello-ok"}});
+    socket.send(Message::text(hello.to_string())).await.unwrap();
+    socket
+}
+
+async fn next_json(socket: &mut WebSocketStream<TcpStream>) -> serde_json::Value {
+    loop {
+        match tokio::time::timeout(Duration::from_secs(30), socket.next()).await {
+            Ok(Some(Ok(Message::Text(text)))) => {
+                return serde_json::from_str(text.as_str()).unwrap();
+            }
+            Ok(Some(Ok(_))) => {}
+            other => panic!("no frame: {other:?}"),
+        }
+    }
+}
+
+fn agent_event(session: &str, seq: u64) -> Message {
+    Message::text(
+        crate::protocol::event(
+            "agent",
+            serde_json::json!({"sessionKey": session, "seq": seq, "stream": "assistant", "data": {"delta": format!("d{seq}")}}),
+            Some(seq),
+        )
+        .to_string(),
+    )
+}
+
+/// A standby's front relaying to whichever active gateway `active` names, its connections
+/// waiting `patience` for the next one.
+async fn front_following(
+    active: watch::Receiver<Option<ActiveGateway>>,
+    patience: Duration,
+) -> std::net::SocketAddr {
+    let mut standby = Standby::new(
+        Settings::new(Token::explicit(TOKEN)),
+        active,
+        "host-c".to_string(),
+    );
+    Arc::get_mut(&mut standby).unwrap().carry_over_patience = patience;
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let _listener =
+            accept_loop(Front::Standby(standby), listener, CancellationToken::new()).await;
+    });
+    addr
+}
+
+fn at(host: &str, addr: std::net::SocketAddr) -> Option<ActiveGateway> {
+    Some(ActiveGateway {
+        host: host.to_string(),
+        url: Some(format!("http://{addr}/")),
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_client_is_carried_over_to_the_next_active_gateway() {
+    let first = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let second = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (first_addr, second_addr) = (first.local_addr().unwrap(), second.local_addr().unwrap());
+    let (tell, seen) = watch::channel(at("host-a", first_addr));
+    let relay = front_following(seen, Duration::from_secs(30)).await;
+    let (mut client, mut gateway) = tokio::join!(relayed(relay), accept_relayed(&first));
+
+    // The client follows a session and gets three of its events; then it waits on a run.
+    let subscribe = serde_json::json!({"type": "req", "id": 1, "method": "sessions.subscribe", "params": {"sessionKey": "s"}});
+    client
+        .send(Message::text(subscribe.to_string()))
+        .await
+        .unwrap();
+    let asked = next_json(&mut gateway).await;
+    assert_eq!(asked["method"], "sessions.subscribe");
+    let answer = serde_json::json!({"type": "res", "id": 1, "ok": true, "payload": {"sessionKey": "s", "lastSeq": 0, "more": false}});
+    gateway
+        .send(Message::text(answer.to_string()))
+        .await
+        .unwrap();
+    for seq in 1..=3 {
+        gateway.send(agent_event("s", seq)).await.unwrap();
+    }
+    let wait = serde_json::json!({"type": "req", "id": "w", "method": "agent.wait", "params": {"runId": "r1"}});
+    client.send(Message::text(wait.to_string())).await.unwrap();
+    assert_eq!(next_json(&mut gateway).await["method"], "agent.wait");
+    let mut seen_by_client = Vec::new();
+    while seen_by_client.len() < 4 {
+        seen_by_client.push(next_json(&mut client).await);
+    }
+    assert_eq!(seen_by_client[3]["seq"], 3, "{seen_by_client:?}");
+
+    // The active gateway dies (no close frame). The wait is answered UNAVAILABLE at once.
+    // (Its listener stays: a host that hangs rather than refuses.)
+    drop(gateway);
+    let unanswered = next_json(&mut client).await;
+    assert_eq!(unanswered["id"], "w", "{unanswered}");
+    assert_eq!(unanswered["error"]["code"], "UNAVAILABLE", "{unanswered}");
+    // A request sent meanwhile is held; then another host is active.
+    let send = serde_json::json!({"type": "req", "id": "h", "method": "chat.send", "params": {"sessionKey": "s", "message": "hi"}});
+    client.send(Message::text(send.to_string())).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    tell.send_replace(at("host-d", second_addr));
+    let mut next = tokio::time::timeout(Duration::from_secs(10), accept_relayed(&second))
+        .await
+        .expect("the relay connects to the next active gateway");
+    // First the session again, from the last event the client got; then the held request.
+    let again = next_json(&mut next).await;
+    assert_eq!(again["method"], "sessions.subscribe", "{again}");
+    assert_eq!(
+        again["params"],
+        serde_json::json!({"sessionKey": "s", "since": 3})
+    );
+    let held = next_json(&mut next).await;
+    assert_eq!(held["id"], "h", "{held}");
+    let answer = serde_json::json!({"type": "res", "id": again["id"], "ok": true, "payload": {"sessionKey": "s", "lastSeq": 4, "more": false}});
+    next.send(Message::text(answer.to_string())).await.unwrap();
+    next.send(agent_event("s", 4)).await.unwrap();
+    let done =
+        serde_json::json!({"type": "res", "id": "h", "ok": true, "payload": {"runId": "r2"}});
+    next.send(Message::text(done.to_string())).await.unwrap();
+    // The client gets the event after its last and its answer, not the relay's own answer.
+    let event = next_json(&mut client).await;
+    assert_eq!(event["seq"], 4, "{event}");
+    let answered = next_json(&mut client).await;
+    assert_eq!(answered["id"], "h", "{answered}");
+    assert_eq!(answered["ok"], true);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_relayed_client_is_closed_when_no_host_serves_in_time_or_it_sends_too_much() {
+    let first = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (_tell, seen) = watch::channel(at("host-a", first.local_addr().unwrap()));
+    let relay = front_following(seen, Duration::from_secs(2)).await;
+    let (mut client, gateway) = tokio::join!(relayed(relay), accept_relayed(&first));
+    // Nothing listens after it: the relay tries, then gives up and says so.
+    drop(gateway);
+    drop(first);
+    let started = std::time::Instant::now();
+    let frame = loop {
+        match tokio::time::timeout(Duration::from_secs(30), client.next()).await {
+            Ok(Some(Ok(Message::Close(frame)))) => break frame.expect("a close frame"),
+            Ok(Some(Ok(_))) => {}
+            other => panic!("no close frame: {other:?}"),
+        }
+    };
+    assert_eq!(frame.code, CloseCode::Restart);
+    assert!(
+        frame.reason.contains("no other host served within 2 s"),
+        "{}",
+        frame.reason
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(1500),
+        "{:?}",
+        started.elapsed()
+    );
+
+    // A client that floods requests while it waits is closed.
+    let first = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (_tell, seen) = watch::channel(at("host-a", first.local_addr().unwrap()));
+    let relay = front_following(seen, Duration::from_secs(30)).await;
+    let (mut client, gateway) = tokio::join!(relayed(relay), accept_relayed(&first));
+    drop(gateway);
+    drop(first);
+    let request =
+        serde_json::json!({"type": "req", "id": 1, "method": "status", "params": {}}).to_string();
+    let frame = loop {
+        if client.send(Message::text(request.clone())).await.is_err() {
+            break None;
+        }
+        if let Ok(Some(Ok(Message::Close(frame)))) =
+            tokio::time::timeout(Duration::from_millis(1), client.next()).await
+        {
+            break frame;
+        }
+    };
+    let (code, _) = read_to_end(&mut client).await;
+    let code = frame.map(|frame| frame.code).or(code);
+    assert_eq!(code, Some(CloseCode::Again));
+}
