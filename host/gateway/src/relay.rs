@@ -495,8 +495,9 @@ where
                             return Err(Ended::Upstream(
                                 CloseCode::Again,
                                 format!(
-                                    "more than {} requests while the next active gateway was awaited: connect again and send them then",
-                                    carry::MAX_HELD_REQUESTS
+                                    "more than {} requests (or {} bytes) while the next active gateway was awaited: connect again and send them then",
+                                    carry::MAX_HELD_REQUESTS,
+                                    carry::MAX_HELD_BYTES
                                 ),
                             ));
                         }

@@ -17,6 +17,10 @@ use crate::protocol::{self, Code, GatewayError};
 /// more closes the connection (it should slow down and connect again).
 pub(crate) const MAX_HELD_REQUESTS: usize = 256;
 
+/// Bytes of requests held for one connection at most, whatever their number (a connection's
+/// frames may each be as large as the gateway takes).
+pub(crate) const MAX_HELD_BYTES: usize = 1 << 20;
+
 /// The prefix of the ids of the relay's own requests (re-subscriptions), which a client's ids
 /// do not take.
 const OWN_ID_PREFIX: &str = "clawcage-relay:";
@@ -191,10 +195,11 @@ impl Carried {
             .collect()
     }
 
-    /// Holds `frame`, sent by the client while no gateway is there: false when too many are
-    /// held already.
+    /// Holds `frame`, sent by the client while no gateway is there: false when too many (or
+    /// too many bytes) are held already.
     pub(crate) fn hold(&mut self, frame: Utf8Bytes) -> bool {
-        if self.held.len() >= MAX_HELD_REQUESTS {
+        let bytes: usize = self.held.iter().map(|held| held.len()).sum();
+        if self.held.len() >= MAX_HELD_REQUESTS || bytes + frame.len() > MAX_HELD_BYTES {
             return false;
         }
         self.held.push_back(frame);
@@ -351,6 +356,11 @@ mod tests {
             assert!(carried.hold("{}".into()));
         }
         assert!(!carried.hold("{}".into()), "a flood is refused");
+        // So is a megabyte, in however few frames.
+        let mut bulky = Carried::default();
+        let half = "x".repeat(MAX_HELD_BYTES / 2);
+        assert!(bulky.hold(half.clone().into()));
+        assert!(!bulky.hold(format!("{half}y").into()));
         let resumed = carried.resume();
         assert_eq!(resumed[0].as_str(), held);
         // Sent on now: in flight again.

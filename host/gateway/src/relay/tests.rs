@@ -72,17 +72,7 @@ async fn played_active(then: Then) -> (std::net::SocketAddr, tokio::sync::onesho
     let addr = listener.local_addr().unwrap();
     let (ended, ended_rx) = tokio::sync::oneshot::channel();
     tokio::spawn(async move {
-        let (stream, _) = listener.accept().await.unwrap();
-        let mut socket = tokio_tungstenite::accept_async(stream).await.unwrap();
-        let challenge = r#"{"type":"event","event":"connect.challenge","payload":{"nonce":"n"}}"#;
-        socket.send(Message::text(challenge)).await.unwrap();
-        let Some(Ok(Message::Text(connect))) = socket.next().await else {
-            panic!("no connect");
-        };
-        let connect: serde_json::Value = serde_json::from_str(connect.as_str()).unwrap();
-        assert_eq!(connect["params"]["auth"]["token"], TOKEN, "{connect}");
-        let hello = serde_json::json!({"type": "res", "id": connect["id"], "ok": true, "payload": {"type": "hello-ok"}});
-        socket.send(Message::text(hello.to_string())).await.unwrap();
+        let mut socket = accept_relayed(&listener).await;
         match then {
             Then::Flood => {
                 let frame = format!(
@@ -225,6 +215,7 @@ async fn accept_relayed(listener: &TcpListener) -> WebSocketStream<TcpStream> {
         panic!("no connect");
     };
     let connect: serde_json::Value = serde_json::from_str(connect.as_str()).unwrap();
+    assert_eq!(connect["params"]["auth"]["token"], TOKEN, "{connect}");
     let hello = serde_json::json!({"type": "res", "id": connect["id"], "ok": true, "payload": {"type": "hello-ok"}});
     socket.send(Message::text(hello.to_string())).await.unwrap();
     socket

@@ -249,7 +249,9 @@ impl Shell<'_> {
         let mut opened = true;
         for (index, file) in resolved.files.iter().enumerate() {
             let dest = Dest::File(index as u32);
-            if file.mode == wit::OpenMode::Read || resolved.stdout == dest || resolved.stderr == dest
+            if file.mode == wit::OpenMode::Read
+                || resolved.stdout == dest
+                || resolved.stderr == dest
             {
                 continue;
             }

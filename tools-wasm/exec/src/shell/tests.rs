@@ -98,8 +98,8 @@ fn run(command: &str) -> Result<String, String> {
         .map_err(|error| error.to_string())
 }
 
-/// The arguments the program `args` got from `command`.
-fn program_args(command: &str) -> Vec<String> {
+/// What the host was asked for by `command`, which must succeed.
+fn recorded(command: &str) -> Recording {
     let mut host = Recording::default();
     let mut shell = Shell::new(
         &mut host,
@@ -109,7 +109,12 @@ fn program_args(command: &str) -> Vec<String> {
     );
     let result = shell.run_command_line(command);
     assert!(result.is_ok(), "`{command}`: {result:?}");
-    host.runs.concat()
+    host
+}
+
+/// The arguments the program `args` got from `command`.
+fn program_args(command: &str) -> Vec<String> {
+    recorded(command).runs.concat()
 }
 
 #[test]
@@ -353,29 +358,34 @@ fn a_redirection_alone_empties_the_file_it_writes_not_the_one_it_reads() {
 
 #[test]
 fn read_keeps_lines_whole_with_an_empty_ifs_and_understands_its_options() {
-    // The idiom for reading lines exactly: spacing and backslashes kept.
-    assert_eq!(
-        run("while IFS= read -r line; do echo \"[$line]\"; done <<'EOF'\n  a   b  \n\\t\\\\x\nEOF"),
-        Ok("[  a   b  ]\n[\\t\\\\x]\n[exit status: 0]".to_string())
-    );
-    // Without IFS= the ends are trimmed, the inner spacing of the last name kept.
-    assert_eq!(
-        run("read -r first rest <<< '  one   two  three  '; echo \"<$first><$rest>\""),
-        Ok("<one><two  three>\n[exit status: 0]".to_string())
-    );
-    // A prompt has no terminal to go to here; the name after it still gets the line.
-    assert_eq!(
-        run("read -p 'Name: ' who <<< 'Ann'; echo \"hello $who\""),
-        Ok("hello Ann\n[exit status: 0]".to_string())
-    );
-    assert_eq!(
-        run("IFS=: read -r user pass rest <<< 'root:x:0:0:/root'; echo \"$user $rest\""),
-        Ok("root 0:0:/root\n[exit status: 0]".to_string())
-    );
-    assert_eq!(
-        run("read <<< '  as is  '; echo \"[$REPLY]\""),
-        Ok("[  as is  ]\n[exit status: 0]".to_string())
-    );
+    for (command, printed) in [
+        // The idiom for reading lines exactly: spacing and backslashes kept.
+        (
+            "while IFS= read -r line; do echo \"[$line]\"; done <<'EOF'\n  a   b  \n\\t\\\\x\nEOF",
+            "[  a   b  ]\n[\\t\\\\x]",
+        ),
+        // Without IFS= the ends are trimmed, the inner spacing of the last name kept.
+        (
+            "read -r first rest <<< '  one   two  three  '; echo \"<$first><$rest>\"",
+            "<one><two  three>",
+        ),
+        // A prompt has no terminal to go to here; the name after it still gets the line.
+        (
+            "read -p 'Name: ' who <<< 'Ann'; echo \"hello $who\"",
+            "hello Ann",
+        ),
+        (
+            "IFS=: read -r user pass rest <<< 'root:x:0:0:/root'; echo \"$user $rest\"",
+            "root 0:0:/root",
+        ),
+        ("read <<< '  as is  '; echo \"[$REPLY]\"", "[  as is  ]"),
+    ] {
+        assert_eq!(
+            run(command),
+            Ok(format!("{printed}\n[exit status: 0]")),
+            "`{command}`"
+        );
+    }
     let refused = run("read -a list <<< 'a b'; echo \"status $?\"").unwrap();
     assert!(refused.contains("arrays are not supported"), "{refused}");
     assert!(refused.contains("status 2"), "{refused}");
@@ -399,16 +409,7 @@ fn read_fails_at_the_end_and_an_unended_last_line_is_still_read() {
 
 /// The files `command` had the host open, with their modes.
 fn opened_files(command: &str) -> Vec<(String, wit::OpenMode)> {
-    let mut host = Recording::default();
-    let mut shell = Shell::new(
-        &mut host,
-        Some(WORKSPACE.to_string()),
-        Vec::new(),
-        Duration::from_secs(30),
-    );
-    let result = shell.run_command_line(command);
-    assert!(result.is_ok(), "`{command}`: {result:?}");
-    host.files
+    recorded(command).files
 }
 
 #[test]
@@ -432,5 +433,8 @@ fn every_file_a_redirection_names_is_opened_not_only_the_last() {
     }
     // What is only read is not written.
     let opened = opened_files("read x < in > out");
-    assert!(!opened.contains(&file("in", wit::OpenMode::Truncate)), "{opened:?}");
+    assert!(
+        !opened.contains(&file("in", wit::OpenMode::Truncate)),
+        "{opened:?}"
+    );
 }
