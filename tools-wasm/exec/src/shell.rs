@@ -17,7 +17,6 @@ use clawcage_tool_sdk::ToolError;
 
 use crate::glob;
 use crate::output::Collected;
-use crate::wit;
 use crate::{OUTPUT_CHARS, Process};
 
 mod arithmetic;
