@@ -127,6 +127,22 @@ fn across_a_reconnection() -> Value {
     ])
 }
 
+/// Waits until `server` was asked the terminal's first line, "First." (up to a minute),
+/// then a moment more for its answer to reach the terminal.
+async fn answered_first(server: &LlmServer) {
+    for _ in 0..600 {
+        if server
+            .bodies()
+            .iter()
+            .any(|body| body.to_string().contains("First."))
+        {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    tokio::time::sleep(Duration::from_secs(1)).await;
+}
+
 /// Runs `clawcage chat --gateway` in a pseudo-terminal through `steps` (on a blocking thread,
 /// so the test can act meanwhile); the driver's report.
 fn drive(python: &Path, state: &Path, addr: SocketAddr, steps: Value) -> Value {
@@ -315,17 +331,7 @@ async fn the_terminal_connects_again_after_the_gateway_restarts() {
         tokio::task::spawn_blocking(move || drive(&python, &state, addr, steps))
     };
     // The first turn is answered before the restart.
-    for _ in 0..600 {
-        if server
-            .bodies()
-            .iter()
-            .any(|body| body.to_string().contains("First."))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    answered_first(&server).await;
     let (_, printed) = first.terminate();
     assert!(
         printed.contains("client connected") && printed.contains("turn started"),
@@ -530,17 +536,7 @@ async fn a_terminal_attached_to_a_standby_goes_on_when_the_standby_takes_over() 
         })
     };
     // The first turn is answered (by the active host) before it is killed.
-    for _ in 0..600 {
-        if server
-            .bodies()
-            .iter()
-            .any(|body| body.to_string().contains("First."))
-        {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    answered_first(&server).await;
     let said = active.kill();
     assert!(!said.contains("panicked"), "{said}");
     let standby = tokio::time::timeout(Duration::from_secs(60), standby)
