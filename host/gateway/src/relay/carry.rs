@@ -6,7 +6,10 @@
 //! sent on once one is). The relay looks into each frame only this far; the frames themselves
 //! pass unchanged.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use serde::Deserialize;
 
 use serde_json::{Value, json};
 use tokio_tungstenite::tungstenite::Utf8Bytes;
@@ -31,6 +34,30 @@ struct Waiting {
     method: String,
     session: Option<String>,
     since: Option<u64>,
+}
+
+/// What kind of frame one from the active gateway is (its other fields skipped over).
+#[derive(Deserialize)]
+struct Peek<'a> {
+    #[serde(rename = "type", borrow)]
+    kind: Cow<'a, str>,
+    #[serde(default, borrow)]
+    event: Option<Cow<'a, str>>,
+}
+
+/// Where an `agent` event stands: its session and `seq`.
+#[derive(Deserialize)]
+struct AgentPeek<'a> {
+    #[serde(default)]
+    seq: Option<u64>,
+    #[serde(borrow)]
+    payload: SessionPeek<'a>,
+}
+
+#[derive(Deserialize)]
+struct SessionPeek<'a> {
+    #[serde(rename = "sessionKey", default, borrow)]
+    session_key: Option<Cow<'a, str>>,
 }
 
 /// What to do with a frame from the active gateway.
@@ -93,11 +120,16 @@ impl Carried {
     /// Takes note of `frame`, sent by the active gateway to the client, and says what to do
     /// with it.
     pub(crate) fn received(&mut self, frame: &str) -> FromGateway {
-        let Ok(frame) = serde_json::from_str::<Value>(frame) else {
+        // Every frame passes here: only what is looked at is read out of it, and an event's
+        // text is scanned over, not built into a tree.
+        let Ok(peek) = serde_json::from_str::<Peek<'_>>(frame) else {
             return FromGateway::Pass;
         };
-        match frame["type"].as_str() {
-            Some("res") => {
+        match (peek.kind.as_ref(), peek.event.as_deref()) {
+            ("res", _) => {
+                let Ok(frame) = serde_json::from_str::<Value>(frame) else {
+                    return FromGateway::Pass;
+                };
                 let id = frame["id"].to_string();
                 if let Some(session) = self.own.remove(&id) {
                     return self.own_answered(session, &frame);
@@ -113,12 +145,16 @@ impl Carried {
             }
             // The active gateway stopping says so before it closes: the relay carries the
             // connection over to the next one, so it is not the client's news.
-            Some("event") if frame["event"] == "shutdown" => FromGateway::Keep,
-            Some("event") if frame["event"] == "agent" => {
-                let payload = &frame["payload"];
-                if let (Some(session), Some(seq)) =
-                    (payload["sessionKey"].as_str(), frame["seq"].as_u64())
-                    && let Some(last) = self.followed.get_mut(session)
+            ("event", Some("shutdown")) => FromGateway::Keep,
+            ("event", Some("agent")) if !self.followed.is_empty() => {
+                if let Ok(AgentPeek {
+                    seq: Some(seq),
+                    payload:
+                        SessionPeek {
+                            session_key: Some(session),
+                        },
+                }) = serde_json::from_str::<AgentPeek<'_>>(frame)
+                    && let Some(last) = self.followed.get_mut(session.as_ref())
                 {
                     *last = (*last).max(seq);
                 }
