@@ -5,16 +5,22 @@
 //! joins gets its share handed over by the hosts that held it, each told to stop serving first
 //! and the lease given up only once it said so; a host that stops gives its partitions back at
 //! once; and a host that never answers a hand-over loses the partition after the grace anyway.
+//! Each host's stores, checking the fences it keeps, write only the sessions of its partitions.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use clawcage_cluster::leases::{PARTITIONS, partition_lease, partitions_won};
-use clawcage_cluster::{Holder, Ownership, OwnershipOptions, PartitionChange, WriteFence};
+use clawcage_agent::TranscriptStore;
+use clawcage_cluster::leases::{PARTITIONS, partition_lease, partition_of, partitions_won};
+use clawcage_cluster::{
+    ClusterOptions, Holder, JetStreamTranscripts, Ownership, OwnershipOptions, PartitionChange,
+    PartitionFences, WriteFence,
+};
+use clawcage_core::redact::Redactor;
 use clawcage_tests::nats::NatsServer;
 use tokio::sync::mpsc;
 
-use crate::cluster::connect_with;
+use crate::cluster::{connect_with, event};
 use crate::cluster_leases::short_leases;
 
 /// The leases' time to live in these tests.
@@ -27,6 +33,9 @@ struct Host {
     changes: mpsc::UnboundedReceiver<PartitionChange>,
     /// The fences of the partitions it gained, by partition (the latest).
     fences: BTreeMap<u32, WriteFence>,
+    /// The table its stores check, kept as a gateway keeps it: held on a gain, let go on a
+    /// hand-over before it is answered.
+    table: PartitionFences,
     /// Hand-overs asked of it, answered or not (by `answer_releases`).
     released: Vec<u32>,
     answer_releases: bool,
@@ -51,6 +60,7 @@ impl Host {
             ownership: Some(ownership),
             changes,
             fences: BTreeMap::new(),
+            table: PartitionFences::new(),
             released: Vec::new(),
             answer_releases: true,
             unanswered: Vec::new(),
@@ -76,10 +86,12 @@ impl Host {
                 } => {
                     assert!(fence.is_open(), "partition {partition} gained shut");
                     assert!(epoch > 0);
+                    self.table.hold(partition, fence.clone(), epoch);
                     self.fences.insert(partition, fence);
                 }
                 PartitionChange::Release { partition, done } => {
                     self.released.push(partition);
+                    self.table.let_go(partition);
                     if self.answer_releases {
                         done.send(()).unwrap();
                     } else {
@@ -249,4 +261,111 @@ async fn a_joining_host_is_handed_its_share_and_a_stopping_one_gives_its_back() 
     for host in [a, b] {
         host.ownership.unwrap().stop().await;
     }
+}
+
+/// A session of a partition `host` owns now.
+fn session_of(host: &Host, name: &str) -> String {
+    (0..10_000)
+        .map(|n| format!("agent:main:{name}-{n}"))
+        .find(|key| host.table.owns(key))
+        .unwrap_or_else(|| panic!("{} owns no partition", host.name))
+}
+
+/// Two hosts serving their shares at once: each host's stores write a session only while the
+/// host owns its partition (another's is refused before it leaves the process, and its events
+/// carry the partition's epoch); when one host dies, the other takes its partitions and, after
+/// taking the session up, writes it, while the dead host's stores stay refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_hosts_stores_write_only_the_sessions_of_its_partitions() {
+    let Some(server) = NatsServer::start("stores_write_only_their_partitions") else {
+        return;
+    };
+    let mut a = Host::start(&server, "a").await;
+    let mut b = Host::start(&server, "b").await;
+    until_settled(&mut [&mut a, &mut b], Duration::from_secs(15)).await;
+    let (mine, theirs) = (session_of(&a, "mine"), session_of(&b, "theirs"));
+    let server = &server;
+    let stores_of = |host: &Host| {
+        let options = ClusterOptions {
+            write_fences: host.table.clone().into(),
+            ..short_leases(TTL.as_secs())
+        };
+        let url = server.url();
+        async move {
+            let events = connect_with(server, &options).await.event_log();
+            let transcripts = tokio::task::spawn_blocking(move || {
+                JetStreamTranscripts::connect(&url, &options, Redactor::default()).unwrap()
+            })
+            .await
+            .unwrap();
+            (transcripts, events)
+        }
+    };
+    let (a_transcripts, a_events) = stores_of(&a).await;
+    let (b_transcripts, _) = stores_of(&b).await;
+    // The user's messages at odd times, the assistant's at even ones.
+    let append = |store: &JetStreamTranscripts, key: &str, at_ms: u64, text: &str| {
+        let (store, key, text) = (store.clone(), key.to_string(), text.to_string());
+        tokio::task::spawn_blocking(move || {
+            store
+                .append_steps(&key, &[crate::cluster_stores::message(at_ms, &text)])
+                .map_err(|error| error.to_string())
+        })
+    };
+    append(&a_transcripts, &mine, 1, "a writes its own")
+        .await
+        .unwrap()
+        .unwrap();
+    append(&b_transcripts, &theirs, 1, "b writes its own")
+        .await
+        .unwrap()
+        .unwrap();
+    let refused = append(&a_transcripts, &theirs, 2, "a writes b's")
+        .await
+        .unwrap();
+    let refused = refused.expect_err("a session of another host's partition is refused");
+    assert!(refused.contains("was not sent"), "{refused}");
+    let epoch = a.table.epoch_of(&mine).unwrap();
+    assert_eq!(Some(epoch), a.owned().get(&partition_of(&mine)).copied());
+    a_events
+        .append(event(&mine, 1, "a's event"), epoch)
+        .await
+        .unwrap();
+    let refused = a_events.append(event(&theirs, 1, "a's event"), epoch).await;
+    assert!(refused.is_err(), "an event of b's session is refused");
+
+    // b dies: a takes its partitions, takes the session up, and writes it.
+    let b_epoch = b.table.epoch_of(&theirs).unwrap();
+    b.ownership.take().unwrap().abandon().await;
+    until_settled(&mut [&mut a], Duration::from_secs(15)).await;
+    assert!(a.table.owns(&theirs));
+    assert!(
+        a.table.epoch_of(&theirs).unwrap() > b_epoch,
+        "the session's new writer has a larger epoch"
+    );
+    let taken = a_transcripts.clone();
+    let key = theirs.clone();
+    tokio::task::spawn_blocking(move || taken.take_up(&[key]).unwrap())
+        .await
+        .unwrap();
+    append(&a_transcripts, &theirs, 2, "a writes it now")
+        .await
+        .unwrap()
+        .unwrap();
+    let refused = append(&b_transcripts, &theirs, 3, "b, dead, writes")
+        .await
+        .unwrap();
+    assert!(refused.is_err(), "the dead host's store writes on");
+    let read = a_transcripts.clone();
+    let key = theirs.clone();
+    let texts: Vec<String> = tokio::task::spawn_blocking(move || read.load(&key, 100).unwrap())
+        .await
+        .unwrap()
+        .messages
+        .iter()
+        .map(|message| format!("{message:?}"))
+        .collect();
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[0].contains("b writes its own") && texts[1].contains("a writes it now"));
+    a.ownership.take().unwrap().stop().await;
 }

@@ -27,7 +27,7 @@ use crate::cluster_leases::short_leases;
 
 /// A message of the conversation: the user's at odd times, the assistant's at even ones (two
 /// messages of one role in a row would be read as one).
-fn message(at_ms: u64, text: &str) -> Entry {
+pub(crate) fn message(at_ms: u64, text: &str) -> Entry {
     Entry::Message {
         at_ms,
         message: if at_ms % 2 == 1 {
@@ -616,7 +616,7 @@ async fn a_host_whose_lease_lapsed_sends_nothing_more() {
     };
     let fence = clawcage_cluster::WriteFence::shut_until_held();
     let options = ClusterOptions {
-        write_fence: fence.clone(),
+        write_fences: fence.clone().into(),
         ..ClusterOptions::default()
     };
     let key = "agent:main:test:fenced";

@@ -89,7 +89,7 @@ struct Inner {
     /// Moves with every reconnection to the servers.
     reconnected: watch::Receiver<u64>,
     /// Closed when the lease this log is written under is lost: nothing more is sent.
-    fence: crate::WriteFence,
+    fences: crate::SessionFences,
 }
 
 impl std::fmt::Debug for JetStreamEventLog {
@@ -195,7 +195,7 @@ impl JetStreamEventLog {
                 stream,
                 tails: Mutex::new(HashMap::new()),
                 reconnected,
-                fence: options.write_fence.clone(),
+                fences: options.write_fences.clone(),
             }),
         })
     }
@@ -261,7 +261,8 @@ impl Inner {
         let mut reconnected = self.reconnected.clone();
         reconnected.mark_unchanged();
         loop {
-            self.fence
+            self.fences
+                .of(&session)
                 .check(|| format!("event {} of session {session}", event.seq))
                 .map_err(failed)?;
             let mut headers = HeaderMap::new();
@@ -534,7 +535,8 @@ impl Inner {
     async fn remove(&self, session: &str) -> Result<(), EventLogError> {
         let subject = subject_of(session);
         let tail = self.lookup_tail(session, &subject).await?;
-        self.fence
+        self.fences
+            .of(session)
             .check(|| format!("the removal of session {session}'s events"))
             .map_err(failed)?;
         let mut headers = HeaderMap::new();

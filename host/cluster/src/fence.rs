@@ -43,6 +43,13 @@ impl WriteFence {
         }
     }
 
+    /// A fence shut for good: the fence of a partition this host does not own.
+    pub fn shut() -> Self {
+        Self {
+            state: Arc::new(Mutex::new(State::Closed)),
+        }
+    }
+
     /// Writes may go out until `until`, and no longer unless it is moved on again.
     pub fn open_until(&self, until: Instant) {
         let mut state = clawcage_core::sync::lock(&self.state);
@@ -79,6 +86,93 @@ impl WriteFence {
     }
 }
 
+/// Which fence guards each session's writes: one for every session (the active gateway of an
+/// active/standby cluster, the CLI, the tests), or the fence of the session's partition while
+/// this host owns it, a shut one otherwise (a host serving its share of the partitions).
+#[derive(Debug, Clone)]
+pub enum SessionFences {
+    /// Every session's writes pass this fence.
+    One(WriteFence),
+    /// Each session's writes pass its partition's fence ([`crate::leases::partition_of`]).
+    ByPartition(PartitionFences),
+}
+
+impl Default for SessionFences {
+    fn default() -> Self {
+        Self::One(WriteFence::default())
+    }
+}
+
+impl From<WriteFence> for SessionFences {
+    fn from(fence: WriteFence) -> Self {
+        Self::One(fence)
+    }
+}
+
+impl From<PartitionFences> for SessionFences {
+    fn from(fences: PartitionFences) -> Self {
+        Self::ByPartition(fences)
+    }
+}
+
+impl SessionFences {
+    /// The fence `session`'s writes pass now.
+    pub fn of(&self, session: &str) -> WriteFence {
+        match self {
+            Self::One(fence) => fence.clone(),
+            Self::ByPartition(fences) => fences.of_partition(crate::leases::partition_of(session)),
+        }
+    }
+}
+
+/// The partitions this host owns, each with its fence and its epoch (the revision of the lease
+/// it was taken under), as its partition keeper ([`crate::Ownership`]) reports them. Cheap to
+/// clone; the clones are one table.
+#[derive(Debug, Clone, Default)]
+pub struct PartitionFences {
+    held: Arc<Mutex<std::collections::HashMap<u32, (WriteFence, u64)>>>,
+}
+
+impl PartitionFences {
+    /// An empty table: every session's writes are refused until its partition is held.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// This host owns `partition` as writer `epoch`, writing while `fence` is open.
+    pub fn hold(&self, partition: u32, fence: WriteFence, epoch: u64) {
+        clawcage_core::sync::lock(&self.held).insert(partition, (fence, epoch));
+    }
+
+    /// This host no longer owns `partition`: writes to its sessions are refused from now on.
+    pub fn let_go(&self, partition: u32) {
+        if let Some((fence, _)) = clawcage_core::sync::lock(&self.held).remove(&partition) {
+            fence.close();
+        }
+    }
+
+    /// The fence of `partition`: its own while held, a shut one otherwise.
+    pub fn of_partition(&self, partition: u32) -> WriteFence {
+        clawcage_core::sync::lock(&self.held)
+            .get(&partition)
+            .map(|(fence, _)| fence.clone())
+            .unwrap_or_else(WriteFence::shut)
+    }
+
+    /// The epoch `session` is written under, while this host owns its partition.
+    pub fn epoch_of(&self, session: &str) -> Option<u64> {
+        clawcage_core::sync::lock(&self.held)
+            .get(&crate::leases::partition_of(session))
+            .filter(|(fence, _)| fence.is_open())
+            .map(|(_, epoch)| *epoch)
+    }
+
+    /// Whether this host owns `session`'s partition now (held, its fence open).
+    pub fn owns(&self, session: &str) -> bool {
+        self.epoch_of(session).is_some()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(
@@ -109,6 +203,38 @@ mod tests {
         assert!(refused.contains("an append was not sent"), "{refused}");
         fence.open_until(Instant::now() + Duration::from_secs(5));
         assert!(shared.is_open());
+    }
+
+    #[test]
+    fn a_session_passes_its_partitions_fence_while_held_and_no_other() {
+        let fences = PartitionFences::new();
+        let by_partition = SessionFences::from(fences.clone());
+        let (mine, other) = ("session-a", "session-b");
+        let partition = crate::leases::partition_of(mine);
+        let other = (0..1000)
+            .map(|n| format!("{other}-{n}"))
+            .find(|key| crate::leases::partition_of(key) != partition)
+            .unwrap();
+        assert!(!by_partition.of(mine).is_open(), "nothing held: shut");
+        let fence = WriteFence::shut_until_held();
+        fence.open_until(Instant::now() + Duration::from_secs(60));
+        fences.hold(partition, fence.clone(), 42);
+        assert!(by_partition.of(mine).is_open());
+        assert_eq!(fences.epoch_of(mine), Some(42));
+        assert!(
+            !by_partition.of(&other).is_open(),
+            "another partition: shut"
+        );
+        assert_eq!(fences.epoch_of(&other), None);
+        let refused = by_partition
+            .of(&other)
+            .check(|| "an append".to_string())
+            .unwrap_err();
+        assert!(refused.contains("another host may own"), "{refused}");
+        fences.let_go(partition);
+        assert!(!by_partition.of(mine).is_open(), "let go: shut");
+        assert!(!fence.is_open(), "the keeper's fence is shut with it");
+        assert!(!fences.owns(mine));
     }
 
     #[test]

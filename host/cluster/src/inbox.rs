@@ -95,7 +95,7 @@ struct Inner {
     /// This store among the writers (its appends' message ids).
     writer: String,
     /// Closed when the lease this store writes under is lost: nothing more is sent.
-    fence: crate::WriteFence,
+    fences: crate::SessionFences,
 }
 
 /// Lane inboxes on JetStream. Cheap to clone; the connection, its thread and the renewal of the
@@ -154,7 +154,7 @@ impl JetStreamInbox {
             claims,
             timeout: options.request_timeout,
             writer: crate::subject_log::writer_nonce(),
-            fence: options.write_fence.clone(),
+            fences: options.write_fences.clone(),
         });
         worker.spawn(renew_claims(Arc::downgrade(&inner), options.lease_ttl / 3));
         Ok(Self {
@@ -281,7 +281,7 @@ impl Inner {
         let taken = take_up(
             &self.context,
             &self.stream,
-            &self.fence,
+            &self.fences.of(session),
             &subject_of(session),
             session,
             marker,
@@ -316,7 +316,7 @@ impl Inner {
                 serde_json::to_vec(std::slice::from_ref(&line)).map_err(std::io::Error::other)?;
             match append_fenced(
                 &self.context,
-                &self.fence,
+                &self.fences.of(session),
                 &subject,
                 session,
                 payload,
@@ -352,7 +352,8 @@ impl Inner {
             return Ok(());
         }
         let payload = serde_json::to_vec(&live).map_err(std::io::Error::other)?;
-        self.fence
+        self.fences
+            .of(session)
             .check(|| format!("the roll-up of session {session}'s inbox"))
             .map_err(std::io::Error::other)?;
         let mut headers = HeaderMap::new();

@@ -39,7 +39,7 @@ use clawcage_agent::events::EventLog;
 use clawcage_agent::runs::RunRegistry;
 
 pub use events::JetStreamEventLog;
-pub use fence::WriteFence;
+pub use fence::{PartitionFences, SessionFences, WriteFence};
 pub use inbox::{Claims, JetStreamInbox};
 pub use leases::{Holder, HostRecord, Lease, LeaseError, Leases};
 pub use ownership::{Ownership, OwnershipOptions, PartitionChange};
@@ -135,10 +135,10 @@ pub struct ClusterOptions {
     /// How long a lease lasts without renewal (the leases bucket's `max_age`); every host of a
     /// cluster must use the same. A dead host's partitions move after at most this long.
     pub lease_ttl: Duration,
-    /// The fence the stores connected with these options check before every write: held open
-    /// by the keeper of the lease they write under (the active gateway's), never closed by
-    /// default.
-    pub write_fence: WriteFence,
+    /// The fences the stores connected with these options check before every write of a
+    /// session: held open by the keeper of the lease they write under (the active gateway's, or
+    /// each owned partition's), never closed by default.
+    pub write_fences: SessionFences,
 }
 
 impl Default for ClusterOptions {
@@ -153,7 +153,7 @@ impl Default for ClusterOptions {
             events_per_session: events::EVENTS_PER_SESSION,
             events_max_age: None,
             lease_ttl: Duration::from_secs(10),
-            write_fence: WriteFence::default(),
+            write_fences: SessionFences::default(),
         }
     }
 }

@@ -198,7 +198,7 @@ struct Inner {
     /// This store among the writers (its appends' message ids).
     writer: String,
     /// Closed when the lease this store writes under is lost: nothing more is sent.
-    fence: crate::WriteFence,
+    fences: crate::SessionFences,
     /// The largest message the server takes, headers aside: a larger record goes in parts.
     part_limit: usize,
 }
@@ -258,7 +258,7 @@ impl JetStreamTranscripts {
                 tails: Mutex::new(HashMap::new()),
                 timeout: options.request_timeout,
                 writer: crate::subject_log::writer_nonce(),
-                fence: options.write_fence.clone(),
+                fences: options.write_fences.clone(),
                 part_limit: cluster.max_payload().saturating_sub(HEADER_ROOM).max(1024),
             }),
             runtime: Arc::new(worker),
@@ -343,7 +343,7 @@ impl Inner {
             for part in split_record(payload, self.part_limit) {
                 sequence = match append_fenced(
                     &self.context,
-                    &self.fence,
+                    &self.fences.of(session),
                     &subject,
                     session,
                     part,
@@ -424,7 +424,7 @@ impl Inner {
         let taken = take_up(
             &self.context,
             &self.stream,
-            &self.fence,
+            &self.fences.of(session),
             &subject_of(session),
             session,
             b"[]",

@@ -146,7 +146,7 @@ pub(crate) async fn join(
     // Every store this host writes the sessions with is fenced by the gateway lease: shut until
     // the lease is taken, open while it is renewed in time, shut for good once it is lost.
     let fence = WriteFence::shut_until_held();
-    options.write_fence = fence.clone();
+    options.write_fences = fence.clone().into();
     let cluster = Cluster::connect(&settings.nats, &options)
         .await
         .map_err(|error| Error::Failed(error.to_string()))?;
