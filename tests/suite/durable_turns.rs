@@ -5,7 +5,9 @@
 //! again only for what had not completed, a started call is answered "may have partly run" and
 //! never run twice, a call that never started is said not to have run, an answer that only lacked
 //! its commit is committed without a model call, a committed turn whose input was not marked done
-//! is answered at once, and the inputs still waiting run after it in their order.
+//! is answered at once, and the inputs still waiting run after it in their order. A session a
+//! process lets go of (its partition handed to another host) stops where it stands and is taken
+//! up again the same way by whoever serves it next, this process included.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -496,4 +498,74 @@ async fn a_sessions_own_queue_settings_survive_a_restart() {
         "{settings}"
     );
     assert_eq!(settings.debounce_ms, 2000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_let_go_mid_call_is_taken_up_again_without_running_the_call_twice() {
+    let state = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool(
+            "t1",
+            "exec",
+            json!({"command": "echo ran >> effects.log && sleep 30"}),
+        )]),
+        anthropic::message(&[anthropic::text("Taken up again: done.")]),
+    ])
+    .await;
+    let tools = clawcage_tests::exec_registry(workspace.path(), FsMode::ReadWrite).await;
+    let sessions = sessions_over(&server, state.path(), tools);
+    let pending = sessions.submit_input(
+        KEY,
+        LaneInput::User("note that it ran".into()),
+        Arc::new(NoEvents),
+        InputMeta {
+            id: Some("run-1".into()),
+            idempotency: Some("k1".into()),
+        },
+    );
+    let effects = workspace.path().join("effects.log");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !std::fs::read_to_string(&effects).is_ok_and(|text| text.contains("ran")) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the call ran");
+
+    // Let go in the middle of the call: its submitter hears at once that the lane closed, and
+    // the turn stays open with its input pending.
+    sessions.let_go(KEY);
+    let heard = tokio::time::timeout(Duration::from_secs(5), pending.wait())
+        .await
+        .expect("the submitter hears at once");
+    assert!(
+        matches!(heard, Err(clawcage_agent::AgentError::LaneClosed)),
+        "{heard:?}"
+    );
+    assert!(!kinds(state.path()).contains(&"turn".to_string()));
+    let inbox = FileInbox::new(state.path().join("inbox"));
+    assert_eq!(
+        inbox.pending(KEY).unwrap().len(),
+        1,
+        "the input stays pending"
+    );
+
+    // Served here again (the partition came back): taken up from the inbox and the journal.
+    let recovered = sessions.recover_session(KEY, &|_, _| Arc::new(NoEvents));
+    assert_eq!(recovered.len(), 1, "the session is taken up once more");
+    assert_eq!(recovered[0].fate, RecoveredFate::Resumed);
+    let outcome = first_reply(recovered).await.unwrap().unwrap();
+    assert_eq!(outcome.text, "Taken up again: done.");
+    let bodies = server.bodies();
+    assert_eq!(bodies.len(), 2);
+    let results = results_of(&bodies[1]);
+    assert!(results[0].1.contains("may have partly run"), "{results:?}");
+    assert_eq!(
+        std::fs::read_to_string(&effects).unwrap(),
+        "ran\n",
+        "the call is never run twice"
+    );
+    let inbox = FileInbox::new(state.path().join("inbox"));
+    assert!(inbox.pending(KEY).unwrap().is_empty(), "the input is done");
 }

@@ -50,7 +50,7 @@ pub use queue::{
     QueueCommand, QueueConfig, QueueMode, QueueOverride, QueueSettings, QueueUsageError,
     parse_queue_command,
 };
-use queue::{QueuedJob, StopCause, read_state, with_state};
+use queue::{QueueState, QueuedJob, StopCause, read_state, with_state};
 
 tokio::task_local! {
     /// The key of the session whose turn the current task is running.
@@ -416,6 +416,27 @@ impl Sessions {
         self.inner.shared.halted.send_replace(true);
         // Their answers never come in this process.
         lock(&self.inner.shared.waiters).clear();
+    }
+
+    /// Stop serving session `key` here, as [`Sessions::halt`] stops every session: its lane
+    /// stops where it stands (what the running turn did so far is in the journal), its waiters
+    /// hear [`AgentError::LaneClosed`], and what this process knew of it (its queue, its
+    /// usage, that its inbox was looked at) is forgotten, so that whichever process serves it
+    /// next (another host, or this one again) takes it up from the inbox and the journal.
+    /// For a host that hands a partition of the sessions over or lost it.
+    pub fn let_go(&self, key: &str) {
+        let shared = &self.inner.shared;
+        if let Some(lane) = lock(&self.inner.lanes).remove(key) {
+            lane.abort();
+        }
+        // Their answers never come in this process.
+        lock(&shared.waiters).remove(key);
+        lock(&shared.recovered).remove(key);
+        lock(&shared.resuming).remove(key);
+        lock(&shared.usage).remove(key);
+        with_state(shared.queue.as_ref(), key, |state| {
+            *state = QueueState::default();
+        });
     }
 
     /// The inbox, when there is one.
