@@ -397,6 +397,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         workspace: runtime.workspace().path().display().to_string(),
         state_dir: state.to_path_buf(),
         shared_records: active.as_ref().map(|active| active.records.clone()),
+        partitions: None,
     };
     let gateway = Gateway::start(parts, settings).await;
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));

@@ -366,6 +366,7 @@ async fn agent_wait(gateway: &Gateway, params: &Value) -> Result<Value, GatewayE
 async fn chat_abort(gateway: &Gateway, params: &Value) -> Result<Value, GatewayError> {
     let abort = self::params::<Abort>("chat.abort", params)?;
     check_readable_key(&abort.session_key)?;
+    gateway.hub.check_served(&abort.session_key)?;
     if let Some(run_id) = &abort.run_id {
         match gateway.hub.run_status(run_id).await {
             Some((session, _)) if session == abort.session_key => {}

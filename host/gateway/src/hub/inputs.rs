@@ -59,6 +59,7 @@ impl Hub {
                 "the gateway is shutting down; send again once it is back",
             ));
         }
+        self.check_served(key)?;
         // A secret value a person pasted is scrubbed like the model's output: the queue events,
         // the event log, the lane, the transcript and the model all get the scrubbed text.
         let text = self.parts.sessions.agent().redactor().redact(&text);
@@ -234,6 +235,7 @@ impl Hub {
                 "the gateway is shutting down",
             ));
         }
+        self.check_served(key)?;
         let session = self.open_session(key).await?;
         let (done, answer) = oneshot::channel();
         {
@@ -342,6 +344,7 @@ impl Hub {
             ));
         }
         let key = message.session_key.clone();
+        self.check_served(&key).map_err(|error| error.message)?;
         let run_id = format!("{}-{}", self.run_prefix, self.next_id());
         let registered = self
             .runs

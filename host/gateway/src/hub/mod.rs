@@ -52,9 +52,11 @@ use clawcage_agent::runs::{Registered, RunRegistry};
 mod inputs;
 mod lane_reports;
 mod outbox;
+mod partitions;
 mod subscribers;
 use lane_reports::{HubObserver, outcome_payload};
 pub use outbox::Outbox;
+pub use partitions::{Partitions, TakeUp};
 use subscribers::{Publish, Subscriber};
 
 /// Submissions waiting on one session at most (beyond: `RATE_LIMITED`); the lane's own cap
@@ -100,6 +102,9 @@ pub struct GatewayParts {
     /// The records every host of a cluster shares (the pairings, the Telegram journal);
     /// `None`: the state directory's files.
     pub shared_records: Option<clawcage_cluster::KvRecords>,
+    /// The partitions of the sessions this host serves, when it serves its share of them
+    /// rather than all (`None`: every session, under `epoch`).
+    pub partitions: Option<Partitions>,
 }
 
 impl GatewayParts {
@@ -237,6 +242,8 @@ pub struct Hub {
     next_id: AtomicU64,
     run_prefix: String,
     shutting_down: AtomicBool,
+    /// The partitions taken up and served, when [`GatewayParts::partitions`] is set.
+    served_partitions: Mutex<HashSet<u32>>,
     /// When the gateway started.
     pub started: Instant,
     /// Each session's title: set by `sessions.rename`, else its first message's first line.
@@ -272,6 +279,7 @@ impl Hub {
             next_id: AtomicU64::new(1),
             run_prefix: format!("run-{}", base36(clawcage_agent::transcript::now_ms())),
             shutting_down: AtomicBool::new(false),
+            served_partitions: Mutex::new(HashSet::new()),
             started: Instant::now(),
             titles: Mutex::new(BTreeMap::new()),
             this: this.clone(),
@@ -316,7 +324,7 @@ impl Hub {
         }
         let writer = subscribers::WriterHandle::start(
             self.parts.events.clone(),
-            self.parts.epoch,
+            self.writer_epoch(key),
             key.to_string(),
         );
         let session = Arc::new(SessionHub {
@@ -332,6 +340,26 @@ impl Hub {
         });
         sessions.insert(key.to_string(), session.clone());
         Ok(session)
+    }
+
+    /// `session`'s events written from now on under this host's epoch for it, numbered on from
+    /// the last its log holds (a session this host has just begun to serve).
+    async fn renew_writer(&self, session: &SessionHub) -> Result<(), GatewayError> {
+        let last = self
+            .parts
+            .events
+            .last_seq(&session.key)
+            .await
+            .map_err(|error| GatewayError::internal("cannot read the session's events", error))?;
+        let writer = subscribers::WriterHandle::start(
+            self.parts.events.clone(),
+            self.writer_epoch(&session.key),
+            session.key.clone(),
+        );
+        let mut state = session.lock();
+        state.writer = writer;
+        state.next_seq = last + 1;
+        Ok(())
     }
 
     /// `key`'s session, if it was opened.

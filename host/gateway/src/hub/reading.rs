@@ -33,6 +33,8 @@ impl Hub {
     /// last event it already contains. `skipRuns` lists runs whose messages are in it though
     /// their end event is still to come.
     pub async fn history(&self, key: &str, limit: usize) -> Result<Value, GatewayError> {
+        // Its cursor is the last event numbered here: only the host serving it knows it.
+        self.check_served(key)?;
         let session = self.open_session(key).await?;
         let (cursor, skip, running, bytes) = {
             let state = session.lock();

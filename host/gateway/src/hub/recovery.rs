@@ -24,17 +24,27 @@ use super::{
 impl Hub {
     /// Takes up what a stopped gateway left in the sessions' inboxes: finished inputs keep
     /// their idempotency keys and statuses (for duplicates and `agent.wait`); pending ones
-    /// become runs again under their own ids, the open turn of a session resumed.
+    /// become runs again under their own ids, the open turn of a session resumed. A host that
+    /// serves its share of the partitions takes each up when it gains it, not here.
     pub(super) async fn take_up_inboxes(&self) {
+        if self.parts.partitions.is_some() {
+            return;
+        }
         let Some(inbox) = self.parts.sessions.inbox().cloned() else {
             return;
         };
-        let keys = match inbox.sessions() {
-            Ok(keys) => keys,
+        match inbox.sessions() {
+            Ok(keys) => self.take_up_sessions(keys).await,
             Err(error) => {
                 tracing::error!(%error, "cannot list the sessions' inboxes: no run is resumed");
-                return;
             }
+        }
+    }
+
+    /// [`Hub::take_up_inboxes`] for the sessions `keys`.
+    pub(super) async fn take_up_sessions(&self, keys: Vec<String>) {
+        let Some(inbox) = self.parts.sessions.inbox().cloned() else {
+            return;
         };
         let (mut resumed, mut queued) = (0usize, 0usize);
         for key in keys {

@@ -243,10 +243,12 @@ impl Hub {
         id: &Value,
     ) -> Result<(), GatewayError> {
         let session = self.open_session(key).await?;
+        // The last event numbered, when this host numbers them (another host serving the
+        // session numbers its events: its log says how far).
         let numbered = {
             let mut state = session.lock();
             drop_subscriber(&mut state, outbox.id);
-            state.next_seq - 1
+            self.check_served(key).is_ok().then_some(state.next_seq - 1)
         };
         lock(subscriptions).remove(key);
         let Some(since) = since else {
@@ -263,6 +265,12 @@ impl Hub {
             self.add_subscriber(&session, self.follow_live(key, stored, outbox.clone()));
             lock(subscriptions).insert(key.to_string());
             return Ok(());
+        };
+        let numbered = match numbered {
+            Some(numbered) => numbered,
+            None => self.parts.events.last_seq(key).await.map_err(|error| {
+                GatewayError::internal("cannot read the session's events", error)
+            })?,
         };
         if since > numbered {
             return Err(GatewayError::new(
