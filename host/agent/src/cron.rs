@@ -217,6 +217,13 @@ pub trait FiringSink: Send + Sync {
         message: InboundMessage,
         key: &'a str,
     ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>;
+
+    /// Whether this sink delivers into `session` (a host of a cluster serving its share of the
+    /// sessions delivers only into its own; another host fires the rest). A firing it does not
+    /// deliver stays due, without a warning.
+    fn delivers_to(&self, _session: &str) -> bool {
+        true
+    }
 }
 
 /// A firing due for a [`FiringSink`]: handed over with no lock held, then its job moves on.
@@ -346,6 +353,11 @@ impl CronService {
                 .unwrap_or_default();
             let mut taken = Vec::new();
             for firing in due {
+                if !sink.delivers_to(&firing.message.session_key) {
+                    // Another host fires it: looked at again in a second, when it has.
+                    failed = true;
+                    continue;
+                }
                 match sink.deliver(firing.message.clone(), &firing.key).await {
                     Ok(()) => taken.push(firing),
                     Err(error) => {

@@ -30,6 +30,9 @@ pub use clawcage_cluster::leases::GATEWAY_LEASE;
 
 pub use crate::relay::ActiveGateway;
 
+mod partitioned;
+pub(crate) use partitioned::{Partitioned, join_partitions, serve_partitions};
+
 /// The connection options `settings` describe, for a connection named `connection`.
 pub fn cluster_options(settings: &ClusterSettings, connection: &str) -> ClusterOptions {
     ClusterOptions {
@@ -130,6 +133,35 @@ fn workspace_identity(workspace: &Path) -> Result<String, Error> {
     }
 }
 
+/// Checks that `workspace` is the one the cluster recorded (recording it when the cluster has
+/// none yet): every host runs every session's tools, so they must all see one workspace.
+async fn check_workspace(cluster: &Cluster, workspace: &Path) -> Result<(), Error> {
+    let identity = workspace_identity(workspace)?;
+    let recorded = cluster
+        .workspace_identity(&identity)
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    if recorded != identity {
+        return Err(Error::Usage(format!(
+            "this host's workspace {} is not the cluster's: its {WORKSPACE_IDENTITY_FILE} says {identity}, the cluster recorded {recorded}. Every host must see the same workspace (a shared filesystem): mount the cluster's workspace here and pass it with --workspace",
+            workspace.display()
+        )));
+    }
+    Ok(())
+}
+
+/// This host as a holder of leases: its host id and this process's incarnation.
+fn holder(settings: &ClusterSettings) -> Holder {
+    Holder {
+        host: settings.host_id.clone(),
+        incarnation: format!(
+            "{}-{}",
+            std::process::id(),
+            clawcage_agent::transcript::now_ms()
+        ),
+    }
+}
+
 /// Joins the cluster `settings` name: connects, announces this host (with `url`, where its
 /// clients connect), waits as a standby until the `gateway` lease is free (saying who is
 /// active, and telling `active_seen` who and where, for the relay of this standby's clients),
@@ -150,26 +182,8 @@ pub(crate) async fn join(
     let cluster = Cluster::connect(&settings.nats, &options)
         .await
         .map_err(|error| Error::Failed(error.to_string()))?;
-    // Every host runs every session's tools: they must all see one workspace.
-    let identity = workspace_identity(workspace)?;
-    let recorded = cluster
-        .workspace_identity(&identity)
-        .await
-        .map_err(|error| Error::Failed(error.to_string()))?;
-    if recorded != identity {
-        return Err(Error::Usage(format!(
-            "this host's workspace {} is not the cluster's: its {WORKSPACE_IDENTITY_FILE} says {identity}, the cluster recorded {recorded}. Every host must see the same workspace (a shared filesystem): mount the cluster's workspace here and pass it with --workspace",
-            workspace.display()
-        )));
-    }
-    let me = Holder {
-        host: settings.host_id.clone(),
-        incarnation: format!(
-            "{}-{}",
-            std::process::id(),
-            clawcage_agent::transcript::now_ms()
-        ),
-    };
+    check_workspace(&cluster, workspace).await?;
+    let me = holder(settings);
     let leases = cluster
         .leases(me.clone())
         .await

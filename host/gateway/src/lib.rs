@@ -31,6 +31,7 @@ use clawcage_agent::events::{AgentEvent, DiskEventLog, Stream};
 use clawcage_agent::{JsonlTranscripts, OutboundMessage, SendCallback, StateDir};
 use clawcage_core::BoxFuture;
 use clawcage_core::scheduler::Scheduler;
+use clawcage_runtime::cluster_config::ServeMode;
 use clawcage_runtime::{AgentOptions, CronStatus, Error, Lifetime, Options, Runtime};
 
 use clawcage_agent::runs::InMemoryRuns;
@@ -318,7 +319,31 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     let url = format!("http://{bound}/");
     // A standby listens all the same and relays its clients to the active gateway until it
     // takes over: any host of the cluster accepts any client.
+    let serving_partitions = cluster_settings
+        .as_ref()
+        .is_some_and(|settings| settings.serve == ServeMode::Partitions);
+    if serving_partitions && runtime.channels().any() {
+        return Err(Error::Usage(
+            "[channels] are not served yet by a cluster whose hosts serve partitions ([cluster] serve = \"partitions\"): a channel's messages reach whichever host polls or is posted to. Use serve = \"active-standby\" with channels, or run them without [cluster]".to_string(),
+        ));
+    }
+    let mut partitioned = None;
     let (active, listener) = match &cluster_settings {
+        // Every host serves its share of the partitions at once: no standby, no relay.
+        Some(cluster_settings) if serving_partitions => {
+            let (active, keeper) = cluster::join_partitions(
+                cluster_settings,
+                runtime.workspace().path(),
+                runtime.redactor().clone(),
+                cluster_settings
+                    .advertise_url
+                    .clone()
+                    .unwrap_or_else(|| url.clone()),
+            )
+            .await?;
+            partitioned = Some(keeper);
+            (Some(active), listener)
+        }
         Some(cluster_settings) => {
             let (active, listener) = cluster::join_relaying(
                 cluster_settings,
@@ -397,10 +422,21 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         workspace: runtime.workspace().path().display().to_string(),
         state_dir: state.to_path_buf(),
         shared_records: active.as_ref().map(|active| active.records.clone()),
-        partitions: None,
+        partitions: partitioned
+            .as_ref()
+            .map(|keeper: &cluster::Partitioned| keeper.partitions.clone()),
     };
     let gateway = Gateway::start(parts, settings).await;
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
+    // The partitions are taken up as the keeper gains them, from now on.
+    let ownership = partitioned.map(|keeper| {
+        tokio::spawn(cluster::serve_partitions(
+            gateway.hub.clone(),
+            keeper.changes,
+            keeper.partitions.fences,
+        ));
+        keeper.ownership
+    });
     // Always: even with the configuration's policy off, a session may set its own.
     let _ = gateway
         .approvals
@@ -446,11 +482,16 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     if agent.scripted {
         println!("note: the answers come from a recorded script, not from a model");
     }
-    if let Some(active) = &active {
-        println!(
+    match &active {
+        Some(active) if serving_partitions => println!(
+            "cluster: this host ({}) serves its share of the sessions' partitions beside the other hosts; the sessions live on NATS JetStream",
+            active.me.host
+        ),
+        Some(active) => println!(
             "cluster: this host ({}) is the active gateway (epoch {}); the sessions live on NATS JetStream",
             active.me.host, active.epoch
-        );
+        ),
+        None => {}
     }
     // The operator's own terminal: the address ready to open, token included when it can be
     // read from its file.
@@ -487,6 +528,11 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         });
     }
     gateway.clone().serve(listener, shutdown).await;
+    // Its partitions given back at once, the lanes stopped and their events stored: the other
+    // hosts take them up now rather than after a lease's time to live.
+    if let Some(ownership) = ownership {
+        ownership.stop().await;
+    }
     agent.stop();
     let _ = std::fs::remove_file(state.gateway_info());
     drop(lock);

@@ -36,6 +36,21 @@ pub struct ClusterSection {
     /// Where the other hosts reach this host's gateway (`http://HOST:PORT/`), to relay their
     /// clients to it while it is active (default: the address it listens on).
     pub advertise_url: Option<String>,
+    /// How the hosts share the sessions: `"active-standby"` (the default: one host serves
+    /// every session, the others relay to it and take over when it dies) or `"partitions"`
+    /// (every host serves its share of the sessions' 64 partitions at once; early: a client
+    /// sends to the host serving its session).
+    pub serve: Option<String>,
+}
+
+/// How the hosts of a cluster share the sessions (`[cluster] serve`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ServeMode {
+    /// One host serves every session; the others wait as standbys, relaying their clients.
+    #[default]
+    ActiveStandby,
+    /// Every host serves the sessions of the partitions it owns, at once.
+    Partitions,
 }
 
 /// `[cluster]` checked, with its paths resolved.
@@ -59,6 +74,8 @@ pub struct ClusterSettings {
     pub lease_secs: u64,
     /// Where the other hosts reach this host's gateway (`http://HOST:PORT/`), when set.
     pub advertise_url: Option<String>,
+    /// How the hosts share the sessions.
+    pub serve: ServeMode,
 }
 
 /// The longest host id.
@@ -76,7 +93,8 @@ impl ClusterSection {
                 || self.replicas.is_some()
                 || self.lease_secs.is_some()
                 || self.tls_required.is_some()
-                || self.advertise_url.is_some();
+                || self.advertise_url.is_some()
+                || self.serve.is_some();
             if stray {
                 bail!(
                     "[cluster] has settings but no `nats` servers; add nats = \"nats://HOST:4222\", or remove the section"
@@ -152,6 +170,13 @@ impl ClusterSection {
                 }
             })
             .transpose()?;
+        let serve = match self.serve.as_deref() {
+            None | Some("active-standby") => ServeMode::ActiveStandby,
+            Some("partitions") => ServeMode::Partitions,
+            Some(other) => bail!(
+                "[cluster] serve = {other:?} is not known; use \"active-standby\" (one host serves, the others take over) or \"partitions\" (every host serves its share)"
+            ),
+        };
         Ok(Some(ClusterSettings {
             nats: nats.to_string(),
             host_id,
@@ -163,6 +188,7 @@ impl ClusterSection {
             replicas,
             lease_secs,
             advertise_url,
+            serve,
         }))
     }
 }
@@ -249,6 +275,7 @@ mod tests {
                 "nats = \"nats://a\"\nadvertise_url = \"http://gw:0\"",
                 "advertise_url",
             ),
+            ("nats = \"nats://a\"\nserve = \"all\"", "serve = \"all\""),
         ] {
             let error = section(bad).settings(None).unwrap_err().to_string();
             assert!(error.contains(named), "{bad}: {error}");
@@ -261,6 +288,12 @@ mod tests {
             advertised.advertise_url.as_deref(),
             Some("http://10.0.0.5:18789/")
         );
+        assert_eq!(advertised.serve, ServeMode::ActiveStandby);
+        let partitioned = section("nats = \"nats://a\"\nserve = \"partitions\"")
+            .settings(None)
+            .unwrap()
+            .unwrap();
+        assert_eq!(partitioned.serve, ServeMode::Partitions);
         assert!(
             toml::from_str::<ClusterSection>("natz = \"x\"").is_err(),
             "unknown keys are refused"

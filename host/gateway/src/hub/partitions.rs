@@ -113,12 +113,14 @@ impl Hub {
         let sessions = keys.len();
         self.take_up_sessions(keys).await;
         lock(&self.served_partitions).insert(partition);
-        tracing::info!(
-            partition,
-            sessions,
-            ms = started.elapsed().as_millis() as u64,
-            "took a partition's sessions up"
-        );
+        if sessions > 0 {
+            tracing::info!(
+                partition,
+                sessions,
+                ms = started.elapsed().as_millis() as u64,
+                "took a partition's sessions up"
+            );
+        }
     }
 
     /// This host no longer serves `partition` (handed over, or lost): its sessions' lanes stop

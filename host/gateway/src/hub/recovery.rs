@@ -298,4 +298,10 @@ impl FiringSink for HubFirings {
             hub.notify_keyed(message, Some(key)).await
         })
     }
+
+    fn delivers_to(&self, session: &str) -> bool {
+        self.0
+            .upgrade()
+            .is_some_and(|hub| hub.check_served(session).is_ok())
+    }
 }

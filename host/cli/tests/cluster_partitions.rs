@@ -1,0 +1,328 @@
+//! Two `clawcage gateway` hosts serving at once (`[cluster] serve = "partitions"`, a real
+//! `nats-server`, each host with its own state directory, one shared workspace): they share the
+//! sessions' 64 partitions as the rendezvous placement says (`clawcage cluster status` shows it),
+//! each answers the sessions of its own partitions and refuses another's with `UNAVAILABLE`
+//! naming why, and a client of one host follows a session the other serves. One host is killed
+//! with SIGKILL while a turn of its session waits for the model: the other takes its partitions
+//! after the lease's time to live, resumes the turn from the journal and ends it once, and the
+//! client that followed the session from the surviving host sees the turn resume and end on the
+//! same subscription. The killed host, started again, is handed its share back and serves its
+//! session again (the follower on the other host following on); a host that stops gives its
+//! partitions back at once.
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    reason = "tests fail by panicking"
+)]
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use clawcage_cluster::leases::{PARTITIONS, partition_of, partitions_won};
+use clawcage_tests::gateway_client::GatewayClient;
+use clawcage_tests::gateway_process::GatewayProcess;
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
+use clawcage_tests::nats::NatsServer;
+use serde_json::{Value, json};
+
+#[path = "cluster_failover/host.rs"]
+#[allow(
+    dead_code,
+    reason = "shared with the failover tests, which use the rest"
+)]
+mod host;
+use host::{Host, TOKEN};
+
+/// A host of a cluster whose hosts serve partitions.
+fn partitioned(nats: &NatsServer, model: &LlmServer, host_id: &str) -> Host {
+    Host::with(
+        &nats.url(),
+        model.url(),
+        host_id,
+        "serve = \"partitions\"\n",
+    )
+}
+
+/// A model that answers "Answered: <the user's message>" at once, except a message with `slow`
+/// in it, whose answer `gate` holds until the test opens it.
+async fn model_holding_slow_ones(gate: &ReplyGate) -> LlmServer {
+    let gate = gate.clone();
+    LlmServer::start_routed(move |body| {
+        let (text, _) = last_user(body);
+        let answer = anthropic::message(&[anthropic::text(&format!("Answered: {text}"))]);
+        if text.contains("slow") {
+            gate.hold(answer)
+        } else {
+            answer
+        }
+    })
+    .await
+}
+
+/// The partition leases' holders as `clawcage cluster status --json` shows them, by partition.
+fn partition_holders(host: &Host, workspace: &Path) -> Vec<(u32, String)> {
+    let output = host
+        .command(workspace, &["cluster", "status", "--json"])
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+    status["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|lease| {
+            let partition = lease[0].as_str()?.strip_prefix("part.")?.parse().ok()?;
+            Some((partition, lease[1]["host"].as_str()?.to_string()))
+        })
+        .collect()
+}
+
+/// Waits until the partitions are held exactly as the placement among `hosts` says, each once.
+async fn settled(host: &Host, workspace: &Path, hosts: &[&str]) -> Duration {
+    let started = Instant::now();
+    let live: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
+    loop {
+        let holders = partition_holders(host, workspace);
+        let placed = holders.len() == PARTITIONS as usize
+            && live.iter().all(|name| {
+                let held: BTreeSet<u32> = holders
+                    .iter()
+                    .filter(|(_, holder)| holder == name)
+                    .map(|(partition, _)| *partition)
+                    .collect();
+                held == partitions_won(name, &live, PARTITIONS)
+                    .into_iter()
+                    .collect()
+            });
+        if placed {
+            return started.elapsed();
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "the partitions did not settle on {live:?}: {holders:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// A session whose partition `owner` wins among `hosts`.
+fn session_of(owner: &str, hosts: &[&str], name: &str) -> String {
+    let live: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
+    let won = partitions_won(owner, &live, PARTITIONS);
+    (0..10_000)
+        .map(|n| format!("agent:main:test:{name}-{n}"))
+        .find(|key| won.contains(&partition_of(key)))
+        .unwrap()
+}
+
+/// The `agent` events of `run` a follower sees until its lifecycle ends.
+async fn until_run_ends(follower: &mut GatewayClient, run: &str) -> Vec<Value> {
+    follower
+        .agent_events_until(Duration::from_secs(60), |event| {
+            event["runId"] == run
+                && event["stream"] == "lifecycle"
+                && matches!(event["data"]["phase"].as_str(), Some("end" | "error"))
+        })
+        .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
+    let Some(nats) = NatsServer::start("hosts_serve_their_partitions") else {
+        return;
+    };
+    let gate = ReplyGate::new();
+    let model = model_holding_slow_ones(&gate).await;
+    let workspace = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        partitioned(&nats, &model, "host-a"),
+        partitioned(&nats, &model, "host-b"),
+    );
+    let host_a = GatewayProcess::start(a.gateway(workspace.path()));
+    assert!(
+        host_a
+            .output()
+            .contains("cluster: this host (host-a) serves its share of the sessions' partitions"),
+        "{}",
+        host_a.output()
+    );
+    let host_b = GatewayProcess::start(b.gateway(workspace.path()));
+    let both = ["host-a", "host-b"];
+    let took = settled(&a, workspace.path(), &both).await;
+    eprintln!("two hosts settled on their shares {took:?} after the second started");
+    let (of_a, of_b) = (
+        session_of("host-a", &both, "a"),
+        session_of("host-b", &both, "b"),
+    );
+
+    // Each host answers its own sessions, and refuses another's saying why.
+    let (mut client_a, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
+    let (mut client_b, _) = GatewayClient::connect(host_b.addr, TOKEN).await;
+    for (client, key, text) in [
+        (&mut client_a, &of_a, "hello a"),
+        (&mut client_b, &of_b, "hello b"),
+    ] {
+        let sent = client
+            .request("chat.send", json!({"sessionKey": key, "message": text}))
+            .await;
+        assert_eq!(sent["ok"], true, "{sent}");
+        let run = sent["payload"]["runId"].clone();
+        let waited = client
+            .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
+            .await;
+        assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    }
+    let refused = client_a
+        .request(
+            "chat.send",
+            json!({"sessionKey": of_b, "message": "to the wrong host"}),
+        )
+        .await;
+    assert_eq!(refused["ok"], false, "{refused}");
+    assert_eq!(refused["error"]["code"], "UNAVAILABLE", "{refused}");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("served by another host"),
+        "{refused}"
+    );
+
+    // A client of host-a follows host-b's session.
+    let (mut follower, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
+    let subscribed = follower
+        .request("sessions.subscribe", json!({"sessionKey": of_b}))
+        .await;
+    assert_eq!(subscribed["ok"], true, "{subscribed}");
+    let sent = client_b
+        .request(
+            "chat.send",
+            json!({"sessionKey": of_b, "message": "slow one", "idempotencyKey": "k-slow"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let started = follower
+        .agent_events_until(Duration::from_secs(30), |event| {
+            event["runId"] == run.as_str() && event["data"]["phase"] == "start"
+        })
+        .await;
+    assert!(!started.is_empty());
+
+    // host-b dies while its turn waits for the model; host-a takes its partitions over.
+    gate.reached(1).await;
+    let killed = Instant::now();
+    let said = host_b.kill();
+    assert!(!said.contains("panicked"), "{said}");
+    settled(&a, workspace.path(), &["host-a"]).await;
+    let moved = killed.elapsed();
+    eprintln!("a killed host's partitions were served by the other {moved:?} after the kill");
+    // The turn resumes on host-a: the model is asked again; let it answer.
+    gate.reached(2).await;
+    gate.open();
+    let events = until_run_ends(&mut follower, &run).await;
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|event| event["runId"] == run.as_str() && event["stream"] == "lifecycle")
+        .filter_map(|event| event["data"]["phase"].as_str())
+        .collect();
+    assert!(phases.contains(&"resumed"), "{phases:?}");
+    assert_eq!(phases.last(), Some(&"end"), "{phases:?}");
+    let seqs: Vec<u64> = events
+        .iter()
+        .filter_map(|event| event["seq"].as_u64())
+        .collect();
+    assert!(
+        seqs.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "the follower saw every event once, in order: {seqs:?}"
+    );
+    let waited = client_a
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let history = client_a
+        .request("chat.history", json!({"sessionKey": of_b}))
+        .await
+        .to_string();
+    assert_eq!(
+        history.matches("Answered: slow one").count(),
+        1,
+        "the turn ended once: {history}"
+    );
+    // host-a serves the session now: it takes its messages, and knows its idempotency keys.
+    let again = client_a
+        .request(
+            "chat.send",
+            json!({"sessionKey": of_b, "message": "slow one", "idempotencyKey": "k-slow"}),
+        )
+        .await;
+    assert_eq!(again["payload"]["runId"], run.as_str(), "{again}");
+    assert_eq!(again["payload"]["duplicate"], true, "{again}");
+
+    // host-b comes back: host-a hands its share over (each partition let go before it is given
+    // up), and host-b serves the session again; host-a's follower follows what host-b writes.
+    let joined = Instant::now();
+    let host_b = GatewayProcess::start(b.gateway(workspace.path()));
+    settled(&a, workspace.path(), &both).await;
+    eprintln!(
+        "a host that came back served its share {:?} after it started",
+        joined.elapsed()
+    );
+    let (mut client_b, _) = GatewayClient::connect(host_b.addr, TOKEN).await;
+    let sent = client_b
+        .request(
+            "chat.send",
+            json!({"sessionKey": of_b, "message": "hello again"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    until_run_ends(&mut follower, &run).await;
+    let refused = client_a
+        .request("chat.send", json!({"sessionKey": of_b, "message": "to a"}))
+        .await;
+    assert_eq!(refused["error"]["code"], "UNAVAILABLE", "{refused}");
+    let history = client_b
+        .request("chat.history", json!({"sessionKey": of_b}))
+        .await
+        .to_string();
+    for answer in [
+        "Answered: hello b",
+        "Answered: slow one",
+        "Answered: hello again",
+    ] {
+        assert_eq!(history.matches(answer).count(), 1, "{answer}: {history}");
+    }
+
+    // host-a stops: it gives its partitions back at once, and host-b serves its sessions.
+    let stopping = Instant::now();
+    let (exit, output) = host_a.terminate();
+    assert!(exit.success(), "{output}");
+    settled(&b, workspace.path(), &["host-b"]).await;
+    let back = stopping.elapsed();
+    eprintln!(
+        "a stopping host's partitions were served by the other {back:?} after it was told to stop"
+    );
+    assert!(
+        back < Duration::from_secs(2),
+        "given back, yet served only after {back:?} (the lease lives 2 s)"
+    );
+    let sent = client_b
+        .request(
+            "chat.send",
+            json!({"sessionKey": of_a, "message": "to b now"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let waited = client_b
+        .request(
+            "agent.wait",
+            json!({"runId": sent["payload"]["runId"], "timeoutMs": 60000}),
+        )
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let (exit, output) = host_b.terminate();
+    assert!(exit.success(), "{output}");
+}

@@ -1,0 +1,150 @@
+//! The gateway in a cluster whose hosts serve at once (`[cluster] serve = "partitions"`): each
+//! host keeps its share of the sessions' partitions with a partition keeper
+//! ([`clawcage_cluster::Ownership`]), writes a session only while it owns the session's
+//! partition (the stores check that partition's fence, and its events carry the partition's
+//! epoch), takes a partition's sessions up when it gains it and lets them go when it hands it
+//! over or loses it ([`crate::hub::Hub::take_up_partition`], [`crate::hub::Hub::let_go_partition`]).
+//! A host that stops gives its partitions back at once; one that dies leaves them to expire.
+
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use clawcage_cluster::leases::PARTITIONS;
+use clawcage_cluster::{
+    Claims, Cluster, JetStreamInbox, JetStreamTranscripts, KvRecords, Ownership, OwnershipOptions,
+    PartitionChange, PartitionFences, records,
+};
+use clawcage_core::redact::Redactor;
+use clawcage_runtime::cluster_config::ClusterSettings;
+use clawcage_runtime::{Error, SessionStores};
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+
+use super::{Active, announce, check_workspace, cluster_options, failed, holder};
+use crate::hub::{Hub, Partitions, TakeUp};
+
+/// What a host serving its share of the partitions keeps beside its stores.
+pub(crate) struct Partitioned {
+    /// The keeper of this host's partitions.
+    pub(crate) ownership: Ownership,
+    /// What the keeper reports.
+    pub(crate) changes: mpsc::UnboundedReceiver<PartitionChange>,
+    /// The partitions held, and how their sessions are taken up.
+    pub(crate) partitions: Partitions,
+}
+
+/// Joins the cluster `settings` name as a host serving its share of the partitions: connects,
+/// checks the workspace, announces this host (with `url`, where its clients connect), opens
+/// the stores (fenced by partition) and starts keeping its partitions. The hub takes them up as
+/// they come ([`serve_partitions`]).
+pub(crate) async fn join_partitions(
+    settings: &ClusterSettings,
+    workspace: &Path,
+    redactor: Redactor,
+    url: String,
+) -> Result<(Active, Partitioned), Error> {
+    let mut options = cluster_options(settings, "gateway");
+    let fences = PartitionFences::new();
+    options.write_fences = fences.clone().into();
+    let cluster = Cluster::connect(&settings.nats, &options)
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    check_workspace(&cluster, workspace).await?;
+    let me = holder(settings);
+    let leases = cluster
+        .leases(me.clone())
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    tokio::spawn(announce(
+        leases.clone(),
+        Arc::new(Mutex::new(Some(url))),
+        clawcage_agent::transcript::now_ms(),
+        options.lease_ttl,
+    ));
+    let (nats, store_options, owner) = (settings.nats.clone(), options.clone(), me.clone());
+    let by = format!("{} (partitions)", me.host);
+    let (stores, records, take_up) = tokio::task::spawn_blocking(move || {
+        let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)
+            .map_err(|error| error.to_string())?;
+        // The partition's fence covers the claim on each of its sessions.
+        let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)
+            .map_err(|error| error.to_string())?;
+        let records =
+            KvRecords::connect(&nats, &store_options).map_err(|error| error.to_string())?;
+        let (marked_transcripts, marked_inbox) = (transcripts.clone(), inbox.clone());
+        let take_up: TakeUp = Arc::new(move |sessions: &[String]| {
+            marked_transcripts.take_up(sessions)?;
+            marked_inbox.take_up(sessions, &by)
+        });
+        Ok::<_, String>((
+            SessionStores {
+                transcripts: Arc::new(transcripts),
+                inbox: Arc::new(inbox),
+                cron_jobs: Some(Arc::new(records.record(records::CRON_RECORD))),
+                budget: Some(Arc::new(records.record(records::BUDGET_RECORD))),
+            },
+            records,
+            take_up,
+        ))
+    })
+    .await
+    .map_err(|error| failed(settings, error))?
+    .map_err(|error| failed(settings, error))?;
+    let (ownership, changes) = Ownership::start(
+        leases,
+        OwnershipOptions::for_ttl(PARTITIONS, options.lease_ttl),
+    )
+    .map_err(|error| {
+        failed(
+            settings,
+            format!("cannot keep this host's partitions: {error}"),
+        )
+    })?;
+    Ok((
+        Active {
+            cluster,
+            stores,
+            records,
+            epoch: 0,
+            lost: CancellationToken::new(),
+            me,
+        },
+        Partitioned {
+            ownership,
+            changes,
+            partitions: Partitions { fences, take_up },
+        },
+    ))
+}
+
+/// Carries out what the partition keeper reports, in order, for as long as it reports: a
+/// partition gained is held (its fence and epoch) and its sessions taken up; one to hand over
+/// is let go, its events stored, and only then given up; one lost is given up and let go.
+pub(crate) async fn serve_partitions(
+    hub: Arc<Hub>,
+    mut changes: mpsc::UnboundedReceiver<PartitionChange>,
+    fences: PartitionFences,
+) {
+    while let Some(change) = changes.recv().await {
+        match change {
+            PartitionChange::Gained {
+                partition,
+                epoch,
+                fence,
+            } => {
+                fences.hold(partition, fence, epoch);
+                hub.take_up_partition(partition).await;
+            }
+            PartitionChange::Release { partition, done } => {
+                hub.let_go_partition(partition).await;
+                fences.let_go(partition);
+                let _ = done.send(());
+            }
+            PartitionChange::Lost { partition, why } => {
+                tracing::warn!(partition, "this host lost a partition: {why}");
+                fences.let_go(partition);
+                hub.let_go_partition(partition).await;
+            }
+        }
+    }
+}
