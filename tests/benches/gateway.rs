@@ -157,6 +157,7 @@ fn child(llm: &str, nats: Option<String>) {
             workspace: state.path().display().to_string(),
             state_dir: state.path().to_path_buf(),
             shared_records: None,
+            partitions: None,
         };
         let mut settings = Settings::new(Token::explicit(TOKEN));
         settings.sends_per_minute = 1_000_000;
