@@ -1,12 +1,13 @@
 //! Two `clawcage gateway` hosts serving at once (`[cluster] serve = "partitions"`, a real
 //! `nats-server`, each host with its own state directory, one shared workspace): they share the
 //! sessions' 64 partitions as the rendezvous placement says (`clawcage cluster status` shows it),
-//! each answers the sessions of its own partitions and refuses another's with `UNAVAILABLE`
-//! naming why, and a client of one host follows a session the other serves. One host is killed
-//! with SIGKILL while a turn of its session waits for the model: the other takes its partitions
-//! after the lease's time to live, resumes the turn from the journal and ends it once, and the
-//! client that followed the session from the surviving host sees the turn resume and end on the
-//! same subscription. The killed host, started again, is handed its share back and serves its
+//! each answers the sessions of its own partitions, and what a client of one host asks of the
+//! other's session is forwarded there and answered on the client's connection, the run's events
+//! followed from the session's log (a connection forwarded is never forwarded again). One host
+//! is killed with SIGKILL while a turn of its session, sent through the other, waits for the
+//! model: the other takes its partitions after the lease's time to live, resumes the turn from
+//! the journal and ends it once, and both the client that sent it and one that followed the
+//! session from the surviving host see the turn resume and end on their connections. The killed host, started again, is handed its share back and serves its
 //! session again (the follower on the other host following on); a host that stops gives its
 //! partitions back at once.
 #![allow(
@@ -174,13 +175,50 @@ async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
             .await;
         assert_eq!(waited["payload"]["status"], "ok", "{waited}");
     }
-    let refused = client_a
+    // A client of host-a asks of host-b's session: forwarded there, answered here, the run's
+    // events followed here from the session's log.
+    let sent = client_a
         .request(
             "chat.send",
-            json!({"sessionKey": of_b, "message": "to the wrong host"}),
+            json!({"sessionKey": of_b, "message": "through host-a"}),
         )
         .await;
-    assert_eq!(refused["ok"], false, "{refused}");
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let events = until_run_ends(&mut client_a, &run).await;
+    assert_eq!(events.last().unwrap()["data"]["phase"], "end", "{events:?}");
+    let waited = client_a
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let history = client_a
+        .request("chat.history", json!({"sessionKey": of_b}))
+        .await;
+    assert_eq!(history["ok"], true, "{history}");
+    let history = history.to_string();
+    assert!(
+        history.contains("Answered: hello b") && history.contains("Answered: through host-a"),
+        "{history}"
+    );
+    // A connection another host forwards is never forwarded again: a host that does not serve
+    // the session says so.
+    let (mut forwarded, _) =
+        GatewayClient::open_with(host_a.addr, &[("x-clawcage-relayed-by", "host-b")])
+            .await
+            .unwrap();
+    let hello = forwarded
+        .request(
+            "connect",
+            clawcage_tests::gateway_client::connect_params(TOKEN),
+        )
+        .await;
+    assert_eq!(hello["ok"], true, "{hello}");
+    let refused = forwarded
+        .request(
+            "chat.send",
+            json!({"sessionKey": of_b, "message": "round and round"}),
+        )
+        .await;
     assert_eq!(refused["error"]["code"], "UNAVAILABLE", "{refused}");
     assert!(
         refused["error"]["message"]
@@ -190,13 +228,13 @@ async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
         "{refused}"
     );
 
-    // A client of host-a follows host-b's session.
+    // A client of host-a follows host-b's session, and sends a turn to it through host-a.
     let (mut follower, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
     let subscribed = follower
         .request("sessions.subscribe", json!({"sessionKey": of_b}))
         .await;
     assert_eq!(subscribed["ok"], true, "{subscribed}");
-    let sent = client_b
+    let sent = client_a
         .request(
             "chat.send",
             json!({"sessionKey": of_b, "message": "slow one", "idempotencyKey": "k-slow"}),
@@ -237,6 +275,14 @@ async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
     assert!(
         seqs.windows(2).all(|pair| pair[1] == pair[0] + 1),
         "the follower saw every event once, in order: {seqs:?}"
+    );
+    // The client that sent it through host-a saw it resume and end too, on its connection.
+    let sender_saw = until_run_ends(&mut client_a, &run).await;
+    assert!(
+        sender_saw
+            .iter()
+            .any(|event| event["runId"] == run.as_str() && event["data"]["phase"] == "resumed"),
+        "{sender_saw:?}"
     );
     let waited = client_a
         .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
@@ -280,10 +326,16 @@ async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
     assert_eq!(sent["ok"], true, "{sent}");
     let run = sent["payload"]["runId"].as_str().unwrap().to_string();
     until_run_ends(&mut follower, &run).await;
-    let refused = client_a
-        .request("chat.send", json!({"sessionKey": of_b, "message": "to a"}))
+    // host-a forwards to host-b again, over a new connection.
+    let sent = client_a
+        .request(
+            "chat.send",
+            json!({"sessionKey": of_b, "message": "via a again"}),
+        )
         .await;
-    assert_eq!(refused["error"]["code"], "UNAVAILABLE", "{refused}");
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    until_run_ends(&mut client_a, &run).await;
     let history = client_b
         .request("chat.history", json!({"sessionKey": of_b}))
         .await

@@ -101,6 +101,14 @@ pub struct Conn {
     /// `chat.send` and `agent` per minute.
     pub sends: Mutex<RateLimit>,
     requests: Arc<Semaphore>,
+    /// Its `connect` frame as it sent it (presented again to the host serving a session it
+    /// asks about, when that is another host).
+    pub(crate) connect_frame: Utf8Bytes,
+    /// Whether another host of the cluster forwards this connection here (it is then never
+    /// forwarded again).
+    pub(crate) forwarded: bool,
+    /// Its requests forwarded to the hosts serving their sessions.
+    pub(crate) forwarder: crate::forward::Forwarder,
 }
 
 impl Conn {
@@ -391,17 +399,22 @@ where
     })
 }
 
-/// Serves one upgraded connection, unauthenticated in `slot`, until it ends.
-pub async fn serve<S>(gateway: Arc<Gateway>, mut socket: WebSocketStream<S>, slot: PendingSlot)
-where
+/// Serves one upgraded connection, unauthenticated in `slot`, until it ends; `forwarded`: another
+/// host of the cluster forwards it here.
+pub async fn serve<S>(
+    gateway: Arc<Gateway>,
+    mut socket: WebSocketStream<S>,
+    slot: PendingSlot,
+    forwarded: bool,
+) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let max_frame = gateway.settings.max_frame_bytes;
     let Some(Connected {
         request,
+        frame: connect_frame,
         client,
         admitted: _admitted,
-        ..
     }) = handshake(&gateway.settings, &mut socket, slot).await
     else {
         return;
@@ -415,6 +428,9 @@ where
         subscriptions: Mutex::new(HashSet::new()),
         sends: Mutex::new(RateLimit::per_minute(gateway.settings.sends_per_minute)),
         requests: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
+        connect_frame,
+        forwarded,
+        forwarder: crate::forward::Forwarder::default(),
     });
     gateway.hub.connect(outbox.clone());
     tracing::info!(connection = id, client = %conn.client.id, version = %conn.client.version, mode = %conn.client.mode, "client connected");

@@ -327,6 +327,9 @@ fn upgrade(
             "this connection has already been upgraded\n",
         );
     };
+    let forwarded = request
+        .headers()
+        .contains_key(crate::relay::RELAYED_BY_HEADER);
     let on_upgrade = hyper::upgrade::on(request);
     let config = websocket_config(front.settings().max_frame_bytes);
     tokio::spawn(async move {
@@ -344,7 +347,9 @@ fn upgrade(
                 )
                 .await;
                 match front {
-                    Front::Active(gateway) => crate::connection::serve(gateway, socket, slot).await,
+                    Front::Active(gateway) => {
+                        crate::connection::serve(gateway, socket, slot, forwarded).await
+                    }
                     Front::Standby(standby) => crate::relay::serve(standby, socket, slot).await,
                 }
             }

@@ -12,6 +12,7 @@ pub mod channels;
 pub mod client;
 pub mod cluster;
 mod connection;
+mod forward;
 mod http;
 pub mod hub;
 mod keys;
@@ -108,6 +109,9 @@ pub struct Gateway {
     pub approvals: OnceLock<Arc<approvals::Approvals>>,
     /// The connections, counted against `settings.limits`.
     pub admissions: Arc<limits::Admissions>,
+    /// Who serves each partition, when the hosts of a cluster serve partitions: requests about
+    /// another host's sessions are forwarded there.
+    pub(crate) owners: OnceLock<Arc<forward::Owners>>,
 }
 
 impl Gateway {
@@ -119,6 +123,7 @@ impl Gateway {
             settings,
             channels: OnceLock::new(),
             approvals: OnceLock::new(),
+            owners: OnceLock::new(),
         })
     }
 
@@ -430,6 +435,10 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
     // The partitions are taken up as the keeper gains them, from now on.
     let ownership = partitioned.map(|keeper| {
+        let _ = gateway.owners.set(forward::Owners::new(
+            keeper.leases.clone(),
+            keeper.me.clone(),
+        ));
         tokio::spawn(cluster::serve_partitions(
             gateway.hub.clone(),
             keeper.changes,

@@ -77,11 +77,11 @@ pub struct ActiveGateway {
     pub url: Option<String>,
 }
 
-/// Where to reach the active gateway.
-struct Target {
-    host: String,
+/// Where to reach the active gateway (or the host serving a session).
+pub(crate) struct Target {
+    pub(crate) host: String,
     /// `host:port`.
-    authority: String,
+    pub(crate) authority: String,
 }
 
 /// A standby's front: the settings and limits it serves its clients under, and the active
@@ -392,7 +392,7 @@ pub(crate) async fn serve<S>(
 
 /// Connects to the active gateway as the client: its challenge is read, the client's `connect`
 /// frame sent, and its answer returned.
-async fn open_upstream(
+pub(crate) async fn open_upstream(
     me: &str,
     target: &Target,
     connect: Utf8Bytes,

@@ -11,8 +11,8 @@ use std::sync::{Arc, Mutex};
 
 use clawcage_cluster::leases::PARTITIONS;
 use clawcage_cluster::{
-    Claims, Cluster, JetStreamInbox, JetStreamTranscripts, KvRecords, Ownership, OwnershipOptions,
-    PartitionChange, PartitionFences, records,
+    Claims, Cluster, JetStreamInbox, JetStreamTranscripts, KvRecords, Leases, Ownership,
+    OwnershipOptions, PartitionChange, PartitionFences, records,
 };
 use clawcage_core::redact::Redactor;
 use clawcage_runtime::cluster_config::ClusterSettings;
@@ -31,6 +31,9 @@ pub(crate) struct Partitioned {
     pub(crate) changes: mpsc::UnboundedReceiver<PartitionChange>,
     /// The partitions held, and how their sessions are taken up.
     pub(crate) partitions: Partitions,
+    /// The cluster's leases (who serves each partition), and this host's id among them.
+    pub(crate) leases: Leases,
+    pub(crate) me: String,
 }
 
 /// Joins the cluster `settings` name as a host serving its share of the partitions: connects,
@@ -91,7 +94,7 @@ pub(crate) async fn join_partitions(
     .map_err(|error| failed(settings, error))?
     .map_err(|error| failed(settings, error))?;
     let (ownership, changes) = Ownership::start(
-        leases,
+        leases.clone(),
         OwnershipOptions::for_ttl(PARTITIONS, options.lease_ttl),
     )
     .map_err(|error| {
@@ -100,6 +103,7 @@ pub(crate) async fn join_partitions(
             format!("cannot keep this host's partitions: {error}"),
         )
     })?;
+    let host = me.host.clone();
     Ok((
         Active {
             cluster,
@@ -113,6 +117,8 @@ pub(crate) async fn join_partitions(
             ownership,
             changes,
             partitions: Partitions { fences, take_up },
+            leases,
+            me: host,
         },
     ))
 }

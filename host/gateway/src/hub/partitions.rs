@@ -66,6 +66,15 @@ impl Hub {
         Ok(())
     }
 
+    /// Whether another host serves `key` (its partition is not this host's): what is asked of
+    /// it is forwarded there.
+    pub fn served_elsewhere(&self, key: &str) -> bool {
+        self.parts
+            .partitions
+            .as_ref()
+            .is_some_and(|partitions| !partitions.fences.owns(key))
+    }
+
     /// This host has just gained `partition`: takes its sessions up (markers first, then their
     /// pending inputs and open turns, resumed under their run ids), and serves them from then on.
     pub async fn take_up_partition(&self, partition: u32) {

@@ -326,6 +326,28 @@ impl Hub {
         Ok(())
     }
 
+    /// Follows `key` for `outbox` from after event `since`, without an answer of its own (a
+    /// client whose send another host took follows the session here). Events older than the
+    /// retained window are not replayed.
+    pub async fn follow_from(
+        &self,
+        key: &str,
+        since: u64,
+        outbox: &Outbox,
+        subscriptions: &Mutex<HashSet<String>>,
+    ) -> Result<(), GatewayError> {
+        let session = self.open_session(key).await?;
+        let follow = self
+            .parts
+            .events
+            .follow(key, since)
+            .await
+            .map_err(|error| GatewayError::internal("cannot read the session's events", error))?;
+        self.add_subscriber(&session, Subscriber::forward(follow.events, outbox.clone()));
+        lock(subscriptions).insert(key.to_string());
+        Ok(())
+    }
+
     /// Stops sending `key`'s events to `outbox`.
     pub fn unsubscribe(&self, key: &str, outbox: &Outbox) {
         if let Some(session) = self.session(key) {
