@@ -16,6 +16,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use clawcage_cluster::Leases;
 use clawcage_cluster::leases::{partition_lease, partition_of};
@@ -43,6 +44,15 @@ pub(crate) const FORWARDED_METHODS: &[&str] = &[
 
 /// Requests of one connection waiting for their owner's answer, at most.
 const MAX_FORWARDED_IN_FLIGHT: usize = 256;
+
+/// How long a request waits for its session's partition to settle (no host serving it yet, its
+/// owner unreachable or saying it no longer serves it, this host taking it up) before it is
+/// answered `UNAVAILABLE`: a hand-over takes about a second, a dead host's partitions move
+/// after a lease's time to live.
+pub(crate) const FORWARD_PATIENCE: Duration = Duration::from_secs(15);
+
+/// The pause between two looks while a partition moves.
+const SETTLE_PAUSE: Duration = Duration::from_millis(250);
 
 /// Who serves each partition, from the partition leases, and where each host listens.
 pub(crate) struct Owners {
@@ -131,6 +141,10 @@ impl Owners {
 
 /// A request forwarded and not fully answered yet.
 struct Pending {
+    /// The request, to ask again when the owner says it no longer serves the session.
+    request: Request,
+    /// Until when it is asked again while the session's partition moves.
+    patience: Instant,
     method: String,
     key: String,
     /// Follow the session here from after this event once the send is accepted.
@@ -153,14 +167,23 @@ pub(crate) struct Forwarder {
 
 /// The session `request` asks about, when it is to be forwarded from this host: the hosts
 /// serve partitions, the method is one of [`FORWARDED_METHODS`], another host owns the
-/// session's partition, and the connection was not itself forwarded here.
-pub(crate) fn forwardable(gateway: &Gateway, conn: &Conn, request: &Request) -> Option<String> {
+/// session's partition, and the connection was not itself forwarded here. While this host is
+/// taking the session's partition up, waits (up to [`FORWARD_PATIENCE`]) to serve it here.
+pub(crate) async fn forwardable(
+    gateway: &Gateway,
+    conn: &Conn,
+    request: &Request,
+) -> Option<String> {
     gateway.owners.get()?;
-    if conn.forwarded || !FORWARDED_METHODS.contains(&request.method.as_str()) {
+    if !FORWARDED_METHODS.contains(&request.method.as_str()) {
         return None;
     }
     let key = request.params.get("sessionKey")?.as_str()?;
-    gateway.hub.served_elsewhere(key).then(|| key.to_string())
+    let patience = Instant::now() + FORWARD_PATIENCE;
+    while gateway.hub.taking_up(key) && Instant::now() < patience {
+        tokio::time::sleep(SETTLE_PAUSE / 5).await;
+    }
+    (!conn.forwarded && gateway.hub.served_elsewhere(key)).then(|| key.to_string())
 }
 
 /// Forwards `request` about `key` to the host serving it, answering the client under its id.
@@ -169,6 +192,36 @@ pub(crate) async fn forward(
     conn: &Arc<Conn>,
     request: Request,
     key: String,
+) {
+    forward_patiently(
+        gateway,
+        conn,
+        request,
+        key,
+        Instant::now() + FORWARD_PATIENCE,
+    )
+    .await;
+}
+
+/// [`forward`], looking for the session's host again until `patience` while it cannot be found
+/// or reached (its partition moving). Boxed: it may dispatch the request here after all (this
+/// host took the partition over meanwhile), and dispatching may forward.
+fn forward_patiently<'a>(
+    gateway: &'a Arc<Gateway>,
+    conn: &'a Arc<Conn>,
+    request: Request,
+    key: String,
+    patience: Instant,
+) -> futures_util::future::BoxFuture<'a, ()> {
+    Box::pin(forward_patiently_now(gateway, conn, request, key, patience))
+}
+
+async fn forward_patiently_now(
+    gateway: &Arc<Gateway>,
+    conn: &Arc<Conn>,
+    request: Request,
+    key: String,
+    patience: Instant,
 ) {
     let unavailable = |why: String| {
         GatewayError::new(
@@ -179,23 +232,56 @@ pub(crate) async fn forward(
     let Some(owners) = gateway.owners.get() else {
         return conn.respond(&request.id, Err(unavailable("no host is known".into())));
     };
-    let target = match owners.owner_of(&key).await {
-        Ok(target) => target,
-        Err(why) => return conn.respond(&request.id, Err(unavailable(why))),
-    };
+    loop {
+        if !gateway.hub.served_elsewhere(&key) {
+            // Served here now (this host took the partition over meanwhile).
+            return crate::methods::dispatch(gateway, conn, request).await;
+        }
+        let target = match owners.owner_of(&key).await {
+            Ok(target) => target,
+            Err(why) if Instant::now() >= patience => {
+                return conn.respond(&request.id, Err(unavailable(why)));
+            }
+            Err(_) => {
+                tokio::time::sleep(SETTLE_PAUSE).await;
+                continue;
+            }
+        };
+        match send_to(gateway, conn, owners, &target, &request, &key, patience).await {
+            Ok(()) => return,
+            Err(why) if Instant::now() >= patience => {
+                return conn.respond(&request.id, Err(unavailable(why)));
+            }
+            Err(_) => tokio::time::sleep(SETTLE_PAUSE).await,
+        }
+    }
+}
+
+/// Sends `request` to `target` over the connection's connection to it (opened if needed);
+/// why not, when it cannot be.
+async fn send_to(
+    gateway: &Arc<Gateway>,
+    conn: &Arc<Conn>,
+    owners: &Owners,
+    target: &Target,
+    request: &Request,
+    key: &str,
+    patience: Instant,
+) -> Result<(), String> {
     // A send follows the session here, from what its log holds now (unless followed already).
     let sends = matches!(request.method.as_str(), "chat.send" | "agent");
-    let follow_since = if sends && !conn.subscriptions().contains(&key) {
-        match gateway.hub.parts.events.last_seq(&key).await {
+    let follow_since = if sends && !conn.subscriptions().contains(key) {
+        match gateway.hub.parts.events.last_seq(key).await {
             Ok(last) => Some(last),
             Err(error) => {
-                return conn.respond(
+                conn.respond(
                     &request.id,
                     Err(GatewayError::internal(
                         "cannot read the session's events",
                         error,
                     )),
                 );
+                return Ok(());
             }
         }
     } else {
@@ -209,52 +295,58 @@ pub(crate) async fn forward(
     })
     .to_string()
     .into();
-    let pending = Pending {
-        method: request.method.clone(),
-        key: key.clone(),
-        follow_since,
-        answered: false,
-    };
     let mut upstreams = conn.forwarder.upstreams.lock().await;
     let reusable = upstreams
         .get(&target.host)
         .is_some_and(|upstream| !upstream.send.is_closed());
     if !reusable {
         upstreams.remove(&target.host);
-        match open(gateway, conn, owners, &target).await {
+        match open(gateway, conn, owners, target).await {
             Ok(upstream) => {
                 upstreams.insert(target.host.clone(), upstream);
             }
             Err(why) => {
                 owners.forget(&target.host);
-                return conn.respond(&request.id, Err(unavailable(why)));
+                return Err(why);
             }
         }
     }
     let Some(upstream) = upstreams.get(&target.host) else {
-        return;
+        return Err(format!("host {} went away", target.host));
     };
     {
         let mut waiting = clawcage_core::sync::lock(&upstream.pending);
         if waiting.len() >= MAX_FORWARDED_IN_FLIGHT {
             drop(waiting);
-            return conn.respond(
+            conn.respond(
                 &request.id,
                 Err(GatewayError::new(
                     Code::RateLimited,
-                    format!("{MAX_FORWARDED_IN_FLIGHT} requests of this connection are waiting for host {}; wait for their answers", target.host),
+                    format!(
+                        "{MAX_FORWARDED_IN_FLIGHT} requests of this connection are waiting for host {}; wait for their answers",
+                        target.host
+                    ),
                 )),
             );
+            return Ok(());
         }
-        waiting.insert(request.id.to_string(), pending);
+        waiting.insert(
+            request.id.to_string(),
+            Pending {
+                request: request.clone(),
+                patience,
+                method: request.method.clone(),
+                key: key.to_string(),
+                follow_since,
+                answered: false,
+            },
+        );
     }
     if upstream.send.send(frame).await.is_err() {
         clawcage_core::sync::lock(&upstream.pending).remove(&request.id.to_string());
-        conn.respond(
-            &request.id,
-            Err(unavailable(format!("host {} went away", target.host))),
-        );
+        return Err(format!("host {} went away", target.host));
     }
+    Ok(())
 }
 
 /// Opens the client's connection to `target` with its `connect`, and the task that carries it.
@@ -364,8 +456,8 @@ async fn carry(
 /// the client follow the session here); an approval request is passed on; the session's
 /// events are not (the client follows them here) nor the owner's own ticks and notices.
 async fn from_owner(
-    gateway: &Gateway,
-    conn: &Conn,
+    gateway: &Arc<Gateway>,
+    conn: &Arc<Conn>,
     pending: &Mutex<HashMap<String, Pending>>,
     text: Utf8Bytes,
 ) {
@@ -376,11 +468,36 @@ async fn from_owner(
         Some("res") => {
             let id = frame["id"].to_string();
             let accepted = frame["ok"] == true;
+            // The owner no longer serves the session (its partition moved meanwhile): asked
+            // again of whoever does, while the request's patience lasts.
+            let moved = !accepted
+                && frame["error"]["code"] == "UNAVAILABLE"
+                && frame["error"]["message"].as_str().is_some_and(|message| {
+                    message.contains("served by another host") || message.contains("being taken up")
+                });
             let follow = {
                 let mut waiting = clawcage_core::sync::lock(pending);
                 let Some(entry) = waiting.get_mut(&id) else {
                     return;
                 };
+                if moved && !entry.answered && Instant::now() < entry.patience {
+                    let Some(entry) = waiting.remove(&id) else {
+                        return;
+                    };
+                    let (gateway, conn) = (gateway.clone(), conn.clone());
+                    tokio::spawn(async move {
+                        tokio::time::sleep(SETTLE_PAUSE).await;
+                        forward_patiently(
+                            &gateway,
+                            &conn,
+                            entry.request,
+                            entry.key,
+                            entry.patience,
+                        )
+                        .await;
+                    });
+                    return;
+                }
                 let follow = entry
                     .follow_since
                     .take()

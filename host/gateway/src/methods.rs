@@ -112,7 +112,7 @@ struct ById {
 /// Answers `request`.
 pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request) {
     // A session another host of the cluster serves: asked of that host.
-    if let Some(key) = crate::forward::forwardable(gateway, conn, &request) {
+    if let Some(key) = crate::forward::forwardable(gateway, conn, &request).await {
         return crate::forward::forward(gateway, conn, request, key).await;
     }
     let Request { id, method, params } = request;

@@ -75,6 +75,14 @@ impl Hub {
             .is_some_and(|partitions| !partitions.fences.owns(key))
     }
 
+    /// Whether this host owns `key`'s partition but is still taking it up.
+    pub fn taking_up(&self, key: &str) -> bool {
+        self.parts.partitions.as_ref().is_some_and(|partitions| {
+            partitions.fences.owns(key)
+                && !lock(&self.served_partitions).contains(&partition_of(key))
+        })
+    }
+
     /// This host has just gained `partition`: takes its sessions up (markers first, then their
     /// pending inputs and open turns, resumed under their run ids), and serves them from then on.
     pub async fn take_up_partition(&self, partition: u32) {
