@@ -9,7 +9,8 @@
 //! the journal and ends it once, and both the client that sent it and one that followed the
 //! session from the surviving host see the turn resume and end on their connections. The killed host, started again, is handed its share back and serves its
 //! session again (the follower on the other host following on); a host that stops gives its
-//! partitions back at once.
+//! partitions back at once. An approver connected to one host hears the other host's approval
+//! requests and answers them there.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -23,7 +24,9 @@ use std::time::{Duration, Instant};
 use clawcage_cluster::leases::{PARTITIONS, partition_of, partitions_won};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
+use clawcage_tests::llm_server::{
+    LlmServer, ReplyGate, anthropic, last_user, text_of, tool_result_of,
+};
 use clawcage_tests::nats::NatsServer;
 use serde_json::{Value, json};
 
@@ -377,4 +380,92 @@ async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
     assert_eq!(waited["payload"]["status"], "ok", "{waited}");
     let (exit, output) = host_b.terminate();
     assert!(exit.success(), "{output}");
+}
+
+/// An approver connected to one host hears the approvals the other host asks (its turns' tool
+/// calls) and answers them there: the command runs once, after the answer; a second answer is
+/// refused by the host that asked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approver_on_one_host_answers_the_other_hosts_approvals() {
+    let Some(nats) = NatsServer::start("an_approver_on_one_host") else {
+        return;
+    };
+    // The model runs `rm -r DIR` for "remove DIR", then repeats the tool's result.
+    let model = LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if let Some(result) = tool_result_of(&last) {
+            return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
+        }
+        match text_of(&last).strip_prefix("remove ") {
+            Some(dir) => anthropic::message(&[anthropic::tool(
+                "t1",
+                "exec",
+                json!({"command": format!("rm -r {dir}")}),
+            )]),
+            None => anthropic::message(&[anthropic::text("ok")]),
+        }
+    })
+    .await;
+    let extra = "serve = \"partitions\"\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n";
+    let workspace = tempfile::tempdir().unwrap();
+    std::fs::create_dir(workspace.path().join("build")).unwrap();
+    let a = Host::with(&nats.url(), model.url(), "host-a", extra);
+    let b = Host::with(&nats.url(), model.url(), "host-b", extra);
+    let host_a = GatewayProcess::start(a.gateway(workspace.path()));
+    let host_b = GatewayProcess::start(b.gateway(workspace.path()));
+    let both = ["host-a", "host-b"];
+    settled(&a, workspace.path(), &both).await;
+
+    // The approver connects to host-a; a turn of host-b's session asks.
+    let (mut approver, _) = GatewayClient::open(host_a.addr, None).await.unwrap();
+    let mut params = clawcage_tests::gateway_client::connect_params(TOKEN);
+    params["scopes"] = json!(["operator.approvals"]);
+    let hello = approver.request("connect", params).await;
+    assert_eq!(hello["ok"], true, "{hello}");
+    let session = session_of("host-b", &both, "approved");
+    let (mut client, _) = GatewayClient::connect(host_b.addr, TOKEN).await;
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "remove build"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let request = approver.event_named("exec.approval.requested").await;
+    assert_eq!(request["sessionKey"], session.as_str(), "{request}");
+    assert_eq!(request["summary"], "rm -r build", "{request}");
+    assert!(
+        workspace.path().join("build").exists(),
+        "nothing runs before the answer"
+    );
+    let id = request["id"].as_str().unwrap().to_string();
+    let answered = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(answered["ok"], true, "{answered}");
+    let resolved = approver.event_named("exec.approval.resolved").await;
+    assert_eq!(resolved["decision"], "allow-once", "{resolved}");
+    let waited = client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    assert!(
+        !workspace.path().join("build").exists(),
+        "the command ran once allowed"
+    );
+    let again = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(again["ok"], false, "a second answer is refused: {again}");
+    for host in [host_a, host_b] {
+        let (exit, output) = host.terminate();
+        assert!(exit.success(), "{output}");
+    }
 }

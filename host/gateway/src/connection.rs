@@ -439,6 +439,10 @@ pub async fn serve<S>(
         && let Some(approvals) = gateway.approvals.get()
     {
         approvals.connect(outbox.clone(), conn.client.approval_session.clone());
+        // With the hosts serving partitions, it hears every host's approvals.
+        if gateway.owners.get().is_some() && !conn.forwarded {
+            tokio::spawn(crate::forward::link_approver(gateway.clone(), conn.clone()));
+        }
     }
 
     let mut tick = tokio::time::interval(gateway.settings.tick_interval);

@@ -40,7 +40,11 @@ pub(crate) const FORWARDED_METHODS: &[&str] = &[
     "chat.abort",
     "sessions.reset",
     "sessions.delete",
+    "exec.approval.policy",
 ];
+
+/// How often an approver's links to the other hosts are looked at (a host joined or came back).
+const APPROVER_LINK_REFRESH: Duration = Duration::from_secs(2);
 
 /// Requests of one connection waiting for their owner's answer, at most.
 const MAX_FORWARDED_IN_FLIGHT: usize = 256;
@@ -159,10 +163,12 @@ struct Upstream {
     pending: Arc<Mutex<HashMap<String, Pending>>>,
 }
 
-/// A connection's forwarding: its connection to each owner it needed.
+/// A connection's forwarding: its connection to each owner it needed (for an approver, to every
+/// other host), and which host asked each approval it heard through them.
 #[derive(Default)]
 pub(crate) struct Forwarder {
     upstreams: tokio::sync::Mutex<HashMap<String, Upstream>>,
+    approvals: Mutex<HashMap<String, String>>,
 }
 
 /// The session `request` asks about, when it is to be forwarded from this host: the hosts
@@ -414,7 +420,7 @@ async fn carry(
                     let (Some(gateway), Some(conn)) = (gateway.upgrade(), conn.upgrade()) else {
                         break;
                     };
-                    from_owner(&gateway, &conn, &pending, text).await;
+                    from_owner(&gateway, &conn, &pending, &host, text).await;
                 }
                 Some(Ok(Message::Close(_))) | None | Some(Err(_)) => break,
                 Some(Ok(_)) => {}
@@ -459,6 +465,7 @@ async fn from_owner(
     gateway: &Arc<Gateway>,
     conn: &Arc<Conn>,
     pending: &Mutex<HashMap<String, Pending>>,
+    host: &str,
     text: Utf8Bytes,
 ) {
     let Ok(frame) = serde_json::from_str::<Value>(text.as_str()) else {
@@ -525,8 +532,131 @@ async fn from_owner(
                 .as_str()
                 .is_some_and(|name| name.starts_with("exec.approval")) =>
         {
+            // Its answer goes to the host that asked.
+            if frame["event"] == "exec.approval.requested"
+                && let Some(id) = frame["payload"]["id"].as_str()
+            {
+                let mut asked = clawcage_core::sync::lock(&conn.forwarder.approvals);
+                if asked.len() >= MAX_FORWARDED_IN_FLIGHT * 4 {
+                    asked.clear();
+                }
+                asked.insert(id.to_string(), host.to_string());
+            }
             conn.outbox.push(text);
         }
         _ => {}
+    }
+}
+
+/// The host that asked the approval `request` answers (`exec.approval.resolve {id}`), when it
+/// is another host whose request this connection heard.
+pub(crate) fn approval_host(conn: &Conn, request: &Request) -> Option<String> {
+    if request.method != "exec.approval.resolve" || conn.forwarded {
+        return None;
+    }
+    let id = request.params.get("id")?.as_str()?;
+    clawcage_core::sync::lock(&conn.forwarder.approvals)
+        .get(id)
+        .cloned()
+}
+
+/// Sends the answer `request` to `host`, which asked it, over the connection it came through.
+pub(crate) async fn answer_approval(conn: &Arc<Conn>, host: &str, request: Request) {
+    let upstreams = conn.forwarder.upstreams.lock().await;
+    let sent = match upstreams.get(host) {
+        Some(upstream) if !upstream.send.is_closed() => {
+            clawcage_core::sync::lock(&upstream.pending).insert(
+                request.id.to_string(),
+                Pending {
+                    request: request.clone(),
+                    patience: Instant::now(),
+                    method: request.method.clone(),
+                    key: String::new(),
+                    follow_since: None,
+                    answered: false,
+                },
+            );
+            let frame: Utf8Bytes = json!({
+                "type": "req",
+                "id": request.id,
+                "method": request.method,
+                "params": request.params,
+            })
+            .to_string()
+            .into();
+            upstream.send.send(frame).await.is_ok()
+        }
+        _ => false,
+    };
+    if !sent {
+        conn.respond(
+            &request.id,
+            Err(GatewayError::new(
+                Code::Unavailable,
+                format!(
+                    "host {host}, which asked this approval, went away; the turn resumes on another host, which asks again"
+                ),
+            )),
+        );
+    }
+}
+
+/// Keeps approver connection `conn` linked to every other live host of the cluster while it
+/// lives, so that it hears (and answers) the approvals every host asks: a host that joins or
+/// comes back is linked within [`APPROVER_LINK_REFRESH`].
+pub(crate) async fn link_approver(gateway: Arc<Gateway>, conn: Arc<Conn>) {
+    let Some(owners) = gateway.owners.get().cloned() else {
+        return;
+    };
+    let closed = conn.outbox.clone();
+    loop {
+        if let Ok(hosts) = owners.leases.live_hosts().await {
+            for record in hosts {
+                let host = record.holder.host.clone();
+                if host == owners.me {
+                    continue;
+                }
+                // Live: it holds its liveness lease (a dead host's record outlives it).
+                let alive = owners
+                    .leases
+                    .holder(&clawcage_cluster::ownership::host_lease(&host))
+                    .await
+                    .ok()
+                    .flatten()
+                    .is_some_and(|(holder, _)| holder == record.holder);
+                let Some(authority) = record
+                    .url
+                    .as_deref()
+                    .and_then(|url| url.strip_prefix("http://"))
+                    .and_then(|rest| rest.split('/').next())
+                    .filter(|authority| !authority.is_empty() && alive)
+                else {
+                    continue;
+                };
+                let mut upstreams = conn.forwarder.upstreams.lock().await;
+                if upstreams
+                    .get(&host)
+                    .is_some_and(|upstream| !upstream.send.is_closed())
+                {
+                    continue;
+                }
+                let target = Target {
+                    host: host.clone(),
+                    authority: authority.to_string(),
+                };
+                match open(&gateway, &conn, &owners, &target).await {
+                    Ok(upstream) => {
+                        upstreams.insert(host, upstream);
+                    }
+                    Err(why) => {
+                        tracing::debug!(%why, "cannot link an approver to another host yet")
+                    }
+                }
+            }
+        }
+        tokio::select! {
+            () = closed.closed() => return,
+            () = tokio::time::sleep(APPROVER_LINK_REFRESH) => {}
+        }
     }
 }

@@ -115,6 +115,9 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
     if let Some(key) = crate::forward::forwardable(gateway, conn, &request).await {
         return crate::forward::forward(gateway, conn, request, key).await;
     }
+    if let Some(host) = crate::forward::approval_host(conn, &request) {
+        return crate::forward::answer_approval(conn, &host, request).await;
+    }
     let Request { id, method, params } = request;
     let result = match method.as_str() {
         "health" => {
