@@ -469,3 +469,76 @@ async fn an_approver_on_one_host_answers_the_other_hosts_approvals() {
         assert!(exit.success(), "{output}");
     }
 }
+
+/// A webhook posted to one host for a session the other serves: taken once (the signature's
+/// replay refused on either host), run by the host serving the session, its answer in the
+/// session's history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhook_posted_to_one_host_runs_where_its_session_is_served() {
+    use clawcage_tests::channels::{post, signed_headers, unix_now};
+    let Some(nats) = NatsServer::start("a_webhook_posted_to_one_host") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|body| {
+        let (text, _) = last_user(body);
+        anthropic::message(&[anthropic::text(&format!("Answered: {text}"))])
+    })
+    .await;
+    let extra = format!(
+        "serve = \"partitions\"\n\n[channels.webhooks.ops]\nsecret_env = \"{}\"\n",
+        host::HOOK_SECRET_ENV
+    );
+    let workspace = tempfile::tempdir().unwrap();
+    let a = Host::with(&nats.url(), model.url(), "host-a", &extra);
+    let b = Host::with(&nats.url(), model.url(), "host-b", &extra);
+    let host_a = GatewayProcess::start(a.gateway(workspace.path()));
+    let host_b = GatewayProcess::start(b.gateway(workspace.path()));
+    let both = ["host-a", "host-b"];
+    settled(&a, workspace.path(), &both).await;
+    let live: Vec<String> = both.iter().map(|host| host.to_string()).collect();
+    let of_b = partitions_won("host-b", &live, PARTITIONS);
+    let peer = (0..10_000)
+        .map(|n| format!("peer-{n}"))
+        .find(|peer| of_b.contains(&partition_of(&format!("agent:main:webhook:ops:{peer}"))))
+        .unwrap();
+    let session = format!("agent:main:webhook:ops:{peer}");
+
+    let body = json!({"message": "deploy done", "peer": peer, "id": "d-1"})
+        .to_string()
+        .into_bytes();
+    let headers = signed_headers(host::HOOK_SECRET, unix_now(), &body);
+    let url = |addr: std::net::SocketAddr| format!("http://{addr}/hooks/ops");
+    let (status, text) = post(&url(host_a.addr), &headers, body.clone()).await;
+    assert_eq!(status, 202, "{text}");
+    let answer: Value = serde_json::from_str(&text).unwrap();
+    let run = answer["runId"].as_str().expect("the run's id").to_string();
+    for addr in [host_a.addr, host_b.addr] {
+        let (status, text) = post(&url(addr), &headers, body.clone()).await;
+        assert_eq!(status, 401, "a replay is refused on either host: {text}");
+    }
+    let (mut client, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
+    let waited = client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await
+        .to_string();
+    assert_eq!(
+        history.matches("Answered: deploy done").count(),
+        1,
+        "{history}"
+    );
+    let ran = format!("turn ended session=\"{session}\"");
+    assert!(
+        host_b.output().contains(&ran),
+        "host-b ran it: {}",
+        host_b.output()
+    );
+    assert!(!host_a.output().contains(&ran), "host-a did not");
+    for host in [host_a, host_b] {
+        let (exit, output) = host.terminate();
+        assert!(exit.success(), "{output}");
+    }
+}

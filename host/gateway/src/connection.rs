@@ -112,6 +112,28 @@ pub struct Conn {
 }
 
 impl Conn {
+    /// The gateway's own connection, behind `outbox`, for what reaches this host other than
+    /// through a client (a channel's message for a session another host serves): it presents
+    /// `connect_frame` to the hosts it asks.
+    pub(crate) fn internal(outbox: Outbox, connect_frame: Utf8Bytes) -> Self {
+        Self {
+            outbox,
+            client: ClientInfo {
+                id: "clawcage-gateway".to_string(),
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                mode: "internal".to_string(),
+                approver: false,
+                approval_session: None,
+            },
+            subscriptions: Mutex::new(HashSet::new()),
+            sends: Mutex::new(RateLimit::per_minute(u32::MAX)),
+            requests: Arc::new(Semaphore::new(MAX_REQUESTS_IN_FLIGHT)),
+            connect_frame,
+            forwarded: false,
+            forwarder: crate::forward::Forwarder::default(),
+        }
+    }
+
     /// Queues the response to `id`.
     pub fn respond(&self, id: &Value, result: Result<Value, GatewayError>) {
         let frame = match result {

@@ -327,9 +327,9 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     let serving_partitions = cluster_settings
         .as_ref()
         .is_some_and(|settings| settings.serve == ServeMode::Partitions);
-    if serving_partitions && runtime.channels().any() {
+    if serving_partitions && runtime.channels().telegram.is_some() {
         return Err(Error::Usage(
-            "[channels] are not served yet by a cluster whose hosts serve partitions ([cluster] serve = \"partitions\"): a channel's messages reach whichever host polls or is posted to. Use serve = \"active-standby\" with channels, or run them without [cluster]".to_string(),
+            "[channels.telegram] is not served yet by a cluster whose hosts serve partitions ([cluster] serve = \"partitions\"): one host would have to poll for all. Use serve = \"active-standby\" with Telegram (webhooks work with either)".to_string(),
         ));
     }
     let mut partitioned = None;
@@ -462,6 +462,10 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
             runtime.http_post(),
             Some(runtime.approvals().clone()),
             shutdown.clone(),
+            gateway
+                .owners
+                .get()
+                .map(|_| forward::HostClient::new(&gateway)),
         )?;
         let _ = channels_cell.set(Arc::downgrade(&started));
         let _ = gateway.channels.set(started);

@@ -138,6 +138,9 @@ pub(crate) struct Shared {
     pub(crate) shutdown: CancellationToken,
     /// The runtime's approvals, when its policy may ask a person.
     pub(crate) approvals: Option<ApprovalBroker>,
+    /// How a message for a session another host serves reaches it, when the hosts of a
+    /// cluster serve partitions.
+    pub(crate) other_hosts: Option<Arc<crate::forward::HostClient>>,
 }
 
 /// The running channels of a gateway.
@@ -156,8 +159,47 @@ pub(crate) enum Submitted {
     Refused(String),
 }
 
-/// Hands `text` from a channel to `key`'s lane.
-pub(crate) async fn submit(hub: &Hub, key: &str, text: String, idempotency: &str) -> Submitted {
+/// Hands `text` from a channel to `key`'s lane: this host's, or the lane of the host serving
+/// the session.
+pub(crate) async fn submit(
+    shared: &Shared,
+    key: &str,
+    text: String,
+    idempotency: &str,
+) -> Submitted {
+    let hub = &shared.hub;
+    if let Some(other_hosts) = &shared.other_hosts
+        && hub.served_elsewhere(key)
+    {
+        let answer = other_hosts
+            .request(
+                "chat.send",
+                json!({"sessionKey": key, "message": text, "idempotencyKey": idempotency}),
+            )
+            .await;
+        return match answer {
+            Ok(frame) if frame["ok"] == true => {
+                let payload = &frame["payload"];
+                match (payload["status"].as_str(), payload["runId"].as_str()) {
+                    (Some("dropped"), _) => Submitted::Refused(
+                        payload["reason"]
+                            .as_str()
+                            .unwrap_or("the session's queue refused the message")
+                            .to_string(),
+                    ),
+                    (_, Some(run)) => Submitted::Run(run.to_string()),
+                    _ => Submitted::Refused(format!("an unexpected answer: {payload}")),
+                }
+            }
+            Ok(frame) => Submitted::Refused(
+                frame["error"]["message"]
+                    .as_str()
+                    .unwrap_or("the host serving the session refused the message")
+                    .to_string(),
+            ),
+            Err(why) => Submitted::Refused(why),
+        };
+    }
     let mut refused = None;
     let sent = hub
         .send(key, text, Some(idempotency), None, |_, admission, _| {
@@ -237,12 +279,13 @@ impl Channels {
     /// A channel whose secret variable is unset is an error naming the variable. With
     /// `approvals`, a Telegram conversation of approved people hears its sessions' approval
     /// requests and answers them with `/approve`.
-    pub fn start(
+    pub(crate) fn start(
         hub: Arc<Hub>,
         config: &channel_config::Channels,
         post: HttpPost,
         approvals: Option<ApprovalBroker>,
         shutdown: CancellationToken,
+        other_hosts: Option<Arc<crate::forward::HostClient>>,
     ) -> Result<Arc<Channels>, Error> {
         let state_dir = hub.parts.state_dir.clone();
         let pairing = hub.parts.pairing();
@@ -252,6 +295,7 @@ impl Channels {
             pairing,
             shutdown,
             approvals,
+            other_hosts,
         });
         let telegram = match &config.telegram {
             Some(settings) => Some(telegram::Telegram::start(shared.clone(), settings)?),

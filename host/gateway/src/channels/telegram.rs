@@ -511,7 +511,7 @@ impl Telegram {
         let run = match (&pending.reply, &pending.session_key, &pending.text) {
             (None, Some(key), Some(text)) => {
                 match submit(
-                    &self.shared.hub,
+                    &self.shared,
                     key,
                     text.clone(),
                     &format!("telegram:{}", pending.update_id),

@@ -425,7 +425,7 @@ impl Webhooks {
             id.clone()
                 .unwrap_or_else(|| hex::encode(&signature[..16.min(signature.len())]))
         );
-        let run = match submit(&self.shared.hub, &key, message.to_string(), &idempotency).await {
+        let run = match submit(&self.shared, &key, message.to_string(), &idempotency).await {
             Submitted::Run(run) => run,
             Submitted::Refused(why) => {
                 return refuse(http::StatusCode::TOO_MANY_REQUESTS, &why);
