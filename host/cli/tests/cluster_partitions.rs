@@ -24,9 +24,7 @@ use std::time::{Duration, Instant};
 use clawcage_cluster::leases::{PARTITIONS, partition_of, partitions_won};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{
-    LlmServer, ReplyGate, anthropic, last_user, text_of, tool_result_of,
-};
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
 use clawcage_tests::nats::NatsServer;
 use serde_json::{Value, json};
 
@@ -390,22 +388,7 @@ async fn an_approver_on_one_host_answers_the_other_hosts_approvals() {
     let Some(nats) = NatsServer::start("an_approver_on_one_host") else {
         return;
     };
-    // The model runs `rm -r DIR` for "remove DIR", then repeats the tool's result.
-    let model = LlmServer::start_routed(|body| {
-        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        if let Some(result) = tool_result_of(&last) {
-            return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
-        }
-        match text_of(&last).strip_prefix("remove ") {
-            Some(dir) => anthropic::message(&[anthropic::tool(
-                "t1",
-                "exec",
-                json!({"command": format!("rm -r {dir}")}),
-            )]),
-            None => anthropic::message(&[anthropic::text("ok")]),
-        }
-    })
-    .await;
+    let model = host::removing_model().await;
     let extra = "serve = \"partitions\"\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n";
     let workspace = tempfile::tempdir().unwrap();
     std::fs::create_dir(workspace.path().join("build")).unwrap();
@@ -424,46 +407,7 @@ async fn an_approver_on_one_host_answers_the_other_hosts_approvals() {
     assert_eq!(hello["ok"], true, "{hello}");
     let session = session_of("host-b", &both, "approved");
     let (mut client, _) = GatewayClient::connect(host_b.addr, TOKEN).await;
-    let sent = client
-        .request(
-            "chat.send",
-            json!({"sessionKey": session, "message": "remove build"}),
-        )
-        .await;
-    assert_eq!(sent["ok"], true, "{sent}");
-    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
-    let request = approver.event_named("exec.approval.requested").await;
-    assert_eq!(request["sessionKey"], session.as_str(), "{request}");
-    assert_eq!(request["summary"], "rm -r build", "{request}");
-    assert!(
-        workspace.path().join("build").exists(),
-        "nothing runs before the answer"
-    );
-    let id = request["id"].as_str().unwrap().to_string();
-    let answered = approver
-        .request(
-            "exec.approval.resolve",
-            json!({"id": id, "decision": "allow-once"}),
-        )
-        .await;
-    assert_eq!(answered["ok"], true, "{answered}");
-    let resolved = approver.event_named("exec.approval.resolved").await;
-    assert_eq!(resolved["decision"], "allow-once", "{resolved}");
-    let waited = client
-        .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
-        .await;
-    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
-    assert!(
-        !workspace.path().join("build").exists(),
-        "the command ran once allowed"
-    );
-    let again = approver
-        .request(
-            "exec.approval.resolve",
-            json!({"id": id, "decision": "deny"}),
-        )
-        .await;
-    assert_eq!(again["ok"], false, "a second answer is refused: {again}");
+    host::approve_a_removal(&mut approver, &mut client, &session, workspace.path()).await;
     for host in [host_a, host_b] {
         let (exit, output) = host.terminate();
         assert!(exit.success(), "{output}");

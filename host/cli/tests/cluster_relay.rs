@@ -20,7 +20,7 @@ use std::time::Duration;
 use clawcage_tests::channels::{get, post, signed_headers, unix_now};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, text_of, tool_result_of};
+use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic};
 use clawcage_tests::nats::NatsServer;
 use serde_json::{Value, json};
 
@@ -302,22 +302,7 @@ async fn an_approver_connected_to_a_standby_answers_the_active_hosts_requests() 
     let Some(nats) = NatsServer::start("an_approver_connected_to_a_standby") else {
         return;
     };
-    // The model runs `rm -r DIR` for "remove DIR", then repeats the tool's result.
-    let model = LlmServer::start_routed(|body| {
-        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
-        if let Some(result) = tool_result_of(&last) {
-            return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
-        }
-        match text_of(&last).strip_prefix("remove ") {
-            Some(dir) => anthropic::message(&[anthropic::tool(
-                "t1",
-                "exec",
-                json!({"command": format!("rm -r {dir}")}),
-            )]),
-            None => anthropic::message(&[anthropic::text("ok")]),
-        }
-    })
-    .await;
+    let model = host::removing_model().await;
     let approvals = "[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\n";
     let workspace = tempfile::tempdir().unwrap();
     std::fs::create_dir(workspace.path().join("build")).unwrap();
@@ -345,47 +330,12 @@ async fn an_approver_connected_to_a_standby_answers_the_active_hosts_requests() 
 
     // A client of the active host asks for a command the allowlist does not cover.
     let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
-    let session = "agent:main:test:approved";
-    let sent = client
-        .request(
-            "chat.send",
-            json!({"sessionKey": session, "message": "remove build", "idempotencyKey": "a1"}),
-        )
-        .await;
-    assert_eq!(sent["ok"], true, "{sent}");
-    let run_id = sent["payload"]["runId"].as_str().unwrap().to_string();
-    let request = approver.event_named("exec.approval.requested").await;
-    assert_eq!(request["sessionKey"], session, "{request}");
-    assert_eq!(request["summary"], "rm -r build", "{request}");
-    assert!(
-        workspace.path().join("build").exists(),
-        "nothing runs before the answer"
-    );
-    let id = request["id"].as_str().unwrap().to_string();
-    let answered = approver
-        .request(
-            "exec.approval.resolve",
-            json!({"id": id, "decision": "allow-once"}),
-        )
-        .await;
-    assert_eq!(answered["ok"], true, "{answered}");
-    let resolved = approver.event_named("exec.approval.resolved").await;
-    assert_eq!(resolved["decision"], "allow-once", "{resolved}");
-    let waited = client
-        .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
-        .await;
-    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
-    assert!(
-        !workspace.path().join("build").exists(),
-        "the command ran once allowed"
-    );
-    // A second answer to the same request is refused: the first won.
-    let again = approver
-        .request(
-            "exec.approval.resolve",
-            json!({"id": id, "decision": "deny"}),
-        )
-        .await;
-    assert_eq!(again["ok"], false, "{again}");
+    host::approve_a_removal(
+        &mut approver,
+        &mut client,
+        "agent:main:test:approved",
+        workspace.path(),
+    )
+    .await;
     stop_both(active, standby).await;
 }

@@ -162,6 +162,37 @@ fn holder(settings: &ClusterSettings) -> Holder {
     }
 }
 
+/// Connects a gateway host's stores of the sessions on a runtime of their own (call on a
+/// blocking thread): the transcripts, the inboxes (their claims covered by the caller's lease,
+/// the gateway's or each partition's) and the shared records.
+fn connect_stores(
+    nats: &str,
+    options: &ClusterOptions,
+    owner: Holder,
+    redactor: Redactor,
+) -> Result<(JetStreamTranscripts, JetStreamInbox, KvRecords), String> {
+    let transcripts = JetStreamTranscripts::connect(nats, options, redactor)
+        .map_err(|error| error.to_string())?;
+    let inbox = JetStreamInbox::connect(nats, options, owner, Claims::CoveredByCaller)
+        .map_err(|error| error.to_string())?;
+    let records = KvRecords::connect(nats, options).map_err(|error| error.to_string())?;
+    Ok((transcripts, inbox, records))
+}
+
+/// The sessions' stores the agent runs on, from a host's connected stores.
+fn session_stores(
+    transcripts: JetStreamTranscripts,
+    inbox: JetStreamInbox,
+    records: &KvRecords,
+) -> SessionStores {
+    SessionStores {
+        transcripts: Arc::new(transcripts),
+        inbox: Arc::new(inbox),
+        cron_jobs: Some(Arc::new(records.record(records::CRON_RECORD))),
+        budget: Some(Arc::new(records.record(records::BUDGET_RECORD))),
+    }
+}
+
 /// Joins the cluster `settings` name: connects, announces this host (with `url`, where its
 /// clients connect), waits as a standby until the `gateway` lease is free (saying who is
 /// active, and telling `active_seen` who and where, for the relay of this standby's clients),
@@ -306,12 +337,7 @@ pub(crate) async fn join(
     let (nats, store_options, owner) = (settings.nats.clone(), options.clone(), me.clone());
     let by = format!("{} (epoch {})", me.host, lease.epoch());
     let (stores, records) = tokio::task::spawn_blocking(move || {
-        let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)
-            .map_err(|error| error.to_string())?;
-        let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)
-            .map_err(|error| error.to_string())?;
-        let records =
-            KvRecords::connect(&nats, &store_options).map_err(|error| error.to_string())?;
+        let (transcripts, inbox, records) = connect_stores(&nats, &store_options, owner, redactor)?;
         let started = std::time::Instant::now();
         let sessions = clawcage_agent::LaneInbox::sessions(&inbox)
             .and_then(|sessions| {
@@ -325,15 +351,7 @@ pub(crate) async fn join(
             ms = started.elapsed().as_millis() as u64,
             "took the cluster's sessions up"
         );
-        Ok::<_, String>((
-            SessionStores {
-                transcripts: Arc::new(transcripts),
-                inbox: Arc::new(inbox),
-                cron_jobs: Some(Arc::new(records.record(records::CRON_RECORD))),
-                budget: Some(Arc::new(records.record(records::BUDGET_RECORD))),
-            },
-            records,
-        ))
+        Ok::<_, String>((session_stores(transcripts, inbox, &records), records))
     })
     .await
     .map_err(|error| failed(settings, error))?

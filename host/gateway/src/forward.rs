@@ -293,14 +293,7 @@ async fn send_to(
     } else {
         None
     };
-    let frame: Utf8Bytes = json!({
-        "type": "req",
-        "id": request.id,
-        "method": request.method,
-        "params": request.params,
-    })
-    .to_string()
-    .into();
+    let frame = request_frame(request);
     let mut upstreams = conn.forwarder.upstreams.lock().await;
     let reusable = upstreams
         .get(&target.host)
@@ -353,6 +346,18 @@ async fn send_to(
         return Err(format!("host {} went away", target.host));
     }
     Ok(())
+}
+
+/// `request` as a frame, as its client sent it.
+fn request_frame(request: &Request) -> Utf8Bytes {
+    json!({
+        "type": "req",
+        "id": request.id,
+        "method": request.method,
+        "params": request.params,
+    })
+    .to_string()
+    .into()
 }
 
 /// Opens the client's connection to `target` with its `connect`, and the task that carries it.
@@ -576,15 +581,7 @@ pub(crate) async fn answer_approval(conn: &Arc<Conn>, host: &str, request: Reque
                     answered: false,
                 },
             );
-            let frame: Utf8Bytes = json!({
-                "type": "req",
-                "id": request.id,
-                "method": request.method,
-                "params": request.params,
-            })
-            .to_string()
-            .into();
-            upstream.send.send(frame).await.is_ok()
+            upstream.send.send(request_frame(&request)).await.is_ok()
         }
         _ => false,
     };

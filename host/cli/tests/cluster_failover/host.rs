@@ -11,7 +11,10 @@ use std::time::Duration;
 
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
+use clawcage_tests::llm_server::{
+    LlmServer, ReplyGate, anthropic, last_user, text_of, tool_result_of,
+};
+use serde_json::json;
 
 pub const TOKEN: &str = "cluster-failover-token";
 /// The webhook's signing secret and the variable that holds it.
@@ -171,4 +174,74 @@ pub async fn stop_both(
         .expect("the standby serves");
     let (exit, output) = standby.terminate();
     assert!(exit.success(), "{output}");
+}
+
+/// A model that runs `rm -r DIR` for "remove DIR", then repeats the tool's result.
+pub async fn removing_model() -> LlmServer {
+    LlmServer::start_routed(|body| {
+        let last = body["messages"].as_array().unwrap().last().unwrap().clone();
+        if let Some(result) = tool_result_of(&last) {
+            return anthropic::message(&[anthropic::text(&format!("RESULT: {result}"))]);
+        }
+        match text_of(&last).strip_prefix("remove ") {
+            Some(dir) => anthropic::message(&[anthropic::tool(
+                "t1",
+                "exec",
+                json!({"command": format!("rm -r {dir}")}),
+            )]),
+            None => anthropic::message(&[anthropic::text("ok")]),
+        }
+    })
+    .await
+}
+
+/// `client` asks `session` to remove `build` in `workspace` (a command the allowlist does not
+/// cover); `approver` hears the request and allows it once: nothing runs before the answer, the
+/// run ends `ok` with the directory gone, and a second answer is refused (the first won).
+pub async fn approve_a_removal(
+    approver: &mut GatewayClient,
+    client: &mut GatewayClient,
+    session: &str,
+    workspace: &Path,
+) {
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "remove build", "idempotencyKey": "a1"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run_id = sent["payload"]["runId"].as_str().unwrap().to_string();
+    let request = approver.event_named("exec.approval.requested").await;
+    assert_eq!(request["sessionKey"], session, "{request}");
+    assert_eq!(request["summary"], "rm -r build", "{request}");
+    assert!(
+        workspace.join("build").exists(),
+        "nothing runs before the answer"
+    );
+    let id = request["id"].as_str().unwrap().to_string();
+    let answered = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "allow-once"}),
+        )
+        .await;
+    assert_eq!(answered["ok"], true, "{answered}");
+    let resolved = approver.event_named("exec.approval.resolved").await;
+    assert_eq!(resolved["decision"], "allow-once", "{resolved}");
+    let waited = client
+        .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    assert!(
+        !workspace.join("build").exists(),
+        "the command ran once allowed"
+    );
+    let again = approver
+        .request(
+            "exec.approval.resolve",
+            json!({"id": id, "decision": "deny"}),
+        )
+        .await;
+    assert_eq!(again["ok"], false, "a second answer is refused: {again}");
 }

@@ -11,16 +11,18 @@ use std::sync::{Arc, Mutex};
 
 use clawcage_cluster::leases::PARTITIONS;
 use clawcage_cluster::{
-    Claims, Cluster, JetStreamInbox, JetStreamTranscripts, KvRecords, Leases, Ownership,
-    OwnershipOptions, PartitionChange, PartitionFences, records,
+    Cluster, Leases, Ownership, OwnershipOptions, PartitionChange, PartitionFences,
 };
 use clawcage_core::redact::Redactor;
+use clawcage_runtime::Error;
 use clawcage_runtime::cluster_config::ClusterSettings;
-use clawcage_runtime::{Error, SessionStores};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{Active, announce, check_workspace, cluster_options, failed, holder};
+use super::{
+    Active, announce, check_workspace, cluster_options, connect_stores, failed, holder,
+    session_stores,
+};
 use crate::hub::{Hub, Partitions, TakeUp};
 
 /// What a host serving its share of the partitions keeps beside its stores.
@@ -67,25 +69,15 @@ pub(crate) async fn join_partitions(
     let (nats, store_options, owner) = (settings.nats.clone(), options.clone(), me.clone());
     let by = format!("{} (partitions)", me.host);
     let (stores, records, take_up) = tokio::task::spawn_blocking(move || {
-        let transcripts = JetStreamTranscripts::connect(&nats, &store_options, redactor)
-            .map_err(|error| error.to_string())?;
         // The partition's fence covers the claim on each of its sessions.
-        let inbox = JetStreamInbox::connect(&nats, &store_options, owner, Claims::CoveredByCaller)
-            .map_err(|error| error.to_string())?;
-        let records =
-            KvRecords::connect(&nats, &store_options).map_err(|error| error.to_string())?;
+        let (transcripts, inbox, records) = connect_stores(&nats, &store_options, owner, redactor)?;
         let (marked_transcripts, marked_inbox) = (transcripts.clone(), inbox.clone());
         let take_up: TakeUp = Arc::new(move |sessions: &[String]| {
             marked_transcripts.take_up(sessions)?;
             marked_inbox.take_up(sessions, &by)
         });
         Ok::<_, String>((
-            SessionStores {
-                transcripts: Arc::new(transcripts),
-                inbox: Arc::new(inbox),
-                cron_jobs: Some(Arc::new(records.record(records::CRON_RECORD))),
-                budget: Some(Arc::new(records.record(records::BUDGET_RECORD))),
-            },
+            session_stores(transcripts, inbox, &records),
             records,
             take_up,
         ))
