@@ -27,9 +27,14 @@ use tokio::sync::mpsc;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
+mod approvers;
+mod host_client;
+pub(crate) use approvers::{answer_approval, approval_host, link_approver};
+pub(crate) use host_client::HostClient;
+
 use crate::Gateway;
 use crate::connection::Conn;
-use crate::protocol::{self, Code, GatewayError, Request};
+use crate::protocol::{Code, GatewayError, Request};
 use crate::relay::{Target, open_upstream};
 
 /// The methods forwarded to the host serving their session.
@@ -42,9 +47,6 @@ pub(crate) const FORWARDED_METHODS: &[&str] = &[
     "sessions.delete",
     "exec.approval.policy",
 ];
-
-/// How often an approver's links to the other hosts are looked at (a host joined or came back).
-const APPROVER_LINK_REFRESH: Duration = Duration::from_secs(2);
 
 /// Requests of one connection waiting for their owner's answer, at most.
 const MAX_FORWARDED_IN_FLIGHT: usize = 256;
@@ -550,204 +552,5 @@ async fn from_owner(
             conn.outbox.push(text);
         }
         _ => {}
-    }
-}
-
-/// The host that asked the approval `request` answers (`exec.approval.resolve {id}`), when it
-/// is another host whose request this connection heard.
-pub(crate) fn approval_host(conn: &Conn, request: &Request) -> Option<String> {
-    if request.method != "exec.approval.resolve" || conn.forwarded {
-        return None;
-    }
-    let id = request.params.get("id")?.as_str()?;
-    clawcage_core::sync::lock(&conn.forwarder.approvals)
-        .get(id)
-        .cloned()
-}
-
-/// Sends the answer `request` to `host`, which asked it, over the connection it came through.
-pub(crate) async fn answer_approval(conn: &Arc<Conn>, host: &str, request: Request) {
-    let upstreams = conn.forwarder.upstreams.lock().await;
-    let sent = match upstreams.get(host) {
-        Some(upstream) if !upstream.send.is_closed() => {
-            clawcage_core::sync::lock(&upstream.pending).insert(
-                request.id.to_string(),
-                Pending {
-                    request: request.clone(),
-                    patience: Instant::now(),
-                    method: request.method.clone(),
-                    key: String::new(),
-                    follow_since: None,
-                    answered: false,
-                },
-            );
-            upstream.send.send(request_frame(&request)).await.is_ok()
-        }
-        _ => false,
-    };
-    if !sent {
-        conn.respond(
-            &request.id,
-            Err(GatewayError::new(
-                Code::Unavailable,
-                format!(
-                    "host {host}, which asked this approval, went away; the turn resumes on another host, which asks again"
-                ),
-            )),
-        );
-    }
-}
-
-/// Keeps approver connection `conn` linked to every other live host of the cluster while it
-/// lives, so that it hears (and answers) the approvals every host asks: a host that joins or
-/// comes back is linked within [`APPROVER_LINK_REFRESH`].
-pub(crate) async fn link_approver(gateway: Arc<Gateway>, conn: Arc<Conn>) {
-    let Some(owners) = gateway.owners.get().cloned() else {
-        return;
-    };
-    let closed = conn.outbox.clone();
-    loop {
-        if let Ok(hosts) = owners.leases.live_hosts().await {
-            for record in hosts {
-                let host = record.holder.host.clone();
-                if host == owners.me {
-                    continue;
-                }
-                // Live: it holds its liveness lease (a dead host's record outlives it).
-                let alive = owners
-                    .leases
-                    .holder(&clawcage_cluster::ownership::host_lease(&host))
-                    .await
-                    .ok()
-                    .flatten()
-                    .is_some_and(|(holder, _)| holder == record.holder);
-                let Some(authority) = record
-                    .url
-                    .as_deref()
-                    .and_then(|url| url.strip_prefix("http://"))
-                    .and_then(|rest| rest.split('/').next())
-                    .filter(|authority| !authority.is_empty() && alive)
-                else {
-                    continue;
-                };
-                let mut upstreams = conn.forwarder.upstreams.lock().await;
-                if upstreams
-                    .get(&host)
-                    .is_some_and(|upstream| !upstream.send.is_closed())
-                {
-                    continue;
-                }
-                let target = Target {
-                    host: host.clone(),
-                    authority: authority.to_string(),
-                };
-                match open(&gateway, &conn, &owners, &target).await {
-                    Ok(upstream) => {
-                        upstreams.insert(host, upstream);
-                    }
-                    Err(why) => {
-                        tracing::debug!(%why, "cannot link an approver to another host yet")
-                    }
-                }
-            }
-        }
-        tokio::select! {
-            () = closed.closed() => return,
-            () = tokio::time::sleep(APPROVER_LINK_REFRESH) => {}
-        }
-    }
-}
-
-/// This host as a client of the hosts serving other sessions, for what reaches it other than
-/// through a client connection (a webhook's message): its requests go through the same
-/// dispatch as a client's, forwarded when another host serves their session, presenting the
-/// gateway's token (every host of a cluster has the same).
-pub(crate) struct HostClient {
-    gateway: Weak<Gateway>,
-    conn: Arc<Conn>,
-    waiting: Arc<Mutex<HashMap<String, tokio::sync::oneshot::Sender<Value>>>>,
-    next: std::sync::atomic::AtomicU64,
-}
-
-impl HostClient {
-    pub(crate) fn new(gateway: &Arc<Gateway>) -> Arc<Self> {
-        let (outbox, mut frames) =
-            crate::hub::Outbox::new(gateway.hub.next_id(), gateway.settings.send_queue);
-        let connect: Utf8Bytes = json!({
-            "type": "req",
-            "id": "connect",
-            "method": "connect",
-            "params": {
-                "minProtocol": protocol::PROTOCOL_VERSION,
-                "maxProtocol": protocol::PROTOCOL_VERSION,
-                "client": {"id": "clawcage-gateway", "version": env!("CARGO_PKG_VERSION"), "mode": "internal"},
-                "auth": {"token": gateway.settings.token.value()},
-            },
-        })
-        .to_string()
-        .into();
-        let waiting: Arc<Mutex<HashMap<String, tokio::sync::oneshot::Sender<Value>>>> =
-            Arc::new(Mutex::new(HashMap::new()));
-        let answered = waiting.clone();
-        // Its answers reach the waiting requests; the events its sends follow are dropped.
-        tokio::spawn(async move {
-            while let Some(frame) = frames.recv().await {
-                let Ok(frame) = serde_json::from_str::<Value>(frame.as_str()) else {
-                    continue;
-                };
-                if frame["type"] != "res" {
-                    continue;
-                }
-                let id = frame["id"].as_str().unwrap_or_default().to_string();
-                if let Some(waiter) = clawcage_core::sync::lock(&answered).remove(&id) {
-                    let _ = waiter.send(frame);
-                }
-            }
-        });
-        Arc::new(Self {
-            gateway: Arc::downgrade(gateway),
-            conn: Arc::new(Conn::internal(outbox, connect)),
-            waiting,
-            next: std::sync::atomic::AtomicU64::new(1),
-        })
-    }
-
-    /// Asks `method` with `params` of whichever host serves its session; the answer frame.
-    pub(crate) async fn request(&self, method: &str, params: Value) -> Result<Value, String> {
-        let gateway = self
-            .gateway
-            .upgrade()
-            .ok_or_else(|| "the gateway has stopped".to_string())?;
-        let id = format!(
-            "host-{}",
-            self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed)
-        );
-        let (answer, answered) = tokio::sync::oneshot::channel();
-        clawcage_core::sync::lock(&self.waiting).insert(id.clone(), answer);
-        let key = params.get("sessionKey").cloned();
-        crate::methods::dispatch(
-            &gateway,
-            &self.conn,
-            Request {
-                id: json!(id),
-                method: method.to_string(),
-                params,
-            },
-        )
-        .await;
-        let frame = tokio::time::timeout(FORWARD_PATIENCE * 2, answered).await;
-        clawcage_core::sync::lock(&self.waiting).remove(&id);
-        // What it asked needs no following here.
-        if let Some(Value::String(key)) = key {
-            gateway.hub.unsubscribe(&key, &self.conn.outbox);
-            self.conn.subscriptions().remove(&key);
-        }
-        match frame {
-            Ok(Ok(frame)) => Ok(frame),
-            _ => Err(format!(
-                "no answer to {method} within {} s",
-                (FORWARD_PATIENCE * 2).as_secs()
-            )),
-        }
     }
 }

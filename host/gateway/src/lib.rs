@@ -20,6 +20,7 @@ pub mod limits;
 mod methods;
 pub mod protocol;
 mod relay;
+mod status;
 pub use relay::relay_clients;
 mod stores;
 
@@ -273,7 +274,7 @@ fn running_info(state_dir: &Path) -> Option<Value> {
 pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     let state_dir = clawcage_runtime::state_dir(options.state_dir.as_deref())?;
     if matches!(args.command, Some(GatewayCommand::Status)) {
-        return status(&state_dir);
+        return status::status(&state_dir);
     }
     let Some(lock) = take_lock(&state_dir)? else {
         let at = running_info(&state_dir)
@@ -655,78 +656,5 @@ impl Hub {
             json!({"kind": "message", "channel": channel, "content": content}),
         ))
         .await;
-    }
-}
-
-/// `clawcage gateway status`.
-fn status(state_dir: &Path) -> Result<(), Error> {
-    match take_lock(state_dir)? {
-        None => {
-            let info = running_info(state_dir).unwrap_or_default();
-            let field = |name: &str| {
-                info.get(name)
-                    .map(|value| {
-                        value
-                            .as_str()
-                            .map_or_else(|| value.to_string(), str::to_string)
-                    })
-                    .unwrap_or_else(|| "?".to_string())
-            };
-            println!(
-                "a gateway runs on {} (pid {}) at {} · WebSocket {}",
-                state_dir.display(),
-                field("pid"),
-                field("url"),
-                field("ws")
-            );
-            if let Some(report) = channels::read_status(state_dir) {
-                print_channel_status(&report);
-            }
-            Ok(())
-        }
-        Some(_lock) => Err(Error::Failed(format!(
-            "no gateway runs on the state directory {}; start one with `clawcage gateway`",
-            state_dir.display()
-        ))),
-    }
-}
-
-/// The channels' lines of `clawcage gateway status`: each channel's state and the replies that
-/// could not be delivered.
-fn print_channel_status(report: &Value) {
-    if let Some(channels) = report.get("channels").and_then(Value::as_object) {
-        for (name, state) in channels {
-            let what = state.get("state").and_then(Value::as_str).unwrap_or("?");
-            let detail = state
-                .get("error")
-                .or_else(|| state.get("bot"))
-                .and_then(Value::as_str)
-                .map(|detail| format!(" ({detail})"))
-                .unwrap_or_default();
-            println!("channel {name}: {what}{detail}");
-        }
-    }
-    let failed = report
-        .get("failedDeliveries")
-        .and_then(Value::as_u64)
-        .unwrap_or(0);
-    if failed > 0 {
-        println!("{failed} replies could not be delivered; the latest:");
-        for failure in report
-            .get("recentFailures")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .rev()
-            .take(5)
-        {
-            println!(
-                "  {}:{} ({} characters): {}",
-                failure["channel"].as_str().unwrap_or("?"),
-                failure["peer"].as_str().unwrap_or("?"),
-                failure["chars"],
-                failure["error"].as_str().unwrap_or("?")
-            );
-        }
     }
 }
