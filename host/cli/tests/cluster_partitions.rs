@@ -10,7 +10,8 @@
 //! session from the surviving host see the turn resume and end on their connections. The killed host, started again, is handed its share back and serves its
 //! session again (the follower on the other host following on); a host that stops gives its
 //! partitions back at once. An approver connected to one host hears the other host's approval
-//! requests and answers them there.
+//! requests and answers them there; a webhook posted to one host runs where its session is
+//! served; one host polls Telegram, and another takes the polling over when it dies.
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
@@ -485,4 +486,79 @@ async fn a_webhook_posted_to_one_host_runs_where_its_session_is_served() {
         let (exit, output) = host.terminate();
         assert!(exit.success(), "{output}");
     }
+}
+
+/// Telegram with hosts serving partitions: one host polls (the holder of the `telegram` lease)
+/// and every message is answered once, whichever host serves its session; the poller killed,
+/// the other host takes the lease over and polls on from the journal, and the next message is
+/// answered once too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_host_polls_telegram_and_another_takes_over_when_it_dies() {
+    use clawcage_tests::channels::FakeBotApi;
+    const BOT_TOKEN: &str = "7000001:AAE-test-bot-token-Zq9xVb3RtY7uKw";
+    const BOT_TOKEN_ENV: &str = "CLAWCAGE_TEST_TELEGRAM_TOKEN";
+    let Some(nats) = NatsServer::start("one_host_polls_telegram") else {
+        return;
+    };
+    let model = LlmServer::start_routed(|body| {
+        let (text, _) = last_user(body);
+        anthropic::message(&[anthropic::text(&format!("Answered: {text}"))])
+    })
+    .await;
+    let bot = FakeBotApi::start(BOT_TOKEN).await;
+    let extra = format!(
+        "serve = \"partitions\"\n\n[channels.telegram]\ntoken_env = \"{BOT_TOKEN_ENV}\"\napi_base = \"{}\"\npoll_timeout_secs = 1\nallow_from = [42]\n",
+        bot.url()
+    );
+    let workspace = tempfile::tempdir().unwrap();
+    let hosts = [
+        Host::with(&nats.url(), model.url(), "host-a", &extra),
+        Host::with(&nats.url(), model.url(), "host-b", &extra),
+    ];
+    let start = |host: &Host| {
+        let mut command = host.gateway(workspace.path());
+        command.env(BOT_TOKEN_ENV, BOT_TOKEN);
+        GatewayProcess::start(command)
+    };
+    let mut processes = [Some(start(&hosts[0])), Some(start(&hosts[1]))];
+    settled(&hosts[0], workspace.path(), &["host-a", "host-b"]).await;
+
+    bot.private_message(42, "Ada", "hello one");
+    bot.wait_delivered(42, 1).await;
+    assert!(bot.delivered_texts(42)[0].contains("Answered: hello one"));
+    // Who polls: the holder of the `telegram` lease.
+    let output = hosts[0]
+        .command(workspace.path(), &["cluster", "status", "--json"])
+        .output()
+        .unwrap();
+    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
+    let poller = status["leases"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|lease| lease[0] == "telegram")
+        .and_then(|lease| lease[1]["host"].as_str())
+        .expect("one host holds the poller's lease")
+        .to_string();
+    let (dead, alive) = if poller == "host-a" { (0, 1) } else { (1, 0) };
+
+    let said = processes[dead].take().unwrap().kill();
+    assert!(!said.contains("panicked"), "{said}");
+    bot.private_message(42, "Ada", "hello two");
+    bot.wait_delivered(42, 2).await;
+    // Nothing more comes: each message answered once.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let texts = bot.delivered_texts(42);
+    assert_eq!(texts.len(), 2, "{texts:?}");
+    assert!(texts[1].contains("Answered: hello two"), "{texts:?}");
+    let survivor = processes[alive].take().unwrap();
+    assert!(
+        survivor
+            .output()
+            .contains("this host polls Telegram for the cluster"),
+        "{}",
+        survivor.output()
+    );
+    let (exit, output) = survivor.terminate();
+    assert!(exit.success(), "{output}");
 }

@@ -328,11 +328,6 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     let serving_partitions = cluster_settings
         .as_ref()
         .is_some_and(|settings| settings.serve == ServeMode::Partitions);
-    if serving_partitions && runtime.channels().telegram.is_some() {
-        return Err(Error::Usage(
-            "[channels.telegram] is not served yet by a cluster whose hosts serve partitions ([cluster] serve = \"partitions\"): one host would have to poll for all. Use serve = \"active-standby\" with Telegram (webhooks work with either)".to_string(),
-        ));
-    }
     let mut partitioned = None;
     let (active, listener) = match &cluster_settings {
         // Every host serves its share of the partitions at once: no standby, no relay.
@@ -434,6 +429,17 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
     };
     let gateway = Gateway::start(parts, settings).await;
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));
+    // The Telegram poller, when the hosts serve partitions: the one host holding its lease.
+    let poller_lease =
+        partitioned
+            .as_ref()
+            .zip(cluster_settings.as_ref())
+            .map(|(keeper, settings)| {
+                (
+                    keeper.leases.clone(),
+                    Duration::from_secs(settings.lease_secs),
+                )
+            });
     // The partitions are taken up as the keeper gains them, from now on.
     let ownership = partitioned.map(|keeper| {
         let _ = gateway.owners.set(forward::Owners::new(
@@ -467,6 +473,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
                 .owners
                 .get()
                 .map(|_| forward::HostClient::new(&gateway)),
+            poller_lease,
         )?;
         let _ = channels_cell.set(Arc::downgrade(&started));
         let _ = gateway.channels.set(started);

@@ -276,6 +276,8 @@ async fn raw_outcome(hub: &Hub, run_id: &str) -> Outcome {
 
 impl Channels {
     /// Starts the configured channels on `hub`: Telegram's long polling, the webhooks' routes.
+    /// With `poller_lease` (the cluster's leases and their time to live, when its hosts serve
+    /// partitions), Telegram is polled only while this host holds the poller's lease.
     /// A channel whose secret variable is unset is an error naming the variable. With
     /// `approvals`, a Telegram conversation of approved people hears its sessions' approval
     /// requests and answers them with `/approve`.
@@ -286,6 +288,7 @@ impl Channels {
         approvals: Option<ApprovalBroker>,
         shutdown: CancellationToken,
         other_hosts: Option<Arc<crate::forward::HostClient>>,
+        poller_lease: Option<(clawcage_cluster::Leases, std::time::Duration)>,
     ) -> Result<Arc<Channels>, Error> {
         let state_dir = hub.parts.state_dir.clone();
         let pairing = hub.parts.pairing();
@@ -298,7 +301,24 @@ impl Channels {
             other_hosts,
         });
         let telegram = match &config.telegram {
-            Some(settings) => Some(telegram::Telegram::start(shared.clone(), settings)?),
+            // Every host of the cluster sends; the one holding the poller's lease polls.
+            Some(settings) => match poller_lease {
+                Some((leases, ttl)) => {
+                    let sender = telegram::Telegram::sender(shared.clone(), settings)?;
+                    tokio::spawn(telegram::poll_while_leased(
+                        shared.clone(),
+                        settings.clone(),
+                        leases,
+                        ttl,
+                    ));
+                    Some(sender)
+                }
+                None => Some(telegram::Telegram::start(
+                    shared.clone(),
+                    settings,
+                    shared.shutdown.clone(),
+                )?),
+            },
             None => None,
         };
         let webhooks = if config.webhooks.is_empty() {

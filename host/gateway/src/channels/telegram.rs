@@ -29,6 +29,7 @@ use clawcage_runtime::channel_config::{
 };
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use clawcage_agent::approvals::{OperatorEvent, OperatorFilter};
 use clawcage_core::command::{Command, CommandError};
@@ -36,6 +37,8 @@ use clawcage_core::command::{Command, CommandError};
 mod api;
 mod format;
 mod journal;
+mod poller_lease;
+pub(crate) use poller_lease::poll_while_leased;
 
 use api::{Api, ApiError};
 pub use format::{escape_html, split_message};
@@ -85,6 +88,9 @@ pub struct Telegram {
     chats: Mutex<HashMap<Chat, mpsc::UnboundedSender<Job>>>,
     /// The sessions whose approval requests are posted to their chat.
     operators: Mutex<std::collections::HashSet<String>>,
+    /// Cancelled when this poller stops: the gateway stops, or (a cluster whose hosts serve
+    /// partitions) this host no longer holds the poller's lease.
+    stop: CancellationToken,
 }
 
 /// The next wait of an exponential backoff: 1, 2, 4, … 30 seconds.
@@ -100,8 +106,29 @@ fn refused_token_wait(refusals: u32) -> Duration {
 }
 
 impl Telegram {
-    /// Reads the journal and starts polling.
-    pub(crate) fn start(shared: Arc<Shared>, settings: &Settings) -> Result<Arc<Telegram>, Error> {
+    /// Reads the journal and starts polling, until `stop`.
+    pub(crate) fn start(
+        shared: Arc<Shared>,
+        settings: &Settings,
+        stop: CancellationToken,
+    ) -> Result<Arc<Telegram>, Error> {
+        let telegram = Self::new(shared, settings, stop)?;
+        tokio::spawn(telegram.clone().poll());
+        Ok(telegram)
+    }
+
+    /// The channel without its poller: it sends (the `message` tool's deliveries) but takes no
+    /// update (another host of the cluster polls).
+    pub(crate) fn sender(shared: Arc<Shared>, settings: &Settings) -> Result<Arc<Telegram>, Error> {
+        let stop = shared.shutdown.clone();
+        Self::new(shared, settings, stop)
+    }
+
+    fn new(
+        shared: Arc<Shared>,
+        settings: &Settings,
+        stop: CancellationToken,
+    ) -> Result<Arc<Telegram>, Error> {
         let Some(token) = &settings.token else {
             return Err(Error::Usage(format!(
                 "[channels.telegram] needs the bot token in the environment variable {}: export {}=<the token @BotFather gave you> before `clawcage gateway`, or remove [channels.telegram]",
@@ -117,15 +144,15 @@ impl Telegram {
             bot: OnceLock::new(),
             chats: Mutex::new(HashMap::new()),
             operators: Mutex::new(std::collections::HashSet::new()),
+            stop,
         });
-        tokio::spawn(telegram.clone().poll());
         Ok(telegram)
     }
 
     async fn sleep(&self, wait: Duration) -> bool {
         tokio::select! {
             () = tokio::time::sleep(wait) => true,
-            () = self.shared.shutdown.cancelled() => false,
+            () = self.stop.cancelled() => false,
         }
     }
 
@@ -139,7 +166,7 @@ impl Telegram {
         let bot = loop {
             let me = tokio::select! {
                 me = self.api.call("getMe", &nothing) => me,
-                () = self.shared.shutdown.cancelled() => return,
+                () = self.stop.cancelled() => return,
             };
             let wait = match me {
                 Ok(me) => {
@@ -210,7 +237,7 @@ impl Telegram {
             }
             let answer = tokio::select! {
                 answer = self.api.call("getUpdates", &request) => answer,
-                () = self.shared.shutdown.cancelled() => return,
+                () = self.stop.cancelled() => return,
             };
             let wait = match answer {
                 Ok(Value::Array(updates)) => {
@@ -473,7 +500,7 @@ impl Telegram {
             loop {
                 let event = tokio::select! {
                     event = operator.next() => event,
-                    () = telegram.shared.shutdown.cancelled() => return,
+                    () = telegram.stop.cancelled() => return,
                 };
                 let text = match event {
                     None => return,
@@ -601,7 +628,7 @@ impl Telegram {
                 reply,
             )
             .await;
-        if self.shared.shutdown.is_cancelled() && sent.is_err() {
+        if self.stop.is_cancelled() && sent.is_err() {
             return;
         }
         if let Err(error) = sent {
