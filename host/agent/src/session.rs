@@ -202,6 +202,9 @@ struct Shared {
     budget: std::sync::OnceLock<Arc<Budget>>,
     /// Set by [`Sessions::halt`]: the lanes stop where they stand.
     halted: watch::Sender<bool>,
+    /// Sessions whose lanes take no next job ([`Sessions::hold`]): their running turn ends,
+    /// what waits stays queued.
+    held: Mutex<HashSet<String>>,
 }
 
 impl Shared {
@@ -386,6 +389,7 @@ impl Sessions {
                     listener: Mutex::new(None),
                     budget: std::sync::OnceLock::new(),
                     halted: watch::Sender::new(false),
+                    held: Mutex::new(HashSet::new()),
                 }),
                 lanes: Mutex::new(HashMap::new()),
                 open: watch::Sender::new(true),
@@ -418,6 +422,14 @@ impl Sessions {
         lock(&self.inner.shared.waiters).clear();
     }
 
+    /// Session `key`'s lane takes no next job from now on: its running turn goes on to its end,
+    /// and what waits stays queued (and recorded in the inbox) for whoever serves the session
+    /// next. For a host handing the session's partition over: it lets the running turn end,
+    /// then lets the session go ([`Sessions::let_go`]).
+    pub fn hold(&self, key: &str) {
+        lock(&self.inner.shared.held).insert(key.to_string());
+    }
+
     /// Stop serving session `key` here, as [`Sessions::halt`] stops every session: its lane
     /// stops where it stands (what the running turn did so far is in the journal), its waiters
     /// hear [`AgentError::LaneClosed`], and what this process knew of it (its queue, its
@@ -426,6 +438,7 @@ impl Sessions {
     /// For a host that hands a partition of the sessions over or lost it.
     pub fn let_go(&self, key: &str) {
         let shared = &self.inner.shared;
+        lock(&shared.held).remove(key);
         if let Some(lane) = lock(&self.inner.lanes).remove(key) {
             lane.abort();
         }

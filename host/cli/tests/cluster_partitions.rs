@@ -562,3 +562,90 @@ async fn one_host_polls_telegram_and_another_takes_over_when_it_dies() {
     let (exit, output) = survivor.terminate();
     assert!(exit.success(), "{output}");
 }
+
+/// A partition handed over to a host that joins lets the turn running in it end first: the
+/// host that held it takes no new input for it, waits for the turn (within the hand-over's
+/// grace), and only then gives the partition up; the turn ends there once, the model asked once,
+/// and the session goes on on the host that joined.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_over_lets_the_running_turn_end_first() {
+    let Some(nats) = NatsServer::start("a_hand_over_lets_the_turn_end") else {
+        return;
+    };
+    let gate = ReplyGate::new();
+    let model = model_holding_slow_ones(&gate).await;
+    let workspace = tempfile::tempdir().unwrap();
+    let (a, b) = (
+        partitioned(&nats, &model, "host-a"),
+        partitioned(&nats, &model, "host-b"),
+    );
+    let host_a = GatewayProcess::start(a.gateway(workspace.path()));
+    settled(&a, workspace.path(), &["host-a"]).await;
+    // A session host-b will be handed once it joins; its turn waits for the model on host-a.
+    let both = ["host-a", "host-b"];
+    let session = session_of("host-b", &both, "handed");
+    let (mut client, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "slow handed"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    gate.reached(1).await;
+
+    let command = b.gateway(workspace.path());
+    let joining = tokio::task::spawn_blocking(move || GatewayProcess::start(command));
+    // Once host-a is handing the partition over, the model answers.
+    let asked = Instant::now();
+    while !host_a
+        .output()
+        .contains("handing a partition over: its running turns may end first")
+    {
+        assert!(
+            asked.elapsed() < Duration::from_secs(60),
+            "host-a never handed the partition over: {}",
+            host_a.output()
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    gate.open();
+    let events = until_run_ends(&mut client, &run).await;
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|event| event["runId"] == run.as_str() && event["stream"] == "lifecycle")
+        .filter_map(|event| event["data"]["phase"].as_str())
+        .collect();
+    assert_eq!(phases.last(), Some(&"end"), "{phases:?}");
+    assert!(
+        !phases.contains(&"resumed"),
+        "the turn was not cut: {phases:?}"
+    );
+    let host_b = joining.await.unwrap();
+    settled(&a, workspace.path(), &both).await;
+    let asked_for_it = model
+        .bodies()
+        .iter()
+        .filter(|body| last_user(body).0 == "slow handed")
+        .count();
+    assert_eq!(asked_for_it, 1, "the model was asked once");
+    let ended = format!("turn ended session=\"{session}\"");
+    assert!(host_a.output().contains(&ended), "{}", host_a.output());
+    assert!(!host_b.output().contains(&ended), "{}", host_b.output());
+
+    // The session goes on on host-b (forwarded there from host-a).
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "after"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    until_run_ends(&mut client, sent["payload"]["runId"].as_str().unwrap()).await;
+    assert!(host_b.output().contains(&ended), "{}", host_b.output());
+    for host in [host_a, host_b] {
+        let (exit, output) = host.terminate();
+        assert!(exit.success(), "{output}");
+    }
+}

@@ -449,7 +449,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         tokio::spawn(cluster::serve_partitions(
             gateway.hub.clone(),
             keeper.changes,
-            keeper.partitions.fences,
+            keeper.partitions,
         ));
         keeper.ownership
     });

@@ -53,9 +53,14 @@ async fn lane(shared: &Arc<Shared>, key: &str, mut open: watch::Receiver<bool>) 
     let mut closing = false;
     loop {
         changes.borrow_and_update();
-        let next = with_state(shared.queue.as_ref(), &key, |state| {
-            state.next_job(now_ms())
-        });
+        let next = if lock(&shared.held).contains(&key) {
+            // Held for a hand-over: nothing more starts here.
+            NextJob::Idle
+        } else {
+            with_state(shared.queue.as_ref(), &key, |state| {
+                state.next_job(now_ms())
+            })
+        };
         match next {
             NextJob::Idle if closing => break,
             NextJob::Idle => {

@@ -108,7 +108,12 @@ pub(crate) async fn join_partitions(
         Partitioned {
             ownership,
             changes,
-            partitions: Partitions { fences, take_up },
+            partitions: Partitions {
+                fences,
+                take_up,
+                // Within the keeper's grace (half a lease), before its fence shuts.
+                hand_over_patience: options.lease_ttl * 2 / 5,
+            },
             leases,
             me: host,
         },
@@ -117,12 +122,14 @@ pub(crate) async fn join_partitions(
 
 /// Carries out what the partition keeper reports, in order, for as long as it reports: a
 /// partition gained is held (its fence and epoch) and its sessions taken up; one to hand over
-/// is let go, its events stored, and only then given up; one lost is given up and let go.
+/// lets its running turns end (a while), is let go, its events stored, and only then given up;
+/// one lost is given up and let go.
 pub(crate) async fn serve_partitions(
     hub: Arc<Hub>,
     mut changes: mpsc::UnboundedReceiver<PartitionChange>,
-    fences: PartitionFences,
+    partitions: Partitions,
 ) {
+    let (fences, patience) = (partitions.fences, partitions.hand_over_patience);
     while let Some(change) = changes.recv().await {
         match change {
             PartitionChange::Gained {
@@ -134,7 +141,7 @@ pub(crate) async fn serve_partitions(
                 hub.take_up_partition(partition).await;
             }
             PartitionChange::Release { partition, done } => {
-                hub.let_go_partition(partition).await;
+                hub.hand_over_partition(partition, patience).await;
                 fences.let_go(partition);
                 let _ = done.send(());
             }

@@ -27,6 +27,9 @@ pub struct Partitions {
     pub fences: PartitionFences,
     /// How a gained partition's sessions are taken up.
     pub take_up: TakeUp,
+    /// How long a partition handed over lets its running turns end first (shorter than the
+    /// keeper's grace, after which the partition's fence shuts anyway).
+    pub hand_over_patience: std::time::Duration,
 }
 
 impl Hub {
@@ -138,6 +141,39 @@ impl Hub {
                 "took a partition's sessions up"
             );
         }
+    }
+
+    /// This host hands `partition` over to another host: it takes no new input for it, lets
+    /// the turns running in its sessions go on to their end for up to `patience` (their lanes
+    /// start nothing after them; what waits stays pending for the next holder), then lets the
+    /// partition go ([`Hub::let_go_partition`]). A turn still running then is cut where it
+    /// stands, as a crash would cut it, and the next holder resumes it.
+    pub async fn hand_over_partition(&self, partition: u32, patience: std::time::Duration) {
+        lock(&self.served_partitions).remove(&partition);
+        let leaving: Vec<Arc<SessionHub>> = lock(&self.sessions)
+            .values()
+            .filter(|session| partition_of(&session.key) == partition)
+            .cloned()
+            .collect();
+        for session in &leaving {
+            self.parts.sessions.hold(&session.key);
+        }
+        let running = |session: &Arc<SessionHub>| {
+            let mut state = session.lock();
+            self.settle_current(&session.key, &mut state);
+            state.current.is_some()
+        };
+        if leaving.iter().any(running) {
+            tracing::info!(
+                partition,
+                "handing a partition over: its running turns may end first"
+            );
+            let deadline = std::time::Instant::now() + patience;
+            while std::time::Instant::now() < deadline && leaving.iter().any(running) {
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            }
+        }
+        self.let_go_partition(partition).await;
     }
 
     /// This host no longer serves `partition` (handed over, or lost): its sessions' lanes stop
