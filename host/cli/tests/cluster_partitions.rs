@@ -286,28 +286,14 @@ async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
             .any(|event| event["runId"] == run.as_str() && event["data"]["phase"] == "resumed"),
         "{sender_saw:?}"
     );
-    let waited = client_a
-        .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
-        .await;
-    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
-    let history = client_a
-        .request("chat.history", json!({"sessionKey": of_b}))
-        .await
-        .to_string();
-    assert_eq!(
-        history.matches("Answered: slow one").count(),
-        1,
-        "the turn ended once: {history}"
-    );
-    // host-a serves the session now: it takes its messages, and knows its idempotency keys.
-    let again = client_a
-        .request(
-            "chat.send",
-            json!({"sessionKey": of_b, "message": "slow one", "idempotencyKey": "k-slow"}),
-        )
-        .await;
-    assert_eq!(again["payload"]["runId"], run.as_str(), "{again}");
-    assert_eq!(again["payload"]["duplicate"], true, "{again}");
+    // host-a serves the session now: it knows its idempotency keys.
+    host::ended_once(
+        &mut client_a,
+        &run,
+        &of_b,
+        ("slow one", "k-slow", "Answered: slow one"),
+    )
+    .await;
 
     // host-b comes back: host-a hands its share over (each partition let go before it is given
     // up), and host-b serves the session again; host-a's follower follows what host-b writes.

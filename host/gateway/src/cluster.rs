@@ -193,6 +193,25 @@ fn session_stores(
     }
 }
 
+/// Connects this host to the cluster `settings` name with `options`: checks that `workspace`
+/// is the cluster's, and opens the leases as this process's holder.
+async fn connect_host(
+    settings: &ClusterSettings,
+    options: &ClusterOptions,
+    workspace: &Path,
+) -> Result<(Cluster, Holder, Leases), Error> {
+    let cluster = Cluster::connect(&settings.nats, options)
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    check_workspace(&cluster, workspace).await?;
+    let me = holder(settings);
+    let leases = cluster
+        .leases(me.clone())
+        .await
+        .map_err(|error| Error::Failed(error.to_string()))?;
+    Ok((cluster, me, leases))
+}
+
 /// Joins the cluster `settings` name: connects, announces this host (with `url`, where its
 /// clients connect), waits as a standby until the `gateway` lease is free (saying who is
 /// active, and telling `active_seen` who and where, for the relay of this standby's clients),
@@ -210,15 +229,7 @@ pub(crate) async fn join(
     // the lease is taken, open while it is renewed in time, shut for good once it is lost.
     let fence = WriteFence::shut_until_held();
     options.write_fences = fence.clone().into();
-    let cluster = Cluster::connect(&settings.nats, &options)
-        .await
-        .map_err(|error| Error::Failed(error.to_string()))?;
-    check_workspace(&cluster, workspace).await?;
-    let me = holder(settings);
-    let leases = cluster
-        .leases(me.clone())
-        .await
-        .map_err(|error| Error::Failed(error.to_string()))?;
+    let (cluster, me, leases) = connect_host(settings, &options, workspace).await?;
     let started_ms = clawcage_agent::transcript::now_ms();
     tokio::spawn(announce(
         leases.clone(),

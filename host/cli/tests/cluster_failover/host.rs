@@ -245,3 +245,36 @@ pub async fn approve_a_removal(
         .await;
     assert_eq!(again["ok"], false, "a second answer is refused: {again}");
 }
+
+/// Through `client`, run `run_id` (sent to `session` as `message` under `key`) ended `ok`, its
+/// `answer` is in the history once, and the key sent again is a duplicate of that run: a turn
+/// that another host resumed ended exactly once.
+pub async fn ended_once(
+    client: &mut GatewayClient,
+    run_id: &str,
+    session: &str,
+    (message, key, answer): (&str, &str, &str),
+) {
+    let waited = client
+        .request("agent.wait", json!({"runId": run_id, "timeoutMs": 60000}))
+        .await;
+    assert_eq!(waited["ok"], true, "{waited}");
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await
+        .to_string();
+    assert_eq!(
+        history.matches(answer).count(),
+        1,
+        "the turn ended once: {history}"
+    );
+    let again = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": message, "idempotencyKey": key}),
+        )
+        .await;
+    assert_eq!(again["payload"]["runId"], run_id, "{again}");
+    assert_eq!(again["payload"]["duplicate"], true, "{again}");
+}

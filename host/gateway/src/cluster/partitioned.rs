@@ -10,9 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use clawcage_cluster::leases::PARTITIONS;
-use clawcage_cluster::{
-    Cluster, Leases, Ownership, OwnershipOptions, PartitionChange, PartitionFences,
-};
+use clawcage_cluster::{Leases, Ownership, OwnershipOptions, PartitionChange, PartitionFences};
 use clawcage_core::redact::Redactor;
 use clawcage_runtime::Error;
 use clawcage_runtime::cluster_config::ClusterSettings;
@@ -20,8 +18,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{
-    Active, announce, check_workspace, cluster_options, connect_stores, failed, holder,
-    session_stores,
+    Active, announce, cluster_options, connect_host, connect_stores, failed, session_stores,
 };
 use crate::hub::{Hub, Partitions, TakeUp};
 
@@ -51,15 +48,7 @@ pub(crate) async fn join_partitions(
     let mut options = cluster_options(settings, "gateway");
     let fences = PartitionFences::new();
     options.write_fences = fences.clone().into();
-    let cluster = Cluster::connect(&settings.nats, &options)
-        .await
-        .map_err(|error| Error::Failed(error.to_string()))?;
-    check_workspace(&cluster, workspace).await?;
-    let me = holder(settings);
-    let leases = cluster
-        .leases(me.clone())
-        .await
-        .map_err(|error| Error::Failed(error.to_string()))?;
+    let (cluster, me, leases) = connect_host(settings, &options, workspace).await?;
     tokio::spawn(announce(
         leases.clone(),
         Arc::new(Mutex::new(Some(url))),
