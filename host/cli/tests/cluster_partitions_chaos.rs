@@ -5,8 +5,11 @@
 //! started again (at once, or after its partitions moved: the others take them over, and it is
 //! handed its share back when it returns). A send answered `UNAVAILABLE` or cut by a kill is
 //! sent again with its key through another host, and a wait cut by a kill is waited again
-//! elsewhere. Then every session's history holds each answer exactly once, in the order sent,
-//! and every run ended `ok`. Two seeds, one fixed and one new each run, each printed;
+//! elsewhere. A client follows one session throughout, through one host after another,
+//! subscribing again from the last event it saw whenever its connection ends. Then every
+//! session's history holds each answer exactly once, in the order sent, every run ended `ok`,
+//! and the following client saw exactly that session's event log: each event once, in order,
+//! none missed. Two seeds, one fixed and one new each run, each printed;
 //! `CLAWCAGE_CHAOS_SEED` replays one.
 #![allow(
     clippy::unwrap_used,
@@ -23,7 +26,7 @@ use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user};
 use clawcage_tests::nats::NatsServer;
 use clawcage_tests::seeded::Seeded;
-use serde_json::json;
+use serde_json::{Value, json};
 
 #[path = "cluster_failover/host.rs"]
 #[allow(
@@ -137,6 +140,67 @@ async fn deliver(
     }
 }
 
+/// Follows `key`'s events from its first, as a client whose host dies would: through one live
+/// host after another, subscribing again from the last event it saw whenever its connection
+/// ends. Every event seen is pushed to `seen`.
+async fn watch(addresses: Addresses, key: String, seen: Arc<Mutex<Vec<Value>>>) {
+    let mut turn = 0usize;
+    loop {
+        turn += 1;
+        let hosts = live(&addresses);
+        if hosts.is_empty() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        let addr = hosts[turn % hosts.len()];
+        let since = seen
+            .lock()
+            .unwrap()
+            .last()
+            .and_then(|event| event["seq"].as_u64())
+            .unwrap_or(0);
+        let subscribed = async {
+            let (mut client, _) = GatewayClient::try_connect(addr, TOKEN).await?;
+            let id = client
+                .try_send_request(
+                    "sessions.subscribe",
+                    json!({"sessionKey": key, "since": since}),
+                )
+                .await?;
+            let answer = client.try_response(&id).await?;
+            if answer["ok"] != true {
+                return Err(format!("{answer}"));
+            }
+            Ok::<_, String>(client)
+        };
+        let Ok(mut client) = subscribed.await else {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        };
+        let mut probed = Instant::now();
+        loop {
+            // The host may die: its connection's end is found by a request that cannot be sent.
+            if probed.elapsed() >= Duration::from_millis(500) {
+                probed = Instant::now();
+                if client.try_send_request("health", json!({})).await.is_err() {
+                    break;
+                }
+            }
+            match client.next_event(Duration::from_millis(200)).await {
+                Some(event)
+                    if event["event"] == "agent" && event["payload"]["sessionKey"] == key =>
+                {
+                    seen.lock().unwrap().push(event["payload"].clone());
+                }
+                Some(_) | None => {}
+            }
+        }
+    }
+}
+
+/// The session the watcher follows.
+const WATCHED: &str = "agent:main:chaos:p0";
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_stay_whole_while_hosts_serving_partitions_die_and_come_back() {
     // Two seeds: one fixed (the same run every time) and one new each run; or the one given.
@@ -193,6 +257,13 @@ async fn chaos(seed: u64) -> bool {
             .collect(),
     ));
     let began = Instant::now();
+    // A client following one session throughout, from host to host.
+    let watched: Arc<Mutex<Vec<Value>>> = Arc::default();
+    let watching = tokio::spawn(watch(
+        addresses.clone(),
+        WATCHED.to_string(),
+        watched.clone(),
+    ));
 
     let senders: Vec<_> = (0..SESSIONS)
         .map(|session| {
@@ -265,6 +336,57 @@ async fn chaos(seed: u64) -> bool {
     // Every answer exactly once, in the order sent.
     let addr = live(&addresses)[0];
     let (mut client, _) = GatewayClient::connect(addr, TOKEN).await;
+    // The watcher saw the watched session's log exactly: each event once, in order, none
+    // missed, through every kill.
+    let subscribed = client
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": WATCHED, "since": 0}),
+        )
+        .await;
+    assert_eq!(subscribed["ok"], true, "{subscribed}");
+    let last = subscribed["payload"]["lastSeq"].as_u64().unwrap();
+    let log: Vec<Value> = client
+        .agent_events_until(Duration::from_secs(60), |event| {
+            event["sessionKey"] == WATCHED && event["seq"] == last
+        })
+        .await
+        .into_iter()
+        .filter(|event| event["sessionKey"] == WATCHED)
+        .collect();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while watched
+        .lock()
+        .unwrap()
+        .last()
+        .and_then(|event| event["seq"].as_u64())
+        < Some(last)
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the watching client stopped at {:?} of {last} (seed {seed})",
+            watched
+                .lock()
+                .unwrap()
+                .last()
+                .map(|event| event["seq"].clone())
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    watching.abort();
+    let brief = |events: &[Value]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| format!("{} {} {} {}", e["seq"], e["runId"], e["stream"], e["data"]))
+            .collect()
+    };
+    let seen = watched.lock().unwrap().clone();
+    assert_eq!(
+        brief(&seen),
+        brief(&log),
+        "the watching client saw its session's log exactly (seed {seed})"
+    );
+    eprintln!("the watcher saw all {last} events of {WATCHED}, each once, in order");
     for (session, key) in keys.iter().enumerate() {
         let history = client
             .request("chat.history", json!({"sessionKey": key, "limit": 200}))
