@@ -29,7 +29,7 @@ use tokio_tungstenite::tungstenite::{Message, Utf8Bytes};
 
 mod approvers;
 mod host_client;
-pub(crate) use approvers::{answer_approval, approval_host, link_approver};
+pub(crate) use approvers::{answer_approval, approval_host, link_approver, list_everywhere};
 pub(crate) use host_client::HostClient;
 
 use crate::Gateway;
@@ -157,6 +157,8 @@ struct Pending {
     follow_since: Option<u64>,
     /// Whether an answer came (an `agent` request gets two: its acceptance and its end).
     answered: bool,
+    /// Where its answer goes instead of the client (a request this host asks of every host).
+    answer_to: Option<tokio::sync::oneshot::Sender<Value>>,
 }
 
 /// One connection to a host serving some of the client's sessions.
@@ -340,6 +342,7 @@ async fn send_to(
                 key: key.to_string(),
                 follow_since,
                 answered: false,
+                answer_to: None,
             },
         );
     }
@@ -494,6 +497,12 @@ async fn from_owner(
                 let Some(entry) = waiting.get_mut(&id) else {
                     return;
                 };
+                if entry.answer_to.is_some() {
+                    if let Some(answer_to) = waiting.remove(&id).and_then(|entry| entry.answer_to) {
+                        let _ = answer_to.send(frame);
+                    }
+                    return;
+                }
                 if moved && !entry.answered && Instant::now() < entry.patience {
                     let Some(entry) = waiting.remove(&id) else {
                         return;

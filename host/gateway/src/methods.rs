@@ -197,7 +197,18 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
             .approvals
             .get()
         {
-            Some(approvals) if method == "exec.approval.list" => approvals.list(conn),
+            Some(approvals) if method == "exec.approval.list" => match approvals.list(conn) {
+                // Linked to the other hosts (they serve partitions): theirs too.
+                Ok(here) if gateway.owners.get().is_some() && !conn.forwarded => {
+                    let request = Request {
+                        id: id.clone(),
+                        method: method.clone(),
+                        params: params.clone(),
+                    };
+                    Ok(crate::forward::list_everywhere(conn, here, &request).await)
+                }
+                other => other,
+            },
             Some(approvals) if method == "exec.approval.policy" => approvals.policy(conn, &params),
             Some(approvals) => approvals.resolve(conn, &params),
             None => Err(GatewayError::new(

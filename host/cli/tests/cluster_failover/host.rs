@@ -196,7 +196,8 @@ pub async fn removing_model() -> LlmServer {
 }
 
 /// `client` asks `session` to remove `build` in `workspace` (a command the allowlist does not
-/// cover); `approver` hears the request and allows it once: nothing runs before the answer, the
+/// cover); `approver` hears the request, finds it in its `exec.approval.list`, and allows it
+/// once: nothing runs before the answer, the
 /// run ends `ok` with the directory gone, and a second answer is refused (the first won).
 pub async fn approve_a_removal(
     approver: &mut GatewayClient,
@@ -220,6 +221,15 @@ pub async fn approve_a_removal(
         "nothing runs before the answer"
     );
     let id = request["id"].as_str().unwrap().to_string();
+    // The approver's list shows it, whichever host asked.
+    let listed = approver.request("exec.approval.list", json!({})).await;
+    let waiting: Vec<&str> = listed["payload"]["pending"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"))
+        .iter()
+        .filter_map(|request| request["id"].as_str())
+        .collect();
+    assert_eq!(waiting, [id.as_str()], "{listed}");
     let answered = approver
         .request(
             "exec.approval.resolve",

@@ -1,7 +1,8 @@
 //! Approvals across the hosts serving partitions: an approver connected to any host is linked
 //! to every other live host with its own `connect` (looked at again every
 //! [`APPROVER_LINK_REFRESH`]), hears their `exec.approval.*` events through those links, and
-//! its `exec.approval.resolve` goes to the host that asked.
+//! its `exec.approval.resolve` goes to the host that asked; its `exec.approval.list` lists what
+//! every host it is linked to waits for.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,6 +10,8 @@ use std::time::{Duration, Instant};
 use super::{Pending, Target, open, request_frame};
 use crate::Gateway;
 use crate::connection::Conn;
+use serde_json::Value;
+
 use crate::protocol::{Code, GatewayError, Request};
 
 /// How often an approver's links to the other hosts are looked at (a host joined or came back).
@@ -40,6 +43,7 @@ pub(crate) async fn answer_approval(conn: &Arc<Conn>, host: &str, request: Reque
                     key: String::new(),
                     follow_since: None,
                     answered: false,
+                    answer_to: None,
                 },
             );
             upstream.send.send(request_frame(&request)).await.is_ok()
@@ -118,3 +122,51 @@ pub(crate) async fn link_approver(gateway: Arc<Gateway>, conn: Arc<Conn>) {
         }
     }
 }
+
+/// `exec.approval.list` for an approver linked to the other hosts: the requests waiting here
+/// and on every host it is linked to (each asked with the approver's own connection, for at
+/// most [`LIST_PATIENCE`]).
+pub(crate) async fn list_everywhere(conn: &Arc<Conn>, here: Value, request: &Request) -> Value {
+    let mut pending: Vec<Value> = here["pending"].as_array().cloned().unwrap_or_default();
+    let mut answers = Vec::new();
+    {
+        let upstreams = conn.forwarder.upstreams.lock().await;
+        for (host, upstream) in upstreams.iter() {
+            if upstream.send.is_closed() {
+                continue;
+            }
+            let (answer_to, answer) = tokio::sync::oneshot::channel();
+            let asked = Request {
+                id: serde_json::json!(format!("list-{host}-{}", request.id)),
+                method: "exec.approval.list".to_string(),
+                params: serde_json::json!({}),
+            };
+            clawcage_core::sync::lock(&upstream.pending).insert(
+                asked.id.to_string(),
+                Pending {
+                    request: asked.clone(),
+                    patience: Instant::now(),
+                    method: asked.method.clone(),
+                    key: String::new(),
+                    follow_since: None,
+                    answered: false,
+                    answer_to: Some(answer_to),
+                },
+            );
+            if upstream.send.send(request_frame(&asked)).await.is_ok() {
+                answers.push(answer);
+            }
+        }
+    }
+    for answer in answers {
+        if let Ok(Ok(frame)) = tokio::time::timeout(LIST_PATIENCE, answer).await
+            && let Some(theirs) = frame["payload"]["pending"].as_array()
+        {
+            pending.extend(theirs.iter().cloned());
+        }
+    }
+    serde_json::json!({ "pending": pending })
+}
+
+/// How long `exec.approval.list` waits for each other host's list.
+const LIST_PATIENCE: Duration = Duration::from_secs(5);
