@@ -125,19 +125,38 @@ fn kinds(state: &Path) -> Vec<String> {
         .collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_process_dropped_during_a_real_exec_call_resumes_without_running_it_again() {
-    let state = tempfile::tempdir().unwrap();
-    let workspace = tempfile::tempdir().unwrap();
-    let server = LlmServer::start(vec![
+/// A model whose first answer runs a long `exec` call that notes it ran in `effects.log`, and
+/// whose second says `then`.
+async fn running_a_long_call_then_saying(then: &str) -> LlmServer {
+    LlmServer::start(vec![
         anthropic::message(&[anthropic::tool(
             "t1",
             "exec",
             json!({"command": "echo ran >> effects.log && sleep 30"}),
         )]),
-        anthropic::message(&[anthropic::text("It may have run; I checked: done.")]),
+        anthropic::message(&[anthropic::text(then)]),
     ])
-    .await;
+    .await
+}
+
+/// Waits until the long call noted in `workspace`'s `effects.log` that it ran; the file.
+async fn until_the_call_ran(workspace: &Path) -> std::path::PathBuf {
+    let effects = workspace.join("effects.log");
+    tokio::time::timeout(Duration::from_secs(60), async {
+        while !std::fs::read_to_string(&effects).is_ok_and(|text| text.contains("ran")) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await
+    .expect("the call ran");
+    effects
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_process_dropped_during_a_real_exec_call_resumes_without_running_it_again() {
+    let state = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let server = running_a_long_call_then_saying("It may have run; I checked: done.").await;
     // The first process: its turn is in the middle of the call when it goes away.
     {
         let tools = clawcage_tests::exec_registry(workspace.path(), FsMode::ReadWrite).await;
@@ -162,14 +181,7 @@ async fn a_process_dropped_during_a_real_exec_call_resumes_without_running_it_ag
                 let _ = pending.wait().await;
             })
         };
-        let effects = workspace.path().join("effects.log");
-        tokio::time::timeout(Duration::from_secs(60), async {
-            while !std::fs::read_to_string(&effects).is_ok_and(|text| text.contains("ran")) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        })
-        .await
-        .expect("the call ran");
+        until_the_call_ran(workspace.path()).await;
         drop(submitted);
         drop(first);
         // Its tasks are dropped where they stand, as a killed process leaves them.
@@ -504,15 +516,7 @@ async fn a_sessions_own_queue_settings_survive_a_restart() {
 async fn a_session_let_go_mid_call_is_taken_up_again_without_running_the_call_twice() {
     let state = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
-    let server = LlmServer::start(vec![
-        anthropic::message(&[anthropic::tool(
-            "t1",
-            "exec",
-            json!({"command": "echo ran >> effects.log && sleep 30"}),
-        )]),
-        anthropic::message(&[anthropic::text("Taken up again: done.")]),
-    ])
-    .await;
+    let server = running_a_long_call_then_saying("Taken up again: done.").await;
     let tools = clawcage_tests::exec_registry(workspace.path(), FsMode::ReadWrite).await;
     let sessions = sessions_over(&server, state.path(), tools);
     let pending = sessions.submit_input(
@@ -524,14 +528,7 @@ async fn a_session_let_go_mid_call_is_taken_up_again_without_running_the_call_tw
             idempotency: Some("k1".into()),
         },
     );
-    let effects = workspace.path().join("effects.log");
-    tokio::time::timeout(Duration::from_secs(60), async {
-        while !std::fs::read_to_string(&effects).is_ok_and(|text| text.contains("ran")) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await
-    .expect("the call ran");
+    let effects = until_the_call_ran(workspace.path()).await;
 
     // Let go in the middle of the call: its submitter hears at once that the lane closed, and
     // the turn stays open with its input pending.
