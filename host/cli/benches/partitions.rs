@@ -74,8 +74,57 @@ fn gateway(root: &Path, nats: &str, model: &str, id: &str, workspace: &Path) -> 
     command
 }
 
-/// Waits until a turn to each of `sessions` is answered through `addr` (the partitions have
-/// settled and every host serves its share).
+/// Waits until the partition leases are held exactly as the placement among `hosts` says (the
+/// hand-overs after the last host joined are done), as `clawcage cluster status` shows them.
+fn placed(root: &Path, workspace: &Path, hosts: &[&str]) {
+    let started = Instant::now();
+    let live: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
+    loop {
+        let dir = root.join(hosts[0]);
+        let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
+            .arg("--config")
+            .arg(dir.join("clawcage.toml"))
+            .arg("--state-dir")
+            .arg(dir.join("state"))
+            .arg("--workspace")
+            .arg(workspace)
+            .args(["cluster", "status", "--json"])
+            .env_remove("RUST_LOG")
+            .output()
+            .unwrap();
+        let status: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
+        let holders: Vec<(u32, String)> = status["leases"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|lease| {
+                let partition = lease[0].as_str()?.strip_prefix("part.")?.parse().ok()?;
+                Some((partition, lease[1]["host"].as_str()?.to_string()))
+            })
+            .collect();
+        let settled = holders.len() == PARTITIONS as usize
+            && live.iter().all(|name| {
+                let mut held: Vec<u32> = holders
+                    .iter()
+                    .filter(|(_, holder)| holder == name)
+                    .map(|(partition, _)| *partition)
+                    .collect();
+                held.sort_unstable();
+                held == partitions_won(name, &live, PARTITIONS)
+            });
+        if settled {
+            return;
+        }
+        assert!(
+            started.elapsed() < Duration::from_secs(120),
+            "the partitions did not settle: {holders:?}"
+        );
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// Waits until a turn to each of `sessions` is answered through `addr` (every host serves its
+/// share).
 async fn settled(addr: SocketAddr, sessions: &[String]) {
     let started = Instant::now();
     let (mut client, _) = GatewayClient::connect(addr, TOKEN).await;
@@ -159,6 +208,14 @@ async fn round(model: &LlmServer, hosts: &[&str], round: usize) -> Round {
         .get(1)
         .map(|other| sessions_of(other, hosts, &format!("theirs{round}"), ONE_AFTER_ANOTHER))
         .unwrap_or_default();
+    let (root_path, workspace_path) = (root.path().to_path_buf(), workspace.path().to_path_buf());
+    let placing: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
+    tokio::task::spawn_blocking(move || {
+        let placing: Vec<&str> = placing.iter().map(String::as_str).collect();
+        placed(&root_path, &workspace_path, &placing);
+    })
+    .await
+    .unwrap();
     let mut warm = vec![mine[0].clone()];
     warm.extend(theirs.first().cloned());
     settled(first, &warm).await;
