@@ -27,7 +27,7 @@ use serde_json::json;
 #[path = "../tests/cluster_failover/host.rs"]
 #[allow(
     dead_code,
-    reason = "the cluster tests' hosts; this benchmark starts its own, with the default lease"
+    reason = "the cluster tests' hosts; this benchmark uses their configuration, with the default lease"
 )]
 mod host;
 
@@ -35,33 +35,12 @@ const TOKEN: &str = "failover-bench-token-0123456789";
 const RUNS: usize = 3;
 const SESSION: &str = "agent:main:bench:failover";
 
-/// `clawcage gateway` for host `id` of the cluster at `nats`, with its own configuration and
-/// state directory under `root`.
-fn gateway(root: &Path, nats: &str, model: &str, id: &str, workspace: &Path) -> Command {
-    let dir = root.join(id);
-    std::fs::create_dir_all(dir.join("state")).unwrap();
-    let config = dir.join("clawcage.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
-             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\n"
-        ),
+/// `clawcage gateway` for `host` (the default lease) on `workspace`.
+fn gateway(host: &host::Host, workspace: &Path) -> Command {
+    host.command(
+        workspace,
+        &["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN],
     )
-    .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
-    command
-        .arg("--config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--workspace")
-        .arg(workspace)
-        .args(["gateway", "--bind", "127.0.0.1:0", "--token", TOKEN])
-        .env_remove("RUST_LOG")
-        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
-        .env("ANTHROPIC_API_KEY", "sk-failover-bench");
-    command
 }
 
 /// One failover: from the kill to the resumed turn's first event and to its end.
@@ -78,23 +57,13 @@ async fn failover(run: usize) -> (Duration, Duration) {
         }
     })
     .await;
-    let root = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
-    let active = GatewayProcess::start(gateway(
-        root.path(),
-        &nats.url(),
-        model.url(),
-        "host-a",
-        workspace.path(),
-    ));
-    let (standby, relay) = host::standby_started(gateway(
-        root.path(),
-        &nats.url(),
-        model.url(),
-        "host-b",
-        workspace.path(),
-    ))
-    .await;
+    let (first, second) = (
+        host::Host::with_cluster(&nats.url(), model.url(), "host-a", "", ""),
+        host::Host::with_cluster(&nats.url(), model.url(), "host-b", "", ""),
+    );
+    let active = GatewayProcess::start(gateway(&first, workspace.path()));
+    let (standby, relay) = host::standby_started(gateway(&second, workspace.path())).await;
     let mut client = host::relayed_client(relay, TOKEN).await;
     let subscribed = client
         .request("sessions.subscribe", json!({"sessionKey": SESSION}))

@@ -32,34 +32,35 @@ use clawcage_tests::llm_server::{LlmServer, anthropic};
 use clawcage_tests::nats::NatsServer;
 use serde_json::{Value, json};
 
+#[path = "../tests/cluster_failover/host.rs"]
+#[allow(
+    dead_code,
+    reason = "the cluster tests' hosts; this benchmark uses their configuration, with the default lease"
+)]
+mod host;
+
 const TOKEN: &str = "partitions-bench-token-0123456789";
 const ROUNDS: usize = 3;
 const ONE_AFTER_ANOTHER: usize = 100;
 const AT_ONCE: usize = 200;
 
-/// `clawcage gateway` for host `id` serving partitions of the cluster at `nats`.
-fn gateway(root: &Path, nats: &str, model: &str, id: &str, workspace: &Path) -> Command {
-    let dir = root.join(id);
-    std::fs::create_dir_all(dir.join("state")).unwrap();
-    let config = dir.join("clawcage.toml");
-    std::fs::write(
-        &config,
-        format!(
-            "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
-             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\nserve = \"partitions\"\n\n\
-             [queue]\nmode = \"followup\"\n"
-        ),
+/// A host serving partitions of the cluster at `nats` (the default lease), its sessions'
+/// queues in `followup` mode.
+fn partitioned(nats: &str, model: &str, id: &str) -> host::Host {
+    host::Host::with_cluster(
+        nats,
+        model,
+        id,
+        "serve = \"partitions\"\n",
+        "[queue]\nmode = \"followup\"\n",
     )
-    .unwrap();
-    let mut command = Command::new(env!("CARGO_BIN_EXE_clawcage"));
-    command
-        .arg("--config")
-        .arg(&config)
-        .arg("--state-dir")
-        .arg(dir.join("state"))
-        .arg("--workspace")
-        .arg(workspace)
-        .args([
+}
+
+/// `clawcage gateway` for `host` on `workspace`, taking as many sends as the benchmark makes.
+fn gateway(host: &host::Host, workspace: &Path) -> Command {
+    host.command(
+        workspace,
+        &[
             "gateway",
             "--bind",
             "127.0.0.1:0",
@@ -67,29 +68,18 @@ fn gateway(root: &Path, nats: &str, model: &str, id: &str, workspace: &Path) -> 
             TOKEN,
             "--sends-per-minute",
             "100000",
-        ])
-        .env_remove("RUST_LOG")
-        .env_remove("CLAWCAGE_GATEWAY_TOKEN")
-        .env("ANTHROPIC_API_KEY", "sk-partitions-bench");
-    command
+        ],
+    )
 }
 
 /// Waits until the partition leases are held exactly as the placement among `hosts` says (the
 /// hand-overs after the last host joined are done), as `clawcage cluster status` shows them.
-fn placed(root: &Path, workspace: &Path, hosts: &[&str]) {
+fn placed(host: &host::Host, workspace: &Path, hosts: &[&str]) {
     let started = Instant::now();
     let live: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
     loop {
-        let dir = root.join(hosts[0]);
-        let output = Command::new(env!("CARGO_BIN_EXE_clawcage"))
-            .arg("--config")
-            .arg(dir.join("clawcage.toml"))
-            .arg("--state-dir")
-            .arg(dir.join("state"))
-            .arg("--workspace")
-            .arg(workspace)
-            .args(["cluster", "status", "--json"])
-            .env_remove("RUST_LOG")
+        let output = host
+            .command(workspace, &["cluster", "status", "--json"])
             .output()
             .unwrap();
         let status: Value = serde_json::from_slice(&output.stdout).unwrap_or(Value::Null);
@@ -195,12 +185,14 @@ struct Round {
 /// One round with `hosts` serving partitions: fresh server, fresh hosts.
 async fn round(model: &LlmServer, hosts: &[&str], round: usize) -> Round {
     let nats = NatsServer::start("partitions bench").expect("nats-server");
-    let root = tempfile::tempdir().unwrap();
     let workspace = tempfile::tempdir().unwrap();
+    let configured: Vec<host::Host> = hosts
+        .iter()
+        .map(|id| partitioned(&nats.url(), model.url(), id))
+        .collect();
     let mut processes = Vec::new();
-    for id in hosts {
-        let command = gateway(root.path(), &nats.url(), model.url(), id, workspace.path());
-        processes.push(GatewayProcess::start(command));
+    for host in &configured {
+        processes.push(GatewayProcess::start(gateway(host, workspace.path())));
     }
     let first = processes[0].addr;
     let mine = sessions_of(hosts[0], hosts, &format!("mine{round}"), ONE_AFTER_ANOTHER);
@@ -208,14 +200,7 @@ async fn round(model: &LlmServer, hosts: &[&str], round: usize) -> Round {
         .get(1)
         .map(|other| sessions_of(other, hosts, &format!("theirs{round}"), ONE_AFTER_ANOTHER))
         .unwrap_or_default();
-    let (root_path, workspace_path) = (root.path().to_path_buf(), workspace.path().to_path_buf());
-    let placing: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
-    tokio::task::spawn_blocking(move || {
-        let placing: Vec<&str> = placing.iter().map(String::as_str).collect();
-        placed(&root_path, &workspace_path, &placing);
-    })
-    .await
-    .unwrap();
+    tokio::task::block_in_place(|| placed(&configured[0], workspace.path(), hosts));
     let mut warm = vec![mine[0].clone()];
     warm.extend(theirs.first().cloned());
     settled(first, &warm).await;

@@ -131,18 +131,50 @@ async fn until_run_ends(follower: &mut GatewayClient, run: &str) -> Vec<Value> {
         .await
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
-    let Some(nats) = NatsServer::start("hosts_serve_their_partitions") else {
-        return;
-    };
+/// A cluster of two hosts serving partitions, not started yet.
+struct TwoHosts {
+    nats: NatsServer,
+    /// Holds the model's answers to messages with `slow` in them.
+    gate: ReplyGate,
+    model: LlmServer,
+    workspace: tempfile::TempDir,
+    a: Host,
+    b: Host,
+}
+
+/// A nats-server for `test`, a model holding its `slow` answers at a gate, one workspace, and
+/// hosts host-a and host-b serving partitions of the cluster; `None` where no server starts.
+async fn two_hosts(test: &str) -> Option<TwoHosts> {
+    let nats = NatsServer::start(test)?;
     let gate = ReplyGate::new();
     let model = model_holding_slow_ones(&gate).await;
-    let workspace = tempfile::tempdir().unwrap();
     let (a, b) = (
         partitioned(&nats, &model, "host-a"),
         partitioned(&nats, &model, "host-b"),
     );
+    Some(TwoHosts {
+        nats,
+        gate,
+        model,
+        workspace: tempfile::tempdir().unwrap(),
+        a,
+        b,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
+    let Some(TwoHosts {
+        nats: _nats,
+        gate,
+        model: _model,
+        workspace,
+        a,
+        b,
+    }) = two_hosts("hosts_serve_their_partitions").await
+    else {
+        return;
+    };
     let host_a = GatewayProcess::start(a.gateway(workspace.path()));
     assert!(
         host_a
@@ -555,16 +587,17 @@ async fn one_host_polls_telegram_and_another_takes_over_when_it_dies() {
 /// and the session goes on on the host that joined.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hand_over_lets_the_running_turn_end_first() {
-    let Some(nats) = NatsServer::start("a_hand_over_lets_the_turn_end") else {
+    let Some(TwoHosts {
+        nats: _nats,
+        gate,
+        model,
+        workspace,
+        a,
+        b,
+    }) = two_hosts("a_hand_over_lets_the_turn_end").await
+    else {
         return;
     };
-    let gate = ReplyGate::new();
-    let model = model_holding_slow_ones(&gate).await;
-    let workspace = tempfile::tempdir().unwrap();
-    let (a, b) = (
-        partitioned(&nats, &model, "host-a"),
-        partitioned(&nats, &model, "host-b"),
-    );
     let host_a = GatewayProcess::start(a.gateway(workspace.path()));
     settled(&a, workspace.path(), &["host-a"]).await;
     // A session host-b will be handed once it joins; its turn waits for the model on host-a.

@@ -34,6 +34,7 @@ pub(crate) use host_client::HostClient;
 
 use crate::Gateway;
 use crate::connection::Conn;
+use crate::hub::{SERVED_ELSEWHERE, TAKING_UP};
 use crate::protocol::{Code, GatewayError, Request};
 use crate::relay::{Target, open_upstream};
 
@@ -94,7 +95,7 @@ impl Owners {
         };
         if holder.host == self.me {
             return Err(format!(
-                "its partition {partition} is being taken up by this host; send again in a moment"
+                "its partition {partition} {TAKING_UP}; send again in a moment"
             ));
         }
         let incarnation = (holder.host.clone(), holder.incarnation.clone());
@@ -236,7 +237,7 @@ async fn forward_patiently_now(
     let unavailable = |why: String| {
         GatewayError::new(
             Code::Unavailable,
-            format!("session {key} is served by another host of the cluster: {why}"),
+            format!("session {key} {SERVED_ELSEWHERE}: {why}"),
         )
     };
     let Some(owners) = gateway.owners.get() else {
@@ -490,7 +491,7 @@ async fn from_owner(
             let moved = !accepted
                 && frame["error"]["code"] == "UNAVAILABLE"
                 && frame["error"]["message"].as_str().is_some_and(|message| {
-                    message.contains("served by another host") || message.contains("being taken up")
+                    message.contains(SERVED_ELSEWHERE) || message.contains(TAKING_UP)
                 });
             let follow = {
                 let mut waiting = clawcage_core::sync::lock(pending);

@@ -34,13 +34,25 @@ impl Host {
 
     /// A host whose configuration has `extra` sections too.
     pub fn with(nats: &str, model: &str, host_id: &str, extra: &str) -> Host {
+        Self::with_cluster(nats, model, host_id, "lease_secs = 2\n", extra)
+    }
+
+    /// A host whose `[cluster]` section says `cluster` besides its servers and `host_id` (the
+    /// benchmarks keep the default lease), and whose configuration has `extra` sections too.
+    pub fn with_cluster(
+        nats: &str,
+        model: &str,
+        host_id: &str,
+        cluster: &str,
+        extra: &str,
+    ) -> Host {
         clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
         let root = tempfile::tempdir().unwrap();
         std::fs::write(
             root.path().join("clawcage.toml"),
             format!(
                 "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
-                 [cluster]\nnats = \"{nats}\"\nhost_id = \"{host_id}\"\nlease_secs = 2\n\n{extra}"
+                 [cluster]\nnats = \"{nats}\"\nhost_id = \"{host_id}\"\n{cluster}\n{extra}"
             ),
         )
         .unwrap();

@@ -57,6 +57,7 @@ mod subscribers;
 use lane_reports::{HubObserver, outcome_payload};
 pub use outbox::Outbox;
 pub use partitions::{Partitions, TakeUp};
+pub(crate) use partitions::{SERVED_ELSEWHERE, TAKING_UP};
 use subscribers::{Publish, Subscriber};
 
 /// Submissions waiting on one session at most (beyond: `RATE_LIMITED`); the lane's own cap

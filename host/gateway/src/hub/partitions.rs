@@ -16,6 +16,14 @@ use clawcage_cluster::leases::partition_of;
 use super::{Hub, SessionHub, lock};
 use crate::protocol::{Code, GatewayError};
 
+/// How an answer says that its session is served by another host: the host forwarding a
+/// request recognises it and asks the host that serves the session now.
+pub(crate) const SERVED_ELSEWHERE: &str = "is served by another host of the cluster";
+
+/// How an answer says that its session's partition is being taken up by the host answering:
+/// the request is asked again in a moment.
+pub(crate) const TAKING_UP: &str = "is being taken up by this host";
+
 /// Takes sessions up for this host before it reads them: appends the take-up markers to their
 /// transcripts and inboxes (blocking: called on a blocking thread).
 pub type TakeUp = Arc<dyn Fn(&[String]) -> std::io::Result<()> + Send + Sync>;
@@ -54,7 +62,7 @@ impl Hub {
             return Err(GatewayError::new(
                 Code::Unavailable,
                 format!(
-                    "session {key} is served by another host of the cluster (its partition {partition} is not this host's); send it there, or again once the partitions have settled"
+                    "session {key} {SERVED_ELSEWHERE} (its partition {partition} is not this host's); send it there, or again once the partitions have settled"
                 ),
             ));
         }
@@ -62,7 +70,7 @@ impl Hub {
             return Err(GatewayError::new(
                 Code::Unavailable,
                 format!(
-                    "session {key}'s partition {partition} is being taken up by this host; send again in a moment"
+                    "session {key}'s partition {partition} {TAKING_UP}; send again in a moment"
                 ),
             ));
         }
