@@ -274,7 +274,9 @@ fn session_of(host: &Host, name: &str) -> String {
 /// Two hosts serving their shares at once: each host's stores write a session only while the
 /// host owns its partition (another's is refused before it leaves the process, and its events
 /// carry the partition's epoch); when one host dies, the other takes its partitions and, after
-/// taking the session up, writes it, while the dead host's stores stay refused.
+/// taking the session up, writes it, while the dead host's stores stay refused; the session's
+/// stored events carry first the dead host's epoch, then the larger one of the host that took
+/// it over.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_hosts_stores_write_only_the_sessions_of_its_partitions() {
     let Some(server) = NatsServer::start("stores_write_only_their_partitions") else {
@@ -302,7 +304,7 @@ async fn each_hosts_stores_write_only_the_sessions_of_its_partitions() {
         }
     };
     let (a_transcripts, a_events) = stores_of(&a).await;
-    let (b_transcripts, _) = stores_of(&b).await;
+    let (b_transcripts, b_events) = stores_of(&b).await;
     // The user's messages at odd times, the assistant's at even ones.
     let append = |store: &JetStreamTranscripts, key: &str, at_ms: u64, text: &str| {
         let (store, key, text) = (store.clone(), key.to_string(), text.to_string());
@@ -336,6 +338,10 @@ async fn each_hosts_stores_write_only_the_sessions_of_its_partitions() {
 
     // b dies: a takes its partitions, takes the session up, and writes it.
     let b_epoch = b.table.epoch_of(&theirs).unwrap();
+    b_events
+        .append(event(&theirs, 1, "b's event"), b_epoch)
+        .await
+        .unwrap();
     b.ownership.take().unwrap().abandon().await;
     until_settled(&mut [&mut a], Duration::from_secs(15)).await;
     assert!(a.table.owns(&theirs));
@@ -352,6 +358,18 @@ async fn each_hosts_stores_write_only_the_sessions_of_its_partitions() {
         .await
         .unwrap()
         .unwrap();
+    let a_epoch = a.table.epoch_of(&theirs).unwrap();
+    a_events
+        .append(event(&theirs, 2, "a's event"), a_epoch)
+        .await
+        .unwrap();
+    // The session's events, as the stream holds them: each with its writer's epoch.
+    let writers = connect_with(server, &short_leases(TTL.as_secs()))
+        .await
+        .event_writers(&theirs)
+        .await
+        .unwrap();
+    assert_eq!(writers, [(1, b_epoch), (2, a_epoch)]);
     let refused = append(&b_transcripts, &theirs, 3, "b, dead, writes")
         .await
         .unwrap();

@@ -213,6 +213,48 @@ impl JetStreamEventLog {
         let info = stream.info().await.map_err(std::io::Error::other)?;
         Ok(info.state.consumer_count)
     }
+
+    /// Each message stored for `session_key`, in the stream's order, as its `seq` and its
+    /// writer's epoch: what a check of the cluster's fencing reads (along a session's subject
+    /// the epoch never goes back, and the seqs run 1, 2, … without a hole or a repeat).
+    pub async fn writers_of(&self, session_key: &str) -> std::io::Result<Vec<(u64, Epoch)>> {
+        let subject = subject_of(session_key);
+        let stream = &self.inner.stream;
+        let last = match stream.get_last_raw_message_by_subject(&subject).await {
+            Ok(message) => message.sequence,
+            Err(error) if error.kind() == stream::LastRawMessageErrorKind::NoMessageFound => {
+                return Ok(Vec::new());
+            }
+            Err(error) => return Err(std::io::Error::other(error)),
+        };
+        let mut messages = Reader::open(stream, &subject, consumer::DeliverPolicy::All)
+            .await
+            .map_err(std::io::Error::other)?;
+        let mut writers = Vec::new();
+        loop {
+            let message = match tokio::time::timeout(Duration::from_secs(30), messages.next()).await
+            {
+                Ok(Some(Ok(message))) => message,
+                Ok(Some(Err(error))) => return Err(std::io::Error::other(error)),
+                Ok(None) => break,
+                Err(_) => {
+                    return Err(std::io::Error::other(format!(
+                        "no message of {subject} came for 30 s while reading"
+                    )));
+                }
+            };
+            let place = place_of(message.headers.as_ref());
+            writers.push((place.seq, place.epoch));
+            let sequence = message
+                .info()
+                .map(|info| info.stream_sequence)
+                .map_err(std::io::Error::other)?;
+            if sequence >= last {
+                break;
+            }
+        }
+        Ok(writers)
+    }
 }
 
 impl Inner {

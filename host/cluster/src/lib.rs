@@ -446,6 +446,12 @@ impl Cluster {
         self.events.open_consumers().await
     }
 
+    /// Each stored event of `session_key` as its `seq` and its writer's epoch, in the stream's
+    /// order ([`JetStreamEventLog::writers_of`]).
+    pub async fn event_writers(&self, session_key: &str) -> std::io::Result<Vec<(u64, u64)>> {
+        self.events.writers_of(session_key).await
+    }
+
     /// The version the server reported when this connection was made.
     pub fn server_version(&self) -> &str {
         &self.version
