@@ -1,23 +1,27 @@
-//! The cluster's chaos suite, active/standby: three `clawcage gateway` hosts (each with its own
-//! state directory, one workspace) on a three-server NATS cluster (every stream and bucket with
-//! three replicas), twenty sessions receiving ten messages each with idempotency keys and a cron
-//! job firing every 2 s into another, while every 8 to 15 s a random host is killed with SIGKILL
-//! (a standby, started again at once, or the active host, at least three times) and, once, one
-//! of the NATS servers (started again a round later); under three seeds (two fixed, one new each
-//! run; each printed, and `CLAWCAGE_CHAOS_SEED` replays one). `CLAWCAGE_CHAOS_ONE_SERVER=1` runs
-//! it on one nats-server, which is not killed. A killed active host is started again, mostly
-//! after another host took over (a failover once the lease lapses), sometimes at once (it takes
-//! its own earlier lease back), and then waits as a standby; an active host that stops on its
-//! own (it could not renew its lease while a NATS server's streams elected new leaders) is
-//! started again the same way. Any host accepts the clients: each round's sends go through
-//! another host (a standby relays them to the active host), and sends that were on their way at
-//! a kill are sent again with the same key. Then, on the last active host:
+//! The cluster's chaos suite, active/standby (`cluster_partitions_chaos.rs` is the same with every
+//! host serving partitions; the workload and its checks are `cluster_chaos/workload.rs`): three
+//! `clawcage gateway` hosts (each with its own state directory, one workspace) on a three-server
+//! NATS cluster (every stream and bucket with three replicas), twenty sessions receiving ten
+//! messages each with idempotency keys and a cron job firing every 2 s into another, while every 8
+//! to 15 s a random host is killed with SIGKILL (a standby, started again at once, or the active
+//! host, at least three times) and, once, one of the NATS servers (started again a round later);
+//! under three seeds (two fixed, one new each run; each printed, and `CLAWCAGE_CHAOS_SEED` replays
+//! one). `CLAWCAGE_CHAOS_ONE_SERVER=1` runs it on one nats-server, which is not killed. A killed
+//! active host is started again, mostly after another host took over (a failover once the lease
+//! lapses), sometimes at once (it takes its own earlier lease back), and then waits as a standby;
+//! an active host that stops on its own (it could not renew its lease while a NATS server's streams
+//! elected new leaders) is started again the same way. Any host accepts the clients: each round's
+//! sends go through another host (a standby relays them to the active host), and sends that were on
+//! their way at a kill are sent again with the same key. Then, on the last active host:
 //! - in the ten `followup` sessions (each message a turn of its own), every message sent is
 //!   answered exactly once, in its session's order (nothing lost, nothing doubled, whichever host
 //!   took it and however many times it was sent); in the `steer`, `collect` and `interrupt`
 //!   sessions, every message is in the history once unless the queue dropped it, and no answer
 //!   is given twice;
-//! - every run ends `ok` for `agent.wait` (or, in `interrupt` mode, `aborted` or `dropped`);
+//! - every run ends `ok` for `agent.wait` (or, in `interrupt` mode, `aborted` or `dropped`),
+//!   and every message sent once more with its key is recognised as the run it was;
+//! - every session's events, read from the event stream itself, run 1, 2, … without a hole or
+//!   a repeat, and their writers' epochs never go back;
 //! - every cron firing is a turn answered once, each slot's key taken once by the inbox, and the
 //!   job fired under more than one host;
 //! - the epochs of the successive active hosts only grow;
@@ -31,92 +35,37 @@
     reason = "tests fail by panicking"
 )]
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::process::Command;
-use std::sync::{Arc, Mutex, mpsc};
+use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user, text_of};
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user};
 use clawcage_tests::nats::NatsServer;
 use clawcage_tests::seeded::Seeded;
-use serde_json::json;
 
 #[path = "cluster_chaos/hosts.rs"]
 mod hosts;
 #[path = "cluster_chaos/observe.rs"]
 mod observe;
-use hosts::{Addresses, Host, Standbys, clawcage, host, lock, start};
-use observe::{client_through, cluster_ready, cron_answers, cron_turns, inbox_of, watch_events};
+#[path = "cluster_chaos/workload.rs"]
+mod workload;
+use hosts::{Addresses, Host, Standbys, clawcage, host, start};
+use observe::{client_through, cluster_ready, cron_fired_once, watch_events};
+use workload::{
+    Acked, CRON_SESSION, MESSAGES, SESSIONS, Seen, WATCHED, lock, mode_of, send_params,
+};
 
 const TOKEN: &str = "cluster-chaos-token-0123";
 const HOSTS: [&str; 3] = ["host-a", "host-b", "host-c"];
-const SESSIONS: usize = 20;
-const MESSAGES: usize = 10;
 /// The active host is killed at least this often (the other kills may hit standbys).
 const MIN_ACTIVE_KILLS: usize = 3;
 /// The longest pause between two sends: about a minute of sending in all.
 const SEND_PAUSE_MS: u64 = 500;
 /// How long one seed's run may take, from a formed cluster to the last check (about 100 s here).
 const SEED_BUDGET: Duration = Duration::from_secs(300);
-/// The session a client follows across every takeover.
-const WATCHED: &str = "agent:main:chaos:s0";
-/// The session the cron job fires into.
-const CRON_SESSION: &str = "agent:main:chaos:cron";
-/// How a firing of the cron job reaches the model, as JSON writes it.
-const FIRING: &str =
-    "[notification on the `system` channel from cron:job-1]\\n[cron job ticker] tick";
-
-/// The queue mode of session `session` (its key's channel picks it): half the sessions
-/// `followup` (each message a turn of its own, checked in order), the rest `steer`, `collect`
-/// and `interrupt`.
-fn mode_of(session: usize) -> &'static str {
-    match session * 4 / SESSIONS {
-        0 | 1 => "followup",
-        2 => "steer",
-        _ if session.is_multiple_of(2) => "collect",
-        _ => "interrupt",
-    }
-}
-
-/// Session `session`'s key: its channel names its queue mode (`chaos` for `followup`).
-fn session_key(session: usize) -> String {
-    match mode_of(session) {
-        "followup" => format!("agent:main:chaos:s{session}"),
-        mode => format!("agent:main:{mode}:s{session}"),
-    }
-}
-
-/// How often `text` (`s<session> m<message>`) stands in `within` as a whole, not as part of a
-/// longer one (`s1 m2` is not in `s11 m2`).
-fn occurrences(within: &str, text: &str) -> usize {
-    let words: Vec<&str> = within
-        .split(|c: char| !c.is_ascii_alphanumeric())
-        .filter(|word| !word.is_empty())
-        .collect();
-    let wanted: Vec<&str> = text.split(' ').collect();
-    words
-        .windows(wanted.len())
-        .filter(|window| *window == wanted.as_slice())
-        .count()
-}
-
-fn text(session: usize, message: usize) -> String {
-    format!("s{session} m{message}")
-}
-
-/// The parameters of `chat.send` for message `message` of session `session`, with its
-/// idempotency key (the same key each time that message is sent).
-fn send_params(session: usize, message: usize) -> serde_json::Value {
-    json!({
-        "sessionKey": session_key(session),
-        "message": text(session, message),
-        "idempotencyKey": format!("k-{session}-{message}"),
-    })
-}
-
 /// The epoch a host printed when it became active.
 fn epoch_of(output: &str) -> u64 {
     output
@@ -184,7 +133,7 @@ async fn chaos(seed: u64) -> bool {
     let workspace = tempfile::tempdir().unwrap();
     let hosts: Vec<Host> = HOSTS
         .iter()
-        .map(|id| host(&nats_url, model.url(), id, replicas))
+        .map(|id| host(&nats_url, model.url(), id, replicas, ""))
         .collect();
     let (serving, served) = mpsc::channel();
     let standbys: Standbys = Arc::default();
@@ -224,7 +173,7 @@ async fn chaos(seed: u64) -> bool {
     let (mut index, mut active) = next_active(&served);
     // A client following one session's events throughout, moving to each new active host.
     let (active_addr, active_addrs) = tokio::sync::watch::channel(active.addr);
-    let watched: Arc<Mutex<Vec<serde_json::Value>>> = Arc::default();
+    let watched: Seen = Arc::default();
     let watching = tokio::spawn(watch_events(
         active_addrs,
         addresses.clone(),
@@ -256,7 +205,7 @@ async fn chaos(seed: u64) -> bool {
     let mut nats_down = false;
     let mut round = 0;
     // Every send: (session, message) -> its key and the run id it was acknowledged with.
-    let mut acked: BTreeMap<(usize, usize), String> = BTreeMap::new();
+    let mut acked = Acked::new();
     let mut next = [0usize; SESSIONS];
     let (mut kills, mut active_kills) = (0, 0);
     loop {
@@ -436,175 +385,26 @@ async fn chaos(seed: u64) -> bool {
         eprintln!("cluster chaos: {} serves", HOSTS[index]);
     }
 
-    // Every run ends; each message is answered once, in order.
+    // Every run ends; each key is recognised; the followed client saw its log exactly; the
+    // stored events run on without holes under epochs that never go back; each message is
+    // taken once (answered once, in order, in the followup sessions); every cron firing is
+    // answered once.
     let (mut client, _) = GatewayClient::connect(active.addr, TOKEN).await;
-    let mut statuses: BTreeMap<(usize, usize), String> = BTreeMap::new();
-    for ((session, message), run_id) in &acked {
-        let waited = client
-            .request("agent.wait", json!({"runId": run_id, "timeoutMs": 120000}))
-            .await;
-        // In `interrupt` mode a newer message stops the run it finds (`aborted`) or replaces
-        // one still waiting (`dropped`); every other run ends `ok`.
-        let status = waited["payload"]["status"].as_str().unwrap_or("?");
-        let allowed: &[&str] = if mode_of(*session) == "interrupt" {
-            &["ok", "aborted", "dropped"]
-        } else {
-            &["ok"]
-        };
-        assert!(
-            allowed.contains(&status),
-            "s{session} m{message} ({} mode): {waited} (seed {seed})",
-            mode_of(*session)
-        );
-        statuses.insert((*session, *message), status.to_string());
-    }
-    assert_eq!(
-        acked.len(),
-        SESSIONS * MESSAGES,
-        "every message was acknowledged"
-    );
-    // The client that followed a session across every takeover saw exactly its log: each
-    // event once, in order, none missed, the ends of the turns that resumed included.
-    let subscribed = client
-        .request(
-            "sessions.subscribe",
-            json!({"sessionKey": WATCHED, "since": 0}),
-        )
-        .await;
-    let last = subscribed["payload"]["lastSeq"].as_u64().unwrap();
-    let log: Vec<serde_json::Value> = client
-        .agent_events_until(Duration::from_secs(60), |e| {
-            e["sessionKey"] == WATCHED && e["seq"] == last
-        })
-        .await
-        .into_iter()
-        .filter(|e| e["sessionKey"] == WATCHED)
-        .collect();
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while lock(&watched).last().and_then(|e| e["seq"].as_u64()) < Some(last) {
-        assert!(
-            Instant::now() < deadline,
-            "the watching client stopped at {:?} of {last} (seed {seed})",
-            lock(&watched).last().map(|e| e["seq"].clone())
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let statuses = workload::runs_ended(&mut client, &acked, seed).await;
+    workload::keys_recognised(&mut client, &acked, seed).await;
+    let followed = workload::followed_exactly(&mut client, &watched, seed).await;
     watching.abort();
-    let seen = lock(&watched).clone();
-    let brief = |events: &[serde_json::Value]| -> Vec<String> {
-        events
-            .iter()
-            .map(|e| format!("{} {} {} {}", e["seq"], e["runId"], e["stream"], e["data"]))
-            .collect()
-    };
-    assert_eq!(
-        brief(&seen),
-        brief(&log),
-        "the watching client saw its session's log exactly (seed {seed})"
-    );
-    let ended = log
-        .iter()
-        .filter(|e| e["stream"] == "lifecycle" && e["data"]["phase"] == "end")
-        .count();
-    assert!(ended >= MESSAGES, "{ended} turn ends seen (seed {seed})");
-    let followed = seen.len();
-    for session in 0..SESSIONS {
-        let history = client
-            .request(
-                "chat.history",
-                json!({"sessionKey": session_key(session), "limit": 1000}),
-            )
-            .await;
-        let messages = history["payload"]["messages"]
-            .as_array()
-            .unwrap_or_else(|| panic!("{history}"));
-        let of_role = |role: &str| -> Vec<String> {
-            messages
-                .iter()
-                .filter(|message| message["role"] == role)
-                .map(text_of)
-                .collect()
-        };
-        let texts = of_role("assistant");
-        if mode_of(session) != "followup" {
-            // Steered, collected or interrupting: every message is in the history once (none
-            // lost, none taken twice) unless the queue dropped it, and no answer is given
-            // twice (no turn ran twice).
-            // Each text block apart (a message interrupted before its answer and the next one
-            // are one user message of two blocks).
-            let asked: String = messages
-                .iter()
-                .filter(|message| message["role"] == "user")
-                .flat_map(|message| match &message["content"] {
-                    serde_json::Value::Array(blocks) => blocks
-                        .iter()
-                        .filter_map(|block| block["text"].as_str().map(str::to_string))
-                        .collect(),
-                    other => vec![other.as_str().unwrap_or_default().to_string()],
-                })
-                .collect::<Vec<String>>()
-                .join("\n");
-            for message in 0..MESSAGES {
-                let dropped = statuses[&(session, message)] == "dropped";
-                let times = occurrences(&asked, &text(session, message));
-                assert!(
-                    times == 1 || (dropped && times == 0),
-                    "s{session} m{message} ({} mode) is in the history {times} times (seed {seed}): {asked:?}",
-                    mode_of(session)
-                );
-            }
-            let answers: Vec<&String> = texts
-                .iter()
-                .filter(|text| text.starts_with("Answered: "))
-                .collect();
-            let distinct: std::collections::BTreeSet<&&String> = answers.iter().collect();
-            assert_eq!(
-                distinct.len(),
-                answers.len(),
-                "s{session} ({} mode): an answer given twice (seed {seed}): {answers:?}",
-                mode_of(session)
-            );
-            continue;
-        }
-        let expected: Vec<String> = (0..MESSAGES)
-            .map(|message| format!("Answered: {}", text(session, message)))
-            .collect();
-        let answered: Vec<String> = texts
-            .into_iter()
-            .filter(|text| text.starts_with("Answered: "))
-            .collect();
-        assert_eq!(
-            answered, expected,
-            "session {session}: each message answered once, in order (seed {seed})"
-        );
-    }
-    // The cron job: it fires on under the last active host (two more firings answered), then
-    // it is removed, its last firing let end, and every firing was answered once, each slot's
-    // key taken once.
-    let answered_now = cron_answers(&mut client).await;
-    let deadline = Instant::now() + Duration::from_secs(60);
-    while cron_answers(&mut client).await < answered_now + 2 {
-        assert!(
-            Instant::now() < deadline,
-            "the cron job stopped firing under {} (seed {seed})",
-            HOSTS[index]
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-    let removed = clawcage(&hosts, index, workspace.path())
-        .args(["cron", "remove", "job-1"])
-        .output()
-        .unwrap();
-    assert!(removed.status.success(), "{removed:?}");
-    let (firings, answers) = cron_turns(&mut client, &inbox_of(&nats_url, replicas), seed).await;
-    assert!(firings >= 3, "the job fired {firings} times (seed {seed})");
-    assert_eq!(firings, answers, "every firing answered once (seed {seed})");
+    let writers =
+        workload::events_fenced(&observe::cluster_of(&nats_url, replicas).await, seed).await;
+    workload::histories_whole(&mut client, &statuses, seed).await;
+    let remove = clawcage(&hosts, index, workspace.path());
+    let firings = cron_fired_once(&mut client, remove, &nats_url, replicas, seed).await;
     assert!(
         epochs.windows(2).all(|pair| pair[0] < pair[1]),
         "epochs only grow: {epochs:?} (seed {seed})"
     );
     eprintln!(
-        "cluster chaos: {kills} kills, {} messages each taken once ({} of them in followup sessions, answered once in order; {} interrupted or dropped), {firings} cron firings, {followed} events followed across takeovers, epochs {epochs:?}, {} model requests",
+        "cluster chaos: {kills} kills, {} messages each taken once ({} of them in followup sessions, answered once in order; {} interrupted or dropped), {firings} cron firings, {followed} events followed across takeovers, {writers} writers' epochs in the sessions' events, epochs {epochs:?}, {} model requests",
         acked.len(),
         acked
             .keys()

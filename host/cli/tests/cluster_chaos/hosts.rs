@@ -13,7 +13,8 @@ use std::sync::{Arc, Mutex, mpsc};
 
 use clawcage_tests::gateway_process::GatewayProcess;
 
-use super::{HOSTS, TOKEN};
+use super::workload::QUEUE_CONFIG;
+use super::{HOSTS, TOKEN, lock};
 
 /// One host's configuration and state directory.
 pub(super) struct Host {
@@ -22,16 +23,16 @@ pub(super) struct Host {
     _root: tempfile::TempDir,
 }
 
-pub(super) fn host(nats: &str, model: &str, id: &str, replicas: usize) -> Host {
+/// Host `id` of the cluster at `nats`, its `[cluster]` saying `cluster` too (`serve = …`).
+pub(super) fn host(nats: &str, model: &str, id: &str, replicas: usize, cluster: &str) -> Host {
     let root = tempfile::tempdir().unwrap();
     let config = root.path().join("clawcage.toml");
     std::fs::write(
         &config,
         format!(
             "[provider]\nkind = \"anthropic\"\nmodel = \"claude-test\"\nbase_url = \"{model}\"\nmax_retries = 0\n\n\
-             [queue]\nmode = \"followup\"\n\n\
-             [queue.by_channel]\nsteer = \"steer\"\ncollect = \"collect\"\ninterrupt = \"interrupt\"\n\n\
-             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\nlease_secs = 3\nreplicas = {replicas}\n"
+             {QUEUE_CONFIG}\n\
+             [cluster]\nnats = \"{nats}\"\nhost_id = \"{id}\"\nlease_secs = 3\nreplicas = {replicas}\n{cluster}"
         ),
     )
     .unwrap();
@@ -63,12 +64,6 @@ pub(super) type Standbys = Arc<Mutex<[Option<u32>; HOSTS.len()]>>;
 
 /// Where each host accepts clients (from its start: a standby relays them to the active host).
 pub(super) type Addresses = Arc<Mutex<[Option<std::net::SocketAddr>; HOSTS.len()]>>;
-
-pub(super) fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
-}
 
 /// Starts host `index` in a thread of its own; it reports on `serving` once it serves (a
 /// standby waits until then, its process id in `standbys`).

@@ -14,7 +14,8 @@ use std::time::{Duration, Instant};
 use clawcage_tests::gateway_client::GatewayClient;
 use serde_json::json;
 
-use super::{Addresses, CRON_SESSION, FIRING, HOSTS, TOKEN, WATCHED, lock};
+use super::workload::FIRING;
+use super::{Addresses, CRON_SESSION, HOSTS, TOKEN, WATCHED, lock};
 
 /// A client through host `turn` (modulo the hosts) when it takes one (a standby relays it to the
 /// active host), else through the active host at `active`.
@@ -105,7 +106,7 @@ pub(super) async fn watch_events(
 }
 
 /// A reader of the cluster's inboxes (it never claims or appends).
-pub(super) fn inbox_of(nats: &str, replicas: usize) -> clawcage_cluster::JetStreamInbox {
+fn inbox_of(nats: &str, replicas: usize) -> clawcage_cluster::JetStreamInbox {
     clawcage_cluster::JetStreamInbox::connect(
         nats,
         &clawcage_cluster::ClusterOptions {
@@ -119,6 +120,46 @@ pub(super) fn inbox_of(nats: &str, replicas: usize) -> clawcage_cluster::JetStre
         clawcage_cluster::Claims::CoveredByCaller,
     )
     .unwrap()
+}
+
+/// A reading connection to the cluster (it sets up nothing the hosts have not).
+pub(super) async fn cluster_of(nats: &str, replicas: usize) -> clawcage_cluster::Cluster {
+    clawcage_cluster::Cluster::connect(
+        nats,
+        &clawcage_cluster::ClusterOptions {
+            replicas,
+            ..Default::default()
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// The cron job fires on (two more firings answered), is removed with `remove` (a `clawcage`
+/// of one of the hosts), its last firing let end; then every firing was answered once and each
+/// slot's key taken once. How many times it fired.
+pub(super) async fn cron_fired_once(
+    client: &mut GatewayClient,
+    mut remove: std::process::Command,
+    nats: &str,
+    replicas: usize,
+    seed: u64,
+) -> usize {
+    let answered_now = cron_answers(client).await;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while cron_answers(client).await < answered_now + 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the cron job stopped firing (seed {seed})"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let removed = remove.args(["cron", "remove", "job-1"]).output().unwrap();
+    assert!(removed.status.success(), "{removed:?}");
+    let (firings, answers) = cron_turns(client, &inbox_of(nats, replicas), seed).await;
+    assert!(firings >= 3, "the job fired {firings} times (seed {seed})");
+    assert_eq!(firings, answers, "every firing answered once (seed {seed})");
+    firings
 }
 
 /// The cron session's history as JSON text.
@@ -143,7 +184,7 @@ pub(super) async fn cron_answers(client: &mut GatewayClient) -> usize {
 /// Once no firing of the cron session is pending: the firings it took as turns and the answers
 /// to them in its history, after checking that the inbox took each slot's key once and that
 /// every firing it took is in the history.
-pub(super) async fn cron_turns(
+async fn cron_turns(
     client: &mut GatewayClient,
     inbox: &clawcage_cluster::JetStreamInbox,
     seed: u64,
