@@ -10,19 +10,16 @@
 //! session from the surviving host see the turn resume and end on their connections. The killed host, started again, is handed its share back and serves its
 //! session again (the follower on the other host following on); a host that stops gives its
 //! partitions back at once. An approver connected to one host hears the other host's approval
-//! requests and answers them there; a webhook posted to one host runs where its session is
-//! served; one host polls Telegram, and another takes the polling over when it dies.
+//! requests and answers them there. (The channels with hosts serving partitions are
+//! `cluster_partitions_channels.rs`.)
 #![allow(
     clippy::unwrap_used,
     clippy::expect_used,
     reason = "tests fail by panicking"
 )]
 
-use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
-use clawcage_cluster::leases::{PARTITIONS, partition_of, partitions_won};
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
 use clawcage_tests::llm_server::{LlmServer, ReplyGate, anthropic, last_user};
@@ -35,17 +32,10 @@ use serde_json::{Value, json};
     reason = "shared with the failover tests, which use the rest"
 )]
 mod host;
+#[path = "cluster_partitions/placement.rs"]
+mod placement;
 use host::{Host, TOKEN};
-
-/// A host of a cluster whose hosts serve partitions.
-fn partitioned(nats: &NatsServer, model: &LlmServer, host_id: &str) -> Host {
-    Host::with(
-        &nats.url(),
-        model.url(),
-        host_id,
-        "serve = \"partitions\"\n",
-    )
-}
+use placement::{partitioned, session_of, settled};
 
 /// A model that answers "Answered: <the user's message>" at once, except a message with `slow`
 /// in it, whose answer `gate` holds until the test opens it.
@@ -61,63 +51,6 @@ async fn model_holding_slow_ones(gate: &ReplyGate) -> LlmServer {
         }
     })
     .await
-}
-
-/// The partition leases' holders as `clawcage cluster status --json` shows them, by partition.
-fn partition_holders(host: &Host, workspace: &Path) -> Vec<(u32, String)> {
-    let output = host
-        .command(workspace, &["cluster", "status", "--json"])
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{output:?}");
-    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
-    status["leases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(|lease| {
-            let partition = lease[0].as_str()?.strip_prefix("part.")?.parse().ok()?;
-            Some((partition, lease[1]["host"].as_str()?.to_string()))
-        })
-        .collect()
-}
-
-/// Waits until the partitions are held exactly as the placement among `hosts` says, each once.
-async fn settled(host: &Host, workspace: &Path, hosts: &[&str]) -> Duration {
-    let started = Instant::now();
-    let live: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
-    loop {
-        let holders = partition_holders(host, workspace);
-        let placed = holders.len() == PARTITIONS as usize
-            && live.iter().all(|name| {
-                let held: BTreeSet<u32> = holders
-                    .iter()
-                    .filter(|(_, holder)| holder == name)
-                    .map(|(partition, _)| *partition)
-                    .collect();
-                held == partitions_won(name, &live, PARTITIONS)
-                    .into_iter()
-                    .collect()
-            });
-        if placed {
-            return started.elapsed();
-        }
-        assert!(
-            started.elapsed() < Duration::from_secs(60),
-            "the partitions did not settle on {live:?}: {holders:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-/// A session whose partition `owner` wins among `hosts`.
-fn session_of(owner: &str, hosts: &[&str], name: &str) -> String {
-    let live: Vec<String> = hosts.iter().map(|host| host.to_string()).collect();
-    let won = partitions_won(owner, &live, PARTITIONS);
-    (0..10_000)
-        .map(|n| format!("agent:main:test:{name}-{n}"))
-        .find(|key| won.contains(&partition_of(key)))
-        .unwrap()
 }
 
 /// The `agent` events of `run` a follower sees until its lifecycle ends.
@@ -431,154 +364,6 @@ async fn an_approver_on_one_host_answers_the_other_hosts_approvals() {
         let (exit, output) = host.terminate();
         assert!(exit.success(), "{output}");
     }
-}
-
-/// A webhook posted to one host for a session the other serves: taken once (the signature's
-/// replay refused on either host), run by the host serving the session, its answer in the
-/// session's history.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_webhook_posted_to_one_host_runs_where_its_session_is_served() {
-    use clawcage_tests::channels::{post, signed_headers, unix_now};
-    let Some(nats) = NatsServer::start("a_webhook_posted_to_one_host") else {
-        return;
-    };
-    let model = LlmServer::start_routed(|body| {
-        let (text, _) = last_user(body);
-        anthropic::message(&[anthropic::text(&format!("Answered: {text}"))])
-    })
-    .await;
-    let extra = format!(
-        "serve = \"partitions\"\n\n[channels.webhooks.ops]\nsecret_env = \"{}\"\n",
-        host::HOOK_SECRET_ENV
-    );
-    let workspace = tempfile::tempdir().unwrap();
-    let a = Host::with(&nats.url(), model.url(), "host-a", &extra);
-    let b = Host::with(&nats.url(), model.url(), "host-b", &extra);
-    let host_a = GatewayProcess::start(a.gateway(workspace.path()));
-    let host_b = GatewayProcess::start(b.gateway(workspace.path()));
-    let both = ["host-a", "host-b"];
-    settled(&a, workspace.path(), &both).await;
-    let live: Vec<String> = both.iter().map(|host| host.to_string()).collect();
-    let of_b = partitions_won("host-b", &live, PARTITIONS);
-    let peer = (0..10_000)
-        .map(|n| format!("peer-{n}"))
-        .find(|peer| of_b.contains(&partition_of(&format!("agent:main:webhook:ops:{peer}"))))
-        .unwrap();
-    let session = format!("agent:main:webhook:ops:{peer}");
-
-    let body = json!({"message": "deploy done", "peer": peer, "id": "d-1"})
-        .to_string()
-        .into_bytes();
-    let headers = signed_headers(host::HOOK_SECRET, unix_now(), &body);
-    let url = |addr: std::net::SocketAddr| format!("http://{addr}/hooks/ops");
-    let (status, text) = post(&url(host_a.addr), &headers, body.clone()).await;
-    assert_eq!(status, 202, "{text}");
-    let answer: Value = serde_json::from_str(&text).unwrap();
-    let run = answer["runId"].as_str().expect("the run's id").to_string();
-    for addr in [host_a.addr, host_b.addr] {
-        let (status, text) = post(&url(addr), &headers, body.clone()).await;
-        assert_eq!(status, 401, "a replay is refused on either host: {text}");
-    }
-    let (mut client, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
-    let waited = client
-        .request("agent.wait", json!({"runId": run, "timeoutMs": 60000}))
-        .await;
-    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
-    let history = client
-        .request("chat.history", json!({"sessionKey": session}))
-        .await
-        .to_string();
-    assert_eq!(
-        history.matches("Answered: deploy done").count(),
-        1,
-        "{history}"
-    );
-    let ran = format!("turn ended session=\"{session}\"");
-    assert!(
-        host_b.output().contains(&ran),
-        "host-b ran it: {}",
-        host_b.output()
-    );
-    assert!(!host_a.output().contains(&ran), "host-a did not");
-    for host in [host_a, host_b] {
-        let (exit, output) = host.terminate();
-        assert!(exit.success(), "{output}");
-    }
-}
-
-/// Telegram with hosts serving partitions: one host polls (the holder of the `telegram` lease)
-/// and every message is answered once, whichever host serves its session; the poller killed,
-/// the other host takes the lease over and polls on from the journal, and the next message is
-/// answered once too.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_host_polls_telegram_and_another_takes_over_when_it_dies() {
-    use clawcage_tests::channels::FakeBotApi;
-    const BOT_TOKEN: &str = "7000001:AAE-test-bot-token-Zq9xVb3RtY7uKw";
-    const BOT_TOKEN_ENV: &str = "CLAWCAGE_TEST_TELEGRAM_TOKEN";
-    let Some(nats) = NatsServer::start("one_host_polls_telegram") else {
-        return;
-    };
-    let model = LlmServer::start_routed(|body| {
-        let (text, _) = last_user(body);
-        anthropic::message(&[anthropic::text(&format!("Answered: {text}"))])
-    })
-    .await;
-    let bot = FakeBotApi::start(BOT_TOKEN).await;
-    let extra = format!(
-        "serve = \"partitions\"\n\n[channels.telegram]\ntoken_env = \"{BOT_TOKEN_ENV}\"\napi_base = \"{}\"\npoll_timeout_secs = 1\nallow_from = [42]\n",
-        bot.url()
-    );
-    let workspace = tempfile::tempdir().unwrap();
-    let hosts = [
-        Host::with(&nats.url(), model.url(), "host-a", &extra),
-        Host::with(&nats.url(), model.url(), "host-b", &extra),
-    ];
-    let start = |host: &Host| {
-        let mut command = host.gateway(workspace.path());
-        command.env(BOT_TOKEN_ENV, BOT_TOKEN);
-        GatewayProcess::start(command)
-    };
-    let mut processes = [Some(start(&hosts[0])), Some(start(&hosts[1]))];
-    settled(&hosts[0], workspace.path(), &["host-a", "host-b"]).await;
-
-    bot.private_message(42, "Ada", "hello one");
-    bot.wait_delivered(42, 1).await;
-    assert!(bot.delivered_texts(42)[0].contains("Answered: hello one"));
-    // Who polls: the holder of the `telegram` lease.
-    let output = hosts[0]
-        .command(workspace.path(), &["cluster", "status", "--json"])
-        .output()
-        .unwrap();
-    let status: Value = serde_json::from_slice(&output.stdout).unwrap();
-    let poller = status["leases"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|lease| lease[0] == "telegram")
-        .and_then(|lease| lease[1]["host"].as_str())
-        .expect("one host holds the poller's lease")
-        .to_string();
-    let (dead, alive) = if poller == "host-a" { (0, 1) } else { (1, 0) };
-
-    let said = processes[dead].take().unwrap().kill();
-    assert!(!said.contains("panicked"), "{said}");
-    bot.private_message(42, "Ada", "hello two");
-    bot.wait_delivered(42, 2).await;
-    // Nothing more comes: each message answered once.
-    tokio::time::sleep(Duration::from_secs(2)).await;
-    let texts = bot.delivered_texts(42);
-    assert_eq!(texts.len(), 2, "{texts:?}");
-    assert!(texts[1].contains("Answered: hello two"), "{texts:?}");
-    let survivor = processes[alive].take().unwrap();
-    assert!(
-        survivor
-            .output()
-            .contains("this host polls Telegram for the cluster"),
-        "{}",
-        survivor.output()
-    );
-    let (exit, output) = survivor.terminate();
-    assert!(exit.success(), "{output}");
 }
 
 /// A partition handed over to a host that joins lets the turn running in it end first: the

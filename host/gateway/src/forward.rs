@@ -47,6 +47,7 @@ pub(crate) const FORWARDED_METHODS: &[&str] = &[
     "sessions.reset",
     "sessions.delete",
     "exec.approval.policy",
+    crate::channels::elsewhere::CONVERSATION_METHOD,
 ];
 
 /// Requests of one connection waiting for their owner's answer, at most.

@@ -9,6 +9,7 @@
 //! secrets (the bot token, webhook secrets) stay in this process: no sandbox, file or
 //! transcript ever holds one.
 
+pub(crate) mod elsewhere;
 pub mod pairing;
 pub mod telegram;
 pub mod webhook;
@@ -21,7 +22,7 @@ use clawcage_agent::StateDir;
 use clawcage_agent::approvals::ApprovalBroker;
 use clawcage_agent::session::Admission;
 use clawcage_core::approval::ApprovalDecision;
-use clawcage_core::command::APPROVE_USAGE;
+use clawcage_core::command::{APPROVE_USAGE, Command};
 use clawcage_runtime::Error;
 use clawcage_runtime::channel_config::{self, HttpPost};
 use serde_json::{Value, json};
@@ -353,6 +354,28 @@ impl Channels {
         self.webhooks.as_ref()
     }
 
+    /// What the host polling a channel asks of this one for conversation `key`, which this
+    /// host serves ([`elsewhere`]): from now on the approval requests of its turns are posted to
+    /// the conversation (`by`, an approved person, wrote in it), and `line`, a command
+    /// (`/queue …`, `/approve …`), is carried out here. The command's reply (empty without one).
+    pub(crate) fn conversation(
+        &self,
+        key: &str,
+        by: &str,
+        line: Option<&str>,
+    ) -> Result<String, String> {
+        let chat = elsewhere::telegram_chat_of(key)
+            .ok_or_else(|| format!("{key} is not a Telegram conversation's session"))?;
+        let telegram = self.telegram.as_ref().ok_or_else(|| {
+            "this host has no Telegram channel: give every host of the cluster the same [channels.telegram]".to_string()
+        })?;
+        telegram.post_approvals(key, chat.0, chat.1);
+        match line {
+            Some(line) => conversation_command(&self.shared, key, line, by),
+            None => Ok(String::new()),
+        }
+    }
+
     /// The `message` tool of a turn of `key`: delivers `content` to the channel and peer of the
     /// session (`target` absent or `user`), or to `target` (`telegram:<chatId>`,
     /// `webhook:<name>`) where `[channels] message_targets` allows it. `Ok(false)` when `key`
@@ -424,6 +447,34 @@ fn request_of(key: &str, session: Option<&str>) -> bool {
                 .strip_prefix(key)
                 .is_some_and(|rest| rest.starts_with('/'))
     })
+}
+
+/// A conversation's command `line` (`/queue …`, `/approve …`) for session `key`, asked by
+/// `by` (an approved person), carried out on this host: the reply. A line that is neither is an
+/// error.
+pub(crate) fn conversation_command(
+    shared: &Shared,
+    key: &str,
+    line: &str,
+    by: &str,
+) -> Result<String, String> {
+    match Command::parse(line) {
+        Some(Ok(Command::Queue(line))) => Ok(shared
+            .hub
+            .parts
+            .sessions
+            .queue_command(key, &line)
+            .unwrap_or_else(|error| error.to_string())),
+        Some(Ok(Command::Approve { id, decision })) => {
+            Ok(approve_command(shared, key, Some((&id, decision)), by))
+        }
+        Some(Ok(Command::ApproveUsage)) => Ok(approve_command(shared, key, None, by)),
+        Some(Err(error)) => Ok(error.to_string()),
+        _ => Err(format!(
+            "`{}` is not a conversation command: /queue or /approve",
+            line.split_whitespace().next().unwrap_or_default()
+        )),
+    }
 }
 
 /// `/approve ID allow-once|allow-always|deny` from the conversation `key`, by an approved

@@ -343,6 +343,8 @@ impl Telegram {
             session_key: None,
             text: None,
             reply: Some(text),
+            approved_by: None,
+            command: false,
         };
         let user = user_id.to_string();
         let known = self.settings.allow_from.contains(&user)
@@ -433,23 +435,23 @@ impl Telegram {
                     "Hello! Write to me and the agent answers.".to_string(),
                 ));
             }
-            Some(Ok(Command::Queue(line))) => {
-                let answer = match self.shared.hub.parts.sessions.queue_command(&key, &line) {
-                    Ok(text) => text,
-                    Err(error) => error.to_string(),
-                };
-                return Some(reply(answer));
-            }
-            Some(Ok(Command::Approve { id, decision })) => {
-                return Some(reply(super::approve_command(
-                    &self.shared,
-                    &key,
-                    Some((&id, decision)),
-                    &by,
-                )));
-            }
-            Some(Ok(Command::ApproveUsage)) => {
-                return Some(reply(super::approve_command(&self.shared, &key, None, &by)));
+            Some(Ok(Command::Queue(_) | Command::Approve { .. } | Command::ApproveUsage)) => {
+                // The session's queue and the requests its turns wait on are the serving
+                // host's: a command for a session another host serves is carried out there.
+                if super::elsewhere::served_elsewhere(&self.shared, &key) {
+                    return Some(Pending {
+                        session_key: Some(key),
+                        text: Some(trimmed.to_string()),
+                        reply: None,
+                        approved_by: Some(by),
+                        command: true,
+                        ..reply(String::new())
+                    });
+                }
+                return Some(reply(
+                    super::conversation_command(&self.shared, &key, trimmed, &by)
+                        .unwrap_or_else(|why| why),
+                ));
             }
             Some(Err(error @ CommandError::BadApprove(_))) => {
                 return Some(reply(error.to_string()));
@@ -481,13 +483,15 @@ impl Telegram {
             // The journal on disk holds what the lane gets: the text with secret values replaced.
             text: Some(super::scrub(&self.shared.hub, &input)),
             reply: None,
+            approved_by: known.then_some(by),
+            command: false,
         })
     }
 
     /// From now on, the approval requests of `key`'s turns (and its sub-agents') are posted to
     /// the chat, to be answered with `/approve` by an approved person. Without approvals, or
     /// once done for `key`, nothing happens.
-    fn post_approvals(self: &Arc<Self>, key: &str, chat: i64, thread: Option<i64>) {
+    pub(super) fn post_approvals(self: &Arc<Self>, key: &str, chat: i64, thread: Option<i64>) {
         let Some(broker) = &self.shared.approvals else {
             return;
         };
@@ -536,7 +540,35 @@ impl Telegram {
     /// Hands a record's text to its lane (in update order) and queues its delivery.
     async fn dispatch(self: &Arc<Self>, pending: Pending) {
         let run = match (&pending.reply, &pending.session_key, &pending.text) {
+            // A command for the host serving the session: its answer goes out at once.
+            (None, Some(key), Some(line)) if pending.command => {
+                let (telegram, key, line) = (self.clone(), key.clone(), line.clone());
+                tokio::spawn(async move {
+                    let by = pending.approved_by.clone().unwrap_or_default();
+                    let answer = if super::elsewhere::served_elsewhere(&telegram.shared, &key) {
+                        super::elsewhere::ask_serving_host(&telegram.shared, &key, &by, Some(&line))
+                            .await
+                            .unwrap_or_else(|why| {
+                                format!("(the command was not carried out: {why}; send it again)")
+                            })
+                    } else {
+                        super::conversation_command(&telegram.shared, &key, &line, &by)
+                            .unwrap_or_else(|why| why)
+                    };
+                    telegram.deliver(&pending, &answer).await;
+                });
+                return;
+            }
             (None, Some(key), Some(text)) => {
+                // An approved person wrote to a session another host serves: that host posts
+                // the approval requests of its turns here.
+                if let Some(by) = &pending.approved_by
+                    && super::elsewhere::served_elsewhere(&self.shared, key)
+                    && let Err(why) =
+                        super::elsewhere::ask_serving_host(&self.shared, key, by, None).await
+                {
+                    tracing::warn!(session = %key, "the host serving the conversation was not told to post its approval requests: {why}");
+                }
                 match submit(
                     &self.shared,
                     key,

@@ -34,6 +34,14 @@ pub(super) struct Pending {
     /// The reply, once known.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(super) reply: Option<String>,
+    /// The approved person who wrote it (the approval requests of the session's turns are
+    /// posted to the conversation, by whichever host serves the session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(super) approved_by: Option<String>,
+    /// The text is a conversation command (`/queue …`, `/approve …`) for the host serving the
+    /// session, which another host served when it came.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub(super) command: bool,
 }
 
 /// What the journal file holds.
@@ -183,6 +191,8 @@ mod tests {
             session_key: Some("agent:main:telegram:7".to_string()),
             text: Some(text.to_string()),
             reply: None,
+            approved_by: None,
+            command: false,
         })
     }
 
