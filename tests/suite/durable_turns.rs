@@ -13,7 +13,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use clawcage_agent::inbox::{InputRecord, LaneInbox};
+use clawcage_agent::inbox::{InputRecord, InputStatus, LaneInbox};
 use clawcage_agent::provider::NoEvents;
 use clawcage_agent::session::queue::{Origin, QueuedJob};
 use clawcage_agent::session::{InputMeta, RecoveredFate};
@@ -368,6 +368,38 @@ async fn a_committed_turn_whose_input_was_not_marked_done_is_answered_at_once() 
         kinds(state.path()).iter().filter(|k| *k == "turn").count(),
         1
     );
+}
+
+/// A turn a newer message interrupted, committed just before the stop with its input not yet
+/// marked done: at the next start it ends interrupted again (its input `aborted`, as it would
+/// have been), not as a failure; nothing is asked of the model.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_committed_turn_that_was_interrupted_ends_interrupted_at_the_next_start() {
+    let state = tempfile::tempdir().unwrap();
+    stopped_turn(
+        state.path(),
+        "run-1",
+        "hello",
+        &[Entry::Turn {
+            at_ms: 4,
+            usage: Usage::default(),
+            outcome: format!("error: {}", clawcage_agent::AgentError::Interrupted),
+        }],
+    );
+    let server = LlmServer::start(vec![]).await;
+    let sessions = sessions_over(&server, state.path(), ToolRegistry::new());
+    let recovered = sessions.recover(&|_, _| Arc::new(NoEvents));
+    assert_eq!(recovered[0].fate, RecoveredFate::Answered);
+    let reply = first_reply(recovered).await;
+    assert!(
+        matches!(reply, Err(clawcage_agent::AgentError::Interrupted)),
+        "{reply:?}"
+    );
+    assert!(server.requests().is_empty());
+    let inbox = FileInbox::new(state.path().join("inbox"));
+    let finished = inbox.finished(KEY).unwrap();
+    assert_eq!(finished.len(), 1, "{finished:?}");
+    assert_eq!(finished[0].status, InputStatus::Aborted);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

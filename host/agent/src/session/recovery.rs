@@ -17,7 +17,7 @@ use super::{
 };
 use crate::agent_loop::{AgentError, TurnEnd, TurnObserver, TurnOutcome};
 use crate::compaction::{Journaled, TurnJournal};
-use crate::inbox::{InputRecord, InputStatus};
+use crate::inbox::InputRecord;
 use crate::transcript::{Entry, Loaded, OpenTurn, now_ms};
 
 /// A turn to resume when its session's lane starts: what recovery loaded, and the tickets of
@@ -125,26 +125,11 @@ impl Sessions {
             }
         }
         for (record, turn) in answered {
-            let failed = turn.outcome.starts_with("error:");
-            let reply: LaneReply = if failed {
-                Err(AgentError::History(turn.outcome.clone()))
-            } else {
-                Ok(Some(TurnOutcome {
-                    text: turn.text.clone(),
-                    end: TurnEnd::Answered,
-                    usage: turn.usage,
-                    iterations: 0,
-                    answered_by: turn.outcome.clone(),
-                }))
-            };
+            let reply = committed_reply(&turn);
             shared.mark_done(
                 key,
                 std::slice::from_ref(&record.id),
-                if failed {
-                    InputStatus::Error
-                } else {
-                    InputStatus::Ok
-                },
+                super::status_of(&reply),
             );
             let (sender, receiver) = oneshot::channel();
             let _ = sender.send(reply);
@@ -210,6 +195,23 @@ impl Sessions {
         }
         self.ensure_lane(key);
         recovered
+    }
+}
+
+/// The reply a turn committed just before the stop gave: its answer, or how it failed; a turn
+/// a newer message or the operator interrupted ends interrupted again (its run `aborted`), not
+/// as a failure.
+fn committed_reply(turn: &crate::transcript::Answered) -> LaneReply {
+    match turn.outcome.strip_prefix("error: ") {
+        Some(error) if error == AgentError::Interrupted.to_string() => Err(AgentError::Interrupted),
+        Some(_) => Err(AgentError::History(turn.outcome.clone())),
+        None => Ok(Some(TurnOutcome {
+            text: turn.text.clone(),
+            end: TurnEnd::Answered,
+            usage: turn.usage,
+            iterations: 0,
+            answered_by: turn.outcome.clone(),
+        })),
     }
 }
 

@@ -108,11 +108,26 @@ pub(super) async fn runs_ended(
         } else {
             &["ok"]
         };
-        assert!(
-            allowed.contains(&status),
-            "s{session} m{message} ({} mode): {waited} (seed {seed})",
-            mode_of(*session)
-        );
+        if !allowed.contains(&status) {
+            // What the session's log says of the run, for the failure's message.
+            let key = session_key(*session);
+            let subscribed = client
+                .request("sessions.subscribe", json!({"sessionKey": key, "since": 0}))
+                .await;
+            let last = subscribed["payload"]["lastSeq"].as_u64().unwrap_or(0);
+            let told: Vec<Value> = client
+                .agent_events_until(Duration::from_secs(10), |e| {
+                    e["sessionKey"] == key.as_str() && e["seq"] == last
+                })
+                .await
+                .into_iter()
+                .filter(|e| e["sessionKey"] == key.as_str())
+                .collect();
+            panic!(
+                "s{session} m{message} ({} mode): {waited} (seed {seed}); the session's events: {told:#?}",
+                mode_of(*session)
+            );
+        }
         statuses.insert((*session, *message), status.to_string());
     }
     statuses

@@ -8,7 +8,7 @@ use std::pin::Pin;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use clawcage_agent::agent_loop::TurnObserver;
+use clawcage_agent::agent_loop::{AgentError, TurnObserver};
 use clawcage_agent::cron::FiringSink;
 use clawcage_agent::events::{AgentEvent, Stream};
 use clawcage_agent::inbox::{FinishedInput, InputRecord, InputStatus};
@@ -196,11 +196,19 @@ impl Hub {
                 outcome_payload(outcome),
             ),
             Ok(None) => return,
-            Err(error) => (
-                AgentEvent::run_failed(key, run_id, error, false),
-                RunStatus::Error,
-                json!({"error": error.to_string()}),
-            ),
+            // Interrupted (by a newer message or the operator) before the stop: aborted.
+            Err(error) => {
+                let aborted = matches!(error, AgentError::Interrupted);
+                (
+                    AgentEvent::run_failed(key, run_id, error, aborted),
+                    if aborted {
+                        RunStatus::Aborted
+                    } else {
+                        RunStatus::Error
+                    },
+                    json!({"error": error.to_string()}),
+                )
+            }
         };
         if !said {
             self.publish_to_open(end);
