@@ -8,7 +8,9 @@
 //! a restart (and a SIGTERM mid-turn and a restart) answer every update exactly once; webhooks with a bad, replayed, stale or missing
 //! signature, an oversized or malformed body get refused and start nothing, a signed one is
 //! answered with a signed POST; an exec approval asked in a chat is answered there with
-//! `/approve` by an approved person only, and `/queue` sets the queue mode; the `message` tool
+//! `/approve` by an approved person only, and `/queue` sets the queue mode; an approved person's
+//! conversation gets its turns' approval requests even when the turn did not come from the chat
+//! (a stranger's gets none); the `message` tool
 //! reaches its own chat and only the configured others. After each test, the bot token is in no file under the state
 //! directory and in none of the gateway's output. It is one file (over 700 lines) because every
 //! test runs the same `Setup` (gateway, scripted model, fake Bot API, webhook receiver) and the
@@ -804,6 +806,89 @@ async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
         "{results:?}"
     );
     assert_ne!(results[0]["is_error"], true, "{results:?}");
+    let printed = gateway.terminate();
+    setup.assert_secrets_nowhere(&printed);
+}
+
+/// A turn of an approved person's private conversation that did not come from the chat (as a
+/// turn resumed after a restart does not) still gets its approval request posted there, and
+/// answered from the chat; the conversation of a person not approved gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_approval_of_a_known_persons_conversation_is_posted_without_a_message_first() {
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool(
+            "call-1",
+            "exec",
+            json!({"command": "basename /tmp/approved-run"}),
+        )]),
+        answer("it printed approved-run"),
+        anthropic::message(&[anthropic::tool(
+            "call-2",
+            "exec",
+            json!({"command": "basename /tmp/stranger-run"}),
+        )]),
+    ])
+    .await;
+    let bot = FakeBotApi::start(BOT_TOKEN).await;
+    let setup = Setup::telegram(
+        server.url(),
+        &bot,
+        "allow_from = [42]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
+    );
+    let gateway = Gateway::start(&setup);
+    let mut client = gateway.client().await;
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": "agent:main:telegram:42", "message": "run it", "idempotencyKey": "r1"}),
+        )
+        .await;
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    bot.wait_delivered(42, 1).await;
+    let request = bot.delivered_texts(42).remove(0);
+    assert!(request.starts_with("Approval needed ("), "{request}");
+    assert!(request.contains("basename /tmp/approved-run"), "{request}");
+    let id = request["Approval needed (".len()..]
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    bot.private_message(42, "Ada", &format!("/approve {id} allow-once"));
+    bot.wait_delivered(42, 2).await;
+    assert_eq!(bot.delivered_texts(42)[1], format!("{id}: allow-once"));
+    let waited = client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 30000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+
+    // Chat 43 is nobody approved: its turn's request is not posted there.
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": "agent:main:telegram:43", "message": "run it", "idempotencyKey": "r2"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server.requests().len() < 3 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second turn asked nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        bot.delivered_texts(43).is_empty(),
+        "{:?}",
+        bot.delivered_texts(43)
+    );
+    assert_eq!(
+        bot.delivered_texts(42).len(),
+        2,
+        "{:?}",
+        bot.delivered_texts(42)
+    );
     let printed = gateway.terminate();
     setup.assert_secrets_nowhere(&printed);
 }

@@ -142,6 +142,8 @@ pub(crate) struct Shared {
     /// How a message for a session another host serves reaches it, when the hosts of a
     /// cluster serve partitions.
     pub(crate) other_hosts: Option<Arc<crate::forward::HostClient>>,
+    /// The Telegram conversations whose approval requests this host posts to their chat.
+    pub(crate) approval_chats: Mutex<std::collections::HashSet<String>>,
 }
 
 /// The running channels of a gateway.
@@ -300,6 +302,7 @@ impl Channels {
             shutdown,
             approvals,
             other_hosts,
+            approval_chats: Mutex::new(std::collections::HashSet::new()),
         });
         let telegram = match &config.telegram {
             // Every host of the cluster sends; the one holding the poller's lease polls.
@@ -322,6 +325,9 @@ impl Channels {
             },
             None => None,
         };
+        if let Some(telegram) = &telegram {
+            telegram.post_approvals_of_known_people();
+        }
         let webhooks = if config.webhooks.is_empty() {
             None
         } else {

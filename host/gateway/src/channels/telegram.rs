@@ -86,8 +86,6 @@ pub struct Telegram {
     journal: Journal,
     bot: OnceLock<Bot>,
     chats: Mutex<HashMap<Chat, mpsc::UnboundedSender<Job>>>,
-    /// The sessions whose approval requests are posted to their chat.
-    operators: Mutex<std::collections::HashSet<String>>,
     /// Cancelled when this poller stops: the gateway stops, or (a cluster whose hosts serve
     /// partitions) this host no longer holds the poller's lease.
     stop: CancellationToken,
@@ -143,7 +141,6 @@ impl Telegram {
             journal,
             bot: OnceLock::new(),
             chats: Mutex::new(HashMap::new()),
-            operators: Mutex::new(std::collections::HashSet::new()),
             stop,
         });
         Ok(telegram)
@@ -347,15 +344,7 @@ impl Telegram {
             command: false,
         };
         let user = user_id.to_string();
-        let known = self.settings.allow_from.contains(&user)
-            || self
-                .shared
-                .pairing
-                .is_approved("telegram", &user)
-                .unwrap_or_else(|error| {
-                    tracing::error!("{error}");
-                    false
-                });
+        let known = self.knows(&user);
         let private = chat_type == "private";
         let mut text = text.to_string();
         if private {
@@ -488,14 +477,71 @@ impl Telegram {
         })
     }
 
+    /// Whether Telegram user `user` is an approved person (listed in `allow_from`, or paired).
+    fn knows(&self, user: &str) -> bool {
+        self.settings
+            .allow_from
+            .iter()
+            .any(|allowed| allowed == user)
+            || self
+                .shared
+                .pairing
+                .is_approved("telegram", user)
+                .unwrap_or_else(|error| {
+                    tracing::error!("{error}");
+                    false
+                })
+    }
+
+    /// Watches every approval request asked on this host while it runs: one of a private
+    /// conversation with an approved person gets that conversation's requests posted to it
+    /// ([`Telegram::post_approvals`]) even when no message of the person came through this
+    /// host first (a turn resumed here after a restart or a takeover).
+    pub(super) fn post_approvals_of_known_people(self: &Arc<Self>) {
+        let Some(broker) = &self.shared.approvals else {
+            return;
+        };
+        let mut operator = broker.operator(OperatorFilter::All);
+        let telegram = self.clone();
+        tokio::spawn(async move {
+            loop {
+                let event = tokio::select! {
+                    event = operator.next() => event,
+                    () = telegram.shared.shutdown.cancelled() => return,
+                };
+                let request = match event {
+                    None => return,
+                    Some(OperatorEvent::Requested(request)) => request,
+                    Some(_) => continue,
+                };
+                // A sub-agent's request is its conversation's (`KEY/sub-N`).
+                let Some(key) = request
+                    .session_key
+                    .as_deref()
+                    .and_then(|session| session.split('/').next())
+                else {
+                    continue;
+                };
+                // A private chat's id is its person's; a group's are negative.
+                if let Some((chat, None)) = super::elsewhere::telegram_chat_of(key)
+                    && chat > 0
+                    && telegram.knows(&chat.to_string())
+                {
+                    telegram.post_approvals(key, chat, None);
+                }
+            }
+        });
+    }
+
     /// From now on, the approval requests of `key`'s turns (and its sub-agents') are posted to
-    /// the chat, to be answered with `/approve` by an approved person. Without approvals, or
-    /// once done for `key`, nothing happens.
+    /// the chat, to be answered with `/approve` by an approved person (those waiting now
+    /// first). Without approvals, or once done for `key` on this host (by any of its Telegram
+    /// pollers and its sender), nothing happens.
     pub(super) fn post_approvals(self: &Arc<Self>, key: &str, chat: i64, thread: Option<i64>) {
         let Some(broker) = &self.shared.approvals else {
             return;
         };
-        if !lock(&self.operators).insert(key.to_string()) {
+        if !lock(&self.shared.approval_chats).insert(key.to_string()) {
             return;
         }
         let mut operator = broker.operator(OperatorFilter::Session(key.to_string()));
@@ -504,7 +550,8 @@ impl Telegram {
             loop {
                 let event = tokio::select! {
                     event = operator.next() => event,
-                    () = telegram.stop.cancelled() => return,
+                    // The host's own, not a poller's: this host may stop polling and serve on.
+                    () = telegram.shared.shutdown.cancelled() => return,
                 };
                 let text = match event {
                     None => return,
