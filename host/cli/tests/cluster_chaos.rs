@@ -42,8 +42,6 @@ use std::time::{Duration, Instant};
 
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user};
-use clawcage_tests::nats::NatsServer;
 use clawcage_tests::seeded::Seeded;
 
 #[path = "cluster_chaos/hosts.rs"]
@@ -53,7 +51,7 @@ mod observe;
 #[path = "cluster_chaos/workload.rs"]
 mod workload;
 use hosts::{Addresses, Host, Standbys, clawcage, host, start};
-use observe::{client_through, cluster_ready, cron_fired_once, watch_events};
+use observe::{client_through, cron_fired_once, watch_events};
 use workload::{
     Acked, CRON_SESSION, MESSAGES, SESSIONS, Seen, WATCHED, lock, mode_of, send_params,
 };
@@ -99,36 +97,16 @@ async fn killing_the_active_gateway_at_random_loses_and_doubles_nothing() {
 
 /// One run of the suite under `seed`; false when it is skipped (no nats-server, outside CI).
 async fn chaos(seed: u64) -> bool {
-    // Three servers, one of them killed once; one server (nothing killed but hosts) under
-    // CLAWCAGE_CHAOS_ONE_SERVER=1, a quicker run while working on the hosts.
-    let three = std::env::var_os("CLAWCAGE_CHAOS_ONE_SERVER").is_none();
-    let test = "killing_the_active_gateway_at_random";
-    let started = if three {
-        NatsServer::start_cluster(test)
-    } else {
-        NatsServer::start(test).map(|server| vec![server])
-    };
-    let Some(mut nats) = started else {
+    let Some((mut nats, nats_url)) =
+        workload::nats_servers("killing_the_active_gateway_at_random", seed).await
+    else {
         return false;
     };
     let replicas = nats.len();
-    let nats_url = NatsServer::urls(&nats);
-    cluster_ready(&nats_url, replicas, seed).await;
     eprintln!("cluster chaos: seed {seed} (CLAWCAGE_CHAOS_SEED={seed} replays it)");
     let began = Instant::now();
     let mut random = Seeded::new(seed);
-    // Each answer takes 50 to 400 ms, so kills land during model calls as well as between them.
-    let model = LlmServer::start_routed(move |body| {
-        let (text, _) = last_user(body);
-        let wait = 50 + (text.len() as u64 * 37) % 350;
-        Reply::Delayed(
-            Duration::from_millis(wait),
-            Box::new(anthropic::message(&[anthropic::text(&format!(
-                "Answered: {text}"
-            ))])),
-        )
-    })
-    .await;
+    let model = workload::answering_model().await;
     clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
     let workspace = tempfile::tempdir().unwrap();
     let hosts: Vec<Host> = HOSTS
@@ -182,21 +160,11 @@ async fn chaos(seed: u64) -> bool {
     let mut epochs = vec![epoch_of(&active.output())];
     // A cron job every 2 s, added with a standby's configuration: the cluster's, fired by
     // whichever host is active.
-    let added = clawcage(&hosts, (index + 1) % HOSTS.len(), workspace.path())
-        .args([
-            "cron",
-            "add",
-            "--every",
-            "2",
-            "--message",
-            "tick",
-            "--name",
-            "ticker",
-        ])
-        .args(["--session", CRON_SESSION])
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{added:?}");
+    workload::add_cron_job(clawcage(
+        &hosts,
+        (index + 1) % HOSTS.len(),
+        workspace.path(),
+    ));
     // Once, in a seeded round, a NATS server is killed while the active host serves; it starts
     // again after the next kill of a host.
     let nats_round = 1 + random.below(3) as usize;

@@ -32,8 +32,6 @@ use std::time::{Duration, Instant};
 
 use clawcage_tests::gateway_client::GatewayClient;
 use clawcage_tests::gateway_process::GatewayProcess;
-use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user};
-use clawcage_tests::nats::NatsServer;
 use clawcage_tests::seeded::Seeded;
 use serde_json::json;
 
@@ -52,7 +50,7 @@ mod observe;
 #[path = "cluster_chaos/workload.rs"]
 mod workload;
 use hosts::{Addresses, Host, clawcage, host};
-use observe::{cluster_of, cluster_ready, cron_fired_once};
+use observe::{cluster_of, cron_fired_once};
 use workload::{
     Acked, CRON_SESSION, MESSAGES, SESSIONS, Seen, WATCHED, lock, mode_of, send_params,
 };
@@ -217,34 +215,16 @@ fn start_later(
 
 /// One run under `seed`; false when it is skipped (no nats-server, outside CI).
 async fn chaos(seed: u64) -> bool {
-    let three = std::env::var_os("CLAWCAGE_CHAOS_ONE_SERVER").is_none();
-    let test = "killing_hosts_serving_partitions";
-    let started = if three {
-        NatsServer::start_cluster(test)
-    } else {
-        NatsServer::start(test).map(|server| vec![server])
-    };
-    let Some(mut nats) = started else {
+    let Some((mut nats, nats_url)) =
+        workload::nats_servers("killing_hosts_serving_partitions", seed).await
+    else {
         return false;
     };
     let replicas = nats.len();
-    let nats_url = NatsServer::urls(&nats);
-    cluster_ready(&nats_url, replicas, seed).await;
     eprintln!("partitions chaos: seed {seed} (CLAWCAGE_CHAOS_SEED={seed} replays it)");
     let began = Instant::now();
     let mut random = Seeded::new(seed);
-    // Each answer takes 50 to 400 ms, so kills land during model calls as well as between them.
-    let model = LlmServer::start_routed(move |body| {
-        let (text, _) = last_user(body);
-        let wait = 50 + (text.len() as u64 * 37) % 350;
-        Reply::Delayed(
-            Duration::from_millis(wait),
-            Box::new(anthropic::message(&[anthropic::text(&format!(
-                "Answered: {text}"
-            ))])),
-        )
-    })
-    .await;
+    let model = workload::answering_model().await;
     clawcage_tests::cli_state::warm_components(Path::new(env!("CARGO_BIN_EXE_clawcage")));
     let workspace = tempfile::tempdir().unwrap();
     let hosts: Vec<Host> = HOSTS
@@ -293,21 +273,7 @@ async fn chaos(seed: u64) -> bool {
     let watched: Seen = Arc::default();
     let watching = tokio::spawn(watch_live(addresses.clone(), watched.clone()));
     // A cron job every 2 s, fired by whichever host serves its session.
-    let added = clawcage(&hosts, 1, workspace.path())
-        .args([
-            "cron",
-            "add",
-            "--every",
-            "2",
-            "--message",
-            "tick",
-            "--name",
-            "ticker",
-        ])
-        .args(["--session", CRON_SESSION])
-        .output()
-        .unwrap();
-    assert!(added.status.success(), "{added:?}");
+    workload::add_cron_job(clawcage(&hosts, 1, workspace.path()));
     // Once, in a seeded round, a NATS server is killed halfway to the round's kill of a host;
     // it starts again the round after. Once, in another, the host killed stays down 10 s.
     let nats_round = 1 + random.below(3) as usize;

@@ -16,7 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use clawcage_tests::gateway_client::GatewayClient;
-use clawcage_tests::llm_server::text_of;
+use clawcage_tests::llm_server::{LlmServer, Reply, anthropic, last_user, text_of};
+use clawcage_tests::nats::NatsServer;
 use serde_json::{Value, json};
 
 pub(super) const SESSIONS: usize = 20;
@@ -82,6 +83,57 @@ pub(super) fn send_params(session: usize, message: usize) -> Value {
         "message": text(session, message),
         "idempotencyKey": format!("k-{session}-{message}"),
     })
+}
+
+/// The NATS servers of one run of `test`: three, formed and taking replicated writes (one is
+/// killed once), or one under `CLAWCAGE_CHAOS_ONE_SERVER=1` (a quicker run while working on the
+/// hosts; nothing killed but hosts); with the URL naming them all. `None` where no server starts
+/// (outside CI).
+pub(super) async fn nats_servers(test: &str, seed: u64) -> Option<(Vec<NatsServer>, String)> {
+    let servers = if std::env::var_os("CLAWCAGE_CHAOS_ONE_SERVER").is_none() {
+        NatsServer::start_cluster(test)?
+    } else {
+        vec![NatsServer::start(test)?]
+    };
+    let url = NatsServer::urls(&servers);
+    super::observe::cluster_ready(&url, servers.len(), seed).await;
+    Some((servers, url))
+}
+
+/// The suites' model: "Answered: <the message>" after 50 to 400 ms (by the message's length), so
+/// that kills land during model calls as well as between them.
+pub(super) async fn answering_model() -> LlmServer {
+    LlmServer::start_routed(move |body| {
+        let (text, _) = last_user(body);
+        let wait = 50 + (text.len() as u64 * 37) % 350;
+        Reply::Delayed(
+            Duration::from_millis(wait),
+            Box::new(anthropic::message(&[anthropic::text(&format!(
+                "Answered: {text}"
+            ))])),
+        )
+    })
+    .await
+}
+
+/// Adds the cron job firing every 2 s into [`CRON_SESSION`] with `clawcage` (one host's
+/// configuration: the job is the cluster's).
+pub(super) fn add_cron_job(mut clawcage: std::process::Command) {
+    let added = clawcage
+        .args([
+            "cron",
+            "add",
+            "--every",
+            "2",
+            "--message",
+            "tick",
+            "--name",
+            "ticker",
+        ])
+        .args(["--session", CRON_SESSION])
+        .output()
+        .unwrap();
+    assert!(added.status.success(), "{added:?}");
 }
 
 /// Every acknowledged run waited for through `client`: each ends `ok` (in `interrupt` mode a
