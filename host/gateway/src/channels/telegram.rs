@@ -430,7 +430,8 @@ impl Telegram {
                 if super::elsewhere::served_elsewhere(&self.shared, &key) {
                     return Some(Pending {
                         session_key: Some(key),
-                        text: Some(trimmed.to_string()),
+                        // Journaled as every text is: secret values replaced.
+                        text: Some(super::scrub(&self.shared.hub, trimmed)),
                         reply: None,
                         approved_by: Some(by),
                         command: true,
