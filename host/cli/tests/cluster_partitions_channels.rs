@@ -203,7 +203,8 @@ async fn one_host_polls_telegram_and_another_takes_over_when_it_dies() {
 /// sent in the chat (taken by the polling host) becomes the serving host's setting for the
 /// session; the approval request of its turn is posted to the chat by the serving host; and
 /// `/approve`, taken by the polling host, is carried out where the request waits: nothing runs
-/// before it, the command runs once after, and the turn's answer reaches the chat.
+/// before it, the command runs once after, and the turn's answer reaches the chat. A client
+/// asking the hosts' own method with a proof it made up is refused on either host.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conversation_served_by_the_host_not_polling_is_answered_from_the_chat() {
     let Some(nats) = NatsServer::start("conversation_served_elsewhere") else {
@@ -276,6 +277,30 @@ async fn a_conversation_served_by_the_host_not_polling_is_answered_from_the_chat
     assert!(
         workspace.path().join("build").exists(),
         "nothing runs before the answer"
+    );
+    // A client holds the gateway's token but not the bot's: the method by which the hosts carry
+    // a conversation's `/approve` to each other is refused to it, through either host (the
+    // polling one forwards it to the serving one), with a proof made up or made with the
+    // gateway's token; nothing is decided.
+    for host in &processes {
+        let (mut intruder, _) = GatewayClient::connect(host.addr, TOKEN).await;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs();
+        for proof in ["00", "", TOKEN] {
+            let refused = intruder
+                .request(
+                    "channels.conversation",
+                    json!({"sessionKey": session, "by": "telegram:42", "line": format!("/approve {id} allow-once"), "at": now, "proof": proof}),
+                )
+                .await;
+            assert_eq!(refused["error"]["code"], "UNAUTHORIZED", "{refused}");
+        }
+    }
+    assert!(
+        workspace.path().join("build").exists(),
+        "nothing was decided"
     );
     bot.private_message(chat, "Ada", &format!("/approve {id} allow-once"));
     bot.wait_delivered(chat, 4).await;

@@ -193,7 +193,7 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
         }),
         "subagents.stop" => subagents_stop(gateway, &params),
         "pairing.list" | "pairing.approve" => pairing(gateway, &method, &params).await,
-        crate::channels::elsewhere::CONVERSATION_METHOD => conversation(gateway, conn, &params),
+        crate::channels::elsewhere::CONVERSATION_METHOD => conversation(gateway, &params),
         "exec.approval.list" | "exec.approval.resolve" | "exec.approval.policy" => match gateway
             .approvals
             .get()
@@ -228,11 +228,12 @@ pub async fn dispatch(gateway: &Arc<Gateway>, conn: &Arc<Conn>, request: Request
     conn.respond(&id, result);
 }
 
-/// `channels.conversation {sessionKey, by, line?}`, asked by the host polling a channel of the
-/// host serving one of its conversations (forwarded: no client asks it itself): posts the
-/// approval requests of the session's turns to the conversation from now on, and carries out
-/// the command `line` (`/queue …`, `/approve …`) of the approved person `by`.
-fn conversation(gateway: &Gateway, conn: &Conn, params: &Value) -> Result<Value, GatewayError> {
+/// `channels.conversation {sessionKey, by, line?, at, proof}`, asked by the host polling a
+/// channel of the host serving one of its conversations, with the proof that a host asks (no
+/// client can make it): posts the approval requests of the session's turns to the
+/// conversation from now on, and carries out the command `line` (`/queue …`, `/approve …`) of
+/// the approved person `by`.
+fn conversation(gateway: &Gateway, params: &Value) -> Result<Value, GatewayError> {
     #[derive(Deserialize)]
     #[serde(rename_all = "camelCase", deny_unknown_fields)]
     struct Conversation {
@@ -240,16 +241,10 @@ fn conversation(gateway: &Gateway, conn: &Conn, params: &Value) -> Result<Value,
         by: String,
         #[serde(default)]
         line: Option<String>,
+        at: u64,
+        proof: String,
     }
     const METHOD: &str = crate::channels::elsewhere::CONVERSATION_METHOD;
-    if !conn.forwarded {
-        return Err(GatewayError::new(
-            Code::Unauthorized,
-            format!(
-                "unauthorized: {METHOD} is asked by the hosts of a cluster of each other, not by clients"
-            ),
-        ));
-    }
     let asked: Conversation = self::params(METHOD, params)?;
     check_key(&asked.session_key)?;
     gateway.hub.check_served(&asked.session_key)?;
@@ -260,9 +255,12 @@ fn conversation(gateway: &Gateway, conn: &Conn, params: &Value) -> Result<Value,
         )
     })?;
     channels
-        .conversation(&asked.session_key, &asked.by, asked.line.as_deref())
+        .conversation(
+            (&asked.session_key, &asked.by, asked.line.as_deref()),
+            asked.at,
+            &asked.proof,
+        )
         .map(|text| json!({"sessionKey": asked.session_key, "text": text}))
-        .map_err(|why| GatewayError::params(METHOD, why))
 }
 
 async fn chat_send(

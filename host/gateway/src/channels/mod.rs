@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::hub::{Hub, RunResult, RunStatus, Sent};
+use crate::protocol::{Code, GatewayError};
 
 /// Failed deliveries kept in the status file.
 const KEPT_FAILURES: usize = 50;
@@ -361,23 +362,35 @@ impl Channels {
     }
 
     /// What the host polling a channel asks of this one for conversation `key`, which this
-    /// host serves ([`elsewhere`]): from now on the approval requests of its turns are posted to
+    /// host serves ([`elsewhere`]), with the proof (made at `at_secs`) that a host asks: from now on the approval requests of its turns are posted to
     /// the conversation (`by`, an approved person, wrote in it), and `line`, a command
     /// (`/queue …`, `/approve …`), is carried out here. The command's reply (empty without one).
     pub(crate) fn conversation(
         &self,
-        key: &str,
-        by: &str,
-        line: Option<&str>,
-    ) -> Result<String, String> {
-        let chat = elsewhere::telegram_chat_of(key)
-            .ok_or_else(|| format!("{key} is not a Telegram conversation's session"))?;
+        (key, by, line): (&str, &str, Option<&str>),
+        at_secs: u64,
+        proof: &str,
+    ) -> Result<String, GatewayError> {
         let telegram = self.telegram.as_ref().ok_or_else(|| {
-            "this host has no Telegram channel: give every host of the cluster the same [channels.telegram]".to_string()
+            GatewayError::new(
+                Code::Unavailable,
+                "this host has no Telegram channel: give every host of the cluster the same [channels.telegram]",
+            )
         })?;
+        elsewhere::check_proof(
+            telegram.bot_token(),
+            clawcage_agent::transcript::now_ms() / 1000,
+            at_secs,
+            (key, by, line),
+            proof,
+        )
+        .map_err(|why| GatewayError::new(Code::Unauthorized, why))?;
+        let params = |why: String| GatewayError::params(elsewhere::CONVERSATION_METHOD, why);
+        let chat = elsewhere::telegram_chat_of(key)
+            .ok_or_else(|| params(format!("{key} is not a Telegram conversation's session")))?;
         telegram.post_approvals(key, chat.0, chat.1);
         match line {
-            Some(line) => conversation_command(&self.shared, key, line, by),
+            Some(line) => conversation_command(&self.shared, key, line, by).map_err(params),
             None => Ok(String::new()),
         }
     }

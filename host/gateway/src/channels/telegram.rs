@@ -478,6 +478,16 @@ impl Telegram {
         })
     }
 
+    /// The bot's token (a channel without one is never made): the key of the proofs by which
+    /// the hosts of a cluster ask each other about a conversation ([`super::elsewhere`]).
+    pub(super) fn bot_token(&self) -> &str {
+        self.settings
+            .token
+            .as_ref()
+            .map(|token| token.expose())
+            .unwrap_or_default()
+    }
+
     /// Whether Telegram user `user` is an approved person (listed in `allow_from`, or paired).
     fn knows(&self, user: &str) -> bool {
         self.settings
@@ -594,11 +604,17 @@ impl Telegram {
                 tokio::spawn(async move {
                     let by = pending.approved_by.clone().unwrap_or_default();
                     let answer = if super::elsewhere::served_elsewhere(&telegram.shared, &key) {
-                        super::elsewhere::ask_serving_host(&telegram.shared, &key, &by, Some(&line))
-                            .await
-                            .unwrap_or_else(|why| {
-                                format!("(the command was not carried out: {why}; send it again)")
-                            })
+                        super::elsewhere::ask_serving_host(
+                            &telegram.shared,
+                            telegram.bot_token(),
+                            &key,
+                            &by,
+                            Some(&line),
+                        )
+                        .await
+                        .unwrap_or_else(|why| {
+                            format!("(the command was not carried out: {why}; send it again)")
+                        })
                     } else {
                         super::conversation_command(&telegram.shared, &key, &line, &by)
                             .unwrap_or_else(|why| why)
@@ -612,8 +628,14 @@ impl Telegram {
                 // the approval requests of its turns here.
                 if let Some(by) = &pending.approved_by
                     && super::elsewhere::served_elsewhere(&self.shared, key)
-                    && let Err(why) =
-                        super::elsewhere::ask_serving_host(&self.shared, key, by, None).await
+                    && let Err(why) = super::elsewhere::ask_serving_host(
+                        &self.shared,
+                        self.bot_token(),
+                        key,
+                        by,
+                        None,
+                    )
+                    .await
                 {
                     tracing::warn!(session = %key, "the host serving the conversation was not told to post its approval requests: {why}");
                 }
