@@ -53,7 +53,7 @@ mod workload;
 use hosts::{Addresses, Host, Standbys, clawcage, host, start};
 use observe::{client_through, cron_fired_once, watch_events};
 use workload::{
-    Acked, CRON_SESSION, MESSAGES, SESSIONS, Seen, WATCHED, lock, mode_of, send_params,
+    Acked, CRON_SESSION, MESSAGES, SESSIONS, Seen, Sent, WATCHED, lock, mode_of, send_params,
 };
 
 const TOKEN: &str = "cluster-chaos-token-0123";
@@ -225,48 +225,15 @@ async fn chaos(seed: u64) -> bool {
             }
             let session = pending[random.below(pending.len() as u64) as usize];
             let message = next[session];
-            let answered = match client
-                .try_send_request("chat.send", send_params(session, message))
-                .await
-            {
-                Ok(id) => {
-                    tokio::time::timeout(Duration::from_secs(30), client.try_response(&id)).await
-                }
-                Err(closed) => Ok(Err(closed)),
-            };
-            // Through a standby, a send in flight when the active host stopped itself is
-            // answered so (the standby carries the connection over to the next host): as if
-            // the connection had closed.
-            let answered = answered.map(|result| {
-                result.and_then(|response| {
-                    let message = response["error"]["message"].as_str().unwrap_or_default();
-                    if message.contains("went away before it answered") {
-                        Err(response.to_string())
-                    } else {
-                        Ok(response)
-                    }
-                })
-            });
-            match answered {
-                Ok(Ok(response)) if response["ok"] == true => {
-                    acked.insert(
-                        (session, message),
-                        response["payload"]["runId"].as_str().unwrap().to_string(),
-                    );
+            match workload::send_once(&mut client, (session, message), false, seed).await {
+                Sent::Acked(run_id) => {
+                    acked.insert((session, message), run_id);
                     next[session] += 1;
                 }
-                // A full queue says so: sent again later.
-                Ok(Ok(response)) if response["error"]["code"] == "RATE_LIMITED" => {}
-                // An error the gateway calls retryable (a store that could not answer in time
-                // while a NATS server's streams elect new leaders): sent again with its key.
-                Ok(Ok(response)) if response["error"]["retryable"] == true => {
-                    eprintln!("cluster chaos: a send is sent again: {response}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Ok(Ok(response)) => panic!("a send failed: {response} (seed {seed})"),
+                Sent::Again => {}
                 // The active host is gone: it stopped itself when it could not keep its lease
                 // (it closes its connections, then exits; a relayed send is told so).
-                Ok(Err(closed)) => {
+                Sent::Closed(closed) => {
                     let deadline = Instant::now() + Duration::from_secs(20);
                     while active.exited().is_none() {
                         assert!(
@@ -279,7 +246,6 @@ async fn chaos(seed: u64) -> bool {
                     stopped_itself = true;
                     break 'sending;
                 }
-                Err(_) => panic!("no answer to a send within 30 s (seed {seed})"),
             }
             if kill_after.is_some_and(|after| started.elapsed() >= after) {
                 break 'sending;

@@ -55,7 +55,7 @@ mod workload;
 use hosts::{Addresses, Host, clawcage, host};
 use observe::{cluster_of, cron_fired_once};
 use workload::{
-    Acked, CRON_SESSION, MESSAGES, SESSIONS, Seen, WATCHED, lock, mode_of, send_params,
+    Acked, CRON_SESSION, MESSAGES, SESSIONS, Seen, Sent, WATCHED, lock, mode_of, send_params,
 };
 
 const TOKEN: &str = "cluster-chaos-token-0123";
@@ -351,43 +351,19 @@ async fn chaos(seed: u64) -> bool {
             };
             let session = pending[random.below(pending.len() as u64) as usize];
             let message = next[session];
-            let answered = match client
-                .try_send_request("chat.send", send_params(session, message))
-                .await
-            {
-                Ok(id) => {
-                    tokio::time::timeout(Duration::from_secs(30), client.try_response(&id)).await
-                }
-                Err(closed) => Ok(Err(closed)),
-            };
-            match answered {
-                Ok(Ok(response)) if response["ok"] == true => {
-                    acked.insert(
-                        (session, message),
-                        response["payload"]["runId"].as_str().unwrap().to_string(),
-                    );
+            match workload::send_once(client, (session, message), true, seed).await {
+                Sent::Acked(run_id) => {
+                    acked.insert((session, message), run_id);
                     next[session] += 1;
                 }
-                // A full queue says so: sent again later.
-                Ok(Ok(response)) if response["error"]["code"] == "RATE_LIMITED" => {}
-                // The session is moving between hosts, or a store could not answer in time
-                // (a NATS server's streams electing new leaders): sent again with its key.
-                Ok(Ok(response))
-                    if response["error"]["code"] == "UNAVAILABLE"
-                        || response["error"]["retryable"] == true =>
-                {
-                    eprintln!("partitions chaos: a send is sent again: {response}");
-                    tokio::time::sleep(Duration::from_millis(100)).await;
-                }
-                Ok(Ok(response)) => panic!("a send failed: {response} (seed {seed})"),
+                Sent::Again => {}
                 // The host it went through was killed: the send goes again, with its key,
                 // through the next live host.
-                Ok(Err(closed)) => {
+                Sent::Closed(closed) => {
                     eprintln!("partitions chaos: the sender's host went away ({closed})");
                     sender = None;
                     turn += 1;
                 }
-                Err(_) => panic!("no answer to a send within 30 s (seed {seed})"),
             }
             if kill_after.is_some_and(|after| started.elapsed() >= after) {
                 break 'sending;

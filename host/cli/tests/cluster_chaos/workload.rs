@@ -136,6 +136,62 @@ pub(super) fn add_cron_job(mut clawcage: std::process::Command) {
     assert!(added.status.success(), "{added:?}");
 }
 
+/// What became of one send.
+pub(super) enum Sent {
+    /// Acknowledged, under this run id.
+    Acked(String),
+    /// To be sent again later with its key.
+    Again,
+    /// The connection closed, or the host behind it went away before it answered: why.
+    Closed(String),
+}
+
+/// Sends message `message` of session `session` through `client` and waits up to 30 s for the
+/// answer. A full queue, and an error the gateway calls retryable (a store that could not
+/// answer in time while a NATS server's streams elect new leaders), are sent again with the
+/// key; with `moving_passes`, so is `UNAVAILABLE` (the session moving between hosts serving
+/// partitions), while without it an answer that the host behind the connection went away
+/// counts as the connection's end (a standby carrying it over to the next active host). Any
+/// other error fails the test.
+pub(super) async fn send_once(
+    client: &mut GatewayClient,
+    (session, message): (usize, usize),
+    moving_passes: bool,
+    seed: u64,
+) -> Sent {
+    let answered = match client
+        .try_send_request("chat.send", send_params(session, message))
+        .await
+    {
+        Ok(id) => tokio::time::timeout(Duration::from_secs(30), client.try_response(&id)).await,
+        Err(closed) => Ok(Err(closed)),
+    };
+    let response = match answered {
+        Ok(Ok(response)) => response,
+        Ok(Err(closed)) => return Sent::Closed(closed),
+        Err(_) => panic!("no answer to a send within 30 s (seed {seed})"),
+    };
+    if response["ok"] == true {
+        return Sent::Acked(response["payload"]["runId"].as_str().unwrap().to_string());
+    }
+    let error = &response["error"];
+    if error["code"] == "RATE_LIMITED" {
+        return Sent::Again;
+    }
+    let went_away = error["message"]
+        .as_str()
+        .is_some_and(|text| text.contains("went away before it answered"));
+    if went_away && !moving_passes {
+        return Sent::Closed(response.to_string());
+    }
+    if error["retryable"] == true || (moving_passes && error["code"] == "UNAVAILABLE") {
+        eprintln!("chaos: a send is sent again: {response}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        return Sent::Again;
+    }
+    panic!("a send failed: {response} (seed {seed})");
+}
+
 /// Every acknowledged run waited for through `client`: each ends `ok` (in `interrupt` mode a
 /// newer message stops the run it finds, `aborted`, or replaces one still waiting, `dropped`).
 /// The status of each.
