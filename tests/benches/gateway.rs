@@ -158,6 +158,7 @@ fn child(llm: &str, nats: Option<String>) {
             state_dir: state.path().to_path_buf(),
             shared_records: None,
             partitions: None,
+            write_fences: None,
         };
         let mut settings = Settings::new(Token::explicit(TOKEN));
         settings.sends_per_minute = 1_000_000;

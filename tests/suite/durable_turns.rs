@@ -7,7 +7,8 @@
 //! its commit is committed without a model call, a committed turn whose input was not marked done
 //! is answered at once, and the inputs still waiting run after it in their order. A session a
 //! process lets go of (its partition handed to another host) stops where it stands and is taken
-//! up again the same way by whoever serves it next, this process included.
+//! up again the same way by whoever serves it next, this process included. A call whose start
+//! the transcript refuses is never run.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -597,4 +598,118 @@ async fn a_session_let_go_mid_call_is_taken_up_again_without_running_the_call_tw
     );
     let inbox = FileInbox::new(state.path().join("inbox"));
     assert!(inbox.pending(KEY).unwrap().is_empty(), "the input is done");
+}
+
+/// The session transcripts on disk, except that the disk refuses every line saying a tool call
+/// started (what a full disk does to one write, or a host's lapsed lease to its appends).
+#[derive(Debug)]
+struct RefusingCallStarts(JsonlTranscripts);
+
+impl TranscriptStore for RefusingCallStarts {
+    fn append_steps(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        if entries
+            .iter()
+            .any(|entry| matches!(entry, Entry::ToolStarted { .. }))
+        {
+            return Err(std::io::Error::other("no space left on device"));
+        }
+        self.0.append_steps(key, entries)
+    }
+    fn commit(&self, key: &str, entries: &[Entry]) -> std::io::Result<()> {
+        self.0.commit(key, entries)
+    }
+    fn load(&self, key: &str, limit: usize) -> std::io::Result<clawcage_agent::transcript::Loaded> {
+        self.0.load(key, limit)
+    }
+    fn load_until(
+        &self,
+        key: &str,
+        limit: usize,
+        until: clawcage_agent::transcript::Position,
+    ) -> std::io::Result<clawcage_agent::transcript::Loaded> {
+        self.0.load_until(key, limit, until)
+    }
+    fn committed_position(
+        &self,
+        key: &str,
+    ) -> std::io::Result<clawcage_agent::transcript::Position> {
+        self.0.committed_position(key)
+    }
+    fn exists(&self, key: &str) -> std::io::Result<bool> {
+        self.0.exists(key)
+    }
+    fn remove(&self, key: &str) -> std::io::Result<()> {
+        self.0.remove(key)
+    }
+    fn sessions(&self) -> std::io::Result<Vec<clawcage_agent::transcript::SessionFile>> {
+        self.0.sessions()
+    }
+    fn describe(&self, key: &str) -> String {
+        self.0.describe(key)
+    }
+}
+
+/// A call whose start cannot be journaled is not run (a turn resumed after a crash could not
+/// know it may have had an effect): the turn stops with the transcript's error, the model is
+/// not asked again in it, and the session's next turn sends a history a provider accepts (the
+/// call answered as not run).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_call_whose_start_cannot_be_journaled_is_not_run() {
+    let state = tempfile::tempdir().unwrap();
+    let workspace = tempfile::tempdir().unwrap();
+    let server = LlmServer::start(vec![
+        anthropic::message(&[anthropic::tool(
+            "t1",
+            "exec",
+            json!({"command": "echo ran >> effects.log"}),
+        )]),
+        anthropic::message(&[anthropic::text("Second turn.")]),
+    ])
+    .await;
+    let tools = clawcage_tests::exec_registry(workspace.path(), FsMode::ReadWrite).await;
+    let agent = AgentLoop::new(anthropic_provider(&server), tools, AgentConfig::default());
+    let store = RefusingCallStarts(transcript(state.path()));
+    let sessions = Sessions::new(agent, Some(Arc::new(store)), 100)
+        .with_inbox(Arc::new(FileInbox::new(state.path().join("inbox"))));
+    let meta = |id: &str| InputMeta {
+        id: Some(id.into()),
+        idempotency: None,
+    };
+    let first = sessions
+        .submit_input(
+            KEY,
+            LaneInput::User("note that it ran".into()),
+            Arc::new(NoEvents),
+            meta("run-1"),
+        )
+        .wait()
+        .await;
+    let Err(clawcage_agent::AgentError::Transcript { message, .. }) = &first else {
+        panic!("the turn stops with the transcript's error: {first:?}");
+    };
+    assert!(message.contains("no space left on device"), "{message}");
+    assert!(
+        !workspace.path().join("effects.log").exists(),
+        "the call was not run"
+    );
+    assert_eq!(server.bodies().len(), 1, "the model was not asked again");
+
+    let second = sessions
+        .submit_input(
+            KEY,
+            LaneInput::User("and now?".into()),
+            Arc::new(NoEvents),
+            meta("run-2"),
+        )
+        .wait()
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.text, "Second turn.");
+    let said = server.bodies()[1].to_string();
+    assert!(
+        said.contains("not run: the turn stopped because its steps could not be recorded"),
+        "{said}"
+    );
+    assert!(!workspace.path().join("effects.log").exists());
 }

@@ -217,6 +217,11 @@ pub enum AgentError {
     /// A token budget is spent.
     #[error("{0}")]
     Budget(String),
+    /// A step of the turn could not be recorded, so the turn stopped before doing more.
+    #[error(
+        "a step of the turn could not be recorded ({0}); the turn stopped so that nothing runs that a restart would not know of"
+    )]
+    Journal(String),
     /// The transcript could not be written.
     #[error(
         "cannot write the transcript {path}: {message}; check the --state-dir permissions and free space"
@@ -597,6 +602,9 @@ impl AgentLoop {
         let max_iterations = self.config.max_iterations.max(1);
         let mut futile = false;
         for iteration in 1..=max_iterations {
+            if let Some(why) = journal.failure() {
+                return Err(AgentError::Journal(why));
+            }
             let response = self
                 .complete(history, observer, journal, &mut usage, &mut futile)
                 .await?;
@@ -703,6 +711,11 @@ impl AgentLoop {
                     journal.record(Journaled::ToolStarted {
                         tool_use_id: call.id.clone(),
                     });
+                    // Not run unless its start is recorded: a turn resumed after a crash must
+                    // know every call that may have had an effect.
+                    if let Some(why) = journal.failure() {
+                        return Err(AgentError::Journal(why));
+                    }
                     observer.tool_started(call);
                     let session = current_session_key().unwrap_or_else(|| "agent".into());
                     let result = CURRENT_TOOL_CALL

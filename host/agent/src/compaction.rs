@@ -108,6 +108,13 @@ pub enum Journaled {
 pub trait TurnJournal: Send {
     /// Record `item`, the next step of the turn.
     fn record(&mut self, item: Journaled);
+
+    /// Why a step could not be recorded, once one could not. The turn then does nothing more
+    /// (no tool call a restart would not know was started, no model call whose answer would
+    /// not be kept) and ends with [`crate::AgentError::Journal`].
+    fn failure(&self) -> Option<String> {
+        None
+    }
 }
 
 impl TurnJournal for Vec<Journaled> {

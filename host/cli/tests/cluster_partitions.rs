@@ -453,3 +453,94 @@ async fn a_hand_over_lets_the_running_turn_end_first() {
         assert!(exit.success(), "{output}");
     }
 }
+
+/// A NATS server that hangs longer than the lease while a turn waits for the model: the host's
+/// renewals do not come back, its partitions' fences shut, and the turn's next write is refused.
+/// The run is not failed for that (a client waiting for its end all along hears `ok`): it is
+/// left as a crash leaves it, and once the server goes on the host takes its partitions again
+/// and resumes the turn, which ends once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_turn_whose_write_the_shut_fence_refuses_is_resumed_not_failed() {
+    let Some(TwoHosts {
+        nats,
+        gate,
+        model,
+        workspace,
+        a,
+        b: _,
+    }) = two_hosts("a_turn_the_fence_refuses").await
+    else {
+        return;
+    };
+    let host_a = GatewayProcess::start(a.gateway(workspace.path()));
+    settled(&a, workspace.path(), &["host-a"]).await;
+    let session = session_of("host-a", &["host-a"], "fenced");
+    let (mut client, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": session, "message": "slow fenced"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    gate.reached(1).await;
+    // A client waits for the run's end from before the server hangs until after it goes on.
+    let (mut waiter, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
+    let waited = tokio::spawn({
+        let run = run.clone();
+        async move {
+            waiter
+                .request("agent.wait", json!({"runId": run, "timeoutMs": 90000}))
+                .await
+        }
+    });
+
+    // The server hangs for longer than the 2 s lease; meanwhile the model answers, and the
+    // turn's write of the answer finds the fence shut.
+    nats.pause();
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    gate.open();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    nats.resume();
+
+    let events = until_run_ends(&mut client, &run).await;
+    let phases: Vec<&str> = events
+        .iter()
+        .filter(|event| event["runId"] == run.as_str() && event["stream"] == "lifecycle")
+        .filter_map(|event| event["data"]["phase"].as_str())
+        .collect();
+    assert_eq!(
+        phases.last(),
+        Some(&"end"),
+        "{phases:?}\n{}",
+        host_a.output()
+    );
+    assert!(phases.contains(&"resumed"), "{phases:?}");
+    let waited = waited.await.unwrap();
+    assert_eq!(
+        waited["payload"]["status"],
+        "ok",
+        "{waited}\n{}",
+        host_a.output()
+    );
+    assert!(
+        host_a
+            .output()
+            .contains("a run this host can no longer write is left to the session's next owner"),
+        "the turn's write was not refused, so this tested nothing: {}",
+        host_a.output()
+    );
+    let history = client
+        .request("chat.history", json!({"sessionKey": session}))
+        .await
+        .to_string();
+    assert_eq!(
+        history.matches("Answered: slow fenced").count(),
+        1,
+        "{history}"
+    );
+    assert!(model.bodies().len() >= 2, "the resumed turn asked again");
+    let (exit, output) = host_a.terminate();
+    assert!(exit.success(), "{output}");
+}

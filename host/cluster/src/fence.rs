@@ -3,8 +3,11 @@
 //! retry), so a host whose lease has gone unrenewed for [`crate::leases::SELF_FENCE_FRACTION`] of
 //! its time to live sends nothing more, whatever its tasks are waiting on: the next holder can
 //! take the lease only once the whole time to live has passed since the last renewal reached the
-//! server, and by then this host's writes have stopped. A fence nobody holds open (the CLI, the
-//! tests, a process that owns no lease) never closes.
+//! server, and by then this host's writes have stopped. A fence that has been open and shut
+//! stays shut, even when a late renewal comes back: a write it refused meanwhile was told that
+//! another host may own the session, and whoever acts on that must not find the holder writing
+//! on under the same epoch (the holder takes the lease again, under a new one). A fence nobody
+//! holds open (the CLI, the tests, a process that owns no lease) never closes.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -13,6 +16,8 @@ use std::time::Instant;
 enum State {
     /// Writes are not tied to a lease.
     Unfenced,
+    /// Not opened by a lease yet: nothing goes out.
+    Waiting,
     /// Writes may go out until then (the lease's last renewal plus its fresh time).
     OpenUntil(Instant),
     /// The lease is lost: nothing more goes out.
@@ -39,7 +44,7 @@ impl WriteFence {
     /// every write of the sessions needs the lease (a gateway host, standby until it takes it).
     pub fn shut_until_held() -> Self {
         Self {
-            state: Arc::new(Mutex::new(State::OpenUntil(Instant::now()))),
+            state: Arc::new(Mutex::new(State::Waiting)),
         }
     }
 
@@ -50,12 +55,22 @@ impl WriteFence {
         }
     }
 
-    /// Writes may go out until `until`, and no longer unless it is moved on again.
-    pub fn open_until(&self, until: Instant) {
+    /// Writes may go out until `until`, and no longer unless it is moved on again before then;
+    /// whether the fence is open. A fence whose time has passed shuts for good (a renewal that
+    /// comes back too late does not reopen it); one not opened yet waits on.
+    pub fn open_until(&self, until: Instant) -> bool {
         let mut state = clawcage_core::sync::lock(&self.state);
-        if !matches!(*state, State::Closed) {
-            *state = State::OpenUntil(until);
-        }
+        let now = Instant::now();
+        let (next, open) = match *state {
+            State::Closed => (State::Closed, false),
+            // It was open: past its time, or given one already past, it shuts for good.
+            State::OpenUntil(was) if was <= now || until <= now => (State::Closed, false),
+            _ if until > now => (State::OpenUntil(until), true),
+            // Not opened yet, and the lease is stale already: it waits on.
+            _ => (State::Waiting, false),
+        };
+        *state = next;
+        open
     }
 
     /// Nothing more goes out, for good (the lease is lost).
@@ -68,7 +83,7 @@ impl WriteFence {
         match *clawcage_core::sync::lock(&self.state) {
             State::Unfenced => true,
             State::OpenUntil(until) => Instant::now() < until,
-            State::Closed => false,
+            State::Waiting | State::Closed => false,
         }
     }
 
@@ -79,7 +94,7 @@ impl WriteFence {
             Ok(())
         } else {
             Err(format!(
-                "{} was not sent: this host's lease is lost or could not be renewed in time, so another host may own the session now; this host stops writing (start it again to wait as a standby)",
+                "{} was not sent: this host's lease on the session (the gateway's, or its partition's) is lost or was not renewed in time, so another host may own the session now; this host writes it no more, and the session's next owner takes its work up",
                 what()
             ))
         }
@@ -192,17 +207,27 @@ mod tests {
     }
 
     #[test]
-    fn a_fence_closes_when_its_time_passes_and_reopens_when_moved_on() {
-        let fence = WriteFence::default();
+    fn a_fence_closes_when_its_time_passes_and_a_late_renewal_does_not_reopen_it() {
+        let fence = WriteFence::shut_until_held();
         let shared = fence.clone();
-        fence.open_until(Instant::now() + Duration::from_millis(30));
+        assert!(!shared.is_open(), "shut until a lease opens it");
+        assert!(
+            !fence.open_until(Instant::now() - Duration::from_millis(1)),
+            "a lease stale when taken does not open it"
+        );
+        assert!(!shared.is_open());
+        assert!(fence.open_until(Instant::now() + Duration::from_millis(30)));
         assert!(shared.is_open());
+        assert!(fence.open_until(Instant::now() + Duration::from_millis(30)));
         std::thread::sleep(Duration::from_millis(40));
         assert!(!shared.is_open());
         let refused = shared.check(|| "an append".to_string()).unwrap_err();
         assert!(refused.contains("an append was not sent"), "{refused}");
-        fence.open_until(Instant::now() + Duration::from_secs(5));
-        assert!(shared.is_open());
+        assert!(
+            !fence.open_until(Instant::now() + Duration::from_secs(5)),
+            "the renewal came back after the fence shut"
+        );
+        assert!(!shared.is_open(), "shut for good");
     }
 
     #[test]

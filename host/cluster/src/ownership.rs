@@ -290,10 +290,17 @@ impl Keeper {
                 let outcome =
                     tokio::time::timeout_at(fresh_until, leases.renew(&mut held.lease)).await;
                 match outcome {
-                    Ok(Ok(())) => {
-                        held.fence.open_until(held.lease.fresh_until());
+                    // One being handed over has its fence shut by its owner already.
+                    Ok(Ok(()))
+                        if held.fence.open_until(held.lease.fresh_until())
+                            || held.releasing.is_some() =>
+                    {
                         None
                     }
+                    Ok(Ok(())) => Some((
+                        *partition,
+                        "its renewal came back after its fence had shut".to_string(),
+                    )),
                     Ok(Err(error @ LeaseError::Lost { .. })) => {
                         Some((*partition, error.to_string()))
                     }
@@ -314,6 +321,9 @@ impl Keeper {
                 held.fence.close();
                 tracing::warn!("this host lost partition {partition}: {why}");
                 self.tell(PartitionChange::Lost { partition, why });
+                // Renewed, or not, too late: given back (if it is still this host's) so that it
+                // is taken again under a new epoch at once, not after its time to live.
+                self.give_back_apart(held.lease);
             }
         }
     }
@@ -336,6 +346,19 @@ impl Keeper {
             live.push(me.clone());
         }
         Ok(live)
+    }
+
+    /// Gives `lease` back in a task of its own (a server that is slow to answer does not hold
+    /// up the renewals of the other partitions). A lease another host holds by now is not
+    /// touched: the server refuses the release.
+    fn give_back_apart(&self, lease: Lease) {
+        let leases = self.leases.clone();
+        tokio::spawn(async move {
+            let name = lease.name().to_string();
+            if let Err(error) = leases.release(lease).await {
+                tracing::debug!("cannot give {name} back: {error}");
+            }
+        });
     }
 
     /// Starts handing over the partitions held that another host wins now, and gives up those
@@ -399,7 +422,13 @@ impl Keeper {
             match taken {
                 Ok(Some(lease)) => {
                     let fence = WriteFence::shut_until_held();
-                    fence.open_until(lease.fresh_until());
+                    if !fence.open_until(lease.fresh_until()) {
+                        tracing::warn!(
+                            "partition {partition} was taken too late to act on; it is given back and taken again"
+                        );
+                        self.give_back_apart(lease);
+                        continue;
+                    }
                     let epoch = lease.epoch();
                     self.held.insert(
                         partition,

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use clawcage_cluster::{
     Claims, Cluster, ClusterOptions, Holder, JetStreamInbox, JetStreamTranscripts, KvRecords,
-    Lease, LeaseError, Leases, TlsOptions, WriteFence, records,
+    Lease, LeaseError, Leases, SessionFences, TlsOptions, WriteFence, records,
 };
 use clawcage_core::redact::Redactor;
 use clawcage_runtime::cluster_config::ClusterSettings;
@@ -60,6 +60,8 @@ pub(crate) struct Active {
     pub(crate) epoch: u64,
     /// Cancelled when the lease is lost (or could not be renewed in time).
     pub(crate) lost: CancellationToken,
+    /// The fences the stores' writes of each session pass.
+    pub(crate) fences: SessionFences,
     pub(crate) me: Holder,
 }
 
@@ -339,7 +341,7 @@ pub(crate) async fn join(
         leases,
         lease.clone(),
         lost.clone(),
-        fence,
+        fence.clone(),
         options.lease_ttl,
     );
     // The stores' connections run on runtimes of their own: made on a blocking thread. Every
@@ -373,6 +375,7 @@ pub(crate) async fn join(
         records,
         epoch: lease.epoch(),
         lost,
+        fences: fence.into(),
         me,
     })
 }
@@ -499,7 +502,15 @@ async fn keep(
         ticks.tick().await;
         let fresh_until = tokio::time::Instant::from_std(lease.fresh_until());
         match tokio::time::timeout_at(fresh_until, leases.renew(&mut lease)).await {
-            Ok(Ok(())) => fence.open_until(lease.fresh_until()),
+            Ok(Ok(())) if fence.open_until(lease.fresh_until()) => {}
+            Ok(Ok(())) => {
+                stop_serving(
+                    &fence,
+                    &lost,
+                    "a renewal of the gateway lease came back after this host's writes had stopped: this host stops serving, and the next active gateway takes its sessions up",
+                );
+                return;
+            }
             Ok(Err(LeaseError::Lost { holder, .. })) => {
                 let now = holder.map(|holder| holder.host).unwrap_or_default();
                 stop_serving(

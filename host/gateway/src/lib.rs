@@ -426,6 +426,7 @@ pub async fn run(options: Options, args: GatewayArgs) -> Result<(), Error> {
         partitions: partitioned
             .as_ref()
             .map(|keeper: &cluster::Partitioned| keeper.partitions.clone()),
+        write_fences: active.as_ref().map(|active| active.fences.clone()),
     };
     let gateway = Gateway::start(parts, settings).await;
     let _ = hub_cell.set(Arc::downgrade(&gateway.hub));

@@ -16,6 +16,10 @@ use crate::budget::charged_to;
 use crate::compaction::{Journaled, TurnJournal};
 use crate::transcript::{Entry, Loaded, TranscriptStore, now_ms, push_message, trim_history};
 
+/// The result a tool call gets when its turn stopped because a step could not be recorded.
+const JOURNAL_FAILED_CALL: &str =
+    "not run: the turn stopped because its steps could not be recorded";
+
 pub(super) async fn run_lane(shared: Arc<Shared>, key: String, open: watch::Receiver<bool>) {
     let mut halted = shared.halted.subscribe();
     if *halted.borrow_and_update() {
@@ -315,6 +319,10 @@ impl TurnJournal for JournalSink {
         };
         self.write(&[entry]);
     }
+
+    fn failure(&self) -> Option<String> {
+        self.failed.clone()
+    }
 }
 
 async fn run_one(
@@ -382,6 +390,11 @@ pub(super) async fn run_steps(
     if let Some(cause) = stopped {
         let why = cause.dangling_call_result();
         for answer in answer_dangling_calls(history, |_| why.to_string()) {
+            sink.record(Journaled::ToolResult(answer));
+        }
+    } else if let Err(AgentError::Journal(_)) = &result {
+        // The calls were not run; the history kept here must stay one a provider accepts.
+        for answer in answer_dangling_calls(history, |_| JOURNAL_FAILED_CALL.to_string()) {
             sink.record(Journaled::ToolResult(answer));
         }
     }

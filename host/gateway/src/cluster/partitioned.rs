@@ -92,6 +92,7 @@ pub(crate) async fn join_partitions(
             records,
             epoch: 0,
             lost: CancellationToken::new(),
+            fences: fences.clone().into(),
             me,
         },
         Partitioned {

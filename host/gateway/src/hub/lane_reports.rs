@@ -77,6 +77,15 @@ impl Hub {
             }
             TicketKind::Run { run_id, .. } => (run_id, entry.joined),
         };
+        if let (Err(error), false) = (&reply, self.may_write(key)) {
+            // This host's hold on the session ended while the run went on (its lease, or its
+            // partition's, was lost or renewed too late): its writes were refused, so the run
+            // is left as a crash leaves it, pending in the inbox, for the session's next owner
+            // (perhaps this host again, under a new epoch) to resume.
+            state.current.take_if(|current| current.ticket == ticket);
+            tracing::info!(session = %key, %error, %run_id, "a run this host can no longer write is left to the session's next owner");
+            return;
+        }
         let current = state.current.take_if(|current| current.ticket == ticket);
         let aborted = current.as_ref().is_some_and(|current| current.aborting);
         let (end, status, mut payload) = match &reply {

@@ -106,6 +106,9 @@ pub struct GatewayParts {
     /// The partitions of the sessions this host serves, when it serves its share of them
     /// rather than all (`None`: every session, under `epoch`).
     pub partitions: Option<Partitions>,
+    /// The fences the stores' writes of each session pass, in a cluster (`None`: the process
+    /// writes its state directory alone, unfenced).
+    pub write_fences: Option<clawcage_cluster::SessionFences>,
 }
 
 impl GatewayParts {
@@ -307,6 +310,16 @@ impl Hub {
     /// Whether a shutdown has begun.
     pub fn shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Relaxed)
+    }
+
+    /// Whether this host may still write `key`: not in a cluster, or the lease its writes pass
+    /// (the gateway's, or the session's partition's) is held and was renewed in time. Once not,
+    /// it never is again under the same epoch: a write refused meanwhile stays refused.
+    pub(super) fn may_write(&self, key: &str) -> bool {
+        self.parts
+            .write_fences
+            .as_ref()
+            .is_none_or(|fences| fences.of(key).is_open())
     }
 
     /// `key`'s session, opened (its numbering taken up from its log, its writer started) on
