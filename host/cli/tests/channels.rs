@@ -10,7 +10,8 @@
 //! answered with a signed POST; an exec approval asked in a chat is answered there with
 //! `/approve` by an approved person only, and `/queue` sets the queue mode; an approved person's
 //! conversation gets its turns' approval requests even when the turn did not come from the chat
-//! (a stranger's gets none); the `message` tool
+//! (a stranger's gets none), and so does a group an approved person wrote in, after a restart
+//! too (a group nobody approved wrote in gets none); the `message` tool
 //! reaches its own chat and only the configured others. After each test, the bot token is in no file under the state
 //! directory and in none of the gateway's output. It is one file (over 700 lines) because every
 //! test runs the same `Setup` (gateway, scripted model, fake Bot API, webhook receiver) and the
@@ -888,6 +889,115 @@ async fn an_approval_of_a_known_persons_conversation_is_posted_without_a_message
         2,
         "{:?}",
         bot.delivered_texts(42)
+    );
+    let printed = gateway.terminate();
+    setup.assert_secrets_nowhere(&printed);
+}
+
+/// A group an approved person wrote in gets its turns' approval requests posted there, also
+/// from a gateway started again that has seen no message of the group since (the journal
+/// remembers the conversation, as it does for whichever host of a cluster serves it), and
+/// answered from the group; a group no approved person wrote in gets none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_group_an_approved_person_wrote_in_gets_its_approval_requests_after_a_restart() {
+    let server = LlmServer::start(vec![
+        answer("hello group"),
+        anthropic::message(&[anthropic::tool(
+            "call-1",
+            "exec",
+            json!({"command": "basename /tmp/group-run"}),
+        )]),
+        answer("it printed group-run"),
+        anthropic::message(&[anthropic::tool(
+            "call-2",
+            "exec",
+            json!({"command": "basename /tmp/quiet-group-run"}),
+        )]),
+    ])
+    .await;
+    let bot = FakeBotApi::start(BOT_TOKEN).await;
+    let setup = Setup::telegram(
+        server.url(),
+        &bot,
+        "allow_from = [42]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
+    );
+    let (group, quiet_group) = (-100_777_i64, -100_888_i64);
+    let gateway = Gateway::start(&setup);
+    bot.group_message(
+        group,
+        42,
+        "Ada",
+        &format!("@{BOT_USERNAME} hello"),
+        json!({}),
+    );
+    bot.wait_delivered(group, 1).await;
+    setup.wait_journal_empty().await;
+    gateway.terminate();
+
+    // Started again: no message of the group comes through this process.
+    let gateway = Gateway::start(&setup);
+    let mut client = gateway.client().await;
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": format!("agent:main:telegram:{group}"), "message": "run it", "idempotencyKey": "g1"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    bot.wait_delivered(group, 2).await;
+    let request = bot.delivered_texts(group).remove(1);
+    assert!(request.starts_with("Approval needed ("), "{request}");
+    assert!(request.contains("basename /tmp/group-run"), "{request}");
+    let id = request["Approval needed (".len()..]
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string();
+    bot.group_message(
+        group,
+        42,
+        "Ada",
+        &format!("/approve@{BOT_USERNAME} {id} allow-once"),
+        json!({}),
+    );
+    let waited = client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 30000}))
+        .await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    assert_eq!(
+        waited["payload"]["text"], "it printed group-run",
+        "{waited}"
+    );
+    bot.wait_delivered(group, 3).await;
+    assert_eq!(
+        bot.delivered_texts(group)[2],
+        format!("{id}: allow-once"),
+        "{:?}",
+        bot.delivered_texts(group)
+    );
+
+    // A group no approved person wrote in: its turn's request is not posted there.
+    let sent = client
+        .request(
+            "chat.send",
+            json!({"sessionKey": format!("agent:main:telegram:{quiet_group}"), "message": "run it", "idempotencyKey": "g2"}),
+        )
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server.requests().len() < 4 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the second turn asked nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        bot.delivered_texts(quiet_group).is_empty(),
+        "{:?}",
+        bot.delivered_texts(quiet_group)
     );
     let printed = gateway.terminate();
     setup.assert_secrets_nowhere(&printed);

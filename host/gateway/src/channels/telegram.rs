@@ -505,9 +505,10 @@ impl Telegram {
     }
 
     /// Watches every approval request asked on this host while it runs: one of a private
-    /// conversation with an approved person gets that conversation's requests posted to it
-    /// ([`Telegram::post_approvals`]) even when no message of the person came through this
-    /// host first (a turn resumed here after a restart or a takeover).
+    /// conversation with an approved person, or of a group an approved person wrote in (the
+    /// journal remembers), gets that conversation's requests posted to it
+    /// ([`Telegram::post_approvals`]) even when no message came through this host first (a
+    /// turn resumed here after a restart or a takeover).
     pub(super) fn post_approvals_of_known_people(self: &Arc<Self>) {
         let Some(broker) = &self.shared.approvals else {
             return;
@@ -533,12 +534,28 @@ impl Telegram {
                 else {
                     continue;
                 };
+                let Some((chat, thread)) = super::elsewhere::telegram_chat_of(key) else {
+                    continue;
+                };
+                if lock(&telegram.shared.approval_chats).contains(key) {
+                    continue;
+                }
                 // A private chat's id is its person's; a group's are negative.
-                if let Some((chat, None)) = super::elsewhere::telegram_chat_of(key)
-                    && chat > 0
-                    && telegram.knows(&chat.to_string())
-                {
+                if thread.is_none() && chat > 0 && telegram.knows(&chat.to_string()) {
                     telegram.post_approvals(key, chat, None);
+                    continue;
+                }
+                // A group, or a topic, where an approved person wrote (the journal says so,
+                // whichever host polls).
+                let store = telegram.shared.hub.parts.telegram_journal();
+                let asked = key.to_string();
+                let wrote = tokio::task::spawn_blocking(move || {
+                    journal::approved_person_wrote_in(store.as_ref(), &asked)
+                })
+                .await
+                .unwrap_or(false);
+                if wrote {
+                    telegram.post_approvals(key, chat, thread);
                 }
             }
         });

@@ -44,6 +44,9 @@ pub(super) struct Pending {
     pub(super) command: bool,
 }
 
+/// Conversations remembered as ones an approved person wrote in, at most.
+const MAX_APPROVAL_CONVERSATIONS: usize = 4096;
+
 /// What the journal file holds.
 #[derive(Debug, Default, Clone, Serialize, Deserialize)]
 struct Saved {
@@ -51,6 +54,38 @@ struct Saved {
     offset: u64,
     #[serde(default)]
     pending: Vec<Pending>,
+    /// The conversations (session keys) an approved person wrote in, the latest last: their
+    /// turns' approval requests are posted to their chat by whichever host serves them, also
+    /// after a restart or a takeover, before anyone writes there again.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    approval_conversations: Vec<String>,
+}
+
+impl Saved {
+    /// `key` is a conversation an approved person wrote in (now its latest).
+    fn remember_approval_conversation(&mut self, key: &str) {
+        let conversations = &mut self.approval_conversations;
+        conversations.retain(|kept| kept != key);
+        conversations.push(key.to_string());
+        let over = conversations
+            .len()
+            .saturating_sub(MAX_APPROVAL_CONVERSATIONS);
+        conversations.drain(..over);
+    }
+}
+
+/// Whether an approved person wrote in conversation `key`, as the journal `store` keeps it now
+/// (whichever host polls). Blocks on the store: call it from a blocking thread.
+pub(super) fn approved_person_wrote_in(store: &dyn RecordStore, key: &str) -> bool {
+    match store.read(None) {
+        Ok(StoredRecord::Found { bytes, .. }) => serde_json::from_slice::<Saved>(&bytes)
+            .is_ok_and(|saved| saved.approval_conversations.iter().any(|kept| kept == key)),
+        Ok(StoredRecord::Missing | StoredRecord::Unchanged) => false,
+        Err(error) => {
+            tracing::warn!("cannot read the Telegram journal: {error}");
+            false
+        }
+    }
 }
 
 /// What was last written, and its version.
@@ -123,6 +158,9 @@ impl Journal {
             }
             next.offset = id + 1;
             if let Some(pending) = judge(id, update) {
+                if let (Some(_), Some(key)) = (&pending.approved_by, &pending.session_key) {
+                    next.remember_approval_conversation(key);
+                }
                 next.pending.push(pending.clone());
                 taken.push(pending);
             }
@@ -274,6 +312,49 @@ mod tests {
             *stored = Some((bytes.to_vec(), next));
             Ok(next.to_string())
         }
+    }
+
+    #[test]
+    fn the_conversations_approved_people_wrote_in_are_remembered_the_latest_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(dir.path().join("channels")).unwrap();
+        let store = file_of(dir.path());
+        let journal = Journal::open(store.clone()).unwrap();
+        let by_approved = |chat: i64| {
+            move |update_id: u64, update: &Value| {
+                let pending = kept(update_id, update)?;
+                Some(Pending {
+                    session_key: Some(format!("agent:main:telegram:{chat}")),
+                    approved_by: (chat != 3).then(|| "telegram:42".to_string()),
+                    ..pending
+                })
+            }
+        };
+        journal
+            .record(&[json!({"update_id": 1, "text": "hi"})], by_approved(-1))
+            .unwrap();
+        journal
+            .record(&[json!({"update_id": 2, "text": "hi"})], by_approved(3))
+            .unwrap();
+        assert!(approved_person_wrote_in(
+            store.as_ref(),
+            "agent:main:telegram:-1"
+        ));
+        assert!(
+            !approved_person_wrote_in(store.as_ref(), "agent:main:telegram:3"),
+            "nobody approved wrote there"
+        );
+
+        let mut saved = Saved::default();
+        for n in 0..MAX_APPROVAL_CONVERSATIONS + 10 {
+            saved.remember_approval_conversation(&format!("k{n}"));
+        }
+        saved.remember_approval_conversation("k20");
+        let kept = &saved.approval_conversations;
+        assert_eq!(kept.len(), MAX_APPROVAL_CONVERSATIONS);
+        assert_eq!(kept.last().map(String::as_str), Some("k20"));
+        assert_eq!(kept.first().map(String::as_str), Some("k10"));
+        assert!(!kept.contains(&"k9".to_string()), "the oldest went");
     }
 
     #[test]
