@@ -458,7 +458,9 @@ async fn a_hand_over_lets_the_running_turn_end_first() {
 /// renewals do not come back, its partitions' fences shut, and the turn's next write is refused.
 /// The run is not failed for that (a client waiting for its end all along hears `ok`): it is
 /// left as a crash leaves it, and once the server goes on the host takes its partitions again
-/// and resumes the turn, which ends once.
+/// and resumes the turn, which ends once. (Whether the lane's answer or the partition's loss
+/// reaches the hub first after the server goes on is a race; the old code failed the run
+/// whenever the answer came first, as it does here on an idle machine.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_turn_whose_write_the_shut_fence_refuses_is_resumed_not_failed() {
     let Some(TwoHosts {
@@ -524,10 +526,13 @@ async fn a_turn_whose_write_the_shut_fence_refuses_is_resumed_not_failed() {
         "{waited}\n{}",
         host_a.output()
     );
+    // Refused by the shut fence: the run is left to the next owner either by the hub when the
+    // lane answers (`may_write`), or by the partition's loss, whichever comes first once the
+    // server goes on.
     assert!(
         host_a
             .output()
-            .contains("a run this host can no longer write is left to the session's next owner"),
+            .contains("cannot journal a step of the turn"),
         "the turn's write was not refused, so this tested nothing: {}",
         host_a.output()
     );
