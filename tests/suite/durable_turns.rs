@@ -671,19 +671,18 @@ async fn a_call_whose_start_cannot_be_journaled_is_not_run() {
     let store = RefusingCallStarts(transcript(state.path()));
     let sessions = Sessions::new(agent, Some(Arc::new(store)), 100)
         .with_inbox(Arc::new(FileInbox::new(state.path().join("inbox"))));
-    let meta = |id: &str| InputMeta {
-        id: Some(id.into()),
-        idempotency: None,
-    };
-    let first = sessions
-        .submit_input(
+    let ask = |text: &str, id: &str| {
+        sessions.submit_input(
             KEY,
-            LaneInput::User("note that it ran".into()),
+            LaneInput::User(text.into()),
             Arc::new(NoEvents),
-            meta("run-1"),
+            InputMeta {
+                id: Some(id.into()),
+                idempotency: None,
+            },
         )
-        .wait()
-        .await;
+    };
+    let first = ask("note that it ran", "run-1").wait().await;
     let Err(clawcage_agent::AgentError::Transcript { message, .. }) = &first else {
         panic!("the turn stops with the transcript's error: {first:?}");
     };
@@ -694,17 +693,7 @@ async fn a_call_whose_start_cannot_be_journaled_is_not_run() {
     );
     assert_eq!(server.bodies().len(), 1, "the model was not asked again");
 
-    let second = sessions
-        .submit_input(
-            KEY,
-            LaneInput::User("and now?".into()),
-            Arc::new(NoEvents),
-            meta("run-2"),
-        )
-        .wait()
-        .await
-        .unwrap()
-        .unwrap();
+    let second = ask("and now?", "run-2").wait().await.unwrap().unwrap();
     assert_eq!(second.text, "Second turn.");
     let said = server.bodies()[1].to_string();
     assert!(

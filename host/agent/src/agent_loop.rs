@@ -223,14 +223,14 @@ pub enum AgentError {
     )]
     Journal(String),
     /// The transcript could not be written.
-    #[error(
-        "cannot write the transcript {path}: {message}; check the --state-dir permissions and free space"
-    )]
+    #[error("cannot write the transcript {path}: {message}; {remedy}")]
     Transcript {
-        /// The file.
+        /// The file, or the stream's subject.
         path: String,
-        /// What the OS said.
+        /// What the store said.
         message: String,
+        /// What to look at.
+        remedy: &'static str,
     },
 }
 

@@ -267,11 +267,20 @@ impl Shared {
         }
     }
 
-    fn describe_store(&self, key: &str) -> String {
-        self.store.as_ref().map_or_else(
-            || "(no transcript)".to_string(),
-            |store| store.describe(key),
-        )
+    /// The error of a failed write of `key`'s transcript: `message`, said where and what to do.
+    fn transcript_error(&self, key: &str, message: String) -> AgentError {
+        match &self.store {
+            Some(store) => AgentError::Transcript {
+                path: store.describe(key),
+                message,
+                remedy: store.remedy(),
+            },
+            None => AgentError::Transcript {
+                path: "(no transcript)".to_string(),
+                message,
+                remedy: "",
+            },
+        }
     }
 }
 

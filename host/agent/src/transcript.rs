@@ -274,6 +274,10 @@ pub trait TranscriptStore: Send + Sync + std::fmt::Debug {
     fn sessions(&self) -> std::io::Result<Vec<SessionFile>>;
     /// Where `key`'s transcript is, for messages.
     fn describe(&self, key: &str) -> String;
+    /// What to look at when a write fails, for messages.
+    fn remedy(&self) -> &'static str {
+        "check the --state-dir permissions and free space"
+    }
 }
 
 /// JSONL transcripts in a directory.

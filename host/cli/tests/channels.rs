@@ -712,23 +712,58 @@ fn tool_results(body: &Value) -> Vec<Value> {
         .unwrap_or_default()
 }
 
+/// The model's answer calling `exec` with `command` (call `id`).
+fn exec_call(id: &str, command: &str) -> Reply {
+    anthropic::message(&[anthropic::tool(id, "exec", json!({"command": command}))])
+}
+
+/// The `[channels.telegram]` rest and `[approvals]` of a gateway whose exec asks for every
+/// program, approved people `allowed` (e.g. `42, 43`).
+fn approving(allowed: &str) -> String {
+    format!(
+        "allow_from = [{allowed}]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n"
+    )
+}
+
+/// The id of the approval request `posted` (`Approval needed (ID): …`), after checking that it
+/// asks to run `command`.
+fn approval_id(posted: &str, command: &str) -> String {
+    assert!(posted.starts_with("Approval needed ("), "{posted}");
+    assert!(posted.contains(command), "{posted}");
+    posted["Approval needed (".len()..]
+        .split(')')
+        .next()
+        .unwrap()
+        .to_string()
+}
+
+/// Once the model got its `requests`-th request, nothing reaches `chat` for a while.
+async fn nothing_posted_to(bot: &FakeBotApi, server: &LlmServer, chat: i64, requests: usize) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while server.requests().len() < requests {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the turn asked nothing"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(
+        bot.delivered_texts(chat).is_empty(),
+        "{:?}",
+        bot.delivered_texts(chat)
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
     let server = LlmServer::start(vec![
-        anthropic::message(&[anthropic::tool(
-            "call-1",
-            "exec",
-            json!({"command": "basename /tmp/approved-run"}),
-        )]),
+        exec_call("call-1", "basename /tmp/approved-run"),
         answer("it printed approved-run"),
     ])
     .await;
     let bot = FakeBotApi::start(BOT_TOKEN).await;
-    let setup = Setup::telegram(
-        server.url(),
-        &bot,
-        "allow_from = [42, 43]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
-    );
+    let setup = Setup::telegram(server.url(), &bot, &approving("42, 43"));
     let gateway = Gateway::start(&setup);
     bot.private_message(42, "Ada", "run it");
     bot.wait_delivered(42, 1).await;
@@ -738,12 +773,7 @@ async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
         "{request}; the model got {:?}",
         server.bodies().get(1).map(tool_results)
     );
-    assert!(request.contains("basename /tmp/approved-run"), "{request}");
-    let id = request["Approval needed (".len()..]
-        .split(')')
-        .next()
-        .unwrap()
-        .to_string();
+    let id = approval_id(&request, "basename /tmp/approved-run");
     // Only this conversation's requests, only by an approved person.
     bot.private_message(42, "Ada", "/approve apr-000000000000 allow-once");
     bot.wait_delivered(42, 2).await;
@@ -817,25 +847,13 @@ async fn an_approval_request_is_posted_to_the_chat_and_answered_with_approve() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_approval_of_a_known_persons_conversation_is_posted_without_a_message_first() {
     let server = LlmServer::start(vec![
-        anthropic::message(&[anthropic::tool(
-            "call-1",
-            "exec",
-            json!({"command": "basename /tmp/approved-run"}),
-        )]),
+        exec_call("call-1", "basename /tmp/approved-run"),
         answer("it printed approved-run"),
-        anthropic::message(&[anthropic::tool(
-            "call-2",
-            "exec",
-            json!({"command": "basename /tmp/stranger-run"}),
-        )]),
+        exec_call("call-2", "basename /tmp/stranger-run"),
     ])
     .await;
     let bot = FakeBotApi::start(BOT_TOKEN).await;
-    let setup = Setup::telegram(
-        server.url(),
-        &bot,
-        "allow_from = [42]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
-    );
+    let setup = Setup::telegram(server.url(), &bot, &approving("42"));
     let gateway = Gateway::start(&setup);
     let mut client = gateway.client().await;
     let sent = client
@@ -846,14 +864,10 @@ async fn an_approval_of_a_known_persons_conversation_is_posted_without_a_message
         .await;
     let run = sent["payload"]["runId"].as_str().unwrap().to_string();
     bot.wait_delivered(42, 1).await;
-    let request = bot.delivered_texts(42).remove(0);
-    assert!(request.starts_with("Approval needed ("), "{request}");
-    assert!(request.contains("basename /tmp/approved-run"), "{request}");
-    let id = request["Approval needed (".len()..]
-        .split(')')
-        .next()
-        .unwrap()
-        .to_string();
+    let id = approval_id(
+        &bot.delivered_texts(42).remove(0),
+        "basename /tmp/approved-run",
+    );
     bot.private_message(42, "Ada", &format!("/approve {id} allow-once"));
     bot.wait_delivered(42, 2).await;
     assert_eq!(bot.delivered_texts(42)[1], format!("{id}: allow-once"));
@@ -870,20 +884,7 @@ async fn an_approval_of_a_known_persons_conversation_is_posted_without_a_message
         )
         .await;
     assert_eq!(sent["ok"], true, "{sent}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while server.requests().len() < 3 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the second turn asked nothing"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(
-        bot.delivered_texts(43).is_empty(),
-        "{:?}",
-        bot.delivered_texts(43)
-    );
+    nothing_posted_to(&bot, &server, 43, 3).await;
     assert_eq!(
         bot.delivered_texts(42).len(),
         2,
@@ -902,25 +903,13 @@ async fn an_approval_of_a_known_persons_conversation_is_posted_without_a_message
 async fn a_group_an_approved_person_wrote_in_gets_its_approval_requests_after_a_restart() {
     let server = LlmServer::start(vec![
         answer("hello group"),
-        anthropic::message(&[anthropic::tool(
-            "call-1",
-            "exec",
-            json!({"command": "basename /tmp/group-run"}),
-        )]),
+        exec_call("call-1", "basename /tmp/group-run"),
         answer("it printed group-run"),
-        anthropic::message(&[anthropic::tool(
-            "call-2",
-            "exec",
-            json!({"command": "basename /tmp/quiet-group-run"}),
-        )]),
+        exec_call("call-2", "basename /tmp/quiet-group-run"),
     ])
     .await;
     let bot = FakeBotApi::start(BOT_TOKEN).await;
-    let setup = Setup::telegram(
-        server.url(),
-        &bot,
-        "allow_from = [42]\n\n[approvals]\nexec = \"allowlist\"\nask = \"on-miss\"\nsafe_bins = []\n",
-    );
+    let setup = Setup::telegram(server.url(), &bot, &approving("42"));
     let (group, quiet_group) = (-100_777_i64, -100_888_i64);
     let gateway = Gateway::start(&setup);
     bot.group_message(
@@ -946,14 +935,10 @@ async fn a_group_an_approved_person_wrote_in_gets_its_approval_requests_after_a_
     assert_eq!(sent["ok"], true, "{sent}");
     let run = sent["payload"]["runId"].as_str().unwrap().to_string();
     bot.wait_delivered(group, 2).await;
-    let request = bot.delivered_texts(group).remove(1);
-    assert!(request.starts_with("Approval needed ("), "{request}");
-    assert!(request.contains("basename /tmp/group-run"), "{request}");
-    let id = request["Approval needed (".len()..]
-        .split(')')
-        .next()
-        .unwrap()
-        .to_string();
+    let id = approval_id(
+        &bot.delivered_texts(group).remove(1),
+        "basename /tmp/group-run",
+    );
     bot.group_message(
         group,
         42,
@@ -985,20 +970,7 @@ async fn a_group_an_approved_person_wrote_in_gets_its_approval_requests_after_a_
         )
         .await;
     assert_eq!(sent["ok"], true, "{sent}");
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while server.requests().len() < 4 {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the second turn asked nothing"
-        );
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    tokio::time::sleep(Duration::from_millis(1500)).await;
-    assert!(
-        bot.delivered_texts(quiet_group).is_empty(),
-        "{:?}",
-        bot.delivered_texts(quiet_group)
-    );
+    nothing_posted_to(&bot, &server, quiet_group, 4).await;
     let printed = gateway.terminate();
     setup.assert_secrets_nowhere(&printed);
 }

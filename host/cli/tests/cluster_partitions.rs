@@ -64,6 +64,24 @@ async fn until_run_ends(follower: &mut GatewayClient, run: &str) -> Vec<Value> {
         .await
 }
 
+/// A client of `host` that sent `text` (with `slow` in it) to `session`, and the run's id, once
+/// the model holds its answer at `gate`.
+async fn slow_turn(
+    host: &GatewayProcess,
+    session: &str,
+    text: &str,
+    gate: &ReplyGate,
+) -> (GatewayClient, String) {
+    let (mut client, _) = GatewayClient::connect(host.addr, TOKEN).await;
+    let sent = client
+        .request("chat.send", json!({"sessionKey": session, "message": text}))
+        .await;
+    assert_eq!(sent["ok"], true, "{sent}");
+    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+    gate.reached(1).await;
+    (client, run)
+}
+
 /// A cluster of two hosts serving partitions, not started yet.
 struct TwoHosts {
     nats: NatsServer,
@@ -388,16 +406,7 @@ async fn a_hand_over_lets_the_running_turn_end_first() {
     // A session host-b will be handed once it joins; its turn waits for the model on host-a.
     let both = ["host-a", "host-b"];
     let session = session_of("host-b", &both, "handed");
-    let (mut client, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
-    let sent = client
-        .request(
-            "chat.send",
-            json!({"sessionKey": session, "message": "slow handed"}),
-        )
-        .await;
-    assert_eq!(sent["ok"], true, "{sent}");
-    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
-    gate.reached(1).await;
+    let (mut client, run) = slow_turn(&host_a, &session, "slow handed", &gate).await;
 
     let command = b.gateway(workspace.path());
     let joining = tokio::task::spawn_blocking(move || GatewayProcess::start(command));
@@ -477,16 +486,7 @@ async fn a_turn_whose_write_the_shut_fence_refuses_is_resumed_not_failed() {
     let host_a = GatewayProcess::start(a.gateway(workspace.path()));
     settled(&a, workspace.path(), &["host-a"]).await;
     let session = session_of("host-a", &["host-a"], "fenced");
-    let (mut client, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
-    let sent = client
-        .request(
-            "chat.send",
-            json!({"sessionKey": session, "message": "slow fenced"}),
-        )
-        .await;
-    assert_eq!(sent["ok"], true, "{sent}");
-    let run = sent["payload"]["runId"].as_str().unwrap().to_string();
-    gate.reached(1).await;
+    let (mut client, run) = slow_turn(&host_a, &session, "slow fenced", &gate).await;
     // A client waits for the run's end from before the server hangs until after it goes on.
     let (mut waiter, _) = GatewayClient::connect(host_a.addr, TOKEN).await;
     let waited = tokio::spawn({

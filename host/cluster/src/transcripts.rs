@@ -516,6 +516,10 @@ impl TranscriptStore for JetStreamTranscripts {
     fn describe(&self, key: &str) -> String {
         format!("{} on the NATS stream {TRANSCRIPT_STREAM}", subject_of(key))
     }
+
+    fn remedy(&self) -> &'static str {
+        "check that the cluster's NATS servers answer (`clawcage cluster status`)"
+    }
 }
 
 #[cfg(test)]

@@ -426,10 +426,7 @@ pub(super) async fn finish_turn(
     tell_budget_notices(shared, key, observer);
     trim_history(history, shared.history_limit);
     if let Some(failed) = sink.failed {
-        return Err(AgentError::Transcript {
-            path: shared.describe_store(key),
-            message: failed,
-        });
+        return Err(shared.transcript_error(key, failed));
     }
     commit(
         shared,
@@ -448,19 +445,12 @@ async fn commit(shared: &Shared, key: &str, entries: Vec<Entry>) -> Result<(), A
     let Some(store) = shared.store.clone() else {
         return Ok(());
     };
-    let path = store.describe(key);
-    let key = key.to_string();
-    let written = tokio::task::spawn_blocking(move || store.commit(&key, &entries)).await;
+    let committing = key.to_string();
+    let written = tokio::task::spawn_blocking(move || store.commit(&committing, &entries)).await;
     match written {
         Ok(Ok(())) => Ok(()),
-        Ok(Err(error)) => Err(AgentError::Transcript {
-            path,
-            message: error.to_string(),
-        }),
-        Err(error) => Err(AgentError::Transcript {
-            path,
-            message: error.to_string(),
-        }),
+        Ok(Err(error)) => Err(shared.transcript_error(key, error.to_string())),
+        Err(error) => Err(shared.transcript_error(key, error.to_string())),
     }
 }
 
