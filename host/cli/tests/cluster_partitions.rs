@@ -82,6 +82,15 @@ async fn slow_turn(
     (client, run)
 }
 
+/// The lifecycle phases of `run` among `events`, in order.
+fn lifecycle_phases<'a>(events: &'a [Value], run: &str) -> Vec<&'a str> {
+    events
+        .iter()
+        .filter(|event| event["runId"] == run && event["stream"] == "lifecycle")
+        .filter_map(|event| event["data"]["phase"].as_str())
+        .collect()
+}
+
 /// A cluster of two hosts serving partitions, not started yet.
 struct TwoHosts {
     nats: NatsServer,
@@ -246,11 +255,7 @@ async fn hosts_serve_their_partitions_at_once_and_take_a_killed_ones_over() {
     gate.reached(2).await;
     gate.open();
     let events = until_run_ends(&mut follower, &run).await;
-    let phases: Vec<&str> = events
-        .iter()
-        .filter(|event| event["runId"] == run.as_str() && event["stream"] == "lifecycle")
-        .filter_map(|event| event["data"]["phase"].as_str())
-        .collect();
+    let phases = lifecycle_phases(&events, &run);
     assert!(phases.contains(&"resumed"), "{phases:?}");
     assert_eq!(phases.last(), Some(&"end"), "{phases:?}");
     let seqs: Vec<u64> = events
@@ -425,11 +430,7 @@ async fn a_hand_over_lets_the_running_turn_end_first() {
     }
     gate.open();
     let events = until_run_ends(&mut client, &run).await;
-    let phases: Vec<&str> = events
-        .iter()
-        .filter(|event| event["runId"] == run.as_str() && event["stream"] == "lifecycle")
-        .filter_map(|event| event["data"]["phase"].as_str())
-        .collect();
+    let phases = lifecycle_phases(&events, &run);
     assert_eq!(phases.last(), Some(&"end"), "{phases:?}");
     assert!(
         !phases.contains(&"resumed"),
@@ -507,11 +508,7 @@ async fn a_turn_whose_write_the_shut_fence_refuses_is_resumed_not_failed() {
     nats.resume();
 
     let events = until_run_ends(&mut client, &run).await;
-    let phases: Vec<&str> = events
-        .iter()
-        .filter(|event| event["runId"] == run.as_str() && event["stream"] == "lifecycle")
-        .filter_map(|event| event["data"]["phase"].as_str())
-        .collect();
+    let phases = lifecycle_phases(&events, &run);
     assert_eq!(
         phases.last(),
         Some(&"end"),
