@@ -4,7 +4,9 @@
 //! others after one time to live, under larger epochs, its own fences shut by then; a host that
 //! joins gets its share handed over by the hosts that held it, each told to stop serving first
 //! and the lease given up only once it said so; a host that stops gives its partitions back at
-//! once; and a host that never answers a hand-over loses the partition after the grace anyway.
+//! once; a host that never answers a hand-over loses the partition after the grace anyway; and
+//! a host whose server hangs past its fences loses its partitions, their fences shut for good,
+//! and takes them again under new epochs once the server goes on.
 //! Each host's stores, checking the fences it keeps, write only the sessions of its partitions.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -41,6 +43,8 @@ struct Host {
     answer_releases: bool,
     /// Hand-overs kept unanswered, so that the grace is what ends them.
     unanswered: Vec<tokio::sync::oneshot::Sender<()>>,
+    /// Partitions it was told it lost, where a test expects losses (`None`: a loss fails it).
+    lost: Option<Vec<u32>>,
 }
 
 impl Host {
@@ -64,6 +68,7 @@ impl Host {
             released: Vec::new(),
             answer_releases: true,
             unanswered: Vec::new(),
+            lost: None,
         }
     }
 
@@ -98,9 +103,13 @@ impl Host {
                         self.unanswered.push(done);
                     }
                 }
-                PartitionChange::Lost { partition, why } => {
-                    panic!("{} lost partition {partition}: {why}", self.name)
-                }
+                PartitionChange::Lost { partition, why } => match &mut self.lost {
+                    Some(lost) => {
+                        self.table.let_go(partition);
+                        lost.push(partition);
+                    }
+                    None => panic!("{} lost partition {partition}: {why}", self.name),
+                },
             }
         }
     }
@@ -386,4 +395,54 @@ async fn each_hosts_stores_write_only_the_sessions_of_its_partitions() {
     assert_eq!(texts.len(), 2, "{texts:?}");
     assert!(texts[0].contains("b writes its own") && texts[1].contains("a writes it now"));
     a.ownership.take().unwrap().stop().await;
+}
+
+#[tokio::test]
+async fn a_host_whose_server_hangs_past_its_fences_takes_its_partitions_again_under_new_epochs() {
+    let Some(server) = NatsServer::start("a_host_whose_server_hangs") else {
+        return;
+    };
+    let mut a = Host::start(&server, "a").await;
+    until_settled(&mut [&mut a], Duration::from_secs(15)).await;
+    a.lost = Some(Vec::new());
+    let had = a.owned();
+    let fences: Vec<WriteFence> = had.keys().map(|p| a.fences[p].clone()).collect();
+
+    // Longer than the fences' 70% of the time to live: every renewal comes back too late.
+    server.pause();
+    tokio::time::sleep(TTL).await;
+    assert!(
+        fences.iter().all(|fence| !fence.is_open()),
+        "the fences shut while the server hung"
+    );
+    server.resume();
+    let resumed = Instant::now();
+    while a.lost.as_ref().map_or(0, Vec::len) < PARTITIONS as usize {
+        assert!(
+            resumed.elapsed() < Duration::from_secs(15),
+            "lost only {:?}",
+            a.lost
+        );
+        a.drain_changes();
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    until_settled(&mut [&mut a], Duration::from_secs(15)).await;
+    eprintln!(
+        "a host whose server hung took its partitions again {:?} after the server went on",
+        resumed.elapsed()
+    );
+    let lost: BTreeSet<u32> = a.lost.clone().unwrap_or_default().into_iter().collect();
+    assert_eq!(lost.len(), PARTITIONS as usize, "each partition lost once");
+    for fence in &fences {
+        assert!(!fence.is_open(), "a fence that shut stays shut");
+    }
+    for (partition, epoch) in a.owned() {
+        assert!(
+            epoch > had[&partition],
+            "partition {partition}: epoch {epoch} after {}",
+            had[&partition]
+        );
+        assert!(a.fences[&partition].is_open(), "the new fence is open");
+    }
+    a.ownership.unwrap().stop().await;
 }

@@ -349,13 +349,13 @@ impl Keeper {
     }
 
     /// Gives `lease` back in a task of its own (a server that is slow to answer does not hold
-    /// up the renewals of the other partitions). A lease another host holds by now is not
-    /// touched: the server refuses the release.
+    /// up the renewals of the other partitions), at whatever revision a late renewal left it.
+    /// A lease another host holds by now is not touched.
     fn give_back_apart(&self, lease: Lease) {
         let leases = self.leases.clone();
         tokio::spawn(async move {
             let name = lease.name().to_string();
-            if let Err(error) = leases.release(lease).await {
+            if let Err(error) = leases.release_own(&name).await {
                 tracing::debug!("cannot give {name} back: {error}");
             }
         });
