@@ -94,7 +94,9 @@ pub enum LaneInput {
     Compact,
 }
 
-type LaneReply = Result<Option<TurnOutcome>, AgentError>;
+/// How a lane answered a submission: its turn's outcome (none for a reset or compaction), or
+/// how it failed.
+pub type LaneReply = Result<Option<TurnOutcome>, AgentError>;
 
 /// Hears how each notification's turn ended (the REPL prints it).
 pub type NotificationDone =

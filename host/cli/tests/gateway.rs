@@ -862,6 +862,112 @@ async fn kill_9_mid_turn_then_a_restart_resumes_the_run_under_its_id() {
     assert_eq!(transcript.matches("\"kind\":\"turn\"").count(), 2);
 }
 
+/// The events of `session` its log holds now and, when `until` is given, until one satisfies
+/// it (live).
+async fn logged_events(
+    gateway: &Gateway,
+    session: &str,
+    until: Option<&dyn Fn(&Value) -> bool>,
+) -> Vec<Value> {
+    let mut client = gateway.client().await;
+    let subscribed = client
+        .request(
+            "sessions.subscribe",
+            json!({"sessionKey": session, "since": 0}),
+        )
+        .await;
+    assert_eq!(subscribed["ok"], true, "{subscribed}");
+    let last = subscribed["payload"]["lastSeq"].as_u64().unwrap();
+    let mut events = client
+        .agent_events_until(WAIT, |e| e["seq"].as_u64() == Some(last))
+        .await;
+    if let Some(until) = until
+        && !events.iter().any(until)
+    {
+        events.extend(client.agent_events_until(WAIT, until).await);
+    }
+    // Whatever else comes at once (an end said twice would).
+    while let Some(event) = client.next_event(Duration::from_millis(500)).await {
+        if event["event"] == "agent" {
+            events.push(event["payload"].clone());
+        }
+    }
+    events
+}
+
+/// A run finished just before its gateway stopped whose end never reached the log (the gateway
+/// stopped, or lost the session's partition, after marking its input done and before storing
+/// its end): the next start says the end once, with the answer the transcript holds, without
+/// asking the model; a start with nothing missing says nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_whose_end_the_log_lacks_is_ended_at_the_next_start() {
+    let server = LlmServer::start(vec![answer("first answer"), answer("second answer")]).await;
+    let setup = Setup::new(server.url());
+    let gateway = Gateway::with_token(&setup);
+    let session = "agent:main:test:unsaid";
+    let mut client = gateway.client().await;
+    let mut runs = Vec::new();
+    for (message, idempotency) in [("first", "u1"), ("second", "u2")] {
+        let sent = client
+            .request("chat.send", send_params(session, message, idempotency))
+            .await;
+        let run = sent["payload"]["runId"].as_str().unwrap().to_string();
+        let done = client
+            .request("agent.wait", json!({"runId": run, "timeoutMs": 20000}))
+            .await;
+        assert_eq!(done["payload"]["status"], "ok", "{done}");
+        runs.push(run);
+    }
+    let second = runs[1].clone();
+    let ends_second = |e: &Value| is_end(e) && e["runId"] == second.as_str();
+    logged_events(&gateway, session, Some(&ends_second)).await;
+    assert!(gateway.terminate().success());
+
+    // The log loses the second run's end and what came after it.
+    let log = setup
+        .state
+        .join("gateway/events/agent%3Amain%3Atest%3Aunsaid.jsonl");
+    let text = std::fs::read_to_string(&log).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    let cut = lines
+        .iter()
+        .position(|line| ends_second(&serde_json::from_str::<Value>(line).unwrap()))
+        .expect("the second run's end is in the log");
+    std::fs::write(&log, format!("{}\n", lines[..cut].join("\n"))).unwrap();
+
+    let gateway = Gateway::with_token(&setup);
+    let events = logged_events(&gateway, session, Some(&ends_second)).await;
+    let ends: Vec<&Value> = events.iter().filter(|e| is_end(e)).collect();
+    assert_eq!(ends.len(), 2, "one end for each run: {events:#?}");
+    assert_eq!(ends[0]["runId"], runs[0].as_str());
+    assert_eq!(ends[1]["runId"], second.as_str());
+    assert_eq!(ends[1]["data"]["phase"], "end", "{:?}", ends[1]);
+    assert_eq!(ends[1]["data"]["text"], "second answer", "{:?}", ends[1]);
+    let seqs: Vec<u64> = events.iter().map(|e| e["seq"].as_u64().unwrap()).collect();
+    assert_eq!(
+        seqs,
+        (1..=seqs.len() as u64).collect::<Vec<_>>(),
+        "the log goes on without a hole"
+    );
+    assert_eq!(server.requests().len(), 2, "the model is not asked again");
+    let waited = client_wait(&gateway, &second).await;
+    assert_eq!(waited["payload"]["status"], "ok", "{waited}");
+    assert!(gateway.terminate().success());
+
+    // Nothing is missing now: the next start says nothing more.
+    let gateway = Gateway::with_token(&setup);
+    let again = logged_events(&gateway, session, None).await;
+    assert_eq!(again, events, "nothing said twice");
+}
+
+/// `agent.wait` on `run` from a new client of `gateway`.
+async fn client_wait(gateway: &Gateway, run: &str) -> Value {
+    let mut client = gateway.client().await;
+    client
+        .request("agent.wait", json!({"runId": run, "timeoutMs": 20000}))
+        .await
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sigterm_leaves_the_running_turn_to_the_next_start_and_exits_0() {
     let server = LlmServer::start(vec![Reply::Hang, answer("answered after the restart")]).await;

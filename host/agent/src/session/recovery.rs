@@ -196,6 +196,28 @@ impl Sessions {
         self.ensure_lane(key);
         recovered
     }
+
+    /// What the committed turns of `key` answered inputs `ids` with, read from its transcript:
+    /// for saying again the end of a run finished before the stop. Inputs no committed turn
+    /// answered are left out.
+    pub fn committed_replies(
+        &self,
+        key: &str,
+        ids: &[String],
+    ) -> std::io::Result<Vec<(String, LaneReply)>> {
+        let shared = &self.inner.shared;
+        let Some(store) = shared.store.clone() else {
+            return Ok(Vec::new());
+        };
+        let loaded = store.load(key, shared.history_limit)?;
+        Ok(ids
+            .iter()
+            .filter_map(|id| {
+                let turn = loaded.answered.get(id)?;
+                Some((id.clone(), committed_reply(turn)))
+            })
+            .collect())
+    }
 }
 
 /// The reply a turn committed just before the stop gave: its answer, or how it failed; a turn

@@ -3,6 +3,7 @@
 //! ids, an open turn resumed), the run journal of an older gateway, and cron firings delivered
 //! exactly once through [`Hub::firing_sink`].
 
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -48,8 +49,21 @@ impl Hub {
         };
         let (mut resumed, mut queued) = (0usize, 0usize);
         for key in keys {
-            for finished in inbox.finished(&key).unwrap_or_default() {
-                self.remember_finished(&key, &finished).await;
+            let finished = inbox.finished(&key).unwrap_or_default();
+            for input in &finished {
+                self.remember_finished(&key, input).await;
+            }
+            let lately = lately_finished(&finished);
+            if !lately.is_empty() {
+                // The last holder may have stopped between marking them done and saying their
+                // end: said now, where the log lacks it.
+                let hub = self.this.clone();
+                let session_key = key.clone();
+                tokio::spawn(async move {
+                    if let Some(hub) = hub.upgrade() {
+                        hub.say_unsaid_ends(&session_key, lately).await;
+                    }
+                });
             }
             let session = match self.open_session(&key).await {
                 Ok(session) => session,
@@ -189,31 +203,90 @@ impl Hub {
     /// A run whose turn was committed just before the last stop: its status, and its end event
     /// unless `said` already.
     fn settle_answered(&self, key: &str, run_id: &str, reply: LaneReply, said: bool) {
-        let (end, status, payload) = match &reply {
-            Ok(Some(outcome)) => (
-                AgentEvent::run_ended(key, run_id, outcome),
-                RunStatus::Ok,
-                outcome_payload(outcome),
-            ),
-            Ok(None) => return,
-            // Interrupted (by a newer message or the operator) before the stop: aborted.
-            Err(error) => {
-                let aborted = matches!(error, AgentError::Interrupted);
-                (
-                    AgentEvent::run_failed(key, run_id, error, aborted),
-                    if aborted {
-                        RunStatus::Aborted
-                    } else {
-                        RunStatus::Error
-                    },
-                    json!({"error": error.to_string()}),
-                )
-            }
+        let Some((end, status, payload)) = ending_of(key, run_id, &reply) else {
+            return;
         };
         if !said {
             self.publish_to_open(end);
         }
         self.finish_run(run_id, status, payload);
+    }
+
+    /// Says the end of each run of `lately` (inputs of `key` done before the last stop) whose
+    /// start or resumption its log holds and whose end it lacks: the last holder stopped, or
+    /// its fence shut, after marking the input done and before storing the end. The end is
+    /// said from the committed turn in the transcript (the registry kept its status already).
+    async fn say_unsaid_ends(&self, key: &str, lately: Vec<FinishedInput>) {
+        let ids: Vec<String> = lately.iter().map(|input| input.id.clone()).collect();
+        let unsaid = match self.runs_without_end(key, &ids).await {
+            Ok(unsaid) if unsaid.is_empty() => return,
+            Ok(unsaid) => unsaid,
+            Err(error) => {
+                tracing::error!(session = %key, %error, "cannot read the session's events: the end of a run finished before the last stop may be missing from them");
+                return;
+            }
+        };
+        let mut replies: HashMap<String, LaneReply> = match self
+            .parts
+            .sessions
+            .committed_replies(key, &unsaid)
+        {
+            Ok(replies) => replies.into_iter().collect(),
+            Err(error) => {
+                tracing::error!(session = %key, %error, "cannot read the transcript: the end of a run finished before the last stop is not said");
+                return;
+            }
+        };
+        for input in lately.iter().filter(|input| unsaid.contains(&input.id)) {
+            let reply = match (replies.remove(&input.id), input.status) {
+                (Some(reply), _) => reply,
+                // Stopped before its turn began: it ended as it was marked.
+                (None, InputStatus::Aborted) => Err(AgentError::Interrupted),
+                (None, _) => {
+                    tracing::warn!(run = %input.id, session = %key, "a run finished before the last stop has no end in the log and no turn in the transcript: its end is not said");
+                    continue;
+                }
+            };
+            if let Some((end, _, _)) = ending_of(key, &input.id, &reply) {
+                tracing::warn!(run = %input.id, session = %key, "said the end of a run finished just before the last stop, which its log lacked");
+                self.publish_event(end).await;
+            }
+        }
+    }
+
+    /// Which runs of `ids` `key`'s log shows started (or resumed) and not ended. Reads the
+    /// log's tail, further back only while some run is in neither state.
+    async fn runs_without_end(
+        &self,
+        key: &str,
+        ids: &[String],
+    ) -> Result<Vec<String>, clawcage_agent::events::EventLogError> {
+        let last = self.parts.events.last_seq(key).await?;
+        let mut back = UNSAID_END_FIRST_LOOK;
+        loop {
+            let since = last.saturating_sub(back);
+            let replay = self.parts.events.read(key, since, usize::MAX).await?;
+            let (mut started, mut ended) = (HashSet::new(), HashSet::new());
+            for event in &replay.events {
+                if event.stream != Stream::Lifecycle || !ids.contains(&event.run_id) {
+                    continue;
+                }
+                if event.ends_run() {
+                    ended.insert(event.run_id.as_str());
+                } else if matches!(event.phase(), Some("start" | "resumed")) {
+                    started.insert(event.run_id.as_str());
+                }
+            }
+            let known = |id: &String| started.contains(id.as_str()) || ended.contains(id.as_str());
+            if since == 0 || ids.iter().all(known) {
+                return Ok(ids
+                    .iter()
+                    .filter(|id| started.contains(id.as_str()) && !ended.contains(id.as_str()))
+                    .cloned()
+                    .collect());
+            }
+            back = back.saturating_mul(16);
+        }
     }
 
     /// An input finished before the last stop: its idempotency key and status stay known for
@@ -289,6 +362,66 @@ impl Hub {
     }
 }
 
+/// Inputs done at most this long before the newest one done of a session are looked at for a
+/// missing end when the session is taken up: the last holder stopped right after them.
+const UNSAID_END_WINDOW_MS: u64 = 60_000;
+
+/// At most this many of them (the newest).
+const UNSAID_END_CANDIDATES: usize = 16;
+
+/// Events read back from a log's tail first when looking for a run's end (then 16 times more,
+/// until the whole kept window).
+const UNSAID_END_FIRST_LOOK: u64 = 256;
+
+/// The inputs of `finished` that ran (or were stopped) and were done just before the newest
+/// of them: those whose end the last holder may not have said.
+fn lately_finished(finished: &[FinishedInput]) -> Vec<FinishedInput> {
+    let ran = |input: &&FinishedInput| {
+        matches!(
+            input.status,
+            InputStatus::Ok | InputStatus::Error | InputStatus::Aborted
+        )
+    };
+    let Some(newest) = finished.iter().filter(ran).map(|input| input.at_ms).max() else {
+        return Vec::new();
+    };
+    let mut lately: Vec<FinishedInput> = finished
+        .iter()
+        .filter(ran)
+        .filter(|input| input.at_ms + UNSAID_END_WINDOW_MS >= newest)
+        .cloned()
+        .collect();
+    lately.sort_by_key(|input| input.at_ms);
+    let cut = lately.len().saturating_sub(UNSAID_END_CANDIDATES);
+    lately.split_off(cut)
+}
+
+/// A run's end event, status and `agent.wait` payload from its lane's `reply` (none when it
+/// had nothing to answer).
+fn ending_of(key: &str, run_id: &str, reply: &LaneReply) -> Option<(AgentEvent, RunStatus, Value)> {
+    Some(match reply {
+        Ok(Some(outcome)) => (
+            AgentEvent::run_ended(key, run_id, outcome),
+            RunStatus::Ok,
+            outcome_payload(outcome),
+        ),
+        Ok(None) => return None,
+        // Interrupted (by a newer message or the operator): aborted.
+        Err(error) => {
+            let aborted = matches!(error, AgentError::Interrupted);
+            (
+                AgentEvent::run_failed(key, run_id, error, aborted),
+                if aborted {
+                    RunStatus::Aborted
+                } else {
+                    RunStatus::Error
+                },
+                json!({"error": error.to_string()}),
+            )
+        }
+    })
+}
+
 /// Cron firings into the hub: each a notification run recorded under its key.
 struct HubFirings(Weak<Hub>);
 
@@ -311,5 +444,46 @@ impl FiringSink for HubFirings {
         self.0
             .upgrade()
             .is_some_and(|hub| hub.check_served(session).is_ok())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn input(id: &str, status: InputStatus, at_ms: u64) -> FinishedInput {
+        FinishedInput {
+            id: id.into(),
+            idempotency: None,
+            status,
+            at_ms,
+        }
+    }
+
+    fn ids(inputs: &[FinishedInput]) -> Vec<&str> {
+        inputs.iter().map(|input| input.id.as_str()).collect()
+    }
+
+    #[test]
+    fn the_runs_looked_at_for_a_missing_end_are_the_latest_that_ran() {
+        let finished = [
+            input("old", InputStatus::Ok, 1_000),
+            input("refused", InputStatus::Refused, 500_000),
+            input("dropped", InputStatus::Dropped, 400_000),
+            input("stopped", InputStatus::Aborted, 299_000),
+            input("failed", InputStatus::Error, 250_000),
+            input("last", InputStatus::Ok, 300_000),
+        ];
+        assert_eq!(
+            ids(&lately_finished(&finished)),
+            ["failed", "stopped", "last"]
+        );
+        assert!(lately_finished(&finished[1..3]).is_empty());
+        let many: Vec<FinishedInput> = (0..40)
+            .map(|n| input(&format!("run-{n}"), InputStatus::Ok, 10_000 + n))
+            .collect();
+        let latest = lately_finished(&many);
+        assert_eq!(latest.len(), UNSAID_END_CANDIDATES);
+        assert_eq!(latest[UNSAID_END_CANDIDATES - 1].id, "run-39");
     }
 }
