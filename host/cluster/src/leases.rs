@@ -43,6 +43,9 @@ pub const PARTITIONS: u32 = 64;
 /// lost (7 s of the default 10 s), so it stops before another host can take the lease over.
 pub const SELF_FENCE_FRACTION: f64 = 0.7;
 
+/// How many times [`Leases::release_own`] reads a lease again when a late renewal moved it on.
+const RELEASE_OWN_ATTEMPTS: usize = 4;
+
 /// The lane partition `session_key` belongs to: the first four bytes of its SHA-256, big-endian,
 /// modulo [`PARTITIONS`]; every host computes the same.
 pub fn partition_of(session_key: &str) -> u32 {
@@ -302,22 +305,31 @@ impl Leases {
     /// Gives lease `name` back if this process holds it, at whatever revision it is now (a
     /// renewal that came back too late to be counted may have moved it on), so that it can be
     /// taken again at once. A lease another process holds is not touched.
+    ///
+    /// A renewal still in flight may land between the read and the delete: the lease is read
+    /// again and the delete tried again, a few times, while this process holds it.
     pub async fn release_own(&self, name: &str) -> Result<(), LeaseError> {
-        let Some((holder, revision)) = self.holder(name).await? else {
-            return Ok(());
-        };
-        if holder.host != self.me.host || holder.incarnation != self.me.incarnation {
-            return Ok(());
+        for _ in 0..RELEASE_OWN_ATTEMPTS {
+            let Some((holder, revision)) = self.holder(name).await? else {
+                return Ok(());
+            };
+            if holder.host != self.me.host || holder.incarnation != self.me.incarnation {
+                return Ok(());
+            }
+            match self
+                .leases
+                .delete_expect_revision(token(name), Some(revision))
+                .await
+            {
+                Ok(()) => return Ok(()),
+                Err(error) if error.kind() == kv::UpdateErrorKind::WrongLastRevision => {}
+                Err(error) => return Err(Self::store_error(name, error)),
+            }
         }
-        match self
-            .leases
-            .delete_expect_revision(token(name), Some(revision))
-            .await
-        {
-            Ok(()) => Ok(()),
-            Err(error) if error.kind() == kv::UpdateErrorKind::WrongLastRevision => Ok(()),
-            Err(error) => Err(Self::store_error(name, error)),
-        }
+        tracing::debug!(
+            "the lease {name} moved on {RELEASE_OWN_ATTEMPTS} times while being given back; it expires after its time to live"
+        );
+        Ok(())
     }
 
     /// Who holds lease `name` now, with the epoch of their lease's current revision.

@@ -2,9 +2,9 @@
 //! on a thread and runtime of its own (a busy gateway cannot delay a renewal), the partitions
 //! this host wins by rendezvous placement among the live hosts, and tells its owner each change
 //! ([`PartitionChange`]). A host is live while it holds its own `host.<id>` lease in
-//! `claw_leases`, renewed with its partitions, so a host that dies drops out of the placement
-//! after one lease time to live, the moment its partition leases expire too, and the hosts left
-//! take those partitions at their next tick. Each partition is taken with a revision-checked
+//! `claw_leases`, renewed beside its partitions (neither renewal waits for the other), so a host
+//! that dies drops out of the placement after one lease time to live, the moment its partition
+//! leases expire too, and the hosts left take those partitions at their next tick. Each partition is taken with a revision-checked
 //! create (its revision is the partition's epoch, larger than any earlier owner's) and carries a
 //! [`WriteFence`] that the keeper holds open while the lease is renewed in time and shuts when
 //! it is lost or given up. A partition this host holds but another live host wins (a host
@@ -243,8 +243,14 @@ impl Keeper {
     }
 
     async fn tick(&mut self) -> Result<(), LeaseError> {
-        self.keep_host_lease().await?;
-        self.renew_partitions().await;
+        // The partitions' renewals do not wait for the liveness lease's: a request the servers
+        // hold for long (while they elect leaders) must not carry them past their fences.
+        let (kept, lost) = tokio::join!(
+            keep_host_lease(&self.leases, &mut self.host),
+            renew_partitions(&self.leases, &mut self.held),
+        );
+        self.let_go(lost);
+        kept?;
         let Some(_) = &self.host else {
             return Ok(());
         };
@@ -258,71 +264,15 @@ impl Keeper {
         Ok(())
     }
 
-    /// Takes, renews or takes back this host's liveness lease.
-    async fn keep_host_lease(&mut self) -> Result<(), LeaseError> {
-        let name = host_lease(&self.leases.me().host);
-        if let Some(lease) = &mut self.host {
-            match self.leases.renew(lease).await {
-                Ok(()) => return Ok(()),
-                Err(LeaseError::Lost { .. }) => self.host = None,
-                Err(error) => {
-                    if !lease.is_fresh() {
-                        self.host = None;
-                    }
-                    return Err(error);
-                }
-            }
-        }
-        self.host = match self.leases.acquire(&name).await? {
-            Some(lease) => Some(lease),
-            None => self.leases.take_over_from_earlier_self(&name).await?,
-        };
-        Ok(())
-    }
-
-    /// Renews every partition held, all at once; one lost or gone stale is let go.
-    async fn renew_partitions(&mut self) {
-        let leases = self.leases.clone();
-        let renewals = self.held.iter_mut().map(|(partition, held)| {
-            let leases = leases.clone();
-            async move {
-                let fresh_until = tokio::time::Instant::from_std(held.lease.fresh_until());
-                let outcome =
-                    tokio::time::timeout_at(fresh_until, leases.renew(&mut held.lease)).await;
-                match outcome {
-                    // One being handed over has its fence shut by its owner already.
-                    Ok(Ok(()))
-                        if held.fence.open_until(held.lease.fresh_until())
-                            || held.releasing.is_some() =>
-                    {
-                        None
-                    }
-                    Ok(Ok(())) => Some((
-                        *partition,
-                        "its renewal came back after its fence had shut".to_string(),
-                    )),
-                    Ok(Err(error @ LeaseError::Lost { .. })) => {
-                        Some((*partition, error.to_string()))
-                    }
-                    Ok(Err(error)) if !held.lease.is_fresh() => {
-                        Some((*partition, error.to_string()))
-                    }
-                    Err(_) if !held.lease.is_fresh() => Some((
-                        *partition,
-                        "its renewal did not come back in time".to_string(),
-                    )),
-                    Ok(Err(_)) | Err(_) => None,
-                }
-            }
-        });
-        let lost: Vec<(u32, String)> = join_all(renewals).await.into_iter().flatten().collect();
+    /// Lets go of the partitions `lost` (their renewal failed or came back late): their fences
+    /// shut, the owner told, their leases given back so they are taken again at once under new
+    /// epochs, not after their time to live.
+    fn let_go(&mut self, lost: Vec<(u32, String)>) {
         for (partition, why) in lost {
             if let Some(held) = self.held.remove(&partition) {
                 held.fence.close();
                 tracing::warn!("this host lost partition {partition}: {why}");
                 self.tell(PartitionChange::Lost { partition, why });
-                // Renewed, or not, too late: given back (if it is still this host's) so that it
-                // is taken again under a new epoch at once, not after its time to live.
                 self.give_back_apart(held.lease);
             }
         }
@@ -450,4 +400,55 @@ impl Keeper {
             }
         }
     }
+}
+
+/// Takes, renews or takes back this host's liveness lease `host`.
+async fn keep_host_lease(leases: &Leases, host: &mut Option<Lease>) -> Result<(), LeaseError> {
+    let name = host_lease(&leases.me().host);
+    if let Some(lease) = host {
+        match leases.renew(lease).await {
+            Ok(()) => return Ok(()),
+            Err(LeaseError::Lost { .. }) => *host = None,
+            Err(error) => {
+                if !lease.is_fresh() {
+                    *host = None;
+                }
+                return Err(error);
+            }
+        }
+    }
+    *host = match leases.acquire(&name).await? {
+        Some(lease) => Some(lease),
+        None => leases.take_over_from_earlier_self(&name).await?,
+    };
+    Ok(())
+}
+
+/// Renews every partition `held`, all at once: those lost, gone stale or renewed too late to
+/// count, with why.
+async fn renew_partitions(leases: &Leases, held: &mut BTreeMap<u32, Held>) -> Vec<(u32, String)> {
+    let renewals = held.iter_mut().map(|(partition, held)| async move {
+        let fresh_until = tokio::time::Instant::from_std(held.lease.fresh_until());
+        let outcome = tokio::time::timeout_at(fresh_until, leases.renew(&mut held.lease)).await;
+        match outcome {
+            // One being handed over has its fence shut by its owner already.
+            Ok(Ok(()))
+                if held.fence.open_until(held.lease.fresh_until()) || held.releasing.is_some() =>
+            {
+                None
+            }
+            Ok(Ok(())) => Some((
+                *partition,
+                "its renewal came back after its fence had shut".to_string(),
+            )),
+            Ok(Err(error @ LeaseError::Lost { .. })) => Some((*partition, error.to_string())),
+            Ok(Err(error)) if !held.lease.is_fresh() => Some((*partition, error.to_string())),
+            Err(_) if !held.lease.is_fresh() => Some((
+                *partition,
+                "its renewal did not come back in time".to_string(),
+            )),
+            Ok(Err(_)) | Err(_) => None,
+        }
+    });
+    join_all(renewals).await.into_iter().flatten().collect()
 }
