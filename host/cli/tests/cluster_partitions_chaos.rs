@@ -5,15 +5,13 @@
 //! hosts sharing the partitions of a three-server NATS cluster (every stream and bucket with
 //! three replicas, 3 s leases). Every 8 to 15 s a random host is killed with SIGKILL and started
 //! again 1 to 3 s later (once in a run 10 s later, so that its partitions move to the other two
-//! and are handed back when it returns). Under `CLAWCAGE_CHAOS_KILL_NATS=1`, one of the NATS
-//! servers is killed once as well and started again a round later (while the servers elect new
-//! leaders, renewals may come back too late: a host whose fence shut under a running turn leaves
-//! the turn to the partition's next owner, who resumes it). CI runs without it: about one seed in
-//! twelve then finds a run whose end event the shut fence refused after its input was marked
-//! done, so no owner says its end in the session's log (docs/cluster.md, "Not yet"). Three seeds
-//! (two fixed, one new each run; each printed, and
-//! `CLAWCAGE_CHAOS_SEED` replays one); `CLAWCAGE_CHAOS_ONE_SERVER=1` runs it on one
-//! nats-server, which is not killed. Each round's sends go through another live host (most are
+//! and are handed back when it returns), and once one of the NATS servers is killed as well and
+//! started again a round later (while the servers elect new leaders, renewals may come back too
+//! late: a host whose fence shut under a running turn leaves the turn to the partition's next
+//! owner, who resumes it, and one whose fence shut between marking a run's input done and
+//! storing its end leaves the end for the next owner to say). Three seeds (two fixed, one new
+//! each run; each printed, and `CLAWCAGE_CHAOS_SEED` replays one);
+//! `CLAWCAGE_CHAOS_ONE_SERVER=1` runs it on one nats-server, which is not killed. Each round's sends go through another live host (most are
 //! forwarded to the host serving their session); a send cut by a kill, or answered that its
 //! session is moving or that a store could not answer in time, is sent again with its key
 //! through the next live host. The client following one session moves from host to host,
@@ -284,7 +282,7 @@ async fn chaos(seed: u64) -> bool {
     let nats_round = 1 + random.below(3) as usize;
     let nats_victim = random.below(nats.len() as u64) as usize;
     let long_down_round = 1 + random.below(4) as usize;
-    let kills_a_server = nats.len() > 1 && std::env::var_os("CLAWCAGE_CHAOS_KILL_NATS").is_some();
+    let kills_a_server = nats.len() > 1;
     let mut nats_down = false;
     let mut restarts = Vec::new();
     let mut round = 0;
