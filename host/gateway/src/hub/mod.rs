@@ -32,9 +32,7 @@ use std::time::{Duration, Instant};
 use clawcage_agent::events::{AgentEvent, Epoch, EventLog};
 use clawcage_agent::session::{Admission, QueueEvent};
 use clawcage_agent::transcript::Position;
-use clawcage_agent::{
-    AgentError, MessageBus, Sessions, SubagentManager, ToolRegistry, TranscriptStore, TurnOutcome,
-};
+use clawcage_agent::{MessageBus, Sessions, SubagentManager, ToolRegistry, TranscriptStore};
 use clawcage_core::scheduler::Scheduler;
 use clawcage_core::sync::lock;
 use serde_json::{Value, json};
@@ -147,7 +145,7 @@ pub enum Sent {
     Duplicate(String, RunStatus),
 }
 
-type LaneReply = Result<Option<TurnOutcome>, AgentError>;
+use clawcage_agent::session::LaneReply;
 type ReplyFuture = Pin<Box<dyn Future<Output = LaneReply> + Send>>;
 
 enum TicketKind {
