@@ -4,12 +4,12 @@
 //! ([`PartitionChange`]). A host is live while it holds its own `host.<id>` lease in
 //! `claw_leases`, renewed beside its partitions (neither renewal waits for the other), so a host
 //! that dies drops out of the placement after one lease time to live, the moment its partition
-//! leases expire too, and the hosts left take those partitions at their next tick. Each partition is taken with a revision-checked
-//! create (its revision is the partition's epoch, larger than any earlier owner's) and carries a
-//! [`WriteFence`] that the keeper holds open while the lease is renewed in time and shuts when
-//! it is lost or given up. A partition this host holds but another live host wins (a host
-//! joined) is handed over gracefully: the owner is told to stop serving it
-//! ([`PartitionChange::Release`]), and once it says it has (or a grace passed) the fence shuts
+//! leases expire too, and the hosts left take those partitions at their next tick. Each
+//! partition is taken with a revision-checked create (its revision is the partition's epoch,
+//! larger than any earlier owner's) and carries a [`WriteFence`] that the keeper holds open
+//! while the lease is renewed in time and shuts when it is lost or given up. A partition this
+//! host holds but another live host wins (a host joined) is handed over gracefully: the owner
+//! is told to stop serving it ([`PartitionChange::Release`]), and once it says it has (or a grace passed) the fence shuts
 //! and the lease is deleted, so the winner takes it at once instead of after a time to live.
 //! Design: the scale-out notes, §2.5.
 

@@ -3,7 +3,7 @@
 //! steps replayed, a started call answered "may have partly run", the model asked again only
 //! for what had not completed) or queued again in their order.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 
 use clawcage_core::{ChatMessage, Role};
@@ -197,17 +197,17 @@ impl Sessions {
         recovered
     }
 
-    /// What the committed turns of `key` answered inputs `ids` with, read from its transcript:
-    /// for saying again the end of a run finished before the stop. Inputs no committed turn
-    /// answered are left out.
+    /// What the committed turns of `key` answered inputs `ids` with, by id, read from its
+    /// transcript: for saying again the end of a run finished before the stop. Inputs no
+    /// committed turn answered are left out.
     pub fn committed_replies(
         &self,
         key: &str,
         ids: &[String],
-    ) -> std::io::Result<Vec<(String, LaneReply)>> {
+    ) -> std::io::Result<HashMap<String, LaneReply>> {
         let shared = &self.inner.shared;
         let Some(store) = shared.store.clone() else {
-            return Ok(Vec::new());
+            return Ok(HashMap::new());
         };
         let loaded = store.load(key, shared.history_limit)?;
         Ok(ids

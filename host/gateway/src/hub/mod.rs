@@ -30,7 +30,7 @@ use std::task::Waker;
 use std::time::{Duration, Instant};
 
 use clawcage_agent::events::{AgentEvent, Epoch, EventLog};
-use clawcage_agent::session::{Admission, QueueEvent};
+use clawcage_agent::session::{Admission, LaneReply, QueueEvent};
 use clawcage_agent::transcript::Position;
 use clawcage_agent::{MessageBus, Sessions, SubagentManager, ToolRegistry, TranscriptStore};
 use clawcage_core::scheduler::Scheduler;
@@ -145,7 +145,6 @@ pub enum Sent {
     Duplicate(String, RunStatus),
 }
 
-use clawcage_agent::session::LaneReply;
 type ReplyFuture = Pin<Box<dyn Future<Output = LaneReply> + Send>>;
 
 enum TicketKind {

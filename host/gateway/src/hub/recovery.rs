@@ -3,7 +3,7 @@
 //! ids, an open turn resumed), the run journal of an older gateway, and cron firings delivered
 //! exactly once through [`Hub::firing_sink`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Weak};
@@ -187,17 +187,9 @@ impl Hub {
 
     /// Whether `key`'s events hold the end of `run_id`.
     async fn run_has_ended(&self, key: &str, run_id: &str) -> bool {
-        let Ok(replay) = self.parts.events.read(key, 0, usize::MAX).await else {
-            return false;
-        };
-        replay.events.iter().any(|event| {
-            event.run_id == run_id
-                && event.stream == Stream::Lifecycle
-                && matches!(
-                    event.data.get("phase").and_then(Value::as_str),
-                    Some("end" | "error")
-                )
-        })
+        self.lifecycle_marks(key, &[run_id.to_string()])
+            .await
+            .is_ok_and(|marks| marks.ended.contains(run_id))
     }
 
     /// A run whose turn was committed just before the last stop: its status, and its end event
@@ -226,12 +218,8 @@ impl Hub {
                 return;
             }
         };
-        let mut replies: HashMap<String, LaneReply> = match self
-            .parts
-            .sessions
-            .committed_replies(key, &unsaid)
-        {
-            Ok(replies) => replies.into_iter().collect(),
+        let mut replies = match self.parts.sessions.committed_replies(key, &unsaid) {
+            Ok(replies) => replies,
             Err(error) => {
                 tracing::error!(session = %key, %error, "cannot read the transcript: the end of a run finished before the last stop is not said");
                 return;
@@ -254,36 +242,46 @@ impl Hub {
         }
     }
 
-    /// Which runs of `ids` `key`'s log shows started (or resumed) and not ended. Reads the
-    /// log's tail, further back only while some run is in neither state.
+    /// Which runs of `ids` `key`'s log shows started (or resumed) and not ended.
     async fn runs_without_end(
         &self,
         key: &str,
         ids: &[String],
     ) -> Result<Vec<String>, clawcage_agent::events::EventLogError> {
+        let marks = self.lifecycle_marks(key, ids).await?;
+        Ok(ids
+            .iter()
+            .filter(|id| marks.started.contains(*id) && !marks.ended.contains(*id))
+            .cloned()
+            .collect())
+    }
+
+    /// Which runs of `ids` `key`'s log shows started (or resumed), and which ended. Reads the
+    /// log's tail, further back only while some run is in neither set.
+    async fn lifecycle_marks(
+        &self,
+        key: &str,
+        ids: &[String],
+    ) -> Result<LifecycleMarks, clawcage_agent::events::EventLogError> {
         let last = self.parts.events.last_seq(key).await?;
         let mut back = UNSAID_END_FIRST_LOOK;
         loop {
             let since = last.saturating_sub(back);
             let replay = self.parts.events.read(key, since, usize::MAX).await?;
-            let (mut started, mut ended) = (HashSet::new(), HashSet::new());
+            let mut marks = LifecycleMarks::default();
             for event in &replay.events {
                 if event.stream != Stream::Lifecycle || !ids.contains(&event.run_id) {
                     continue;
                 }
                 if event.ends_run() {
-                    ended.insert(event.run_id.as_str());
+                    marks.ended.insert(event.run_id.clone());
                 } else if matches!(event.phase(), Some("start" | "resumed")) {
-                    started.insert(event.run_id.as_str());
+                    marks.started.insert(event.run_id.clone());
                 }
             }
-            let known = |id: &String| started.contains(id.as_str()) || ended.contains(id.as_str());
+            let known = |id: &String| marks.started.contains(id) || marks.ended.contains(id);
             if since == 0 || ids.iter().all(known) {
-                return Ok(ids
-                    .iter()
-                    .filter(|id| started.contains(id.as_str()) && !ended.contains(id.as_str()))
-                    .cloned()
-                    .collect());
+                return Ok(marks);
             }
             back = back.saturating_mul(16);
         }
@@ -362,6 +360,13 @@ impl Hub {
     }
 }
 
+/// The runs a session's log shows started (or resumed), and those it shows ended.
+#[derive(Default)]
+struct LifecycleMarks {
+    started: HashSet<String>,
+    ended: HashSet<String>,
+}
+
 /// Inputs done at most this long before the newest one done of a session are looked at for a
 /// missing end when the session is taken up: the last holder stopped right after them.
 const UNSAID_END_WINDOW_MS: u64 = 60_000;
@@ -369,7 +374,7 @@ const UNSAID_END_WINDOW_MS: u64 = 60_000;
 /// At most this many of them (the newest).
 const UNSAID_END_CANDIDATES: usize = 16;
 
-/// Events read back from a log's tail first when looking for a run's end (then 16 times more,
+/// Events read back from a log's tail first when looking for a run's start or end (then 16 times more,
 /// until the whole kept window).
 const UNSAID_END_FIRST_LOOK: u64 = 256;
 
